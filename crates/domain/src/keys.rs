@@ -1,0 +1,90 @@
+//! Virtual keys: `tg-` + 32 random base62 characters + a 6-character checksum.
+//! The checksum lets secret scanners (and the gateway, before hashing) tell a
+//! real tollgate key from noise. Keys are stored only as HMAC-SHA256 with a
+//! server pepper; the first characters are kept as a display prefix.
+
+use hmac::{Hmac, Mac};
+use rand::Rng;
+use sha2::Sha256;
+
+pub const KEY_PREFIX: &str = "tg-";
+const BODY_LEN: usize = 32;
+const CHECK_LEN: usize = 6;
+const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+/// How many characters of a key are kept for display (`tg-` + 9).
+pub const DISPLAY_PREFIX_LEN: usize = 12;
+
+fn checksum(body: &str) -> String {
+    let mut v = crc32fast::hash(body.as_bytes()) as u64;
+    let mut out = [b'0'; CHECK_LEN];
+    for slot in out.iter_mut().rev() {
+        *slot = ALPHABET[(v % 62) as usize];
+        v /= 62;
+    }
+    String::from_utf8(out.to_vec()).expect("ascii")
+}
+
+/// A freshly generated key: shown once, never stored.
+pub fn generate() -> String {
+    let mut rng = rand::thread_rng();
+    let body: String = (0..BODY_LEN)
+        .map(|_| ALPHABET[rng.gen_range(0..62)] as char)
+        .collect();
+    format!("{KEY_PREFIX}{body}{}", checksum(&body))
+}
+
+/// True when the string has the shape and checksum of a tollgate key.
+pub fn is_well_formed(key: &str) -> bool {
+    let Some(rest) = key.strip_prefix(KEY_PREFIX) else {
+        return false;
+    };
+    if rest.len() != BODY_LEN + CHECK_LEN || !rest.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return false;
+    }
+    let (body, check) = rest.split_at(BODY_LEN);
+    checksum(body) == check
+}
+
+pub fn display_prefix(key: &str) -> String {
+    key.chars().take(DISPLAY_PREFIX_LEN).collect()
+}
+
+/// Keyed hash of a key: what the database and the in-memory index hold.
+pub fn keyed_hash(pepper: &[u8], key: &str) -> [u8; 32] {
+    let mut mac = Hmac::<Sha256>::new_from_slice(pepper).expect("hmac takes any key length");
+    mac.update(key.as_bytes());
+    mac.finalize().into_bytes().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_keys_are_well_formed_and_distinct() {
+        let a = generate();
+        let b = generate();
+        assert_ne!(a, b);
+        assert!(a.starts_with("tg-") && a.len() == 3 + 32 + 6);
+        assert!(is_well_formed(&a));
+        assert_eq!(display_prefix(&a).len(), 12);
+    }
+
+    #[test]
+    fn a_changed_character_breaks_the_checksum() {
+        let k = generate();
+        let mut chars: Vec<char> = k.chars().collect();
+        chars[10] = if chars[10] == 'a' { 'b' } else { 'a' };
+        let broken: String = chars.into_iter().collect();
+        assert!(!is_well_formed(&broken));
+        assert!(!is_well_formed("sk-openai-style-key"));
+        assert!(!is_well_formed(""));
+    }
+
+    #[test]
+    fn keyed_hash_depends_on_the_pepper() {
+        let k = generate();
+        assert_eq!(keyed_hash(b"p1", &k), keyed_hash(b"p1", &k));
+        assert_ne!(keyed_hash(b"p1", &k), keyed_hash(b"p2", &k));
+    }
+}

@@ -1,0 +1,17 @@
+//! Pure business logic of tollgate: money, periods, limits, pricing, token
+//! estimates, virtual keys, request validation and admission reasons.
+//! No IO here: everything is a function that a unit test can call.
+
+pub mod audit;
+pub mod keys;
+pub mod limits;
+pub mod money;
+pub mod period;
+pub mod pricing;
+pub mod reason;
+pub mod request;
+pub mod tokens;
+
+pub use limits::{Limits, ScopeKind};
+pub use money::MicroUsd;
+pub use reason::{Decision, ReasonCode, Refusal};

@@ -1,0 +1,153 @@
+//! Admission decisions and the reason codes clients, metrics and bills see.
+
+use crate::limits::{LimitKind, ScopeKind};
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Decision {
+    Allow,
+    Queue,
+    Degrade,
+    Reject,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Queue => "queue",
+            Decision::Degrade => "degrade",
+            Decision::Reject => "reject",
+        }
+    }
+}
+
+/// Why a request was refused, queued or degraded. Stable strings: clients and
+/// dashboards match on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReasonCode {
+    Limit(ScopeKind, LimitKind),
+    InvalidApiKey,
+    InvalidRequest,
+    ModelNotFound,
+    ModelNotAllowed,
+    ContextTooLong,
+    QuotaStoreUnavailable,
+    UpstreamError,
+    UpstreamRateLimited,
+    UpstreamUnavailable,
+}
+
+impl ReasonCode {
+    pub fn as_str(self) -> &'static str {
+        use LimitKind::*;
+        use ScopeKind::*;
+        match self {
+            ReasonCode::Limit(s, l) => match (s, l) {
+                (Tenant, MonthlyTokens) => "tenant_monthly_budget_exhausted",
+                (App, MonthlyTokens) => "app_monthly_budget_exhausted",
+                (Key, MonthlyTokens) => "key_monthly_budget_exhausted",
+                (Tenant, MonthlyCost) => "tenant_monthly_cost_exhausted",
+                (App, MonthlyCost) => "app_monthly_cost_exhausted",
+                (Key, MonthlyCost) => "key_monthly_cost_exhausted",
+                (Tenant, MaxInflight) => "tenant_inflight_exceeded",
+                (App, MaxInflight) => "app_inflight_exceeded",
+                (Key, MaxInflight) => "key_inflight_exceeded",
+                (Tenant, Rpm) => "tenant_rpm_exceeded",
+                (App, Rpm) => "app_rpm_exceeded",
+                (Key, Rpm) => "key_rpm_exceeded",
+                (Tenant, InputTpm) => "tenant_input_tpm_exceeded",
+                (App, InputTpm) => "app_input_tpm_exceeded",
+                (Key, InputTpm) => "key_input_tpm_exceeded",
+                (Tenant, OutputTpm) => "tenant_output_tpm_exceeded",
+                (App, OutputTpm) => "app_output_tpm_exceeded",
+                (Key, OutputTpm) => "key_output_tpm_exceeded",
+            },
+            ReasonCode::InvalidApiKey => "invalid_api_key",
+            ReasonCode::InvalidRequest => "invalid_request",
+            ReasonCode::ModelNotFound => "model_not_found",
+            ReasonCode::ModelNotAllowed => "model_not_allowed",
+            ReasonCode::ContextTooLong => "context_length_exceeded",
+            ReasonCode::QuotaStoreUnavailable => "quota_store_unavailable",
+            ReasonCode::UpstreamError => "upstream_error",
+            ReasonCode::UpstreamRateLimited => "upstream_rate_limited",
+            ReasonCode::UpstreamUnavailable => "upstream_unavailable",
+        }
+    }
+
+    /// HTTP status of a refusal for this reason.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ReasonCode::Limit(_, LimitKind::MonthlyTokens | LimitKind::MonthlyCost) => 402,
+            ReasonCode::Limit(_, _) => 429,
+            ReasonCode::InvalidApiKey => 401,
+            ReasonCode::InvalidRequest | ReasonCode::ContextTooLong => 400,
+            ReasonCode::ModelNotFound => 404,
+            ReasonCode::ModelNotAllowed => 403,
+            ReasonCode::QuotaStoreUnavailable | ReasonCode::UpstreamUnavailable => 503,
+            ReasonCode::UpstreamRateLimited => 429,
+            ReasonCode::UpstreamError => 502,
+        }
+    }
+
+    /// The OpenAI error `type` for this reason.
+    pub fn error_type(self) -> &'static str {
+        match self.http_status() {
+            401 => "authentication_error",
+            402 => "insufficient_quota",
+            403 => "permission_error",
+            404 => "not_found_error",
+            429 => "rate_limit_error",
+            400 => "invalid_request_error",
+            _ => "api_error",
+        }
+    }
+}
+
+impl fmt::Display for ReasonCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A hold the engine refused: which scope and limit, and when to retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    pub scope: ScopeKind,
+    pub limit: LimitKind,
+    /// Milliseconds until a retry can pass (rate limits); None for budgets.
+    pub retry_after_ms: Option<u64>,
+}
+
+impl Refusal {
+    pub fn reason(&self) -> ReasonCode {
+        ReasonCode::Limit(self.scope, self.limit)
+    }
+
+    /// `Retry-After` in whole seconds, rounded up, at least 1.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after_ms.map(|ms| ms.div_ceil(1000).max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_refusals_are_402_and_rates_429() {
+        let r = ReasonCode::Limit(ScopeKind::Tenant, LimitKind::MonthlyTokens);
+        assert_eq!((r.as_str(), r.http_status()), ("tenant_monthly_budget_exhausted", 402));
+        let r = ReasonCode::Limit(ScopeKind::Key, LimitKind::Rpm);
+        assert_eq!((r.as_str(), r.http_status()), ("key_rpm_exceeded", 429));
+        assert_eq!(ReasonCode::QuotaStoreUnavailable.http_status(), 503);
+    }
+
+    #[test]
+    fn retry_after_rounds_up() {
+        let r = Refusal { scope: ScopeKind::App, limit: LimitKind::Rpm, retry_after_ms: Some(1200) };
+        assert_eq!(r.retry_after_secs(), Some(2));
+        let r = Refusal { retry_after_ms: Some(3), ..r };
+        assert_eq!(r.retry_after_secs(), Some(1));
+    }
+}

@@ -1,0 +1,277 @@
+//! Validation of OpenAI-style request bodies before anything is held or sent.
+//! Errors name the offending field (OpenAI's `param`).
+
+use serde_json::{Map, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    ChatCompletions,
+    Completions,
+    Embeddings,
+}
+
+impl Endpoint {
+    pub fn path(self) -> &'static str {
+        match self {
+            Endpoint::ChatCompletions => "chat/completions",
+            Endpoint::Completions => "completions",
+            Endpoint::Embeddings => "embeddings",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidField {
+    pub param: String,
+    pub message: String,
+}
+
+impl InvalidField {
+    fn new(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { param: param.into(), message: message.into() }
+    }
+}
+
+/// What the gateway needs to know about a valid request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestSummary {
+    pub model: String,
+    pub stream: bool,
+    /// The client itself asked for `stream_options.include_usage`.
+    pub client_wants_usage: bool,
+    /// `max_completion_tokens` or `max_tokens`, when given.
+    pub max_output: Option<i64>,
+    /// Number of choices requested (`n`), 1 when absent.
+    pub choices: i64,
+}
+
+/// Keys that would let a client steer the gateway to another upstream or
+/// credential. Refused anywhere in the body, at any depth.
+const FORBIDDEN_KEYS: &[&str] = &[
+    "api_base",
+    "base_url",
+    "api_url",
+    "upstream_url",
+    "upstream_base_url",
+    "endpoint_url",
+    "api_key",
+    "api_version",
+    "custom_llm_provider",
+    "litellm_params",
+    "extra_headers",
+];
+
+const CHAT_ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool", "function"];
+
+pub fn validate(endpoint: Endpoint, body: &Value) -> Result<RequestSummary, InvalidField> {
+    let obj = body
+        .as_object()
+        .ok_or_else(|| InvalidField::new("", "request body must be a JSON object"))?;
+    reject_upstream_keys(obj, "")?;
+    let model = match obj.get("model") {
+        Some(Value::String(m)) if !m.trim().is_empty() && m.len() <= 256 => m.clone(),
+        _ => return Err(InvalidField::new("model", "model must be a non-empty string")),
+    };
+    match endpoint {
+        Endpoint::ChatCompletions => validate_messages(obj)?,
+        Endpoint::Completions => {
+            require_input(obj, "prompt")?;
+        }
+        Endpoint::Embeddings => {
+            require_input(obj, "input")?;
+            if obj.get("stream").is_some_and(|s| s != &Value::Bool(false)) {
+                return Err(InvalidField::new("stream", "embeddings cannot be streamed"));
+            }
+        }
+    }
+    let stream = match obj.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        _ => return Err(InvalidField::new("stream", "stream must be a boolean")),
+    };
+    let client_wants_usage = match obj.get("stream_options") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(o)) => match o.get("include_usage") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            _ => {
+                return Err(InvalidField::new(
+                    "stream_options.include_usage",
+                    "include_usage must be a boolean",
+                ))
+            }
+        },
+        _ => return Err(InvalidField::new("stream_options", "stream_options must be an object")),
+    };
+    if client_wants_usage && !stream {
+        return Err(InvalidField::new(
+            "stream_options",
+            "stream_options is only allowed when stream is true",
+        ));
+    }
+    let max_tokens = int_in(obj, "max_tokens", 1, 1_000_000)?;
+    let max_completion = int_in(obj, "max_completion_tokens", 1, 1_000_000)?;
+    let choices = int_in(obj, "n", 1, 16)?.unwrap_or(1);
+    num_in(obj, "temperature", 0.0, 2.0)?;
+    num_in(obj, "top_p", 0.0, 1.0)?;
+    num_in(obj, "presence_penalty", -2.0, 2.0)?;
+    num_in(obj, "frequency_penalty", -2.0, 2.0)?;
+    int_in(obj, "top_logprobs", 0, 20)?;
+    int_in(obj, "dimensions", 1, 65_536)?;
+    Ok(RequestSummary {
+        model,
+        stream,
+        client_wants_usage,
+        max_output: max_completion.or(max_tokens),
+        choices,
+    })
+}
+
+fn reject_upstream_keys(obj: &Map<String, Value>, path: &str) -> Result<(), InvalidField> {
+    for (k, v) in obj {
+        let here = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+        if FORBIDDEN_KEYS.iter().any(|f| f.eq_ignore_ascii_case(k)) {
+            return Err(InvalidField::new(
+                here,
+                "upstream URLs and credentials are set by the gateway, not the client",
+            ));
+        }
+        match v {
+            Value::Object(o) => reject_upstream_keys(o, &here)?,
+            Value::Array(a) => {
+                for (i, x) in a.iter().enumerate() {
+                    if let Value::Object(o) = x {
+                        reject_upstream_keys(o, &format!("{here}[{i}]"))?;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn validate_messages(obj: &Map<String, Value>) -> Result<(), InvalidField> {
+    let msgs = match obj.get("messages") {
+        Some(Value::Array(a)) if !a.is_empty() => a,
+        _ => return Err(InvalidField::new("messages", "messages must be a non-empty array")),
+    };
+    for (i, m) in msgs.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str);
+        if !role.is_some_and(|r| CHAT_ROLES.contains(&r)) {
+            return Err(InvalidField::new(
+                format!("messages[{i}].role"),
+                format!("role must be one of {}", CHAT_ROLES.join(", ")),
+            ));
+        }
+        match m.get("content") {
+            None | Some(Value::Null) | Some(Value::String(_)) | Some(Value::Array(_)) => {}
+            _ => {
+                return Err(InvalidField::new(
+                    format!("messages[{i}].content"),
+                    "content must be a string or an array of parts",
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn require_input(obj: &Map<String, Value>, field: &str) -> Result<(), InvalidField> {
+    match obj.get(field) {
+        Some(Value::String(_)) => Ok(()),
+        Some(Value::Array(a)) if !a.is_empty() => Ok(()),
+        _ => Err(InvalidField::new(field, format!("{field} must be a string or a non-empty array"))),
+    }
+}
+
+fn int_in(obj: &Map<String, Value>, f: &str, lo: i64, hi: i64) -> Result<Option<i64>, InvalidField> {
+    match obj.get(f) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_i64() {
+            Some(n) if (lo..=hi).contains(&n) => Ok(Some(n)),
+            _ => Err(InvalidField::new(f, format!("{f} must be an integer from {lo} to {hi}"))),
+        },
+    }
+}
+
+fn num_in(obj: &Map<String, Value>, f: &str, lo: f64, hi: f64) -> Result<(), InvalidField> {
+    match obj.get(f) {
+        None | Some(Value::Null) => Ok(()),
+        Some(v) => match v.as_f64() {
+            Some(x) if x >= lo && x <= hi => Ok(()),
+            _ => Err(InvalidField::new(f, format!("{f} must be a number from {lo} to {hi}"))),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn chat(extra: Value) -> Value {
+        let mut b = json!({"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    }
+
+    #[test]
+    fn a_plain_chat_request_passes() {
+        let s = validate(Endpoint::ChatCompletions, &chat(json!({"max_tokens":64}))).unwrap();
+        assert_eq!(s.model, "gpt-4o-mini");
+        assert_eq!(s.max_output, Some(64));
+        assert!(!s.stream);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = validate(Endpoint::ChatCompletions, &chat(json!({"temperature":3}))).unwrap_err();
+        assert_eq!(e.param, "temperature");
+        let e = validate(Endpoint::ChatCompletions, &chat(json!({"max_tokens":0}))).unwrap_err();
+        assert_eq!(e.param, "max_tokens");
+        let e = validate(Endpoint::ChatCompletions, &json!({"model":"m","messages":[]})).unwrap_err();
+        assert_eq!(e.param, "messages");
+        let e = validate(Endpoint::ChatCompletions, &json!({"model":"m","messages":[{"role":"boss","content":"x"}]}))
+            .unwrap_err();
+        assert_eq!(e.param, "messages[0].role");
+        let e = validate(Endpoint::ChatCompletions, &json!([1])).unwrap_err();
+        assert_eq!(e.param, "");
+    }
+
+    #[test]
+    fn client_upstream_urls_are_refused_at_any_depth() {
+        let e = validate(Endpoint::ChatCompletions, &chat(json!({"api_base":"http://evil"}))).unwrap_err();
+        assert_eq!(e.param, "api_base");
+        let e = validate(
+            Endpoint::ChatCompletions,
+            &chat(json!({"extra_body":{"nested":[{"Base_URL":"http://169.254.169.254"}]}})),
+        )
+        .unwrap_err();
+        assert_eq!(e.param, "extra_body.nested[0].Base_URL");
+    }
+
+    #[test]
+    fn stream_options_need_a_stream() {
+        let s = validate(
+            Endpoint::ChatCompletions,
+            &chat(json!({"stream":true,"stream_options":{"include_usage":true}})),
+        )
+        .unwrap();
+        assert!(s.stream && s.client_wants_usage);
+        let e = validate(Endpoint::ChatCompletions, &chat(json!({"stream_options":{"include_usage":true}})))
+            .unwrap_err();
+        assert_eq!(e.param, "stream_options");
+    }
+
+    #[test]
+    fn embeddings_need_input_and_no_stream() {
+        assert!(validate(Endpoint::Embeddings, &json!({"model":"e","input":"hi"})).is_ok());
+        let e = validate(Endpoint::Embeddings, &json!({"model":"e"})).unwrap_err();
+        assert_eq!(e.param, "input");
+        let e = validate(Endpoint::Embeddings, &json!({"model":"e","input":"x","stream":true})).unwrap_err();
+        assert_eq!(e.param, "stream");
+    }
+}

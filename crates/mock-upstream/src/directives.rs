@@ -1,0 +1,89 @@
+//! `[mock:key=value]` directives found in the last user message, so tests can steer
+//! the mock through the gateway (which forwards bodies, not headers).
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// 429 `rate_limit_exceeded` with `retry-after: 1`.
+    RateLimit,
+    /// 500 `server_error`.
+    Server,
+    /// Stream: send this many token chunks, then abort the connection.
+    /// Non-stream: abort without a response.
+    DisconnectAfter(u32),
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Directives {
+    pub output_tokens: Option<u32>,
+    pub latency_ms: Option<u64>,
+    pub chunk_delay_ms: Option<u64>,
+    pub fault: Option<Fault>,
+}
+
+impl Directives {
+    /// Scan `text` for directives; unknown or malformed ones are ignored, later ones win.
+    pub fn parse(text: &str) -> Self {
+        let mut d = Directives::default();
+        d.scan(text);
+        d
+    }
+
+    pub fn scan(&mut self, mut text: &str) {
+        while let Some(start) = text.find("[mock:") {
+            text = &text[start + 6..];
+            let Some(end) = text.find(']') else { return };
+            let (key, value) = text[..end].split_once('=').unwrap_or((&text[..end], ""));
+            let (key, value) = (key.trim(), value.trim());
+            match key {
+                "output_tokens" => self.output_tokens = value.parse().ok().or(self.output_tokens),
+                "latency_ms" => self.latency_ms = value.parse().ok().or(self.latency_ms),
+                "chunk_delay_ms" => self.chunk_delay_ms = value.parse().ok().or(self.chunk_delay_ms),
+                "fault" => self.fault = parse_fault(value).or(self.fault),
+                _ => {}
+            }
+            text = &text[end + 1..];
+        }
+    }
+}
+
+fn parse_fault(value: &str) -> Option<Fault> {
+    match value {
+        "429" => Some(Fault::RateLimit),
+        "500" => Some(Fault::Server),
+        _ => {
+            let n = value.strip_prefix("disconnect_after=")?;
+            n.trim().parse().ok().map(Fault::DisconnectAfter)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_several() {
+        let d = Directives::parse(
+            "hi [mock:output_tokens=5000] and [mock:latency_ms=200][mock:chunk_delay_ms=5] \
+             [mock:fault=disconnect_after=10]",
+        );
+        assert_eq!(
+            d,
+            Directives {
+                output_tokens: Some(5000),
+                latency_ms: Some(200),
+                chunk_delay_ms: Some(5),
+                fault: Some(Fault::DisconnectAfter(10)),
+            }
+        );
+    }
+
+    #[test]
+    fn faults_and_garbage() {
+        assert_eq!(Directives::parse("[mock:fault=429]").fault, Some(Fault::RateLimit));
+        assert_eq!(Directives::parse("[mock:fault=500]").fault, Some(Fault::Server));
+        let d = Directives::parse("[mock:fault=teapot] [mock:output_tokens=x] [mock:what] [mock:");
+        assert_eq!(d, Directives::default());
+        assert_eq!(Directives::parse("no directives here"), Directives::default());
+    }
+}

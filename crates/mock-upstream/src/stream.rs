@@ -1,0 +1,105 @@
+//! Server-sent events for `"stream": true`.
+
+use std::io;
+
+use axum::body::Body;
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use crate::chat::{Kind, Plan, TOKEN};
+use crate::{aborted, pause, MockStats};
+
+/// Counts `streams_closed_early` if the body is dropped before it finished.
+struct Guard {
+    stats: MockStats,
+    finished: bool,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.stats.stream_closed_early();
+        }
+    }
+}
+
+/// role chunk (chat only), one chunk per token, finish chunk, usage chunk (if asked),
+/// `[DONE]`. With a disconnect fault: N token chunks, then the body fails.
+pub(crate) fn sse(plan: Plan, stats: MockStats) -> Response {
+    let guard = Guard { stats: stats.clone(), finished: false };
+    let body = async_stream::stream! {
+        let mut guard = guard;
+        if plan.kind == Kind::Chat {
+            yield Ok::<Bytes, io::Error>(plan.chunk(json!({"role": "assistant", "content": ""}), None, None));
+        }
+        let token = plan.chunk(json!({"content": TOKEN}), Some(TOKEN), None);
+        let sent = match plan.disconnect_after {
+            Some(k) => k.min(plan.completion_tokens),
+            None => plan.completion_tokens,
+        };
+        for i in 0..sent {
+            if i > 0 || plan.kind == Kind::Chat {
+                pause(plan.chunk_delay.as_millis() as u64).await;
+            }
+            stats.completion_tokens(1);
+            yield Ok(token.clone());
+        }
+        if plan.disconnect_after.is_some() {
+            guard.finished = true;
+            yield Err(aborted());
+            return;
+        }
+        yield Ok(plan.chunk(json!({}), Some(""), Some(plan.finish_reason)));
+        if plan.include_usage {
+            yield Ok(plan.frame(Value::Array(vec![]), plan.usage()));
+        }
+        guard.finished = true;
+        stats.stream_completed();
+        yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
+    };
+    Response::builder()
+        .header(CONTENT_TYPE, "text/event-stream")
+        .header(CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(body))
+        .expect("static headers")
+}
+
+impl Plan {
+    /// One choice: `delta` for chat, `text` for legacy completions.
+    fn chunk(&self, delta: Value, text: Option<&str>, finish: Option<&str>) -> Bytes {
+        let choice = match self.kind {
+            Kind::Chat => json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}),
+            Kind::Text => json!({"text": text.unwrap_or(""), "index": 0, "logprobs": null, "finish_reason": finish}),
+        };
+        self.frame(Value::Array(vec![choice]), Value::Null)
+    }
+
+    /// `data: {...}\n\n`; `usage` is present (null on all but the last chunk) only
+    /// when the client asked for `include_usage`, as OpenAI does.
+    fn frame(&self, choices: Value, usage: Value) -> Bytes {
+        let object = match self.kind {
+            Kind::Chat => "chat.completion.chunk",
+            Kind::Text => "text_completion",
+        };
+        let mut v = json!({
+            "id": self.id,
+            "object": object,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        });
+        if self.kind == Kind::Chat {
+            v["system_fingerprint"] = "fp_mock".into();
+        }
+        if self.include_usage {
+            v["usage"] = usage;
+        }
+        let mut buf = Vec::with_capacity(256);
+        buf.extend_from_slice(b"data: ");
+        serde_json::to_writer(&mut buf, &v).expect("json to vec");
+        buf.extend_from_slice(b"\n\n");
+        buf.into()
+    }
+}

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Bring up the services and run every test the way CI does:
+#   1. PostgreSQL, Redis and ClickHouse (scripts/services.sh);
+#   2. a Python venv with the official openai package (TOLLGATE_TEST_PYTHON);
+#   3. cargo test --workspace (extra arguments pass through, e.g. -p tollgate-quota);
+#   4. unless SKIP_DEV_SMOKE=1: scripts/dev.sh on a free port, its printed curl
+#      line must return a chat completion.
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$TOLLGATE_ROOT"
+
+have cargo || die "cargo not found: install Rust (rustup) and make sure cargo is on PATH"
+
+ensure_services
+ensure_test_python
+
+export TOLLGATE_TEST_DATABASE_URL=${TOLLGATE_TEST_DATABASE_URL:-postgres://postgres@$PG_HOST:$PG_PORT/postgres}
+export TOLLGATE_TEST_REDIS_URL=${TOLLGATE_TEST_REDIS_URL:-redis://$REDIS_HOST:$REDIS_PORT}
+export TOLLGATE_TEST_CLICKHOUSE_URL=${TOLLGATE_TEST_CLICKHOUSE_URL:-$(ch_url)}
+
+# `cargo test --workspace -p X` ignores -p, so only add --workspace when the
+# arguments (before any `--`) select no package themselves.
+workspace=(--workspace)
+for arg in "$@"; do
+    case $arg in
+    --) break ;;
+    -p | -p* | --package | --package=* | --workspace | --all) workspace=() ;;
+    esac
+done
+
+log "cargo test ${workspace[*]} $*"
+cargo test "${workspace[@]}" "$@"
+
+[[ ${SKIP_DEV_SMOKE:-0} == 1 ]] && exit 0
+
+# --- dev.sh smoke -----------------------------------------------------------
+
+SMOKE_TIMEOUT=${SMOKE_TIMEOUT:-300}
+smoke_dir=$(mktemp -d "${TMPDIR:-/tmp}/tollgate-smoke.XXXXXX")
+smoke_out=$smoke_dir/stdout.log
+smoke_err=$smoke_dir/stderr.log
+smoke_pgid=
+
+smoke_stop() {
+    [[ -n $smoke_pgid ]] || return 0
+    kill -TERM -- "-$smoke_pgid" 2>/dev/null || true
+    local _
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+        kill -0 -- "-$smoke_pgid" 2>/dev/null || break
+        sleep 0.5
+    done
+    kill -KILL -- "-$smoke_pgid" 2>/dev/null || true
+    smoke_pgid=
+}
+trap smoke_stop EXIT
+
+smoke_fail() {
+    log "dev.sh smoke: $*"
+    log "--- dev.sh stdout (last 40 lines) ---"
+    tail -n 40 "$smoke_out" >&2 || true
+    log "--- dev.sh stderr (last 40 lines) ---"
+    tail -n 40 "$smoke_err" >&2 || true
+    smoke_stop
+    echo "smoke: 0 passed, 1 failed"
+    exit 1
+}
+
+smoke_port=$(free_port 18480)
+smoke_db_url=$(url_with_db "$TOLLGATE_TEST_DATABASE_URL" tollgate_smoke)
+smoke_redis_db=15
+pg_recreate_db "$smoke_db_url"
+ch_query 'DROP DATABASE IF EXISTS tollgate_smoke' "$TOLLGATE_TEST_CLICKHOUSE_URL" >/dev/null
+redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" -n "$smoke_redis_db" flushdb >/dev/null
+
+# Build first so that the timeout below covers start-up, not compilation
+# (dev.sh's own build is then a no-op).
+log "dev.sh smoke: building tollgate"
+cargo build -q -p tollgate-server --bin tollgate
+
+log "dev.sh smoke: starting scripts/dev.sh on 127.0.0.1:$smoke_port (logs in $smoke_dir)"
+# setsid: dev.sh (and the server it execs) lead their own process group, so
+# that the whole group can be stopped afterwards.
+TOLLGATE__SERVER__LISTEN=127.0.0.1:$smoke_port \
+    TOLLGATE__DATABASE__URL=$smoke_db_url \
+    TOLLGATE__REDIS__URL=redis://$REDIS_HOST:$REDIS_PORT/$smoke_redis_db \
+    TOLLGATE__CLICKHOUSE__URL=$TOLLGATE_TEST_CLICKHOUSE_URL \
+    TOLLGATE__CLICKHOUSE__DATABASE=tollgate_smoke \
+    setsid bash "$TOLLGATE_ROOT/scripts/dev.sh" </dev/null >"$smoke_out" 2>"$smoke_err" &
+smoke_pid=$!
+smoke_pgid=$smoke_pid
+
+curl_line=
+deadline=$((SECONDS + SMOKE_TIMEOUT))
+while :; do
+    curl_line=$(grep -m 1 '^curl ' "$smoke_out" || true)
+    [[ -n $curl_line ]] && break
+    kill -0 "$smoke_pid" 2>/dev/null || smoke_fail "scripts/dev.sh exited before printing a curl line"
+    ((SECONDS < deadline)) || smoke_fail "no line starting with 'curl ' on stdout within ${SMOKE_TIMEOUT}s"
+    sleep 1
+done
+
+log "dev.sh smoke: running: $curl_line"
+if ! curl_output=$(timeout 60 bash -c "$curl_line" </dev/null 2>&1); then
+    log "$curl_output"
+    smoke_fail "the printed curl line failed"
+fi
+if [[ $curl_output != *'"chat.completion"'* ]]; then
+    log "$curl_output"
+    smoke_fail "the printed curl line did not return a \"chat.completion\""
+fi
+smoke_stop
+rm -rf "$smoke_dir"
+echo "smoke: 1 passed, 0 failed"
