@@ -1,1 +1,13 @@
+//! The Redis hold engine (DESIGN §4): hold, settle and release as single Lua
+//! calls, all-or-nothing across tenant, app and key; rebuild of a tenant's
+//! month from the ledger when Redis has lost it; fail closed on any Redis
+//! error or timeout.
 
+mod engine;
+mod keys;
+
+pub use engine::{
+    HoldOutcome, HoldRequest, LedgerSource, MonthCounters, QuotaEngine, QuotaError, ScopeUsage,
+    SettleOutcome, SettleRequest,
+};
+pub use keys::KeySpace;

@@ -1,0 +1,32 @@
+-- release: give back a hold that consumed nothing (the upstream refused
+-- before generating). The request still counted against its RPM.
+-- KEYS: 1 month hash, 2 rate/inflight hash, 3 hold record, 4 open-holds zset
+-- ARGV: 1 request_id, 2 app, 3 key, 4..21 limits
+-- Returns: {1} released now, {2, state} no open hold: no-op
+local M, R, H, OPEN = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+
+local h = redis.call('HMGET', H, 'st', 'ei', 'eo', 'ec')
+if h[1] ~= 'H' then
+  return {2, h[1] or 'none'}
+end
+local scopes = {'t', 'a:' .. ARGV[2], 'k:' .. ARGV[3]}
+local est_in, est_out, est_cost = tonumber(h[2]), tonumber(h[3]), tonumber(h[4])
+for s = 1, 3 do
+  local p = scopes[s]
+  redis.call('HINCRBY', M, p .. ':ht', -(est_in + est_out))
+  redis.call('HINCRBY', M, p .. ':hc', -est_cost)
+  if redis.call('HINCRBY', R, p .. ':if', -1) < 0 then redis.call('HSET', R, p .. ':if', 0) end
+  local dims = {{5, 'itpm', est_in}, {6, 'otpm', est_out}}
+  for _, d in ipairs(dims) do
+    local L = tonumber(ARGV[3 + (s - 1) * 6 + d[1]])
+    local f = p .. ':' .. d[2]
+    if L >= 0 then
+      local cur = tonumber(redis.call('HGET', R, f) or '')
+      if cur then redis.call('HSET', R, f, tostring(math.min(L, cur + d[3]))) end
+    end
+  end
+end
+redis.call('HSET', H, 'st', 'R')
+redis.call('EXPIRE', H, 86400)
+redis.call('ZREM', OPEN, ARGV[1])
+return {1}

@@ -1,0 +1,449 @@
+use crate::keys::KeySpace;
+use domain::limits::{LimitKind, ScopeKind};
+use domain::{Limits, Refusal};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Script;
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+/// Month counters expire this long after their last rebuild; a later request
+/// simply rebuilds them from the ledger.
+const MONTH_TTL_SECS: u64 = 62 * 24 * 3600;
+const REBUILD_LOCK_MS: u64 = 5_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum QuotaError {
+    /// Redis is down, refused, or slower than the timeout: fail closed.
+    #[error("quota store unavailable: {0}")]
+    Unavailable(String),
+    #[error("ledger unavailable for rebuild: {0}")]
+    Ledger(String),
+    #[error("unexpected reply from the hold engine: {0}")]
+    Protocol(String),
+}
+
+impl From<redis::RedisError> for QuotaError {
+    fn from(e: redis::RedisError) -> Self {
+        QuotaError::Unavailable(e.to_string())
+    }
+}
+
+/// One request's reservation across its three scopes.
+#[derive(Debug, Clone)]
+pub struct HoldRequest<'a> {
+    pub request_id: &'a str,
+    pub tenant: &'a str,
+    pub app: &'a str,
+    pub key: &'a str,
+    pub month: &'a str,
+    pub est_input: i64,
+    pub est_output: i64,
+    pub est_cost: i64,
+    pub model: &'a str,
+    /// Limits of tenant, app and key, in that order.
+    pub limits: [&'a Limits; 3],
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HoldOutcome {
+    Admitted { remaining_requests: Option<i64>, remaining_tokens: Option<i64> },
+    /// The same request_id was held before; the first answer stands.
+    Duplicate { state: String },
+    Refused(Refusal),
+}
+
+#[derive(Debug, Clone)]
+pub struct SettleRequest<'a> {
+    pub request_id: &'a str,
+    pub tenant: &'a str,
+    pub app: &'a str,
+    pub key: &'a str,
+    /// The month the hold was taken in.
+    pub month: &'a str,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cost: i64,
+    /// The usage event, stored verbatim in the outbox for the ledger writer.
+    pub event_json: &'a str,
+    pub status: &'a str,
+    pub limits: [&'a Limits; 3],
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SettleOutcome {
+    Settled { overrun_tokens: i64, overrun_cost: i64 },
+    /// Already settled or released: nothing changed.
+    AlreadyClosed { state: String },
+}
+
+/// Settled usage of one (app, key) pair in a month, as the ledger has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeUsage {
+    pub app: String,
+    pub key: String,
+    pub tokens: i64,
+    pub cost: i64,
+    pub overrun_tokens: i64,
+    pub overrun_cost: i64,
+}
+
+/// Where a lost month is rebuilt from: the Postgres ledger, implemented by
+/// the caller so this crate stays free of SQL.
+pub trait LedgerSource: Send + Sync {
+    fn month_usage(
+        &self,
+        tenant: &str,
+        month: &str,
+    ) -> impl Future<Output = Result<Vec<ScopeUsage>, String>> + Send;
+}
+
+/// Raw counters of a tenant's month, by field (`t:ut`, `a:<app>:ht`, …).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MonthCounters(pub HashMap<String, i64>);
+
+impl MonthCounters {
+    fn field(&self, scope: &str, f: &str) -> i64 {
+        self.0.get(&format!("{scope}:{f}")).copied().unwrap_or(0)
+    }
+    pub fn used_tokens(&self, scope: &str) -> i64 {
+        self.field(scope, "ut")
+    }
+    pub fn held_tokens(&self, scope: &str) -> i64 {
+        self.field(scope, "ht")
+    }
+    pub fn used_cost(&self, scope: &str) -> i64 {
+        self.field(scope, "uc")
+    }
+    pub fn held_cost(&self, scope: &str) -> i64 {
+        self.field(scope, "hc")
+    }
+    pub fn overrun_tokens(&self, scope: &str) -> i64 {
+        self.field(scope, "ot")
+    }
+    pub fn is_rebuilt(&self) -> bool {
+        self.0.contains_key("_rb")
+    }
+}
+
+struct Scripts {
+    hold: Script,
+    settle: Script,
+    release: Script,
+    rebuild: Script,
+}
+
+pub struct QuotaEngine {
+    conn: ConnectionManager,
+    keys: KeySpace,
+    timeout: Duration,
+    replica: String,
+    scripts: Scripts,
+}
+
+fn limit_args(limits: [&Limits; 3]) -> impl Iterator<Item = i64> + '_ {
+    limits.into_iter().flat_map(|l| l.hold_args())
+}
+
+impl QuotaEngine {
+    /// Connects lazily: the engine exists even while Redis is down, and every
+    /// call fails closed until Redis answers again.
+    pub fn new(
+        url: &str,
+        prefix: &str,
+        timeout: Duration,
+        replica: &str,
+    ) -> Result<Self, QuotaError> {
+        let client = redis::Client::open(url)?;
+        let cfg = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(200));
+        let conn = ConnectionManager::new_lazy_with_config(client, cfg)?;
+        Ok(Self {
+            conn,
+            keys: KeySpace::new(prefix),
+            timeout,
+            replica: replica.to_string(),
+            scripts: Scripts {
+                hold: Script::new(include_str!("../lua/hold.lua")),
+                settle: Script::new(include_str!("../lua/settle.lua")),
+                release: Script::new(include_str!("../lua/release.lua")),
+                rebuild: Script::new(include_str!("../lua/rebuild.lua")),
+            },
+        })
+    }
+
+    pub fn keys(&self) -> &KeySpace {
+        &self.keys
+    }
+
+    async fn bounded<T>(
+        &self,
+        f: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, QuotaError> {
+        match tokio::time::timeout(self.timeout, f).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(QuotaError::Unavailable(format!(
+                "no answer within {} ms",
+                self.timeout.as_millis()
+            ))),
+        }
+    }
+
+    /// Holds the estimate against every scope, rebuilding the tenant's month
+    /// from the ledger first when Redis has lost it.
+    pub async fn hold(
+        &self,
+        req: &HoldRequest<'_>,
+        ledger: &impl LedgerSource,
+    ) -> Result<HoldOutcome, QuotaError> {
+        for _ in 0..50 {
+            let reply: Vec<redis::Value> = self.hold_once(req).await?;
+            match int_at(&reply, 0)? {
+                1 => {
+                    let opt = |v: i64| (v >= 0).then_some(v);
+                    return Ok(HoldOutcome::Admitted {
+                        remaining_requests: opt(int_at(&reply, 1)?),
+                        remaining_tokens: opt(int_at(&reply, 2)?),
+                    });
+                }
+                2 => return Ok(HoldOutcome::Duplicate { state: str_at(&reply, 1) }),
+                0 => {
+                    let scope = ScopeKind::from_index(int_at(&reply, 1)? as usize - 1);
+                    let limit = LimitKind::from_index(int_at(&reply, 2)? as usize - 1);
+                    let retry = int_at(&reply, 3)?;
+                    let (Some(scope), Some(limit)) = (scope, limit) else {
+                        return Err(QuotaError::Protocol(format!("{reply:?}")));
+                    };
+                    return Ok(HoldOutcome::Refused(Refusal {
+                        scope,
+                        limit,
+                        retry_after_ms: (retry >= 0).then_some(retry as u64),
+                    }));
+                }
+                -1 => self.rebuild_month(req.tenant, req.month, ledger).await?,
+                _ => return Err(QuotaError::Protocol(format!("{reply:?}"))),
+            }
+        }
+        Err(QuotaError::Unavailable("month rebuild did not complete".into()))
+    }
+
+    async fn hold_once(&self, req: &HoldRequest<'_>) -> Result<Vec<redis::Value>, QuotaError> {
+        let k = &self.keys;
+        let mut inv = self.scripts.hold.prepare_invoke();
+        inv.key(k.month(req.tenant, req.month))
+            .key(k.rates(req.tenant))
+            .key(k.hold(req.tenant, req.request_id))
+            .key(k.open_holds(req.tenant))
+            .arg(req.request_id)
+            .arg(req.app)
+            .arg(req.key)
+            .arg(req.est_input)
+            .arg(req.est_output)
+            .arg(req.est_cost)
+            .arg(req.model)
+            .arg(&self.replica)
+            .arg(req.month);
+        for l in limit_args(req.limits) {
+            inv.arg(l);
+        }
+        let mut conn = self.conn.clone();
+        self.bounded(inv.invoke_async(&mut conn)).await
+    }
+
+    /// Restores a tenant's month from the ledger, once, under a lock; other
+    /// callers wait for the marker instead of querying the ledger too.
+    async fn rebuild_month(
+        &self,
+        tenant: &str,
+        month: &str,
+        ledger: &impl LedgerSource,
+    ) -> Result<(), QuotaError> {
+        let lock = self.keys.rebuild_lock(tenant, month);
+        let mut conn = self.conn.clone();
+        let got: Option<String> = self
+            .bounded(
+                redis::cmd("SET")
+                    .arg(&lock)
+                    .arg(&self.replica)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(REBUILD_LOCK_MS)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        if got.is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            return Ok(());
+        }
+        let result = async {
+            let rows = ledger.month_usage(tenant, month).await.map_err(QuotaError::Ledger)?;
+            let mut sums: HashMap<String, i64> = HashMap::new();
+            for r in &rows {
+                for scope in ["t".to_string(), format!("a:{}", r.app), format!("k:{}", r.key)] {
+                    for (f, v) in [
+                        ("ut", r.tokens),
+                        ("uc", r.cost),
+                        ("ot", r.overrun_tokens),
+                        ("oc", r.overrun_cost),
+                    ] {
+                        *sums.entry(format!("{scope}:{f}")).or_default() += v;
+                    }
+                }
+            }
+            let mut inv = self.scripts.rebuild.prepare_invoke();
+            inv.key(self.keys.month(tenant, month)).arg(MONTH_TTL_SECS);
+            for (f, v) in &sums {
+                inv.arg(f).arg(*v);
+            }
+            let mut conn = self.conn.clone();
+            let rebuilt: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
+            if rebuilt == 1 {
+                tracing::info!(tenant, month, scopes = sums.len(), "rebuilt month counters from the ledger");
+            }
+            Ok(())
+        }
+        .await;
+        let mut conn = self.conn.clone();
+        let _: Result<i64, _> = self.bounded(redis::cmd("DEL").arg(&lock).query_async(&mut conn)).await;
+        result
+    }
+
+    pub async fn settle(&self, req: &SettleRequest<'_>) -> Result<SettleOutcome, QuotaError> {
+        let k = &self.keys;
+        let mut inv = self.scripts.settle.prepare_invoke();
+        inv.key(k.month(req.tenant, req.month))
+            .key(k.rates(req.tenant))
+            .key(k.hold(req.tenant, req.request_id))
+            .key(k.open_holds(req.tenant))
+            .key(k.outbox(req.tenant))
+            .arg(req.request_id)
+            .arg(req.app)
+            .arg(req.key)
+            .arg(req.input_tokens)
+            .arg(req.output_tokens)
+            .arg(req.cost)
+            .arg(req.event_json)
+            .arg(req.status);
+        for l in limit_args(req.limits) {
+            inv.arg(l);
+        }
+        let mut conn = self.conn.clone();
+        let reply: Vec<redis::Value> = self.bounded(inv.invoke_async(&mut conn)).await?;
+        match int_at(&reply, 0)? {
+            1 => Ok(SettleOutcome::Settled {
+                overrun_tokens: int_at(&reply, 1)?,
+                overrun_cost: int_at(&reply, 2)?,
+            }),
+            2 => Ok(SettleOutcome::AlreadyClosed { state: str_at(&reply, 1) }),
+            _ => Err(QuotaError::Protocol(format!("{reply:?}"))),
+        }
+    }
+
+    /// Gives back a hold that consumed nothing. Returns false when there was
+    /// no open hold (already settled or released).
+    pub async fn release(
+        &self,
+        tenant: &str,
+        app: &str,
+        key: &str,
+        month: &str,
+        request_id: &str,
+        limits: [&Limits; 3],
+    ) -> Result<bool, QuotaError> {
+        let k = &self.keys;
+        let mut inv = self.scripts.release.prepare_invoke();
+        inv.key(k.month(tenant, month))
+            .key(k.rates(tenant))
+            .key(k.hold(tenant, request_id))
+            .key(k.open_holds(tenant))
+            .arg(request_id)
+            .arg(app)
+            .arg(key);
+        for l in limit_args(limits) {
+            inv.arg(l);
+        }
+        let mut conn = self.conn.clone();
+        let reply: Vec<redis::Value> = self.bounded(inv.invoke_async(&mut conn)).await?;
+        Ok(int_at(&reply, 0)? == 1)
+    }
+
+    pub async fn month_counters(&self, tenant: &str, month: &str) -> Result<MonthCounters, QuotaError> {
+        let mut conn = self.conn.clone();
+        let raw: HashMap<String, String> = self
+            .bounded(redis::cmd("HGETALL").arg(self.keys.month(tenant, month)).query_async(&mut conn))
+            .await?;
+        Ok(MonthCounters(
+            raw.into_iter().filter_map(|(k, v)| v.parse().ok().map(|v| (k, v))).collect(),
+        ))
+    }
+
+    /// In-flight count of a scope (`t`, `a:<app>`, `k:<key>`).
+    pub async fn inflight(&self, tenant: &str, scope: &str) -> Result<i64, QuotaError> {
+        let mut conn = self.conn.clone();
+        let v: Option<i64> = self
+            .bounded(
+                redis::cmd("HGET")
+                    .arg(self.keys.rates(tenant))
+                    .arg(format!("{scope}:if"))
+                    .query_async(&mut conn),
+            )
+            .await?;
+        Ok(v.unwrap_or(0))
+    }
+
+    /// Up to `max` settled events waiting in a tenant's outbox.
+    pub async fn outbox_peek(&self, tenant: &str, max: usize) -> Result<Vec<(String, String)>, QuotaError> {
+        let mut conn = self.conn.clone();
+        let (_cursor, flat): (u64, Vec<String>) = self
+            .bounded(
+                redis::cmd("HSCAN")
+                    .arg(self.keys.outbox(tenant))
+                    .arg(0)
+                    .arg("COUNT")
+                    .arg(max)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        Ok(flat.chunks_exact(2).map(|c| (c[0].clone(), c[1].clone())).collect())
+    }
+
+    /// Drops events the ledger has stored. Grouped by tenant, one pipeline.
+    pub async fn outbox_remove(&self, stored: &[(&str, &str)]) -> Result<(), QuotaError> {
+        if stored.is_empty() {
+            return Ok(());
+        }
+        let mut by_tenant: HashMap<&str, Vec<&str>> = HashMap::new();
+        for (t, r) in stored {
+            by_tenant.entry(t).or_default().push(r);
+        }
+        let mut pipe = redis::pipe();
+        for (t, rids) in by_tenant {
+            pipe.cmd("HDEL").arg(self.keys.outbox(t)).arg(rids).ignore();
+        }
+        let mut conn = self.conn.clone();
+        self.bounded(pipe.query_async::<()>(&mut conn)).await
+    }
+
+    pub async fn ping(&self) -> Result<(), QuotaError> {
+        let mut conn = self.conn.clone();
+        self.bounded(redis::cmd("PING").query_async::<String>(&mut conn)).await.map(|_| ())
+    }
+}
+
+fn int_at(v: &[redis::Value], i: usize) -> Result<i64, QuotaError> {
+    match v.get(i) {
+        Some(redis::Value::Int(n)) => Ok(*n),
+        other => Err(QuotaError::Protocol(format!("expected an integer at {i}, got {other:?}"))),
+    }
+}
+
+fn str_at(v: &[redis::Value], i: usize) -> String {
+    match v.get(i) {
+        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(redis::Value::SimpleString(s)) => s.clone(),
+        other => format!("{other:?}"),
+    }
+}

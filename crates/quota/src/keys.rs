@@ -1,0 +1,60 @@
+//! Key layout. Every key of a tenant carries the hash tag `{t:<tenant>}` so a
+//! script touches one slot (Redis Cluster); the period is part of the key so a
+//! month starts from zero without a reset.
+
+#[derive(Debug, Clone)]
+pub struct KeySpace {
+    prefix: String,
+}
+
+impl KeySpace {
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self { prefix: prefix.into() }
+    }
+
+    fn tag(&self, tenant: &str) -> String {
+        format!("{}:{{t:{}}}", self.prefix, tenant)
+    }
+
+    /// Used/held tokens and cost of every scope of the tenant for a month.
+    pub fn month(&self, tenant: &str, month: &str) -> String {
+        format!("{}:m:{}", self.tag(tenant), month)
+    }
+
+    /// In-flight counts and token buckets (no period: they are windows).
+    pub fn rates(&self, tenant: &str) -> String {
+        format!("{}:rt", self.tag(tenant))
+    }
+
+    pub fn hold(&self, tenant: &str, request_id: &str) -> String {
+        format!("{}:h:{}", self.tag(tenant), request_id)
+    }
+
+    /// Open holds by the time they were taken (for the stale-hold reconciler).
+    pub fn open_holds(&self, tenant: &str) -> String {
+        format!("{}:open", self.tag(tenant))
+    }
+
+    /// Settled usage events waiting for the ledger writer.
+    pub fn outbox(&self, tenant: &str) -> String {
+        format!("{}:ob", self.tag(tenant))
+    }
+
+    pub fn rebuild_lock(&self, tenant: &str, month: &str) -> String {
+        format!("{}:rblock:{}", self.tag(tenant), month)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_keys_of_a_tenant_share_one_hash_tag() {
+        let k = KeySpace::new("tg");
+        assert_eq!(k.month("sales", "2026-11"), "tg:{t:sales}:m:2026-11");
+        for key in [k.rates("sales"), k.hold("sales", "r1"), k.outbox("sales"), k.open_holds("sales")] {
+            assert!(key.starts_with("tg:{t:sales}:"), "{key}");
+        }
+    }
+}
