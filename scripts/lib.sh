@@ -256,6 +256,7 @@ pg_recreate_db() {
     [[ -n $db ]] || die "no database name in $url"
     admin=$(url_with_db "$url" postgres)
     psql_url "$admin" -v db="$db" -f - <<'SQL' >/dev/null || die "postgres: could not recreate database $db"
+SET client_min_messages = warning;
 SELECT format('DROP DATABASE IF EXISTS %I WITH (FORCE)', :'db')\gexec
 SELECT format('CREATE DATABASE %I', :'db')\gexec
 SQL
@@ -311,7 +312,8 @@ ch_ready() {
 
 # ch_query SQL [URL] : run one statement over HTTP; prints the result.
 ch_query() {
-    curl -fsS --max-time 30 --data-binary "$1" "${2:-$(ch_url)}/"
+    local url=${2:-$(ch_url)}
+    curl -fsS --max-time 30 --data-binary "$1" "${url%/}/"
 }
 
 ch_start() {

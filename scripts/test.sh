@@ -30,7 +30,7 @@ for arg in "$@"; do
     esac
 done
 
-log "cargo test ${workspace[*]} $*"
+log "+ cargo test ${workspace[*]+${workspace[*]} }$*"
 cargo test "${workspace[@]}" "$@"
 
 [[ ${SKIP_DEV_SMOKE:-0} == 1 ]] && exit 0
@@ -71,8 +71,10 @@ smoke_port=$(free_port 18480)
 smoke_db_url=$(url_with_db "$TOLLGATE_TEST_DATABASE_URL" tollgate_smoke)
 smoke_redis_db=15
 pg_recreate_db "$smoke_db_url"
-ch_query 'DROP DATABASE IF EXISTS tollgate_smoke' "$TOLLGATE_TEST_CLICKHOUSE_URL" >/dev/null
-redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" -n "$smoke_redis_db" flushdb >/dev/null
+ch_query 'DROP DATABASE IF EXISTS tollgate_smoke' "$TOLLGATE_TEST_CLICKHOUSE_URL" >/dev/null ||
+    die "clickhouse: could not drop database tollgate_smoke"
+redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" -n "$smoke_redis_db" flushdb >/dev/null ||
+    die "redis: could not flush database $smoke_redis_db"
 
 # Build first so that the timeout below covers start-up, not compilation
 # (dev.sh's own build is then a no-op).

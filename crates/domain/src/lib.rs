@@ -11,6 +11,7 @@ pub mod pricing;
 pub mod reason;
 pub mod request;
 pub mod tokens;
+pub mod usage;
 
 pub use limits::{Limits, ScopeKind};
 pub use money::MicroUsd;

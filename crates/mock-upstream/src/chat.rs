@@ -53,7 +53,8 @@ impl Content {
             Content::Text(s) => (Some(s.as_str()), &[][..]),
             Content::Parts(p) => (None, &p[..]),
         };
-        one.into_iter().chain(parts.iter().filter_map(|p| p.text.as_deref()))
+        one.into_iter()
+            .chain(parts.iter().filter_map(|p| p.text.as_deref()))
     }
 }
 
@@ -144,20 +145,39 @@ pub(crate) async fn chat(State(app): State<Shared>, headers: HeaderMap, body: By
     // prompt_tokens = sum(ceil(chars/4) + 3) + 3, directives from the last user message.
     let mut prompt_tokens = 3;
     for m in &req.messages {
-        let chars: usize = m.content.iter().flat_map(Content::texts).map(|t| t.chars().count()).sum();
+        let chars: usize = m
+            .content
+            .iter()
+            .flat_map(Content::texts)
+            .map(|t| t.chars().count())
+            .sum();
         prompt_tokens += (chars as u32).div_ceil(4) + 3;
     }
     let mut dir = Directives::default();
     if let Some(m) = req.messages.iter().rev().find(|m| m.role == "user") {
-        m.content.iter().flat_map(Content::texts).for_each(|t| dir.scan(t));
+        m.content
+            .iter()
+            .flat_map(Content::texts)
+            .for_each(|t| dir.scan(t));
     }
     let cap = req.max_completion_tokens.or(req.max_tokens);
     let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
-    let spec = Spec { kind: Kind::Chat, model: req.model, prompt_tokens, cap, stream: req.stream == Some(true), include_usage };
+    let spec = Spec {
+        kind: Kind::Chat,
+        model: req.model,
+        prompt_tokens,
+        cap,
+        stream: req.stream == Some(true),
+        include_usage,
+    };
     answer(&app, spec, dir).await
 }
 
-pub(crate) async fn completions(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+pub(crate) async fn completions(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     app.stats.request(&headers, Some(&body));
     app.stats.completion();
     let req: CompletionRequest = match serde_json::from_slice(&body) {
@@ -165,7 +185,10 @@ pub(crate) async fn completions(State(app): State<Shared>, headers: HeaderMap, b
         Err(e) => return bad_request(e),
     };
     let prompt = req.prompt.unwrap_or(Input::Text(String::new()));
-    let dir = prompt.last_text().map(Directives::parse).unwrap_or_default();
+    let dir = prompt
+        .last_text()
+        .map(Directives::parse)
+        .unwrap_or_default();
     let prompt_tokens = prompt.item_tokens().iter().sum();
     let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
     let spec = Spec {
@@ -205,7 +228,9 @@ async fn answer(app: &crate::App, spec: Spec, dir: Directives) -> Response {
             Kind::Chat => format!("chatcmpl-mock-{n_id}"),
             Kind::Text => format!("cmpl-mock-{n_id}"),
         },
-        created: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        created: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
         model: spec.model,
         prompt_tokens: spec.prompt_tokens,
         completion_tokens: n,

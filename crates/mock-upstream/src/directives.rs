@@ -37,7 +37,9 @@ impl Directives {
             match key {
                 "output_tokens" => self.output_tokens = value.parse().ok().or(self.output_tokens),
                 "latency_ms" => self.latency_ms = value.parse().ok().or(self.latency_ms),
-                "chunk_delay_ms" => self.chunk_delay_ms = value.parse().ok().or(self.chunk_delay_ms),
+                "chunk_delay_ms" => {
+                    self.chunk_delay_ms = value.parse().ok().or(self.chunk_delay_ms)
+                }
                 "fault" => self.fault = parse_fault(value).or(self.fault),
                 _ => {}
             }
@@ -80,10 +82,19 @@ mod tests {
 
     #[test]
     fn faults_and_garbage() {
-        assert_eq!(Directives::parse("[mock:fault=429]").fault, Some(Fault::RateLimit));
-        assert_eq!(Directives::parse("[mock:fault=500]").fault, Some(Fault::Server));
+        assert_eq!(
+            Directives::parse("[mock:fault=429]").fault,
+            Some(Fault::RateLimit)
+        );
+        assert_eq!(
+            Directives::parse("[mock:fault=500]").fault,
+            Some(Fault::Server)
+        );
         let d = Directives::parse("[mock:fault=teapot] [mock:output_tokens=x] [mock:what] [mock:");
         assert_eq!(d, Directives::default());
-        assert_eq!(Directives::parse("no directives here"), Directives::default());
+        assert_eq!(
+            Directives::parse("no directives here"),
+            Directives::default()
+        );
     }
 }

@@ -23,7 +23,11 @@ struct EmbeddingRequest {
     dimensions: Option<usize>,
 }
 
-pub(crate) async fn embeddings(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+pub(crate) async fn embeddings(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     app.stats.request(&headers, Some(&body));
     app.stats.embedding();
     let req: EmbeddingRequest = match serde_json::from_slice(&body) {
@@ -36,7 +40,10 @@ pub(crate) async fn embeddings(State(app): State<Shared>, headers: HeaderMap, bo
     if let Some(r) = latency_and_faults(&app, &dir, false).await {
         return r;
     }
-    let dims = req.dimensions.unwrap_or(app.cfg.embedding_dims).clamp(1, MAX_DIMS);
+    let dims = req
+        .dimensions
+        .unwrap_or(app.cfg.embedding_dims)
+        .clamp(1, MAX_DIMS);
     let base64 = req.encoding_format.as_deref() == Some("base64");
     let seeds: Vec<u64> = match &input {
         Input::Text(s) => vec![fnv(s.as_bytes())],
@@ -70,7 +77,9 @@ pub(crate) async fn embeddings(State(app): State<Shared>, headers: HeaderMap, bo
 }
 
 fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 fn fnv_tokens(tokens: &[u32]) -> u64 {

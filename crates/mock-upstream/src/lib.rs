@@ -131,7 +131,9 @@ async fn models(State(app): State<Shared>, headers: HeaderMap) -> Response {
     app.stats.request(&headers, None);
     let data: Vec<_> = MODELS
         .iter()
-        .map(|id| json!({"id": id, "object": "model", "created": 1_700_000_000, "owned_by": "mock"}))
+        .map(
+            |id| json!({"id": id, "object": "model", "created": 1_700_000_000, "owned_by": "mock"}),
+        )
         .collect();
     Json(json!({"object": "list", "data": data})).into_response()
 }
@@ -146,7 +148,12 @@ async fn reset(State(app): State<Shared>) -> StatusCode {
 }
 
 async fn not_found() -> Response {
-    error(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", "unknown mock endpoint")
+    error(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        "not_found",
+        "unknown mock endpoint",
+    )
 }
 
 /// An OpenAI-shaped error response.
@@ -157,13 +164,22 @@ pub(crate) fn error(status: StatusCode, kind: &str, code: &str, message: &str) -
 
 pub(crate) fn bad_request(e: serde_json::Error) -> Response {
     let msg = format!("invalid request body: {e}");
-    error(StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_body", &msg)
+    error(
+        StatusCode::BAD_REQUEST,
+        "invalid_request_error",
+        "invalid_body",
+        &msg,
+    )
 }
 
 /// Sleep for the request's latency, then act on a fault directive. `Some` is the
 /// response to return at once; `None` means go on (a stream's disconnect fault is
 /// carried out by the stream itself).
-pub(crate) async fn latency_and_faults(app: &App, dir: &Directives, stream: bool) -> Option<Response> {
+pub(crate) async fn latency_and_faults(
+    app: &App,
+    dir: &Directives,
+    stream: bool,
+) -> Option<Response> {
     pause(dir.latency_ms.unwrap_or(app.cfg.latency_ms)).await;
     let fault = dir.fault?;
     app.stats.fault();
@@ -186,9 +202,9 @@ pub(crate) async fn latency_and_faults(app: &App, dir: &Directives, stream: bool
         )),
         Fault::DisconnectAfter(_) if stream => None,
         // A body that fails at once: hyper drops the connection without a response.
-        Fault::DisconnectAfter(_) => Some(Response::new(Body::from_stream(
-            futures::stream::once(async { Err::<Bytes, _>(aborted()) }),
-        ))),
+        Fault::DisconnectAfter(_) => Some(Response::new(Body::from_stream(futures::stream::once(
+            async { Err::<Bytes, _>(aborted()) },
+        )))),
     }
 }
 

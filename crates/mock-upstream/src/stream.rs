@@ -28,7 +28,10 @@ impl Drop for Guard {
 /// role chunk (chat only), one chunk per token, finish chunk, usage chunk (if asked),
 /// `[DONE]`. With a disconnect fault: N token chunks, then the body fails.
 pub(crate) fn sse(plan: Plan, stats: MockStats) -> Response {
-    let guard = Guard { stats: stats.clone(), finished: false };
+    let guard = Guard {
+        stats: stats.clone(),
+        finished: false,
+    };
     let body = async_stream::stream! {
         let mut guard = guard;
         if plan.kind == Kind::Chat {
@@ -48,6 +51,8 @@ pub(crate) fn sse(plan: Plan, stats: MockStats) -> Response {
         }
         if plan.disconnect_after.is_some() {
             guard.finished = true;
+            // Let hyper flush what was sent, so the peer sees the chunks, then the cut.
+            tokio::task::yield_now().await;
             yield Err(aborted());
             return;
         }
@@ -70,8 +75,12 @@ impl Plan {
     /// One choice: `delta` for chat, `text` for legacy completions.
     fn chunk(&self, delta: Value, text: Option<&str>, finish: Option<&str>) -> Bytes {
         let choice = match self.kind {
-            Kind::Chat => json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}),
-            Kind::Text => json!({"text": text.unwrap_or(""), "index": 0, "logprobs": null, "finish_reason": finish}),
+            Kind::Chat => {
+                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
+            }
+            Kind::Text => {
+                json!({"text": text.unwrap_or(""), "index": 0, "logprobs": null, "finish_reason": finish})
+            }
         };
         self.frame(Value::Array(vec![choice]), Value::Null)
     }

@@ -1,1 +1,80 @@
+//! Postgres repositories: the system of record. All SQL of the project lives
+//! in this crate (and ClickHouse's in `sql/`).
 
+mod audit;
+mod catalog;
+mod ledger;
+mod users;
+
+pub use audit::{AuditRow, NewAudit};
+pub use catalog::{AppRow, Catalog, KeyRow, ModelRow, NewKey, NewModel, TenantRow};
+pub use ledger::MonthUsageRow;
+pub use users::UserRow;
+
+use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::PgPool;
+use std::time::Duration;
+
+/// The channel every replica's catalog cache listens on (see migrations).
+pub const CONFIG_CHANNEL: &str = "tollgate_config";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("{0} already exists")]
+    Conflict(String),
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("stored data is invalid: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+#[derive(Clone)]
+pub struct Store {
+    pool: PgPool,
+}
+
+impl Store {
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect(url)
+            .await?;
+        Ok(Self { pool })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub async fn migrate(&self) -> Result<()> {
+        sqlx::migrate!("../../migrations").run(&self.pool).await?;
+        Ok(())
+    }
+
+    /// A listener on the config channel; a notification means "reload".
+    pub async fn config_listener(&self) -> Result<PgListener> {
+        let mut l = PgListener::connect_with(&self.pool).await?;
+        l.listen(CONFIG_CHANNEL).await?;
+        Ok(l)
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+}
+
+/// Maps a unique violation to `Conflict(what)`.
+fn conflict(what: impl Into<String>) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |e| match &e {
+        sqlx::Error::Database(d) if d.is_unique_violation() => StoreError::Conflict(what.into()),
+        _ => StoreError::Db(e),
+    }
+}

@@ -1,0 +1,336 @@
+//! Tenants, apps, virtual keys and models: what the gateway's in-memory index
+//! is built from, and the writes that change it (each with its audit row).
+
+use crate::audit::{append, NewAudit};
+use crate::{conflict, Result, Store, StoreError};
+use chrono::{DateTime, Utc};
+use domain::Limits;
+use serde_json::json;
+use sqlx::Row;
+use uuid::Uuid;
+
+#[derive(Debug, Clone)]
+pub struct TenantRow {
+    pub id: String,
+    pub name: String,
+    pub cost_center: String,
+    pub priority: String,
+    pub limits: Limits,
+    pub may_borrow: bool,
+    pub borrow_cap_tokens: i64,
+    pub allowed_models: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct AppRow {
+    pub tenant_id: String,
+    pub id: String,
+    pub name: String,
+    pub limits: Limits,
+    pub allowed_models: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct KeyRow {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub app_id: String,
+    pub name: String,
+    pub prefix: String,
+    pub key_hash: Vec<u8>,
+    pub limits: Limits,
+    pub allowed_models: Option<Vec<String>>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelRow {
+    pub id: String,
+    pub kind: String,
+    pub upstream_base_url: String,
+    pub upstream_model: String,
+    pub upstream_api_key_enc: Option<Vec<u8>>,
+    pub input_price_micro_per_mtok: i64,
+    pub output_price_micro_per_mtok: i64,
+    pub tokenizer: Option<String>,
+    pub default_max_output_tokens: i64,
+    pub degrade_to: Option<String>,
+    pub pool_capacity: Option<i32>,
+}
+
+/// Everything the data plane needs, read in one consistent snapshot.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    pub tenants: Vec<TenantRow>,
+    pub apps: Vec<AppRow>,
+    pub keys: Vec<KeyRow>,
+    pub models: Vec<ModelRow>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewKey {
+    pub tenant_id: String,
+    pub app_id: String,
+    pub name: String,
+    pub prefix: String,
+    pub key_hash: [u8; 32],
+    pub limits: Limits,
+    pub allowed_models: Option<Vec<String>>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewModel {
+    pub id: String,
+    pub kind: String,
+    pub upstream_base_url: String,
+    pub upstream_model: String,
+    pub upstream_api_key_enc: Option<Vec<u8>>,
+    pub input_price_micro_per_mtok: i64,
+    pub output_price_micro_per_mtok: i64,
+    pub tokenizer: Option<String>,
+    pub default_max_output_tokens: i64,
+}
+
+fn limits_of(v: serde_json::Value) -> Result<Limits> {
+    serde_json::from_value(v).map_err(|e| StoreError::Corrupt(format!("limits: {e}")))
+}
+
+fn limits_json(l: &Limits) -> serde_json::Value {
+    serde_json::to_value(l).expect("limits serialise")
+}
+
+impl Store {
+    pub async fn load_catalog(&self) -> Result<Catalog> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let tenants = sqlx::query(
+            "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models FROM tenants",
+        )
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .map(|r| {
+            Ok(TenantRow {
+                id: r.get("id"),
+                name: r.get("name"),
+                cost_center: r.get("cost_center"),
+                priority: r.get("priority"),
+                limits: limits_of(r.get("limits"))?,
+                may_borrow: r.get("may_borrow"),
+                borrow_cap_tokens: r.get("borrow_cap_tokens"),
+                allowed_models: r.get("allowed_models"),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+        let apps = sqlx::query("SELECT tenant_id, id, name, limits, allowed_models FROM apps")
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .map(|r| {
+                Ok(AppRow {
+                    tenant_id: r.get("tenant_id"),
+                    id: r.get("id"),
+                    name: r.get("name"),
+                    limits: limits_of(r.get("limits"))?,
+                    allowed_models: r.get("allowed_models"),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let keys = sqlx::query(
+            "SELECT id, tenant_id, app_id, name, prefix, key_hash, limits, allowed_models, expires_at
+             FROM virtual_keys WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())",
+        )
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .map(|r| {
+            Ok(KeyRow {
+                id: r.get("id"),
+                tenant_id: r.get("tenant_id"),
+                app_id: r.get("app_id"),
+                name: r.get("name"),
+                prefix: r.get("prefix"),
+                key_hash: r.get("key_hash"),
+                limits: limits_of(r.get("limits"))?,
+                allowed_models: r.get("allowed_models"),
+                expires_at: r.get("expires_at"),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+        let models = sqlx::query(
+            "SELECT id, kind, upstream_base_url, upstream_model, upstream_api_key_enc,
+                    input_price_micro_per_mtok, output_price_micro_per_mtok, tokenizer,
+                    default_max_output_tokens, degrade_to, pool_capacity
+             FROM models WHERE enabled",
+        )
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .map(|r| ModelRow {
+            id: r.get("id"),
+            kind: r.get("kind"),
+            upstream_base_url: r.get("upstream_base_url"),
+            upstream_model: r.get("upstream_model"),
+            upstream_api_key_enc: r.get("upstream_api_key_enc"),
+            input_price_micro_per_mtok: r.get("input_price_micro_per_mtok"),
+            output_price_micro_per_mtok: r.get("output_price_micro_per_mtok"),
+            tokenizer: r.get("tokenizer"),
+            default_max_output_tokens: r.get("default_max_output_tokens"),
+            degrade_to: r.get("degrade_to"),
+            pool_capacity: r.get("pool_capacity"),
+        })
+        .collect();
+        tx.commit().await?;
+        Ok(Catalog { tenants, apps, keys, models })
+    }
+
+    pub async fn create_tenant(&self, actor: &str, t: &TenantRow) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO tenants (id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(&t.id)
+        .bind(&t.name)
+        .bind(&t.cost_center)
+        .bind(&t.priority)
+        .bind(limits_json(&t.limits))
+        .bind(t.may_borrow)
+        .bind(t.borrow_cap_tokens)
+        .bind(&t.allowed_models)
+        .execute(&mut *tx)
+        .await
+        .map_err(conflict(format!("tenant {}", t.id)))?;
+        let after = json!({"id": t.id, "name": t.name, "cost_center": t.cost_center, "priority": t.priority,
+            "limits": t.limits, "may_borrow": t.may_borrow, "borrow_cap_tokens": t.borrow_cap_tokens,
+            "allowed_models": t.allowed_models});
+        append(&mut tx, NewAudit::new(actor, "tenant.create", format!("tenant:{}", t.id)).after(after)).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Replaces a tenant's limits (the hot path sees it within a second).
+    pub async fn set_tenant_limits(&self, actor: &str, tenant: &str, limits: &Limits) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let before: Option<serde_json::Value> =
+            sqlx::query_scalar("SELECT limits FROM tenants WHERE id = $1 FOR UPDATE")
+                .bind(tenant)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let before = before.ok_or_else(|| StoreError::NotFound(format!("tenant {tenant}")))?;
+        sqlx::query("UPDATE tenants SET limits = $2, updated_at = now() WHERE id = $1")
+            .bind(tenant)
+            .bind(limits_json(limits))
+            .execute(&mut *tx)
+            .await?;
+        append(
+            &mut tx,
+            NewAudit::new(actor, "tenant.limits", format!("tenant:{tenant}"))
+                .before(json!({"limits": before}))
+                .after(json!({"limits": limits})),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn create_app(&self, actor: &str, a: &AppRow) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("INSERT INTO apps (tenant_id, id, name, limits, allowed_models) VALUES ($1, $2, $3, $4, $5)")
+            .bind(&a.tenant_id)
+            .bind(&a.id)
+            .bind(&a.name)
+            .bind(limits_json(&a.limits))
+            .bind(&a.allowed_models)
+            .execute(&mut *tx)
+            .await
+            .map_err(conflict(format!("app {}/{}", a.tenant_id, a.id)))?;
+        let after = json!({"tenant_id": a.tenant_id, "id": a.id, "name": a.name, "limits": a.limits,
+            "allowed_models": a.allowed_models});
+        append(&mut tx, NewAudit::new(actor, "app.create", format!("app:{}/{}", a.tenant_id, a.id)).after(after))
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Stores a new key by its keyed hash; returns its id.
+    pub async fn create_key(&self, actor: &str, k: &NewKey) -> Result<Uuid> {
+        let id = Uuid::now_v7();
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO virtual_keys (id, tenant_id, app_id, name, prefix, key_hash, limits, allowed_models, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(id)
+        .bind(&k.tenant_id)
+        .bind(&k.app_id)
+        .bind(&k.name)
+        .bind(&k.prefix)
+        .bind(k.key_hash.as_slice())
+        .bind(limits_json(&k.limits))
+        .bind(&k.allowed_models)
+        .bind(k.expires_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(conflict("key"))?;
+        let after = json!({"id": id, "tenant_id": k.tenant_id, "app_id": k.app_id, "name": k.name,
+            "prefix": k.prefix, "limits": k.limits, "allowed_models": k.allowed_models, "expires_at": k.expires_at});
+        append(&mut tx, NewAudit::new(actor, "key.create", format!("key:{id}")).after(after)).await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    pub async fn revoke_key(&self, actor: &str, id: Uuid) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query("UPDATE virtual_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if n == 0 {
+            return Err(StoreError::NotFound(format!("active key {id}")));
+        }
+        append(&mut tx, NewAudit::new(actor, "key.revoke", format!("key:{id}"))).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn create_model(&self, actor: &str, m: &NewModel) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO models (id, kind, upstream_base_url, upstream_model, upstream_api_key_enc,
+                input_price_micro_per_mtok, output_price_micro_per_mtok, tokenizer, default_max_output_tokens)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(&m.id)
+        .bind(&m.kind)
+        .bind(&m.upstream_base_url)
+        .bind(&m.upstream_model)
+        .bind(&m.upstream_api_key_enc)
+        .bind(m.input_price_micro_per_mtok)
+        .bind(m.output_price_micro_per_mtok)
+        .bind(&m.tokenizer)
+        .bind(m.default_max_output_tokens)
+        .execute(&mut *tx)
+        .await
+        .map_err(conflict(format!("model {}", m.id)))?;
+        // The upstream key is never written to the audit trail.
+        let after = json!({"id": m.id, "kind": m.kind, "upstream_base_url": m.upstream_base_url,
+            "upstream_model": m.upstream_model, "has_upstream_api_key": m.upstream_api_key_enc.is_some(),
+            "input_price_micro_per_mtok": m.input_price_micro_per_mtok,
+            "output_price_micro_per_mtok": m.output_price_micro_per_mtok});
+        append(&mut tx, NewAudit::new(actor, "model.create", format!("model:{}", m.id)).after(after)).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn tenant_exists(&self, id: &str) -> Result<bool> {
+        Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1)")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+}

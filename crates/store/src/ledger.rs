@@ -1,0 +1,139 @@
+//! The usage ledger: settled requests, one row each, inserted in batches.
+
+use crate::{Result, Store};
+use chrono::{DateTime, NaiveDate, Utc};
+use domain::usage::UsageEvent;
+use sqlx::Row;
+
+/// Settled usage of one (app, key) of a tenant in a month.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MonthUsageRow {
+    pub app_id: String,
+    pub key_id: String,
+    pub tokens: i64,
+    pub cost_micro: i64,
+    pub overrun_tokens: i64,
+    pub overrun_cost_micro: i64,
+    pub requests: i64,
+}
+
+fn ts(ms: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms).unwrap_or_default()
+}
+
+impl Store {
+    /// Inserts events; a request_id already stored is skipped, so a retried
+    /// batch never double-counts. Returns how many rows were new.
+    pub async fn insert_usage_events(&self, events: &[UsageEvent]) -> Result<u64> {
+        if events.is_empty() {
+            return Ok(0);
+        }
+        macro_rules! col {
+            ($f:expr) => {
+                events.iter().map($f).collect::<Vec<_>>()
+            };
+        }
+        let days: Vec<NaiveDate> = col!(|e| NaiveDate::parse_from_str(&e.day, "%Y-%m-%d").unwrap_or_default());
+        let n = sqlx::query(
+            "INSERT INTO usage_events (request_id, tenant_id, app_id, key_id, model, period, day,
+                input_tokens, output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens,
+                overrun_cost_micro, status, stream, replica, started_at, settled_at)
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                $7::date[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[],
+                $14::int8[], $15::text[], $16::bool[], $17::text[], $18::timestamptz[], $19::timestamptz[])
+             ON CONFLICT (request_id) DO NOTHING",
+        )
+        .bind(col!(|e| e.request_id.clone()))
+        .bind(col!(|e| e.tenant_id.clone()))
+        .bind(col!(|e| e.app_id.clone()))
+        .bind(col!(|e| e.key_id.clone()))
+        .bind(col!(|e| e.model.clone()))
+        .bind(col!(|e| e.period.clone()))
+        .bind(days)
+        .bind(col!(|e| e.input_tokens))
+        .bind(col!(|e| e.output_tokens))
+        .bind(col!(|e| e.cost_micro))
+        .bind(col!(|e| e.est_tokens))
+        .bind(col!(|e| e.est_cost_micro))
+        .bind(col!(|e| e.overrun_tokens))
+        .bind(col!(|e| e.overrun_cost_micro))
+        .bind(col!(|e| e.status.clone()))
+        .bind(col!(|e| e.stream))
+        .bind(col!(|e| e.replica.clone()))
+        .bind(col!(|e| ts(e.started_at_ms)))
+        .bind(col!(|e| ts(e.settled_at_ms)))
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(n)
+    }
+
+    /// A tenant's settled usage of a month by (app, key): the source a lost
+    /// Redis month is rebuilt from.
+    pub async fn month_usage(&self, tenant: &str, period: &str) -> Result<Vec<MonthUsageRow>> {
+        let rows = sqlx::query(
+            "SELECT app_id, key_id,
+                    COALESCE(SUM(input_tokens + output_tokens), 0)::int8 AS tokens,
+                    COALESCE(SUM(cost_micro), 0)::int8 AS cost,
+                    COALESCE(SUM(overrun_tokens), 0)::int8 AS otok,
+                    COALESCE(SUM(overrun_cost_micro), 0)::int8 AS ocost,
+                    COUNT(*) AS requests
+             FROM usage_events WHERE tenant_id = $1 AND period = $2
+             GROUP BY app_id, key_id",
+        )
+        .bind(tenant)
+        .bind(period)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| MonthUsageRow {
+                app_id: r.get("app_id"),
+                key_id: r.get("key_id"),
+                tokens: r.get("tokens"),
+                cost_micro: r.get("cost"),
+                overrun_tokens: r.get("otok"),
+                overrun_cost_micro: r.get("ocost"),
+                requests: r.get("requests"),
+            })
+            .collect())
+    }
+
+    pub async fn usage_event(&self, request_id: &str) -> Result<Option<UsageEvent>> {
+        let r = sqlx::query(
+            "SELECT request_id, tenant_id, app_id, key_id, model, period, day::text AS day, input_tokens,
+                    output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
+                    status, stream, replica, started_at, settled_at
+             FROM usage_events WHERE request_id = $1",
+        )
+        .bind(request_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(r.map(|r| UsageEvent {
+            request_id: r.get("request_id"),
+            tenant_id: r.get("tenant_id"),
+            app_id: r.get("app_id"),
+            key_id: r.get("key_id"),
+            model: r.get("model"),
+            period: r.get("period"),
+            day: r.get("day"),
+            input_tokens: r.get("input_tokens"),
+            output_tokens: r.get("output_tokens"),
+            cost_micro: r.get("cost_micro"),
+            est_tokens: r.get("est_tokens"),
+            est_cost_micro: r.get("est_cost_micro"),
+            overrun_tokens: r.get("overrun_tokens"),
+            overrun_cost_micro: r.get("overrun_cost_micro"),
+            status: r.get("status"),
+            stream: r.get("stream"),
+            replica: r.get("replica"),
+            started_at_ms: r.get::<DateTime<Utc>, _>("started_at").timestamp_millis(),
+            settled_at_ms: r.get::<DateTime<Utc>, _>("settled_at").timestamp_millis(),
+        }))
+    }
+
+    /// Every tenant id, for jobs that visit each tenant's Redis keys.
+    pub async fn tenant_ids(&self) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar("SELECT id FROM tenants ORDER BY id").fetch_all(&self.pool).await?)
+    }
+}

@@ -1,0 +1,62 @@
+//! Console users. Passwords arrive here already hashed (argon2id).
+
+use crate::audit::{append, NewAudit};
+use crate::{conflict, Result, Store};
+use serde_json::json;
+use sqlx::Row;
+use uuid::Uuid;
+
+#[derive(Debug, Clone)]
+pub struct UserRow {
+    pub id: Uuid,
+    pub email: String,
+    pub password_hash: String,
+    pub role: String,
+    pub tenant_id: Option<String>,
+}
+
+impl Store {
+    pub async fn create_user(
+        &self,
+        actor: &str,
+        email: &str,
+        password_hash: &str,
+        role: &str,
+        tenant_id: Option<&str>,
+    ) -> Result<Uuid> {
+        let id = Uuid::now_v7();
+        let email = email.trim().to_lowercase();
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("INSERT INTO users (id, email, password_hash, role, tenant_id) VALUES ($1, $2, $3, $4, $5)")
+            .bind(id)
+            .bind(&email)
+            .bind(password_hash)
+            .bind(role)
+            .bind(tenant_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(conflict(format!("user {email}")))?;
+        append(
+            &mut tx,
+            NewAudit::new(actor, "user.create", format!("user:{email}"))
+                .after(json!({"id": id, "email": email, "role": role, "tenant_id": tenant_id})),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    pub async fn user_by_email(&self, email: &str) -> Result<Option<UserRow>> {
+        let r = sqlx::query("SELECT id, email, password_hash, role, tenant_id FROM users WHERE email = $1 AND NOT disabled")
+            .bind(email.trim().to_lowercase())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(r.map(|r| UserRow {
+            id: r.get("id"),
+            email: r.get("email"),
+            password_hash: r.get("password_hash"),
+            role: r.get("role"),
+            tenant_id: r.get("tenant_id"),
+        }))
+    }
+}
