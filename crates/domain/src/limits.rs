@@ -137,7 +137,10 @@ mod tests {
     #[test]
     fn unknown_and_negative_limits_are_refused() {
         assert!(serde_json::from_str::<Limits>(r#"{"monthly_tokenz":1}"#).is_err());
-        let l = Limits { rpm: Some(-1), ..Default::default() };
+        let l = Limits {
+            rpm: Some(-1),
+            ..Default::default()
+        };
         assert_eq!(l.validate(), Err(LimitsError { field: "rpm" }));
     }
 }

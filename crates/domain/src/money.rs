@@ -37,8 +37,14 @@ impl MicroUsd {
         if frac.len() > 6 {
             return Err(MoneyError::TooPrecise(s.to_string()));
         }
-        let whole: i64 = int.parse().map_err(|_| MoneyError::Overflow(s.to_string()))?;
-        let mut f: i64 = if frac.is_empty() { 0 } else { frac.parse().unwrap_or(0) };
+        let whole: i64 = int
+            .parse()
+            .map_err(|_| MoneyError::Overflow(s.to_string()))?;
+        let mut f: i64 = if frac.is_empty() {
+            0
+        } else {
+            frac.parse().unwrap_or(0)
+        };
         for _ in frac.len()..6 {
             f *= 10;
         }
@@ -81,7 +87,10 @@ mod tests {
 
     #[test]
     fn parses_and_prints_usd() {
-        assert_eq!(MicroUsd::from_usd_str("12.5").unwrap(), MicroUsd(12_500_000));
+        assert_eq!(
+            MicroUsd::from_usd_str("12.5").unwrap(),
+            MicroUsd(12_500_000)
+        );
         assert_eq!(MicroUsd::from_usd_str("0.000001").unwrap(), MicroUsd(1));
         assert_eq!(MicroUsd::from_usd_str("3").unwrap().to_string(), "3.000000");
         assert_eq!(MicroUsd(-1_500_000).to_string(), "-1.500000");
@@ -89,11 +98,26 @@ mod tests {
 
     #[test]
     fn refuses_bad_amounts() {
-        assert!(matches!(MicroUsd::from_usd_str("1.0000001"), Err(MoneyError::TooPrecise(_))));
-        assert!(matches!(MicroUsd::from_usd_str("1e3"), Err(MoneyError::Malformed(_))));
-        assert!(matches!(MicroUsd::from_usd_str("1."), Err(MoneyError::Malformed(_))));
-        assert!(matches!(MicroUsd::from_usd_str(""), Err(MoneyError::Malformed(_))));
-        assert!(matches!(MicroUsd::from_usd_str("99999999999999999"), Err(MoneyError::Overflow(_))));
+        assert!(matches!(
+            MicroUsd::from_usd_str("1.0000001"),
+            Err(MoneyError::TooPrecise(_))
+        ));
+        assert!(matches!(
+            MicroUsd::from_usd_str("1e3"),
+            Err(MoneyError::Malformed(_))
+        ));
+        assert!(matches!(
+            MicroUsd::from_usd_str("1."),
+            Err(MoneyError::Malformed(_))
+        ));
+        assert!(matches!(
+            MicroUsd::from_usd_str(""),
+            Err(MoneyError::Malformed(_))
+        ));
+        assert!(matches!(
+            MicroUsd::from_usd_str("99999999999999999"),
+            Err(MoneyError::Overflow(_))
+        ));
     }
 
     #[test]

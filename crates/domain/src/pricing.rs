@@ -26,7 +26,10 @@ mod tests {
     #[test]
     fn cost_rounds_up_to_a_micro_dollar() {
         // $0.15 / 1M input, $0.60 / 1M output (gpt-4o-mini list price).
-        let p = Price { input_micro_per_mtok: 150_000, output_micro_per_mtok: 600_000 };
+        let p = Price {
+            input_micro_per_mtok: 150_000,
+            output_micro_per_mtok: 600_000,
+        };
         assert_eq!(p.cost(1_000_000, 0), MicroUsd(150_000));
         assert_eq!(p.cost(1, 0), MicroUsd(1)); // 0.15 micro-USD rounds up
         assert_eq!(p.cost(0, 0), MicroUsd(0));
@@ -35,7 +38,10 @@ mod tests {
 
     #[test]
     fn cost_never_overflows() {
-        let p = Price { input_micro_per_mtok: i64::MAX, output_micro_per_mtok: i64::MAX };
+        let p = Price {
+            input_micro_per_mtok: i64::MAX,
+            output_micro_per_mtok: i64::MAX,
+        };
         assert_eq!(p.cost(i64::MAX, i64::MAX), MicroUsd(i64::MAX));
     }
 }

@@ -137,7 +137,10 @@ mod tests {
     #[test]
     fn budget_refusals_are_402_and_rates_429() {
         let r = ReasonCode::Limit(ScopeKind::Tenant, LimitKind::MonthlyTokens);
-        assert_eq!((r.as_str(), r.http_status()), ("tenant_monthly_budget_exhausted", 402));
+        assert_eq!(
+            (r.as_str(), r.http_status()),
+            ("tenant_monthly_budget_exhausted", 402)
+        );
         let r = ReasonCode::Limit(ScopeKind::Key, LimitKind::Rpm);
         assert_eq!((r.as_str(), r.http_status()), ("key_rpm_exceeded", 429));
         assert_eq!(ReasonCode::QuotaStoreUnavailable.http_status(), 503);
@@ -145,9 +148,16 @@ mod tests {
 
     #[test]
     fn retry_after_rounds_up() {
-        let r = Refusal { scope: ScopeKind::App, limit: LimitKind::Rpm, retry_after_ms: Some(1200) };
+        let r = Refusal {
+            scope: ScopeKind::App,
+            limit: LimitKind::Rpm,
+            retry_after_ms: Some(1200),
+        };
         assert_eq!(r.retry_after_secs(), Some(2));
-        let r = Refusal { retry_after_ms: Some(3), ..r };
+        let r = Refusal {
+            retry_after_ms: Some(3),
+            ..r
+        };
         assert_eq!(r.retry_after_secs(), Some(1));
     }
 }

@@ -28,7 +28,10 @@ pub struct InvalidField {
 
 impl InvalidField {
     fn new(param: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { param: param.into(), message: message.into() }
+        Self {
+            param: param.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -61,7 +64,14 @@ const FORBIDDEN_KEYS: &[&str] = &[
     "extra_headers",
 ];
 
-const CHAT_ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool", "function"];
+const CHAT_ROLES: &[&str] = &[
+    "system",
+    "developer",
+    "user",
+    "assistant",
+    "tool",
+    "function",
+];
 
 pub fn validate(endpoint: Endpoint, body: &Value) -> Result<RequestSummary, InvalidField> {
     let obj = body
@@ -70,7 +80,12 @@ pub fn validate(endpoint: Endpoint, body: &Value) -> Result<RequestSummary, Inva
     reject_upstream_keys(obj, "")?;
     let model = match obj.get("model") {
         Some(Value::String(m)) if !m.trim().is_empty() && m.len() <= 256 => m.clone(),
-        _ => return Err(InvalidField::new("model", "model must be a non-empty string")),
+        _ => {
+            return Err(InvalidField::new(
+                "model",
+                "model must be a non-empty string",
+            ))
+        }
     };
     match endpoint {
         Endpoint::ChatCompletions => validate_messages(obj)?,
@@ -101,7 +116,12 @@ pub fn validate(endpoint: Endpoint, body: &Value) -> Result<RequestSummary, Inva
                 ))
             }
         },
-        _ => return Err(InvalidField::new("stream_options", "stream_options must be an object")),
+        _ => {
+            return Err(InvalidField::new(
+                "stream_options",
+                "stream_options must be an object",
+            ))
+        }
     };
     if client_wants_usage && !stream {
         return Err(InvalidField::new(
@@ -129,7 +149,11 @@ pub fn validate(endpoint: Endpoint, body: &Value) -> Result<RequestSummary, Inva
 
 fn reject_upstream_keys(obj: &Map<String, Value>, path: &str) -> Result<(), InvalidField> {
     for (k, v) in obj {
-        let here = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+        let here = if path.is_empty() {
+            k.clone()
+        } else {
+            format!("{path}.{k}")
+        };
         if FORBIDDEN_KEYS.iter().any(|f| f.eq_ignore_ascii_case(k)) {
             return Err(InvalidField::new(
                 here,
@@ -154,7 +178,12 @@ fn reject_upstream_keys(obj: &Map<String, Value>, path: &str) -> Result<(), Inva
 fn validate_messages(obj: &Map<String, Value>) -> Result<(), InvalidField> {
     let msgs = match obj.get("messages") {
         Some(Value::Array(a)) if !a.is_empty() => a,
-        _ => return Err(InvalidField::new("messages", "messages must be a non-empty array")),
+        _ => {
+            return Err(InvalidField::new(
+                "messages",
+                "messages must be a non-empty array",
+            ))
+        }
     };
     for (i, m) in msgs.iter().enumerate() {
         let role = m.get("role").and_then(Value::as_str);
@@ -181,16 +210,27 @@ fn require_input(obj: &Map<String, Value>, field: &str) -> Result<(), InvalidFie
     match obj.get(field) {
         Some(Value::String(_)) => Ok(()),
         Some(Value::Array(a)) if !a.is_empty() => Ok(()),
-        _ => Err(InvalidField::new(field, format!("{field} must be a string or a non-empty array"))),
+        _ => Err(InvalidField::new(
+            field,
+            format!("{field} must be a string or a non-empty array"),
+        )),
     }
 }
 
-fn int_in(obj: &Map<String, Value>, f: &str, lo: i64, hi: i64) -> Result<Option<i64>, InvalidField> {
+fn int_in(
+    obj: &Map<String, Value>,
+    f: &str,
+    lo: i64,
+    hi: i64,
+) -> Result<Option<i64>, InvalidField> {
     match obj.get(f) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => match v.as_i64() {
             Some(n) if (lo..=hi).contains(&n) => Ok(Some(n)),
-            _ => Err(InvalidField::new(f, format!("{f} must be an integer from {lo} to {hi}"))),
+            _ => Err(InvalidField::new(
+                f,
+                format!("{f} must be an integer from {lo} to {hi}"),
+            )),
         },
     }
 }
@@ -200,7 +240,10 @@ fn num_in(obj: &Map<String, Value>, f: &str, lo: f64, hi: f64) -> Result<(), Inv
         None | Some(Value::Null) => Ok(()),
         Some(v) => match v.as_f64() {
             Some(x) if x >= lo && x <= hi => Ok(()),
-            _ => Err(InvalidField::new(f, format!("{f} must be a number from {lo} to {hi}"))),
+            _ => Err(InvalidField::new(
+                f,
+                format!("{f} must be a number from {lo} to {hi}"),
+            )),
         },
     }
 }
@@ -232,10 +275,17 @@ mod tests {
         assert_eq!(e.param, "temperature");
         let e = validate(Endpoint::ChatCompletions, &chat(json!({"max_tokens":0}))).unwrap_err();
         assert_eq!(e.param, "max_tokens");
-        let e = validate(Endpoint::ChatCompletions, &json!({"model":"m","messages":[]})).unwrap_err();
+        let e = validate(
+            Endpoint::ChatCompletions,
+            &json!({"model":"m","messages":[]}),
+        )
+        .unwrap_err();
         assert_eq!(e.param, "messages");
-        let e = validate(Endpoint::ChatCompletions, &json!({"model":"m","messages":[{"role":"boss","content":"x"}]}))
-            .unwrap_err();
+        let e = validate(
+            Endpoint::ChatCompletions,
+            &json!({"model":"m","messages":[{"role":"boss","content":"x"}]}),
+        )
+        .unwrap_err();
         assert_eq!(e.param, "messages[0].role");
         let e = validate(Endpoint::ChatCompletions, &json!([1])).unwrap_err();
         assert_eq!(e.param, "");
@@ -243,7 +293,11 @@ mod tests {
 
     #[test]
     fn client_upstream_urls_are_refused_at_any_depth() {
-        let e = validate(Endpoint::ChatCompletions, &chat(json!({"api_base":"http://evil"}))).unwrap_err();
+        let e = validate(
+            Endpoint::ChatCompletions,
+            &chat(json!({"api_base":"http://evil"})),
+        )
+        .unwrap_err();
         assert_eq!(e.param, "api_base");
         let e = validate(
             Endpoint::ChatCompletions,
@@ -261,8 +315,11 @@ mod tests {
         )
         .unwrap();
         assert!(s.stream && s.client_wants_usage);
-        let e = validate(Endpoint::ChatCompletions, &chat(json!({"stream_options":{"include_usage":true}})))
-            .unwrap_err();
+        let e = validate(
+            Endpoint::ChatCompletions,
+            &chat(json!({"stream_options":{"include_usage":true}})),
+        )
+        .unwrap_err();
         assert_eq!(e.param, "stream_options");
     }
 
@@ -271,7 +328,11 @@ mod tests {
         assert!(validate(Endpoint::Embeddings, &json!({"model":"e","input":"hi"})).is_ok());
         let e = validate(Endpoint::Embeddings, &json!({"model":"e"})).unwrap_err();
         assert_eq!(e.param, "input");
-        let e = validate(Endpoint::Embeddings, &json!({"model":"e","input":"x","stream":true})).unwrap_err();
+        let e = validate(
+            Endpoint::Embeddings,
+            &json!({"model":"e","input":"x","stream":true}),
+        )
+        .unwrap_err();
         assert_eq!(e.param, "stream");
     }
 }

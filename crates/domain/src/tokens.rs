@@ -32,7 +32,16 @@ impl TokenizerFamily {
             _ => {}
         }
         let m = model.to_ascii_lowercase();
-        let o200k = ["gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o"];
+        let o200k = [
+            "gpt-4o",
+            "gpt-4.1",
+            "gpt-4.5",
+            "gpt-5",
+            "o1",
+            "o3",
+            "o4",
+            "chatgpt-4o",
+        ];
         if o200k.iter().any(|p| m.starts_with(p)) {
             Self::O200k
         } else if m.starts_with("gpt-") || m.starts_with("text-embedding") {
@@ -47,12 +56,16 @@ impl TokenizerFamily {
             return 0;
         }
         match self {
-            Self::O200k => tiktoken_rs::o200k_base_singleton().encode_ordinary(text).len() as u64,
-            Self::Cl100k => {
-                tiktoken_rs::cl100k_base_singleton().encode_ordinary(text).len() as u64
-            }
+            Self::O200k => tiktoken_rs::o200k_base_singleton()
+                .encode_ordinary(text)
+                .len() as u64,
+            Self::Cl100k => tiktoken_rs::cl100k_base_singleton()
+                .encode_ordinary(text)
+                .len() as u64,
             Self::Other => {
-                let n = tiktoken_rs::cl100k_base_singleton().encode_ordinary(text).len() as u64;
+                let n = tiktoken_rs::cl100k_base_singleton()
+                    .encode_ordinary(text)
+                    .len() as u64;
                 n + (n * OTHER_MARGIN_PCT).div_ceil(100)
             }
         }
@@ -129,10 +142,22 @@ mod tests {
 
     #[test]
     fn families_follow_the_model_name() {
-        assert_eq!(TokenizerFamily::for_model(None, "gpt-4o-mini"), TokenizerFamily::O200k);
-        assert_eq!(TokenizerFamily::for_model(None, "gpt-3.5-turbo"), TokenizerFamily::Cl100k);
-        assert_eq!(TokenizerFamily::for_model(None, "deepseek-chat"), TokenizerFamily::Other);
-        assert_eq!(TokenizerFamily::for_model(Some("o200k"), "x"), TokenizerFamily::O200k);
+        assert_eq!(
+            TokenizerFamily::for_model(None, "gpt-4o-mini"),
+            TokenizerFamily::O200k
+        );
+        assert_eq!(
+            TokenizerFamily::for_model(None, "gpt-3.5-turbo"),
+            TokenizerFamily::Cl100k
+        );
+        assert_eq!(
+            TokenizerFamily::for_model(None, "deepseek-chat"),
+            TokenizerFamily::Other
+        );
+        assert_eq!(
+            TokenizerFamily::for_model(Some("o200k"), "x"),
+            TokenizerFamily::O200k
+        );
     }
 
     #[test]
@@ -157,7 +182,9 @@ mod tests {
         assert_eq!(parts, plain);
         let with_tool = chat_input_tokens(
             f,
-            &[json!({"role":"assistant","tool_calls":[{"function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]})],
+            &[
+                json!({"role":"assistant","tool_calls":[{"function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]}),
+            ],
         );
         assert!(with_tool > plain);
     }

@@ -1,1 +1,80 @@
+//! The data plane: OpenAI-compatible `/v1/*`, virtual-key auth, admission
+//! through the hold engine, forwarding to the provider, metering and settling.
 
+pub mod catalog;
+mod errors;
+pub mod ledger;
+mod ledger_source;
+mod metrics_names;
+mod models;
+mod proxy;
+mod settle;
+mod sse;
+mod stream;
+mod upstream;
+
+use axum::routing::{get, post};
+use axum::Router;
+use catalog::CatalogCache;
+use domain::period::PlatformClock;
+use quota::QuotaEngine;
+use std::sync::Arc;
+use std::time::Duration;
+use store::Store;
+
+pub use ledger::LedgerWriter;
+
+#[derive(Clone, Debug)]
+pub struct GatewayConfig {
+    /// Request bodies above this are refused with 413.
+    pub max_body_bytes: usize,
+    /// Whole-request timeout for non-streaming upstream calls.
+    pub upstream_timeout: Duration,
+    pub upstream_connect_timeout: Duration,
+    /// This replica's name, recorded on every hold and usage event.
+    pub replica: String,
+    /// Pepper of the keyed hash of virtual keys.
+    pub pepper: Vec<u8>,
+    pub clock: PlatformClock,
+}
+
+pub struct Gateway {
+    pub cfg: GatewayConfig,
+    pub catalog: Arc<CatalogCache>,
+    pub quota: Arc<QuotaEngine>,
+    pub store: Store,
+    pub ledger: LedgerWriter,
+    http: reqwest::Client,
+}
+
+impl Gateway {
+    pub fn new(
+        cfg: GatewayConfig,
+        catalog: Arc<CatalogCache>,
+        quota: Arc<QuotaEngine>,
+        store: Store,
+        ledger: LedgerWriter,
+    ) -> Self {
+        let http = upstream::client(&cfg);
+        Self {
+            cfg,
+            catalog,
+            quota,
+            store,
+            ledger,
+            http,
+        }
+    }
+}
+
+/// The `/v1` routes. Body limits are enforced by the handlers themselves so
+/// that an oversized body gets an OpenAI-shaped 413.
+pub fn router(gw: Arc<Gateway>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(proxy::chat_completions))
+        .route("/v1/completions", post(proxy::completions))
+        .route("/v1/embeddings", post(proxy::embeddings))
+        .route("/v1/models", get(models::list))
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(gw)
+}

@@ -47,9 +47,14 @@ pub struct HoldRequest<'a> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HoldOutcome {
-    Admitted { remaining_requests: Option<i64>, remaining_tokens: Option<i64> },
+    Admitted {
+        remaining_requests: Option<i64>,
+        remaining_tokens: Option<i64>,
+    },
     /// The same request_id was held before; the first answer stands.
-    Duplicate { state: String },
+    Duplicate {
+        state: String,
+    },
     Refused(Refusal),
 }
 
@@ -72,7 +77,10 @@ pub struct SettleRequest<'a> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SettleOutcome {
-    Settled { overrun_tokens: i64, overrun_cost: i64 },
+    Settled {
+        overrun_tokens: i64,
+        overrun_cost: i64,
+    },
     /// Already settled or released: nothing changed.
     AlreadyClosed { state: String },
 }
@@ -209,7 +217,11 @@ impl QuotaEngine {
                         remaining_tokens: opt(int_at(&reply, 2)?),
                     });
                 }
-                2 => return Ok(HoldOutcome::Duplicate { state: str_at(&reply, 1) }),
+                2 => {
+                    return Ok(HoldOutcome::Duplicate {
+                        state: str_at(&reply, 1),
+                    })
+                }
                 0 => {
                     let scope = ScopeKind::from_index(int_at(&reply, 1)? as usize - 1);
                     let limit = LimitKind::from_index(int_at(&reply, 2)? as usize - 1);
@@ -227,7 +239,9 @@ impl QuotaEngine {
                 _ => return Err(QuotaError::Protocol(format!("{reply:?}"))),
             }
         }
-        Err(QuotaError::Unavailable("month rebuild did not complete".into()))
+        Err(QuotaError::Unavailable(
+            "month rebuild did not complete".into(),
+        ))
     }
 
     async fn hold_once(&self, req: &HoldRequest<'_>) -> Result<Vec<redis::Value>, QuotaError> {
@@ -279,10 +293,17 @@ impl QuotaEngine {
             return Ok(());
         }
         let result = async {
-            let rows = ledger.month_usage(tenant, month).await.map_err(QuotaError::Ledger)?;
+            let rows = ledger
+                .month_usage(tenant, month)
+                .await
+                .map_err(QuotaError::Ledger)?;
             let mut sums: HashMap<String, i64> = HashMap::new();
             for r in &rows {
-                for scope in ["t".to_string(), format!("a:{}", r.app), format!("k:{}", r.key)] {
+                for scope in [
+                    "t".to_string(),
+                    format!("a:{}", r.app),
+                    format!("k:{}", r.key),
+                ] {
                     for (f, v) in [
                         ("ut", r.tokens),
                         ("uc", r.cost),
@@ -301,13 +322,20 @@ impl QuotaEngine {
             let mut conn = self.conn.clone();
             let rebuilt: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
             if rebuilt == 1 {
-                tracing::info!(tenant, month, scopes = sums.len(), "rebuilt month counters from the ledger");
+                tracing::info!(
+                    tenant,
+                    month,
+                    scopes = sums.len(),
+                    "rebuilt month counters from the ledger"
+                );
             }
             Ok(())
         }
         .await;
         let mut conn = self.conn.clone();
-        let _: Result<i64, _> = self.bounded(redis::cmd("DEL").arg(&lock).query_async(&mut conn)).await;
+        let _: Result<i64, _> = self
+            .bounded(redis::cmd("DEL").arg(&lock).query_async(&mut conn))
+            .await;
         result
     }
 
@@ -337,7 +365,9 @@ impl QuotaEngine {
                 overrun_tokens: int_at(&reply, 1)?,
                 overrun_cost: int_at(&reply, 2)?,
             }),
-            2 => Ok(SettleOutcome::AlreadyClosed { state: str_at(&reply, 1) }),
+            2 => Ok(SettleOutcome::AlreadyClosed {
+                state: str_at(&reply, 1),
+            }),
             _ => Err(QuotaError::Protocol(format!("{reply:?}"))),
         }
     }
@@ -370,13 +400,23 @@ impl QuotaEngine {
         Ok(int_at(&reply, 0)? == 1)
     }
 
-    pub async fn month_counters(&self, tenant: &str, month: &str) -> Result<MonthCounters, QuotaError> {
+    pub async fn month_counters(
+        &self,
+        tenant: &str,
+        month: &str,
+    ) -> Result<MonthCounters, QuotaError> {
         let mut conn = self.conn.clone();
         let raw: HashMap<String, String> = self
-            .bounded(redis::cmd("HGETALL").arg(self.keys.month(tenant, month)).query_async(&mut conn))
+            .bounded(
+                redis::cmd("HGETALL")
+                    .arg(self.keys.month(tenant, month))
+                    .query_async(&mut conn),
+            )
             .await?;
         Ok(MonthCounters(
-            raw.into_iter().filter_map(|(k, v)| v.parse().ok().map(|v| (k, v))).collect(),
+            raw.into_iter()
+                .filter_map(|(k, v)| v.parse().ok().map(|v| (k, v)))
+                .collect(),
         ))
     }
 
@@ -395,7 +435,11 @@ impl QuotaEngine {
     }
 
     /// Up to `max` settled events waiting in a tenant's outbox.
-    pub async fn outbox_peek(&self, tenant: &str, max: usize) -> Result<Vec<(String, String)>, QuotaError> {
+    pub async fn outbox_peek(
+        &self,
+        tenant: &str,
+        max: usize,
+    ) -> Result<Vec<(String, String)>, QuotaError> {
         let mut conn = self.conn.clone();
         let (_cursor, flat): (u64, Vec<String>) = self
             .bounded(
@@ -407,7 +451,10 @@ impl QuotaEngine {
                     .query_async(&mut conn),
             )
             .await?;
-        Ok(flat.chunks_exact(2).map(|c| (c[0].clone(), c[1].clone())).collect())
+        Ok(flat
+            .chunks_exact(2)
+            .map(|c| (c[0].clone(), c[1].clone()))
+            .collect())
     }
 
     /// Drops events the ledger has stored. Grouped by tenant, one pipeline.
@@ -429,14 +476,18 @@ impl QuotaEngine {
 
     pub async fn ping(&self) -> Result<(), QuotaError> {
         let mut conn = self.conn.clone();
-        self.bounded(redis::cmd("PING").query_async::<String>(&mut conn)).await.map(|_| ())
+        self.bounded(redis::cmd("PING").query_async::<String>(&mut conn))
+            .await
+            .map(|_| ())
     }
 }
 
 fn int_at(v: &[redis::Value], i: usize) -> Result<i64, QuotaError> {
     match v.get(i) {
         Some(redis::Value::Int(n)) => Ok(*n),
-        other => Err(QuotaError::Protocol(format!("expected an integer at {i}, got {other:?}"))),
+        other => Err(QuotaError::Protocol(format!(
+            "expected an integer at {i}, got {other:?}"
+        ))),
     }
 }
 

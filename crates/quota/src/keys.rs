@@ -9,7 +9,9 @@ pub struct KeySpace {
 
 impl KeySpace {
     pub fn new(prefix: impl Into<String>) -> Self {
-        Self { prefix: prefix.into() }
+        Self {
+            prefix: prefix.into(),
+        }
     }
 
     fn tag(&self, tenant: &str) -> String {
@@ -53,7 +55,12 @@ mod tests {
     fn all_keys_of_a_tenant_share_one_hash_tag() {
         let k = KeySpace::new("tg");
         assert_eq!(k.month("sales", "2026-11"), "tg:{t:sales}:m:2026-11");
-        for key in [k.rates("sales"), k.hold("sales", "r1"), k.outbox("sales"), k.open_holds("sales")] {
+        for key in [
+            k.rates("sales"),
+            k.hold("sales", "r1"),
+            k.outbox("sales"),
+            k.open_holds("sales"),
+        ] {
             assert!(key.starts_with("tg:{t:sales}:"), "{key}");
         }
     }

@@ -3,7 +3,9 @@
 
 use domain::limits::{LimitKind, ScopeKind};
 use domain::Limits;
-use quota::{HoldOutcome, HoldRequest, LedgerSource, QuotaEngine, ScopeUsage, SettleOutcome, SettleRequest};
+use quota::{
+    HoldOutcome, HoldRequest, LedgerSource, QuotaEngine, ScopeUsage, SettleOutcome, SettleRequest,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +15,13 @@ fn redis_url() -> String {
 
 fn engine() -> QuotaEngine {
     let prefix = format!("tgtest{}", uuid::Uuid::new_v4().simple());
-    QuotaEngine::new(&redis_url(), &prefix, Duration::from_millis(500), "test-replica").unwrap()
+    QuotaEngine::new(
+        &redis_url(),
+        &prefix,
+        Duration::from_millis(500),
+        "test-replica",
+    )
+    .unwrap()
 }
 
 /// An empty ledger: a month nobody has spent in yet.
@@ -62,25 +70,46 @@ fn settle<'a>(s: &'a Scopes, rid: &'a str, inp: i64, out: i64) -> SettleRequest<
 }
 
 fn no_limits() -> Scopes {
-    Scopes { tenant: Limits::default(), app: Limits::default(), key: Limits::default() }
+    Scopes {
+        tenant: Limits::default(),
+        app: Limits::default(),
+        key: Limits::default(),
+    }
 }
 
 #[tokio::test]
 async fn hold_then_settle_moves_the_estimate_to_used() {
     let q = engine();
     let s = no_limits();
-    let out = q.hold(&hold(&s, "r1", 10, 100), &EmptyLedger).await.unwrap();
+    let out = q
+        .hold(&hold(&s, "r1", 10, 100), &EmptyLedger)
+        .await
+        .unwrap();
     assert!(matches!(out, HoldOutcome::Admitted { .. }), "{out:?}");
     let c = q.month_counters("acme", "2026-11").await.unwrap();
     for scope in ["t", "a:web", "k:k1"] {
-        assert_eq!((c.used_tokens(scope), c.held_tokens(scope)), (0, 110), "{scope}");
+        assert_eq!(
+            (c.used_tokens(scope), c.held_tokens(scope)),
+            (0, 110),
+            "{scope}"
+        );
     }
     assert_eq!(q.inflight("acme", "t").await.unwrap(), 1);
     let r = q.settle(&settle(&s, "r1", 10, 40)).await.unwrap();
-    assert_eq!(r, SettleOutcome::Settled { overrun_tokens: 0, overrun_cost: 0 });
+    assert_eq!(
+        r,
+        SettleOutcome::Settled {
+            overrun_tokens: 0,
+            overrun_cost: 0
+        }
+    );
     let c = q.month_counters("acme", "2026-11").await.unwrap();
     for scope in ["t", "a:web", "k:k1"] {
-        assert_eq!((c.used_tokens(scope), c.held_tokens(scope)), (50, 0), "{scope}");
+        assert_eq!(
+            (c.used_tokens(scope), c.held_tokens(scope)),
+            (50, 0),
+            "{scope}"
+        );
         assert_eq!(c.used_cost(scope), 50);
     }
     assert_eq!(q.inflight("acme", "t").await.unwrap(), 0);
@@ -92,9 +121,20 @@ async fn hold_then_settle_moves_the_estimate_to_used() {
 async fn a_refusal_by_the_key_rpm_changes_nothing_anywhere() {
     let q = engine();
     let s = Scopes {
-        tenant: Limits { monthly_tokens: Some(1_000_000), rpm: Some(1000), ..Default::default() },
-        app: Limits { monthly_tokens: Some(100_000), input_tpm: Some(100_000), ..Default::default() },
-        key: Limits { rpm: Some(2), ..Default::default() },
+        tenant: Limits {
+            monthly_tokens: Some(1_000_000),
+            rpm: Some(1000),
+            ..Default::default()
+        },
+        app: Limits {
+            monthly_tokens: Some(100_000),
+            input_tpm: Some(100_000),
+            ..Default::default()
+        },
+        key: Limits {
+            rpm: Some(2),
+            ..Default::default()
+        },
     };
     for rid in ["a", "b"] {
         let out = q.hold(&hold(&s, rid, 10, 10), &EmptyLedger).await.unwrap();
@@ -103,7 +143,9 @@ async fn a_refusal_by_the_key_rpm_changes_nothing_anywhere() {
     let before_m = q.month_counters("acme", "2026-11").await.unwrap();
     let before_if = q.inflight("acme", "a:web").await.unwrap();
     let out = q.hold(&hold(&s, "c", 10, 10), &EmptyLedger).await.unwrap();
-    let HoldOutcome::Refused(r) = out else { panic!("expected refusal, got {out:?}") };
+    let HoldOutcome::Refused(r) = out else {
+        panic!("expected refusal, got {out:?}")
+    };
     assert_eq!((r.scope, r.limit), (ScopeKind::Key, LimitKind::Rpm));
     assert_eq!(r.reason().as_str(), "key_rpm_exceeded");
     assert!(r.retry_after_ms.unwrap() > 0);
@@ -119,7 +161,13 @@ async fn replayed_hold_and_settle_charge_once() {
     q.hold(&hold(&s, "r", 5, 5), &EmptyLedger).await.unwrap();
     let again = q.hold(&hold(&s, "r", 5, 5), &EmptyLedger).await.unwrap();
     assert_eq!(again, HoldOutcome::Duplicate { state: "H".into() });
-    assert_eq!(q.month_counters("acme", "2026-11").await.unwrap().held_tokens("t"), 10);
+    assert_eq!(
+        q.month_counters("acme", "2026-11")
+            .await
+            .unwrap()
+            .held_tokens("t"),
+        10
+    );
     q.settle(&settle(&s, "r", 5, 3)).await.unwrap();
     let again = q.settle(&settle(&s, "r", 5, 3)).await.unwrap();
     assert_eq!(again, SettleOutcome::AlreadyClosed { state: "S".into() });
@@ -134,15 +182,41 @@ async fn replayed_hold_and_settle_charge_once() {
 async fn release_gives_everything_back_once() {
     let q = engine();
     let s = Scopes {
-        tenant: Limits { output_tpm: Some(1000), ..Default::default() },
+        tenant: Limits {
+            output_tpm: Some(1000),
+            ..Default::default()
+        },
         ..no_limits()
     };
     q.hold(&hold(&s, "r", 5, 600), &EmptyLedger).await.unwrap();
     // The bucket has 400 left: a second 600-token hold must wait.
     let out = q.hold(&hold(&s, "r2", 5, 600), &EmptyLedger).await.unwrap();
-    assert!(matches!(out, HoldOutcome::Refused(r) if r.limit == LimitKind::OutputTpm), "{out:?}");
-    assert!(q.release("acme", "web", "k1", "2026-11", "r", [&s.tenant, &s.app, &s.key]).await.unwrap());
-    assert!(!q.release("acme", "web", "k1", "2026-11", "r", [&s.tenant, &s.app, &s.key]).await.unwrap());
+    assert!(
+        matches!(out, HoldOutcome::Refused(r) if r.limit == LimitKind::OutputTpm),
+        "{out:?}"
+    );
+    assert!(q
+        .release(
+            "acme",
+            "web",
+            "k1",
+            "2026-11",
+            "r",
+            [&s.tenant, &s.app, &s.key]
+        )
+        .await
+        .unwrap());
+    assert!(!q
+        .release(
+            "acme",
+            "web",
+            "k1",
+            "2026-11",
+            "r",
+            [&s.tenant, &s.app, &s.key]
+        )
+        .await
+        .unwrap());
     let c = q.month_counters("acme", "2026-11").await.unwrap();
     assert_eq!((c.used_tokens("t"), c.held_tokens("t")), (0, 0));
     let out = q.hold(&hold(&s, "r2", 5, 600), &EmptyLedger).await.unwrap();
@@ -152,17 +226,38 @@ async fn release_gives_everything_back_once() {
 #[tokio::test]
 async fn a_settle_above_its_hold_is_billed_in_full_and_flagged() {
     let q = engine();
-    let s = Scopes { tenant: Limits { monthly_tokens: Some(100), ..Default::default() }, ..no_limits() };
+    let s = Scopes {
+        tenant: Limits {
+            monthly_tokens: Some(100),
+            ..Default::default()
+        },
+        ..no_limits()
+    };
     q.hold(&hold(&s, "r", 10, 50), &EmptyLedger).await.unwrap();
     let r = q.settle(&settle(&s, "r", 20, 60)).await.unwrap();
-    assert_eq!(r, SettleOutcome::Settled { overrun_tokens: 20, overrun_cost: 20 });
+    assert_eq!(
+        r,
+        SettleOutcome::Settled {
+            overrun_tokens: 20,
+            overrun_cost: 20
+        }
+    );
     let c = q.month_counters("acme", "2026-11").await.unwrap();
     assert_eq!((c.used_tokens("t"), c.overrun_tokens("t")), (80, 20));
     // used + held <= limit + overruns holds; the next hold must fit what's left.
     let out = q.hold(&hold(&s, "r2", 10, 20), &EmptyLedger).await.unwrap();
     assert!(matches!(out, HoldOutcome::Refused(_)), "{out:?}");
     let out = q.hold(&hold(&s, "r3", 10, 10), &EmptyLedger).await.unwrap();
-    assert!(matches!(out, HoldOutcome::Admitted { remaining_tokens: Some(0), .. }), "{out:?}");
+    assert!(
+        matches!(
+            out,
+            HoldOutcome::Admitted {
+                remaining_tokens: Some(0),
+                ..
+            }
+        ),
+        "{out:?}"
+    );
 }
 
 #[tokio::test]
@@ -170,7 +265,10 @@ async fn concurrent_holds_never_pass_the_budget() {
     let q = Arc::new(engine());
     // Room for exactly 40 holds of 25 tokens.
     let s = Arc::new(Scopes {
-        tenant: Limits { monthly_tokens: Some(1000), ..Default::default() },
+        tenant: Limits {
+            monthly_tokens: Some(1000),
+            ..Default::default()
+        },
         ..no_limits()
     });
     let mut tasks = Vec::new();
@@ -185,7 +283,9 @@ async fn concurrent_holds_never_pass_the_budget() {
     for t in tasks {
         match t.await.unwrap() {
             HoldOutcome::Admitted { .. } => admitted += 1,
-            HoldOutcome::Refused(r) => assert_eq!(r.reason().as_str(), "tenant_monthly_budget_exhausted"),
+            HoldOutcome::Refused(r) => {
+                assert_eq!(r.reason().as_str(), "tenant_monthly_budget_exhausted")
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -210,12 +310,25 @@ async fn a_lost_month_is_rebuilt_from_the_ledger_before_admitting() {
         }
     }
     let q = engine();
-    let s = Scopes { tenant: Limits { monthly_tokens: Some(1000), ..Default::default() }, ..no_limits() };
+    let s = Scopes {
+        tenant: Limits {
+            monthly_tokens: Some(1000),
+            ..Default::default()
+        },
+        ..no_limits()
+    };
     let out = q.hold(&hold(&s, "r", 10, 50), &Spent).await.unwrap();
     assert!(matches!(out, HoldOutcome::Refused(_)), "{out:?}");
     let c = q.month_counters("acme", "2026-11").await.unwrap();
     assert!(c.is_rebuilt());
-    assert_eq!((c.used_tokens("t"), c.used_tokens("a:web"), c.used_tokens("k:k1")), (950, 950, 950));
+    assert_eq!(
+        (
+            c.used_tokens("t"),
+            c.used_tokens("a:web"),
+            c.used_tokens("k:k1")
+        ),
+        (950, 950, 950)
+    );
 }
 
 #[tokio::test]
@@ -224,7 +337,14 @@ async fn redis_down_fails_closed_fast() {
     let q = QuotaEngine::new("redis://127.0.0.1:1", "x", Duration::from_millis(50), "r").unwrap();
     let s = no_limits();
     let t0 = Instant::now();
-    let err = q.hold(&hold(&s, "r", 1, 1), &EmptyLedger).await.unwrap_err();
+    let err = q
+        .hold(&hold(&s, "r", 1, 1), &EmptyLedger)
+        .await
+        .unwrap_err();
     assert!(matches!(err, quota::QuotaError::Unavailable(_)), "{err:?}");
-    assert!(t0.elapsed() < Duration::from_millis(100), "{:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        t0.elapsed()
+    );
 }

@@ -1,1 +1,121 @@
-fn main(){}
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tollgate_server::{commands, config::Config};
+
+#[derive(Parser)]
+#[command(
+    name = "tollgate",
+    version,
+    about = "Multi-tenant LLM API gateway with budgets that hold"
+)]
+struct Cli {
+    /// Configuration file (default: ./tollgate.toml when present).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Gateway, metrics and background jobs in one process.
+    Serve {
+        #[arg(long)]
+        listen: Option<String>,
+        /// Migrate, seed a demo platform on a built-in mock upstream, print a curl line.
+        #[arg(long)]
+        demo: bool,
+    },
+    /// Apply the Postgres schema.
+    Migrate,
+    /// Administrative tasks.
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+    /// Verify the audit log's hash chain; exit 1 naming the first broken row.
+    AuditVerify,
+    /// An OpenAI-compatible fake provider for demos, tests and benchmarks.
+    MockUpstream {
+        #[arg(long)]
+        listen: Option<String>,
+        #[arg(long)]
+        latency_ms: Option<u64>,
+        #[arg(long)]
+        output_tokens: Option<u32>,
+        #[arg(long)]
+        chunk_delay_ms: Option<u64>,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    CreateUser {
+        #[arg(long)]
+        email: String,
+        #[arg(long)]
+        password: String,
+        #[arg(long, value_parser = ["platform_admin", "tenant_admin", "finance", "auditor"])]
+        role: String,
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
+                .unwrap_or_else(|_| "info,sqlx=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    match rt.block_on(run(cli)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<bool> {
+    let mut cfg = Config::load(cli.config.as_deref())?;
+    match cli.command {
+        Command::Serve { listen, demo } => commands::serve(cfg, listen, demo).await.map(|_| true),
+        Command::Migrate => commands::migrate(&cfg).await.map(|_| true),
+        Command::Admin {
+            command:
+                AdminCommand::CreateUser {
+                    email,
+                    password,
+                    role,
+                    tenant,
+                },
+        } => commands::create_user(&cfg, &email, &password, &role, tenant.as_deref())
+            .await
+            .map(|_| true),
+        Command::AuditVerify => commands::audit_verify(&cfg).await,
+        Command::MockUpstream {
+            listen,
+            latency_ms,
+            output_tokens,
+            chunk_delay_ms,
+        } => {
+            if let Some(v) = latency_ms {
+                cfg.mock.latency_ms = v;
+            }
+            if let Some(v) = output_tokens {
+                cfg.mock.output_tokens = v;
+            }
+            if let Some(v) = chunk_delay_ms {
+                cfg.mock.chunk_delay_ms = v;
+            }
+            commands::mock_upstream(&cfg, listen).await.map(|_| true)
+        }
+    }
+}

@@ -20,7 +20,11 @@ pub struct NewAudit {
 }
 
 impl NewAudit {
-    pub fn new(actor: impl Into<String>, action: impl Into<String>, target: impl Into<String>) -> Self {
+    pub fn new(
+        actor: impl Into<String>,
+        action: impl Into<String>,
+        target: impl Into<String>,
+    ) -> Self {
         Self {
             actor: actor.into(),
             action: action.into(),
@@ -59,10 +63,14 @@ fn fmt_at(at: DateTime<Utc>) -> String {
 /// Appends one row inside the caller's transaction, so the change and its
 /// audit row commit together or not at all.
 pub(crate) async fn append(tx: &mut Transaction<'_, Postgres>, a: NewAudit) -> Result<()> {
-    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(AUDIT_LOCK).execute(&mut **tx).await?;
-    let prev: Option<Vec<u8>> = sqlx::query_scalar("SELECT hash FROM audit_log ORDER BY id DESC LIMIT 1")
-        .fetch_optional(&mut **tx)
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(AUDIT_LOCK)
+        .execute(&mut **tx)
         .await?;
+    let prev: Option<Vec<u8>> =
+        sqlx::query_scalar("SELECT hash FROM audit_log ORDER BY id DESC LIMIT 1")
+            .fetch_optional(&mut **tx)
+            .await?;
     let prev = prev.unwrap_or_else(|| vec![0u8; 32]);
     // Postgres keeps microseconds: hash exactly what is stored.
     let at = Utc::now().trunc_subsecs(6);

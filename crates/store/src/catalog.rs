@@ -184,7 +184,12 @@ impl Store {
         })
         .collect();
         tx.commit().await?;
-        Ok(Catalog { tenants, apps, keys, models })
+        Ok(Catalog {
+            tenants,
+            apps,
+            keys,
+            models,
+        })
     }
 
     pub async fn create_tenant(&self, actor: &str, t: &TenantRow) -> Result<()> {
@@ -207,13 +212,22 @@ impl Store {
         let after = json!({"id": t.id, "name": t.name, "cost_center": t.cost_center, "priority": t.priority,
             "limits": t.limits, "may_borrow": t.may_borrow, "borrow_cap_tokens": t.borrow_cap_tokens,
             "allowed_models": t.allowed_models});
-        append(&mut tx, NewAudit::new(actor, "tenant.create", format!("tenant:{}", t.id)).after(after)).await?;
+        append(
+            &mut tx,
+            NewAudit::new(actor, "tenant.create", format!("tenant:{}", t.id)).after(after),
+        )
+        .await?;
         tx.commit().await?;
         Ok(())
     }
 
     /// Replaces a tenant's limits (the hot path sees it within a second).
-    pub async fn set_tenant_limits(&self, actor: &str, tenant: &str, limits: &Limits) -> Result<()> {
+    pub async fn set_tenant_limits(
+        &self,
+        actor: &str,
+        tenant: &str,
+        limits: &Limits,
+    ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         let before: Option<serde_json::Value> =
             sqlx::query_scalar("SELECT limits FROM tenants WHERE id = $1 FOR UPDATE")
@@ -250,8 +264,12 @@ impl Store {
             .map_err(conflict(format!("app {}/{}", a.tenant_id, a.id)))?;
         let after = json!({"tenant_id": a.tenant_id, "id": a.id, "name": a.name, "limits": a.limits,
             "allowed_models": a.allowed_models});
-        append(&mut tx, NewAudit::new(actor, "app.create", format!("app:{}/{}", a.tenant_id, a.id)).after(after))
-            .await?;
+        append(
+            &mut tx,
+            NewAudit::new(actor, "app.create", format!("app:{}/{}", a.tenant_id, a.id))
+                .after(after),
+        )
+        .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -278,22 +296,32 @@ impl Store {
         .map_err(conflict("key"))?;
         let after = json!({"id": id, "tenant_id": k.tenant_id, "app_id": k.app_id, "name": k.name,
             "prefix": k.prefix, "limits": k.limits, "allowed_models": k.allowed_models, "expires_at": k.expires_at});
-        append(&mut tx, NewAudit::new(actor, "key.create", format!("key:{id}")).after(after)).await?;
+        append(
+            &mut tx,
+            NewAudit::new(actor, "key.create", format!("key:{id}")).after(after),
+        )
+        .await?;
         tx.commit().await?;
         Ok(id)
     }
 
     pub async fn revoke_key(&self, actor: &str, id: Uuid) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        let n = sqlx::query("UPDATE virtual_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+        let n = sqlx::query(
+            "UPDATE virtual_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL",
+        )
+        .bind(id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
         if n == 0 {
             return Err(StoreError::NotFound(format!("active key {id}")));
         }
-        append(&mut tx, NewAudit::new(actor, "key.revoke", format!("key:{id}"))).await?;
+        append(
+            &mut tx,
+            NewAudit::new(actor, "key.revoke", format!("key:{id}")),
+        )
+        .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -322,15 +350,89 @@ impl Store {
             "upstream_model": m.upstream_model, "has_upstream_api_key": m.upstream_api_key_enc.is_some(),
             "input_price_micro_per_mtok": m.input_price_micro_per_mtok,
             "output_price_micro_per_mtok": m.output_price_micro_per_mtok});
-        append(&mut tx, NewAudit::new(actor, "model.create", format!("model:{}", m.id)).after(after)).await?;
+        append(
+            &mut tx,
+            NewAudit::new(actor, "model.create", format!("model:{}", m.id)).after(after),
+        )
+        .await?;
         tx.commit().await?;
         Ok(())
     }
 
     pub async fn tenant_exists(&self, id: &str) -> Result<bool> {
-        Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1)")
+        Ok(
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1)")
+                .bind(id)
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+}
+
+impl Store {
+    pub async fn model_exists(&self, id: &str) -> Result<bool> {
+        Ok(
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM models WHERE id = $1)")
+                .bind(id)
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Points a model at another upstream base URL (audited).
+    pub async fn set_model_upstream(&self, actor: &str, id: &str, base_url: &str) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let before: Option<String> =
+            sqlx::query_scalar("SELECT upstream_base_url FROM models WHERE id = $1 FOR UPDATE")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let before = before.ok_or_else(|| StoreError::NotFound(format!("model {id}")))?;
+        if before == base_url {
+            return Ok(());
+        }
+        sqlx::query("UPDATE models SET upstream_base_url = $2, updated_at = now() WHERE id = $1")
             .bind(id)
-            .fetch_one(&self.pool)
-            .await?)
+            .bind(base_url)
+            .execute(&mut *tx)
+            .await?;
+        append(
+            &mut tx,
+            NewAudit::new(actor, "model.upstream", format!("model:{id}"))
+                .before(json!({"upstream_base_url": before}))
+                .after(json!({"upstream_base_url": base_url})),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Revokes every active key of an app with this name; returns how many.
+    pub async fn revoke_keys_named(
+        &self,
+        actor: &str,
+        tenant: &str,
+        app: &str,
+        name: &str,
+    ) -> Result<u64> {
+        let mut tx = self.pool.begin().await?;
+        let ids: Vec<Uuid> = sqlx::query_scalar(
+            "UPDATE virtual_keys SET revoked_at = now()
+             WHERE tenant_id = $1 AND app_id = $2 AND name = $3 AND revoked_at IS NULL RETURNING id",
+        )
+        .bind(tenant)
+        .bind(app)
+        .bind(name)
+        .fetch_all(&mut *tx)
+        .await?;
+        for id in &ids {
+            append(
+                &mut tx,
+                NewAudit::new(actor, "key.revoke", format!("key:{id}")).reason("replaced"),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(ids.len() as u64)
     }
 }

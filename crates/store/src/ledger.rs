@@ -33,7 +33,8 @@ impl Store {
                 events.iter().map($f).collect::<Vec<_>>()
             };
         }
-        let days: Vec<NaiveDate> = col!(|e| NaiveDate::parse_from_str(&e.day, "%Y-%m-%d").unwrap_or_default());
+        let days: Vec<NaiveDate> =
+            col!(|e| NaiveDate::parse_from_str(&e.day, "%Y-%m-%d").unwrap_or_default());
         let n = sqlx::query(
             "INSERT INTO usage_events (request_id, tenant_id, app_id, key_id, model, period, day,
                 input_tokens, output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens,
@@ -134,6 +135,8 @@ impl Store {
 
     /// Every tenant id, for jobs that visit each tenant's Redis keys.
     pub async fn tenant_ids(&self) -> Result<Vec<String>> {
-        Ok(sqlx::query_scalar("SELECT id FROM tenants ORDER BY id").fetch_all(&self.pool).await?)
+        Ok(sqlx::query_scalar("SELECT id FROM tenants ORDER BY id")
+            .fetch_all(&self.pool)
+            .await?)
     }
 }

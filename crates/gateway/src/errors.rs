@@ -1,0 +1,80 @@
+//! Every refusal the data plane gives, rendered in one place as OpenAI's error
+//! shape with tollgate's reason code and headers. Internal error texts (Redis,
+//! Postgres) never reach a client.
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use domain::reason::{Decision, ReasonCode};
+use serde_json::json;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub reason: ReasonCode,
+    pub message: String,
+    pub param: Option<String>,
+    pub retry_after_secs: Option<u64>,
+    pub request_id: String,
+    /// Status override (e.g. 413, or an upstream 4xx passed through).
+    pub status: Option<u16>,
+}
+
+impl ApiError {
+    pub fn new(request_id: &str, reason: ReasonCode, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+            param: None,
+            retry_after_secs: None,
+            request_id: request_id.to_string(),
+            status: None,
+        }
+    }
+
+    pub fn param(mut self, p: impl Into<String>) -> Self {
+        self.param = Some(p.into());
+        self
+    }
+
+    pub fn retry_after(mut self, secs: Option<u64>) -> Self {
+        self.retry_after_secs = secs;
+        self
+    }
+
+    pub fn status(mut self, s: u16) -> Self {
+        self.status = Some(s);
+        self
+    }
+
+    pub fn http_status(&self) -> u16 {
+        self.status.unwrap_or_else(|| self.reason.http_status())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = json!({"error": {
+            "message": self.message,
+            "type": self.reason.error_type(),
+            "code": self.reason.as_str(),
+            "param": self.param,
+        }});
+        let mut h = HeaderMap::new();
+        if let Ok(v) = HeaderValue::from_str(&self.request_id) {
+            h.insert("x-request-id", v);
+        }
+        h.insert(
+            "x-tollgate-decision",
+            HeaderValue::from_static(Decision::Reject.as_str()),
+        );
+        h.insert(
+            "x-tollgate-reason",
+            HeaderValue::from_static(self.reason.as_str()),
+        );
+        if let Some(s) = self.retry_after_secs {
+            h.insert("retry-after", HeaderValue::from(s));
+        }
+        (status, h, axum::Json(body)).into_response()
+    }
+}

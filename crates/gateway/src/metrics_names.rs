@@ -1,0 +1,11 @@
+//! Metric names in one place (Prometheus text at `/metrics`).
+
+pub const REQUESTS: &str = "tollgate_requests_total";
+pub const TOKENS: &str = "tollgate_tokens_total";
+pub const COST: &str = "tollgate_cost_micro_usd_total";
+pub const HOLD_SECONDS: &str = "tollgate_hold_seconds";
+pub const UPSTREAM_SECONDS: &str = "tollgate_upstream_seconds";
+pub const QUOTA_STORE_ERRORS: &str = "tollgate_quota_store_errors_total";
+pub const LEDGER_EVENTS: &str = "tollgate_ledger_events_stored_total";
+pub const LEDGER_ERRORS: &str = "tollgate_ledger_errors_total";
+pub const OVERRUN_TOKENS: &str = "tollgate_overrun_tokens_total";

@@ -1,0 +1,490 @@
+//! `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings`: the
+//! request's way through the gateway (DESIGN §5).
+
+use crate::catalog::{KeyEntry, ModelEntry, ModelKind};
+use crate::errors::ApiError;
+use crate::metrics_names as m;
+use crate::settle::{Actual, HeldRequest};
+use crate::sse::Usage;
+use crate::{stream, upstream, Gateway};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use domain::keys;
+use domain::reason::{Decision, ReasonCode};
+use domain::request::{self, Endpoint, RequestSummary};
+use domain::tokens;
+use quota::{HoldOutcome, HoldRequest, QuotaError};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Instant;
+
+pub async fn chat_completions(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(gw, Endpoint::ChatCompletions, headers, body).await
+}
+
+pub async fn completions(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(gw, Endpoint::Completions, headers, body).await
+}
+
+pub async fn embeddings(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(gw, Endpoint::Embeddings, headers, body).await
+}
+
+pub fn new_request_id() -> String {
+    format!("req_{}", uuid::Uuid::now_v7().simple())
+}
+
+async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
+    let rid = new_request_id();
+    match admit_and_forward(&gw, endpoint, &headers, body, &rid).await {
+        Ok(r) => r,
+        Err((e, tenant, model)) => {
+            metrics::counter!(m::REQUESTS, "tenant" => tenant, "model" => model,
+                "decision" => Decision::Reject.as_str(), "reason" => e.reason.as_str())
+            .increment(1);
+            e.into_response()
+        }
+    }
+}
+
+type Refused = (ApiError, String, String);
+
+fn refuse(e: ApiError, key: Option<&KeyEntry>, model: &str) -> Refused {
+    let tenant = key
+        .map(|k| k.tenant.id.clone())
+        .unwrap_or_else(|| "unknown".into());
+    (e, tenant, model.to_string())
+}
+
+pub fn authenticate(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    rid: &str,
+) -> Result<Arc<KeyEntry>, ApiError> {
+    let bad = |msg: &str| ApiError::new(rid, ReasonCode::InvalidApiKey, msg);
+    let raw = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .ok_or_else(|| bad("missing API key: send Authorization: Bearer tg-..."))?;
+    if !keys::is_well_formed(raw) {
+        return Err(bad("invalid API key"));
+    }
+    let hash = keys::keyed_hash(&gw.cfg.pepper, raw);
+    let key = gw
+        .catalog
+        .get()
+        .keys
+        .get(&hash)
+        .cloned()
+        .ok_or_else(|| bad("invalid API key"))?;
+    if key.expires_at.is_some_and(|t| t <= chrono::Utc::now()) {
+        return Err(bad("this API key has expired"));
+    }
+    Ok(key)
+}
+
+async fn admit_and_forward(
+    gw: &Arc<Gateway>,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    body: Body,
+    rid: &str,
+) -> Result<Response, Refused> {
+    let key = authenticate(gw, headers, rid).map_err(|e| refuse(e, None, ""))?;
+    let k = Some(key.as_ref());
+    let bytes = axum::body::to_bytes(body, gw.cfg.max_body_bytes)
+        .await
+        .map_err(|_| {
+            let msg = format!(
+                "request body is larger than {} bytes",
+                gw.cfg.max_body_bytes
+            );
+            refuse(
+                ApiError::new(rid, ReasonCode::InvalidRequest, msg).status(413),
+                k,
+                "",
+            )
+        })?;
+    let mut json: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        refuse(
+            ApiError::new(
+                rid,
+                ReasonCode::InvalidRequest,
+                format!("body is not valid JSON: {e}"),
+            ),
+            k,
+            "",
+        )
+    })?;
+    let summary = request::validate(endpoint, &json).map_err(|f| {
+        refuse(
+            ApiError::new(rid, ReasonCode::InvalidRequest, f.message).param(f.param),
+            k,
+            "",
+        )
+    })?;
+    let model = resolve_model(gw, &key, endpoint, &summary, rid)
+        .map_err(|e| refuse(e, k, &summary.model))?;
+    let (est_in, est_out) = estimate(&key, &model, endpoint, &summary, &json, rid)
+        .map_err(|e| refuse(e, k, &model.id))?;
+    let est_cost = model.price.cost(est_in, est_out).0;
+
+    let now = chrono::Utc::now();
+    let month = gw.cfg.clock.month(now);
+    let hold = HoldRequest {
+        request_id: rid,
+        tenant: &key.tenant.id,
+        app: &key.app.id,
+        key: &key.id,
+        month: &month,
+        est_input: est_in,
+        est_output: est_out,
+        est_cost,
+        model: &model.id,
+        limits: key.scope_limits(),
+    };
+    let t0 = Instant::now();
+    let outcome = gw
+        .quota
+        .hold(&hold, &crate::ledger_source::StoreLedger(&gw.store))
+        .await;
+    metrics::histogram!(m::HOLD_SECONDS).record(t0.elapsed().as_secs_f64());
+    let (remaining_requests, remaining_tokens) = match outcome {
+        Ok(HoldOutcome::Admitted {
+            remaining_requests,
+            remaining_tokens,
+        }) => (remaining_requests, remaining_tokens),
+        Ok(HoldOutcome::Refused(r)) => {
+            let msg = format!(
+                "{}: request refused by the {} limit",
+                r.reason(),
+                r.scope.as_str()
+            );
+            return Err(refuse(
+                ApiError::new(rid, r.reason(), msg).retry_after(r.retry_after_secs()),
+                k,
+                &model.id,
+            ));
+        }
+        Ok(HoldOutcome::Duplicate { .. }) => {
+            // Request ids are minted here per request: a duplicate means a bug.
+            let e = ApiError::new(
+                rid,
+                ReasonCode::QuotaStoreUnavailable,
+                "duplicate request id",
+            )
+            .retry_after(Some(1));
+            return Err(refuse(e, k, &model.id));
+        }
+        Err(err) => {
+            metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "hold").increment(1);
+            let kind = if matches!(err, QuotaError::Ledger(_)) {
+                "ledger"
+            } else {
+                "redis"
+            };
+            tracing::warn!(request_id = rid, kind, error = %err, "hold failed: failing closed");
+            let e = ApiError::new(
+                rid,
+                ReasonCode::QuotaStoreUnavailable,
+                "quota store unavailable; retry shortly",
+            )
+            .retry_after(Some(1));
+            return Err(refuse(e, k, &model.id));
+        }
+    };
+    metrics::counter!(m::REQUESTS, "tenant" => key.tenant.id.clone(), "model" => model.id.clone(),
+        "decision" => Decision::Allow.as_str(), "reason" => "none")
+    .increment(1);
+
+    let held = HeldRequest::new(
+        gw.clone(),
+        rid.to_string(),
+        key.clone(),
+        model.clone(),
+        month,
+        (est_in, est_out, est_cost),
+        summary.stream,
+        now.timestamp_millis(),
+    );
+    rewrite_for_upstream(&mut json, &model, endpoint, &summary, est_out);
+    let body = serde_json::to_vec(&json).expect("json serialises");
+    let mut out_headers = HeaderMap::new();
+    out_headers.insert(
+        "x-request-id",
+        HeaderValue::from_str(rid).expect("ascii id"),
+    );
+    out_headers.insert(
+        "x-tollgate-decision",
+        HeaderValue::from_static(Decision::Allow.as_str()),
+    );
+    if let Some(r) = remaining_requests {
+        out_headers.insert("x-ratelimit-remaining-requests", HeaderValue::from(r));
+    }
+    if let Some(t) = remaining_tokens {
+        out_headers.insert("x-ratelimit-remaining-tokens", HeaderValue::from(t));
+    }
+    forward(gw, held, endpoint, &summary, body, out_headers)
+        .await
+        .map_err(|e| refuse(e, k, &model.id))
+}
+
+fn resolve_model(
+    gw: &Gateway,
+    key: &KeyEntry,
+    endpoint: Endpoint,
+    s: &RequestSummary,
+    rid: &str,
+) -> Result<Arc<ModelEntry>, ApiError> {
+    let model = gw
+        .catalog
+        .get()
+        .models
+        .get(&s.model)
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::new(
+                rid,
+                ReasonCode::ModelNotFound,
+                format!("model {:?} does not exist", s.model),
+            )
+            .param("model")
+        })?;
+    if !key.may_use(&model.id) {
+        let msg = format!("model {:?} is not allowed for this key", s.model);
+        return Err(ApiError::new(rid, ReasonCode::ModelNotAllowed, msg).param("model"));
+    }
+    let wants = if endpoint == Endpoint::Embeddings {
+        ModelKind::Embedding
+    } else {
+        ModelKind::Chat
+    };
+    if model.kind != wants {
+        let msg = format!("model {:?} cannot serve /v1/{}", s.model, endpoint.path());
+        return Err(ApiError::new(rid, ReasonCode::InvalidRequest, msg).param("model"));
+    }
+    Ok(model)
+}
+
+/// Input tokens with the family's tokenizer; output = requested or default,
+/// times the number of choices. Per-request caps of every scope apply.
+fn estimate(
+    key: &KeyEntry,
+    model: &ModelEntry,
+    endpoint: Endpoint,
+    s: &RequestSummary,
+    body: &Value,
+    rid: &str,
+) -> Result<(i64, i64), ApiError> {
+    let f = model.tokenizer;
+    let input = match endpoint {
+        Endpoint::ChatCompletions => {
+            let msgs = body["messages"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            let mut n = tokens::chat_input_tokens(f, msgs);
+            for extra in ["tools", "functions", "response_format"] {
+                if let Some(v) = body.get(extra) {
+                    n += tokens::json_tokens(f, v);
+                }
+            }
+            n
+        }
+        Endpoint::Completions => tokens::prompt_tokens(f, &body["prompt"]),
+        Endpoint::Embeddings => tokens::prompt_tokens(f, &body["input"]),
+    } as i64;
+    if let Some(max_ctx) = key.cap(|l| l.max_context_tokens) {
+        if input > max_ctx {
+            let msg = format!("input is about {input} tokens; this key allows at most {max_ctx}");
+            return Err(ApiError::new(rid, ReasonCode::ContextTooLong, msg).param("messages"));
+        }
+    }
+    if endpoint == Endpoint::Embeddings {
+        return Ok((input.max(1), 0));
+    }
+    let cap = key.cap(|l| l.max_output_tokens);
+    let per_choice = match (s.max_output, cap) {
+        (Some(asked), Some(cap)) if asked > cap => {
+            let msg = format!("max_tokens is {asked}; this key allows at most {cap}");
+            return Err(ApiError::new(rid, ReasonCode::InvalidRequest, msg).param("max_tokens"));
+        }
+        (Some(asked), _) => asked,
+        (None, Some(cap)) => model.default_max_output.min(cap),
+        (None, None) => model.default_max_output,
+    };
+    Ok((input.max(1), per_choice * s.choices))
+}
+
+/// The upstream's model name; usage always requested on streams; an explicit
+/// output cap so the provider cannot generate past the hold.
+fn rewrite_for_upstream(
+    body: &mut Value,
+    model: &ModelEntry,
+    endpoint: Endpoint,
+    s: &RequestSummary,
+    est_out: i64,
+) {
+    body["model"] = Value::String(model.upstream_model.clone());
+    if s.stream {
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    if endpoint != Endpoint::Embeddings && s.max_output.is_none() {
+        body["max_tokens"] = json!(est_out / s.choices.max(1));
+    }
+}
+
+async fn forward(
+    gw: &Arc<Gateway>,
+    held: HeldRequest,
+    endpoint: Endpoint,
+    s: &RequestSummary,
+    body: Vec<u8>,
+    mut headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let rid = held.request_id.clone();
+    let timeout = (!s.stream).then_some(gw.cfg.upstream_timeout);
+    let t0 = Instant::now();
+    let sent = upstream::request(&gw.http, &held.model, endpoint, body, timeout)
+        .send()
+        .await;
+    let resp = match sent {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(request_id = %rid, error = %e, "upstream unreachable");
+            held.release().await;
+            let reason = ReasonCode::UpstreamUnavailable;
+            return Err(
+                ApiError::new(&rid, reason, "the upstream provider could not be reached")
+                    .retry_after(Some(1)),
+            );
+        }
+    };
+    let status = resp.status();
+    if !status.is_success() {
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()?.parse().ok());
+        let text = resp.text().await.unwrap_or_default();
+        held.release().await;
+        return Err(upstream_refusal(&rid, status, retry_after, &text));
+    }
+    if s.stream {
+        headers.insert(
+            axum::http::header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        headers.insert(
+            axum::http::header::CACHE_CONTROL,
+            HeaderValue::from_static("no-cache"),
+        );
+        return Ok((
+            StatusCode::OK,
+            headers,
+            stream::metered(held, resp, s.client_wants_usage),
+        )
+            .into_response());
+    }
+    let bytes = match resp.bytes().await {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(request_id = %rid, error = %e, "upstream body broke");
+            let actual = held.best_known("upstream_error");
+            held.settle(actual).await;
+            return Err(ApiError::new(
+                &rid,
+                ReasonCode::UpstreamError,
+                "the upstream provider broke off its answer",
+            ));
+        }
+    };
+    metrics::histogram!(m::UPSTREAM_SECONDS, "model" => held.model.id.clone())
+        .record(t0.elapsed().as_secs_f64());
+    let usage = serde_json::from_slice::<UsageOnly>(&bytes)
+        .ok()
+        .and_then(|u| u.usage);
+    let actual = match usage {
+        Some(u) => Actual {
+            input: u.prompt_tokens,
+            output: u.completion_tokens,
+            status: "ok",
+        },
+        // No usage from the provider: charge the estimate (what was held).
+        None => Actual {
+            input: held.est_input,
+            output: held.est_output,
+            status: "ok_estimated",
+        },
+    };
+    held.settle(actual).await;
+    headers.insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok((StatusCode::OK, headers, bytes).into_response())
+}
+
+#[derive(serde::Deserialize)]
+struct UsageOnly {
+    #[serde(default)]
+    usage: Option<Usage>,
+}
+
+/// The provider refused before generating: tell the client why without
+/// passing on anything about our own credentials.
+fn upstream_refusal(
+    rid: &str,
+    status: reqwest::StatusCode,
+    retry_after: Option<u64>,
+    body: &str,
+) -> ApiError {
+    let upstream_msg = serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    let upstream_msg: String = upstream_msg.chars().take(500).collect();
+    match status.as_u16() {
+        429 => ApiError::new(
+            rid,
+            ReasonCode::UpstreamRateLimited,
+            format!("the upstream provider is rate limiting: {upstream_msg}"),
+        )
+        .retry_after(Some(retry_after.unwrap_or(1))),
+        401 | 403 => ApiError::new(
+            rid,
+            ReasonCode::UpstreamError,
+            "the upstream provider refused the gateway's credentials",
+        ),
+        400 | 404 | 413 | 422 => ApiError::new(
+            rid,
+            ReasonCode::InvalidRequest,
+            format!("the upstream provider refused the request: {upstream_msg}"),
+        )
+        .status(status.as_u16()),
+        s => ApiError::new(
+            rid,
+            ReasonCode::UpstreamError,
+            format!("the upstream provider failed with status {s}"),
+        ),
+    }
+}

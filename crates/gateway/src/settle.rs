@@ -1,0 +1,208 @@
+//! A request that holds quota. Whatever happens to it — finished, failed
+//! upstream, client gone — it is settled or released exactly once: explicitly
+//! on the normal paths, and by `Drop` when the handler or stream is dropped
+//! (the client disconnected), charging what is known to have been generated.
+
+use crate::catalog::{KeyEntry, ModelEntry};
+use crate::metrics_names as m;
+use crate::Gateway;
+use domain::usage::UsageEvent;
+use quota::{SettleOutcome, SettleRequest};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct HeldRequest {
+    pub gw: Arc<Gateway>,
+    pub request_id: String,
+    pub key: Arc<KeyEntry>,
+    pub model: Arc<ModelEntry>,
+    pub month: String,
+    pub est_input: i64,
+    pub est_output: i64,
+    pub est_cost: i64,
+    pub stream: bool,
+    pub started_at_ms: i64,
+    /// Output tokens counted from stream deltas so far.
+    pub counted_output: i64,
+    /// The provider's own usage, once seen.
+    pub provider_usage: Option<(i64, i64)>,
+    closed: bool,
+}
+
+/// The amounts and outcome a request is settled with.
+#[derive(Debug, Clone, Copy)]
+pub struct Actual {
+    pub input: i64,
+    pub output: i64,
+    pub status: &'static str,
+}
+
+impl HeldRequest {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        gw: Arc<Gateway>,
+        request_id: String,
+        key: Arc<KeyEntry>,
+        model: Arc<ModelEntry>,
+        month: String,
+        est: (i64, i64, i64),
+        stream: bool,
+        started_at_ms: i64,
+    ) -> Self {
+        Self {
+            gw,
+            request_id,
+            key,
+            model,
+            month,
+            est_input: est.0,
+            est_output: est.1,
+            est_cost: est.2,
+            stream,
+            started_at_ms,
+            counted_output: 0,
+            provider_usage: None,
+            closed: false,
+        }
+    }
+
+    /// What is known to have been consumed: the provider's count when it
+    /// came, else the input estimate and the output counted so far.
+    pub fn best_known(&self, status: &'static str) -> Actual {
+        match self.provider_usage {
+            Some((input, output)) => Actual {
+                input,
+                output,
+                status,
+            },
+            None => Actual {
+                input: self.est_input,
+                output: self.counted_output,
+                status,
+            },
+        }
+    }
+
+    pub async fn settle(mut self, actual: Actual) {
+        self.closed = true;
+        let job = SettleJob::from(&self, actual);
+        job.run().await;
+    }
+
+    pub async fn release(mut self) {
+        self.closed = true;
+        let gw = self.gw.clone();
+        let k = &self.key;
+        let r = gw
+            .quota
+            .release(
+                &k.tenant.id,
+                &k.app.id,
+                &k.id,
+                &self.month,
+                &self.request_id,
+                k.scope_limits(),
+            )
+            .await;
+        if let Err(e) = r {
+            metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "release").increment(1);
+            tracing::warn!(request_id = %self.request_id, error = %e, "release failed; the stale-hold reconciler will close the hold");
+        }
+    }
+}
+
+impl Drop for HeldRequest {
+    fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
+        let job = SettleJob::from(self, self.best_known("client_closed"));
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(job.run());
+        }
+    }
+}
+
+/// Everything a settle needs, detached from the request so it can outlive it.
+struct SettleJob {
+    gw: Arc<Gateway>,
+    key: Arc<KeyEntry>,
+    month: String,
+    event: UsageEvent,
+}
+
+impl SettleJob {
+    fn from(h: &HeldRequest, a: Actual) -> Self {
+        let cost = h.model.price.cost(a.input, a.output).0;
+        let now = chrono::Utc::now();
+        let event = UsageEvent {
+            request_id: h.request_id.clone(),
+            tenant_id: h.key.tenant.id.clone(),
+            app_id: h.key.app.id.clone(),
+            key_id: h.key.id.clone(),
+            model: h.model.id.clone(),
+            period: h.month.clone(),
+            day: h.gw.cfg.clock.day(now),
+            input_tokens: a.input.max(0),
+            output_tokens: a.output.max(0),
+            cost_micro: cost,
+            est_tokens: h.est_input + h.est_output,
+            est_cost_micro: h.est_cost,
+            overrun_tokens: (a.input + a.output - h.est_input - h.est_output).max(0),
+            overrun_cost_micro: (cost - h.est_cost).max(0),
+            status: a.status.to_string(),
+            stream: h.stream,
+            replica: h.gw.cfg.replica.clone(),
+            started_at_ms: h.started_at_ms,
+            settled_at_ms: now.timestamp_millis(),
+        };
+        Self {
+            gw: h.gw.clone(),
+            key: h.key.clone(),
+            month: h.month.clone(),
+            event,
+        }
+    }
+
+    async fn run(self) {
+        let json = serde_json::to_string(&self.event).expect("event serialises");
+        let e = &self.event;
+        let req = SettleRequest {
+            request_id: &e.request_id,
+            tenant: &e.tenant_id,
+            app: &e.app_id,
+            key: &e.key_id,
+            month: &self.month,
+            input_tokens: e.input_tokens,
+            output_tokens: e.output_tokens,
+            cost: e.cost_micro,
+            event_json: &json,
+            status: &e.status,
+            limits: self.key.scope_limits(),
+        };
+        // Redis may blink: retry for a while, then leave the hold to the
+        // stale-hold reconciler, which settles it at its estimate.
+        for attempt in 0..6u32 {
+            match self.gw.quota.settle(&req).await {
+                Ok(SettleOutcome::Settled { overrun_tokens, .. }) => {
+                    let labels = [("tenant", e.tenant_id.clone()), ("model", e.model.clone())];
+                    metrics::counter!(m::TOKENS, &labels).increment(e.total_tokens() as u64);
+                    metrics::counter!(m::COST, &labels).increment(e.cost_micro as u64);
+                    if overrun_tokens > 0 {
+                        metrics::counter!(m::OVERRUN_TOKENS, &labels)
+                            .increment(overrun_tokens as u64);
+                    }
+                    self.gw.ledger.submit(self.event.clone());
+                    return;
+                }
+                Ok(SettleOutcome::AlreadyClosed { .. }) => return,
+                Err(err) => {
+                    metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "settle").increment(1);
+                    tracing::warn!(request_id = %e.request_id, attempt, error = %err, "settle failed");
+                    tokio::time::sleep(Duration::from_millis(25 << attempt)).await;
+                }
+            }
+        }
+        tracing::error!(request_id = %e.request_id, "settle gave up; hold left to the reconciler");
+    }
+}

@@ -1,0 +1,39 @@
+//! Calls to the provider. The URL comes only from the model's configuration
+//! and the key only from the gateway's own store: nothing the client sends
+//! can redirect a request or pick its credentials.
+
+use crate::catalog::ModelEntry;
+use crate::GatewayConfig;
+use domain::request::Endpoint;
+
+pub fn client(cfg: &GatewayConfig) -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(cfg.upstream_connect_timeout)
+        .pool_max_idle_per_host(1024)
+        .tcp_nodelay(true)
+        // Never follow redirects: a provider redirect must not move the call.
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("http client")
+}
+
+pub fn request(
+    http: &reqwest::Client,
+    model: &ModelEntry,
+    endpoint: Endpoint,
+    body: Vec<u8>,
+    timeout: Option<std::time::Duration>,
+) -> reqwest::RequestBuilder {
+    let url = format!("{}/{}", model.base_url, endpoint.path());
+    let mut rb = http
+        .post(url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body);
+    if let Some(k) = &model.api_key {
+        rb = rb.bearer_auth(k.expose());
+    }
+    if let Some(t) = timeout {
+        rb = rb.timeout(t);
+    }
+    rb
+}

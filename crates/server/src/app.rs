@@ -1,0 +1,154 @@
+//! Wiring: one process serving the data plane, `/metrics` and health, with
+//! its background tasks (catalog listener, ledger writer, outbox sweeper).
+
+use crate::config::Config;
+use anyhow::Context;
+use axum::extract::State;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use gateway::catalog::CatalogCache;
+use gateway::{Gateway, GatewayConfig, LedgerWriter};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use quota::QuotaEngine;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use store::Store;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The process-wide Prometheus recorder (installed once, however many
+/// servers a test process runs).
+pub fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let buckets = [
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                1.0, 2.5, 5.0, 10.0, 30.0,
+            ];
+            PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
+                .expect("valid buckets")
+                .install_recorder()
+                .expect("one recorder per process")
+        })
+        .clone()
+}
+
+pub struct Running {
+    pub addr: SocketAddr,
+    pub gateway: Arc<Gateway>,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    ledger_task: JoinHandle<()>,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops accepting, finishes in-flight requests, drains the ledger.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.server).await;
+        for b in &self.background {
+            b.abort();
+        }
+        self.gateway.ledger.flush().await;
+        drop(self.gateway);
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.ledger_task).await;
+    }
+}
+
+pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Running> {
+    let addr = listener.local_addr()?;
+    let store = Store::connect(&cfg.database.url, cfg.database.max_connections)
+        .await
+        .context("cannot connect to PostgreSQL (database.url)")?;
+    store.migrate().await.context("migrations failed")?;
+    let clock =
+        domain::period::PlatformClock::parse(&cfg.platform.timezone).map_err(anyhow::Error::msg)?;
+    let replica = cfg.replica();
+    let quota = Arc::new(QuotaEngine::new(
+        &cfg.redis.url,
+        &cfg.redis.key_prefix,
+        Duration::from_millis(cfg.redis.timeout_ms),
+        &replica,
+    )?);
+    let catalog = Arc::new(CatalogCache::new(cfg.encryption_key()?));
+    catalog
+        .reload(&store)
+        .await
+        .context("cannot load the catalog")?;
+    domain::tokens::TokenizerFamily::warm_up();
+
+    let (ledger, ledger_task) = LedgerWriter::start(
+        store.clone(),
+        quota.clone(),
+        cfg.gateway.ledger_batch,
+        Duration::from_millis(cfg.gateway.ledger_linger_ms),
+    );
+    let background = vec![
+        catalog.clone().spawn_listener(store.clone()),
+        gateway::ledger::spawn_sweeper(
+            store.clone(),
+            quota.clone(),
+            catalog.clone(),
+            Duration::from_secs(cfg.gateway.outbox_sweep_secs.max(1)),
+        ),
+    ];
+    let gw_cfg = GatewayConfig {
+        max_body_bytes: cfg.gateway.max_body_bytes,
+        upstream_timeout: Duration::from_secs(cfg.gateway.upstream_timeout_secs),
+        upstream_connect_timeout: Duration::from_millis(cfg.gateway.upstream_connect_timeout_ms),
+        replica,
+        pepper: cfg.pepper()?,
+        clock,
+    };
+    let gw = Arc::new(Gateway::new(gw_cfg, catalog, quota, store, ledger));
+    let metrics = metrics_handle();
+    let app = Router::new()
+        .route(
+            "/metrics",
+            get(move || std::future::ready(metrics.render())),
+        )
+        .route("/healthz", get(health))
+        .with_state(gw.clone())
+        .merge(gateway::router(gw.clone()));
+
+    let (stop, mut stopped) = watch::channel(false);
+    let server = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "server stopped");
+        }
+    });
+    Ok(Running {
+        addr,
+        gateway: gw,
+        stop,
+        server,
+        ledger_task,
+        background,
+    })
+}
+
+async fn health(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
+    let redis = gw.quota.ping().await.is_ok();
+    let postgres = gw.store.ping().await.is_ok();
+    let status = if redis && postgres {
+        axum::http::StatusCode::OK
+    } else {
+        axum::http::StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        axum::Json(serde_json::json!({"redis": redis, "postgres": postgres})),
+    )
+}

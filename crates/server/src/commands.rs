@@ -1,0 +1,163 @@
+//! The command-line verbs (DESIGN §12). Operators script against them: keep
+//! names and flags stable.
+
+use crate::config::Config;
+use crate::{app, demo, passwords};
+use anyhow::Context;
+use std::net::SocketAddr;
+use store::Store;
+use tokio::net::TcpListener;
+
+pub async fn serve(mut cfg: Config, listen: Option<String>, demo_mode: bool) -> anyhow::Result<()> {
+    if let Some(l) = listen {
+        cfg.server.listen = l;
+    }
+    let mut demo_key = None;
+    if demo_mode {
+        cfg = cfg.with_demo_secrets();
+        let (mock_url, _stats) = mock_upstream::spawn(mock_upstream::MockConfig {
+            latency_ms: cfg.mock.latency_ms,
+            output_tokens: cfg.mock.output_tokens,
+            chunk_delay_ms: cfg.mock.chunk_delay_ms,
+            ..Default::default()
+        })
+        .await;
+        let store = Store::connect(&cfg.database.url, 4)
+            .await
+            .context("cannot connect to PostgreSQL")?;
+        store.migrate().await?;
+        demo_key = Some(demo::seed(&store, &mock_url, &cfg.pepper()?).await?);
+        tracing::info!(upstream = %mock_url, "demo platform seeded; built-in mock upstream running");
+    }
+    tracing::info!(config = ?cfg, "starting");
+    let listener = TcpListener::bind(&cfg.server.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", cfg.server.listen))?;
+    let running = app::start(&cfg, listener).await?;
+    print_banner(running.addr, demo_key.as_ref());
+    shutdown_signal().await;
+    tracing::info!("shutting down: finishing in-flight requests and draining the ledger");
+    running.shutdown().await;
+    Ok(())
+}
+
+fn print_banner(addr: SocketAddr, demo_key: Option<&demo::DemoKey>) {
+    let url = format!("http://{addr}");
+    println!("tollgate is serving on {url}");
+    println!(
+        "  OpenAI-compatible API: {url}/v1    metrics: {url}/metrics    health: {url}/healthz"
+    );
+    if let Some(k) = demo_key {
+        println!("demo users (console arrives with the control plane):");
+        println!(
+            "  platform admin: {} / {}",
+            demo::ADMIN_EMAIL,
+            demo::ADMIN_PASSWORD
+        );
+        println!(
+            "  finance:        {} / {}",
+            demo::FINANCE_EMAIL,
+            demo::FINANCE_PASSWORD
+        );
+        println!(
+            "demo key for tenant {:?}, app {:?} (shown once):",
+            k.tenant, k.app
+        );
+        println!("  {}", k.key);
+        println!("try it:");
+        println!(
+            "curl -sS {url}/v1/chat/completions -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' -d '{{\"model\":\"gpt-4o-mini\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hello, tollgate!\"}}]}}'",
+            k.key
+        );
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+pub async fn migrate(cfg: &Config) -> anyhow::Result<()> {
+    let store = Store::connect(&cfg.database.url, 2)
+        .await
+        .context("cannot connect to PostgreSQL")?;
+    store.migrate().await?;
+    println!("postgres: migrations applied");
+    Ok(())
+}
+
+pub async fn create_user(
+    cfg: &Config,
+    email: &str,
+    password: &str,
+    role: &str,
+    tenant: Option<&str>,
+) -> anyhow::Result<()> {
+    let store = Store::connect(&cfg.database.url, 2)
+        .await
+        .context("cannot connect to PostgreSQL")?;
+    store.migrate().await?;
+    let hash = passwords::hash(password)?;
+    let id = store
+        .create_user("cli:admin", email, &hash, role, tenant)
+        .await?;
+    println!("created user {email} ({role}) with id {id}");
+    Ok(())
+}
+
+/// Recomputes the audit chain; names the first broken row. Exit 1 if any.
+pub async fn audit_verify(cfg: &Config) -> anyhow::Result<bool> {
+    let store = Store::connect(&cfg.database.url, 2)
+        .await
+        .context("cannot connect to PostgreSQL")?;
+    let rows = store.audit_chain().await?;
+    let chain: Vec<_> = rows
+        .iter()
+        .map(|r| (r.entry.clone(), r.prev_hash.clone(), r.hash.clone()))
+        .collect();
+    match domain::audit::first_broken(&chain) {
+        None => {
+            println!("audit chain intact: {} rows", rows.len());
+            Ok(true)
+        }
+        Some(i) => {
+            let r = &rows[i];
+            println!(
+                "audit chain BROKEN at row id {} ({} {} by {} at {})",
+                r.id, r.entry.action, r.entry.target, r.entry.actor, r.entry.at
+            );
+            Ok(false)
+        }
+    }
+}
+
+pub async fn mock_upstream(cfg: &Config, listen: Option<String>) -> anyhow::Result<()> {
+    let addr = listen.unwrap_or_else(|| cfg.mock.listen.clone());
+    let listener = TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    println!(
+        "mock upstream serving on http://{}/v1",
+        listener.local_addr()?
+    );
+    let mock = mock_upstream::MockConfig {
+        latency_ms: cfg.mock.latency_ms,
+        output_tokens: cfg.mock.output_tokens,
+        chunk_delay_ms: cfg.mock.chunk_delay_ms,
+        ..Default::default()
+    };
+    mock_upstream::serve(listener, mock, Default::default()).await?;
+    Ok(())
+}

@@ -1,0 +1,354 @@
+//! Configuration: defaults, then `tollgate.toml` (or `--config`), then
+//! `TOLLGATE__<SECTION>__<KEY>` environment variables. Unknown keys are
+//! refused; values are validated at start; secrets never appear in logs.
+
+use anyhow::{bail, Context};
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::Path;
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub database: DatabaseConfig,
+    pub redis: RedisConfig,
+    pub clickhouse: ClickhouseConfig,
+    pub auth: AuthConfig,
+    pub keys: KeysConfig,
+    pub platform: PlatformConfig,
+    pub gateway: GatewayTuning,
+    pub mock: MockUpstreamConfig,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub listen: String,
+    /// Name of this replica in holds and usage events (default: host-pid).
+    pub replica: Option<String>,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    pub url: String,
+    pub max_connections: u32,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    pub url: String,
+    pub key_prefix: String,
+    /// A hold that takes longer fails closed (503 quota_store_unavailable).
+    pub timeout_ms: u64,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClickhouseConfig {
+    pub url: String,
+    pub database: String,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// HMAC secret of console sessions; at least 32 bytes.
+    pub jwt_secret: Option<String>,
+    pub cookie_secure: bool,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KeysConfig {
+    /// Pepper of the keyed hash of virtual keys; at least 32 bytes. Changing
+    /// it invalidates every issued key.
+    pub pepper: Option<String>,
+    /// 64 hex characters: the key that encrypts upstream provider keys.
+    pub encryption_key: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlatformConfig {
+    pub timezone: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayTuning {
+    pub max_body_bytes: usize,
+    pub upstream_timeout_secs: u64,
+    pub upstream_connect_timeout_ms: u64,
+    pub ledger_batch: usize,
+    pub ledger_linger_ms: u64,
+    pub outbox_sweep_secs: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MockUpstreamConfig {
+    pub listen: String,
+    pub latency_ms: u64,
+    pub output_tokens: u32,
+    pub chunk_delay_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            server: ServerConfig {
+                listen: "127.0.0.1:8080".into(),
+                replica: None,
+            },
+            database: DatabaseConfig {
+                url: "postgres://postgres@127.0.0.1:5432/tollgate".into(),
+                max_connections: 16,
+            },
+            redis: RedisConfig {
+                url: "redis://127.0.0.1:6379".into(),
+                key_prefix: "tg".into(),
+                timeout_ms: 50,
+            },
+            clickhouse: ClickhouseConfig {
+                url: "http://127.0.0.1:8123".into(),
+                database: "tollgate".into(),
+            },
+            auth: AuthConfig {
+                jwt_secret: None,
+                cookie_secure: true,
+            },
+            keys: KeysConfig {
+                pepper: None,
+                encryption_key: None,
+            },
+            platform: PlatformConfig {
+                timezone: "Asia/Shanghai".into(),
+            },
+            gateway: GatewayTuning {
+                max_body_bytes: 4 << 20,
+                upstream_timeout_secs: 600,
+                upstream_connect_timeout_ms: 2000,
+                ledger_batch: 500,
+                ledger_linger_ms: 5,
+                outbox_sweep_secs: 5,
+            },
+            mock: MockUpstreamConfig {
+                listen: "127.0.0.1:9090".into(),
+                latency_ms: 0,
+                output_tokens: 16,
+                chunk_delay_ms: 0,
+            },
+        }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Config::default().server
+    }
+}
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Config::default().database
+    }
+}
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Config::default().redis
+    }
+}
+impl Default for ClickhouseConfig {
+    fn default() -> Self {
+        Config::default().clickhouse
+    }
+}
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Config::default().auth
+    }
+}
+impl Default for KeysConfig {
+    fn default() -> Self {
+        Config::default().keys
+    }
+}
+impl Default for PlatformConfig {
+    fn default() -> Self {
+        Config::default().platform
+    }
+}
+impl Default for GatewayTuning {
+    fn default() -> Self {
+        Config::default().gateway
+    }
+}
+impl Default for MockUpstreamConfig {
+    fn default() -> Self {
+        Config::default().mock
+    }
+}
+
+/// Development-only secrets used by `serve --demo` when none are configured.
+/// A production start without configured secrets is refused.
+const DEMO_PEPPER: &str = "tollgate-demo-pepper-not-for-production-use-0001";
+const DEMO_ENCRYPTION_KEY: &str =
+    "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+impl Config {
+    pub fn load(path: Option<&Path>) -> anyhow::Result<Self> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        match path {
+            Some(p) => {
+                if !p.exists() {
+                    bail!("config file {} does not exist", p.display());
+                }
+                fig = fig.merge(Toml::file(p));
+            }
+            None => fig = fig.merge(Toml::file("tollgate.toml")),
+        }
+        fig = fig.merge(Env::prefixed("TOLLGATE__").split("__"));
+        let cfg: Config = fig.extract().context("invalid configuration")?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        domain::period::PlatformClock::parse(&self.platform.timezone)
+            .map_err(anyhow::Error::msg)?;
+        if let Some(p) = &self.keys.pepper {
+            if p.len() < 32 {
+                bail!("keys.pepper must be at least 32 bytes");
+            }
+        }
+        if let Some(k) = &self.keys.encryption_key {
+            parse_key(k)?;
+        }
+        if let Some(s) = &self.auth.jwt_secret {
+            if s.len() < 32 {
+                bail!("auth.jwt_secret must be at least 32 bytes");
+            }
+        }
+        if self.redis.timeout_ms == 0 || self.gateway.max_body_bytes == 0 {
+            bail!("redis.timeout_ms and gateway.max_body_bytes must be positive");
+        }
+        if self.redis.key_prefix.is_empty() || self.redis.key_prefix.contains(['{', '}']) {
+            bail!("redis.key_prefix must be non-empty and free of braces");
+        }
+        Ok(())
+    }
+
+    /// Fills missing secrets with the demo ones (demo mode only).
+    pub fn with_demo_secrets(mut self) -> Self {
+        if self.keys.pepper.is_none() {
+            tracing::warn!(
+                "keys.pepper not set: using the built-in demo pepper (not for production)"
+            );
+            self.keys.pepper = Some(DEMO_PEPPER.into());
+        }
+        if self.keys.encryption_key.is_none() {
+            self.keys.encryption_key = Some(DEMO_ENCRYPTION_KEY.into());
+        }
+        self
+    }
+
+    pub fn pepper(&self) -> anyhow::Result<Vec<u8>> {
+        self.keys
+            .pepper
+            .as_ref()
+            .map(|p| p.as_bytes().to_vec())
+            .context("keys.pepper is not set (TOLLGATE__KEYS__PEPPER, at least 32 bytes)")
+    }
+
+    pub fn encryption_key(&self) -> anyhow::Result<[u8; 32]> {
+        let k = self.keys.encryption_key.as_ref().context(
+            "keys.encryption_key is not set (TOLLGATE__KEYS__ENCRYPTION_KEY, 64 hex characters)",
+        )?;
+        parse_key(k)
+    }
+
+    pub fn replica(&self) -> String {
+        self.server.replica.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
+            format!("{}-{}", host.trim(), std::process::id())
+        })
+    }
+}
+
+fn parse_key(k: &str) -> anyhow::Result<[u8; 32]> {
+    let bytes = hex::decode(k.trim()).context("keys.encryption_key must be hex")?;
+    <[u8; 32]>::try_from(bytes.as_slice())
+        .map_err(|_| anyhow::anyhow!("keys.encryption_key must be 32 bytes (64 hex)"))
+}
+
+/// Logs the configuration without its secrets.
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let set = |o: &Option<String>| if o.is_some() { "<set>" } else { "<unset>" };
+        f.debug_struct("Config")
+            .field("server", &self.server)
+            .field("database.url", &redact_url(&self.database.url))
+            .field("redis.url", &redact_url(&self.redis.url))
+            .field("redis.timeout_ms", &self.redis.timeout_ms)
+            .field("clickhouse.url", &redact_url(&self.clickhouse.url))
+            .field("auth.jwt_secret", &set(&self.auth.jwt_secret))
+            .field("keys.pepper", &set(&self.keys.pepper))
+            .field("keys.encryption_key", &set(&self.keys.encryption_key))
+            .field("platform", &self.platform)
+            .field("gateway", &self.gateway)
+            .finish()
+    }
+}
+
+/// `scheme://user:password@host` → `scheme://user:***@host`.
+pub fn redact_url(u: &str) -> String {
+    match (u.find("://"), u.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &u[s + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{}:***{}", &u[..s + 3], user, &u[at..]),
+                None => u.to_string(),
+            }
+        }
+        _ => u.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_never_print() {
+        let mut c = Config::default().with_demo_secrets();
+        c.database.url = "postgres://app:hunter2@db/x".into();
+        let s = format!("{c:?}");
+        assert!(!s.contains("hunter2") && !s.contains(DEMO_PEPPER), "{s}");
+        assert!(s.contains("app:***@db"));
+    }
+
+    #[test]
+    fn short_secrets_and_bad_zones_are_refused() {
+        let mut c = Config::default();
+        c.keys.pepper = Some("short".into());
+        assert!(c.validate().is_err());
+        let mut c = Config::default();
+        c.platform.timezone = "Nowhere/City".into();
+        assert!(c.validate().is_err());
+        assert!(Config::default()
+            .with_demo_secrets()
+            .encryption_key()
+            .is_ok());
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let fig = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::string("[redis]\nurll = \"x\""));
+        assert!(fig.extract::<Config>().is_err());
+    }
+}

@@ -1,0 +1,153 @@
+//! `serve --demo`: a whole platform to look at, on the built-in mock upstream.
+//! Idempotent: a second start reuses what the first created, points the demo
+//! models at this run's mock, and issues a fresh key for the printed curl line.
+
+use crate::passwords;
+use domain::{keys, Limits, MicroUsd};
+use store::{AppRow, NewKey, NewModel, Store, TenantRow};
+
+pub const ADMIN_EMAIL: &str = "admin@tollgate.local";
+pub const ADMIN_PASSWORD: &str = "tollgate-demo-admin";
+pub const FINANCE_EMAIL: &str = "finance@tollgate.local";
+pub const FINANCE_PASSWORD: &str = "tollgate-demo-finance";
+const ACTOR: &str = "system:demo";
+
+pub struct DemoKey {
+    pub tenant: String,
+    pub app: String,
+    pub key: String,
+}
+
+fn usd(s: &str) -> MicroUsd {
+    MicroUsd::from_usd_str(s).expect("demo amounts are valid")
+}
+
+pub async fn seed(store: &Store, mock_base_url: &str, pepper: &[u8]) -> anyhow::Result<DemoKey> {
+    for (email, password, role) in [
+        (ADMIN_EMAIL, ADMIN_PASSWORD, "platform_admin"),
+        (FINANCE_EMAIL, FINANCE_PASSWORD, "finance"),
+    ] {
+        if store.user_by_email(email).await?.is_none() {
+            store
+                .create_user(ACTOR, email, &passwords::hash(password)?, role, None)
+                .await?;
+        }
+    }
+    let models = [
+        ("gpt-4o-mini", "chat", "gpt-4o-mini", 150_000, 600_000),
+        ("deepseek-chat", "chat", "deepseek-chat", 270_000, 1_100_000),
+        (
+            "text-embedding-3-small",
+            "embedding",
+            "text-embedding-3-small",
+            20_000,
+            0,
+        ),
+    ];
+    for (id, kind, upstream, pin, pout) in models {
+        if store.model_exists(id).await? {
+            store.set_model_upstream(ACTOR, id, mock_base_url).await?;
+        } else {
+            store
+                .create_model(
+                    ACTOR,
+                    &NewModel {
+                        id: id.into(),
+                        kind: kind.into(),
+                        upstream_base_url: mock_base_url.into(),
+                        upstream_model: upstream.into(),
+                        upstream_api_key_enc: None,
+                        input_price_micro_per_mtok: pin,
+                        output_price_micro_per_mtok: pout,
+                        tokenizer: None,
+                        default_max_output_tokens: 1024,
+                    },
+                )
+                .await?;
+        }
+    }
+    let tenants = [
+        (
+            "sales",
+            "Sales",
+            "CC-100",
+            "core",
+            5_000_000,
+            "50",
+            600,
+            vec!["chatbot", "crm-summaries"],
+        ),
+        (
+            "research",
+            "Research",
+            "CC-200",
+            "standard",
+            2_000_000,
+            "20",
+            300,
+            vec!["notebook"],
+        ),
+    ];
+    for (id, name, cc, priority, tokens, cost, rpm, apps) in tenants {
+        if !store.tenant_exists(id).await? {
+            let t = TenantRow {
+                id: id.into(),
+                name: name.into(),
+                cost_center: cc.into(),
+                priority: priority.into(),
+                limits: Limits {
+                    monthly_tokens: Some(tokens),
+                    monthly_cost_usd: Some(usd(cost)),
+                    rpm: Some(rpm),
+                    max_inflight: Some(64),
+                    ..Default::default()
+                },
+                may_borrow: id == "sales",
+                borrow_cap_tokens: 500_000,
+                allowed_models: None,
+            };
+            store.create_tenant(ACTOR, &t).await?;
+            for app in apps {
+                let a = AppRow {
+                    tenant_id: id.into(),
+                    id: app.into(),
+                    name: app.replace('-', " "),
+                    limits: Limits {
+                        monthly_tokens: Some(tokens / 2),
+                        ..Default::default()
+                    },
+                    allowed_models: None,
+                };
+                store.create_app(ACTOR, &a).await?;
+            }
+        }
+    }
+    // The printed curl line needs a key we can show: issue a fresh one and
+    // revoke the previous run's.
+    let (tenant, app, name) = ("sales", "chatbot", "demo-curl");
+    store.revoke_keys_named(ACTOR, tenant, app, name).await?;
+    let key = keys::generate();
+    store
+        .create_key(
+            ACTOR,
+            &NewKey {
+                tenant_id: tenant.into(),
+                app_id: app.into(),
+                name: name.into(),
+                prefix: keys::display_prefix(&key),
+                key_hash: keys::keyed_hash(pepper, &key),
+                limits: Limits {
+                    rpm: Some(120),
+                    ..Default::default()
+                },
+                allowed_models: None,
+                expires_at: None,
+            },
+        )
+        .await?;
+    Ok(DemoKey {
+        tenant: tenant.into(),
+        app: app.into(),
+        key,
+    })
+}

@@ -1,0 +1,41 @@
+//! Password hashing: argon2id, m = 19 MiB, t = 2, p = 1 (OWASP's minimum).
+
+use argon2::password_hash::rand_core::OsRng;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::{Algorithm, Argon2, Params, Version};
+
+fn argon() -> Argon2<'static> {
+    Argon2::new(
+        Algorithm::Argon2id,
+        Version::V0x13,
+        Params::new(19_456, 2, 1, None).expect("valid params"),
+    )
+}
+
+pub fn hash(password: &str) -> anyhow::Result<String> {
+    if password.len() < 12 {
+        anyhow::bail!("passwords must be at least 12 characters");
+    }
+    let salt = SaltString::generate(&mut OsRng);
+    Ok(argon()
+        .hash_password(password.as_bytes(), &salt)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .to_string())
+}
+
+pub fn verify(password: &str, stored: &str) -> bool {
+    PasswordHash::new(stored)
+        .is_ok_and(|h| argon().verify_password(password.as_bytes(), &h).is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn hashes_are_argon2id_and_verify() {
+        let h = super::hash("correct horse battery").unwrap();
+        assert!(h.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"), "{h}");
+        assert!(super::verify("correct horse battery", &h));
+        assert!(!super::verify("wrong horse battery", &h));
+        assert!(super::hash("short").is_err());
+    }
+}
