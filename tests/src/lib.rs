@@ -1,1 +1,328 @@
+//! End-to-end test harness: a fresh Postgres database per test, a random
+//! Redis key prefix (or a private redis-server for tests that flush or stop
+//! it), the mock upstream, and the real server on port 0.
 
+use domain::{keys, Limits};
+use mock_upstream::{MockConfig, MockStats};
+use server::app::{self, Running};
+use server::config::Config;
+use std::net::TcpListener as StdListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use store::{AppRow, NewKey, NewModel, Store, TenantRow};
+
+pub const PEPPER: &str = "e2e-test-pepper-0123456789abcdef0123456789";
+pub const ENC_KEY: &str = "aa112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+pub fn admin_db_url() -> String {
+    std::env::var("TOLLGATE_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+pub fn shared_redis_url() -> String {
+    std::env::var("TOLLGATE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+fn with_db(url: &str, db: &str) -> String {
+    let (base, _) = url.rsplit_once('/').expect("database url has a path");
+    format!("{base}/{db}")
+}
+
+pub struct TestEnv {
+    pub db_url: String,
+    pub store: Store,
+    pub redis_url: String,
+    pub prefix: String,
+    pub mock_url: String,
+    pub mock: MockStats,
+}
+
+impl TestEnv {
+    pub async fn new() -> Self {
+        Self::with_redis(shared_redis_url(), MockConfig::default()).await
+    }
+
+    pub async fn with_redis(redis_url: String, mock: MockConfig) -> Self {
+        let name = format!("tollgate_t_{}", uuid::Uuid::new_v4().simple());
+        let admin = Store::connect(&admin_db_url(), 1)
+            .await
+            .expect("postgres reachable");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(admin.pool())
+            .await
+            .expect("create database");
+        let db_url = with_db(&admin_db_url(), &name);
+        let store = Store::connect(&db_url, 8)
+            .await
+            .expect("connect test database");
+        store.migrate().await.expect("migrate");
+        let (mock_url, mock) = mock_upstream::spawn(mock).await;
+        Self {
+            db_url,
+            store,
+            redis_url,
+            prefix: format!("tge2e{}", &name[11..23]),
+            mock_url,
+            mock,
+        }
+    }
+
+    pub fn config(&self) -> Config {
+        let mut c = Config::default();
+        c.database.url = self.db_url.clone();
+        c.database.max_connections = 8;
+        c.redis.url = self.redis_url.clone();
+        c.redis.key_prefix = self.prefix.clone();
+        c.keys.pepper = Some(PEPPER.into());
+        c.keys.encryption_key = Some(ENC_KEY.into());
+        c.platform.timezone = "UTC".into();
+        c.gateway.outbox_sweep_secs = 1;
+        c
+    }
+
+    pub async fn server(&self) -> Running {
+        self.server_with(self.config()).await
+    }
+
+    pub async fn server_with(&self, mut cfg: Config) -> Running {
+        cfg.server.replica = Some(format!("replica-{}", uuid::Uuid::new_v4().simple()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        app::start(&cfg, listener).await.expect("server starts")
+    }
+
+    pub async fn model(&self, id: &str, kind: &str, in_price: i64, out_price: i64) {
+        self.store
+            .create_model(
+                "test",
+                &NewModel {
+                    id: id.into(),
+                    kind: kind.into(),
+                    upstream_base_url: self.mock_url.clone(),
+                    upstream_model: id.into(),
+                    upstream_api_key_enc: Some(domain::secret::encrypt(
+                        &hex::decode(ENC_KEY).unwrap().try_into().unwrap(),
+                        "sk-provider-secret",
+                    )),
+                    input_price_micro_per_mtok: in_price,
+                    output_price_micro_per_mtok: out_price,
+                    tokenizer: None,
+                    default_max_output_tokens: 256,
+                },
+            )
+            .await
+            .unwrap();
+    }
+
+    pub async fn tenant(&self, id: &str, limits: Limits, allowed: Option<Vec<&str>>) {
+        let t = TenantRow {
+            id: id.into(),
+            name: id.into(),
+            cost_center: "CC-1".into(),
+            priority: "standard".into(),
+            limits,
+            may_borrow: false,
+            borrow_cap_tokens: 0,
+            allowed_models: allowed.map(|v| v.into_iter().map(String::from).collect()),
+        };
+        self.store.create_tenant("test", &t).await.unwrap();
+    }
+
+    pub async fn app(&self, tenant: &str, id: &str, limits: Limits) {
+        let a = AppRow {
+            tenant_id: tenant.into(),
+            id: id.into(),
+            name: id.into(),
+            limits,
+            allowed_models: None,
+        };
+        self.store.create_app("test", &a).await.unwrap();
+    }
+
+    /// Issues a key; returns (key id, key).
+    pub async fn key(&self, tenant: &str, app: &str, limits: Limits) -> (String, String) {
+        let key = keys::generate();
+        let id = self
+            .store
+            .create_key(
+                "test",
+                &NewKey {
+                    tenant_id: tenant.into(),
+                    app_id: app.into(),
+                    name: "k".into(),
+                    prefix: keys::display_prefix(&key),
+                    key_hash: keys::keyed_hash(PEPPER.as_bytes(), &key),
+                    limits,
+                    allowed_models: None,
+                    expires_at: None,
+                },
+            )
+            .await
+            .unwrap();
+        (id.to_string(), key)
+    }
+
+    /// A tenant `t` with app `a`, model `gpt-4o-mini` (and an embedding
+    /// model), and one key; returns the key.
+    pub async fn simple_tenant(&self, tenant_limits: Limits) -> (String, String) {
+        self.model("gpt-4o-mini", "chat", 150_000, 600_000).await;
+        self.model("text-embedding-3-small", "embedding", 20_000, 0)
+            .await;
+        self.tenant("t", tenant_limits, None).await;
+        self.app("t", "a", Limits::default()).await;
+        self.key("t", "a", Limits::default()).await
+    }
+
+    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.redis_url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    /// A tenant's month counters straight from Redis.
+    pub async fn counters(
+        &self,
+        tenant: &str,
+        month: &str,
+    ) -> std::collections::HashMap<String, i64> {
+        let mut c = self.redis().await;
+        let key = format!("{}:{{t:{}}}:m:{}", self.prefix, tenant, month);
+        let raw: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(key)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        raw.into_iter()
+            .filter_map(|(k, v)| v.parse().ok().map(|v| (k, v)))
+            .collect()
+    }
+
+    /// Sum of a tenant's tokens in the Postgres ledger for a month.
+    pub async fn ledger_tokens(&self, tenant: &str, month: &str) -> (i64, i64) {
+        let rows = self.store.month_usage(tenant, month).await.unwrap();
+        (
+            rows.iter().map(|r| r.tokens).sum(),
+            rows.iter().map(|r| r.requests).sum(),
+        )
+    }
+}
+
+pub fn this_month() -> String {
+    chrono_month(chrono_now())
+}
+
+fn chrono_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn chrono_month(ms: i64) -> String {
+    domain::period::PlatformClock::parse("UTC")
+        .unwrap()
+        .month_of_unix_ms(ms)
+}
+
+pub fn chat_body(content: &str, max_tokens: Option<i64>) -> serde_json::Value {
+    let mut b = serde_json::json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": content}]});
+    if let Some(m) = max_tokens {
+        b["max_tokens"] = m.into();
+    }
+    b
+}
+
+pub async fn post(url: &str, key: &str, body: &serde_json::Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(url)
+        .bearer_auth(key)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Polls until `f` is true or the timeout passes.
+pub async fn eventually<F, Fut>(timeout: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let t0 = Instant::now();
+    while t0.elapsed() < timeout {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    f().await
+}
+
+/// A private redis-server for tests that flush or stop Redis.
+pub struct RedisProc {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl RedisProc {
+    pub fn start() -> Self {
+        let port = StdListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut me = Self { port, child: None };
+        me.spawn();
+        me
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (scripts/test.sh installs it)");
+        self.child = Some(child);
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("private redis-server did not start on port {}", self.port);
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+}
+
+impl Drop for RedisProc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

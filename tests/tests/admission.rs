@@ -1,0 +1,265 @@
+//! What a client sees on the way in: auth, validation, allow-lists, rate
+//! limits, headers and OpenAI-shaped errors — and that refusals charge nothing.
+
+use domain::Limits;
+use e2e::*;
+use serde_json::json;
+
+async fn assert_openai_error(r: reqwest::Response, status: u16, code: &str) -> serde_json::Value {
+    assert_eq!(r.status().as_u16(), status);
+    assert_eq!(r.headers()["x-tollgate-decision"], "reject");
+    assert!(r.headers().contains_key("x-request-id"));
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(b["error"]["code"], code, "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{b}"
+    );
+    assert!(b["error"]["type"].is_string(), "{b}");
+    assert!(b["error"].as_object().unwrap().contains_key("param"), "{b}");
+    b
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_with_reasons_and_charge_nothing() {
+    let env = TestEnv::new().await;
+    let (_, key) = env.simple_tenant(Limits::default()).await;
+    env.model("deepseek-chat", "chat", 1, 1).await;
+    env.tenant("other", Limits::default(), Some(vec!["gpt-4o-mini"]))
+        .await;
+    env.app("other", "a", Limits::default()).await;
+    let (_, other_key) = env.key("other", "a", Limits::default()).await;
+    let srv = env.server().await;
+    let url = format!("http://{}/v1/chat/completions", srv.addr);
+
+    // Unknown, malformed and missing keys.
+    let fake = domain::keys::generate();
+    assert_openai_error(
+        post(&url, &fake, &chat_body("hi", None)).await,
+        401,
+        "invalid_api_key",
+    )
+    .await;
+    assert_openai_error(
+        post(&url, "sk-not-ours", &chat_body("hi", None)).await,
+        401,
+        "invalid_api_key",
+    )
+    .await;
+    let r = reqwest::Client::new()
+        .post(&url)
+        .json(&chat_body("hi", None))
+        .send()
+        .await
+        .unwrap();
+    assert_openai_error(r, 401, "invalid_api_key").await;
+
+    // Bad bodies name the field.
+    let b = assert_openai_error(
+        post(&url, &key, &json!({"model":"gpt-4o-mini"})).await,
+        400,
+        "invalid_request",
+    )
+    .await;
+    assert_eq!(b["error"]["param"], "messages");
+    let mut body = chat_body("hi", None);
+    body["temperature"] = json!(7);
+    let b = assert_openai_error(post(&url, &key, &body).await, 400, "invalid_request").await;
+    assert_eq!(b["error"]["param"], "temperature");
+    let mut body = chat_body("hi", None);
+    body["api_base"] = json!("http://169.254.169.254/latest");
+    let b = assert_openai_error(post(&url, &key, &body).await, 400, "invalid_request").await;
+    assert_eq!(b["error"]["param"], "api_base");
+    let r = reqwest::Client::new()
+        .post(&url)
+        .bearer_auth(&key)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_openai_error(r, 400, "invalid_request").await;
+    let huge = "x".repeat(5 << 20);
+    let r = post(&url, &key, &chat_body(&huge, None)).await;
+    assert_openai_error(r, 413, "invalid_request").await;
+
+    // Unknown model, and a model this tenant may not use.
+    let mut body = chat_body("hi", None);
+    body["model"] = json!("gpt-99");
+    let b = assert_openai_error(post(&url, &key, &body).await, 404, "model_not_found").await;
+    assert_eq!(b["error"]["param"], "model");
+    let mut body = chat_body("hi", None);
+    body["model"] = json!("deepseek-chat");
+    assert_openai_error(
+        post(&url, &other_key, &body).await,
+        403,
+        "model_not_allowed",
+    )
+    .await;
+
+    // Nothing reached the upstream, nothing was held or charged.
+    assert_eq!(env.mock.snapshot().requests, 0);
+    let month = this_month();
+    for t in ["t", "other"] {
+        let c = env.counters(t, &month).await;
+        assert!(c.iter().all(|(k, v)| k == "_rb" || *v == 0), "{t}: {c:?}");
+    }
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_key_rpm_refusal_leaves_app_and_tenant_counters_unchanged() {
+    let env = TestEnv::new().await;
+    env.model("gpt-4o-mini", "chat", 150_000, 600_000).await;
+    env.tenant(
+        "t",
+        Limits {
+            monthly_tokens: Some(1_000_000),
+            rpm: Some(1000),
+            ..Default::default()
+        },
+        None,
+    )
+    .await;
+    env.app(
+        "t",
+        "a",
+        Limits {
+            monthly_tokens: Some(500_000),
+            input_tpm: Some(100_000),
+            ..Default::default()
+        },
+    )
+    .await;
+    let (_, key) = env
+        .key(
+            "t",
+            "a",
+            Limits {
+                rpm: Some(2),
+                ..Default::default()
+            },
+        )
+        .await;
+    let srv = env.server().await;
+    let url = format!("http://{}/v1/chat/completions", srv.addr);
+
+    let r = post(&url, &key, &chat_body("hi", Some(8))).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-tollgate-decision"], "allow");
+    assert_eq!(r.headers()["x-ratelimit-remaining-requests"], "1");
+    assert!(r.headers().contains_key("x-ratelimit-remaining-tokens"));
+    assert_eq!(
+        post(&url, &key, &chat_body("hi", Some(8))).await.status(),
+        200
+    );
+    let month = this_month();
+    let before = env.counters("t", &month).await;
+
+    let r = post(&url, &key, &chat_body("hi", Some(8))).await;
+    assert_eq!(r.headers()["x-tollgate-reason"], "key_rpm_exceeded");
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry));
+    assert_openai_error(r, 429, "key_rpm_exceeded").await;
+
+    assert_eq!(env.counters("t", &month).await, before);
+    assert_eq!(env.mock.snapshot().chat, 2);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_provider_key_is_the_gateways_and_models_are_listed_per_key() {
+    let env = TestEnv::new().await;
+    let (_, key) = env.simple_tenant(Limits::default()).await;
+    let srv = env.server().await;
+    let r = post(
+        &format!("http://{}/v1/chat/completions", srv.addr),
+        &key,
+        &chat_body("hi", None),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let snap = env.mock.snapshot();
+    assert_eq!(
+        snap.last_authorization.as_deref(),
+        Some("Bearer sk-provider-secret")
+    );
+    // No max_tokens from the client: the gateway caps the upstream at its hold.
+    assert_eq!(snap.last_body.unwrap()["max_tokens"], 256);
+
+    let models: serde_json::Value = reqwest::Client::new()
+        .get(format!("http://{}/v1/models", srv.addr))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["gpt-4o-mini", "text-embedding-3-small"]);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn upstream_refusals_release_the_hold() {
+    let env = TestEnv::new().await;
+    let (_, key) = env
+        .simple_tenant(Limits {
+            monthly_tokens: Some(10_000),
+            ..Default::default()
+        })
+        .await;
+    let srv = env.server().await;
+    let url = format!("http://{}/v1/chat/completions", srv.addr);
+    let r = post(&url, &key, &chat_body("hi [mock:fault=429]", None)).await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["x-tollgate-reason"], "upstream_rate_limited");
+    assert!(r.headers().contains_key("retry-after"));
+    let r = post(&url, &key, &chat_body("hi [mock:fault=500]", None)).await;
+    assert_openai_error(r, 502, "upstream_error").await;
+    let c = env.counters("t", &this_month()).await;
+    let get = |f: &str| c.get(f).copied().unwrap_or(0);
+    assert_eq!((get("t:ut"), get("t:ht")), (0, 0), "{c:?}");
+    assert_eq!(env.mock.snapshot().faults, 2);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn key_changes_reach_the_running_gateway_within_a_second() {
+    let env = TestEnv::new().await;
+    let (key_id, key) = env.simple_tenant(Limits::default()).await;
+    let srv = env.server().await;
+    let url = format!("http://{}/v1/chat/completions", srv.addr);
+    assert_eq!(post(&url, &key, &chat_body("hi", None)).await.status(), 200);
+
+    let (_, fresh) = env.key("t", "a", Limits::default()).await;
+    let t0 = std::time::Instant::now();
+    let ok = eventually(std::time::Duration::from_secs(1), || async {
+        post(&url, &fresh, &chat_body("hi", None)).await.status() == 200
+    })
+    .await;
+    assert!(ok, "new key not usable after {:?}", t0.elapsed());
+
+    env.store
+        .revoke_key("test", key_id.parse().unwrap())
+        .await
+        .unwrap();
+    let gone = eventually(std::time::Duration::from_secs(1), || async {
+        post(&url, &key, &chat_body("hi", None)).await.status() == 401
+    })
+    .await;
+    assert!(gone, "revoked key still accepted");
+    srv.shutdown().await;
+}

@@ -1,0 +1,145 @@
+//! Streams pass through event by event and settle on the provider's usage.
+
+use domain::Limits;
+use e2e::*;
+use futures::StreamExt;
+use serde_json::json;
+use std::time::Duration;
+
+async fn read_stream(r: reqwest::Response) -> Vec<String> {
+    let mut body = String::new();
+    let mut s = r.bytes_stream();
+    while let Some(b) = s.next().await {
+        body.push_str(&String::from_utf8_lossy(&b.unwrap()));
+    }
+    body.split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| e.trim().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_stream_settles_on_the_providers_final_usage() {
+    let env = TestEnv::new().await;
+    let (_, key) = env
+        .simple_tenant(Limits {
+            monthly_tokens: Some(100_000),
+            ..Default::default()
+        })
+        .await;
+    let srv = env.server().await;
+    let url = format!("http://{}/v1/chat/completions", srv.addr);
+
+    // Client asks for usage: it gets the usage chunk.
+    let mut body = chat_body("hello [mock:output_tokens=40]", None);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let r = post(&url, &key, &body).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let events = read_stream(r).await;
+    assert_eq!(events.last().unwrap(), "data: [DONE]");
+    let usage: serde_json::Value =
+        serde_json::from_str(events[events.len() - 2].strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(usage["usage"]["completion_tokens"], 40);
+    let prompt = usage["usage"]["prompt_tokens"].as_i64().unwrap();
+
+    // Client does not ask: tollgate still asks the provider, and strips the chunk.
+    let mut body = chat_body("hello [mock:output_tokens=10]", None);
+    body["stream"] = json!(true);
+    let events = read_stream(post(&url, &key, &body).await).await;
+    assert!(
+        events.iter().all(|e| !e.contains("\"usage\":{")),
+        "{events:?}"
+    );
+    assert_eq!(events.last().unwrap(), "data: [DONE]");
+    assert_eq!(
+        env.mock.snapshot().last_body.unwrap()["stream_options"]["include_usage"],
+        true
+    );
+
+    let month = this_month();
+    let expected = prompt + 40 + prompt + 10;
+    let ok = eventually(Duration::from_secs(5), || async {
+        let c = env.counters("t", &month).await;
+        c.get("t:ut") == Some(&expected) && c.get("t:ht") == Some(&0)
+    })
+    .await;
+    assert!(ok, "{:?}", env.counters("t", &month).await);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            env.ledger_tokens("t", &month).await.0 == expected
+        })
+        .await
+    );
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_mid_stream_is_charged_for_what_was_generated() {
+    let env = TestEnv::new().await;
+    let (_, key) = env
+        .simple_tenant(Limits {
+            monthly_tokens: Some(100_000),
+            ..Default::default()
+        })
+        .await;
+    let srv = env.server().await;
+    let url = format!("http://{}/v1/chat/completions", srv.addr);
+    let mut body = chat_body(
+        "hello [mock:output_tokens=200] [mock:chunk_delay_ms=10]",
+        Some(200),
+    );
+    body["stream"] = json!(true);
+    let r = post(&url, &key, &body).await;
+    let mut s = r.bytes_stream();
+    let mut seen = 0;
+    while seen < 20 {
+        let b = s.next().await.unwrap().unwrap();
+        seen += String::from_utf8_lossy(&b).matches("data: ").count();
+    }
+    drop(s);
+
+    let month = this_month();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            env.counters("t", &month).await.get("t:ht") == Some(&0)
+        })
+        .await
+    );
+    let used = env.counters("t", &month).await["t:ut"];
+    // Charged for the input and the ~20 tokens delivered, not the 200 held.
+    assert!(used > 20 && used < 100, "used {used}");
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            env.mock.snapshot().streams_closed_early == 1
+        })
+        .await
+    );
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn embeddings_are_held_and_settled() {
+    let env = TestEnv::new().await;
+    let (_, key) = env.simple_tenant(Limits::default()).await;
+    let srv = env.server().await;
+    let r = post(
+        &format!("http://{}/v1/embeddings", srv.addr),
+        &key,
+        &json!({"model": "text-embedding-3-small", "input": ["hello world", "second input"]}),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(b["data"].as_array().unwrap().len(), 2);
+    let charged = b["usage"]["prompt_tokens"].as_i64().unwrap();
+    let month = this_month();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            env.ledger_tokens("t", &month).await.0 == charged
+        })
+        .await
+    );
+    srv.shutdown().await;
+}
