@@ -30,6 +30,12 @@ for arg in "$@"; do
     esac
 done
 
+# Each end-to-end test makes its own database; drop the previous run's.
+psql_url "$TOLLGATE_TEST_DATABASE_URL" -f - <<'SQL' >/dev/null || log "postgres: could not drop old test databases (continuing)"
+SET client_min_messages = warning;
+SELECT format('DROP DATABASE IF EXISTS %I WITH (FORCE)', datname) FROM pg_database WHERE datname LIKE 'tollgate\_t\_%'\gexec
+SQL
+
 log "+ cargo test ${workspace[*]+${workspace[*]} }$*"
 cargo test "${workspace[@]}" "$@"
 

@@ -186,7 +186,11 @@ impl SettleJob {
             match self.gw.quota.settle(&req).await {
                 Ok(SettleOutcome::Settled { overrun_tokens, .. }) => {
                     let labels = [("tenant", e.tenant_id.clone()), ("model", e.model.clone())];
-                    metrics::counter!(m::TOKENS, &labels).increment(e.total_tokens() as u64);
+                    let (t, md) = (e.tenant_id.clone(), e.model.clone());
+                    metrics::counter!(m::TOKENS, "tenant" => t.clone(), "model" => md.clone(), "direction" => "input")
+                        .increment(e.input_tokens as u64);
+                    metrics::counter!(m::TOKENS, "tenant" => t, "model" => md, "direction" => "output")
+                        .increment(e.output_tokens as u64);
                     metrics::counter!(m::COST, &labels).increment(e.cost_micro as u64);
                     if overrun_tokens > 0 {
                         metrics::counter!(m::OVERRUN_TOKENS, &labels)

@@ -161,3 +161,14 @@ pub async fn mock_upstream(cfg: &Config, listen: Option<String>) -> anyhow::Resu
     mock_upstream::serve(listener, mock, Default::default()).await?;
     Ok(())
 }
+
+pub async fn bench_setup(cfg: &Config, upstream: &str) -> anyhow::Result<()> {
+    let store = Store::connect(&cfg.database.url, 2)
+        .await
+        .context("cannot connect to PostgreSQL")?;
+    store.migrate().await?;
+    let key = crate::demo::seed_bench(&store, upstream, &cfg.clone().with_demo_secrets().pepper()?)
+        .await?;
+    println!("{key}");
+    Ok(())
+}

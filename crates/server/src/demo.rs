@@ -45,26 +45,7 @@ pub async fn seed(store: &Store, mock_base_url: &str, pepper: &[u8]) -> anyhow::
         ),
     ];
     for (id, kind, upstream, pin, pout) in models {
-        if store.model_exists(id).await? {
-            store.set_model_upstream(ACTOR, id, mock_base_url).await?;
-        } else {
-            store
-                .create_model(
-                    ACTOR,
-                    &NewModel {
-                        id: id.into(),
-                        kind: kind.into(),
-                        upstream_base_url: mock_base_url.into(),
-                        upstream_model: upstream.into(),
-                        upstream_api_key_enc: None,
-                        input_price_micro_per_mtok: pin,
-                        output_price_micro_per_mtok: pout,
-                        tokenizer: None,
-                        default_max_output_tokens: 1024,
-                    },
-                )
-                .await?;
-        }
+        ensure_model(store, ACTOR, id, kind, upstream, (pin, pout), mock_base_url).await?;
     }
     let tenants = [
         (
@@ -125,29 +106,121 @@ pub async fn seed(store: &Store, mock_base_url: &str, pepper: &[u8]) -> anyhow::
     // The printed curl line needs a key we can show: issue a fresh one and
     // revoke the previous run's.
     let (tenant, app, name) = ("sales", "chatbot", "demo-curl");
-    store.revoke_keys_named(ACTOR, tenant, app, name).await?;
-    let key = keys::generate();
-    store
-        .create_key(
-            ACTOR,
-            &NewKey {
-                tenant_id: tenant.into(),
-                app_id: app.into(),
-                name: name.into(),
-                prefix: keys::display_prefix(&key),
-                key_hash: keys::keyed_hash(pepper, &key),
-                limits: Limits {
-                    rpm: Some(120),
-                    ..Default::default()
-                },
-                allowed_models: None,
-                expires_at: None,
-            },
-        )
-        .await?;
+    let key = issue_named_key(
+        store,
+        ACTOR,
+        (tenant, app, name),
+        Limits {
+            rpm: Some(120),
+            ..Default::default()
+        },
+        pepper,
+    )
+    .await?;
     Ok(DemoKey {
         tenant: tenant.into(),
         app: app.into(),
         key,
     })
+}
+
+/// The benchmark tenant: every limit kind set, none reachable in a run, so
+/// the hold engine does its full work on every request.
+pub async fn seed_bench(store: &Store, upstream: &str, pepper: &[u8]) -> anyhow::Result<String> {
+    const ACTOR: &str = "system:bench";
+    ensure_model(
+        store,
+        ACTOR,
+        "gpt-4o-mini",
+        "chat",
+        "gpt-4o-mini",
+        (150_000, 600_000),
+        upstream,
+    )
+    .await?;
+    let big = Limits {
+        monthly_tokens: Some(1_000_000_000_000),
+        monthly_cost_usd: Some(usd("1000000")),
+        rpm: Some(100_000_000),
+        input_tpm: Some(100_000_000_000),
+        output_tpm: Some(100_000_000_000),
+        max_inflight: Some(100_000),
+        ..Default::default()
+    };
+    if !store.tenant_exists("bench").await? {
+        let t = TenantRow {
+            id: "bench".into(),
+            name: "Benchmark".into(),
+            cost_center: "CC-BENCH".into(),
+            priority: "standard".into(),
+            limits: big.clone(),
+            may_borrow: false,
+            borrow_cap_tokens: 0,
+            allowed_models: None,
+        };
+        store.create_tenant(ACTOR, &t).await?;
+        let a = AppRow {
+            tenant_id: "bench".into(),
+            id: "load".into(),
+            name: "load".into(),
+            limits: big.clone(),
+            allowed_models: None,
+        };
+        store.create_app(ACTOR, &a).await?;
+    }
+    issue_named_key(store, ACTOR, ("bench", "load", "bench"), big, pepper).await
+}
+
+/// Creates a model on `base_url`, or points the existing one there.
+async fn ensure_model(
+    store: &Store,
+    actor: &str,
+    id: &str,
+    kind: &str,
+    upstream_model: &str,
+    prices: (i64, i64),
+    base_url: &str,
+) -> anyhow::Result<()> {
+    if store.model_exists(id).await? {
+        store.set_model_upstream(actor, id, base_url).await?;
+        return Ok(());
+    }
+    let m = NewModel {
+        id: id.into(),
+        kind: kind.into(),
+        upstream_base_url: base_url.into(),
+        upstream_model: upstream_model.into(),
+        upstream_api_key_enc: None,
+        input_price_micro_per_mtok: prices.0,
+        output_price_micro_per_mtok: prices.1,
+        tokenizer: None,
+        default_max_output_tokens: 1024,
+    };
+    store.create_model(actor, &m).await?;
+    Ok(())
+}
+
+/// Issues a fresh key named `name` for (tenant, app), revoking earlier keys
+/// of that name: the key is shown once, so a restart needs a new one.
+async fn issue_named_key(
+    store: &Store,
+    actor: &str,
+    (tenant, app, name): (&str, &str, &str),
+    limits: Limits,
+    pepper: &[u8],
+) -> anyhow::Result<String> {
+    store.revoke_keys_named(actor, tenant, app, name).await?;
+    let key = keys::generate();
+    let k = NewKey {
+        tenant_id: tenant.into(),
+        app_id: app.into(),
+        name: name.into(),
+        prefix: keys::display_prefix(&key),
+        key_hash: keys::keyed_hash(pepper, &key),
+        limits,
+        allowed_models: None,
+        expires_at: None,
+    };
+    store.create_key(actor, &k).await?;
+    Ok(key)
 }

@@ -61,6 +61,13 @@ enum AdminCommand {
         #[arg(long)]
         tenant: Option<String>,
     },
+    /// Create (or reuse) the `bench` tenant with every limit set high enough
+    /// not to run out, a model `gpt-4o-mini` on the given upstream, and print
+    /// a fresh key. Used by scripts/bench.sh and ../shared/bench/peers.sh.
+    BenchSetup {
+        #[arg(long)]
+        upstream: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -99,6 +106,9 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         } => commands::create_user(&cfg, &email, &password, &role, tenant.as_deref())
             .await
             .map(|_| true),
+        Command::Admin {
+            command: AdminCommand::BenchSetup { upstream },
+        } => commands::bench_setup(&cfg, &upstream).await.map(|_| true),
         Command::AuditVerify => commands::audit_verify(&cfg).await,
         Command::MockUpstream {
             listen,
