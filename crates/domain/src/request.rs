@@ -44,7 +44,8 @@ pub struct RequestSummary {
     pub client_wants_usage: bool,
     /// `max_completion_tokens` or `max_tokens`, when given.
     pub max_output: Option<i64>,
-    /// Number of choices requested (`n`), 1 when absent.
+    /// Completions generated: `max(n, best_of)` per prompt, times the number
+    /// of prompts of a legacy completion; 1 when absent.
     pub choices: i64,
 }
 
@@ -131,7 +132,19 @@ pub fn validate(endpoint: Endpoint, body: &Value) -> Result<RequestSummary, Inva
     }
     let max_tokens = int_in(obj, "max_tokens", 1, 1_000_000)?;
     let max_completion = int_in(obj, "max_completion_tokens", 1, 1_000_000)?;
-    let choices = int_in(obj, "n", 1, 16)?.unwrap_or(1);
+    let n = int_in(obj, "n", 1, 16)?.unwrap_or(1);
+    // best_of candidates are generated (and billed) even if fewer are returned.
+    let best_of = int_in(obj, "best_of", 1, 16)?.unwrap_or(1);
+    // A legacy completion with a list of prompts completes each of them.
+    let prompts = match (endpoint, obj.get("prompt")) {
+        (Endpoint::Completions, Some(Value::Array(items)))
+            if items.iter().all(|i| i.is_string() || i.is_array()) =>
+        {
+            items.len() as i64
+        }
+        _ => 1,
+    };
+    let choices = n.max(best_of) * prompts;
     num_in(obj, "temperature", 0.0, 2.0)?;
     num_in(obj, "top_p", 0.0, 1.0)?;
     num_in(obj, "presence_penalty", -2.0, 2.0)?;
@@ -321,6 +334,22 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.param, "stream_options");
+    }
+
+    #[test]
+    fn every_generated_completion_is_counted() {
+        let s = validate(Endpoint::ChatCompletions, &chat(json!({"n":3}))).unwrap();
+        assert_eq!(s.choices, 3);
+        let c = json!({"model":"m","prompt":["a","b"],"n":2,"best_of":4});
+        assert_eq!(validate(Endpoint::Completions, &c).unwrap().choices, 8);
+        let c = json!({"model":"m","prompt":[1,2,3]});
+        assert_eq!(validate(Endpoint::Completions, &c).unwrap().choices, 1);
+        let e = validate(
+            Endpoint::Completions,
+            &json!({"model":"m","prompt":"a","best_of":99}),
+        )
+        .unwrap_err();
+        assert_eq!(e.param, "best_of");
     }
 
     #[test]

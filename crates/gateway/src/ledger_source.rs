@@ -1,14 +1,20 @@
 //! The Postgres ledger as the hold engine's rebuild source.
 
-use quota::{LedgerSource, ScopeUsage};
+use quota::{LedgerSource, QuotaEngine, ScopeUsage};
 use store::Store;
 
-pub struct StoreLedger<'a>(pub &'a Store);
+pub struct StoreLedger<'a> {
+    pub store: &'a Store,
+    pub quota: &'a QuotaEngine,
+}
 
 impl LedgerSource for StoreLedger<'_> {
     async fn month_usage(&self, tenant: &str, month: &str) -> Result<Vec<ScopeUsage>, String> {
+        // Events settled but not yet stored are part of the month too: store
+        // them first (idempotent), so the rebuild reads one complete source.
+        crate::ledger::sweep_outboxes(self.store, self.quota, &[tenant.to_string()]).await?;
         let rows = self
-            .0
+            .store
             .month_usage(tenant, month)
             .await
             .map_err(|e| e.to_string())?;

@@ -24,7 +24,7 @@ use store::Store;
 
 pub use ledger::LedgerWriter;
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct GatewayConfig {
     /// Request bodies above this are refused with 413.
     pub max_body_bytes: usize,
@@ -36,6 +36,19 @@ pub struct GatewayConfig {
     /// Pepper of the keyed hash of virtual keys.
     pub pepper: Vec<u8>,
     pub clock: PlatformClock,
+    /// A stream whose upstream sends nothing for this long is closed.
+    pub stream_idle_timeout: Duration,
+}
+
+impl std::fmt::Debug for GatewayConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayConfig")
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("upstream_timeout", &self.upstream_timeout)
+            .field("replica", &self.replica)
+            .field("pepper", &"***")
+            .finish_non_exhaustive()
+    }
 }
 
 pub struct Gateway {

@@ -4,7 +4,7 @@
 use crate::catalog::{KeyEntry, ModelEntry, ModelKind};
 use crate::errors::ApiError;
 use crate::metrics_names as m;
-use crate::settle::{Actual, HeldRequest};
+use crate::settle::{Actual, HeldRequest, PendingHold};
 use crate::sse::Usage;
 use crate::{stream, upstream, Gateway};
 use axum::body::Body;
@@ -162,11 +162,22 @@ async fn admit_and_forward(
         model: &model.id,
         limits: key.scope_limits(),
     };
+    let mut pending = PendingHold {
+        gw: gw.clone(),
+        key: key.clone(),
+        month: month.clone(),
+        request_id: rid.to_string(),
+        armed: true,
+    };
     let t0 = Instant::now();
-    let outcome = gw
-        .quota
-        .hold(&hold, &crate::ledger_source::StoreLedger(&gw.store))
-        .await;
+    let ledger = crate::ledger_source::StoreLedger {
+        store: &gw.store,
+        quota: &gw.quota,
+    };
+    let outcome = gw.quota.hold(&hold, &ledger).await;
+    // Known outcome: admitted holds are closed by `HeldRequest`, refusals
+    // held nothing. Only an error (timeout) leaves the guard armed.
+    pending.armed = outcome.is_err();
     metrics::histogram!(m::HOLD_SECONDS).record(t0.elapsed().as_secs_f64());
     let (remaining_requests, remaining_tokens) = match outcome {
         Ok(HoldOutcome::Admitted {
@@ -348,8 +359,19 @@ fn rewrite_for_upstream(
     if s.stream {
         body["stream_options"] = json!({"include_usage": true});
     }
-    if endpoint != Endpoint::Embeddings && s.max_output.is_none() {
-        body["max_tokens"] = json!(est_out / s.choices.max(1));
+    if endpoint == Endpoint::Embeddings {
+        return;
+    }
+    let per_choice = json!(est_out / s.choices.max(1));
+    let mut capped = false;
+    for field in ["max_tokens", "max_completion_tokens"] {
+        if body.get(field).is_some_and(|v| !v.is_null()) {
+            body[field] = per_choice.clone();
+            capped = true;
+        }
+    }
+    if !capped {
+        body["max_tokens"] = per_choice;
     }
 }
 
@@ -370,7 +392,8 @@ async fn forward(
     let resp = match sent {
         Ok(r) => r,
         Err(e) => {
-            tracing::warn!(request_id = %rid, error = %e, "upstream unreachable");
+            // Without the URL: a base URL may carry credentials.
+            tracing::warn!(request_id = %rid, model = %held.model.id, error = %e.without_url(), "upstream unreachable");
             held.release().await;
             let reason = ReasonCode::UpstreamUnavailable;
             return Err(
@@ -408,7 +431,7 @@ async fn forward(
     let bytes = match resp.bytes().await {
         Ok(b) => b,
         Err(e) => {
-            tracing::warn!(request_id = %rid, error = %e, "upstream body broke");
+            tracing::warn!(request_id = %rid, model = %held.model.id, error = %e.without_url(), "upstream body broke");
             let actual = held.best_known("upstream_error");
             held.settle(actual).await;
             return Err(ApiError::new(
@@ -464,10 +487,11 @@ fn upstream_refusal(
         .unwrap_or_default();
     let upstream_msg: String = upstream_msg.chars().take(500).collect();
     match status.as_u16() {
+        // The provider's 429 text can name the gateway's own organisation.
         429 => ApiError::new(
             rid,
             ReasonCode::UpstreamRateLimited,
-            format!("the upstream provider is rate limiting: {upstream_msg}"),
+            "the upstream provider is rate limiting; retry later",
         )
         .retry_after(Some(retry_after.unwrap_or(1))),
         401 | 403 => ApiError::new(

@@ -83,30 +83,69 @@ impl HeldRequest {
         }
     }
 
+    /// Settles in a task of its own: if the caller is cancelled (the client
+    /// hung up while we were settling), the settle still completes.
     pub async fn settle(mut self, actual: Actual) {
         self.closed = true;
         let job = SettleJob::from(&self, actual);
-        job.run().await;
+        let _ = tokio::spawn(job.run()).await;
     }
 
     pub async fn release(mut self) {
         self.closed = true;
-        let gw = self.gw.clone();
-        let k = &self.key;
-        let r = gw
-            .quota
-            .release(
-                &k.tenant.id,
-                &k.app.id,
-                &k.id,
-                &self.month,
-                &self.request_id,
-                k.scope_limits(),
-            )
-            .await;
-        if let Err(e) = r {
-            metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "release").increment(1);
-            tracing::warn!(request_id = %self.request_id, error = %e, "release failed; the stale-hold reconciler will close the hold");
+        let release = release_hold(
+            self.gw.clone(),
+            self.key.clone(),
+            self.month.clone(),
+            self.request_id.clone(),
+        );
+        let _ = tokio::spawn(release).await;
+    }
+}
+
+/// Gives back a hold; harmless when there is none (already closed, or the
+/// hold never landed).
+pub async fn release_hold(gw: Arc<Gateway>, key: Arc<KeyEntry>, month: String, request_id: String) {
+    let k = &key;
+    let r = gw
+        .quota
+        .release(
+            &k.tenant.id,
+            &k.app.id,
+            &k.id,
+            &month,
+            &request_id,
+            k.scope_limits(),
+        )
+        .await;
+    if let Err(e) = r {
+        metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "release").increment(1);
+        tracing::warn!(request_id = %request_id, error = %e, "release failed; the stale-hold reconciler will close the hold");
+    }
+}
+
+/// Armed while a hold call is under way: if the call times out or the client
+/// goes away before the outcome is known, the hold (if it landed) is released.
+pub struct PendingHold {
+    pub gw: Arc<Gateway>,
+    pub key: Arc<KeyEntry>,
+    pub month: String,
+    pub request_id: String,
+    pub armed: bool,
+}
+
+impl Drop for PendingHold {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(release_hold(
+                self.gw.clone(),
+                self.key.clone(),
+                std::mem::take(&mut self.month),
+                std::mem::take(&mut self.request_id),
+            ));
         }
     }
 }

@@ -16,13 +16,22 @@ pub fn metered(
     client_wants_usage: bool,
 ) -> Body {
     let family = held.model.tokenizer;
+    let idle = held.gw.cfg.stream_idle_timeout;
     let s = async_stream::stream! {
         let mut up = upstream.bytes_stream();
         let mut split = SseSplitter::default();
         let mut text = String::new();
         let mut broken = false;
         'read: loop {
-            match up.next().await {
+                        let next = match tokio::time::timeout(idle, up.next()).await {
+                Ok(n) => n,
+                Err(_) => {
+                    tracing::warn!(request_id = %held.request_id, "upstream stream idle too long; closing it");
+                    broken = true;
+                    break 'read;
+                }
+            };
+            match next {
                 Some(Ok(bytes)) => {
                     split.push(&bytes);
                     while let Some(ev) = split.next_event() {
@@ -45,7 +54,7 @@ pub fn metered(
                     }
                 }
                 Some(Err(e)) => {
-                    tracing::warn!(request_id = %held.request_id, error = %e, "upstream stream broke");
+                                        tracing::warn!(request_id = %held.request_id, error = %e.without_url(), "upstream stream broke");
                     broken = true;
                     break 'read;
                 }

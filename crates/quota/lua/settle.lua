@@ -22,13 +22,18 @@ if held then
   est_in, est_out, est_cost = tonumber(h[2]), tonumber(h[3]), tonumber(h[4])
   ovr_tok = math.max(0, act_tok - est_in - est_out)
   ovr_cost = math.max(0, act_cost - est_cost)
+else
+  -- No hold record (Redis lost it): nothing was reserved for this usage in
+  -- these counters, so all of it is recorded as overrun, keeping
+  -- used + held <= limit + overruns true.
+  ovr_tok, ovr_cost = act_tok, act_cost
 end
 
 for s = 1, 3 do
   local p = scopes[s]
   if held then
-    redis.call('HINCRBY', M, p .. ':ht', -(est_in + est_out))
-    redis.call('HINCRBY', M, p .. ':hc', -est_cost)
+    if redis.call('HINCRBY', M, p .. ':ht', -(est_in + est_out)) < 0 then redis.call('HSET', M, p .. ':ht', 0) end
+    if redis.call('HINCRBY', M, p .. ':hc', -est_cost) < 0 then redis.call('HSET', M, p .. ':hc', 0) end
     if redis.call('HINCRBY', R, p .. ':if', -1) < 0 then redis.call('HSET', R, p .. ':if', 0) end
   end
   redis.call('HINCRBY', M, p .. ':ut', act_tok)

@@ -105,6 +105,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         replica,
         pepper: cfg.pepper()?,
         clock,
+        stream_idle_timeout: Duration::from_secs(cfg.gateway.stream_idle_timeout_secs.max(1)),
     };
     let gw = Arc::new(Gateway::new(gw_cfg, catalog, quota, store, ledger));
     let metrics = metrics_handle();

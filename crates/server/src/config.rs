@@ -87,6 +87,7 @@ pub struct GatewayTuning {
     pub ledger_batch: usize,
     pub ledger_linger_ms: u64,
     pub outbox_sweep_secs: u64,
+    pub stream_idle_timeout_secs: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -136,6 +137,7 @@ impl Default for Config {
                 ledger_batch: 500,
                 ledger_linger_ms: 5,
                 outbox_sweep_secs: 5,
+                stream_idle_timeout_secs: 300,
             },
             mock: MockUpstreamConfig {
                 listen: "127.0.0.1:9090".into(),
