@@ -59,7 +59,7 @@ key=$("$bin" admin bench-setup --upstream "$upstream" 2>"$work/setup.log") || { 
 "$bin" serve --listen "127.0.0.1:$GW_PORT" >"$work/gw.log" 2>&1 &
 gw_pid=$!
 pids+=("$gw_pid")
-wait_until 30 "tollgate on :$GW_PORT" curl -fs -o /dev/null "http://127.0.0.1:$GW_PORT/healthz"
+wait_until "tollgate on :$GW_PORT" 30 curl -fs -o /dev/null "http://127.0.0.1:$GW_PORT/healthz"
 
 body='{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello in one short sentence please."}],"max_tokens":64}'
 lua() { # file, headers...
