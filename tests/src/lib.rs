@@ -114,6 +114,17 @@ impl TestEnv {
     }
 
     pub async fn tenant(&self, id: &str, limits: Limits, allowed: Option<Vec<&str>>) {
+        self.tenant_with_policy(id, limits, allowed, false).await
+    }
+
+    /// A tenant whose policy may clamp max_tokens to the budget.
+    pub async fn tenant_with_policy(
+        &self,
+        id: &str,
+        limits: Limits,
+        allowed: Option<Vec<&str>>,
+        clamp: bool,
+    ) {
         let t = TenantRow {
             id: id.into(),
             name: id.into(),
@@ -123,6 +134,7 @@ impl TestEnv {
             may_borrow: false,
             borrow_cap_tokens: 0,
             allowed_models: allowed.map(|v| v.into_iter().map(String::from).collect()),
+            clamp_max_tokens: clamp,
         };
         self.store.create_tenant("test", &t).await.unwrap();
     }

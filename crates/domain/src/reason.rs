@@ -36,6 +36,8 @@ pub enum ReasonCode {
     UpstreamError,
     UpstreamRateLimited,
     UpstreamUnavailable,
+    /// A degrade: the request went through with a smaller max_tokens.
+    MaxTokensClampedToBudget,
 }
 
 impl ReasonCode {
@@ -72,6 +74,7 @@ impl ReasonCode {
             ReasonCode::UpstreamError => "upstream_error",
             ReasonCode::UpstreamRateLimited => "upstream_rate_limited",
             ReasonCode::UpstreamUnavailable => "upstream_unavailable",
+            ReasonCode::MaxTokensClampedToBudget => "max_tokens_clamped_to_budget",
         }
     }
 
@@ -87,6 +90,7 @@ impl ReasonCode {
             ReasonCode::QuotaStoreUnavailable | ReasonCode::UpstreamUnavailable => 503,
             ReasonCode::UpstreamRateLimited => 429,
             ReasonCode::UpstreamError => 502,
+            ReasonCode::MaxTokensClampedToBudget => 200,
         }
     }
 
@@ -117,6 +121,10 @@ pub struct Refusal {
     pub limit: LimitKind,
     /// Milliseconds until a retry can pass (rate limits); None for budgets.
     pub retry_after_ms: Option<u64>,
+    /// On budget refusals: what the tightest token / cost budget still has
+    /// room for (None where no budget of that kind is set).
+    pub headroom_tokens: Option<i64>,
+    pub headroom_cost: Option<i64>,
 }
 
 impl Refusal {
@@ -152,6 +160,8 @@ mod tests {
             scope: ScopeKind::App,
             limit: LimitKind::Rpm,
             retry_after_ms: Some(1200),
+            headroom_tokens: None,
+            headroom_cost: None,
         };
         assert_eq!(r.retry_after_secs(), Some(2));
         let r = Refusal {

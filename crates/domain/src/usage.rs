@@ -24,6 +24,10 @@ pub struct UsageEvent {
     /// `ok`, `upstream_error`, `client_closed`, `cut_off`, `expired`.
     pub status: String,
     pub stream: bool,
+    /// Whose count was settled: `provider` (the provider's usage),
+    /// `counted` (tokens the gateway counted), `estimated` (the estimate).
+    #[serde(default = "provider")]
+    pub usage_source: String,
     pub replica: String,
     pub started_at_ms: i64,
     pub settled_at_ms: i64,
@@ -33,4 +37,8 @@ impl UsageEvent {
     pub fn total_tokens(&self) -> i64 {
         self.input_tokens + self.output_tokens
     }
+}
+
+fn provider() -> String {
+    "provider".into()
 }

@@ -19,6 +19,7 @@ pub struct TenantEntry {
     pub id: String,
     pub limits: Limits,
     pub allowed_models: Option<HashSet<String>>,
+    pub clamp_max_tokens: bool,
 }
 
 #[derive(Debug)]
@@ -101,6 +102,7 @@ impl Index {
                     id: t.id.clone(),
                     limits: t.limits,
                     allowed_models: set(t.allowed_models),
+                    clamp_max_tokens: t.clamp_max_tokens,
                 };
                 (t.id, Arc::new(e))
             })

@@ -38,6 +38,14 @@ pub struct GatewayConfig {
     pub clock: PlatformClock,
     /// A stream whose upstream sends nothing for this long is closed.
     pub stream_idle_timeout: Duration,
+    /// A stream running this long is cut off (finish_reason "length").
+    pub stream_max_duration: Duration,
+    /// Output tokens a stream holds at a time: the first hold covers one
+    /// slice, and the hold is extended a slice ahead as output is counted.
+    pub stream_slice_tokens: i64,
+    /// A non-stream request clamped to its budget must still be allowed at
+    /// least this many output tokens per choice, or it is refused.
+    pub min_clamped_output_tokens: i64,
 }
 
 impl std::fmt::Debug for GatewayConfig {

@@ -9,3 +9,7 @@ pub const QUOTA_STORE_ERRORS: &str = "tollgate_quota_store_errors_total";
 pub const LEDGER_EVENTS: &str = "tollgate_ledger_events_stored_total";
 pub const LEDGER_ERRORS: &str = "tollgate_ledger_errors_total";
 pub const OVERRUN_TOKENS: &str = "tollgate_overrun_tokens_total";
+pub const EXTEND_SECONDS: &str = "tollgate_extend_seconds";
+pub const STREAM_CUTOFFS: &str = "tollgate_stream_cutoffs_total";
+pub const STREAM_TOKENS_COUNTED: &str = "tollgate_stream_output_tokens_counted_total";
+pub const STREAM_TOKENS_REPORTED: &str = "tollgate_stream_output_tokens_reported_total";

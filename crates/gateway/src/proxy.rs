@@ -12,6 +12,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use domain::keys;
+use domain::limits::LimitKind;
 use domain::reason::{Decision, ReasonCode};
 use domain::request::{self, Endpoint, RequestSummary};
 use domain::tokens;
@@ -144,100 +145,50 @@ async fn admit_and_forward(
     })?;
     let model = resolve_model(gw, &key, endpoint, &summary, rid)
         .map_err(|e| refuse(e, k, &summary.model))?;
-    let (est_in, est_out) = estimate(&key, &model, endpoint, &summary, &json, rid)
+    let (est_in, per_choice) = estimate(&key, &model, endpoint, &summary, &json, rid)
         .map_err(|e| refuse(e, k, &model.id))?;
-    let est_cost = model.price.cost(est_in, est_out).0;
-
+    let max_out = per_choice * summary.choices;
+    // A stream holds one slice of output at a time, extended as it flows.
+    let first_out = if summary.stream {
+        max_out.min(gw.cfg.stream_slice_tokens)
+    } else {
+        max_out
+    };
     let now = chrono::Utc::now();
     let month = gw.cfg.clock.month(now);
-    let hold = HoldRequest {
-        request_id: rid,
-        tenant: &key.tenant.id,
-        app: &key.app.id,
-        key: &key.id,
-        month: &month,
-        est_input: est_in,
-        est_output: est_out,
-        est_cost,
-        model: &model.id,
-        limits: key.scope_limits(),
+    let want = Want {
+        endpoint,
+        summary: &summary,
+        est_in,
+        est_out: first_out,
+        per_choice,
     };
-    let mut pending = PendingHold {
-        gw: gw.clone(),
-        key: key.clone(),
-        month: month.clone(),
-        request_id: rid.to_string(),
-        armed: true,
-    };
-    let t0 = Instant::now();
-    let ledger = crate::ledger_source::StoreLedger {
-        store: &gw.store,
-        quota: &gw.quota,
-    };
-    let outcome = gw.quota.hold(&hold, &ledger).await;
-    // Known outcome: admitted holds are closed by `HeldRequest`, refusals
-    // held nothing. Only an error (timeout) leaves the guard armed.
-    pending.armed = outcome.is_err();
-    metrics::histogram!(m::HOLD_SECONDS).record(t0.elapsed().as_secs_f64());
-    let (remaining_requests, remaining_tokens) = match outcome {
-        Ok(HoldOutcome::Admitted {
-            remaining_requests,
-            remaining_tokens,
-        }) => (remaining_requests, remaining_tokens),
-        Ok(HoldOutcome::Refused(r)) => {
-            let msg = format!(
-                "{}: request refused by the {} limit",
-                r.reason(),
-                r.scope.as_str()
-            );
-            return Err(refuse(
-                ApiError::new(rid, r.reason(), msg).retry_after(r.retry_after_secs()),
-                k,
-                &model.id,
-            ));
-        }
-        Ok(HoldOutcome::Duplicate { .. }) => {
-            // Request ids are minted here per request: a duplicate means a bug.
-            let e = ApiError::new(
-                rid,
-                ReasonCode::QuotaStoreUnavailable,
-                "duplicate request id",
-            )
-            .retry_after(Some(1));
-            return Err(refuse(e, k, &model.id));
-        }
-        Err(err) => {
-            metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "hold").increment(1);
-            let kind = if matches!(err, QuotaError::Ledger(_)) {
-                "ledger"
-            } else {
-                "redis"
-            };
-            tracing::warn!(request_id = rid, kind, error = %err, "hold failed: failing closed");
-            let e = ApiError::new(
-                rid,
-                ReasonCode::QuotaStoreUnavailable,
-                "quota store unavailable; retry shortly",
-            )
-            .retry_after(Some(1));
-            return Err(refuse(e, k, &model.id));
-        }
+    let adm = admit(gw, &key, &model, &month, rid, want)
+        .await
+        .map_err(|e| refuse(e, k, &model.id))?;
+    let (decision, reason) = match adm.degraded {
+        true => (
+            Decision::Degrade,
+            ReasonCode::MaxTokensClampedToBudget.as_str(),
+        ),
+        false => (Decision::Allow, "none"),
     };
     metrics::counter!(m::REQUESTS, "tenant" => key.tenant.id.clone(), "model" => model.id.clone(),
-        "decision" => Decision::Allow.as_str(), "reason" => "none")
+        "decision" => decision.as_str(), "reason" => reason)
     .increment(1);
 
+    let est_cost = model.price.cost(est_in, adm.est_out).0;
     let held = HeldRequest::new(
         gw.clone(),
         rid.to_string(),
         key.clone(),
         model.clone(),
         month,
-        (est_in, est_out, est_cost),
+        (est_in, adm.est_out, est_cost),
         summary.stream,
         now.timestamp_millis(),
     );
-    rewrite_for_upstream(&mut json, &model, endpoint, &summary, est_out);
+    rewrite_for_upstream(&mut json, &model, endpoint, &summary, adm.provider_cap);
     let body = serde_json::to_vec(&json).expect("json serialises");
     let mut out_headers = HeaderMap::new();
     out_headers.insert(
@@ -246,17 +197,176 @@ async fn admit_and_forward(
     );
     out_headers.insert(
         "x-tollgate-decision",
-        HeaderValue::from_static(Decision::Allow.as_str()),
+        HeaderValue::from_static(decision.as_str()),
     );
-    if let Some(r) = remaining_requests {
+    if adm.degraded {
+        out_headers.insert("x-tollgate-reason", HeaderValue::from_static(reason));
+    }
+    if let Some(r) = adm.remaining_requests {
         out_headers.insert("x-ratelimit-remaining-requests", HeaderValue::from(r));
     }
-    if let Some(t) = remaining_tokens {
+    if let Some(t) = adm.remaining_tokens {
         out_headers.insert("x-ratelimit-remaining-tokens", HeaderValue::from(t));
     }
     forward(gw, held, endpoint, &summary, body, out_headers)
         .await
         .map_err(|e| refuse(e, k, &model.id))
+}
+
+/// What a request asks the hold engine for.
+#[derive(Clone, Copy)]
+struct Want<'a> {
+    endpoint: Endpoint,
+    summary: &'a RequestSummary,
+    est_in: i64,
+    /// Output held now (a stream's first slice, else everything allowed).
+    est_out: i64,
+    /// Output cap per choice sent to the provider.
+    per_choice: i64,
+}
+
+struct Admission {
+    est_out: i64,
+    provider_cap: i64,
+    degraded: bool,
+    remaining_requests: Option<i64>,
+    remaining_tokens: Option<i64>,
+}
+
+/// Holds the request; when a budget refuses a non-stream request whose
+/// tenant allows it, retries once with `max_tokens` clamped to what the
+/// budget still covers (decision `degrade`).
+async fn admit(
+    gw: &Arc<Gateway>,
+    key: &Arc<KeyEntry>,
+    model: &ModelEntry,
+    month: &str,
+    rid: &str,
+    want: Want<'_>,
+) -> Result<Admission, ApiError> {
+    let refusal = match hold(gw, key, model, month, rid, want.est_in, want.est_out).await? {
+        HoldOutcome::Admitted {
+            remaining_requests,
+            remaining_tokens,
+        } => {
+            return Ok(Admission {
+                est_out: want.est_out,
+                provider_cap: want.per_choice,
+                degraded: false,
+                remaining_requests,
+                remaining_tokens,
+            })
+        }
+        HoldOutcome::Refused(r) => r,
+        // Request ids are minted here per request: a duplicate means a bug.
+        HoldOutcome::Duplicate { .. } => {
+            return Err(ApiError::new(
+                rid,
+                ReasonCode::QuotaStoreUnavailable,
+                "duplicate request id",
+            )
+            .retry_after(Some(1)))
+        }
+    };
+    let budget = matches!(
+        refusal.limit,
+        LimitKind::MonthlyTokens | LimitKind::MonthlyCost
+    );
+    let may_clamp = budget
+        && key.tenant.clamp_max_tokens
+        && !want.summary.stream
+        && want.endpoint != Endpoint::Embeddings;
+    let clamped = may_clamp
+        .then(|| {
+            domain::pricing::clamped_output_per_choice(
+                refusal.headroom_tokens,
+                refusal.headroom_cost,
+                want.est_in,
+                &model.price,
+                want.summary.choices,
+                gw.cfg.min_clamped_output_tokens,
+            )
+        })
+        .flatten()
+        .filter(|c| *c < want.per_choice);
+    if let Some(per_choice) = clamped {
+        let est_out = per_choice * want.summary.choices;
+        // The refused hold recorded nothing: the same id can hold again.
+        if let HoldOutcome::Admitted {
+            remaining_requests,
+            remaining_tokens,
+        } = hold(gw, key, model, month, rid, want.est_in, est_out).await?
+        {
+            return Ok(Admission {
+                est_out,
+                provider_cap: per_choice,
+                degraded: true,
+                remaining_requests,
+                remaining_tokens,
+            });
+        }
+    }
+    let msg = format!(
+        "{}: request refused by the {} limit",
+        refusal.reason(),
+        refusal.scope.as_str()
+    );
+    Err(ApiError::new(rid, refusal.reason(), msg).retry_after(refusal.retry_after_secs()))
+}
+
+/// One hold call, failing closed on any quota-store error. A hold whose
+/// outcome is unknown (timeout, client gone) is released by the guard.
+async fn hold(
+    gw: &Arc<Gateway>,
+    key: &Arc<KeyEntry>,
+    model: &ModelEntry,
+    month: &str,
+    rid: &str,
+    est_in: i64,
+    est_out: i64,
+) -> Result<HoldOutcome, ApiError> {
+    let req = HoldRequest {
+        request_id: rid,
+        tenant: &key.tenant.id,
+        app: &key.app.id,
+        key: &key.id,
+        month,
+        est_input: est_in,
+        est_output: est_out,
+        est_cost: model.price.cost(est_in, est_out).0,
+        model: &model.id,
+        limits: key.scope_limits(),
+    };
+    let mut pending = PendingHold {
+        gw: gw.clone(),
+        key: key.clone(),
+        month: month.to_string(),
+        request_id: rid.to_string(),
+        armed: true,
+    };
+    let t0 = Instant::now();
+    let ledger = crate::ledger_source::StoreLedger {
+        store: &gw.store,
+        quota: &gw.quota,
+    };
+    let outcome = gw.quota.hold(&req, &ledger).await;
+    pending.armed = outcome.is_err();
+    metrics::histogram!(m::HOLD_SECONDS).record(t0.elapsed().as_secs_f64());
+    outcome.map_err(|err| {
+        metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "hold").increment(1);
+        let kind = if matches!(err, QuotaError::Ledger(_)) {
+            "ledger"
+        } else {
+            "redis"
+        };
+        tracing::warn!(request_id = rid, kind, error = %err, "hold failed: failing closed");
+        ApiError::new(
+            rid,
+            ReasonCode::QuotaStoreUnavailable,
+            "quota store unavailable; retry shortly",
+        )
+        .retry_after(Some(1))
+    })
 }
 
 fn resolve_model(
@@ -296,8 +406,8 @@ fn resolve_model(
     Ok(model)
 }
 
-/// Input tokens with the family's tokenizer; output = requested or default,
-/// times the number of choices. Per-request caps of every scope apply.
+/// Input tokens with the family's tokenizer, and the output cap per choice
+/// (requested or the model default). Per-request caps of every scope apply.
 fn estimate(
     key: &KeyEntry,
     model: &ModelEntry,
@@ -343,7 +453,7 @@ fn estimate(
         (None, Some(cap)) => model.default_max_output.min(cap),
         (None, None) => model.default_max_output,
     };
-    Ok((input.max(1), per_choice * s.choices))
+    Ok((input.max(1), per_choice))
 }
 
 /// The upstream's model name; usage always requested on streams; an explicit
@@ -353,7 +463,7 @@ fn rewrite_for_upstream(
     model: &ModelEntry,
     endpoint: Endpoint,
     s: &RequestSummary,
-    est_out: i64,
+    per_choice: i64,
 ) {
     body["model"] = Value::String(model.upstream_model.clone());
     if s.stream {
@@ -362,16 +472,16 @@ fn rewrite_for_upstream(
     if endpoint == Endpoint::Embeddings {
         return;
     }
-    let per_choice = json!(est_out / s.choices.max(1));
+    let cap = json!(per_choice);
     let mut capped = false;
     for field in ["max_tokens", "max_completion_tokens"] {
         if body.get(field).is_some_and(|v| !v.is_null()) {
-            body[field] = per_choice.clone();
+            body[field] = cap.clone();
             capped = true;
         }
     }
     if !capped {
-        body["max_tokens"] = per_choice;
+        body["max_tokens"] = cap;
     }
 }
 
@@ -451,15 +561,20 @@ async fn forward(
             input: u.prompt_tokens,
             output: u.completion_tokens,
             status: "ok",
+            source: "provider",
         },
         // No usage from the provider: charge the estimate (what was held).
         None => Actual {
             input: held.est_input,
             output: held.est_output,
-            status: "ok_estimated",
+            status: "ok",
+            source: "estimated",
         },
     };
-    held.settle(actual).await;
+    // The answer does not wait for the settle: the settle command is queued
+    // on this replica's Redis connection before the answer is written, so
+    // this client's next request (on this replica) is held after it.
+    tokio::spawn(held.settle(actual));
     headers.insert(
         axum::http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

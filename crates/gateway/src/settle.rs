@@ -35,6 +35,8 @@ pub struct Actual {
     pub input: i64,
     pub output: i64,
     pub status: &'static str,
+    /// `provider`, `counted` or `estimated` (recorded on the usage event).
+    pub source: &'static str,
 }
 
 impl HeldRequest {
@@ -74,11 +76,13 @@ impl HeldRequest {
                 input,
                 output,
                 status,
+                source: "provider",
             },
             None => Actual {
                 input: self.est_input,
                 output: self.counted_output,
                 status,
+                source: "counted",
             },
         }
     }
@@ -191,6 +195,7 @@ impl SettleJob {
             overrun_cost_micro: (cost - h.est_cost).max(0),
             status: a.status.to_string(),
             stream: h.stream,
+            usage_source: a.source.to_string(),
             replica: h.gw.cfg.replica.clone(),
             started_at_ms: h.started_at_ms,
             settled_at_ms: now.timestamp_millis(),

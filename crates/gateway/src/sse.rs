@@ -62,6 +62,14 @@ pub struct Usage {
 #[derive(Debug, Default, Deserialize)]
 pub struct Chunk {
     #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub object: Option<String>,
+    #[serde(default)]
+    pub created: Option<i64>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
     pub choices: Option<Vec<ChoiceDelta>>,
     #[serde(default)]
     pub usage: Option<Usage>,

@@ -1,14 +1,159 @@
-//! Streams passed through to the client event by event, with the output
-//! counted as it flows and the provider's final usage read from its last
-//! chunk. The extra usage chunk tollgate asked for is removed when the client
-//! did not ask for it. A dropped client drops this stream, and the held
-//! request's `Drop` settles what was generated.
+//! Streams metered as they flow (DESIGN §6). The first hold covers the input
+//! and one slice of output; output is counted from the deltas (text,
+//! reasoning, tool-call arguments) and the hold is extended a slice ahead.
+//! When an extension is refused — or the stream's wall-clock cap passes — the
+//! upstream is dropped (the provider stops), the client gets a final chunk
+//! with `finish_reason: "length"`, an `event: error` naming the reason, and
+//! `[DONE]`, and the request settles at what was delivered. The provider's
+//! usage chunk, always requested, is removed when the client did not ask.
+//! A client that goes away drops this stream; `HeldRequest::drop` settles.
 
-use crate::settle::HeldRequest;
+use crate::metrics_names as m;
+use crate::settle::{Actual, HeldRequest};
 use crate::sse::{data_of, Chunk, SseSplitter};
 use axum::body::Body;
 use bytes::Bytes;
+use domain::reason::ReasonCode;
 use futures::StreamExt;
+use quota::{ExtendOutcome, ExtendRequest};
+use serde_json::{json, Value};
+use std::time::Instant;
+
+/// Why a stream was stopped by the gateway.
+enum Cut {
+    Budget(ReasonCode),
+    TimeLimit,
+    QuotaStoreDown,
+}
+
+impl Cut {
+    fn code(&self) -> &'static str {
+        match self {
+            Cut::Budget(r) => r.as_str(),
+            Cut::TimeLimit => "stream_time_limit_exceeded",
+            Cut::QuotaStoreDown => ReasonCode::QuotaStoreUnavailable.as_str(),
+        }
+    }
+}
+
+/// The id, model and shape of the stream, from its chunks, so the
+/// gateway's own closing chunks look like the provider's.
+#[derive(Default)]
+struct Shape {
+    id: Option<String>,
+    object: Option<String>,
+    created: Option<i64>,
+    model: Option<String>,
+}
+
+impl Shape {
+    fn learn(&mut self, c: &Chunk) {
+        if self.id.is_none() {
+            self.id = c.id.clone();
+            self.object = c.object.clone();
+            self.created = c.created;
+            self.model = c.model.clone();
+        }
+    }
+
+    fn chunk(&self, choices: Value) -> Value {
+        json!({
+            "id": self.id.clone().unwrap_or_else(|| "tollgate-cut".into()),
+            "object": self.object.clone().unwrap_or_else(|| "chat.completion.chunk".into()),
+            "created": self.created.unwrap_or(0),
+            "model": self.model.clone().unwrap_or_default(),
+            "choices": choices,
+        })
+    }
+
+    fn is_text_completion(&self) -> bool {
+        self.object.as_deref() == Some("text_completion")
+    }
+}
+
+/// The closing events of a stream the gateway stopped.
+fn cut_events(shape: &Shape, cut: &Cut, usage: Option<(i64, i64)>) -> Bytes {
+    let mut out = String::new();
+    let last = if shape.is_text_completion() {
+        json!([{"index": 0, "text": "", "logprobs": null, "finish_reason": "length"}])
+    } else {
+        json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": "length"}])
+    };
+    out.push_str(&format!("data: {}\n\n", shape.chunk(last)));
+    if let Some((input, output)) = usage {
+        let mut u = shape.chunk(json!([]));
+        u["usage"] = json!({"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output});
+        out.push_str(&format!("data: {u}\n\n"));
+    }
+    // The error rides in a chunk-shaped event under `tollgate_error` (not a
+    // top-level `error`), so OpenAI SDKs end the stream normally instead of
+    // raising; SSE clients see it as `event: error`.
+    let mut e = shape.chunk(json!([]));
+    let (kind, msg) = match cut {
+        Cut::Budget(r) => (
+            r.error_type(),
+            format!("stream stopped: {} (budget exhausted)", r.as_str()),
+        ),
+        Cut::TimeLimit => (
+            "rate_limit_error",
+            "stream stopped: it reached the gateway's time limit".to_string(),
+        ),
+        Cut::QuotaStoreDown => (
+            "api_error",
+            "stream stopped: the quota store is unavailable".to_string(),
+        ),
+    };
+    e["tollgate_error"] = json!({"message": msg, "type": kind, "code": cut.code(), "param": null});
+    out.push_str(&format!("event: error\ndata: {e}\n\ndata: [DONE]\n\n"));
+    Bytes::from(out)
+}
+
+/// Makes room for `needed` more output tokens, a slice at a time; the last
+/// try asks for exactly what is missing so the final tokens of a budget can
+/// still be used. Returns the refusal when the budget cannot cover it.
+async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<(), Cut> {
+    while held.est_output < needed_total {
+        let missing = needed_total - held.est_output;
+        for add in [slice.max(missing), missing] {
+            let add_cost = held.model.price.cost(0, add).0;
+            let k = held.key.clone();
+            let req = ExtendRequest {
+                request_id: &held.request_id,
+                tenant: &k.tenant.id,
+                app: &k.app.id,
+                key: &k.id,
+                month: &held.month,
+                add_output: add,
+                add_cost,
+                limits: k.scope_limits(),
+            };
+            let t0 = Instant::now();
+            let out = held.gw.quota.extend(&req).await;
+            metrics::histogram!(m::EXTEND_SECONDS).record(t0.elapsed().as_secs_f64());
+            match out {
+                Ok(ExtendOutcome::Extended { .. }) => {
+                    held.est_output += add;
+                    held.est_cost += add_cost;
+                    break;
+                }
+                Ok(ExtendOutcome::Refused(r)) if add == missing => {
+                    return Err(Cut::Budget(r.reason()))
+                }
+                Ok(ExtendOutcome::Refused(_)) => continue,
+                Ok(ExtendOutcome::NotHeld { state }) => {
+                    tracing::warn!(request_id = %held.request_id, state, "extend found no open hold; stopping the stream");
+                    return Err(Cut::QuotaStoreDown);
+                }
+                Err(e) => {
+                    metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "extend").increment(1);
+                    tracing::warn!(request_id = %held.request_id, error = %e, "extend failed; stopping the stream");
+                    return Err(Cut::QuotaStoreDown);
+                }
+            }
+        }
+    }
+    Ok(())
+}
 
 pub fn metered(
     mut held: HeldRequest,
@@ -16,61 +161,136 @@ pub fn metered(
     client_wants_usage: bool,
 ) -> Body {
     let family = held.model.tokenizer;
-    let idle = held.gw.cfg.stream_idle_timeout;
+    let cfg = held.gw.cfg.clone();
+    let slice = cfg.stream_slice_tokens.max(1);
+    let deadline = tokio::time::Instant::now() + cfg.stream_max_duration;
     let s = async_stream::stream! {
         let mut up = upstream.bytes_stream();
         let mut split = SseSplitter::default();
         let mut text = String::new();
+        let mut shape = Shape::default();
         let mut broken = false;
+        let mut cut: Option<Cut> = None;
         'read: loop {
-                        let next = match tokio::time::timeout(idle, up.next()).await {
+            let wait = cfg.stream_idle_timeout.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+            let next = match tokio::time::timeout(wait, up.next()).await {
                 Ok(n) => n,
+                Err(_) if tokio::time::Instant::now() >= deadline => {
+                    cut = Some(Cut::TimeLimit);
+                    break 'read;
+                }
                 Err(_) => {
                     tracing::warn!(request_id = %held.request_id, "upstream stream idle too long; closing it");
                     broken = true;
                     break 'read;
                 }
             };
-            match next {
-                Some(Ok(bytes)) => {
-                    split.push(&bytes);
-                    while let Some(ev) = split.next_event() {
-                        if let Some(data) = data_of(&ev) {
-                            if data != b"[DONE]" {
-                                if let Ok(chunk) = serde_json::from_slice::<Chunk>(data) {
-                                    text.clear();
-                                    chunk.generated_text(&mut text);
-                                    held.counted_output += family.count(&text) as i64;
-                                    if let Some(u) = &chunk.usage {
-                                        held.provider_usage = Some((u.prompt_tokens, u.completion_tokens));
-                                    }
-                                    if chunk.is_usage_only() && !client_wants_usage {
-                                        continue;
-                                    }
-                                }
-                            }
-                        }
-                        yield Ok::<Bytes, std::io::Error>(ev);
-                    }
-                }
+            let bytes = match next {
+                Some(Ok(b)) => b,
                 Some(Err(e)) => {
-                                        tracing::warn!(request_id = %held.request_id, error = %e.without_url(), "upstream stream broke");
+                    tracing::warn!(request_id = %held.request_id, error = %e.without_url(), "upstream stream broke");
                     broken = true;
                     break 'read;
                 }
                 None => break 'read,
+            };
+            split.push(&bytes);
+            while let Some(ev) = split.next_event() {
+                let chunk = data_of(&ev)
+                    .filter(|d| *d != b"[DONE]")
+                    .and_then(|d| serde_json::from_slice::<Chunk>(d).ok());
+                if let Some(chunk) = chunk {
+                    shape.learn(&chunk);
+                    if let Some(u) = &chunk.usage {
+                        held.provider_usage = Some((u.prompt_tokens, u.completion_tokens));
+                    }
+                    text.clear();
+                    chunk.generated_text(&mut text);
+                    let n = family.count(&text) as i64;
+                    if n > 0 {
+                        let after = held.counted_output + n;
+                        // Keep a quarter slice of headroom ahead of the text.
+                        if after + slice / 4 > held.est_output {
+                            let want = if after > held.est_output { after } else { after + slice / 4 };
+                            if let Err(c) = cover(&mut held, want, slice).await {
+                                if after > held.est_output {
+                                    cut = Some(c);
+                                    break 'read;
+                                }
+                            }
+                        }
+                        held.counted_output = after;
+                    }
+                    if chunk.is_usage_only() && !client_wants_usage {
+                        continue;
+                    }
+                }
+                yield Ok::<Bytes, std::io::Error>(ev);
             }
+        }
+        // Stop reading: dropping the body closes the upstream connection.
+        drop(up);
+        let counted = held.counted_output;
+        let model = held.model.id.clone();
+        if let Some(c) = cut {
+            metrics::counter!(m::STREAM_CUTOFFS, "reason" => c.code()).increment(1);
+            let delivered = Actual { input: held.provider_usage.map_or(held.est_input, |u| u.0), output: counted, status: "cut_off", source: "counted" };
+            let usage = client_wants_usage.then_some((delivered.input, delivered.output));
+            held.settle(delivered).await;
+            yield Ok(cut_events(&shape, &c, usage));
+            return;
         }
         if let Some(rest) = split.rest() {
             yield Ok(rest);
         }
         let actual = held.best_known(if broken { "upstream_error" } else { "ok" });
+        if let (Some((_, reported)), false) = (held.provider_usage, broken) {
+            metrics::counter!(m::STREAM_TOKENS_COUNTED, "model" => model.clone()).increment(counted as u64);
+            metrics::counter!(m::STREAM_TOKENS_REPORTED, "model" => model).increment(reported.max(0) as u64);
+        }
         held.settle(actual).await;
         if broken {
-            let err = serde_json::json!({"error": {"message": "the upstream provider closed the stream early",
-                "type": "api_error", "code": "upstream_error", "param": null}});
-            yield Ok(Bytes::from(format!("data: {err}\n\ndata: [DONE]\n\n")));
+            let mut e = shape.chunk(json!([]));
+            e["tollgate_error"] = json!({"message": "the upstream provider closed the stream early",
+                "type": "api_error", "code": ReasonCode::UpstreamError.as_str(), "param": null});
+            yield Ok(Bytes::from(format!("event: error\ndata: {e}\n\ndata: [DONE]\n\n")));
         }
     };
     Body::from_stream(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::limits::{LimitKind, ScopeKind};
+
+    #[test]
+    fn a_cut_stream_ends_with_length_error_and_done() {
+        let mut shape = Shape::default();
+        let c: Chunk = serde_json::from_str(
+            r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"delta":{"content":"x"}}]}"#,
+        )
+        .unwrap();
+        shape.learn(&c);
+        let cut = Cut::Budget(ReasonCode::Limit(
+            ScopeKind::Tenant,
+            LimitKind::MonthlyTokens,
+        ));
+        let out = String::from_utf8(cut_events(&shape, &cut, Some((5, 9))).to_vec()).unwrap();
+        let events: Vec<&str> = out.split("\n\n").filter(|e| !e.is_empty()).collect();
+        assert_eq!(events.len(), 4, "{out}");
+        let last: Value = serde_json::from_str(events[0].strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!(last["choices"][0]["finish_reason"], "length");
+        assert_eq!(last["id"], "c1");
+        let usage: Value = serde_json::from_str(events[1].strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!(usage["usage"]["total_tokens"], 14);
+        let err = events[2].strip_prefix("event: error\ndata: ").unwrap();
+        let err: Value = serde_json::from_str(err).unwrap();
+        assert_eq!(
+            err["tollgate_error"]["code"],
+            "tenant_monthly_budget_exhausted"
+        );
+        assert!(err.get("error").is_none());
+        assert_eq!(events[3], "data: [DONE]");
+    }
 }

@@ -6,7 +6,8 @@
 --       rpm, input_tpm, output_tpm
 -- Returns: {1, remaining_requests, remaining_tokens}  admitted
 --          {2, state}                                  duplicate (first answer)
---          {0, scope_index, limit_index, retry_ms}     refused, nothing changed
+--          {0, scope_index, limit_index, retry_ms[, headroom_tokens, headroom_cost]}
+--                                                      refused, nothing changed
 --          {-1}                                        month unknown: rebuild first
 local M, R, H, OPEN = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
@@ -28,21 +29,28 @@ local function limit(s, l) return tonumber(ARGV[9 + (s - 1) * 6 + l]) end
 
 -- Phase 1: check everything, write nothing.
 local function num(h, f) return tonumber(redis.call('HGET', h, f) or '0') end
-local rem_tok = -1
+-- Budget headroom of the tightest scope (-1: no budget of that kind); a
+-- budget refusal returns it so the caller can offer a clamped request.
+local rem_tok, fail_tok = -1, nil
 for s = 1, 3 do
   local L = limit(s, 1)
   if L >= 0 then
     local left = L - num(M, scopes[s] .. ':ut') - num(M, scopes[s] .. ':ht')
-    if left < est_tok then return {0, s, 1, -1} end
-    if rem_tok < 0 or left - est_tok < rem_tok then rem_tok = left - est_tok end
+    if left < est_tok and not fail_tok then fail_tok = s end
+    if rem_tok < 0 or left < rem_tok then rem_tok = math.max(0, left) end
   end
 end
+local rem_cost, fail_cost = -1, nil
 for s = 1, 3 do
   local L = limit(s, 2)
-  if L >= 0 and num(M, scopes[s] .. ':uc') + num(M, scopes[s] .. ':hc') + est_cost > L then
-    return {0, s, 2, -1}
+  if L >= 0 then
+    local left = L - num(M, scopes[s] .. ':uc') - num(M, scopes[s] .. ':hc')
+    if left < est_cost and not fail_cost then fail_cost = s end
+    if rem_cost < 0 or left < rem_cost then rem_cost = math.max(0, left) end
   end
 end
+if fail_tok then return {0, fail_tok, 1, -1, rem_tok, rem_cost} end
+if fail_cost then return {0, fail_cost, 2, -1, rem_tok, rem_cost} end
 for s = 1, 3 do
   local L = limit(s, 3)
   if L >= 0 and num(R, scopes[s] .. ':if') + 1 > L then return {0, s, 3, 1000} end
@@ -86,4 +94,5 @@ end
 redis.call('HSET', H, 'st', 'H', 'p', ARGV[9], 'a', ARGV[2], 'k', ARGV[3],
   'ei', est_in, 'eo', est_out, 'ec', est_cost, 'm', ARGV[7], 'r', ARGV[8], 'at', now)
 redis.call('ZADD', OPEN, now, ARGV[1])
+if rem_tok >= 0 then rem_tok = rem_tok - est_tok end
 return {1, rem_req, rem_tok}

@@ -75,6 +75,32 @@ pub struct SettleRequest<'a> {
     pub limits: [&'a Limits; 3],
 }
 
+/// More output for an open hold (a stream past its slice).
+#[derive(Debug, Clone)]
+pub struct ExtendRequest<'a> {
+    pub request_id: &'a str,
+    pub tenant: &'a str,
+    pub app: &'a str,
+    pub key: &'a str,
+    /// The month the hold was taken in.
+    pub month: &'a str,
+    pub add_output: i64,
+    pub add_cost: i64,
+    pub limits: [&'a Limits; 3],
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExtendOutcome {
+    Extended {
+        remaining_tokens: Option<i64>,
+    },
+    Refused(Refusal),
+    /// No open hold under this id (settled, released, or lost with Redis).
+    NotHeld {
+        state: String,
+    },
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SettleOutcome {
     Settled {
@@ -139,6 +165,7 @@ struct Scripts {
     settle: Script,
     release: Script,
     rebuild: Script,
+    extend: Script,
 }
 
 pub struct QuotaEngine {
@@ -179,6 +206,7 @@ impl QuotaEngine {
                 settle: Script::new(include_str!("../lua/settle.lua")),
                 release: Script::new(include_str!("../lua/release.lua")),
                 rebuild: Script::new(include_str!("../lua/rebuild.lua")),
+                extend: Script::new(include_str!("../lua/extend.lua")),
             },
         })
     }
@@ -222,19 +250,7 @@ impl QuotaEngine {
                         state: str_at(&reply, 1),
                     })
                 }
-                0 => {
-                    let scope = ScopeKind::from_index(int_at(&reply, 1)? as usize - 1);
-                    let limit = LimitKind::from_index(int_at(&reply, 2)? as usize - 1);
-                    let retry = int_at(&reply, 3)?;
-                    let (Some(scope), Some(limit)) = (scope, limit) else {
-                        return Err(QuotaError::Protocol(format!("{reply:?}")));
-                    };
-                    return Ok(HoldOutcome::Refused(Refusal {
-                        scope,
-                        limit,
-                        retry_after_ms: (retry >= 0).then_some(retry as u64),
-                    }));
-                }
+                0 => return Ok(HoldOutcome::Refused(refusal_from(&reply)?)),
                 -1 => self.rebuild_month(req.tenant, req.month, ledger).await?,
                 _ => return Err(QuotaError::Protocol(format!("{reply:?}"))),
             }
@@ -337,6 +353,36 @@ impl QuotaEngine {
             .bounded(redis::cmd("DEL").arg(&lock).query_async(&mut conn))
             .await;
         result
+    }
+
+    /// Adds output to an open hold, with the same all-or-nothing checks as
+    /// a hold for what the extension consumes.
+    pub async fn extend(&self, req: &ExtendRequest<'_>) -> Result<ExtendOutcome, QuotaError> {
+        let k = &self.keys;
+        let mut inv = self.scripts.extend.prepare_invoke();
+        inv.key(k.month(req.tenant, req.month))
+            .key(k.rates(req.tenant))
+            .key(k.hold(req.tenant, req.request_id))
+            .arg(req.request_id)
+            .arg(req.app)
+            .arg(req.key)
+            .arg(req.add_output)
+            .arg(req.add_cost);
+        for l in limit_args(req.limits) {
+            inv.arg(l);
+        }
+        let mut conn = self.conn.clone();
+        let reply: Vec<redis::Value> = self.bounded(inv.invoke_async(&mut conn)).await?;
+        match int_at(&reply, 0)? {
+            1 => Ok(ExtendOutcome::Extended {
+                remaining_tokens: Some(int_at(&reply, 1)?).filter(|v| *v >= 0),
+            }),
+            0 => Ok(ExtendOutcome::Refused(refusal_from(&reply)?)),
+            2 => Ok(ExtendOutcome::NotHeld {
+                state: str_at(&reply, 1),
+            }),
+            _ => Err(QuotaError::Protocol(format!("{reply:?}"))),
+        }
     }
 
     pub async fn settle(&self, req: &SettleRequest<'_>) -> Result<SettleOutcome, QuotaError> {
@@ -497,4 +543,22 @@ fn str_at(v: &[redis::Value], i: usize) -> String {
         Some(redis::Value::SimpleString(s)) => s.clone(),
         other => format!("{other:?}"),
     }
+}
+
+/// `{0, scope_index, limit_index, retry_ms[, headroom_tokens, headroom_cost]}`
+fn refusal_from(reply: &[redis::Value]) -> Result<Refusal, QuotaError> {
+    let scope = ScopeKind::from_index(int_at(reply, 1)? as usize - 1);
+    let limit = LimitKind::from_index(int_at(reply, 2)? as usize - 1);
+    let (Some(scope), Some(limit)) = (scope, limit) else {
+        return Err(QuotaError::Protocol(format!("{reply:?}")));
+    };
+    let retry = int_at(reply, 3)?;
+    let opt = |i: usize| int_at(reply, i).ok().filter(|v| *v >= 0);
+    Ok(Refusal {
+        scope,
+        limit,
+        retry_after_ms: (retry >= 0).then_some(retry as u64),
+        headroom_tokens: opt(4),
+        headroom_cost: opt(5),
+    })
 }

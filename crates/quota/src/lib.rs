@@ -7,7 +7,7 @@ mod engine;
 mod keys;
 
 pub use engine::{
-    HoldOutcome, HoldRequest, LedgerSource, MonthCounters, QuotaEngine, QuotaError, ScopeUsage,
-    SettleOutcome, SettleRequest,
+    ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, MonthCounters,
+    QuotaEngine, QuotaError, ScopeUsage, SettleOutcome, SettleRequest,
 };
 pub use keys::KeySpace;

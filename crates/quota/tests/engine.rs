@@ -4,7 +4,8 @@
 use domain::limits::{LimitKind, ScopeKind};
 use domain::Limits;
 use quota::{
-    HoldOutcome, HoldRequest, LedgerSource, QuotaEngine, ScopeUsage, SettleOutcome, SettleRequest,
+    ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, QuotaEngine, ScopeUsage,
+    SettleOutcome, SettleRequest,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -347,4 +348,85 @@ async fn redis_down_fails_closed_fast() {
         "{:?}",
         t0.elapsed()
     );
+}
+
+fn extend<'a>(s: &'a Scopes, rid: &'a str, add: i64) -> ExtendRequest<'a> {
+    ExtendRequest {
+        request_id: rid,
+        tenant: "acme",
+        app: "web",
+        key: "k1",
+        month: "2026-11",
+        add_output: add,
+        add_cost: add,
+        limits: [&s.tenant, &s.app, &s.key],
+    }
+}
+
+#[tokio::test]
+async fn extend_is_all_or_nothing_and_only_for_open_holds() {
+    let q = engine();
+    let s = Scopes {
+        tenant: Limits {
+            monthly_tokens: Some(1000),
+            ..Default::default()
+        },
+        app: Limits {
+            output_tpm: Some(100_000),
+            ..Default::default()
+        },
+        key: Limits::default(),
+    };
+    q.hold(&hold(&s, "r", 100, 256), &EmptyLedger)
+        .await
+        .unwrap();
+    let out = q.extend(&extend(&s, "r", 256)).await.unwrap();
+    assert_eq!(
+        out,
+        ExtendOutcome::Extended {
+            remaining_tokens: Some(1000 - 612)
+        }
+    );
+    let before = q.month_counters("acme", "2026-11").await.unwrap();
+    let out = q.extend(&extend(&s, "r", 500)).await.unwrap();
+    let ExtendOutcome::Refused(r) = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(r.reason().as_str(), "tenant_monthly_budget_exhausted");
+    assert_eq!(q.month_counters("acme", "2026-11").await.unwrap(), before);
+    // Settling releases the whole extended hold: 612 held become 150 used.
+    q.settle(&settle(&s, "r", 100, 50)).await.unwrap();
+    let c = q.month_counters("acme", "2026-11").await.unwrap();
+    assert_eq!((c.used_tokens("t"), c.held_tokens("t")), (150, 0));
+    let out = q.extend(&extend(&s, "r", 1)).await.unwrap();
+    assert_eq!(out, ExtendOutcome::NotHeld { state: "S".into() });
+}
+
+#[tokio::test]
+async fn a_budget_refusal_tells_the_headroom_left() {
+    let q = engine();
+    let s = Scopes {
+        tenant: Limits {
+            monthly_tokens: Some(1000),
+            ..Default::default()
+        },
+        app: Limits {
+            monthly_tokens: Some(700),
+            ..Default::default()
+        },
+        key: Limits::default(),
+    };
+    q.hold(&hold(&s, "a", 100, 100), &EmptyLedger)
+        .await
+        .unwrap();
+    let out = q
+        .hold(&hold(&s, "b", 100, 900), &EmptyLedger)
+        .await
+        .unwrap();
+    let HoldOutcome::Refused(r) = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(r.reason().as_str(), "tenant_monthly_budget_exhausted");
+    assert_eq!(r.headroom_tokens, Some(500)); // the app's 700 - 200 is the tightest
+    assert_eq!(r.headroom_cost, None);
 }

@@ -106,6 +106,9 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         pepper: cfg.pepper()?,
         clock,
         stream_idle_timeout: Duration::from_secs(cfg.gateway.stream_idle_timeout_secs.max(1)),
+        stream_max_duration: Duration::from_secs(cfg.gateway.stream_max_duration_secs.max(1)),
+        stream_slice_tokens: cfg.gateway.stream_slice_tokens.max(1),
+        min_clamped_output_tokens: cfg.gateway.min_clamped_output_tokens.max(1),
     };
     let gw = Arc::new(Gateway::new(gw_cfg, catalog, quota, store, ledger));
     let metrics = metrics_handle();

@@ -88,6 +88,9 @@ pub struct GatewayTuning {
     pub ledger_linger_ms: u64,
     pub outbox_sweep_secs: u64,
     pub stream_idle_timeout_secs: u64,
+    pub stream_max_duration_secs: u64,
+    pub stream_slice_tokens: i64,
+    pub min_clamped_output_tokens: i64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -138,6 +141,9 @@ impl Default for Config {
                 ledger_linger_ms: 5,
                 outbox_sweep_secs: 5,
                 stream_idle_timeout_secs: 300,
+                stream_max_duration_secs: 1800,
+                stream_slice_tokens: 256,
+                min_clamped_output_tokens: 64,
             },
             mock: MockUpstreamConfig {
                 listen: "127.0.0.1:9090".into(),

@@ -86,6 +86,7 @@ pub async fn seed(store: &Store, mock_base_url: &str, pepper: &[u8]) -> anyhow::
                 may_borrow: id == "sales",
                 borrow_cap_tokens: 500_000,
                 allowed_models: None,
+                clamp_max_tokens: id == "sales",
             };
             store.create_tenant(ACTOR, &t).await?;
             for app in apps {
@@ -157,6 +158,7 @@ pub async fn seed_bench(store: &Store, upstream: &str, pepper: &[u8]) -> anyhow:
             may_borrow: false,
             borrow_cap_tokens: 0,
             allowed_models: None,
+            clamp_max_tokens: false,
         };
         store.create_tenant(ACTOR, &t).await?;
         let a = AppRow {

@@ -19,6 +19,9 @@ pub struct TenantRow {
     pub may_borrow: bool,
     pub borrow_cap_tokens: i64,
     pub allowed_models: Option<Vec<String>>,
+    /// Policy: a non-stream request whose max_tokens the budget cannot cover
+    /// may go through clamped (decision `degrade`) instead of a 402.
+    pub clamp_max_tokens: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -107,7 +110,7 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         let tenants = sqlx::query(
-            "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models FROM tenants",
+            "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens FROM tenants",
         )
         .fetch_all(&mut *tx)
         .await?
@@ -121,7 +124,8 @@ impl Store {
                 limits: limits_of(r.get("limits"))?,
                 may_borrow: r.get("may_borrow"),
                 borrow_cap_tokens: r.get("borrow_cap_tokens"),
-                allowed_models: r.get("allowed_models"),
+                                allowed_models: r.get("allowed_models"),
+                clamp_max_tokens: r.get("clamp_max_tokens"),
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -195,8 +199,8 @@ impl Store {
     pub async fn create_tenant(&self, actor: &str, t: &TenantRow) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         sqlx::query(
-            "INSERT INTO tenants (id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO tenants (id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&t.id)
         .bind(&t.name)
@@ -206,12 +210,13 @@ impl Store {
         .bind(t.may_borrow)
         .bind(t.borrow_cap_tokens)
         .bind(&t.allowed_models)
+        .bind(t.clamp_max_tokens)
         .execute(&mut *tx)
         .await
         .map_err(conflict(format!("tenant {}", t.id)))?;
         let after = json!({"id": t.id, "name": t.name, "cost_center": t.cost_center, "priority": t.priority,
             "limits": t.limits, "may_borrow": t.may_borrow, "borrow_cap_tokens": t.borrow_cap_tokens,
-            "allowed_models": t.allowed_models});
+            "allowed_models": t.allowed_models, "clamp_max_tokens": t.clamp_max_tokens});
         append(
             &mut tx,
             NewAudit::new(actor, "tenant.create", format!("tenant:{}", t.id)).after(after),
