@@ -38,3 +38,16 @@ try:
 except openai.AuthenticationError as e:
     assert e.status_code == 401 and e.body["code"] == "invalid_api_key", e.body
 print("bad key ok")
+
+# A stream cut off by the budget ends like any stream: no exception, the last
+# choice says finish_reason "length".
+cutoff = openai.OpenAI(api_key=os.environ["OPENAI_CUTOFF_KEY"])
+stream = cutoff.chat.completions.create(
+    model="gpt-4o-mini",
+    messages=[{"role": "user", "content": "Write a lot [mock:output_tokens=5000]"}],
+    stream=True,
+    max_tokens=5000,
+)
+reasons = [c.choices[0].finish_reason for c in stream if getattr(c, "choices", None)]
+assert reasons and reasons[-1] == "length", reasons[-5:]
+print("cutoff ok")

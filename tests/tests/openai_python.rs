@@ -17,12 +17,24 @@ async fn the_official_openai_python_client_works_through_tollgate() {
             ..Default::default()
         })
         .await;
+    env.tenant(
+        "small",
+        Limits {
+            monthly_tokens: Some(400),
+            ..Default::default()
+        },
+        None,
+    )
+    .await;
+    env.app("small", "a", Limits::default()).await;
+    let (_, cutoff_key) = env.key("small", "a", Limits::default()).await;
     let srv = env.server().await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/openai_client.py");
     let out = tokio::process::Command::new(python)
         .arg(script)
         .env("OPENAI_BASE_URL", format!("http://{}/v1", srv.addr))
         .env("OPENAI_API_KEY", &key)
+        .env("OPENAI_CUTOFF_KEY", &cutoff_key)
         .output()
         .await
         .expect("python runs");
@@ -32,7 +44,13 @@ async fn the_official_openai_python_client_works_through_tollgate() {
         "stdout:\n{stdout}\nstderr:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for line in ["chat ok", "stream ok", "embedding ok", "bad key ok"] {
+    for line in [
+        "chat ok",
+        "stream ok",
+        "embedding ok",
+        "bad key ok",
+        "cutoff ok",
+    ] {
         assert!(
             stdout.lines().any(|l| l == line),
             "missing {line:?} in:\n{stdout}"

@@ -240,7 +240,7 @@ async fn answer(app: &crate::App, spec: Spec, dir: Directives) -> Response {
             Some(Fault::DisconnectAfter(k)) => Some(k),
             _ => None,
         },
-        include_usage: spec.include_usage,
+        include_usage: spec.include_usage && !dir.no_usage,
     };
     app.stats.prompt_tokens(plan.prompt_tokens);
     if spec.stream {
@@ -272,5 +272,9 @@ async fn answer(app: &crate::App, spec: Spec, dir: Directives) -> Response {
             "usage": plan.usage(),
         }),
     };
+    let mut body = body;
+    if dir.no_usage {
+        body.as_object_mut().expect("object").remove("usage");
+    }
     Json(body).into_response()
 }

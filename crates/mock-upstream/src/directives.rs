@@ -18,6 +18,8 @@ pub struct Directives {
     pub latency_ms: Option<u64>,
     pub chunk_delay_ms: Option<u64>,
     pub fault: Option<Fault>,
+    /// Behave like a provider that never reports usage (`[mock:no_usage]`).
+    pub no_usage: bool,
 }
 
 impl Directives {
@@ -41,6 +43,7 @@ impl Directives {
                     self.chunk_delay_ms = value.parse().ok().or(self.chunk_delay_ms)
                 }
                 "fault" => self.fault = parse_fault(value).or(self.fault),
+                "no_usage" => self.no_usage = true,
                 _ => {}
             }
             text = &text[end + 1..];
