@@ -79,6 +79,7 @@ mod tests {
                 latency_ms: Some(200),
                 chunk_delay_ms: Some(5),
                 fault: Some(Fault::DisconnectAfter(10)),
+                no_usage: false,
             }
         );
     }

@@ -9,42 +9,58 @@
 --          {0, scope_index, limit_index, retry_ms[, headroom_tokens, headroom_cost]}
 --                                                      refused, nothing changed
 --          {-1}                                        month unknown: rebuild first
+-- Reads and writes are batched (one HMGET and one HSET per hash): this script
+-- runs on every request, and each redis.call costs Redis's single thread.
 local M, R, H, OPEN = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 local st = redis.call('HGET', H, 'st')
 if st then
   return {2, st}
 end
-if redis.call('HEXISTS', M, '_rb') == 0 then
+
+local scopes = {'t', 'a:' .. ARGV[2], 'k:' .. ARGV[3]}
+local function n(v) return tonumber(v) or 0 end
+local function int(v) return string.format('%d', v) end
+local function limit(s, l) return tonumber(ARGV[9 + (s - 1) * 6 + l]) end
+
+-- Month: the marker, then per scope used/held tokens and cost.
+local mf = {'_rb'}
+for s = 1, 3 do
+  local p = scopes[s]
+  mf[#mf + 1] = p .. ':ut'; mf[#mf + 1] = p .. ':ht'; mf[#mf + 1] = p .. ':uc'; mf[#mf + 1] = p .. ':hc'
+end
+local mv = redis.call('HMGET', M, unpack(mf))
+if not mv[1] then
   return {-1}
 end
+local function mon(s, i) return n(mv[1 + (s - 1) * 4 + i]) end -- i: 1 ut, 2 ht, 3 uc, 4 hc
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local scopes = {'t', 'a:' .. ARGV[2], 'k:' .. ARGV[3]}
+-- Rates: per scope in-flight, then value and timestamp of three buckets.
+local RF = {':if', ':rpm', ':rpm:ts', ':itpm', ':itpm:ts', ':otpm', ':otpm:ts'}
+local rf = {}
+for s = 1, 3 do
+  for _, f in ipairs(RF) do rf[#rf + 1] = scopes[s] .. f end
+end
+local rv = redis.call('HMGET', R, unpack(rf))
+local function rate(s, i) return rv[(s - 1) * 7 + i] end
+
 local est_in, est_out, est_cost = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local est_tok = est_in + est_out
 
-local function limit(s, l) return tonumber(ARGV[9 + (s - 1) * 6 + l]) end
-
--- Phase 1: check everything, write nothing.
-local function num(h, f) return tonumber(redis.call('HGET', h, f) or '0') end
--- Budget headroom of the tightest scope (-1: no budget of that kind); a
--- budget refusal returns it so the caller can offer a clamped request.
+-- Phase 1: check everything, write nothing. Budgets first; a budget refusal
+-- returns the tightest headroom so the caller can offer a clamped request.
 local rem_tok, fail_tok = -1, nil
+local rem_cost, fail_cost = -1, nil
 for s = 1, 3 do
   local L = limit(s, 1)
   if L >= 0 then
-    local left = L - num(M, scopes[s] .. ':ut') - num(M, scopes[s] .. ':ht')
+    local left = L - mon(s, 1) - mon(s, 2)
     if left < est_tok and not fail_tok then fail_tok = s end
     if rem_tok < 0 or left < rem_tok then rem_tok = math.max(0, left) end
   end
-end
-local rem_cost, fail_cost = -1, nil
-for s = 1, 3 do
-  local L = limit(s, 2)
+  L = limit(s, 2)
   if L >= 0 then
-    local left = L - num(M, scopes[s] .. ':uc') - num(M, scopes[s] .. ':hc')
+    local left = L - mon(s, 3) - mon(s, 4)
     if left < est_cost and not fail_cost then fail_cost = s end
     if rem_cost < 0 or left < rem_cost then rem_cost = math.max(0, left) end
   end
@@ -53,44 +69,50 @@ if fail_tok then return {0, fail_tok, 1, -1, rem_tok, rem_cost} end
 if fail_cost then return {0, fail_cost, 2, -1, rem_tok, rem_cost} end
 for s = 1, 3 do
   local L = limit(s, 3)
-  if L >= 0 and num(R, scopes[s] .. ':if') + 1 > L then return {0, s, 3, 1000} end
+  if L >= 0 and n(rate(s, 1)) + 1 > L then return {0, s, 3, 1000} end
 end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- Token buckets: capacity = the per-minute limit, refilled continuously.
 local buckets = {}
 local rem_req = -1
-local dims = {{4, 'rpm', 1}, {5, 'itpm', est_in}, {6, 'otpm', est_out}}
+local dims = {{4, 2, 1}, {5, 4, est_in}, {6, 6, est_out}} -- limit index, field offset, need
 for _, d in ipairs(dims) do
   for s = 1, 3 do
     local L = limit(s, d[1])
     if L >= 0 then
-      local f = scopes[s] .. ':' .. d[2]
-      local v = redis.call('HMGET', R, f, f .. ':ts')
-      local cur, ts = tonumber(v[1]), tonumber(v[2])
+      local cur, ts = tonumber(rate(s, d[2])), tonumber(rate(s, d[2] + 1))
       if cur == nil then cur = L; ts = now end
-      local rate = L / 60000
-      cur = math.min(L, cur + math.max(0, now - ts) * rate)
+      local r = L / 60000
+      cur = math.min(L, cur + math.max(0, now - (ts or now)) * r)
       local need = d[3]
       if cur < need then
         local wait = 60000
-        if need <= L and rate > 0 then wait = math.ceil((need - cur) / rate) end
+        if need <= L and r > 0 then wait = math.ceil((need - cur) / r) end
         return {0, s, d[1], wait}
       end
-      buckets[#buckets + 1] = {f, cur - need}
+      buckets[#buckets + 1] = {scopes[s] .. RF[d[2]], cur - need}
       if d[1] == 4 and (rem_req < 0 or cur - need < rem_req) then rem_req = math.floor(cur - need) end
     end
   end
 end
 
 -- Phase 2: every check passed; take.
+local mw, rw = {}, {}
 for s = 1, 3 do
-  redis.call('HINCRBY', M, scopes[s] .. ':ht', est_tok)
-  redis.call('HINCRBY', M, scopes[s] .. ':hc', est_cost)
-  redis.call('HINCRBY', R, scopes[s] .. ':if', 1)
+  local p = scopes[s]
+  mw[#mw + 1] = p .. ':ht'; mw[#mw + 1] = int(mon(s, 2) + est_tok)
+  mw[#mw + 1] = p .. ':hc'; mw[#mw + 1] = int(mon(s, 4) + est_cost)
+  rw[#rw + 1] = p .. ':if'; rw[#rw + 1] = int(n(rate(s, 1)) + 1)
 end
 for _, b in ipairs(buckets) do
-  redis.call('HSET', R, b[1], tostring(b[2]), b[1] .. ':ts', now)
+  rw[#rw + 1] = b[1]; rw[#rw + 1] = string.format('%.6f', b[2])
+  rw[#rw + 1] = b[1] .. ':ts'; rw[#rw + 1] = int(now)
 end
+redis.call('HSET', M, unpack(mw))
+redis.call('HSET', R, unpack(rw))
 redis.call('HSET', H, 'st', 'H', 'p', ARGV[9], 'a', ARGV[2], 'k', ARGV[3],
   'ei', est_in, 'eo', est_out, 'ec', est_cost, 'm', ARGV[7], 'r', ARGV[8], 'at', now)
 redis.call('ZADD', OPEN, now, ARGV[1])

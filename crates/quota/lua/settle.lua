@@ -6,6 +6,7 @@
 --       7 usage event (JSON, stored verbatim), 8 status, 9..26 limits
 -- Returns: {1, overrun_tokens, overrun_cost}  settled now
 --          {2, state}                          already settled/released: no-op
+-- Reads and writes are batched, as in hold.lua.
 local M, R, H, OPEN, OUTBOX = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
 local h = redis.call('HMGET', H, 'st', 'ei', 'eo', 'ec')
@@ -13,11 +14,13 @@ if h[1] == 'S' or h[1] == 'R' then
   return {2, h[1]}
 end
 local scopes = {'t', 'a:' .. ARGV[2], 'k:' .. ARGV[3]}
+local function n(v) return tonumber(v) or 0 end
+local function int(v) return string.format('%d', v) end
 local act_in, act_out, act_cost = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local act_tok = act_in + act_out
-local ovr_tok, ovr_cost = 0, 0
 local held = h[1] == 'H'
 local est_in, est_out, est_cost = 0, 0, 0
+local ovr_tok, ovr_cost
 if held then
   est_in, est_out, est_cost = tonumber(h[2]), tonumber(h[3]), tonumber(h[4])
   ovr_tok = math.max(0, act_tok - est_in - est_out)
@@ -29,35 +32,43 @@ else
   ovr_tok, ovr_cost = act_tok, act_cost
 end
 
+local MF = {':ut', ':ht', ':uc', ':hc', ':ot', ':oc'}
+local RF = {':if', ':itpm', ':otpm'}
+local mf, rf = {}, {}
 for s = 1, 3 do
-  local p = scopes[s]
-  if held then
-    if redis.call('HINCRBY', M, p .. ':ht', -(est_in + est_out)) < 0 then redis.call('HSET', M, p .. ':ht', 0) end
-    if redis.call('HINCRBY', M, p .. ':hc', -est_cost) < 0 then redis.call('HSET', M, p .. ':hc', 0) end
-    if redis.call('HINCRBY', R, p .. ':if', -1) < 0 then redis.call('HSET', R, p .. ':if', 0) end
-  end
-  redis.call('HINCRBY', M, p .. ':ut', act_tok)
-  redis.call('HINCRBY', M, p .. ':uc', act_cost)
-  if ovr_tok > 0 then redis.call('HINCRBY', M, p .. ':ot', ovr_tok) end
-  if ovr_cost > 0 then redis.call('HINCRBY', M, p .. ':oc', ovr_cost) end
+  for _, f in ipairs(MF) do mf[#mf + 1] = scopes[s] .. f end
+  for _, f in ipairs(RF) do rf[#rf + 1] = scopes[s] .. f end
 end
+local mv = redis.call('HMGET', M, unpack(mf))
+local rv = held and redis.call('HMGET', R, unpack(rf)) or {}
 
--- Give the token buckets back what the estimate took beyond the real use
--- (or take the excess when the estimate was low).
-if held then
-  local dims = {{5, 'itpm', est_in - act_in}, {6, 'otpm', est_out - act_out}}
-  for _, d in ipairs(dims) do
-    for s = 1, 3 do
+local mw, rw = {}, {}
+local function put(t, f, v) t[#t + 1] = f; t[#t + 1] = v end
+for s = 1, 3 do
+  local p, b = scopes[s], (s - 1) * 6
+  put(mw, p .. ':ut', int(n(mv[b + 1]) + act_tok))
+  put(mw, p .. ':uc', int(n(mv[b + 3]) + act_cost))
+  if ovr_tok > 0 then put(mw, p .. ':ot', int(n(mv[b + 5]) + ovr_tok)) end
+  if ovr_cost > 0 then put(mw, p .. ':oc', int(n(mv[b + 6]) + ovr_cost)) end
+  if held then
+    put(mw, p .. ':ht', int(math.max(0, n(mv[b + 2]) - est_in - est_out)))
+    put(mw, p .. ':hc', int(math.max(0, n(mv[b + 4]) - est_cost)))
+    local r = (s - 1) * 3
+    put(rw, p .. ':if', int(math.max(0, n(rv[r + 1]) - 1)))
+    -- Give the token buckets back what the estimate took beyond the real
+    -- use (or take the excess when the estimate was low).
+    local adj = {{5, 2, est_in - act_in}, {6, 3, est_out - act_out}}
+    for _, d in ipairs(adj) do
       local L = tonumber(ARGV[8 + (s - 1) * 6 + d[1]])
-      local f = scopes[s] .. ':' .. d[2]
-      if L >= 0 and d[3] ~= 0 then
-        local cur = tonumber(redis.call('HGET', R, f) or '')
-        if cur then redis.call('HSET', R, f, tostring(math.min(L, cur + d[3]))) end
+      local cur = tonumber(rv[r + d[2]])
+      if L >= 0 and cur and d[3] ~= 0 then
+        put(rw, p .. RF[d[2]], string.format('%.6f', math.min(L, cur + d[3])))
       end
     end
   end
 end
-
+redis.call('HSET', M, unpack(mw))
+if #rw > 0 then redis.call('HSET', R, unpack(rw)) end
 redis.call('HSET', OUTBOX, ARGV[1], ARGV[7])
 redis.call('HSET', H, 'st', 'S', 'ai', act_in, 'ao', act_out, 'ac', act_cost, 'x', ARGV[8])
 redis.call('EXPIRE', H, 86400)
