@@ -25,8 +25,9 @@ trap cleanup EXIT
 ensure_services >/dev/null
 have wrk || apt_install wrk
 log "building tollgate (release)"
-cargo build -q --release -p tollgate-server --bin tollgate
+cargo build -q --release -p tollgate-server --bin tollgate -p tollgate-bench --bin tollgate-bench
 bin=${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/release/tollgate
+sbench=${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/release/tollgate-bench
 
 case $UPSTREAM in
 mock)
@@ -90,12 +91,19 @@ run() { # name url lua conns
     R[$1.$4.err]=$(echo "$out" | awk '/Non-2xx/{print $NF} /Socket errors/{print "sock"}' | paste -sd, -)
     R[$1.$4.err]=${R[$1.$4.err]:-0}
 }
+redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" CONFIG RESETSTAT >/dev/null
 for c in 1 32; do
     log "direct   c=$c (${DUR}s)"
     run direct "$upstream/chat/completions" "$work/direct.lua" "$c"
     log "tollgate c=$c (${DUR}s)"
     run tollgate "http://127.0.0.1:$GW_PORT/v1/chat/completions" "$work/tollgate.lua" "$c"
 done
+# Streams: 64 chunks 20 ms apart (the mock's directives; nginx cannot stream).
+if [[ $UPSTREAM == mock ]]; then
+    log "streams: direct, then tollgate (${STREAMS:-60} streams, 10 at a time)"
+    sd=$("$sbench" --url "$upstream/chat/completions" --requests "${STREAMS:-60}")
+    sg=$("$sbench" --url "http://127.0.0.1:$GW_PORT/v1/chat/completions" --key "$key" --requests "${STREAMS:-60}")
+fi
 rss=$(awk '/VmRSS/{print $2" "$3}' "/proc/$gw_pid/status")
 cpu=$(awk '{printf "%.1f", ($14+$15)/100}' "/proc/$gw_pid/stat")
 
@@ -110,5 +118,23 @@ for c in 1 32; do
         "${R[direct.$c.rps]}" "${R[tollgate.$c.rps]}" "$d50" "$g50" "$(awk -v a="$g50" -v b="$d50" 'BEGIN{print a-b}')" \
         "$d99" "$g99" "$(awk -v a="$g99" -v b="$d99" 'BEGIN{print a-b}')" "${R[direct.$c.err]}" "${R[tollgate.$c.err]}"
 done
+if [[ -n ${sd:-} ]]; then
+    val() { echo "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1==k{print $2}'; }
+    echo
+    echo "| streams (64 chunks, 20 ms apart, 10 concurrent) | direct | tollgate | added |"
+    echo "|---|---|---|---|"
+    for k in ttft_p50_us ttft_p99_us gap_p50_us gap_p99_us; do
+        d=$(val "$sd" $k) g=$(val "$sg" $k)
+        printf '| %s | %s | %s | %s |\n' "${k%_us} µs" "$d" "$g" "$(awk -v a="$g" -v b="$d" 'BEGIN{print a-b}')"
+    done
+    echo "| errors | $(val "$sd" errors) | $(val "$sg" errors) | |"
+fi
 echo
 echo "gateway after the runs: RSS $rss, CPU time ${cpu}s"
+hold=$(curl -fs "http://127.0.0.1:$GW_PORT/metrics" | awk '/^tollgate_hold_seconds_sum/{s=$2} /^tollgate_hold_seconds_count/{c=$2} END{if (c) printf "%.1f", s/c*1e6}')
+evalsha=$(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" INFO commandstats | awk -F'[,=]' '/^cmdstat_evalsha/{print $6}')
+echo "hold round trip seen by the gateway: ${hold} µs mean; Redis time per script call (hold/settle mix): ${evalsha} µs"
+echo "physical floor, redis-benchmark PING on this machine:"
+for c in 1 32; do
+    printf '  c=%s: %s\n' "$c" "$(redis-benchmark -h "$REDIS_HOST" -p "$REDIS_PORT" -t ping -n 100000 -c "$c" -q 2>/dev/null | tr '\r' '\n' | grep -E 'PING_MBULK: [0-9]' | tail -1)"
+done

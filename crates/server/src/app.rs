@@ -6,6 +6,7 @@ use anyhow::Context;
 use axum::extract::State;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use axum::Router;
 use gateway::catalog::CatalogCache;
 use gateway::{Gateway, GatewayConfig, LedgerWriter};
@@ -126,6 +127,11 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         let shutdown = async move {
             let _ = stopped.wait_for(|s| *s).await;
         };
+        // Small SSE events must leave at once, not wait for the previous
+        // write's ACK (Nagle + delayed ACK stalls a stream by up to 40 ms).
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         if let Err(e) = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)
             .await
