@@ -263,3 +263,36 @@ async fn key_changes_reach_the_running_gateway_within_a_second() {
     assert!(gone, "revoked key still accepted");
     srv.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_large_prompt_is_estimated_with_the_real_tokenizer() {
+    let env = TestEnv::new().await;
+    let (_, key) = env.simple_tenant(Limits::default()).await;
+    let srv = env.server().await;
+    // ~200 KB of text: tokenized off the request workers, then held in full.
+    let big = "the quick brown fox jumps over the lazy dog ".repeat(4600);
+    let r = post(
+        &format!("http://{}/v1/chat/completions", srv.addr),
+        &key,
+        &chat_body(&big, Some(8)),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let rid = r.headers()["x-request-id"].to_str().unwrap().to_string();
+    let month = this_month();
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || async {
+            env.ledger_tokens("t", &month).await.1 == 1
+        })
+        .await
+    );
+    let e = env.store.usage_event(&rid).await.unwrap().unwrap();
+    // 9 words, 9 tokens, 4600 times: the estimate is the BPE count (+ chat
+    // overhead), not a guess from the byte length.
+    let est_input = e.est_tokens - 8;
+    assert!(
+        (41_400..41_420).contains(&est_input),
+        "estimated {est_input} input tokens"
+    );
+    srv.shutdown().await;
+}

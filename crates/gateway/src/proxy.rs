@@ -45,6 +45,9 @@ pub async fn embeddings(
     handle(gw, Endpoint::Embeddings, headers, body).await
 }
 
+/// Bodies above this are tokenized on the blocking pool.
+const LARGE_BODY: usize = 64 * 1024;
+
 pub fn new_request_id() -> String {
     format!("req_{}", uuid::Uuid::now_v7().simple())
 }
@@ -145,8 +148,22 @@ async fn admit_and_forward(
     })?;
     let model = resolve_model(gw, &key, endpoint, &summary, rid)
         .map_err(|e| refuse(e, k, &summary.model))?;
-    let (est_in, per_choice) = estimate(&key, &model, endpoint, &summary, &json, rid)
-        .map_err(|e| refuse(e, k, &model.id))?;
+    let (estimated, json_back) = if bytes.len() > LARGE_BODY {
+        // Tokenizing megabytes takes milliseconds: keep it off the workers
+        // that serve every other request.
+        let (key2, model2, summary2, rid2) =
+            (key.clone(), model.clone(), summary.clone(), rid.to_string());
+        tokio::task::spawn_blocking(move || {
+            let r = estimate(&key2, &model2, endpoint, &summary2, &json, &rid2);
+            (r, json)
+        })
+        .await
+        .expect("estimate task does not panic")
+    } else {
+        (estimate(&key, &model, endpoint, &summary, &json, rid), json)
+    };
+    let mut json = json_back;
+    let (est_in, per_choice) = estimated.map_err(|e| refuse(e, k, &model.id))?;
     let max_out = per_choice * summary.choices;
     // A stream holds one slice of output at a time, extended as it flows.
     let first_out = if summary.stream {
