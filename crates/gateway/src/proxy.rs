@@ -128,7 +128,7 @@ async fn admit_and_forward(
                 "",
             )
         })?;
-    let mut json: Value = serde_json::from_slice(&bytes).map_err(|e| {
+    let json: Value = serde_json::from_slice(&bytes).map_err(|e| {
         refuse(
             ApiError::new(
                 rid,
@@ -195,7 +195,7 @@ async fn admit_and_forward(
     .increment(1);
 
     let est_cost = model.price.cost(est_in, adm.est_out).0;
-    let held = HeldRequest::new(
+    let mut held = HeldRequest::new(
         gw.clone(),
         rid.to_string(),
         key.clone(),
@@ -205,6 +205,7 @@ async fn admit_and_forward(
         summary.stream,
         now.timestamp_millis(),
     );
+    held.max_output = if adm.degraded { adm.est_out } else { max_out };
     rewrite_for_upstream(&mut json, &model, endpoint, &summary, adm.provider_cap);
     let body = serde_json::to_vec(&json).expect("json serialises");
     let mut out_headers = HeaderMap::new();

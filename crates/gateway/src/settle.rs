@@ -20,6 +20,9 @@ pub struct HeldRequest {
     pub est_input: i64,
     pub est_output: i64,
     pub est_cost: i64,
+    /// The most output the request may produce (its cap times its choices):
+    /// a stream's hold is never extended past it.
+    pub max_output: i64,
     pub stream: bool,
     pub started_at_ms: i64,
     /// Output tokens counted from stream deltas so far.
@@ -60,6 +63,7 @@ impl HeldRequest {
             est_input: est.0,
             est_output: est.1,
             est_cost: est.2,
+            max_output: est.1,
             stream,
             started_at_ms,
             counted_output: 0,

@@ -114,7 +114,9 @@ fn cut_events(shape: &Shape, cut: &Cut, usage: Option<(i64, i64)>) -> Bytes {
 async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<(), Cut> {
     while held.est_output < needed_total {
         let missing = needed_total - held.est_output;
-        for add in [slice.max(missing), missing] {
+        // A slice, but never past the request's own output cap.
+        let step = slice.min(held.max_output - held.est_output).max(missing);
+        for add in [step, missing] {
             let add_cost = held.model.price.cost(0, add).0;
             let k = held.key.clone();
             let req = ExtendRequest {
@@ -209,9 +211,16 @@ pub fn metered(
                     let n = family.count(&text) as i64;
                     if n > 0 {
                         let after = held.counted_output + n;
-                        // Keep a quarter slice of headroom ahead of the text.
-                        if after + slice / 4 > held.est_output {
-                            let want = if after > held.est_output { after } else { after + slice / 4 };
+                                                // Keep a quarter slice of headroom ahead of the text,
+                        // up to the request's cap; past the cap (our count
+                        // can run a little above the provider's) only what
+                        // the text needs.
+                        let want = if after > held.est_output {
+                            after
+                        } else {
+                            (after + slice / 4).min(held.max_output)
+                        };
+                        if want > held.est_output {
                             if let Err(c) = cover(&mut held, want, slice).await {
                                 if after > held.est_output {
                                     cut = Some(c);
