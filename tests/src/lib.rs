@@ -75,6 +75,7 @@ impl TestEnv {
         c.redis.key_prefix = self.prefix.clone();
         c.keys.pepper = Some(PEPPER.into());
         c.keys.encryption_key = Some(ENC_KEY.into());
+        c.auth.jwt_secret = Some("e2e-jwt-secret-0123456789abcdef0123456789".into());
         c.platform.timezone = "UTC".into();
         c.gateway.outbox_sweep_secs = 1;
         c
@@ -337,4 +338,53 @@ impl Drop for RedisProc {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A console user, created straight in the store; returns its id.
+pub async fn user(env: &TestEnv, email: &str, role: &str, tenant: Option<&str>) -> String {
+    let hash = console::passwords::hash("correct horse battery staple").unwrap();
+    env.store
+        .create_user("test", email, &hash, role, tenant)
+        .await
+        .unwrap()
+        .to_string()
+}
+
+/// Logs in through the API; returns the bearer token.
+pub async fn login(base: &str, email: &str) -> String {
+    let r = reqwest::Client::new()
+        .post(format!("{base}/api/v1/auth/login"))
+        .json(&serde_json::json!({"email": email, "password": "correct horse battery staple"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "login {email}");
+    r.json::<serde_json::Value>().await.unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// An admin API call: (status, body).
+pub async fn api(
+    method: &str,
+    url: &str,
+    token: Option<&str>,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let c = reqwest::Client::new();
+    let mut rb = c.request(method.parse().unwrap(), url);
+    if let Some(t) = token {
+        rb = rb.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        rb = rb.json(&b);
+    }
+    let r = rb.send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+    )
 }

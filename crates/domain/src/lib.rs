@@ -10,6 +10,7 @@ pub mod period;
 pub mod pricing;
 pub mod reason;
 pub mod request;
+pub mod roles;
 pub mod secret;
 pub mod tokens;
 pub mod usage;

@@ -53,6 +53,17 @@ impl Limits {
         Ok(())
     }
 
+    /// These limits raised by temporary grants (tokens, micro-USD). A grant
+    /// raises a budget that exists; on an unlimited scope it changes nothing.
+    pub fn raised_by(&self, tokens: i64, cost_micro: i64) -> Limits {
+        let mut l = self.clone();
+        l.monthly_tokens = l.monthly_tokens.map(|b| b.saturating_add(tokens));
+        l.monthly_cost_usd = l
+            .monthly_cost_usd
+            .map(|b| MicroUsd(b.0.saturating_add(cost_micro)));
+        l
+    }
+
     /// The limits the hold engine checks, in its fixed order; -1 = unlimited.
     pub fn hold_args(&self) -> [i64; 6] {
         let u = |v: Option<i64>| v.unwrap_or(-1);
@@ -132,6 +143,17 @@ mod tests {
         assert_eq!(l.monthly_tokens, Some(1000));
         assert_eq!(l.monthly_cost_usd, Some(MicroUsd(5_000_000)));
         assert_eq!(l.hold_args(), [1000, 5_000_000, -1, 60, -1, -1]);
+    }
+
+    #[test]
+    fn grants_raise_existing_budgets_only() {
+        let l = Limits {
+            monthly_tokens: Some(1000),
+            ..Default::default()
+        };
+        let r = l.raised_by(500, 2_000_000);
+        assert_eq!(r.monthly_tokens, Some(1500));
+        assert_eq!(r.monthly_cost_usd, None);
     }
 
     #[test]

@@ -20,6 +20,30 @@ pub struct TenantEntry {
     pub limits: Limits,
     pub allowed_models: Option<HashSet<String>>,
     pub clamp_max_tokens: bool,
+    pub grants: Vec<Grant>,
+}
+
+/// An approved temporary grant: counts until `expires_at`, checked by time
+/// on every request (no job needed for it to stop counting).
+#[derive(Debug, Clone)]
+pub struct Grant {
+    pub tokens: i64,
+    pub cost_micro: i64,
+    pub expires_at: DateTime<Utc>,
+}
+
+fn with_grants(base: &Limits, grants: &[Grant], now: DateTime<Utc>) -> Limits {
+    let (t, c) = grants
+        .iter()
+        .filter(|g| g.expires_at > now)
+        .fold((0i64, 0i64), |(t, c), g| {
+            (t.saturating_add(g.tokens), c.saturating_add(g.cost_micro))
+        });
+    if t == 0 && c == 0 {
+        base.clone()
+    } else {
+        base.raised_by(t, c)
+    }
 }
 
 #[derive(Debug)]
@@ -27,6 +51,7 @@ pub struct AppEntry {
     pub id: String,
     pub limits: Limits,
     pub allowed_models: Option<HashSet<String>>,
+    pub grants: Vec<Grant>,
 }
 
 #[derive(Debug)]
@@ -43,6 +68,16 @@ impl KeyEntry {
     /// Limits of tenant, app and key: the order the hold engine expects.
     pub fn scope_limits(&self) -> [&Limits; 3] {
         [&self.tenant.limits, &self.app.limits, &self.limits]
+    }
+
+    /// Limits with the grants unexpired at `now`: what budgets are checked
+    /// against (base + approved, unexpired temporary grants).
+    pub fn effective_limits(&self, now: DateTime<Utc>) -> [Limits; 3] {
+        [
+            with_grants(&self.tenant.limits, &self.tenant.grants, now),
+            with_grants(&self.app.limits, &self.app.grants, now),
+            self.limits.clone(),
+        ]
     }
 
     /// A model is usable only if tenant, app and key all allow it.
@@ -103,6 +138,7 @@ impl Index {
                     limits: t.limits,
                     allowed_models: set(t.allowed_models),
                     clamp_max_tokens: t.clamp_max_tokens,
+                    grants: grants_of(&c.grants, &t.id, None),
                 };
                 (t.id, Arc::new(e))
             })
@@ -115,6 +151,7 @@ impl Index {
                     id: a.id.clone(),
                     limits: a.limits,
                     allowed_models: set(a.allowed_models),
+                    grants: grants_of(&c.grants, &a.tenant_id, Some(&a.id)),
                 };
                 ((a.tenant_id, a.id), Arc::new(e))
             })
@@ -253,4 +290,16 @@ impl CatalogCache {
             }
         })
     }
+}
+
+/// Grants of a tenant (app None) or of one of its apps.
+fn grants_of(all: &[store::GrantRow], tenant: &str, app: Option<&str>) -> Vec<Grant> {
+    all.iter()
+        .filter(|g| g.tenant_id == tenant && g.app_id.as_deref() == app)
+        .map(|g| Grant {
+            tokens: g.tokens,
+            cost_micro: g.cost_micro,
+            expires_at: g.expires_at,
+        })
+        .collect()
 }

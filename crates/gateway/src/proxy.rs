@@ -343,6 +343,7 @@ async fn hold(
     est_in: i64,
     est_out: i64,
 ) -> Result<HoldOutcome, ApiError> {
+    let limits = key.effective_limits(chrono::Utc::now());
     let req = HoldRequest {
         request_id: rid,
         tenant: &key.tenant.id,
@@ -353,7 +354,7 @@ async fn hold(
         est_output: est_out,
         est_cost: model.price.cost(est_in, est_out).0,
         model: &model.id,
-        limits: key.scope_limits(),
+        limits: [&limits[0], &limits[1], &limits[2]],
     };
     let mut pending = PendingHold {
         gw: gw.clone(),

@@ -119,6 +119,7 @@ async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<
         for add in [step, missing] {
             let add_cost = held.model.price.cost(0, add).0;
             let k = held.key.clone();
+            let limits = k.effective_limits(chrono::Utc::now());
             let req = ExtendRequest {
                 request_id: &held.request_id,
                 tenant: &k.tenant.id,
@@ -127,7 +128,7 @@ async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<
                 month: &held.month,
                 add_output: add,
                 add_cost,
-                limits: k.scope_limits(),
+                limits: [&limits[0], &limits[1], &limits[2]],
             };
             let t0 = Instant::now();
             let out = held.gw.quota.extend(&req).await;

@@ -111,6 +111,21 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         stream_slice_tokens: cfg.gateway.stream_slice_tokens.max(1),
         min_clamped_output_tokens: cfg.gateway.min_clamped_output_tokens.max(1),
     };
+    let control = cfg.auth.jwt_secret.as_ref().map(|secret| {
+        Arc::new(console::ControlPlane {
+            store: store.clone(),
+            quota: quota.clone(),
+            jwt_secret: secret.as_bytes().to_vec(),
+            pepper: gw_cfg.pepper.clone(),
+            encryption_key: cfg.encryption_key().expect("validated above"),
+            clock,
+            session_secs: cfg.auth.session_secs,
+            logins: Default::default(),
+        })
+    });
+    if control.is_none() {
+        tracing::warn!("auth.jwt_secret is not set: the admin API (/api/v1) is off");
+    }
     let gw = Arc::new(Gateway::new(gw_cfg, catalog, quota, store, ledger));
     let metrics = metrics_handle();
     let app = Router::new()
@@ -121,6 +136,10 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         .route("/healthz", get(health))
         .with_state(gw.clone())
         .merge(gateway::router(gw.clone()));
+    let app = match control {
+        Some(cp) => app.merge(console::router(cp)),
+        None => app,
+    };
 
     let (stop, mut stopped) = watch::channel(false);
     let server = tokio::spawn(async move {

@@ -2,8 +2,9 @@
 //! names and flags stable.
 
 use crate::config::Config;
-use crate::{app, demo, passwords};
+use crate::{app, demo};
 use anyhow::Context;
+use console::passwords;
 use std::net::SocketAddr;
 use store::Store;
 use tokio::net::TcpListener;

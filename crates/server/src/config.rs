@@ -60,6 +60,8 @@ pub struct AuthConfig {
     /// HMAC secret of console sessions; at least 32 bytes.
     pub jwt_secret: Option<String>,
     pub cookie_secure: bool,
+    /// Lifetime of a console or API session.
+    pub session_secs: i64,
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -125,6 +127,7 @@ impl Default for Config {
             auth: AuthConfig {
                 jwt_secret: None,
                 cookie_secure: true,
+                session_secs: 8 * 3600,
             },
             keys: KeysConfig {
                 pepper: None,
@@ -260,6 +263,13 @@ impl Config {
         }
         if self.keys.encryption_key.is_none() {
             self.keys.encryption_key = Some(DEMO_ENCRYPTION_KEY.into());
+        }
+        if self.auth.jwt_secret.is_none() {
+            // Random per run: demo sessions end when the demo restarts.
+            let secret: String = (0..48)
+                .map(|_| format!("{:x}", rand::random::<u8>() % 16))
+                .collect();
+            self.auth.jwt_secret = Some(secret);
         }
         self
     }

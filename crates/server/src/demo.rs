@@ -2,7 +2,7 @@
 //! Idempotent: a second start reuses what the first created, points the demo
 //! models at this run's mock, and issues a fresh key for the printed curl line.
 
-use crate::passwords;
+use console::passwords;
 use domain::{keys, Limits, MicroUsd};
 use store::{AppRow, NewKey, NewModel, Store, TenantRow};
 

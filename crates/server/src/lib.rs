@@ -5,4 +5,3 @@ pub mod app;
 pub mod commands;
 pub mod config;
 pub mod demo;
-pub mod passwords;

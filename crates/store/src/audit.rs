@@ -110,13 +110,28 @@ impl Store {
         Ok(())
     }
 
+    /// The newest rows, newest first.
+    pub async fn audit_recent(&self, limit: i64) -> Result<Vec<AuditRow>> {
+        let mut rows = self.audit_rows("SELECT id, at, actor, action, target, before, after, reason, prev_hash, hash FROM audit_log ORDER BY id DESC LIMIT $1", Some(limit)).await?;
+        rows.truncate(limit as usize);
+        Ok(rows)
+    }
+
     /// The whole chain in order (verification reads every row).
     pub async fn audit_chain(&self) -> Result<Vec<AuditRow>> {
-        let rows = sqlx::query(
+        self.audit_rows(
             "SELECT id, at, actor, action, target, before, after, reason, prev_hash, hash FROM audit_log ORDER BY id",
+            None,
         )
-        .fetch_all(&self.pool)
-        .await?;
+        .await
+    }
+
+    async fn audit_rows(&self, sql: &str, limit: Option<i64>) -> Result<Vec<AuditRow>> {
+        let mut q = sqlx::query(sql);
+        if let Some(l) = limit {
+            q = q.bind(l);
+        }
+        let rows = q.fetch_all(&self.pool).await?;
         Ok(rows
             .into_iter()
             .map(|r| AuditRow {

@@ -68,6 +68,7 @@ pub struct Catalog {
     pub apps: Vec<AppRow>,
     pub keys: Vec<KeyRow>,
     pub models: Vec<ModelRow>,
+    pub grants: Vec<crate::GrantRow>,
 }
 
 #[derive(Debug, Clone)]
@@ -187,12 +188,28 @@ impl Store {
             pool_capacity: r.get("pool_capacity"),
         })
         .collect();
+        let grants = sqlx::query(
+            "SELECT tenant_id, app_id, tokens, cost_micro, expires_at FROM quota_requests
+             WHERE state = 'approved' AND expires_at > now()",
+        )
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .map(|r| crate::GrantRow {
+            tenant_id: r.get("tenant_id"),
+            app_id: r.get("app_id"),
+            tokens: r.get("tokens"),
+            cost_micro: r.get("cost_micro"),
+            expires_at: r.get("expires_at"),
+        })
+        .collect();
         tx.commit().await?;
         Ok(Catalog {
             tenants,
             apps,
             keys,
             models,
+            grants,
         })
     }
 
@@ -439,5 +456,94 @@ impl Store {
         }
         tx.commit().await?;
         Ok(ids.len() as u64)
+    }
+}
+
+impl Store {
+    pub async fn tenant(&self, id: &str) -> Result<Option<TenantRow>> {
+        let r = sqlx::query(
+            "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens
+             FROM tenants WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        r.map(|r| {
+            Ok(TenantRow {
+                id: r.get("id"),
+                name: r.get("name"),
+                cost_center: r.get("cost_center"),
+                priority: r.get("priority"),
+                limits: limits_of(r.get("limits"))?,
+                may_borrow: r.get("may_borrow"),
+                borrow_cap_tokens: r.get("borrow_cap_tokens"),
+                allowed_models: r.get("allowed_models"),
+                clamp_max_tokens: r.get("clamp_max_tokens"),
+            })
+        })
+        .transpose()
+    }
+
+    /// Writes a tenant's settings (the caller merged the patch); audited
+    /// with the row before and after.
+    pub async fn update_tenant(
+        &self,
+        actor: &str,
+        t: &TenantRow,
+        before: serde_json::Value,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query(
+            "UPDATE tenants SET name = $2, cost_center = $3, priority = $4, limits = $5, may_borrow = $6,
+                borrow_cap_tokens = $7, allowed_models = $8, clamp_max_tokens = $9, updated_at = now()
+             WHERE id = $1",
+        )
+        .bind(&t.id)
+        .bind(&t.name)
+        .bind(&t.cost_center)
+        .bind(&t.priority)
+        .bind(limits_json(&t.limits))
+        .bind(t.may_borrow)
+        .bind(t.borrow_cap_tokens)
+        .bind(&t.allowed_models)
+        .bind(t.clamp_max_tokens)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n == 0 {
+            return Err(StoreError::NotFound(format!("tenant {}", t.id)));
+        }
+        let after = json!({"id": t.id, "name": t.name, "cost_center": t.cost_center, "priority": t.priority,
+            "limits": t.limits, "may_borrow": t.may_borrow, "borrow_cap_tokens": t.borrow_cap_tokens,
+            "allowed_models": t.allowed_models, "clamp_max_tokens": t.clamp_max_tokens});
+        append(
+            &mut tx,
+            NewAudit::new(actor, "tenant.update", format!("tenant:{}", t.id))
+                .before(before)
+                .after(after),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn app_exists(&self, tenant: &str, app: &str) -> Result<bool> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM apps WHERE tenant_id = $1 AND id = $2)",
+        )
+        .bind(tenant)
+        .bind(app)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    /// The tenant a key belongs to (to authorize its revocation).
+    pub async fn key_tenant(&self, id: Uuid) -> Result<Option<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT tenant_id FROM virtual_keys WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
     }
 }

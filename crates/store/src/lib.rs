@@ -4,11 +4,13 @@
 mod audit;
 mod catalog;
 mod ledger;
+mod quota_requests;
 mod users;
 
 pub use audit::{AuditRow, NewAudit};
 pub use catalog::{AppRow, Catalog, KeyRow, ModelRow, NewKey, NewModel, TenantRow};
 pub use ledger::MonthUsageRow;
+pub use quota_requests::{GrantRow, NewQuotaRequest, QuotaRequestRow};
 pub use users::UserRow;
 
 use sqlx::postgres::{PgListener, PgPoolOptions};

@@ -60,3 +60,19 @@ impl Store {
         }))
     }
 }
+
+impl Store {
+    pub async fn user_by_id(&self, id: Uuid) -> Result<Option<UserRow>> {
+        let r = sqlx::query("SELECT id, email, password_hash, role, tenant_id FROM users WHERE id = $1 AND NOT disabled")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(r.map(|r| UserRow {
+            id: r.get("id"),
+            email: r.get("email"),
+            password_hash: r.get("password_hash"),
+            role: r.get("role"),
+            tenant_id: r.get("tenant_id"),
+        }))
+    }
+}

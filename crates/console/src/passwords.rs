@@ -4,6 +4,14 @@ use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
 
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PasswordError {
+    #[error("passwords must be at least 12 characters")]
+    TooShort,
+    #[error("password hashing failed")]
+    Hashing,
+}
+
 fn argon() -> Argon2<'static> {
     Argon2::new(
         Algorithm::Argon2id,
@@ -12,20 +20,28 @@ fn argon() -> Argon2<'static> {
     )
 }
 
-pub fn hash(password: &str) -> anyhow::Result<String> {
-    if password.len() < 12 {
-        anyhow::bail!("passwords must be at least 12 characters");
+pub fn hash(password: &str) -> Result<String, PasswordError> {
+    if password.chars().count() < 12 {
+        return Err(PasswordError::TooShort);
     }
     let salt = SaltString::generate(&mut OsRng);
-    Ok(argon()
+    argon()
         .hash_password(password.as_bytes(), &salt)
-        .map_err(|e| anyhow::anyhow!("{e}"))?
-        .to_string())
+        .map(|h| h.to_string())
+        .map_err(|_| PasswordError::Hashing)
 }
 
 pub fn verify(password: &str, stored: &str) -> bool {
     PasswordHash::new(stored)
         .is_ok_and(|h| argon().verify_password(password.as_bytes(), &h).is_ok())
+}
+
+/// Spends the time of a verification, so an unknown email answers as
+/// slowly as a wrong password (no user enumeration by timing).
+pub fn verify_dummy(password: &str) {
+    static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let h = DUMMY.get_or_init(|| hash("dummy-password-for-timing").expect("hashes"));
+    let _ = verify(password, h);
 }
 
 #[cfg(test)]

@@ -1,0 +1,53 @@
+//! `/api/v1` handlers: parse, check who may, call the store, render.
+
+pub mod audit;
+pub mod keys;
+pub mod models;
+pub mod quota_requests;
+pub mod tenants;
+pub mod usage;
+pub mod users;
+
+use crate::error::ApiError;
+use domain::roles::{Access, Actor};
+
+/// Refuses unless the actor may access tenant `t`. A tenant admin asking for
+/// another tenant gets 404: they do not learn that it exists.
+pub fn require(actor: &Actor, access: Access, t: &str) -> Result<(), ApiError> {
+    if actor.may(access, t) {
+        return Ok(());
+    }
+    match actor.role {
+        domain::roles::Role::TenantAdmin => Err(ApiError::NotFound(format!("tenant {t}"))),
+        _ => Err(ApiError::Forbidden("your role may not change this".into())),
+    }
+}
+
+pub fn require_platform_admin(actor: &Actor) -> Result<(), ApiError> {
+    if actor.is_platform_admin() {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(
+            "only a platform admin may do this".into(),
+        ))
+    }
+}
+
+pub fn valid_id(field: &str, id: &str) -> Result<(), ApiError> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest(format!(
+            "{field} must be 1-64 characters of a-z, 0-9, '-' and '_'"
+        )))
+    }
+}

@@ -1,0 +1,156 @@
+use super::require;
+use crate::auth::Authed;
+use crate::{ApiError, ControlPlane};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use chrono::{DateTime, Utc};
+use domain::roles::{may_decide, Access, Role};
+use domain::MicroUsd;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use store::{NewQuotaRequest, QuotaRequestRow};
+use uuid::Uuid;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestIn {
+    tenant_id: String,
+    app_id: Option<String>,
+    tokens: Option<i64>,
+    cost_usd: Option<MicroUsd>,
+    expires_at: DateTime<Utc>,
+    reason: String,
+}
+
+fn render(q: &QuotaRequestRow) -> Value {
+    let now = Utc::now();
+    let state = match q.state.as_str() {
+        "approved" if q.expires_at <= now => "expired",
+        "approved" => "active",
+        s => s,
+    };
+    json!({"id": q.id, "tenant_id": q.tenant_id, "app_id": q.app_id, "tokens": q.tokens,
+        "cost_usd": MicroUsd(q.cost_micro), "expires_at": q.expires_at, "reason": q.reason,
+        "state": state, "seconds_left": (q.expires_at - now).num_seconds().max(0),
+        "requested_by": q.requested_by, "decided_by": q.decided_by, "decided_at": q.decided_at, "note": q.note})
+}
+
+pub async fn create(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Json(r): Json<RequestIn>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    if !matches!(actor.role, Role::TenantAdmin | Role::PlatformAdmin) {
+        return Err(ApiError::Forbidden(
+            "only tenant and platform admins request quota".into(),
+        ));
+    }
+    require(&actor, Access::Manage, &r.tenant_id)?;
+    let (tokens, cost) = (r.tokens.unwrap_or(0), r.cost_usd.map_or(0, |c| c.0));
+    if tokens < 0 || cost < 0 || (tokens == 0 && cost == 0) {
+        return Err(ApiError::BadRequest(
+            "ask for a positive number of tokens and/or cost_usd".into(),
+        ));
+    }
+    if r.expires_at <= Utc::now() {
+        return Err(ApiError::BadRequest(
+            "expires_at must be in the future".into(),
+        ));
+    }
+    if r.reason.trim().is_empty() {
+        return Err(ApiError::BadRequest("a reason is required".into()));
+    }
+    if let Some(app) = &r.app_id {
+        if !cp.store.app_exists(&r.tenant_id, app).await? {
+            return Err(ApiError::NotFound(format!("app {}/{app}", r.tenant_id)));
+        }
+    } else if !cp.store.tenant_exists(&r.tenant_id).await? {
+        return Err(ApiError::NotFound(format!("tenant {}", r.tenant_id)));
+    }
+    let requested_by = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
+    let q = NewQuotaRequest {
+        tenant_id: r.tenant_id,
+        app_id: r.app_id,
+        tokens,
+        cost_micro: cost,
+        expires_at: r.expires_at,
+        reason: r.reason,
+        requested_by,
+    };
+    let row = cp.store.create_quota_request(&actor.label(), &q).await?;
+    Ok((StatusCode::CREATED, Json(render(&row))))
+}
+
+pub async fn list(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+) -> Result<Json<Value>, ApiError> {
+    let rows = match actor.role {
+        Role::TenantAdmin => cp.store.quota_requests(actor.tenant.as_deref()).await?,
+        _ => cp.store.quota_requests(None).await?,
+    };
+    Ok(Json(
+        json!({"data": rows.iter().map(render).collect::<Vec<_>>()}),
+    ))
+}
+
+#[derive(Deserialize, Default)]
+pub struct Decision {
+    #[serde(default)]
+    note: String,
+}
+
+async fn decide(
+    cp: &ControlPlane,
+    actor: &domain::roles::Actor,
+    id: Uuid,
+    approve: bool,
+    note: &str,
+) -> Result<Json<Value>, ApiError> {
+    let q = cp
+        .store
+        .quota_request(id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("quota request {id}")))?;
+    may_decide(actor, &q.requested_by.to_string()).map_err(|m| ApiError::Forbidden(m.into()))?;
+    let decider = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
+    let row = cp
+        .store
+        .decide_quota_request(&actor.label(), id, decider, approve, note)
+        .await?;
+    Ok(Json(render(&row)))
+}
+
+pub async fn approve(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Path(id): Path<Uuid>,
+    body: Option<Json<Decision>>,
+) -> Result<Json<Value>, ApiError> {
+    decide(
+        &cp,
+        &actor,
+        id,
+        true,
+        &body.map(|b| b.0).unwrap_or_default().note,
+    )
+    .await
+}
+
+pub async fn reject(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Path(id): Path<Uuid>,
+    body: Option<Json<Decision>>,
+) -> Result<Json<Value>, ApiError> {
+    decide(
+        &cp,
+        &actor,
+        id,
+        false,
+        &body.map(|b| b.0).unwrap_or_default().note,
+    )
+    .await
+}

@@ -1,0 +1,64 @@
+//! The control plane: the JSON admin API (`/api/v1`), sessions and roles.
+//! Console pages (askama + htmx) build on the same handlers' logic.
+
+mod api;
+mod auth;
+mod error;
+pub mod passwords;
+
+use axum::routing::{delete, get, post};
+use axum::Router;
+use domain::period::PlatformClock;
+use quota::QuotaEngine;
+use std::sync::Arc;
+use store::Store;
+
+pub use auth::LoginLimiter;
+pub use error::ApiError;
+
+pub struct ControlPlane {
+    pub store: Store,
+    pub quota: Arc<QuotaEngine>,
+    /// HMAC secret of session tokens (≥ 32 bytes, from config).
+    pub jwt_secret: Vec<u8>,
+    /// Pepper of virtual keys' keyed hash.
+    pub pepper: Vec<u8>,
+    /// Encrypts upstream provider keys at rest.
+    pub encryption_key: [u8; 32],
+    pub clock: PlatformClock,
+    /// Lifetime of a session token.
+    pub session_secs: i64,
+    pub logins: LoginLimiter,
+}
+
+pub fn router(cp: Arc<ControlPlane>) -> Router {
+    use api::*;
+    Router::new()
+        .route("/api/v1/auth/login", post(auth::login))
+        .route("/api/v1/users", post(users::create))
+        .route("/api/v1/models", post(models::create))
+        .route("/api/v1/tenants", post(tenants::create))
+        .route(
+            "/api/v1/tenants/{id}",
+            get(tenants::show).patch(tenants::update),
+        )
+        .route("/api/v1/tenants/{id}/apps", post(tenants::create_app))
+        .route("/api/v1/tenants/{id}/apps/{app}/keys", post(keys::create))
+        .route("/api/v1/tenants/{id}/usage", get(usage::show))
+        .route("/api/v1/keys/{id}", delete(keys::revoke))
+        .route(
+            "/api/v1/quota-requests",
+            post(quota_requests::create).get(quota_requests::list),
+        )
+        .route(
+            "/api/v1/quota-requests/{id}/approve",
+            post(quota_requests::approve),
+        )
+        .route(
+            "/api/v1/quota-requests/{id}/reject",
+            post(quota_requests::reject),
+        )
+        .route("/api/v1/audit", get(audit::list))
+        .route("/api/v1/audit/verify", get(audit::verify))
+        .with_state(cp)
+}

@@ -1,0 +1,186 @@
+//! Temporary quota requests and the grants they become.
+
+use crate::audit::{append, NewAudit};
+use crate::{Result, Store, StoreError};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::json;
+use sqlx::Row;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct QuotaRequestRow {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub app_id: Option<String>,
+    pub tokens: i64,
+    pub cost_micro: i64,
+    pub expires_at: DateTime<Utc>,
+    pub reason: String,
+    pub state: String,
+    pub requested_by: Uuid,
+    pub decided_by: Option<Uuid>,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub note: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewQuotaRequest {
+    pub tenant_id: String,
+    pub app_id: Option<String>,
+    pub tokens: i64,
+    pub cost_micro: i64,
+    pub expires_at: DateTime<Utc>,
+    pub reason: String,
+    pub requested_by: Uuid,
+}
+
+/// An approved, unexpired grant, as the hot path applies it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantRow {
+    pub tenant_id: String,
+    pub app_id: Option<String>,
+    pub tokens: i64,
+    pub cost_micro: i64,
+    pub expires_at: DateTime<Utc>,
+}
+
+const COLS: &str =
+    "id, tenant_id, app_id, tokens, cost_micro, expires_at, reason, state, requested_by, \
+                    decided_by, decided_at, note, created_at";
+
+fn row(r: sqlx::postgres::PgRow) -> QuotaRequestRow {
+    QuotaRequestRow {
+        id: r.get("id"),
+        tenant_id: r.get("tenant_id"),
+        app_id: r.get("app_id"),
+        tokens: r.get("tokens"),
+        cost_micro: r.get("cost_micro"),
+        expires_at: r.get("expires_at"),
+        reason: r.get("reason"),
+        state: r.get("state"),
+        requested_by: r.get("requested_by"),
+        decided_by: r.get("decided_by"),
+        decided_at: r.get("decided_at"),
+        note: r.get("note"),
+        created_at: r.get("created_at"),
+    }
+}
+
+impl Store {
+    pub async fn create_quota_request(
+        &self,
+        actor: &str,
+        q: &NewQuotaRequest,
+    ) -> Result<QuotaRequestRow> {
+        let id = Uuid::now_v7();
+        let mut tx = self.pool.begin().await?;
+        let r = sqlx::query(&format!(
+            "INSERT INTO quota_requests (id, tenant_id, app_id, tokens, cost_micro, expires_at, reason, requested_by)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {COLS}"
+        ))
+        .bind(id)
+        .bind(&q.tenant_id)
+        .bind(&q.app_id)
+        .bind(q.tokens)
+        .bind(q.cost_micro)
+        .bind(q.expires_at)
+        .bind(&q.reason)
+        .bind(q.requested_by)
+        .fetch_one(&mut *tx)
+        .await?;
+        let created = row(r);
+        append(
+            &mut tx,
+            NewAudit::new(actor, "quota_request.create", format!("quota_request:{id}"))
+                .after(serde_json::to_value(&created).expect("serialises"))
+                .reason(&q.reason),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(created)
+    }
+
+    pub async fn quota_request(&self, id: Uuid) -> Result<Option<QuotaRequestRow>> {
+        let r = sqlx::query(&format!("SELECT {COLS} FROM quota_requests WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(r.map(row))
+    }
+
+    /// Approves or rejects a pending request, once. The caller has checked
+    /// that the decider may decide it (four eyes).
+    pub async fn decide_quota_request(
+        &self,
+        actor: &str,
+        id: Uuid,
+        decided_by: Uuid,
+        approve: bool,
+        note: &str,
+    ) -> Result<QuotaRequestRow> {
+        let state = if approve { "approved" } else { "rejected" };
+        let mut tx = self.pool.begin().await?;
+        let r = sqlx::query(&format!(
+            "UPDATE quota_requests SET state = $2, decided_by = $3, decided_at = now(), note = $4
+             WHERE id = $1 AND state = 'pending' RETURNING {COLS}"
+        ))
+        .bind(id)
+        .bind(state)
+        .bind(decided_by)
+        .bind(note)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| StoreError::Conflict(format!("quota request {id} is not pending")))?;
+        let decided = row(r);
+        append(
+            &mut tx,
+            NewAudit::new(
+                actor,
+                format!(
+                    "quota_request.{}",
+                    if approve { "approve" } else { "reject" }
+                ),
+                format!("quota_request:{id}"),
+            )
+            .before(json!({"state": "pending"}))
+            .after(serde_json::to_value(&decided).expect("serialises"))
+            .reason(note),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(decided)
+    }
+
+    /// Requests of one tenant, or of all tenants, newest first.
+    pub async fn quota_requests(&self, tenant: Option<&str>) -> Result<Vec<QuotaRequestRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLS} FROM quota_requests WHERE ($1::text IS NULL OR tenant_id = $1) ORDER BY created_at DESC LIMIT 500"
+        ))
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(row).collect())
+    }
+
+    /// Approved grants that have not expired yet.
+    pub async fn active_grants(&self) -> Result<Vec<GrantRow>> {
+        let rows = sqlx::query(
+            "SELECT tenant_id, app_id, tokens, cost_micro, expires_at FROM quota_requests
+             WHERE state = 'approved' AND expires_at > now()",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| GrantRow {
+                tenant_id: r.get("tenant_id"),
+                app_id: r.get("app_id"),
+                tokens: r.get("tokens"),
+                cost_micro: r.get("cost_micro"),
+                expires_at: r.get("expires_at"),
+            })
+            .collect())
+    }
+}
