@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 enum Msg {
-    Event(UsageEvent),
+    Event(Box<UsageEvent>),
     Flush(oneshot::Sender<()>),
 }
 
@@ -39,7 +39,7 @@ impl LedgerWriter {
     }
 
     pub fn submit(&self, ev: UsageEvent) {
-        if self.tx.try_send(Msg::Event(ev)).is_err() {
+        if self.tx.try_send(Msg::Event(Box::new(ev))).is_err() {
             // The outbox still has it; the sweeper will store it.
             metrics::counter!(m::LEDGER_ERRORS, "kind" => "queue_full").increment(1);
         }
@@ -92,7 +92,7 @@ async fn run(
 
 fn push(msg: Msg, events: &mut Vec<UsageEvent>, waiters: &mut Vec<oneshot::Sender<()>>) {
     match msg {
-        Msg::Event(e) => events.push(e),
+        Msg::Event(e) => events.push(*e),
         Msg::Flush(w) => waiters.push(w),
     }
 }

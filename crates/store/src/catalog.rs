@@ -100,6 +100,20 @@ fn limits_of(v: serde_json::Value) -> Result<Limits> {
     serde_json::from_value(v).map_err(|e| StoreError::Corrupt(format!("limits: {e}")))
 }
 
+fn tenant_row(r: &sqlx::postgres::PgRow) -> Result<TenantRow> {
+    Ok(TenantRow {
+        id: r.get("id"),
+        name: r.get("name"),
+        cost_center: r.get("cost_center"),
+        priority: r.get("priority"),
+        limits: limits_of(r.get("limits"))?,
+        may_borrow: r.get("may_borrow"),
+        borrow_cap_tokens: r.get("borrow_cap_tokens"),
+        allowed_models: r.get("allowed_models"),
+        clamp_max_tokens: r.get("clamp_max_tokens"),
+    })
+}
+
 fn limits_json(l: &Limits) -> serde_json::Value {
     serde_json::to_value(l).expect("limits serialise")
 }
@@ -116,19 +130,7 @@ impl Store {
         .fetch_all(&mut *tx)
         .await?
         .into_iter()
-        .map(|r| {
-            Ok(TenantRow {
-                id: r.get("id"),
-                name: r.get("name"),
-                cost_center: r.get("cost_center"),
-                priority: r.get("priority"),
-                limits: limits_of(r.get("limits"))?,
-                may_borrow: r.get("may_borrow"),
-                borrow_cap_tokens: r.get("borrow_cap_tokens"),
-                                allowed_models: r.get("allowed_models"),
-                clamp_max_tokens: r.get("clamp_max_tokens"),
-            })
-        })
+        .map(|r| tenant_row(&r))
         .collect::<Result<Vec<_>>>()?;
         let apps = sqlx::query("SELECT tenant_id, id, name, limits, allowed_models FROM apps")
             .fetch_all(&mut *tx)
@@ -468,20 +470,7 @@ impl Store {
         .bind(id)
         .fetch_optional(&self.pool)
         .await?;
-        r.map(|r| {
-            Ok(TenantRow {
-                id: r.get("id"),
-                name: r.get("name"),
-                cost_center: r.get("cost_center"),
-                priority: r.get("priority"),
-                limits: limits_of(r.get("limits"))?,
-                may_borrow: r.get("may_borrow"),
-                borrow_cap_tokens: r.get("borrow_cap_tokens"),
-                allowed_models: r.get("allowed_models"),
-                clamp_max_tokens: r.get("clamp_max_tokens"),
-            })
-        })
-        .transpose()
+        r.map(|r| tenant_row(&r)).transpose()
     }
 
     /// Writes a tenant's settings (the caller merged the patch); audited

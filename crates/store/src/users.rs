@@ -51,13 +51,7 @@ impl Store {
             .bind(email.trim().to_lowercase())
             .fetch_optional(&self.pool)
             .await?;
-        Ok(r.map(|r| UserRow {
-            id: r.get("id"),
-            email: r.get("email"),
-            password_hash: r.get("password_hash"),
-            role: r.get("role"),
-            tenant_id: r.get("tenant_id"),
-        }))
+        Ok(r.map(user_row))
     }
 }
 
@@ -67,12 +61,16 @@ impl Store {
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
-        Ok(r.map(|r| UserRow {
-            id: r.get("id"),
-            email: r.get("email"),
-            password_hash: r.get("password_hash"),
-            role: r.get("role"),
-            tenant_id: r.get("tenant_id"),
-        }))
+        Ok(r.map(user_row))
+    }
+}
+
+fn user_row(r: sqlx::postgres::PgRow) -> UserRow {
+    UserRow {
+        id: r.get("id"),
+        email: r.get("email"),
+        password_hash: r.get("password_hash"),
+        role: r.get("role"),
+        tenant_id: r.get("tenant_id"),
     }
 }
