@@ -543,3 +543,41 @@ async fn login_failures_are_limited_and_audited() {
     );
     p.srv.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_openapi_document_names_every_route() {
+    let env = TestEnv::new().await;
+    let srv = env.server().await;
+    let doc: serde_json::Value = reqwest::get(format!("http://{}/api/v1/openapi.json", srv.addr))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let paths = doc["paths"].as_object().unwrap();
+    let routes = [
+        ("post", "/api/v1/auth/login"),
+        ("post", "/api/v1/users"),
+        ("post", "/api/v1/models"),
+        ("post", "/api/v1/tenants"),
+        ("get", "/api/v1/tenants/{id}"),
+        ("patch", "/api/v1/tenants/{id}"),
+        ("post", "/api/v1/tenants/{id}/apps"),
+        ("post", "/api/v1/tenants/{id}/apps/{app}/keys"),
+        ("get", "/api/v1/tenants/{id}/usage"),
+        ("delete", "/api/v1/keys/{id}"),
+        ("post", "/api/v1/quota-requests"),
+        ("get", "/api/v1/quota-requests"),
+        ("post", "/api/v1/quota-requests/{id}/approve"),
+        ("post", "/api/v1/quota-requests/{id}/reject"),
+        ("get", "/api/v1/audit"),
+        ("get", "/api/v1/audit/verify"),
+    ];
+    for (method, path) in routes {
+        assert!(
+            paths.get(path).and_then(|p| p.get(method)).is_some(),
+            "{method} {path} undocumented"
+        );
+    }
+    srv.shutdown().await;
+}

@@ -60,5 +60,17 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         )
         .route("/api/v1/audit", get(audit::list))
         .route("/api/v1/audit/verify", get(audit::verify))
+        .route("/api/v1/openapi.json", get(openapi))
         .with_state(cp)
+}
+
+/// The API's OpenAPI document (kept beside the code; a test checks that it
+/// names every route the router serves).
+pub const OPENAPI: &str = include_str!("../openapi.json");
+
+async fn openapi() -> impl axum::response::IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        OPENAPI,
+    )
 }
