@@ -8,6 +8,7 @@ mod ledger_source;
 mod metrics_names;
 mod models;
 mod proxy;
+pub mod reconcile;
 mod settle;
 mod sse;
 mod stream;

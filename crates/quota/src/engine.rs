@@ -111,6 +111,22 @@ pub enum SettleOutcome {
     AlreadyClosed { state: String },
 }
 
+/// An open hold, as recorded by the hold script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenHold {
+    pub request_id: String,
+    pub app: String,
+    pub key: String,
+    pub month: String,
+    pub est_input: i64,
+    pub est_output: i64,
+    pub est_cost: i64,
+    pub model: String,
+    pub replica: String,
+    /// Redis time of the hold, ms since the epoch.
+    pub at_ms: i64,
+}
+
 /// Settled usage of one (app, key) pair in a month, as the ledger has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScopeUsage {
@@ -518,6 +534,117 @@ impl QuotaEngine {
         }
         let mut conn = self.conn.clone();
         self.bounded(pipe.query_async::<()>(&mut conn)).await
+    }
+
+    /// A tenant's holds taken before `before_ms` (Redis time) and still open,
+    /// and the ids in the index whose hold is gone or closed.
+    pub async fn open_holds(
+        &self,
+        tenant: &str,
+        before_ms: i64,
+    ) -> Result<(Vec<OpenHold>, Vec<String>), QuotaError> {
+        let mut conn = self.conn.clone();
+        let ids: Vec<String> = self
+            .bounded(
+                redis::cmd("ZRANGEBYSCORE")
+                    .arg(self.keys.open_holds(tenant))
+                    .arg("-inf")
+                    .arg(format!("({before_ms}"))
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(1000)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        if ids.is_empty() {
+            return Ok((vec![], vec![]));
+        }
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.cmd("HMGET")
+                .arg(self.keys.hold(tenant, id))
+                .arg(&["st", "a", "k", "p", "ei", "eo", "ec", "m", "r", "at"]);
+        }
+        let rows: Vec<Vec<Option<String>>> = self.bounded(pipe.query_async(&mut conn)).await?;
+        let num = |v: &Option<String>| v.as_deref().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let txt = |v: &Option<String>| v.clone().unwrap_or_default();
+        let (open, gone): (Vec<_>, Vec<_>) = ids
+            .into_iter()
+            .zip(rows)
+            .partition(|(_, f)| f.first().and_then(|s| s.as_deref()) == Some("H"));
+        let gone = gone.into_iter().map(|(id, _)| id).collect();
+        let open = open
+            .into_iter()
+            .map(|(request_id, f)| OpenHold {
+                request_id,
+                app: txt(&f[1]),
+                key: txt(&f[2]),
+                month: txt(&f[3]),
+                est_input: num(&f[4]),
+                est_output: num(&f[5]),
+                est_cost: num(&f[6]),
+                model: txt(&f[7]),
+                replica: txt(&f[8]),
+                at_ms: num(&f[9]),
+            })
+            .collect();
+        Ok((open, gone))
+    }
+
+    /// Drops ids from the open-holds index whose hold is no longer open
+    /// (the index and the records can disagree after Redis lost data).
+    pub async fn forget_open(
+        &self,
+        tenant: &str,
+        request_ids: &[String],
+    ) -> Result<(), QuotaError> {
+        if request_ids.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn.clone();
+        self.bounded(
+            redis::cmd("ZREM")
+                .arg(self.keys.open_holds(tenant))
+                .arg(request_ids)
+                .query_async::<()>(&mut conn),
+        )
+        .await
+    }
+
+    /// Redis time, ms since the epoch (the clock holds are stamped with).
+    pub async fn now_ms(&self) -> Result<i64, QuotaError> {
+        let mut conn = self.conn.clone();
+        let (s, us): (i64, i64) = self
+            .bounded(redis::cmd("TIME").query_async(&mut conn))
+            .await?;
+        Ok(s * 1000 + us / 1000)
+    }
+
+    /// Marks this replica alive for `ttl`; holds of a replica without a
+    /// heartbeat are orphans.
+    pub async fn heartbeat(&self, ttl: Duration) -> Result<(), QuotaError> {
+        let mut conn = self.conn.clone();
+        self.bounded(
+            redis::cmd("SET")
+                .arg(self.keys.replica(&self.replica))
+                .arg(1)
+                .arg("PX")
+                .arg(ttl.as_millis() as u64)
+                .query_async::<()>(&mut conn),
+        )
+        .await
+    }
+
+    pub async fn replica_alive(&self, replica: &str) -> Result<bool, QuotaError> {
+        let mut conn = self.conn.clone();
+        let n: i64 = self
+            .bounded(
+                redis::cmd("EXISTS")
+                    .arg(self.keys.replica(replica))
+                    .query_async(&mut conn),
+            )
+            .await?;
+        Ok(n == 1)
     }
 
     pub async fn ping(&self) -> Result<(), QuotaError> {

@@ -42,6 +42,11 @@ impl KeySpace {
         format!("{}:ob", self.tag(tenant))
     }
 
+    /// A replica's heartbeat (not tenant data: no tenant tag).
+    pub fn replica(&self, replica: &str) -> String {
+        format!("{}:replica:{}", self.prefix, replica)
+    }
+
     pub fn rebuild_lock(&self, tenant: &str, month: &str) -> String {
         format!("{}:rblock:{}", self.tag(tenant), month)
     }

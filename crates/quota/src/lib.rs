@@ -7,7 +7,7 @@ mod engine;
 mod keys;
 
 pub use engine::{
-    ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, MonthCounters,
+    ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, MonthCounters, OpenHold,
     QuotaEngine, QuotaError, ScopeUsage, SettleOutcome, SettleRequest,
 };
 pub use keys::KeySpace;

@@ -90,7 +90,13 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         cfg.gateway.ledger_batch,
         Duration::from_millis(cfg.gateway.ledger_linger_ms),
     );
+    let ages = Arc::new(gateway::reconcile::HoldAges {
+        stale_after: Duration::from_secs(cfg.gateway.stale_hold_secs),
+        orphan_after: Duration::from_secs(cfg.gateway.orphan_hold_secs),
+    });
     let background = vec![
+        spawn_heartbeat(quota.clone()),
+        spawn_hold_reconciler(store.clone(), quota.clone(), catalog.clone(), clock, ages),
         catalog.clone().spawn_listener(store.clone()),
         gateway::ledger::spawn_sweeper(
             store.clone(),
@@ -180,4 +186,50 @@ async fn health(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
         status,
         axum::Json(serde_json::json!({"redis": redis, "postgres": postgres})),
     )
+}
+
+/// Every 10 s: this replica is alive (30 s TTL). Its holds become orphans
+/// once the heartbeat lapses.
+fn spawn_heartbeat(quota: Arc<QuotaEngine>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            if let Err(e) = quota.heartbeat(Duration::from_secs(30)).await {
+                tracing::warn!(error = %e, "heartbeat failed");
+            }
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        }
+    })
+}
+
+/// Every minute, on one replica at a time: close abandoned holds.
+fn spawn_hold_reconciler(
+    store: Store,
+    quota: Arc<QuotaEngine>,
+    catalog: Arc<CatalogCache>,
+    clock: domain::period::PlatformClock,
+    ages: Arc<gateway::reconcile::HoldAges>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Ok(Some(_lock)) = store.try_job_lock("hold-reconciler").await else {
+                continue;
+            };
+            let Ok(now) = quota.now_ms().await else {
+                continue;
+            };
+            let tenants = catalog.get().tenant_ids.clone();
+            match gateway::reconcile::close_abandoned_holds(
+                &store, &quota, &tenants, &clock, now, &ages,
+            )
+            .await
+            {
+                Ok(r) if r == Default::default() => {}
+                Ok(r) => tracing::info!(?r, "hold reconciler"),
+                Err(e) => tracing::warn!(error = %e, "hold reconciler failed; will retry"),
+            }
+        }
+    })
 }

@@ -173,3 +173,48 @@ pub async fn bench_setup(cfg: &Config, upstream: &str) -> anyhow::Result<()> {
     println!("{key}");
     Ok(())
 }
+
+/// `tollgate jobs run stale-holds [--now T]`: close abandoned holds once.
+pub async fn stale_holds(
+    cfg: &Config,
+    now: Option<&str>,
+) -> anyhow::Result<gateway::reconcile::ReconcileReport> {
+    let store = Store::connect(&cfg.database.url, 2)
+        .await
+        .context("cannot connect to PostgreSQL")?;
+    let quota = quota::QuotaEngine::new(
+        &cfg.redis.url,
+        &cfg.redis.key_prefix,
+        std::time::Duration::from_millis(cfg.redis.timeout_ms.max(1000)),
+        "cli",
+    )?;
+    let clock =
+        domain::period::PlatformClock::parse(&cfg.platform.timezone).map_err(anyhow::Error::msg)?;
+    let now_ms = match now {
+        Some(t) => chrono::DateTime::parse_from_rfc3339(t)
+            .context("--now must be RFC 3339")?
+            .timestamp_millis(),
+        None => quota.now_ms().await?,
+    };
+    let _lock = store
+        .try_job_lock("hold-reconciler")
+        .await?
+        .context("another replica is running this job")?;
+    let ages = gateway::reconcile::HoldAges {
+        stale_after: std::time::Duration::from_secs(cfg.gateway.stale_hold_secs),
+        orphan_after: std::time::Duration::from_secs(cfg.gateway.orphan_hold_secs),
+    };
+    let tenants = store.tenant_ids().await?;
+    let r =
+        gateway::reconcile::close_abandoned_holds(&store, &quota, &tenants, &clock, now_ms, &ages)
+            .await
+            .map_err(anyhow::Error::msg)?;
+    println!(
+        "stale-holds: {} tenants, closed {} stale and {} orphaned holds, stored {} outbox events",
+        tenants.len(),
+        r.closed_stale,
+        r.closed_orphaned,
+        r.outbox_stored
+    );
+    Ok(r)
+}

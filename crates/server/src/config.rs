@@ -93,6 +93,10 @@ pub struct GatewayTuning {
     pub stream_max_duration_secs: u64,
     pub stream_slice_tokens: i64,
     pub min_clamped_output_tokens: i64,
+    /// A hold open longer than this is closed at its estimate (`expired`).
+    pub stale_hold_secs: u64,
+    /// A hold whose replica stopped heartbeating is closed after this.
+    pub orphan_hold_secs: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -147,6 +151,8 @@ impl Default for Config {
                 stream_max_duration_secs: 1800,
                 stream_slice_tokens: 256,
                 min_clamped_output_tokens: 64,
+                stale_hold_secs: 24 * 3600,
+                orphan_hold_secs: 120,
             },
             mock: MockUpstreamConfig {
                 listen: "127.0.0.1:9090".into(),

@@ -36,6 +36,11 @@ enum Command {
     },
     /// Verify the audit log's hash chain; exit 1 naming the first broken row.
     AuditVerify,
+    /// Run a background job once, now (or as if at --now).
+    Jobs {
+        #[command(subcommand)]
+        command: JobsCommand,
+    },
     /// An OpenAI-compatible fake provider for demos, tests and benchmarks.
     MockUpstream {
         #[arg(long)]
@@ -46,6 +51,18 @@ enum Command {
         output_tokens: Option<u32>,
         #[arg(long)]
         chunk_delay_ms: Option<u64>,
+    },
+}
+
+#[derive(Subcommand)]
+enum JobsCommand {
+    Run {
+        /// stale-holds: close holds that are stale or whose replica is gone.
+        #[arg(value_parser = ["stale-holds"])]
+        job: String,
+        /// Run as if at this time (RFC 3339), e.g. to test month ends.
+        #[arg(long)]
+        now: Option<String>,
     },
 }
 
@@ -110,6 +127,11 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             command: AdminCommand::BenchSetup { upstream },
         } => commands::bench_setup(&cfg, &upstream).await.map(|_| true),
         Command::AuditVerify => commands::audit_verify(&cfg).await,
+        Command::Jobs {
+            command: JobsCommand::Run { job: _, now },
+        } => commands::stale_holds(&cfg, now.as_deref())
+            .await
+            .map(|_| true),
         Command::MockUpstream {
             listen,
             latency_ms,

@@ -80,3 +80,22 @@ fn conflict(what: impl Into<String>) -> impl FnOnce(sqlx::Error) -> StoreError {
         _ => StoreError::Db(e),
     }
 }
+
+/// A job's cluster-wide lock: a transaction holding a Postgres advisory lock.
+/// Dropping it (or the replica dying) releases the lock.
+pub struct JobLock {
+    _tx: sqlx::Transaction<'static, sqlx::Postgres>,
+}
+
+impl Store {
+    /// Takes the named job's lock if no other replica holds it.
+    pub async fn try_job_lock(&self, job: &str) -> Result<Option<JobLock>> {
+        let mut tx = self.pool.begin().await?;
+        let got: bool =
+            sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtext('tollgate-job:' || $1))")
+                .bind(job)
+                .fetch_one(&mut *tx)
+                .await?;
+        Ok(got.then_some(JobLock { _tx: tx }))
+    }
+}

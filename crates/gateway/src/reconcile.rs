@@ -1,0 +1,135 @@
+//! Closing holds that nobody will settle: a request whose replica crashed
+//! (orphan: its replica's heartbeat is gone) or that has been open longer
+//! than any request can run (stale). Each is settled at its estimate with
+//! status `expired`, through the same idempotent settle script, so a late
+//! real settle finds the hold closed and changes nothing. Then settled
+//! events still waiting in the outboxes are stored.
+
+use crate::ledger::sweep_outboxes;
+use domain::period::PlatformClock;
+use domain::usage::UsageEvent;
+use domain::Limits;
+use quota::{OpenHold, QuotaEngine, SettleOutcome, SettleRequest};
+use std::collections::HashMap;
+use std::time::Duration;
+use store::Store;
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReconcileReport {
+    pub closed_stale: u64,
+    pub closed_orphaned: u64,
+    pub outbox_stored: u64,
+}
+
+pub struct HoldAges {
+    /// A hold older than this is closed whatever its replica does.
+    pub stale_after: Duration,
+    /// A hold older than this whose replica has no heartbeat is closed.
+    pub orphan_after: Duration,
+}
+
+pub async fn close_abandoned_holds(
+    store: &Store,
+    quota: &QuotaEngine,
+    tenants: &[String],
+    clock: &PlatformClock,
+    now_ms: i64,
+    ages: &HoldAges,
+) -> Result<ReconcileReport, String> {
+    let mut report = ReconcileReport::default();
+    let mut alive: HashMap<String, bool> = HashMap::new();
+    let stale_before = now_ms - ages.stale_after.as_millis() as i64;
+    for t in tenants {
+        let (open, gone) = quota
+            .open_holds(t, now_ms - ages.orphan_after.as_millis() as i64)
+            .await
+            .map_err(|e| e.to_string())?;
+        quota
+            .forget_open(t, &gone)
+            .await
+            .map_err(|e| e.to_string())?;
+        for h in open {
+            let stale = h.at_ms < stale_before;
+            if !stale {
+                let live = match alive.get(&h.replica) {
+                    Some(v) => *v,
+                    None => {
+                        let v = quota
+                            .replica_alive(&h.replica)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        alive.insert(h.replica.clone(), v);
+                        v
+                    }
+                };
+                if live {
+                    continue;
+                }
+            }
+            if expire(quota, t, &h, clock, now_ms).await? {
+                if stale {
+                    report.closed_stale += 1;
+                } else {
+                    report.closed_orphaned += 1;
+                }
+            }
+        }
+    }
+    report.outbox_stored = sweep_outboxes(store, quota, tenants).await?;
+    Ok(report)
+}
+
+async fn expire(
+    quota: &QuotaEngine,
+    tenant: &str,
+    h: &OpenHold,
+    clock: &PlatformClock,
+    now_ms: i64,
+) -> Result<bool, String> {
+    let event = UsageEvent {
+        request_id: h.request_id.clone(),
+        tenant_id: tenant.to_string(),
+        app_id: h.app.clone(),
+        key_id: h.key.clone(),
+        model: h.model.clone(),
+        period: h.month.clone(),
+        day: clock.day(chrono::DateTime::from_timestamp_millis(now_ms).unwrap_or_default()),
+        input_tokens: h.est_input,
+        output_tokens: h.est_output,
+        cost_micro: h.est_cost,
+        est_tokens: h.est_input + h.est_output,
+        est_cost_micro: h.est_cost,
+        overrun_tokens: 0,
+        overrun_cost_micro: 0,
+        status: "expired".into(),
+        stream: false,
+        usage_source: "estimated".into(),
+        replica: h.replica.clone(),
+        started_at_ms: h.at_ms,
+        settled_at_ms: now_ms,
+    };
+    let json = serde_json::to_string(&event).expect("event serialises");
+    // Settling at the estimate moves no token bucket: the limits only bound
+    // bucket refunds, and there is nothing to refund.
+    let none = Limits::default();
+    let req = SettleRequest {
+        request_id: &h.request_id,
+        tenant,
+        app: &h.app,
+        key: &h.key,
+        month: &h.month,
+        input_tokens: h.est_input,
+        output_tokens: h.est_output,
+        cost: h.est_cost,
+        event_json: &json,
+        status: "expired",
+        limits: [&none, &none, &none],
+    };
+    match quota.settle(&req).await.map_err(|e| e.to_string())? {
+        SettleOutcome::Settled { .. } => {
+            tracing::warn!(tenant, request_id = %h.request_id, replica = %h.replica, "abandoned hold closed at its estimate");
+            Ok(true)
+        }
+        SettleOutcome::AlreadyClosed { .. } => Ok(false),
+    }
+}

@@ -1,0 +1,126 @@
+//! Holds nobody will settle — a crashed replica's, or any held too long —
+//! are closed at their estimate, exactly once, and reach the ledger.
+
+use domain::Limits;
+use e2e::*;
+use quota::{
+    HoldOutcome, HoldRequest, LedgerSource, QuotaEngine, ScopeUsage, SettleOutcome, SettleRequest,
+};
+use std::time::Duration;
+
+/// The real Postgres ledger as the engine's rebuild source.
+struct Ledger<'a>(&'a store::Store);
+impl LedgerSource for Ledger<'_> {
+    async fn month_usage(&self, t: &str, m: &str) -> Result<Vec<ScopeUsage>, String> {
+        let rows = self.0.month_usage(t, m).await.map_err(|e| e.to_string())?;
+        Ok(rows
+            .into_iter()
+            .map(|r| ScopeUsage {
+                app: r.app_id,
+                key: r.key_id,
+                tokens: r.tokens,
+                cost: r.cost_micro,
+                overrun_tokens: r.overrun_tokens,
+                overrun_cost: r.overrun_cost_micro,
+            })
+            .collect())
+    }
+}
+
+async fn hold_as(env: &TestEnv, replica: &str, rid: &str, key_id: &str) -> QuotaEngine {
+    let q = QuotaEngine::new(&env.redis_url, &env.prefix, Duration::from_secs(1), replica).unwrap();
+    let none = Limits::default();
+    let month = this_month();
+    let req = HoldRequest {
+        request_id: rid,
+        tenant: "t",
+        app: "a",
+        key: key_id,
+        month: &month,
+        est_input: 40,
+        est_output: 60,
+        est_cost: 42,
+        model: "gpt-4o-mini",
+        limits: [&none, &none, &none],
+    };
+    assert!(matches!(
+        q.hold(&req, &Ledger(&env.store)).await.unwrap(),
+        HoldOutcome::Admitted { .. }
+    ));
+    q
+}
+
+#[tokio::test]
+async fn stale_and_orphaned_holds_are_closed_at_their_estimate_once() {
+    let env = TestEnv::new().await;
+    let (key_id, _) = env.simple_tenant(Limits::default()).await;
+    let month = this_month();
+    // A replica that crashed mid-request (no heartbeat), and a live one.
+    let dead = hold_as(&env, "replica-dead", "req-orphan", &key_id).await;
+    let live = hold_as(&env, "replica-live", "req-live", &key_id).await;
+    live.heartbeat(Duration::from_secs(600)).await.unwrap();
+    assert_eq!(env.counters("t", &month).await["t:ht"], 200);
+
+    // Three minutes later: the orphan is closed, the live replica's hold is not.
+    let now = chrono::Utc::now() + chrono::Duration::minutes(3);
+    let r = server::commands::stale_holds(&env.config(), Some(&now.to_rfc3339()))
+        .await
+        .unwrap();
+    assert_eq!((r.closed_orphaned, r.closed_stale), (1, 0));
+    let c = env.counters("t", &month).await;
+    assert_eq!((c["t:ht"], c["t:ut"]), (100, 100));
+    let e = env
+        .store
+        .usage_event("req-orphan")
+        .await
+        .unwrap()
+        .expect("in the ledger");
+    assert_eq!(
+        (
+            e.status.as_str(),
+            e.usage_source.as_str(),
+            e.input_tokens,
+            e.output_tokens,
+            e.cost_micro
+        ),
+        ("expired", "estimated", 40, 60, 42)
+    );
+    assert_eq!(e.replica, "replica-dead");
+
+    // A day later even the live replica's hold is stale.
+    let now = chrono::Utc::now() + chrono::Duration::hours(25);
+    let r = server::commands::stale_holds(&env.config(), Some(&now.to_rfc3339()))
+        .await
+        .unwrap();
+    assert_eq!((r.closed_orphaned, r.closed_stale), (0, 1));
+    let c = env.counters("t", &month).await;
+    assert_eq!((c["t:ht"], c["t:ut"]), (0, 200));
+    assert_eq!(live.inflight("t", "t").await.unwrap(), 0);
+
+    // The crashed request's own settle, arriving late, changes nothing.
+    let none = Limits::default();
+    let late = SettleRequest {
+        request_id: "req-orphan",
+        tenant: "t",
+        app: "a",
+        key: &key_id,
+        month: &month,
+        input_tokens: 40,
+        output_tokens: 10,
+        cost: 9,
+        event_json: "{}",
+        status: "ok",
+        limits: [&none, &none, &none],
+    };
+    assert!(matches!(
+        dead.settle(&late).await.unwrap(),
+        SettleOutcome::AlreadyClosed { .. }
+    ));
+    assert_eq!(env.counters("t", &month).await["t:ut"], 200);
+    // Nothing left to do: a second run closes nothing.
+    let r = server::commands::stale_holds(&env.config(), Some(&now.to_rfc3339()))
+        .await
+        .unwrap();
+    assert_eq!((r.closed_orphaned, r.closed_stale), (0, 0));
+    assert_eq!(env.ledger_tokens("t", &month).await, (200, 2));
+}
