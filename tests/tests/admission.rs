@@ -296,3 +296,60 @@ async fn a_large_prompt_is_estimated_with_the_real_tokenizer() {
     );
     srv.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_non_stream_client_that_leaves_is_charged_the_whole_answer() {
+    let env = TestEnv::new().await;
+    let (_, key) = env.simple_tenant(Limits::default()).await;
+    let srv = env.server().await;
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_millis(150))
+        .build()
+        .unwrap();
+    let r = client
+        .post(format!("http://{}/v1/chat/completions", srv.addr))
+        .bearer_auth(&key)
+        .json(&chat_body("hello [mock:latency_ms=600]", Some(40)))
+        .send()
+        .await;
+    assert!(r.is_err(), "the client should have timed out");
+    let month = this_month();
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || async {
+            env.ledger_tokens("t", &month).await.1 == 1
+        })
+        .await
+    );
+    let rid: String = sqlx::query_scalar("SELECT request_id FROM usage_events")
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap();
+    let e = env.store.usage_event(&rid).await.unwrap().unwrap();
+    // The provider generates (and bills) a non-stream answer whole.
+    assert_eq!(
+        (e.status.as_str(), e.usage_source.as_str(), e.output_tokens),
+        ("client_closed", "estimated", 40)
+    );
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_model_url_with_credentials_is_refused() {
+    let env = TestEnv::new().await;
+    e2e::user(&env, "admin@x.io", "platform_admin", None).await;
+    let srv = env.server().await;
+    let base = format!("http://{}", srv.addr);
+    let token = e2e::login(&base, "admin@x.io").await;
+    let m = json!({"id": "m1", "upstream_base_url": "https://user:secret@api.example.com/v1", "upstream_model": "x",
+        "input_price_per_mtok_usd": "1", "output_price_per_mtok_usd": "2"});
+    let (status, body) = e2e::api(
+        "POST",
+        &format!("{base}/api/v1/models"),
+        Some(&token),
+        Some(m),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(!body.to_string().contains("secret"));
+    srv.shutdown().await;
+}

@@ -166,7 +166,9 @@ async fn admit_and_forward(
     let (est_in, per_choice) = estimated.map_err(|e| refuse(e, k, &model.id))?;
     let max_out = per_choice * summary.choices;
     // A stream holds one slice of output at a time, extended as it flows.
-    let first_out = if summary.stream {
+    // Reasoning models do not stream their hidden reasoning: nothing to
+    // count, so they hold their whole cap up front.
+    let first_out = if summary.stream && !domain::tokens::hides_reasoning(&model.upstream_model) {
         max_out.min(gw.cfg.stream_slice_tokens)
     } else {
         max_out
@@ -515,14 +517,23 @@ async fn forward(
     let rid = held.request_id.clone();
     let timeout = (!s.stream).then_some(gw.cfg.upstream_timeout);
     let t0 = Instant::now();
-    let sent = upstream::request(&gw.http, &held.model, endpoint, body, timeout)
-        .send()
-        .await;
+    // A stream has no whole-request timeout, but its headers must come
+    // within the idle timeout, like every later chunk.
+    let first = timeout.unwrap_or(gw.cfg.stream_idle_timeout);
+    let sent = match tokio::time::timeout(
+        first,
+        upstream::request(&gw.http, &held.model, endpoint, body, timeout).send(),
+    )
+    .await
+    {
+        Ok(r) => r.map_err(|e| e.without_url().to_string()),
+        Err(_) => Err("no response headers within the timeout".to_string()),
+    };
     let resp = match sent {
         Ok(r) => r,
         Err(e) => {
             // Without the URL: a base URL may carry credentials.
-            tracing::warn!(request_id = %rid, model = %held.model.id, error = %e.without_url(), "upstream unreachable");
+            tracing::warn!(request_id = %rid, model = %held.model.id, error = %e, "upstream unreachable");
             held.release().await;
             let reason = ReasonCode::UpstreamUnavailable;
             return Err(

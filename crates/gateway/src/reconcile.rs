@@ -40,14 +40,20 @@ pub async fn close_abandoned_holds(
     let mut alive: HashMap<String, bool> = HashMap::new();
     let stale_before = now_ms - ages.stale_after.as_millis() as i64;
     for t in tenants {
-        let (open, gone) = quota
+        // One tenant's trouble must not starve the others: log and go on.
+        let (open, gone) = match quota
             .open_holds(t, now_ms - ages.orphan_after.as_millis() as i64)
             .await
-            .map_err(|e| e.to_string())?;
-        quota
-            .forget_open(t, &gone)
-            .await
-            .map_err(|e| e.to_string())?;
+        {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(tenant = %t, error = %e, "reconciler could not read open holds");
+                continue;
+            }
+        };
+        if let Err(e) = quota.forget_open(t, &gone).await {
+            tracing::warn!(tenant = %t, error = %e, "reconciler could not prune the open-holds index");
+        }
         for h in open {
             let stale = h.at_ms < stale_before;
             if !stale {

@@ -75,6 +75,16 @@ impl HeldRequest {
     /// What is known to have been consumed: the provider's count when it
     /// came, else the input estimate and the output counted so far.
     pub fn best_known(&self, status: &'static str) -> Actual {
+        if !self.stream && self.provider_usage.is_none() {
+            // A non-stream answer is generated whole even when the client
+            // leaves: the provider bills it, so does the gateway.
+            return Actual {
+                input: self.est_input,
+                output: self.est_output,
+                status,
+                source: "estimated",
+            };
+        }
         match self.provider_usage {
             Some((input, output)) => Actual {
                 input,
@@ -115,21 +125,35 @@ impl HeldRequest {
 /// hold never landed).
 pub async fn release_hold(gw: Arc<Gateway>, key: Arc<KeyEntry>, month: String, request_id: String) {
     let k = &key;
-    let r = gw
-        .quota
-        .release(
-            &k.tenant.id,
-            &k.app.id,
-            &k.id,
-            &month,
-            &request_id,
-            k.scope_limits(),
-        )
-        .await;
-    if let Err(e) = r {
-        metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "release").increment(1);
-        tracing::warn!(request_id = %request_id, error = %e, "release failed; the stale-hold reconciler will close the hold");
+    for attempt in 0..RETRIES {
+        let r = gw
+            .quota
+            .release(
+                &k.tenant.id,
+                &k.app.id,
+                &k.id,
+                &month,
+                &request_id,
+                k.scope_limits(),
+            )
+            .await;
+        match r {
+            Ok(_) => return,
+            Err(e) => {
+                metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "release").increment(1);
+                tracing::warn!(request_id = %request_id, attempt, error = %e, "release failed; retrying");
+                tokio::time::sleep(backoff(attempt)).await;
+            }
+        }
     }
+    tracing::error!(request_id = %request_id, "release gave up; hold left to the reconciler");
+}
+
+/// Retries of a settle or release: 25 ms doubling to 5 s, ~30 minutes in all.
+const RETRIES: u32 = 370;
+
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis((25u64 << attempt.min(8)).min(5_000))
 }
 
 /// Armed while a hold call is under way: if the call times out or the client
@@ -228,9 +252,10 @@ impl SettleJob {
             status: &e.status,
             limits: self.key.scope_limits(),
         };
-        // Redis may blink: retry for a while, then leave the hold to the
-        // stale-hold reconciler, which settles it at its estimate.
-        for attempt in 0..6u32 {
+        // Redis may be down for a while: keep retrying (backoff capped at
+        // 5 s, for up to half an hour) so the hold does not wait for the
+        // stale-hold reconciler's day; then leave it to that reconciler.
+        for attempt in 0..RETRIES {
             match self.gw.quota.settle(&req).await {
                 Ok(SettleOutcome::Settled { overrun_tokens, .. }) => {
                     let labels = [("tenant", e.tenant_id.clone()), ("model", e.model.clone())];
@@ -251,7 +276,7 @@ impl SettleJob {
                 Err(err) => {
                     metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "settle").increment(1);
                     tracing::warn!(request_id = %e.request_id, attempt, error = %err, "settle failed");
-                    tokio::time::sleep(Duration::from_millis(25 << attempt)).await;
+                    tokio::time::sleep(backoff(attempt)).await;
                 }
             }
         }

@@ -91,7 +91,13 @@ pub struct Delta {
     #[serde(default)]
     pub reasoning_content: Option<String>,
     #[serde(default)]
+    pub reasoning: Option<String>,
+    #[serde(default)]
+    pub refusal: Option<String>,
+    #[serde(default)]
     pub tool_calls: Option<serde_json::Value>,
+    #[serde(default)]
+    pub function_call: Option<serde_json::Value>,
 }
 
 impl Chunk {
@@ -102,11 +108,14 @@ impl Chunk {
                 out.push_str(t);
             }
             if let Some(d) = &c.delta {
-                for t in [&d.content, &d.reasoning_content].into_iter().flatten() {
+                for t in [&d.content, &d.reasoning_content, &d.reasoning, &d.refusal]
+                    .into_iter()
+                    .flatten()
+                {
                     out.push_str(t);
                 }
-                if let Some(tc) = &d.tool_calls {
-                    out.push_str(&tc.to_string());
+                for call in [&d.tool_calls, &d.function_call].into_iter().flatten() {
+                    out.push_str(&call.to_string());
                 }
             }
         }

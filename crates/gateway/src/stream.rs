@@ -108,6 +108,41 @@ fn cut_events(shape: &Shape, cut: &Cut, usage: Option<(i64, i64)>) -> Bytes {
     Bytes::from(out)
 }
 
+/// Output tokens in one event, and whether it is the provider's usage-only
+/// chunk. What cannot be read as a chunk (an unexpected shape, several
+/// `data:` lines) is counted whole, as text: better to overcount than to
+/// let output through unmetered.
+fn read_event(
+    ev: &[u8],
+    family: domain::tokens::TokenizerFamily,
+    text: &mut String,
+    shape: &mut Shape,
+    usage: &mut Option<(i64, i64)>,
+) -> (i64, bool) {
+    let Some(data) = data_of(ev) else {
+        return (0, false);
+    };
+    if data == b"[DONE]" {
+        return (0, false);
+    }
+    let single = ev.windows(5).filter(|w| *w == b"data:").count() == 1;
+    match serde_json::from_slice::<Chunk>(data)
+        .ok()
+        .filter(|_| single)
+    {
+        Some(chunk) => {
+            shape.learn(&chunk);
+            if let Some(u) = &chunk.usage {
+                *usage = Some((u.prompt_tokens, u.completion_tokens));
+            }
+            text.clear();
+            chunk.generated_text(text);
+            (family.count(text) as i64, chunk.is_usage_only())
+        }
+        None => (family.count(&String::from_utf8_lossy(ev)) as i64, false),
+    }
+}
+
 /// Makes room for `needed` more output tokens, a slice at a time; the last
 /// try asks for exactly what is missing so the final tokens of a budget can
 /// still be used. Returns the refusal when the budget cannot cover it.
@@ -199,41 +234,29 @@ pub fn metered(
             };
             split.push(&bytes);
             while let Some(ev) = split.next_event() {
-                let chunk = data_of(&ev)
-                    .filter(|d| *d != b"[DONE]")
-                    .and_then(|d| serde_json::from_slice::<Chunk>(d).ok());
-                if let Some(chunk) = chunk {
-                    shape.learn(&chunk);
-                    if let Some(u) = &chunk.usage {
-                        held.provider_usage = Some((u.prompt_tokens, u.completion_tokens));
-                    }
-                    text.clear();
-                    chunk.generated_text(&mut text);
-                    let n = family.count(&text) as i64;
-                    if n > 0 {
-                        let after = held.counted_output + n;
-                                                // Keep a quarter slice of headroom ahead of the text,
-                        // up to the request's cap; past the cap (our count
-                        // can run a little above the provider's) only what
-                        // the text needs.
-                        let want = if after > held.est_output {
-                            after
-                        } else {
-                            (after + slice / 4).min(held.max_output)
-                        };
-                        if want > held.est_output {
-                            if let Err(c) = cover(&mut held, want, slice).await {
-                                if after > held.est_output {
-                                    cut = Some(c);
-                                    break 'read;
-                                }
+                let (n, usage_only) = read_event(&ev, family, &mut text, &mut shape, &mut held.provider_usage);
+                if n > 0 {
+                    let after = held.counted_output + n;
+                    // Keep a quarter slice of headroom ahead of the text, up
+                    // to the request's cap; past the cap (our count can run
+                    // a little above the provider's) only what the text needs.
+                    let want = if after > held.est_output {
+                        after
+                    } else {
+                        (after + slice / 4).min(held.max_output)
+                    };
+                    if want > held.est_output {
+                        if let Err(c) = cover(&mut held, want, slice).await {
+                            if after > held.est_output {
+                                cut = Some(c);
+                                break 'read;
                             }
                         }
-                        held.counted_output = after;
                     }
-                    if chunk.is_usage_only() && !client_wants_usage {
-                        continue;
-                    }
+                    held.counted_output = after;
+                }
+                if usage_only && !client_wants_usage {
+                    continue;
                 }
                 yield Ok::<Bytes, std::io::Error>(ev);
             }
@@ -250,7 +273,10 @@ pub fn metered(
             yield Ok(cut_events(&shape, &c, usage));
             return;
         }
-        if let Some(rest) = split.rest() {
+                if let Some(rest) = split.rest() {
+            // An unterminated last event: counted like any other.
+            let (n, _) = read_event(&rest, family, &mut text, &mut shape, &mut held.provider_usage);
+            held.counted_output += n;
             yield Ok(rest);
         }
         let actual = held.best_known(if broken { "upstream_error" } else { "ok" });
@@ -302,5 +328,47 @@ mod tests {
         );
         assert!(err.get("error").is_none());
         assert_eq!(events[3], "data: [DONE]");
+    }
+}
+
+#[cfg(test)]
+mod read_event_tests {
+    use super::*;
+    use domain::tokens::TokenizerFamily;
+
+    #[test]
+    fn what_cannot_be_read_is_counted_whole() {
+        let (mut text, mut shape, mut usage) = (String::new(), Shape::default(), None);
+        let f = TokenizerFamily::O200k;
+        // A normal delta: its text.
+        let ok = b"data: {\"choices\":[{\"delta\":{\"content\":\" hello hello\"}}]}\n\n";
+        assert_eq!(
+            read_event(ok, f, &mut text, &mut shape, &mut usage),
+            (2, false)
+        );
+        // A shape the parser does not expect (created as a float): the whole
+        // event counts, far more than its text, never less.
+        let odd =
+            b"data: {\"created\":1.5,\"choices\":[{\"delta\":{\"content\":\" hello hello\"}}]}\n\n";
+        assert!(read_event(odd, f, &mut text, &mut shape, &mut usage).0 > 2);
+        // Two data lines: counted whole too.
+        let two =
+            b"data: {\"choices\":[]}\ndata: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n";
+        assert!(read_event(two, f, &mut text, &mut shape, &mut usage).0 > 1);
+        // Comments and [DONE] carry no output.
+        assert_eq!(
+            read_event(b": keep-alive\n\n", f, &mut text, &mut shape, &mut usage),
+            (0, false)
+        );
+        assert_eq!(
+            read_event(b"data: [DONE]\n\n", f, &mut text, &mut shape, &mut usage),
+            (0, false)
+        );
+        // Refusals and legacy function calls are output as well.
+        let refusal = b"data: {\"choices\":[{\"delta\":{\"refusal\":\" hello\"}}]}\n\n";
+        assert_eq!(
+            read_event(refusal, f, &mut text, &mut shape, &mut usage).0,
+            1
+        );
     }
 }

@@ -188,15 +188,19 @@ async fn health(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
     )
 }
 
-/// Every 10 s: this replica is alive (30 s TTL). Its holds become orphans
-/// once the heartbeat lapses.
+/// Every 5 s (1 s after a failure): this replica is alive (30 s TTL). Its
+/// holds become orphans once the heartbeat lapses.
 fn spawn_heartbeat(quota: Arc<QuotaEngine>) -> JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            if let Err(e) = quota.heartbeat(Duration::from_secs(30)).await {
-                tracing::warn!(error = %e, "heartbeat failed");
-            }
-            tokio::time::sleep(Duration::from_secs(10)).await;
+            let pause = match quota.heartbeat(Duration::from_secs(30)).await {
+                Ok(()) => 5,
+                Err(e) => {
+                    tracing::warn!(error = %e, "heartbeat failed");
+                    1
+                }
+            };
+            tokio::time::sleep(Duration::from_secs(pause)).await;
         }
     })
 }

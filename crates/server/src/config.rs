@@ -250,6 +250,13 @@ impl Config {
                 bail!("auth.jwt_secret must be at least 32 bytes");
             }
         }
+        let longest_request = self
+            .gateway
+            .stream_max_duration_secs
+            .max(self.gateway.upstream_timeout_secs);
+        if self.gateway.stale_hold_secs <= longest_request {
+            bail!("gateway.stale_hold_secs must exceed the longest request (stream_max_duration_secs, upstream_timeout_secs)");
+        }
         if self.redis.timeout_ms == 0 || self.gateway.max_body_bytes == 0 {
             bail!("redis.timeout_ms and gateway.max_body_bytes must be positive");
         }
@@ -295,11 +302,15 @@ impl Config {
         parse_key(k)
     }
 
+    /// This process's replica name: the configured or host name plus a
+    /// per-boot suffix, so a restarted replica never vouches (by its
+    /// heartbeat) for the holds its crashed predecessor left behind.
     pub fn replica(&self) -> String {
-        self.server.replica.clone().unwrap_or_else(|| {
+        let base = self.server.replica.clone().unwrap_or_else(|| {
             let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
-            format!("{}-{}", host.trim(), std::process::id())
-        })
+            host.trim().to_string()
+        });
+        format!("{base}-{:08x}", rand::random::<u32>())
     }
 }
 

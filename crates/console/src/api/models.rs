@@ -41,6 +41,21 @@ pub async fn create(
             "upstream_base_url must be an http(s) URL".into(),
         ));
     }
+    let authority = m
+        .upstream_base_url
+        .split("://")
+        .nth(1)
+        .unwrap_or("")
+        .split('/')
+        .next()
+        .unwrap_or("");
+    if authority.contains('@') {
+        // Credentials in a URL end up in logs and audit rows: they go in
+        // upstream_api_key, which is stored encrypted and never shown.
+        return Err(ApiError::BadRequest(
+            "upstream_base_url must not carry credentials; use upstream_api_key".into(),
+        ));
+    }
     if !["chat", "embedding"].contains(&m.kind.as_str()) {
         return Err(ApiError::BadRequest(
             "kind must be chat or embedding".into(),
