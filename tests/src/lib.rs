@@ -388,3 +388,21 @@ pub async fn api(
         serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
     )
 }
+
+/// The one usage event of a test's ledger, once the ledger writer stored it.
+pub async fn only_usage_event(env: &TestEnv) -> domain::usage::UsageEvent {
+    let one = eventually(Duration::from_secs(5), || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM usage_events")
+            .fetch_one(env.store.pool())
+            .await
+            .unwrap()
+            == 1
+    })
+    .await;
+    assert!(one, "expected exactly one usage event in the ledger");
+    let rid: String = sqlx::query_scalar("SELECT request_id FROM usage_events")
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap();
+    env.store.usage_event(&rid).await.unwrap().unwrap()
+}

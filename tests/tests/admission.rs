@@ -313,18 +313,7 @@ async fn a_non_stream_client_that_leaves_is_charged_the_whole_answer() {
         .send()
         .await;
     assert!(r.is_err(), "the client should have timed out");
-    let month = this_month();
-    assert!(
-        eventually(std::time::Duration::from_secs(5), || async {
-            env.ledger_tokens("t", &month).await.1 == 1
-        })
-        .await
-    );
-    let rid: String = sqlx::query_scalar("SELECT request_id FROM usage_events")
-        .fetch_one(env.store.pool())
-        .await
-        .unwrap();
-    let e = env.store.usage_event(&rid).await.unwrap().unwrap();
+    let e = only_usage_event(&env).await;
     // The provider generates (and bills) a non-stream answer whole.
     assert_eq!(
         (e.status.as_str(), e.usage_source.as_str(), e.output_tokens),

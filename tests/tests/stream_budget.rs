@@ -296,18 +296,7 @@ async fn an_upstream_that_breaks_mid_stream_is_charged_for_what_it_sent() {
     let delivered = delivered_tokens(&evs);
     assert_eq!(delivered, 30);
 
-    let month = this_month();
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            env.ledger_tokens("t", &month).await.1 == 1
-        })
-        .await
-    );
-    let rid: String = sqlx::query_scalar("SELECT request_id FROM usage_events")
-        .fetch_one(env.store.pool())
-        .await
-        .unwrap();
-    let e = env.store.usage_event(&rid).await.unwrap().unwrap();
+    let e = only_usage_event(&env).await;
     // The 30 tokens sent, counted by the gateway; not 0, not the 256-token hold.
     assert_eq!(
         (e.output_tokens, e.usage_source.as_str(), e.status.as_str()),

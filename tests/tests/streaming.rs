@@ -111,17 +111,7 @@ async fn a_client_that_leaves_mid_stream_is_charged_for_what_was_generated() {
     // Charged for the input and the ~20 tokens delivered, not the 256 held
     // nor nothing. The gateway may have counted a few chunks that were in
     // flight when the client left (10 ms apart: at most a handful).
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            env.ledger_tokens("t", &month).await.1 == 1
-        })
-        .await
-    );
-    let rid: String = sqlx::query_scalar("SELECT request_id FROM usage_events")
-        .fetch_one(env.store.pool())
-        .await
-        .unwrap();
-    let e = env.store.usage_event(&rid).await.unwrap().unwrap();
+    let e = only_usage_event(&env).await;
     assert_eq!(
         (e.status.as_str(), e.usage_source.as_str()),
         ("client_closed", "counted")
