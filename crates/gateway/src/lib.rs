@@ -4,7 +4,7 @@
 pub mod catalog;
 mod errors;
 pub mod ledger;
-mod ledger_source;
+pub mod ledger_source;
 mod metrics_names;
 mod models;
 mod proxy;

@@ -13,8 +13,8 @@ local scopes = {'t', 'a:' .. ARGV[2], 'k:' .. ARGV[3]}
 local est_in, est_out, est_cost = tonumber(h[2]), tonumber(h[3]), tonumber(h[4])
 for s = 1, 3 do
   local p = scopes[s]
-  if redis.call('HINCRBY', M, p .. ':ht', -(est_in + est_out)) < 0 then redis.call('HSET', M, p .. ':ht', 0) end
-  if redis.call('HINCRBY', M, p .. ':hc', -est_cost) < 0 then redis.call('HSET', M, p .. ':hc', 0) end
+  if redis.call('HINCRBY', M, p .. ':ht', 0 - (est_in + est_out)) < 0 then redis.call('HSET', M, p .. ':ht', 0) end
+  if redis.call('HINCRBY', M, p .. ':hc', 0 - est_cost) < 0 then redis.call('HSET', M, p .. ':hc', 0) end
   if redis.call('HINCRBY', R, p .. ':if', -1) < 0 then redis.call('HSET', R, p .. ':if', 0) end
   local dims = {{5, 'itpm', est_in}, {6, 'otpm', est_out}}
   for _, d in ipairs(dims) do

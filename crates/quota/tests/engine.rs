@@ -430,3 +430,27 @@ async fn a_budget_refusal_tells_the_headroom_left() {
     assert_eq!(r.headroom_tokens, Some(500)); // the app's 700 - 200 is the tightest
     assert_eq!(r.headroom_cost, None);
 }
+
+#[tokio::test]
+async fn a_free_model_hold_can_be_released() {
+    // Found by the property test: `-0` (a zero cost negated in Lua) is not
+    // an integer to Redis, so releasing a hold of a free model failed.
+    let q = engine();
+    let s = no_limits();
+    let mut h = hold(&s, "free", 5, 5);
+    h.est_cost = 0;
+    q.hold(&h, &EmptyLedger).await.unwrap();
+    assert!(q
+        .release(
+            "acme",
+            "web",
+            "k1",
+            "2026-11",
+            "free",
+            [&s.tenant, &s.app, &s.key]
+        )
+        .await
+        .unwrap());
+    let c = q.month_counters("acme", "2026-11").await.unwrap();
+    assert_eq!((c.held_tokens("t"), c.held_cost("t")), (0, 0));
+}
