@@ -406,3 +406,118 @@ pub async fn only_usage_event(env: &TestEnv) -> domain::usage::UsageEvent {
         .unwrap();
     env.store.usage_event(&rid).await.unwrap().unwrap()
 }
+
+/// A private 3-master Redis Cluster from Debian's redis-server, for tests
+/// that must run the hold engine unchanged on a cluster.
+pub struct RedisCluster {
+    pub nodes: Vec<String>,
+    children: Vec<Child>,
+    _dir: std::path::PathBuf,
+}
+
+impl RedisCluster {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "tollgate-cluster-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ports: Vec<u16> = (0..3)
+            .map(|_| {
+                StdListener::bind("127.0.0.1:0")
+                    .unwrap()
+                    .local_addr()
+                    .unwrap()
+                    .port()
+            })
+            .collect();
+        let mut children = Vec::new();
+        for p in &ports {
+            let node_dir = dir.join(p.to_string());
+            std::fs::create_dir_all(&node_dir).unwrap();
+            let child = Command::new("redis-server")
+                .args([
+                    "--port",
+                    &p.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                ])
+                .arg("--dir")
+                .arg(&node_dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server on PATH");
+            children.push(child);
+        }
+        for p in &ports {
+            let t0 = Instant::now();
+            while std::net::TcpStream::connect(("127.0.0.1", *p)).is_err() {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(10),
+                    "cluster node {p} did not start"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli on PATH");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        // Every node must agree the cluster is up before it takes commands.
+        let t0 = Instant::now();
+        for p in &ports {
+            loop {
+                let info = Command::new("redis-cli")
+                    .args(["-p", &p.to_string(), "cluster", "info"])
+                    .output()
+                    .unwrap();
+                if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "cluster never reached state ok"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Self {
+            nodes: ports
+                .iter()
+                .map(|p| format!("redis://127.0.0.1:{p}"))
+                .collect(),
+            children,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self._dir);
+    }
+}

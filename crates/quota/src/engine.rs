@@ -1,7 +1,7 @@
+use crate::conn::{Conn, Link};
 use crate::keys::KeySpace;
 use domain::limits::{LimitKind, ScopeKind};
 use domain::{Limits, Refusal};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 use std::collections::HashMap;
 use std::future::Future;
@@ -185,7 +185,7 @@ struct Scripts {
 }
 
 pub struct QuotaEngine {
-    conn: ConnectionManager,
+    conn: Link,
     keys: KeySpace,
     timeout: Duration,
     replica: String,
@@ -197,22 +197,39 @@ fn limit_args(limits: [&Limits; 3]) -> impl Iterator<Item = i64> + '_ {
 }
 
 impl QuotaEngine {
-    /// Connects lazily: the engine exists even while Redis is down, and every
-    /// call fails closed until Redis answers again.
+    /// One Redis. Connects lazily: the engine exists even while Redis is
+    /// down, and every call fails closed until Redis answers again.
     pub fn new(
         url: &str,
         prefix: &str,
         timeout: Duration,
         replica: &str,
     ) -> Result<Self, QuotaError> {
-        let client = redis::Client::open(url)?;
-        let cfg = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(200));
-        let conn = ConnectionManager::new_lazy_with_config(client, cfg)?;
-        Ok(Self {
+        Ok(Self::with_link(
+            Link::single(url, timeout)?,
+            prefix,
+            timeout,
+            replica,
+        ))
+    }
+
+    /// A Redis Cluster, from its seed nodes (`redis://host:port` each).
+    pub fn new_cluster(
+        nodes: &[String],
+        prefix: &str,
+        timeout: Duration,
+        replica: &str,
+    ) -> Result<Self, QuotaError> {
+        Ok(Self::with_link(
+            Link::cluster(nodes, timeout)?,
+            prefix,
+            timeout,
+            replica,
+        ))
+    }
+
+    fn with_link(conn: Link, prefix: &str, timeout: Duration, replica: &str) -> Self {
+        Self {
             conn,
             keys: KeySpace::new(prefix),
             timeout,
@@ -224,7 +241,11 @@ impl QuotaEngine {
                 rebuild: Script::new(include_str!("../lua/rebuild.lua")),
                 extend: Script::new(include_str!("../lua/extend.lua")),
             },
-        })
+        }
+    }
+
+    async fn link(&self) -> Result<Conn, QuotaError> {
+        self.bounded(self.conn.get()).await
     }
 
     pub fn keys(&self) -> &KeySpace {
@@ -295,7 +316,7 @@ impl QuotaEngine {
         for l in limit_args(req.limits) {
             inv.arg(l);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.link().await?;
         self.bounded(inv.invoke_async(&mut conn)).await
     }
 
@@ -308,7 +329,7 @@ impl QuotaEngine {
         ledger: &impl LedgerSource,
     ) -> Result<(), QuotaError> {
         let lock = self.keys.rebuild_lock(tenant, month);
-        let mut conn = self.conn.clone();
+        let mut conn = self.link().await?;
         let got: Option<String> = self
             .bounded(
                 redis::cmd("SET")
@@ -351,7 +372,7 @@ impl QuotaEngine {
             for (f, v) in &sums {
                 inv.arg(f).arg(*v);
             }
-            let mut conn = self.conn.clone();
+            let mut conn = self.link().await?;
             let rebuilt: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
             if rebuilt == 1 {
                 tracing::info!(
@@ -364,7 +385,7 @@ impl QuotaEngine {
             Ok(())
         }
         .await;
-        let mut conn = self.conn.clone();
+        let mut conn = self.link().await?;
         let _: Result<i64, _> = self
             .bounded(redis::cmd("DEL").arg(&lock).query_async(&mut conn))
             .await;
@@ -387,7 +408,7 @@ impl QuotaEngine {
         for l in limit_args(req.limits) {
             inv.arg(l);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.link().await?;
         let reply: Vec<redis::Value> = self.bounded(inv.invoke_async(&mut conn)).await?;
         match int_at(&reply, 0)? {
             1 => Ok(ExtendOutcome::Extended {
@@ -420,7 +441,7 @@ impl QuotaEngine {
         for l in limit_args(req.limits) {
             inv.arg(l);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.link().await?;
         let reply: Vec<redis::Value> = self.bounded(inv.invoke_async(&mut conn)).await?;
         match int_at(&reply, 0)? {
             1 => Ok(SettleOutcome::Settled {
@@ -457,7 +478,7 @@ impl QuotaEngine {
         for l in limit_args(limits) {
             inv.arg(l);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.link().await?;
         let reply: Vec<redis::Value> = self.bounded(inv.invoke_async(&mut conn)).await?;
         Ok(int_at(&reply, 0)? == 1)
     }
@@ -467,7 +488,7 @@ impl QuotaEngine {
         tenant: &str,
         month: &str,
     ) -> Result<MonthCounters, QuotaError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.link().await?;
         let raw: HashMap<String, String> = self
             .bounded(
                 redis::cmd("HGETALL")
@@ -484,7 +505,7 @@ impl QuotaEngine {
 
     /// In-flight count of a scope (`t`, `a:<app>`, `k:<key>`).
     pub async fn inflight(&self, tenant: &str, scope: &str) -> Result<i64, QuotaError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.link().await?;
         let v: Option<i64> = self
             .bounded(
                 redis::cmd("HGET")
@@ -502,7 +523,7 @@ impl QuotaEngine {
         tenant: &str,
         max: usize,
     ) -> Result<Vec<(String, String)>, QuotaError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.link().await?;
         let (_cursor, flat): (u64, Vec<String>) = self
             .bounded(
                 redis::cmd("HSCAN")
@@ -519,7 +540,7 @@ impl QuotaEngine {
             .collect())
     }
 
-    /// Drops events the ledger has stored. Grouped by tenant, one pipeline.
+    /// Drops events the ledger has stored, one command per tenant.
     pub async fn outbox_remove(&self, stored: &[(&str, &str)]) -> Result<(), QuotaError> {
         if stored.is_empty() {
             return Ok(());
@@ -528,12 +549,18 @@ impl QuotaEngine {
         for (t, r) in stored {
             by_tenant.entry(t).or_default().push(r);
         }
-        let mut pipe = redis::pipe();
+        // One command per tenant: on a cluster each goes to its tenant's node.
+        let mut conn = self.link().await?;
         for (t, rids) in by_tenant {
-            pipe.cmd("HDEL").arg(self.keys.outbox(t)).arg(rids).ignore();
+            self.bounded(
+                redis::cmd("HDEL")
+                    .arg(self.keys.outbox(t))
+                    .arg(rids)
+                    .query_async::<()>(&mut conn),
+            )
+            .await?;
         }
-        let mut conn = self.conn.clone();
-        self.bounded(pipe.query_async::<()>(&mut conn)).await
+        Ok(())
     }
 
     /// A tenant's holds taken before `before_ms` (Redis time) and still open,
@@ -543,7 +570,7 @@ impl QuotaEngine {
         tenant: &str,
         before_ms: i64,
     ) -> Result<(Vec<OpenHold>, Vec<String>), QuotaError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.link().await?;
         let ids: Vec<String> = self
             .bounded(
                 redis::cmd("ZRANGEBYSCORE")
@@ -601,7 +628,7 @@ impl QuotaEngine {
         if request_ids.is_empty() {
             return Ok(());
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.link().await?;
         self.bounded(
             redis::cmd("ZREM")
                 .arg(self.keys.open_holds(tenant))
@@ -613,7 +640,7 @@ impl QuotaEngine {
 
     /// Redis time, ms since the epoch (the clock holds are stamped with).
     pub async fn now_ms(&self) -> Result<i64, QuotaError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.link().await?;
         let (s, us): (i64, i64) = self
             .bounded(redis::cmd("TIME").query_async(&mut conn))
             .await?;
@@ -623,7 +650,7 @@ impl QuotaEngine {
     /// Marks this replica alive for `ttl`; holds of a replica without a
     /// heartbeat are orphans.
     pub async fn heartbeat(&self, ttl: Duration) -> Result<(), QuotaError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.link().await?;
         self.bounded(
             redis::cmd("SET")
                 .arg(self.keys.replica(&self.replica))
@@ -636,7 +663,7 @@ impl QuotaEngine {
     }
 
     pub async fn replica_alive(&self, replica: &str) -> Result<bool, QuotaError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.link().await?;
         let n: i64 = self
             .bounded(
                 redis::cmd("EXISTS")
@@ -647,8 +674,21 @@ impl QuotaEngine {
         Ok(n == 1)
     }
 
+    /// Connects now, allowing `patience` rather than the per-call timeout
+    /// (a cluster connection first maps the slots). Startup calls this so
+    /// the first requests do not pay for it; failure is not fatal.
+    pub async fn warm_up(&self, patience: Duration) -> bool {
+        let conn = tokio::time::timeout(patience, self.conn.get()).await;
+        let Ok(Ok(mut conn)) = conn else { return false };
+        let ping = redis::cmd("PING");
+        matches!(
+            tokio::time::timeout(patience, ping.query_async::<String>(&mut conn)).await,
+            Ok(Ok(_))
+        )
+    }
+
     pub async fn ping(&self) -> Result<(), QuotaError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.link().await?;
         self.bounded(redis::cmd("PING").query_async::<String>(&mut conn))
             .await
             .map(|_| ())

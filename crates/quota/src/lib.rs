@@ -3,6 +3,7 @@
 //! month from the ledger when Redis has lost it; fail closed on any Redis
 //! error or timeout.
 
+mod conn;
 mod engine;
 mod keys;
 

@@ -71,12 +71,10 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
     let clock =
         domain::period::PlatformClock::parse(&cfg.platform.timezone).map_err(anyhow::Error::msg)?;
     let replica = cfg.replica();
-    let quota = Arc::new(QuotaEngine::new(
-        &cfg.redis.url,
-        &cfg.redis.key_prefix,
-        Duration::from_millis(cfg.redis.timeout_ms),
-        &replica,
-    )?);
+    let quota = Arc::new(cfg.quota_engine(&replica, Duration::from_millis(cfg.redis.timeout_ms))?);
+    if !quota.warm_up(Duration::from_secs(2)).await {
+        tracing::warn!("Redis is not answering yet: requests fail closed (503) until it does");
+    }
     let catalog = Arc::new(CatalogCache::new(cfg.encryption_key()?));
     catalog
         .reload(&store)

@@ -182,11 +182,9 @@ pub async fn stale_holds(
     let store = Store::connect(&cfg.database.url, 2)
         .await
         .context("cannot connect to PostgreSQL")?;
-    let quota = quota::QuotaEngine::new(
-        &cfg.redis.url,
-        &cfg.redis.key_prefix,
-        std::time::Duration::from_millis(cfg.redis.timeout_ms.max(1000)),
+    let quota = cfg.quota_engine(
         "cli",
+        std::time::Duration::from_millis(cfg.redis.timeout_ms.max(1000)),
     )?;
     let clock =
         domain::period::PlatformClock::parse(&cfg.platform.timezone).map_err(anyhow::Error::msg)?;

@@ -45,6 +45,9 @@ pub struct RedisConfig {
     pub key_prefix: String,
     /// A hold that takes longer fails closed (503 quota_store_unavailable).
     pub timeout_ms: u64,
+    /// Redis Cluster seed nodes, comma-separated (`redis://h1:7000,redis://h2:7001`);
+    /// when set, `url` is not used.
+    pub cluster_nodes: Option<String>,
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -123,6 +126,7 @@ impl Default for Config {
                 url: "redis://127.0.0.1:6379".into(),
                 key_prefix: "tg".into(),
                 timeout_ms: 50,
+                cluster_nodes: None,
             },
             clickhouse: ClickhouseConfig {
                 url: "http://127.0.0.1:8123".into(),
@@ -305,6 +309,30 @@ impl Config {
     /// This process's replica name: the configured or host name plus a
     /// per-boot suffix, so a restarted replica never vouches (by its
     /// heartbeat) for the holds its crashed predecessor left behind.
+    /// The hold engine on one Redis or on the configured cluster.
+    pub fn quota_engine(
+        &self,
+        replica: &str,
+        timeout: std::time::Duration,
+    ) -> anyhow::Result<quota::QuotaEngine> {
+        let prefix = &self.redis.key_prefix;
+        Ok(
+            match self
+                .redis
+                .cluster_nodes
+                .as_deref()
+                .filter(|n| !n.trim().is_empty())
+            {
+                Some(nodes) => {
+                    let nodes: Vec<String> =
+                        nodes.split(',').map(|n| n.trim().to_string()).collect();
+                    quota::QuotaEngine::new_cluster(&nodes, prefix, timeout, replica)?
+                }
+                None => quota::QuotaEngine::new(&self.redis.url, prefix, timeout, replica)?,
+            },
+        )
+    }
+
     pub fn replica(&self) -> String {
         let base = self.server.replica.clone().unwrap_or_else(|| {
             let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
