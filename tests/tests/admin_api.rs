@@ -354,6 +354,48 @@ async fn nobody_approves_their_own_request() {
         .0,
         200
     );
+    // A second admin account made by the requester is not a second pair of eyes.
+    let sock = json!({"email": "sock@x.io", "password": "correct horse battery staple", "role": "platform_admin"});
+    assert_eq!(
+        api(
+            "POST",
+            &format!("{b}/api/v1/users"),
+            Some(&p.admin),
+            Some(sock)
+        )
+        .await
+        .0,
+        200
+    );
+    let sock = login(b, "sock@x.io").await;
+    let req = json!({"tenant_id": "t", "tokens": 10, "expires_at": "2099-01-01T00:00:00Z", "reason": "again"});
+    let (_, q) = api(
+        "POST",
+        &format!("{b}/api/v1/quota-requests"),
+        Some(&p.admin),
+        Some(req),
+    )
+    .await;
+    let id = q["id"].as_str().unwrap().to_string();
+    let (status, body) = api(
+        "POST",
+        &format!("{b}/api/v1/quota-requests/{id}/approve"),
+        Some(&sock),
+        None,
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        api(
+            "POST",
+            &format!("{b}/api/v1/quota-requests/{id}/approve"),
+            Some(&p.admin2),
+            None
+        )
+        .await
+        .0,
+        200
+    );
     p.srv.shutdown().await;
 }
 

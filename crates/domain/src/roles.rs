@@ -73,13 +73,25 @@ impl Actor {
 }
 
 /// Four eyes: a quota request is decided by a platform admin who did not
-/// make it.
-pub fn may_decide(decider: &Actor, requested_by: &str) -> Result<(), &'static str> {
+/// make it, and who neither created the requester's account nor was created
+/// by the requester (a second account made for the purpose is not a second
+/// pair of eyes).
+pub fn may_decide(
+    decider: &Actor,
+    requested_by: &str,
+    decider_created_by: Option<&str>,
+    requester_created_by: Option<&str>,
+) -> Result<(), &'static str> {
     if decider.role != Role::PlatformAdmin {
         return Err("only a platform admin decides quota requests");
     }
     if decider.user_id == requested_by {
         return Err("nobody approves or rejects their own request");
+    }
+    if decider_created_by == Some(requested_by)
+        || requester_created_by == Some(decider.user_id.as_str())
+    {
+        return Err("the requester and the decider created one another's accounts");
     }
     Ok(())
 }
@@ -110,8 +122,12 @@ mod tests {
     #[test]
     fn four_eyes() {
         let admin = actor(Role::PlatformAdmin, None);
-        assert!(may_decide(&admin, "u1").is_err());
-        assert!(may_decide(&admin, "u2").is_ok());
-        assert!(may_decide(&actor(Role::TenantAdmin, Some("t")), "u2").is_err());
+        assert!(may_decide(&admin, "u1", None, None).is_err());
+        assert!(may_decide(&admin, "u2", None, None).is_ok());
+        assert!(may_decide(&actor(Role::TenantAdmin, Some("t")), "u2", None, None).is_err());
+        // u2 made the decider's account, or the decider made u2's: refused.
+        assert!(may_decide(&admin, "u2", Some("u2"), None).is_err());
+        assert!(may_decide(&admin, "u2", None, Some("u1")).is_err());
+        assert!(may_decide(&admin, "u2", Some("u9"), Some("u9")).is_ok());
     }
 }

@@ -28,6 +28,24 @@ pub struct HoldAges {
     pub orphan_after: Duration,
 }
 
+const PAGE: usize = 500;
+
+async fn replica_alive(
+    quota: &QuotaEngine,
+    cache: &mut HashMap<String, bool>,
+    replica: &str,
+) -> Result<bool, String> {
+    if let Some(v) = cache.get(replica) {
+        return Ok(*v);
+    }
+    let v = quota
+        .replica_alive(replica)
+        .await
+        .map_err(|e| e.to_string())?;
+    cache.insert(replica.to_string(), v);
+    Ok(v)
+}
+
 pub async fn close_abandoned_holds(
     store: &Store,
     quota: &QuotaEngine,
@@ -40,45 +58,47 @@ pub async fn close_abandoned_holds(
     let mut alive: HashMap<String, bool> = HashMap::new();
     let stale_before = now_ms - ages.stale_after.as_millis() as i64;
     for t in tenants {
-        // One tenant's trouble must not starve the others: log and go on.
-        let (open, gone) = match quota
-            .open_holds(t, now_ms - ages.orphan_after.as_millis() as i64)
-            .await
-        {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::warn!(tenant = %t, error = %e, "reconciler could not read open holds");
-                continue;
-            }
-        };
-        if let Err(e) = quota.forget_open(t, &gone).await {
-            tracing::warn!(tenant = %t, error = %e, "reconciler could not prune the open-holds index");
-        }
-        for h in open {
-            let stale = h.at_ms < stale_before;
-            if !stale {
-                let live = match alive.get(&h.replica) {
-                    Some(v) => *v,
-                    None => {
-                        let v = quota
-                            .replica_alive(&h.replica)
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        alive.insert(h.replica.clone(), v);
-                        v
+        // Page through the tenant's old holds; closing one removes it from
+        // the index, so the next page starts that much earlier.
+        let mut offset = 0;
+        loop {
+            // One tenant's trouble must not starve the others: log and go on.
+            let before = now_ms - ages.orphan_after.as_millis() as i64;
+            let (open, gone) = match quota.open_holds(t, before, offset, PAGE).await {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(tenant = %t, error = %e, "reconciler could not read open holds");
+                    break;
+                }
+            };
+            let seen = open.len() + gone.len();
+            let mut removed = 0;
+            if !gone.is_empty() {
+                match quota.forget_open(t, &gone).await {
+                    Ok(()) => removed += gone.len(),
+                    Err(e) => {
+                        tracing::warn!(tenant = %t, error = %e, "reconciler could not prune the open-holds index")
                     }
-                };
-                if live {
+                }
+            }
+            for h in open {
+                let stale = h.at_ms < stale_before;
+                if !stale && replica_alive(quota, &mut alive, &h.replica).await? {
                     continue;
                 }
-            }
-            if expire(quota, t, &h, clock, now_ms).await? {
-                if stale {
-                    report.closed_stale += 1;
-                } else {
-                    report.closed_orphaned += 1;
+                if expire(quota, t, &h, clock, now_ms).await? {
+                    removed += 1;
+                    if stale {
+                        report.closed_stale += 1;
+                    } else {
+                        report.closed_orphaned += 1;
+                    }
                 }
             }
+            if seen < PAGE {
+                break;
+            }
+            offset += seen - removed;
         }
     }
     report.outbox_stored = sweep_outboxes(store, quota, tenants).await?;

@@ -563,12 +563,15 @@ impl QuotaEngine {
         Ok(())
     }
 
-    /// A tenant's holds taken before `before_ms` (Redis time) and still open,
-    /// and the ids in the index whose hold is gone or closed.
+    /// A page of a tenant's holds taken before `before_ms` (Redis time), the
+    /// oldest first: those still open, and the ids in the index whose hold
+    /// is gone or closed.
     pub async fn open_holds(
         &self,
         tenant: &str,
         before_ms: i64,
+        offset: usize,
+        page: usize,
     ) -> Result<(Vec<OpenHold>, Vec<String>), QuotaError> {
         let mut conn = self.link().await?;
         let ids: Vec<String> = self
@@ -578,8 +581,8 @@ impl QuotaEngine {
                     .arg("-inf")
                     .arg(format!("({before_ms}"))
                     .arg("LIMIT")
-                    .arg(0)
-                    .arg(1000)
+                    .arg(offset)
+                    .arg(page)
                     .query_async(&mut conn),
             )
             .await?;

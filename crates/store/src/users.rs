@@ -24,15 +24,31 @@ impl Store {
         role: &str,
         tenant_id: Option<&str>,
     ) -> Result<Uuid> {
+        self.create_user_by(actor, None, email, password_hash, role, tenant_id)
+            .await
+    }
+
+    /// Creates a user, recording which user created it (None: the CLI or
+    /// the demo seed).
+    pub async fn create_user_by(
+        &self,
+        actor: &str,
+        created_by: Option<Uuid>,
+        email: &str,
+        password_hash: &str,
+        role: &str,
+        tenant_id: Option<&str>,
+    ) -> Result<Uuid> {
         let id = Uuid::now_v7();
         let email = email.trim().to_lowercase();
         let mut tx = self.pool.begin().await?;
-        sqlx::query("INSERT INTO users (id, email, password_hash, role, tenant_id) VALUES ($1, $2, $3, $4, $5)")
+        sqlx::query("INSERT INTO users (id, email, password_hash, role, tenant_id, created_by) VALUES ($1, $2, $3, $4, $5, $6)")
             .bind(id)
             .bind(&email)
             .bind(password_hash)
             .bind(role)
             .bind(tenant_id)
+            .bind(created_by)
             .execute(&mut *tx)
             .await
             .map_err(conflict(format!("user {email}")))?;
@@ -72,5 +88,18 @@ fn user_row(r: sqlx::postgres::PgRow) -> UserRow {
         password_hash: r.get("password_hash"),
         role: r.get("role"),
         tenant_id: r.get("tenant_id"),
+    }
+}
+
+impl Store {
+    /// Who created a user (None: the CLI, the demo seed, or unknown).
+    pub async fn user_created_by(&self, id: Uuid) -> Result<Option<Uuid>> {
+        Ok(
+            sqlx::query_scalar::<_, Option<Uuid>>("SELECT created_by FROM users WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?
+                .flatten(),
+        )
     }
 }

@@ -114,8 +114,24 @@ async fn decide(
         .quota_request(id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("quota request {id}")))?;
-    may_decide(actor, &q.requested_by.to_string()).map_err(|m| ApiError::Forbidden(m.into()))?;
-    let decider = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
+    let decider: Uuid = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
+    let decider_creator = cp
+        .store
+        .user_created_by(decider)
+        .await?
+        .map(|u| u.to_string());
+    let requester_creator = cp
+        .store
+        .user_created_by(q.requested_by)
+        .await?
+        .map(|u| u.to_string());
+    may_decide(
+        actor,
+        &q.requested_by.to_string(),
+        decider_creator.as_deref(),
+        requester_creator.as_deref(),
+    )
+    .map_err(|m| ApiError::Forbidden(m.into()))?;
     let row = cp
         .store
         .decide_quota_request(&actor.label(), id, decider, approve, note)

@@ -42,10 +42,12 @@ pub async fn create(
         return Err(ApiError::BadRequest("email is not an address".into()));
     }
     let hash = passwords::hash(&u.password).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let creator = actor.user_id.parse().ok();
     let id = cp
         .store
-        .create_user(
+        .create_user_by(
             &actor.label(),
+            creator,
             &u.email,
             &hash,
             role.as_str(),
