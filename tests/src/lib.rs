@@ -43,15 +43,20 @@ impl TestEnv {
     }
 
     pub async fn with_redis(redis_url: String, mock: MockConfig) -> Self {
+        Self::with_services(&admin_db_url(), redis_url, mock).await
+    }
+
+    /// On a given Postgres (admin URL) and Redis.
+    pub async fn with_services(admin_url: &str, redis_url: String, mock: MockConfig) -> Self {
         let name = format!("tollgate_t_{}", uuid::Uuid::new_v4().simple());
-        let admin = Store::connect(&admin_db_url(), 1)
+        let admin = Store::connect(admin_url, 1)
             .await
             .expect("postgres reachable");
         sqlx::query(&format!("CREATE DATABASE {name}"))
             .execute(admin.pool())
             .await
             .expect("create database");
-        let db_url = with_db(&admin_db_url(), &name);
+        let db_url = with_db(admin_url, &name);
         let store = Store::connect(&db_url, 8)
             .await
             .expect("connect test database");
@@ -519,5 +524,129 @@ impl Drop for RedisCluster {
             let _ = c.wait();
         }
         let _ = std::fs::remove_dir_all(&self._dir);
+    }
+}
+
+/// A private PostgreSQL cluster (Debian's binaries, run as the `postgres`
+/// user), for tests that stop and restart the database.
+pub struct PgProc {
+    pub port: u16,
+    dir: std::path::PathBuf,
+    bin: std::path::PathBuf,
+}
+
+impl PgProc {
+    pub fn start() -> Self {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL from Debian's packages (scripts/test.sh installs it)")
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+            .find(|p| p.join("initdb").exists())
+            .expect("initdb");
+        let port = StdListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-pg-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self::as_postgres(&["chown", "-R", "postgres", dir.to_str().unwrap()], true);
+        let data = dir.join("data");
+        let out = Self::as_postgres(
+            &[
+                bin.join("initdb").to_str().unwrap(),
+                "-D",
+                data.to_str().unwrap(),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+            ],
+            false,
+        );
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let me = Self { port, dir, bin };
+        me.up();
+        me
+    }
+
+    fn as_postgres(args: &[&str], root: bool) -> std::process::Output {
+        let mut c = if root || !Self::is_root() {
+            let mut c = Command::new(args[0]);
+            c.args(&args[1..]);
+            c
+        } else {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).args(args);
+            c
+        };
+        c.output().expect("runs")
+    }
+
+    fn is_root() -> bool {
+        std::env::var("USER").map(|u| u == "root").unwrap_or(false)
+            || Command::new("id")
+                .arg("-u")
+                .output()
+                .is_ok_and(|o| o.stdout.starts_with(b"0"))
+    }
+
+    pub fn up(&self) {
+        let data = self.dir.join("data");
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.display()
+        );
+        let out = Self::as_postgres(
+            &[
+                self.bin.join("pg_ctl").to_str().unwrap(),
+                "-D",
+                data.to_str().unwrap(),
+                "-o",
+                &opts,
+                "-w",
+                "-l",
+                self.dir.join("log").to_str().unwrap(),
+                "start",
+            ],
+            false,
+        );
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    pub fn down(&self) {
+        let data = self.dir.join("data");
+        let _ = Self::as_postgres(
+            &[
+                self.bin.join("pg_ctl").to_str().unwrap(),
+                "-D",
+                data.to_str().unwrap(),
+                "-m",
+                "fast",
+                "-w",
+                "stop",
+            ],
+            false,
+        );
+    }
+
+    pub fn admin_url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for PgProc {
+    fn drop(&mut self) {
+        self.down();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
