@@ -342,3 +342,57 @@ async fn a_model_url_with_credentials_is_refused() {
     assert!(!body.to_string().contains("secret"));
     srv.shutdown().await;
 }
+
+#[tokio::test]
+async fn hostile_bodies_get_a_clear_400_and_charge_nothing() {
+    let env = TestEnv::new().await;
+    let (_, key) = env.simple_tenant(Limits::default()).await;
+    let srv = env.server().await;
+    let url = format!("http://{}/v1/chat/completions", srv.addr);
+    let deep = format!("{}{}", "[".repeat(5000), "]".repeat(5000));
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("invalid UTF-8", b"{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}".to_vec()),
+        ("deep nesting", format!("{{\"model\":\"gpt-4o-mini\",\"messages\":{deep}}}").into_bytes()),
+        ("huge number", br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}],"max_tokens":1e300}"#.to_vec()),
+        ("negative", br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}],"max_tokens":-5}"#.to_vec()),
+        ("string number", br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}],"max_tokens":"64"}"#.to_vec()),
+        ("NaN", br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}],"temperature":NaN}"#.to_vec()),
+        ("not an object", b"[1,2,3]".to_vec()),
+        ("empty", b"".to_vec()),
+        ("model is a number", br#"{"model":7,"messages":[{"role":"user","content":"x"}]}"#.to_vec()),
+        ("content is a number", br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":7}]}"#.to_vec()),
+        ("nested base_url", br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x","meta":{"base_url":"http://x"}}]}"#.to_vec()),
+        ("SQL in the model", br#"{"model":"x'; DROP TABLE usage_events; --","messages":[{"role":"user","content":"x"}]}"#.to_vec()),
+    ];
+    let client = reqwest::Client::new();
+    for (what, body) in cases {
+        let r = client
+            .post(&url)
+            .bearer_auth(&key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let b: serde_json::Value = r.json().await.unwrap_or_default();
+        assert!((400..500).contains(&status), "{what}: {status} {b}");
+        assert!(
+            b["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{what}: {b}"
+        );
+    }
+    // Nothing reached the upstream or the books, and the ledger is intact.
+    assert_eq!(env.mock.snapshot().requests, 0);
+    let c = env.counters("t", &this_month()).await;
+    assert!(c.iter().all(|(k, v)| k == "_rb" || *v == 0), "{c:?}");
+    assert_eq!(
+        post(&url, &key, &chat_body("still alive", None))
+            .await
+            .status(),
+        200
+    );
+    srv.shutdown().await;
+}

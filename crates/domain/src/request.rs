@@ -365,3 +365,74 @@ mod tests {
         assert_eq!(e.param, "stream");
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Any JSON value, with the field names a client might try.
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| Value::from(n)),
+            any::<f64>()
+                .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+            ".{0,20}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(6, 64, 8, |inner| {
+            let key = prop_oneof![
+                Just("model".to_string()),
+                Just("messages".to_string()),
+                Just("max_tokens".to_string()),
+                Just("temperature".to_string()),
+                Just("stream".to_string()),
+                Just("stream_options".to_string()),
+                Just("api_base".to_string()),
+                Just("n".to_string()),
+                Just("role".to_string()),
+                Just("content".to_string()),
+                "[a-z_]{1,12}",
+            ];
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::btree_map(key, inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        /// Whatever arrives, validation answers — Ok, or an error that says
+        /// what is wrong — and never panics.
+        #[test]
+        fn validation_never_panics_and_always_explains(body in json_value()) {
+            for e in [Endpoint::ChatCompletions, Endpoint::Completions, Endpoint::Embeddings] {
+                match validate(e, &body) {
+                    Ok(s) => {
+                        prop_assert!(!s.model.is_empty());
+                        prop_assert!(s.choices >= 1);
+                        prop_assert!(s.max_output.is_none_or(|m| m >= 1));
+                    }
+                    Err(f) => prop_assert!(!f.message.is_empty()),
+                }
+            }
+        }
+
+        /// A forbidden key anywhere makes the request invalid, naming its path.
+        #[test]
+        fn upstream_keys_are_refused_at_any_depth(depth in 0usize..5, key in prop_oneof![Just("api_base"), Just("base_url"), Just("API_KEY")]) {
+            let mut inner = serde_json::json!({key: "http://169.254.169.254"});
+            for _ in 0..depth {
+                inner = serde_json::json!({"extra": [inner]});
+            }
+            let mut body = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+            body["wrapper"] = inner;
+            let e = validate(Endpoint::ChatCompletions, &body).unwrap_err();
+            prop_assert!(e.param.ends_with(key), "{}", e.param);
+        }
+    }
+}
