@@ -36,6 +36,11 @@ SET client_min_messages = warning;
 SELECT format('DROP DATABASE IF EXISTS %I WITH (FORCE)', datname) FROM pg_database WHERE datname LIKE 'tollgate\_t\_%'\gexec
 SQL
 
+# The replica-crash test runs real `tollgate` processes: build the binary
+# first, from this tree.
+log "+ cargo build -p tollgate-server --bin tollgate"
+cargo build -q -p tollgate-server --bin tollgate
+
 log "+ cargo test ${workspace[*]+${workspace[*]} }$*"
 cargo test "${workspace[@]}" "$@"
 

@@ -93,7 +93,10 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         orphan_after: Duration::from_secs(cfg.gateway.orphan_hold_secs),
     });
     let background = vec![
-        spawn_heartbeat(quota.clone()),
+        spawn_heartbeat(
+            quota.clone(),
+            Duration::from_secs(cfg.gateway.heartbeat_ttl_secs.max(1)),
+        ),
         spawn_hold_reconciler(store.clone(), quota.clone(), catalog.clone(), clock, ages),
         catalog.clone().spawn_listener(store.clone()),
         gateway::ledger::spawn_sweeper(
@@ -186,19 +189,20 @@ async fn health(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
     )
 }
 
-/// Every 5 s (1 s after a failure): this replica is alive (30 s TTL). Its
+/// Every sixth of the TTL (1 s after a failure): this replica is alive. Its
 /// holds become orphans once the heartbeat lapses.
-fn spawn_heartbeat(quota: Arc<QuotaEngine>) -> JoinHandle<()> {
+fn spawn_heartbeat(quota: Arc<QuotaEngine>, ttl: Duration) -> JoinHandle<()> {
+    let every = (ttl / 6).max(Duration::from_millis(200));
     tokio::spawn(async move {
         loop {
-            let pause = match quota.heartbeat(Duration::from_secs(30)).await {
-                Ok(()) => 5,
+            let pause = match quota.heartbeat(ttl).await {
+                Ok(()) => every,
                 Err(e) => {
                     tracing::warn!(error = %e, "heartbeat failed");
-                    1
+                    every.min(Duration::from_secs(1))
                 }
             };
-            tokio::time::sleep(Duration::from_secs(pause)).await;
+            tokio::time::sleep(pause).await;
         }
     })
 }

@@ -100,6 +100,8 @@ pub struct GatewayTuning {
     pub stale_hold_secs: u64,
     /// A hold whose replica stopped heartbeating is closed after this.
     pub orphan_hold_secs: u64,
+    /// A replica is dead once its heartbeat is this old.
+    pub heartbeat_ttl_secs: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -157,6 +159,7 @@ impl Default for Config {
                 min_clamped_output_tokens: 64,
                 stale_hold_secs: 24 * 3600,
                 orphan_hold_secs: 120,
+                heartbeat_ttl_secs: 30,
             },
             mock: MockUpstreamConfig {
                 listen: "127.0.0.1:9090".into(),

@@ -1,0 +1,180 @@
+//! `kill -9` one of three gateway processes in the middle of 200 concurrent
+//! streams: the other two never stop serving, every request that completed
+//! for its client is in the ledger exactly once, and the dead replica's open
+//! holds are freed by the reconciler.
+
+use domain::Limits;
+use e2e::*;
+use futures::StreamExt;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The `tollgate` binary cargo built beside this test.
+fn tollgate_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .join("tollgate");
+    assert!(
+        bin.exists(),
+        "{} missing: run the workspace's tests (cargo test --workspace)",
+        bin.display()
+    );
+    bin
+}
+
+fn spawn_replica(env: &TestEnv, port: u16) -> Child {
+    Command::new(tollgate_bin())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env("TOLLGATE__DATABASE__URL", &env.db_url)
+        .env("TOLLGATE__REDIS__URL", &env.redis_url)
+        .env("TOLLGATE__REDIS__KEY_PREFIX", &env.prefix)
+        .env("TOLLGATE__KEYS__PEPPER", PEPPER)
+        .env("TOLLGATE__KEYS__ENCRYPTION_KEY", ENC_KEY)
+        .env("TOLLGATE__PLATFORM__TIMEZONE", "UTC")
+        .env("TOLLGATE__GATEWAY__OUTBOX_SWEEP_SECS", "1")
+        .env("TOLLGATE__GATEWAY__HEARTBEAT_TTL_SECS", "2")
+        .env("TOLLGATE_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tollgate runs")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_mid_stream_loses_nothing() {
+    let env = TestEnv::new().await;
+    let (_, key) = env
+        .simple_tenant(Limits {
+            monthly_tokens: Some(100_000_000),
+            ..Default::default()
+        })
+        .await;
+    let ports = [free_port(), free_port(), free_port()];
+    let mut replicas: Vec<Child> = ports.iter().map(|p| spawn_replica(&env, *p)).collect();
+    for p in ports {
+        let up = eventually(Duration::from_secs(30), || async {
+            reqwest::get(format!("http://127.0.0.1:{p}/healthz"))
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        })
+        .await;
+        assert!(up, "replica on {p} did not start");
+    }
+
+    // 200 streams of 40 chunks, 25 ms apart (~1 s each), over three replicas.
+    let client = reqwest::Client::new();
+    let mut body = chat_body(
+        "hello [mock:output_tokens=40] [mock:chunk_delay_ms=25]",
+        Some(40),
+    );
+    body["stream"] = serde_json::json!(true);
+    let streams = (0..200).map(|i| {
+        let (client, key, body) = (client.clone(), key.clone(), body.clone());
+        let port = ports[i % 3];
+        async move {
+            let r = client
+                .post(format!("http://127.0.0.1:{port}/v1/chat/completions"))
+                .bearer_auth(key)
+                .json(&body)
+                .send()
+                .await;
+            let Ok(r) = r else {
+                return (i % 3, None, false);
+            };
+            let rid = r
+                .headers()
+                .get("x-request-id")
+                .map(|v| v.to_str().unwrap().to_string());
+            let mut text = String::new();
+            let mut s = r.bytes_stream();
+            let mut clean = true;
+            while let Some(b) = s.next().await {
+                match b {
+                    Ok(b) => text.push_str(&String::from_utf8_lossy(&b)),
+                    Err(_) => {
+                        clean = false;
+                        break;
+                    }
+                }
+            }
+            let completed = clean
+                && text.trim_end().ends_with("data: [DONE]")
+                && !text.contains("event: error");
+            (i % 3, rid, completed)
+        }
+    });
+    let run = tokio::spawn(futures::future::join_all(streams));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    replicas[0].kill().unwrap(); // SIGKILL: no drain, no settle, no goodbye
+    replicas[0].wait().unwrap();
+    let results = run.await.unwrap();
+
+    for (replica, rid, completed) in &results {
+        if *replica != 0 {
+            assert!(completed, "replica {replica} stopped serving ({rid:?})");
+        }
+    }
+    let completed: Vec<&String> = results
+        .iter()
+        .filter(|r| r.2)
+        .filter_map(|r| r.1.as_ref())
+        .collect();
+    assert!(
+        completed.len() >= 133,
+        "only {} streams completed",
+        completed.len()
+    );
+    let broken = results.iter().filter(|r| r.0 == 0 && !r.2).count();
+    assert!(broken > 0, "the kill came too late to break any stream");
+
+    // The dead replica's heartbeat (2 s TTL) lapses; the reconciler then
+    // closes its orphaned holds, as it would within minutes in production.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = chrono::Utc::now() + chrono::Duration::minutes(3);
+    let report = server::commands::stale_holds(&env.config(), Some(&later.to_rfc3339()))
+        .await
+        .unwrap();
+    assert!(report.closed_orphaned as usize >= 1, "{report:?}");
+    assert_eq!(report.closed_stale, 0);
+
+    let month = this_month();
+    let settled = eventually(Duration::from_secs(15), || async {
+        let c = env.counters("t", &month).await;
+        c.get("t:ht") == Some(&0) && c.get("t:ut") == Some(&env.ledger_tokens("t", &month).await.0)
+    })
+    .await;
+    assert!(
+        settled,
+        "holds left or books apart: {:?}",
+        env.counters("t", &month).await
+    );
+    for rid in &completed {
+        let e = env.store.usage_event(rid).await.unwrap();
+        assert!(
+            e.is_some_and(|e| e.status == "ok"),
+            "completed request {rid} is not in the ledger as ok"
+        );
+    }
+    let q = quota::QuotaEngine::new(&env.redis_url, &env.prefix, Duration::from_secs(1), "check")
+        .unwrap();
+    assert_eq!(
+        q.inflight("t", "t").await.unwrap(),
+        0,
+        "in-flight slots leaked"
+    );
+    for mut r in replicas.into_iter().skip(1) {
+        let _ = r.kill();
+        let _ = r.wait();
+    }
+}
