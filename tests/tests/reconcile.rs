@@ -3,29 +3,8 @@
 
 use domain::Limits;
 use e2e::*;
-use quota::{
-    HoldOutcome, HoldRequest, LedgerSource, QuotaEngine, ScopeUsage, SettleOutcome, SettleRequest,
-};
+use quota::{HoldOutcome, HoldRequest, QuotaEngine, SettleOutcome, SettleRequest};
 use std::time::Duration;
-
-/// The real Postgres ledger as the engine's rebuild source.
-struct Ledger<'a>(&'a store::Store);
-impl LedgerSource for Ledger<'_> {
-    async fn month_usage(&self, t: &str, m: &str) -> Result<Vec<ScopeUsage>, String> {
-        let rows = self.0.month_usage(t, m).await.map_err(|e| e.to_string())?;
-        Ok(rows
-            .into_iter()
-            .map(|r| ScopeUsage {
-                app: r.app_id,
-                key: r.key_id,
-                tokens: r.tokens,
-                cost: r.cost_micro,
-                overrun_tokens: r.overrun_tokens,
-                overrun_cost: r.overrun_cost_micro,
-            })
-            .collect())
-    }
-}
 
 async fn hold_as(env: &TestEnv, replica: &str, rid: &str, key_id: &str) -> QuotaEngine {
     let q = QuotaEngine::new(&env.redis_url, &env.prefix, Duration::from_secs(1), replica).unwrap();
@@ -44,7 +23,15 @@ async fn hold_as(env: &TestEnv, replica: &str, rid: &str, key_id: &str) -> Quota
         limits: [&none, &none, &none],
     };
     assert!(matches!(
-        q.hold(&req, &Ledger(&env.store)).await.unwrap(),
+        q.hold(
+            &req,
+            &gateway::ledger_source::StoreLedger {
+                store: &env.store,
+                quota: &q
+            }
+        )
+        .await
+        .unwrap(),
         HoldOutcome::Admitted { .. }
     ));
     q

@@ -2,7 +2,7 @@ use crate::conn::{Conn, Link};
 use crate::keys::KeySpace;
 use domain::limits::{LimitKind, ScopeKind};
 use domain::{Limits, Refusal};
-use redis::Script;
+use redis::{Script, ScriptInvocation};
 use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
@@ -244,6 +244,36 @@ impl QuotaEngine {
         }
     }
 
+    /// A per-request script with the keys every one of them starts with:
+    /// the tenant's month, its rates and the request's hold record.
+    fn hold_script<'s>(
+        &self,
+        script: &'s Script,
+        tenant: &str,
+        month: &str,
+        request_id: &str,
+    ) -> ScriptInvocation<'s> {
+        let k = &self.keys;
+        let mut inv = script.prepare_invoke();
+        inv.key(k.month(tenant, month))
+            .key(k.rates(tenant))
+            .key(k.hold(tenant, request_id));
+        inv
+    }
+
+    /// Appends the limits of tenant, app and key and runs the script.
+    async fn run(
+        &self,
+        mut inv: ScriptInvocation<'_>,
+        limits: [&Limits; 3],
+    ) -> Result<Vec<redis::Value>, QuotaError> {
+        for l in limit_args(limits) {
+            inv.arg(l);
+        }
+        let mut conn = self.link().await?;
+        self.bounded(inv.invoke_async(&mut conn)).await
+    }
+
     async fn link(&self) -> Result<Conn, QuotaError> {
         self.bounded(self.conn.get()).await
     }
@@ -298,12 +328,8 @@ impl QuotaEngine {
     }
 
     async fn hold_once(&self, req: &HoldRequest<'_>) -> Result<Vec<redis::Value>, QuotaError> {
-        let k = &self.keys;
-        let mut inv = self.scripts.hold.prepare_invoke();
-        inv.key(k.month(req.tenant, req.month))
-            .key(k.rates(req.tenant))
-            .key(k.hold(req.tenant, req.request_id))
-            .key(k.open_holds(req.tenant))
+        let mut inv = self.hold_script(&self.scripts.hold, req.tenant, req.month, req.request_id);
+        inv.key(self.keys.open_holds(req.tenant))
             .arg(req.request_id)
             .arg(req.app)
             .arg(req.key)
@@ -313,11 +339,7 @@ impl QuotaEngine {
             .arg(req.model)
             .arg(&self.replica)
             .arg(req.month);
-        for l in limit_args(req.limits) {
-            inv.arg(l);
-        }
-        let mut conn = self.link().await?;
-        self.bounded(inv.invoke_async(&mut conn)).await
+        self.run(inv, req.limits).await
     }
 
     /// Restores a tenant's month from the ledger, once, under a lock; other
@@ -395,21 +417,13 @@ impl QuotaEngine {
     /// Adds output to an open hold, with the same all-or-nothing checks as
     /// a hold for what the extension consumes.
     pub async fn extend(&self, req: &ExtendRequest<'_>) -> Result<ExtendOutcome, QuotaError> {
-        let k = &self.keys;
-        let mut inv = self.scripts.extend.prepare_invoke();
-        inv.key(k.month(req.tenant, req.month))
-            .key(k.rates(req.tenant))
-            .key(k.hold(req.tenant, req.request_id))
-            .arg(req.request_id)
+        let mut inv = self.hold_script(&self.scripts.extend, req.tenant, req.month, req.request_id);
+        inv.arg(req.request_id)
             .arg(req.app)
             .arg(req.key)
             .arg(req.add_output)
             .arg(req.add_cost);
-        for l in limit_args(req.limits) {
-            inv.arg(l);
-        }
-        let mut conn = self.link().await?;
-        let reply: Vec<redis::Value> = self.bounded(inv.invoke_async(&mut conn)).await?;
+        let reply = self.run(inv, req.limits).await?;
         match int_at(&reply, 0)? {
             1 => Ok(ExtendOutcome::Extended {
                 remaining_tokens: Some(int_at(&reply, 1)?).filter(|v| *v >= 0),
@@ -423,13 +437,9 @@ impl QuotaEngine {
     }
 
     pub async fn settle(&self, req: &SettleRequest<'_>) -> Result<SettleOutcome, QuotaError> {
-        let k = &self.keys;
-        let mut inv = self.scripts.settle.prepare_invoke();
-        inv.key(k.month(req.tenant, req.month))
-            .key(k.rates(req.tenant))
-            .key(k.hold(req.tenant, req.request_id))
-            .key(k.open_holds(req.tenant))
-            .key(k.outbox(req.tenant))
+        let mut inv = self.hold_script(&self.scripts.settle, req.tenant, req.month, req.request_id);
+        inv.key(self.keys.open_holds(req.tenant))
+            .key(self.keys.outbox(req.tenant))
             .arg(req.request_id)
             .arg(req.app)
             .arg(req.key)
@@ -438,11 +448,7 @@ impl QuotaEngine {
             .arg(req.cost)
             .arg(req.event_json)
             .arg(req.status);
-        for l in limit_args(req.limits) {
-            inv.arg(l);
-        }
-        let mut conn = self.link().await?;
-        let reply: Vec<redis::Value> = self.bounded(inv.invoke_async(&mut conn)).await?;
+        let reply = self.run(inv, req.limits).await?;
         match int_at(&reply, 0)? {
             1 => Ok(SettleOutcome::Settled {
                 overrun_tokens: int_at(&reply, 1)?,
@@ -466,20 +472,12 @@ impl QuotaEngine {
         request_id: &str,
         limits: [&Limits; 3],
     ) -> Result<bool, QuotaError> {
-        let k = &self.keys;
-        let mut inv = self.scripts.release.prepare_invoke();
-        inv.key(k.month(tenant, month))
-            .key(k.rates(tenant))
-            .key(k.hold(tenant, request_id))
-            .key(k.open_holds(tenant))
+        let mut inv = self.hold_script(&self.scripts.release, tenant, month, request_id);
+        inv.key(self.keys.open_holds(tenant))
             .arg(request_id)
             .arg(app)
             .arg(key);
-        for l in limit_args(limits) {
-            inv.arg(l);
-        }
-        let mut conn = self.link().await?;
-        let reply: Vec<redis::Value> = self.bounded(inv.invoke_async(&mut conn)).await?;
+        let reply = self.run(inv, limits).await?;
         Ok(int_at(&reply, 0)? == 1)
     }
 
