@@ -36,6 +36,8 @@ fn spawn_replica(env: &TestEnv, port: u16) -> Child {
         .env("TOLLGATE__PLATFORM__TIMEZONE", "UTC")
         .env("TOLLGATE__GATEWAY__OUTBOX_SWEEP_SECS", "1")
         .env("TOLLGATE__GATEWAY__HEARTBEAT_TTL_SECS", "2")
+        // Survival, not latency: three servers and 200 streams share two cores.
+        .env("TOLLGATE__REDIS__TIMEOUT_MS", "1000")
         .env("TOLLGATE_LOG", "error")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
