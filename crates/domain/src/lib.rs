@@ -3,6 +3,7 @@
 //! No IO here: everything is a function that a unit test can call.
 
 pub mod audit;
+pub mod bill;
 pub mod keys;
 pub mod limits;
 pub mod money;
