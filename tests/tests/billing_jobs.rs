@@ -524,7 +524,6 @@ async fn reconcile_check_passes_clean_and_names_a_tampered_counter() {
         );
     }
     srv.shutdown().await;
-    archive.drop_database().await.unwrap();
 }
 
 #[tokio::test]

@@ -360,7 +360,6 @@ async fn a_simulated_month_rolls_over_exactly_and_reads_the_same() {
     assert!(rc.differences.is_empty(), "{:?}", rc.differences);
 
     srv.shutdown().await;
-    archive.drop_database().await.unwrap();
 }
 
 /// Events stored through the production ledger path (the ledger writer's
@@ -466,7 +465,6 @@ async fn a_crash_between_the_clickhouse_insert_and_the_close_loses_and_doubles_n
     after.state = bill_before.state.clone();
     after.source = bill_before.source;
     assert_eq!(after, bill_before);
-    archive.drop_database().await.unwrap();
 }
 
 #[tokio::test]
@@ -532,5 +530,4 @@ async fn clickhouse_down_keeps_the_month_open_and_a_later_run_closes_it() {
     assert_eq!(archive.events_in_period(period).await.unwrap(), 600);
     assert_eq!(archive.event_totals(period, m.batch_id).await.unwrap(), pg);
     assert_eq!(env.store.period_totals(period).await.unwrap(), pg);
-    archive.drop_database().await.unwrap();
 }
