@@ -129,6 +129,21 @@ fn days_since_epoch(day: &str) -> Result<u16> {
         .map_err(|_| BillingError::Invalid(format!("day {day} outside ClickHouse Date")))
 }
 
+/// The schema's statements for `database`: comment lines dropped first (a
+/// comment may contain `;`), then split on `;`.
+fn schema_statements(database: &str) -> Vec<String> {
+    let ddl: String = SCHEMA
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("{db}", database);
+    ddl.split(';')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
 fn valid_period(p: &str) -> Result<&str> {
     domain::period::parse_month(p)
         .map(|_| p)
@@ -211,16 +226,7 @@ impl Archive {
 
     /// Creates the database and tables if missing.
     pub async fn apply_schema(&self) -> Result<()> {
-        let ddl = SCHEMA.replace("{db}", &self.database);
-        for stmt in ddl.split(';') {
-            let sql: String = stmt
-                .lines()
-                .filter(|l| !l.trim_start().starts_with("--"))
-                .collect::<Vec<_>>()
-                .join("\n");
-            if sql.trim().is_empty() {
-                continue;
-            }
+        for sql in schema_statements(&self.database) {
             self.client.query(&sql).execute().await?;
         }
         Ok(())
@@ -564,7 +570,11 @@ mod tests {
     }
 
     #[test]
-    fn schema_names_its_database() {
-        assert!(SCHEMA.contains("CREATE TABLE IF NOT EXISTS {db}.usage_events"));
+    fn schema_splits_into_statements() {
+        let s = schema_statements("tg");
+        assert_eq!(s.len(), 4, "{s:?}");
+        assert!(s[0].starts_with("CREATE DATABASE IF NOT EXISTS tg"));
+        assert!(s[1].starts_with("CREATE TABLE IF NOT EXISTS tg.usage_events"));
+        assert!(s.iter().all(|x| !x.contains("--")));
     }
 }
