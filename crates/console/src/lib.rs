@@ -6,7 +6,7 @@ mod auth;
 mod error;
 pub mod passwords;
 
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 use domain::period::PlatformClock;
 use quota::QuotaEngine;
@@ -58,6 +58,9 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
             "/api/v1/quota-requests/{id}/reject",
             post(quota_requests::reject),
         )
+        .route("/api/v1/pool", get(pool::show).put(pool::update))
+        .route("/api/v1/borrows", get(pool::borrows))
+        .route("/api/v1/models/{id}/fairness", put(pool::model_fairness))
         .route("/api/v1/audit", get(audit::list))
         .route("/api/v1/audit/verify", get(audit::verify))
         .route("/api/v1/openapi.json", get(openapi))

@@ -3,6 +3,8 @@
 //! No IO here: everything is a function that a unit test can call.
 
 pub mod audit;
+pub mod borrowing;
+pub mod fairq;
 pub mod keys;
 pub mod limits;
 pub mod money;

@@ -58,7 +58,8 @@ enum Command {
 enum JobsCommand {
     Run {
         /// stale-holds: close holds that are stale or whose replica is gone.
-        #[arg(value_parser = ["stale-holds"])]
+        /// reclaim: take unused borrowed quota back when the pool runs low.
+        #[arg(value_parser = ["stale-holds", "reclaim"])]
         job: String,
         /// Run as if at this time (RFC 3339), e.g. to test month ends.
         #[arg(long)]
@@ -127,6 +128,9 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             command: AdminCommand::BenchSetup { upstream },
         } => commands::bench_setup(&cfg, &upstream).await.map(|_| true),
         Command::AuditVerify => commands::audit_verify(&cfg).await,
+        Command::Jobs {
+            command: JobsCommand::Run { job, now },
+        } if job == "reclaim" => commands::reclaim(&cfg, now.as_deref()).await.map(|_| true),
         Command::Jobs {
             command: JobsCommand::Run { job: _, now },
         } => commands::stale_holds(&cfg, now.as_deref())

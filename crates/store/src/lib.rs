@@ -3,12 +3,14 @@
 
 mod audit;
 mod catalog;
+mod fair;
 mod ledger;
 mod quota_requests;
 mod users;
 
 pub use audit::{AuditRow, NewAudit};
 pub use catalog::{AppRow, Catalog, KeyRow, ModelRow, NewKey, NewModel, TenantRow};
+pub use fair::{BorrowRow, BorrowedRow, GuaranteeRow, ReclaimRow};
 pub use ledger::MonthUsageRow;
 pub use quota_requests::{GrantRow, NewQuotaRequest, QuotaRequestRow};
 pub use users::UserRow;

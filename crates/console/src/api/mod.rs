@@ -3,6 +3,7 @@
 pub mod audit;
 pub mod keys;
 pub mod models;
+pub mod pool;
 pub mod quota_requests;
 pub mod tenants;
 pub mod usage;

@@ -14,7 +14,7 @@ pub struct Period {
     period: Option<String>,
 }
 
-/// A tenant's month: limits (base + active grants), used and held, live
+/// A tenant's month: limits (base + active grants + borrowed), used and held, live
 /// from the hold engine.
 pub async fn show(
     State(cp): State<Arc<ControlPlane>>,
@@ -43,7 +43,18 @@ pub async fn show(
         tracing::warn!(error = %e, "usage: quota store unavailable");
         ApiError::Internal
     })?;
-    let eff = t.limits.raised_by(granted_tokens, granted_cost);
+    let (borrowed_tokens, borrowed_cost) = cp
+        .store
+        .borrowed()
+        .await?
+        .iter()
+        .find(|b| b.tenant_id == id && b.period == period)
+        .map_or((0, 0), |b| (b.tokens, b.cost_micro));
+    // Effective limit = base + grants + borrowed (DESIGN §3).
+    let eff = t.limits.raised_by(
+        granted_tokens.saturating_add(borrowed_tokens),
+        granted_cost.saturating_add(borrowed_cost),
+    );
     Ok(Json(json!({
         "tenant_id": id,
         "period": period,
@@ -55,6 +66,11 @@ pub async fn show(
         "held_cost_usd": MicroUsd(c.held_cost("t")),
         "granted_tokens": granted_tokens,
         "granted_cost_usd": MicroUsd(granted_cost),
-        "borrowed_tokens": 0,
+        "base_limit_tokens": t.limits.monthly_tokens,
+        "base_limit_cost_usd": t.limits.monthly_cost_usd,
+        "borrowed_tokens": borrowed_tokens,
+        "borrowed_cost_usd": MicroUsd(borrowed_cost),
+        "may_borrow": t.may_borrow,
+        "borrow_cap_tokens": t.borrow_cap_tokens,
     })))
 }
