@@ -303,16 +303,47 @@ async fn day_cost(gw: &Gateway, tenant: &str, day: &str) -> Result<i64, String> 
     gw.quota
         .day_cost_rebuild(tenant, day, from_ledger)
         .await
+        .map(|(_, cost)| cost)
         .map_err(|e| e.to_string())
 }
 
 /// After a settle of a tenant with a daily soft limit: count its cost in
-/// the day.
+/// the day. A day without a counter starts from the ledger plus this event
+/// (which reaches the ledger only after this call).
 pub async fn count_day_cost(gw: &Gateway, key: &KeyEntry, day: &str, cost: i64) {
     if key.tenant.limits.daily_cost_soft_usd.is_none() || cost <= 0 {
         return;
     }
-    if let Err(e) = gw.quota.day_cost_add(&key.tenant.id, day, cost).await {
-        tracing::warn!(tenant = %key.tenant.id, error = %e, "day cost not counted");
+    let t = &key.tenant.id;
+    let r = async {
+        if gw
+            .quota
+            .day_cost_add(t, day, cost)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            return Ok(());
+        }
+        let ledger = gw
+            .store
+            .tenant_day_cost(t, day)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (started, _) = gw
+            .quota
+            .day_cost_rebuild(t, day, ledger + cost)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !started {
+            gw.quota
+                .day_cost_add(t, day, cost)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    if let Err(e) = r {
+        tracing::warn!(tenant = %t, error = %e, "day cost not counted");
     }
 }

@@ -239,34 +239,40 @@ impl QuotaEngine {
         Ok(v.1.map(|_| v.0.unwrap_or(0)))
     }
 
-    /// Starts the day's counter at `cost` (from the ledger) unless another
-    /// caller did first; the day's cost after the call.
+    /// Starts the day's counter at `cost` (from the ledger) unless it
+    /// exists: (started now, the day's cost after the call).
     pub async fn day_cost_rebuild(
         &self,
         tenant: &str,
         day: &str,
         cost: i64,
-    ) -> Result<i64, QuotaError> {
+    ) -> Result<(bool, i64), QuotaError> {
         let mut inv = SCRIPTS.day_cost.prepare_invoke();
         inv.key(self.keys().day(tenant, day))
             .arg("rebuild")
             .arg(cost)
             .arg(DAY_TTL_SECS);
-        match self.run_script(inv).await? {
-            redis::Value::Int(n) => Ok(n),
-            other => Err(QuotaError::Protocol(format!("{other:?}"))),
-        }
+        let reply = as_list(self.run_script(inv).await?)?;
+        Ok((int_at(&reply, 0)? == 1, int_at(&reply, 1)?))
     }
 
-    /// Adds a settled cost to the tenant's day (no-op while the day has no
-    /// counter: its rebuild reads the ledger, which has this event).
-    pub async fn day_cost_add(&self, tenant: &str, day: &str, cost: i64) -> Result<(), QuotaError> {
+    /// Adds a settled cost to the tenant's day; false when the day has no
+    /// counter yet (nothing changed: the caller rebuilds it).
+    pub async fn day_cost_add(
+        &self,
+        tenant: &str,
+        day: &str,
+        cost: i64,
+    ) -> Result<bool, QuotaError> {
         let mut inv = SCRIPTS.day_cost.prepare_invoke();
         inv.key(self.keys().day(tenant, day))
             .arg("add")
             .arg(cost)
             .arg(DAY_TTL_SECS);
-        self.run_script(inv).await.map(|_| ())
+        Ok(!matches!(
+            self.run_script(inv).await?,
+            redis::Value::Int(-1)
+        ))
     }
 }
 
