@@ -2,6 +2,7 @@
 //! through the hold engine, forwarding to the provider, metering and settling.
 
 pub mod catalog;
+pub mod decisions;
 mod errors;
 pub mod ledger;
 pub mod ledger_source;
@@ -66,6 +67,8 @@ pub struct Gateway {
     pub quota: Arc<QuotaEngine>,
     pub store: Store,
     pub ledger: LedgerWriter,
+    /// Refused and degraded requests, for the request lookup.
+    pub decisions: decisions::DecisionWriter,
     http: reqwest::Client,
 }
 
@@ -78,12 +81,15 @@ impl Gateway {
         ledger: LedgerWriter,
     ) -> Self {
         let http = upstream::client(&cfg);
+        // Its task ends when the last Gateway handle is dropped.
+        let (decisions, _task) = decisions::DecisionWriter::start(store.clone(), cfg.clock);
         Self {
             cfg,
             catalog,
             quota,
             store,
             ledger,
+            decisions,
             http,
         }
     }

@@ -57,6 +57,7 @@ impl Running {
             b.abort();
         }
         self.gateway.ledger.flush().await;
+        self.gateway.decisions.flush().await;
         drop(self.gateway);
         let _ = tokio::time::timeout(Duration::from_secs(5), self.ledger_task).await;
     }
@@ -128,6 +129,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
             clock,
             session_secs: cfg.auth.session_secs,
             logins: Default::default(),
+            cookie_secure: cfg.auth.cookie_secure,
         })
     });
     if control.is_none() {
