@@ -3,9 +3,9 @@
 //! No IO here: everything is a function that a unit test can call.
 
 pub mod audit;
+pub mod bill;
 pub mod borrowing;
 pub mod fairq;
-pub mod bill;
 pub mod keys;
 pub mod limits;
 pub mod money;

@@ -3,6 +3,7 @@
 
 pub mod borrow;
 pub mod catalog;
+pub mod decisions;
 mod errors;
 mod fair;
 pub mod ledger;
@@ -100,6 +101,8 @@ pub struct Gateway {
     pub ledger: LedgerWriter,
     pub queue: Arc<queue::AdmissionQueue>,
     pub borrower: Arc<borrow::Borrowing>,
+    /// Refused and degraded requests, for the request lookup.
+    pub decisions: decisions::DecisionWriter,
     http: reqwest::Client,
 }
 
@@ -125,6 +128,8 @@ impl Gateway {
             cfg.replica.clone(),
             cfg.fair.borrow.clone(),
         ));
+        // Its task ends when the last Gateway handle is dropped.
+        let (decisions, _task) = decisions::DecisionWriter::start(store.clone(), cfg.clock);
         Self {
             cfg,
             catalog,
@@ -133,6 +138,7 @@ impl Gateway {
             ledger,
             queue,
             borrower,
+            decisions,
             http,
         }
     }

@@ -56,22 +56,23 @@ async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: 
     let rid = new_request_id();
     match admit_and_forward(&gw, endpoint, &headers, body, &rid).await {
         Ok(r) => r,
-        Err((e, tenant, model)) => {
-            metrics::counter!(m::REQUESTS, "tenant" => tenant, "model" => model,
+        Err((e, key, model)) => {
+            let tenant = key.as_ref().map_or("unknown", |k| k.tenant.id.as_str());
+            metrics::counter!(m::REQUESTS, "tenant" => tenant.to_string(), "model" => model.clone(),
                 "decision" => Decision::Reject.as_str(), "reason" => e.reason.as_str())
             .increment(1);
+            if let Some(k) = &key {
+                gw.decisions.refused(&e, k, &model);
+            }
             e.into_response()
         }
     }
 }
 
-type Refused = (ApiError, String, String);
+type Refused = (ApiError, Option<Arc<KeyEntry>>, String);
 
-fn refuse(e: ApiError, key: Option<&KeyEntry>, model: &str) -> Refused {
-    let tenant = key
-        .map(|k| k.tenant.id.clone())
-        .unwrap_or_else(|| "unknown".into());
-    (e, tenant, model.to_string())
+fn refuse(e: ApiError, key: Option<&Arc<KeyEntry>>, model: &str) -> Refused {
+    (e, key.cloned(), model.to_string())
 }
 
 pub fn authenticate(
@@ -114,7 +115,7 @@ async fn admit_and_forward(
     rid: &str,
 ) -> Result<Response, Refused> {
     let key = authenticate(gw, headers, rid).map_err(|e| refuse(e, None, ""))?;
-    let k = Some(key.as_ref());
+    let k = Some(&key);
     let bytes = axum::body::to_bytes(body, gw.cfg.max_body_bytes)
         .await
         .map_err(|_| {
@@ -152,6 +153,7 @@ async fn admit_and_forward(
     let degrade = crate::fair::degrade_step(gw, &key, &model, rid)
         .await
         .map_err(|e| refuse(e, k, &model.id))?;
+    let requested_model = model.id.clone();
     let model = match degrade.as_ref().and_then(|d| d.model.clone()) {
         Some(cheaper) => cheaper,
         None => model,
@@ -203,6 +205,22 @@ async fn admit_and_forward(
     .await
     .map_err(|e| refuse(e, k, &model.id))?;
     let adm = fairly.admitted;
+    if soft_degraded {
+        let detail = json!({"requested_output_tokens": asked_per_choice * summary.choices,
+            "output_tokens_cap": max_out, "requested_model": requested_model, "served_model": model.id});
+        gw.decisions
+            .degraded(rid, &key, &model.id, ReasonCode::DailyCostSoftLimit, detail);
+    } else if adm.degraded {
+        let detail = json!({"requested_output_tokens": max_out, "clamped_output_tokens": adm.est_out,
+            "est_input_tokens": est_in});
+        gw.decisions.degraded(
+            rid,
+            &key,
+            &model.id,
+            ReasonCode::MaxTokensClampedToBudget,
+            detail,
+        );
+    }
     let (decision, reason) = if soft_degraded {
         (Decision::Degrade, ReasonCode::DailyCostSoftLimit.as_str())
     } else if adm.degraded {
@@ -364,7 +382,13 @@ async fn admit(
         refusal.reason(),
         refusal.scope.as_str()
     );
-    Err(ApiError::new(rid, refusal.reason(), msg).retry_after(refusal.retry_after_secs()))
+    let counters = json!({"scope": refusal.scope.as_str(), "limit": format!("{:?}", refusal.limit),
+        "headroom_tokens": refusal.headroom_tokens, "headroom_cost_micro_usd": refusal.headroom_cost,
+        "retry_after_ms": refusal.retry_after_ms, "est_input_tokens": want.est_in,
+        "est_output_tokens": want.est_out});
+    Err(ApiError::new(rid, refusal.reason(), msg)
+        .retry_after(refusal.retry_after_secs())
+        .counters(counters))
 }
 
 /// One hold call, failing closed on any quota-store error. A hold whose

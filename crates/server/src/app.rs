@@ -61,6 +61,7 @@ impl Running {
             b.abort();
         }
         self.gateway.ledger.flush().await;
+        self.gateway.decisions.flush().await;
         drop(self.gateway);
         let _ = tokio::time::timeout(Duration::from_secs(5), self.ledger_task).await;
     }
@@ -156,6 +157,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
             session_secs: cfg.auth.session_secs,
             logins: Default::default(),
             books: books.clone(),
+            cookie_secure: cfg.auth.cookie_secure,
         })
     });
     if control.is_none() {
