@@ -4,6 +4,8 @@
 
 pub mod audit;
 pub mod bill;
+pub mod borrowing;
+pub mod fairq;
 pub mod keys;
 pub mod limits;
 pub mod money;

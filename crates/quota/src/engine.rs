@@ -274,7 +274,7 @@ impl QuotaEngine {
         self.bounded(inv.invoke_async(&mut conn)).await
     }
 
-    async fn link(&self) -> Result<Conn, QuotaError> {
+    pub(crate) async fn link(&self) -> Result<Conn, QuotaError> {
         self.bounded(self.conn.get()).await
     }
 
@@ -282,7 +282,7 @@ impl QuotaEngine {
         &self.keys
     }
 
-    async fn bounded<T>(
+    pub(crate) async fn bounded<T>(
         &self,
         f: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, QuotaError> {
@@ -696,7 +696,7 @@ impl QuotaEngine {
     }
 }
 
-fn int_at(v: &[redis::Value], i: usize) -> Result<i64, QuotaError> {
+pub(crate) fn int_at(v: &[redis::Value], i: usize) -> Result<i64, QuotaError> {
     match v.get(i) {
         Some(redis::Value::Int(n)) => Ok(*n),
         other => Err(QuotaError::Protocol(format!(

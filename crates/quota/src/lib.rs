@@ -5,10 +5,12 @@
 
 mod conn;
 mod engine;
+mod fair;
 mod keys;
 
 pub use engine::{
     ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, MonthCounters, OpenHold,
     QuotaEngine, QuotaError, ScopeUsage, SettleOutcome, SettleRequest,
 };
+pub use fair::{BorrowOutcome, SlotOutcome};
 pub use keys::KeySpace;

@@ -309,3 +309,45 @@ pub async fn stale_holds(
     );
     Ok(r)
 }
+
+/// `tollgate jobs run reclaim [--now T]`: one reclaim run now.
+pub async fn reclaim(
+    cfg: &Config,
+    now: Option<&str>,
+) -> anyhow::Result<gateway::borrow::ReclaimReport> {
+    let store = Store::connect(&cfg.database.url, 2)
+        .await
+        .context("cannot connect to PostgreSQL")?;
+    let quota = std::sync::Arc::new(cfg.quota_engine(
+        "cli",
+        std::time::Duration::from_millis(cfg.redis.timeout_ms.max(1000)),
+    )?);
+    let clock =
+        domain::period::PlatformClock::parse(&cfg.platform.timezone).map_err(anyhow::Error::msg)?;
+    let now = match now {
+        Some(t) => chrono::DateTime::parse_from_rfc3339(t)
+            .context("--now must be RFC 3339")?
+            .with_timezone(&chrono::Utc),
+        None => chrono::Utc::now(),
+    };
+    let catalog = std::sync::Arc::new(gateway::catalog::CatalogCache::new(cfg.encryption_key()?));
+    catalog.reload(&store).await?;
+    let _lock = store
+        .try_job_lock("reclaim")
+        .await?
+        .context("another replica is running this job")?;
+    let b = gateway::borrow::Borrowing::new(
+        store,
+        quota,
+        catalog,
+        clock,
+        "cli".into(),
+        cfg.fair.tuning(&cfg.gateway).borrow,
+    );
+    let r = b.run_reclaim(now).await.map_err(anyhow::Error::msg)?;
+    println!(
+        "reclaim {}: {} tokens lent, {} needed back, reclaimed {} tokens in {} reclaims",
+        r.period, r.lent_before, r.need, r.reclaimed_tokens, r.reclaims
+    );
+    Ok(r)
+}

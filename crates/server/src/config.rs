@@ -20,8 +20,94 @@ pub struct Config {
     pub keys: KeysConfig,
     pub platform: PlatformConfig,
     pub gateway: GatewayTuning,
+    pub fair: FairConfig,
     pub mock: MockUpstreamConfig,
     pub billing: BillingConfig,
+}
+
+/// Fair queues, borrowing and degrade (docs/fair.md).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FairConfig {
+    /// Weighted fair queueing weights per tenant priority.
+    pub weight_core: u64,
+    pub weight_standard: u64,
+    pub weight_batch: u64,
+    /// Longest a request waits in its tenant's queue, per priority; then
+    /// 503 queue_timeout.
+    pub max_wait_ms_core: u64,
+    pub max_wait_ms_standard: u64,
+    pub max_wait_ms_batch: u64,
+    /// Waiting requests per tenant on one replica; beyond: 429 tenant_queue_full.
+    pub queue_max_per_tenant: usize,
+    /// Polling for slots freed on other replicas backs off between these.
+    pub poll_min_ms: u64,
+    pub poll_max_ms: u64,
+    /// Output cap per choice past the daily soft limit (0 = none).
+    pub degrade_max_output_tokens: i64,
+    /// How long a request refused for budget waits for an on-demand borrow.
+    pub borrow_wait_ms: u64,
+    /// Period of the near-limit borrow check (one replica at a time).
+    pub borrow_check_secs: u64,
+    /// Share of the effective token limit (used + held) that triggers it.
+    pub near_limit_share: f64,
+    /// Period of the reclaim job; 0 = only `tollgate jobs run reclaim`.
+    pub reclaim_secs: u64,
+    /// Share of each borrow's outstanding amount one reclaim run may take.
+    pub reclaim_fraction: f64,
+}
+
+impl Default for FairConfig {
+    fn default() -> Self {
+        Self {
+            weight_core: 4,
+            weight_standard: 2,
+            weight_batch: 1,
+            max_wait_ms_core: 2_000,
+            max_wait_ms_standard: 2_000,
+            max_wait_ms_batch: 60_000,
+            queue_max_per_tenant: 64,
+            poll_min_ms: 10,
+            poll_max_ms: 100,
+            degrade_max_output_tokens: 1024,
+            borrow_wait_ms: 2_000,
+            borrow_check_secs: 10,
+            near_limit_share: 0.9,
+            reclaim_secs: 60,
+            reclaim_fraction: 0.5,
+        }
+    }
+}
+
+impl FairConfig {
+    pub fn tuning(&self, g: &GatewayTuning) -> gateway::FairTuning {
+        use domain::borrowing::share_ppm;
+        gateway::FairTuning {
+            queue: domain::fairq::QueuePolicy {
+                weights: [self.weight_core, self.weight_standard, self.weight_batch],
+                max_wait_ms: [
+                    self.max_wait_ms_core,
+                    self.max_wait_ms_standard,
+                    self.max_wait_ms_batch,
+                ],
+                max_per_tenant: self.queue_max_per_tenant,
+            },
+            poll_min: std::time::Duration::from_millis(self.poll_min_ms.max(1)),
+            poll_max: std::time::Duration::from_millis(
+                self.poll_max_ms.max(self.poll_min_ms).max(1),
+            ),
+            slot_lifetime: std::time::Duration::from_secs(
+                g.stream_max_duration_secs.max(g.upstream_timeout_secs) + 60,
+            ),
+            degrade_max_output_tokens: (self.degrade_max_output_tokens > 0)
+                .then_some(self.degrade_max_output_tokens),
+            borrow: gateway::borrow::BorrowTuning {
+                wait: std::time::Duration::from_millis(self.borrow_wait_ms),
+                near_limit_ppm: share_ppm(self.near_limit_share).unwrap_or(900_000),
+                reclaim_fraction_ppm: share_ppm(self.reclaim_fraction).unwrap_or(500_000),
+            },
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -188,6 +274,7 @@ impl Default for Config {
                 orphan_hold_secs: 120,
                 heartbeat_ttl_secs: 30,
             },
+            fair: FairConfig::default(),
             mock: MockUpstreamConfig {
                 listen: "127.0.0.1:9090".into(),
                 latency_ms: 0,
@@ -298,6 +385,15 @@ impl Config {
         }
         if self.redis.timeout_ms == 0 || self.gateway.max_body_bytes == 0 {
             bail!("redis.timeout_ms and gateway.max_body_bytes must be positive");
+        }
+        let f = &self.fair;
+        if domain::borrowing::share_ppm(f.near_limit_share).is_none()
+            || domain::borrowing::share_ppm(f.reclaim_fraction).is_none()
+        {
+            bail!("fair.near_limit_share and fair.reclaim_fraction must be between 0 and 1");
+        }
+        if f.queue_max_per_tenant == 0 {
+            bail!("fair.queue_max_per_tenant must be positive");
         }
         if !billing::archive::valid_database(&self.clickhouse.database) {
             bail!("clickhouse.database must match [A-Za-z_][A-Za-z0-9_]*");
@@ -441,6 +537,7 @@ impl fmt::Debug for Config {
             .field("keys.encryption_key", &set(&self.keys.encryption_key))
             .field("platform", &self.platform)
             .field("gateway", &self.gateway)
+            .field("fair", &self.fair)
             .finish()
     }
 }

@@ -69,8 +69,9 @@ enum JobsCommand {
         /// stale-holds: close abandoned holds; rollover: archive closed months
         /// to ClickHouse and close them; grant-expiry: audit expired grants;
         /// alerts: budget alerts; forecast: month-end forecast; reconcile:
-        /// compare the books.
-        #[arg(value_parser = ["stale-holds", "rollover", "grant-expiry", "alerts", "forecast", "reconcile"])]
+        /// compare the books; reclaim: take unused borrowed quota back when
+        /// the pool runs low.
+        #[arg(value_parser = ["stale-holds", "rollover", "grant-expiry", "alerts", "forecast", "reconcile", "reclaim"])]
         job: String,
         /// Run as if at this time (RFC 3339), e.g. to test month ends.
         #[arg(long)]
@@ -139,6 +140,9 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             command: AdminCommand::BenchSetup { upstream },
         } => commands::bench_setup(&cfg, &upstream).await.map(|_| true),
         Command::AuditVerify => commands::audit_verify(&cfg).await,
+        Command::Jobs {
+            command: JobsCommand::Run { job, now },
+        } if job == "reclaim" => commands::reclaim(&cfg, now.as_deref()).await.map(|_| true),
         Command::Jobs {
             command: JobsCommand::Run { job, now },
         } => commands::run_job(&cfg, &job, now.as_deref())
