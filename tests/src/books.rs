@@ -91,7 +91,6 @@ pub struct WebhookCall {
 pub struct WebhookReceiver {
     pub url: String,
     pub calls: Arc<Mutex<Vec<WebhookCall>>>,
-    seen: Arc<AtomicUsize>,
 }
 
 impl WebhookReceiver {
@@ -131,7 +130,7 @@ impl WebhookReceiver {
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Self { url, calls, seen }
+        Self { url, calls }
     }
 
     pub fn calls(&self) -> Vec<WebhookCall> {

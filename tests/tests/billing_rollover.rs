@@ -140,13 +140,45 @@ async fn month_as_seen(base: &str, token: &str, period: &str) -> Value {
     out
 }
 
+/// Signs in to the HTML console; returns the session cookie.
+async fn console_cookie(base: &str, email: &str) -> String {
+    let r = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .post(format!("{base}/console/login"))
+        .form(&[("email", email), ("password", PASSWORD)])
+        .send()
+        .await
+        .unwrap();
+    let c = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("tg_session="))
+        .expect("session cookie");
+    c.split(';').next().unwrap().to_string()
+}
+
+async fn console_get(url: &str, cookie: &str) -> (u16, String) {
+    let r = reqwest::Client::new()
+        .get(url)
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
 fn micro(usd: &str) -> i64 {
     domain::MicroUsd::from_usd_str(usd).unwrap().0
 }
 
 /// Sum of a CSV column (money columns as micro-USD).
 fn csv_sum(csv: &str, column: &str) -> i64 {
-    let mut lines = csv.lines();
+    // CSV lines end in CRLF.
+    let mut lines = csv.lines().map(|l| l.trim_end_matches('\r'));
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     let i = header
         .iter()
@@ -314,6 +346,45 @@ async fn a_simulated_month_rolls_over_exactly_and_reads_the_same() {
         (Some("closed"), Some("clickhouse"))
     );
     assert_eq!(month_as_seen(&base, &fin, &period).await, before);
+
+    // The console's bill page: the same total, the charts, the exports.
+    let cookie = console_cookie(&base, "fin@x.io").await;
+    let (s, page) = console_get(
+        &format!("{base}/console/bills?period={period}&by=model"),
+        &cookie,
+    )
+    .await;
+    assert_eq!(s, 200);
+    let total_usd = after_bill["total"]["cost_usd"].as_str().unwrap();
+    assert!(
+        page.contains(&format!("id=\"bill-total\">${total_usd}<")),
+        "total on the page"
+    );
+    assert!(
+        page.contains("<svg") && page.contains("deepseek-chat"),
+        "charts and the model drill-down"
+    );
+    let (s, csv_page) = console_get(
+        &format!("{base}/console/bills.csv?period={period}"),
+        &cookie,
+    )
+    .await;
+    assert_eq!(
+        (s, csv_page.as_str()),
+        (200, before["csv"].as_str().unwrap())
+    );
+    let (s, jobs_page) = console_get(&format!("{base}/console/jobs"), &cookie).await;
+    assert_eq!(s, 200);
+    assert!(jobs_page.contains("rollover") && jobs_page.contains(&period));
+    let ta_cookie = console_cookie(&base, "ta@research.io").await;
+    let (s, _) = console_get(
+        &format!("{base}/console/bills?period={period}&tenant=sales"),
+        &ta_cookie,
+    )
+    .await;
+    assert_eq!(s, 404, "another tenant's bill is not found");
+    let (s, _) = console_get(&format!("{base}/console/jobs"), &ta_cookie).await;
+    assert_eq!(s, 403);
 
     // A second run changes nothing.
     let r = runner

@@ -117,6 +117,7 @@ impl Books {
             .month_bounds(period)
             .ok_or_else(|| BillingError::Invalid("period must be YYYY-MM".into()))?;
         let granted = self.store.granted_between(start, end, tenant).await?;
+        let borrowed = self.store.borrowed_in(period, tenant).await?;
         let tenants = self.store.tenant_infos().await?;
         let source = match book {
             MonthBook::Ledger => BillSource::Postgres,
@@ -128,6 +129,7 @@ impl Books {
             source,
             &rows,
             &granted,
+            &borrowed,
             &tenants,
         ))
     }

@@ -62,9 +62,10 @@ pub struct RefusalRow {
     pub requests: i64,
 }
 
-/// Temporary quota granted to a tenant in the month (approved in it).
+/// Tokens and money of quota added to a tenant in the month: temporary
+/// grants approved in it, or borrows from the shared pool taken in it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Granted {
+pub struct QuotaAmount {
     pub tokens: i64,
     pub cost_micro: i64,
 }
@@ -94,9 +95,10 @@ pub struct TenantBill {
     pub input_tokens: i64,
     pub output_tokens: i64,
     pub cost_usd: MicroUsd,
-    /// Borrowed from the shared pool (DESIGN §7). The borrowing feature has
-    /// not landed: always 0 until it does.
+    /// Borrowed from the shared pool in the month (DESIGN §7), gross of
+    /// later reclaims.
     pub borrowed_tokens: i64,
+    pub borrowed_cost_usd: MicroUsd,
     pub granted_tokens: i64,
     pub granted_cost_usd: MicroUsd,
     pub refused_requests: i64,
@@ -170,7 +172,8 @@ impl Bill {
         closed: bool,
         source: BillSource,
         rows: &MonthRows,
-        granted: &BTreeMap<String, Granted>,
+        granted: &BTreeMap<String, QuotaAmount>,
+        borrowed: &BTreeMap<String, QuotaAmount>,
         tenants: &[TenantInfo],
     ) -> Bill {
         let mut usage: BTreeMap<&str, Totals> = BTreeMap::new();
@@ -188,6 +191,7 @@ impl Bill {
         let mut ids: Vec<&str> = usage.keys().copied().collect();
         ids.extend(refused.keys().copied());
         ids.extend(granted.keys().map(String::as_str));
+        ids.extend(borrowed.keys().map(String::as_str));
         ids.sort_unstable();
         ids.dedup();
         let info = |id: &str| tenants.iter().find(|t| t.id == id);
@@ -204,6 +208,7 @@ impl Bill {
                 let u = usage.get(id).copied().unwrap_or_default();
                 let r = refused.get(id).cloned().unwrap_or_default();
                 let g = granted.get(id).cloned().unwrap_or_default();
+                let b = borrowed.get(id).cloned().unwrap_or_default();
                 let refused_requests = r.values().sum();
                 total.requests += u.requests;
                 total.input_tokens += u.input_tokens;
@@ -218,7 +223,8 @@ impl Bill {
                     input_tokens: u.input_tokens,
                     output_tokens: u.output_tokens,
                     cost_usd: MicroUsd(u.cost_micro),
-                    borrowed_tokens: 0,
+                    borrowed_tokens: b.tokens,
+                    borrowed_cost_usd: MicroUsd(b.cost_micro),
                     granted_tokens: g.tokens,
                     granted_cost_usd: MicroUsd(g.cost_micro),
                     refused_requests,
@@ -590,12 +596,28 @@ mod tests {
         let mut granted = BTreeMap::new();
         granted.insert(
             "c".to_string(),
-            Granted {
+            QuotaAmount {
                 tokens: 100,
                 cost_micro: 0,
             },
         );
-        let b = Bill::assemble("2026-11", false, BillSource::Postgres, &rows, &granted, &[]);
+        let mut borrowed = BTreeMap::new();
+        borrowed.insert(
+            "a".to_string(),
+            QuotaAmount {
+                tokens: 40,
+                cost_micro: 0,
+            },
+        );
+        let b = Bill::assemble(
+            "2026-11",
+            false,
+            BillSource::Postgres,
+            &rows,
+            &granted,
+            &borrowed,
+            &[],
+        );
         let ids: Vec<_> = b.tenants.iter().map(|t| t.tenant_id.as_str()).collect();
         assert_eq!(ids, ["a", "b", "c"]);
         assert_eq!(b.tenants[0].cost_usd, MicroUsd(9));
@@ -604,6 +626,7 @@ mod tests {
             "degrades are not refusals"
         );
         assert_eq!(b.tenants[2].granted_tokens, 100);
+        assert_eq!(b.tenants[0].borrowed_tokens, 40);
         assert_eq!(b.total.cost_usd, MicroUsd(309));
         assert_eq!(b.total.requests, 4);
         let by_app = drill_down(DrillBy::App, &rows.bill_rows, &[]);

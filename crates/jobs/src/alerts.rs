@@ -139,6 +139,7 @@ pub async fn budget_alerts(ctx: &JobContext, now: DateTime<Utc>) -> Result<JobRe
                     payload,
                     notice,
                     webhook: ctx.settings.webhook_url.is_some(),
+                    at: now,
                 };
                 if ctx.store.record_alert(&new).await? {
                     recorded += 1;
@@ -226,6 +227,7 @@ pub async fn forecast(ctx: &JobContext, now: DateTime<Utc>) -> Result<JobReport,
                     payload,
                     notice,
                     webhook: ctx.settings.webhook_url.is_some(),
+                    at: now,
                 })
                 .await?;
         }

@@ -5,7 +5,7 @@
 use crate::audit::{append, NewAudit};
 use crate::{Result, Store, StoreError};
 use chrono::{DateTime, NaiveDate, Utc};
-use domain::bill::{BillRow, DayRow, Granted, RefusalRow, TenantInfo, Totals};
+use domain::bill::{BillRow, DayRow, QuotaAmount, RefusalRow, TenantInfo, Totals};
 use domain::usage::UsageEvent;
 use serde_json::json;
 use sqlx::postgres::PgRow;
@@ -174,7 +174,7 @@ impl Store {
         start: DateTime<Utc>,
         end: DateTime<Utc>,
         tenant: Option<&str>,
-    ) -> Result<BTreeMap<String, Granted>> {
+    ) -> Result<BTreeMap<String, QuotaAmount>> {
         let rows = sqlx::query(
             "SELECT tenant_id, COALESCE(SUM(tokens), 0)::int8 AS tokens,
                     COALESCE(SUM(cost_micro), 0)::int8 AS cost_micro
@@ -193,7 +193,39 @@ impl Store {
             .map(|r| {
                 (
                     r.get("tenant_id"),
-                    Granted {
+                    QuotaAmount {
+                        tokens: r.get("tokens"),
+                        cost_micro: r.get("cost_micro"),
+                    },
+                )
+            })
+            .collect())
+    }
+
+    /// Borrowed from the shared pool in a month, per tenant (active
+    /// borrows, as taken: reclaims later give part back).
+    pub async fn borrowed_in(
+        &self,
+        period: &str,
+        tenant: Option<&str>,
+    ) -> Result<BTreeMap<String, QuotaAmount>> {
+        let rows = sqlx::query(
+            "SELECT tenant_id, COALESCE(SUM(tokens), 0)::int8 AS tokens,
+                    COALESCE(SUM(cost_micro), 0)::int8 AS cost_micro
+             FROM borrows WHERE state = 'active' AND period = $1
+               AND ($2::text IS NULL OR tenant_id = $2)
+             GROUP BY tenant_id",
+        )
+        .bind(period)
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get("tenant_id"),
+                    QuotaAmount {
                         tokens: r.get("tokens"),
                         cost_micro: r.get("cost_micro"),
                     },

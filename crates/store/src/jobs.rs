@@ -92,6 +92,8 @@ pub struct NewAlert {
     pub notice: String,
     /// No webhook configured: the notice is the only channel.
     pub webhook: bool,
+    /// The job's "now": the first delivery is due then.
+    pub at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -181,8 +183,8 @@ impl Store {
     pub async fn record_alert(&self, a: &NewAlert) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
         let id: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO budget_alerts (tenant_id, scope, period, measure, threshold, payload, delivery)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
+            "INSERT INTO budget_alerts (tenant_id, scope, period, measure, threshold, payload, delivery, next_attempt_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (scope, period, measure, threshold) DO NOTHING RETURNING id",
         )
         .bind(&a.tenant_id)
@@ -192,6 +194,7 @@ impl Store {
         .bind(&a.threshold)
         .bind(&a.payload)
         .bind(if a.webhook { "pending" } else { "no_webhook" })
+        .bind(a.at)
         .fetch_optional(&mut *tx)
         .await?;
         if id.is_none() {

@@ -73,7 +73,7 @@ impl IntoResponse for BillsError {
 
 /// The tenants an actor's bill covers: `Some(t)` for one tenant (a tenant
 /// admin always), `None` for all (staff who read every tenant).
-fn bill_scope(actor: &Actor, asked: Option<&str>) -> Result<Option<String>, ApiError> {
+pub(crate) fn bill_scope(actor: &Actor, asked: Option<&str>) -> Result<Option<String>, ApiError> {
     match (actor.role, asked) {
         (_, Some(t)) => {
             require(actor, Access::Read, t)?;

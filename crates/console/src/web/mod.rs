@@ -85,6 +85,21 @@ pub const NAV: &[NavEntry] = &[
         label: "nav.requests",
         roles: ALL,
     },
+    NavEntry {
+        href: "/console/bills",
+        label: "nav.bills",
+        roles: ALL,
+    },
+    NavEntry {
+        href: "/console/jobs",
+        label: "nav.jobs",
+        roles: &[Role::PlatformAdmin, Role::Finance, Role::Auditor],
+    },
+    NavEntry {
+        href: "/console/notices",
+        label: "nav.notices",
+        roles: ALL,
+    },
 ];
 
 pub struct NavLink {
@@ -243,6 +258,11 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/console/audit", get(audit::list))
         .route("/console/audit/verify", get(audit::verify))
         .route("/console/requests", get(requests::lookup))
+        .route("/console/bills", get(bills::show))
+        .route("/console/bills.csv", get(bills::csv_export))
+        .route("/console/bills.focus.csv", get(bills::focus_export))
+        .route("/console/jobs", get(bills::jobs))
+        .route("/console/notices", get(bills::notices))
         .layer(axum::middleware::from_fn_with_state(
             cp.clone(),
             session::require_csrf,

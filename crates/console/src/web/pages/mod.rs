@@ -3,6 +3,7 @@
 
 pub mod apps;
 pub mod audit;
+pub mod bills;
 pub mod dashboard;
 pub mod models;
 pub mod quota;
