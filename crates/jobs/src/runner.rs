@@ -49,6 +49,7 @@ impl JobRunner {
             .claim_job_run(job.as_str(), slot, now, &self.replica)
             .await?
         else {
+            lock.release().await?;
             return Ok(RunResult::Skipped);
         };
         self.ctx
@@ -83,8 +84,11 @@ impl JobRunner {
                     .await
             }
         };
-        drop(lock);
+        // Released after the record is written: a replica that takes the
+        // lock next sees this run finished.
+        let released = lock.release().await;
         recorded?;
+        released?;
         Ok(match result {
             Ok(report) => RunResult::Ran { run_id, report },
             Err(e) => RunResult::Failed {

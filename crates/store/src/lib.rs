@@ -113,6 +113,16 @@ pub struct JobLock {
     _tx: sqlx::Transaction<'static, sqlx::Postgres>,
 }
 
+impl JobLock {
+    /// Releases the lock now. Dropping it also releases it, but only once
+    /// the pool gets round to rolling the transaction back: a run that
+    /// follows at once could find its own job still locked.
+    pub async fn release(self) -> Result<()> {
+        self._tx.rollback().await?;
+        Ok(())
+    }
+}
+
 impl Store {
     /// Takes the named job's lock if no other replica holds it.
     pub async fn try_job_lock(&self, job: &str) -> Result<Option<JobLock>> {
