@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod keys;
+pub mod lease;
 pub mod limits;
 pub mod money;
 pub mod period;

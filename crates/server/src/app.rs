@@ -53,6 +53,11 @@ impl Running {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(10), self.server).await;
+        // Leases go back to the scopes before the process ends.
+        self.gateway
+            .admission
+            .shutdown(Duration::from_secs(5))
+            .await;
         for b in &self.background {
             b.abort();
         }
@@ -117,6 +122,8 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         stream_max_duration: Duration::from_secs(cfg.gateway.stream_max_duration_secs.max(1)),
         stream_slice_tokens: cfg.gateway.stream_slice_tokens.max(1),
         min_clamped_output_tokens: cfg.gateway.min_clamped_output_tokens.max(1),
+        admission: cfg.gateway.admission.mode(),
+        lease: cfg.gateway.lease_tuning(),
     };
     let control = cfg.auth.jwt_secret.as_ref().map(|secret| {
         Arc::new(console::ControlPlane {
