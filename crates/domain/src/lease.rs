@@ -148,6 +148,14 @@ impl Pools {
         self.0.cost += cost;
     }
 
+    /// Takes out everything not promised to a request (the positive part
+    /// of every pool): what a lease can give back now.
+    pub fn take_free(&mut self) -> Chunk {
+        let free = self.0.zip(&Chunk::default(), |a, _| a.max(0));
+        self.0 = self.0.zip(&free, |a, b| a - b);
+        free
+    }
+
     /// Rate-bucket capacity not used, given back when the lease returns.
     pub fn unused_rates(&self) -> (i64, i64, i64) {
         (
@@ -328,6 +336,37 @@ mod tests {
         assert!(!q.admit(&need(1, 0, 0)));
         q.overrun_booked(20, 10);
         assert_eq!((q.0.tokens, q.0.cost), (0, 0));
+    }
+
+    #[test]
+    fn a_shrink_gives_back_only_what_no_request_holds() {
+        let mut p = Pools(Chunk {
+            tokens: 100,
+            cost: 10,
+            slots: 3,
+            requests: 5,
+            input: 40,
+            output: 60,
+        });
+        assert!(p.admit(&need(10, 20, 4)));
+        p.0.output = -5; // an overrun elsewhere
+        let free = p.take_free();
+        assert_eq!(
+            free,
+            Chunk {
+                tokens: 70,
+                cost: 6,
+                slots: 2,
+                requests: 4,
+                input: 30,
+                output: 0
+            }
+        );
+        assert_eq!(p.0.output, -5);
+        assert_eq!(p.0.tokens, 0);
+        // The request in flight settles against what is left.
+        p.settle(&need(10, 20, 4), &need(10, 10, 3));
+        assert_eq!((p.0.tokens, p.0.slots), (10, 1));
     }
 
     #[test]

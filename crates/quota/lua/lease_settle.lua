@@ -4,8 +4,9 @@
 -- overrun, so used + held <= limit + overruns stays true), and each
 -- request's usage event is parked in the outbox for the ledger writer, in
 -- this same call: an event reaches the ledger exactly when its usage
--- reaches the counters. With `close`, the lease then returns what is left:
--- its tokens, cost and slots, and the unused rate capacity it names.
+-- reaches the counters. The batch can also give back part of the lease
+-- (the replica shrinks it near a limit); with `close` the lease returns
+-- everything it still holds (tokens, cost, slots) and ends.
 -- Idempotent by batch: a batch whose seq is not above the lease's last is
 -- a no-op (a retry after a lost reply).
 -- A lease that is closed or unknown (expired by the reconciler, lost with
@@ -13,8 +14,9 @@
 -- KEYS: 1 month hash (the lease's period), 2 rate/inflight hash,
 --       3 lease record, 4 leases zset, 5 outbox hash
 -- ARGV: 1 lease_id, 2 app, 3 key, 4 seq, 5 close (0/1),
---       6 give_requests, 7 give_input, 8 give_output,
---       9..26 limits (3 x 6, -1 = none), 27 item count,
+--       6..11 give back (tokens, cost, slots, requests, input, output;
+--       with close, tokens, cost and slots are all that is left),
+--       12..29 limits (3 x 6, -1 = none), 30 item count,
 --       then per item: request_id, tokens, cost, usage event JSON
 -- Returns: {1, live, lt, lc, ls, ovr_tok, ovr_cost, i1, ot1, oc1, ...}
 --            applied; per item with an overrun its index and amounts
@@ -33,11 +35,11 @@ local live = h[1] == 'L'
 local lt, lc, ls = 0, 0, 0
 if live then lt, lc, ls = n(h[3]), n(h[4]), n(h[5]) end
 
-local count = tonumber(ARGV[27])
+local count = tonumber(ARGV[30])
 local sum_tok, sum_cost, ovr_tok, ovr_cost = 0, 0, 0, 0
 local ob, per = {}, {}
 for i = 1, count do
-  local b = 27 + (i - 1) * 4
+  local b = 30 + (i - 1) * 4
   local tok, cost = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
   local take_t, take_c = math.min(tok, lt), math.min(cost, lc)
   lt = lt - take_t; lc = lc - take_c
@@ -50,7 +52,15 @@ end
 
 local close = ARGV[5] == '1'
 local free_t, free_c, free_s = 0, 0, 0
-if close and live then free_t, free_c, free_s = lt, lc, ls; lt, lc, ls = 0, 0, 0 end
+if live then
+  if close then
+    free_t, free_c, free_s = lt, lc, ls
+  else
+    free_t = math.min(lt, tonumber(ARGV[6])); free_c = math.min(lc, tonumber(ARGV[7]))
+    free_s = math.min(ls, tonumber(ARGV[8]))
+  end
+  lt, lc, ls = lt - free_t, lc - free_c, ls - free_s
+end
 
 local MF = {':ut', ':ht', ':uc', ':hc', ':ot', ':oc'}
 local mf = {}
@@ -75,7 +85,8 @@ end
 if #mw > 0 then redis.call('HSET', M, unpack(mw)) end
 if #ob > 0 then redis.call('HSET', OUTBOX, unpack(ob)) end
 
-if close and live then
+local give = {tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])}
+if live and (free_s > 0 or give[1] > 0 or give[2] > 0 or give[3] > 0) then
   -- Slots back, and the rate capacity the lease did not use (a bucket
   -- never above its capacity).
   local rf = {}
@@ -84,12 +95,11 @@ if close and live then
   end
   local rv = redis.call('HMGET', R, unpack(rf))
   local rw = {}
-  local give = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])}
   for s = 1, 3 do
     local b = (s - 1) * 4
     if free_s > 0 then put(rw, scopes[s] .. ':if', int(math.max(0, n(rv[b + 1]) - free_s))) end
     for d = 1, 3 do
-      local lim = tonumber(ARGV[8 + (s - 1) * 6 + 3 + d])
+      local lim = tonumber(ARGV[11 + (s - 1) * 6 + 3 + d])
       local cur = tonumber(rv[b + 1 + d])
       if lim >= 0 and cur and give[d] > 0 then
         put(rw, rf[b + 1 + d], string.format('%.6f', math.min(lim, cur + give[d])))

@@ -116,6 +116,8 @@ struct LeaseState {
 
 enum Msg {
     Item(LeaseItem, oneshot::Sender<SettleOutcome>),
+    /// Give this back now (the lease shrinks); answered once Redis has it.
+    Give(Chunk, oneshot::Sender<()>),
     Close,
 }
 
@@ -255,12 +257,17 @@ impl LeaseBook {
                     self.retire_current(&chain, &lease);
                 }
                 LeaseGrant::NearLimit { .. } => {
-                    let mut st = chain.state.lock().expect("chain lock");
-                    st.per_request_until = Some(Instant::now() + self.tuning.near_limit_backoff);
-                    // Give back what this replica holds, so the per-request
-                    // path (here or on another replica) can use it.
-                    if let Some(cur) = st.current.take() {
-                        retire(&cur);
+                    let shrunk = {
+                        let mut st = chain.state.lock().expect("chain lock");
+                        st.per_request_until =
+                            Some(Instant::now() + self.tuning.near_limit_backoff);
+                        st.current.take().map(|cur| shrink_and_retire(&cur))
+                    };
+                    // Whatever this replica's lease does not need goes back
+                    // before the request takes the per-request path, so
+                    // the last tokens are usable here or on any replica.
+                    if let Some(given) = shrunk {
+                        let _ = given.await;
                     }
                     return Ok(LeaseAdmit::PerRequest);
                 }
@@ -281,7 +288,15 @@ impl LeaseBook {
         let mut st = chain.state.lock().expect("chain lock");
         let lease = st.current.clone()?;
         let same_limits = lease.limits.iter().zip(req.limits).all(|(a, b)| a == b);
-        if !same_limits || lease.created.elapsed() > self.tuning.max_age {
+        if !same_limits {
+            // Granted under other limits (a lowered budget, an expired
+            // grant): it admits nothing more, and what it holds unpromised
+            // goes back now.
+            st.current = None;
+            drop(shrink_and_retire(&lease));
+            return None;
+        }
+        if lease.created.elapsed() > self.tuning.max_age {
             st.current = None;
             retire(&lease);
             return None;
@@ -516,6 +531,17 @@ fn retire(lease: &Arc<Lease>) {
     close_if_drained(lease, &mut ls);
 }
 
+/// Gives back now everything no request holds, and retires the lease.
+fn shrink_and_retire(lease: &Arc<Lease>) -> oneshot::Receiver<()> {
+    let mut ls = lease.state.lock().expect("lease lock");
+    let free = ls.pools.take_free();
+    let (tx, rx) = oneshot::channel();
+    let _ = lease.tx.send(Msg::Give(free, tx));
+    ls.retiring = true;
+    close_if_drained(lease, &mut ls);
+    rx
+}
+
 fn close_if_drained(lease: &Lease, ls: &mut LeaseState) {
     if ls.retiring && ls.inflight == 0 && !ls.close_sent {
         ls.close_sent = true;
@@ -549,31 +575,42 @@ impl Flusher {
             let Some(first) = rx.recv().await else { return };
             let mut items = Vec::new();
             let mut waiters = Vec::new();
+            let mut given = Vec::new();
+            let mut give = Chunk::default();
             let mut close = false;
-            let mut take = |m: Msg, items: &mut Vec<LeaseItem>, close: &mut bool| match m {
+            let lingers = matches!(first, Msg::Item(..)) && !self.linger.is_zero();
+            let mut take = |m: Msg, close: &mut bool| match m {
                 Msg::Item(it, w) => {
                     items.push(it);
                     waiters.push(w);
                 }
+                Msg::Give(c, w) => {
+                    give = Chunk::from_array(std::array::from_fn(|i| {
+                        give.as_array()[i] + c.as_array()[i]
+                    }));
+                    given.push(w);
+                }
                 Msg::Close => *close = true,
             };
-            let lingers = matches!(first, Msg::Item(..)) && !self.linger.is_zero();
-            take(first, &mut items, &mut close);
+            take(first, &mut close);
             if lingers {
                 tokio::time::sleep(self.linger).await;
             }
-            while items.len() < self.max_batch && !close {
+            let mut n = 1;
+            while n < self.max_batch && !close {
                 match rx.try_recv() {
-                    Ok(m) => take(m, &mut items, &mut close),
+                    Ok(m) => take(m, &mut close),
                     Err(_) => break,
                 }
+                n += 1;
             }
             seq += 1;
-            let give_rates = if close {
-                l.state.lock().expect("lease lock").pools.unused_rates()
-            } else {
-                (0, 0, 0)
-            };
+            if close {
+                let (r, i, o) = l.state.lock().expect("lease lock").pools.unused_rates();
+                give.requests += r;
+                give.input += i;
+                give.output += o;
+            }
             let c = &l.chain;
             let batch = LeaseBatch {
                 lease_id: &l.id,
@@ -584,7 +621,7 @@ impl Flusher {
                 seq,
                 items: &items,
                 close,
-                give_rates,
+                give,
                 limits: [&l.limits[0], &l.limits[1], &l.limits[2]],
             };
             let mut attempt = 0u32;
@@ -623,6 +660,9 @@ impl Flusher {
                     .iter()
                     .map(|(i, t, c)| (*i, (*t, *c)))
                     .collect();
+            }
+            for w in given {
+                let _ = w.send(());
             }
             for (i, w) in waiters.into_iter().enumerate() {
                 let (t, c) = per.get(&i).copied().unwrap_or((0, 0));

@@ -62,8 +62,9 @@ pub struct LeaseBatch<'a> {
     pub items: &'a [LeaseItem],
     /// Return the lease after the items: what it still holds goes back.
     pub close: bool,
-    /// Unused (requests, input, output) rate capacity to give back on close.
-    pub give_rates: (i64, i64, i64),
+    /// Given back after the items (the lease shrinks): tokens, cost and
+    /// slots (all that is left, with `close`), and unused rate capacity.
+    pub give: Chunk,
     pub limits: [&'a Limits; 3],
 }
 
@@ -172,10 +173,10 @@ impl QuotaEngine {
             .arg(b.app)
             .arg(b.key)
             .arg(b.seq)
-            .arg(if b.close { 1 } else { 0 })
-            .arg(b.give_rates.0)
-            .arg(b.give_rates.1)
-            .arg(b.give_rates.2);
+            .arg(if b.close { 1 } else { 0 });
+        for v in b.give.as_array() {
+            inv.arg(v);
+        }
         for l in crate::engine::limit_args(b.limits) {
             inv.arg(l);
         }

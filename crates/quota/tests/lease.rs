@@ -155,7 +155,7 @@ async fn a_replayed_batch_changes_nothing_and_an_expired_lease_books_as_overrun(
         seq: 1,
         items: &items,
         close: false,
-        give_rates: (0, 0, 0),
+        give: Chunk::default(),
         limits: lim,
     };
     let first = q.lease_settle(&batch).await.unwrap();

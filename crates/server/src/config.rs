@@ -210,7 +210,7 @@ impl Default for Config {
                 stale_hold_secs: 24 * 3600,
                 orphan_hold_secs: 120,
                 heartbeat_ttl_secs: 30,
-                admission: AdmissionSetting::PerRequest,
+                admission: AdmissionSetting::Lease,
                 bench_unenforced_ok: false,
                 lease_horizon_ms: 250,
                 lease_max_requests: 5_000,
@@ -474,7 +474,7 @@ mod tests {
     #[test]
     fn enforcement_off_needs_the_explicit_bench_switch() {
         let mut c = Config::default();
-        assert_eq!(c.gateway.admission, AdmissionSetting::PerRequest);
+        assert_eq!(c.gateway.admission, AdmissionSetting::Lease);
         c.gateway.admission = AdmissionSetting::Off;
         let err = c.validate().unwrap_err().to_string();
         assert!(err.contains("bench_unenforced_ok"), "{err}");
@@ -483,7 +483,7 @@ mod tests {
         let fig = Figment::from(Serialized::defaults(Config::default()))
             .merge(Toml::string("[gateway]\nadmission = \"per_request\""));
         let c: Config = fig.extract().unwrap();
-        assert_eq!(c.gateway.admission, AdmissionSetting::PerRequest);
+        assert_eq!(c.gateway.admission, AdmissionSetting::Lease);
     }
 
     #[test]
