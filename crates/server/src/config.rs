@@ -483,7 +483,7 @@ mod tests {
         let fig = Figment::from(Serialized::defaults(Config::default()))
             .merge(Toml::string("[gateway]\nadmission = \"per_request\""));
         let c: Config = fig.extract().unwrap();
-        assert_eq!(c.gateway.admission, AdmissionSetting::Lease);
+        assert_eq!(c.gateway.admission, AdmissionSetting::PerRequest);
     }
 
     #[test]
