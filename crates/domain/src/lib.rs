@@ -7,6 +7,7 @@ pub mod bill;
 pub mod borrowing;
 pub mod fairq;
 pub mod keys;
+pub mod lease;
 pub mod limits;
 pub mod money;
 pub mod period;

@@ -315,7 +315,19 @@ async fn admit(
     rid: &str,
     want: Want<'_>,
 ) -> Result<Admission, ApiError> {
-    let refusal = match hold(gw, key, model, month, rid, want.est_in, want.est_out).await? {
+    let stream = want.summary.stream;
+    let refusal = match hold(
+        gw,
+        key,
+        model,
+        month,
+        rid,
+        want.est_in,
+        want.est_out,
+        stream,
+    )
+    .await?
+    {
         HoldOutcome::Admitted {
             remaining_requests,
             remaining_tokens,
@@ -366,7 +378,7 @@ async fn admit(
         if let HoldOutcome::Admitted {
             remaining_requests,
             remaining_tokens,
-        } = hold(gw, key, model, month, rid, want.est_in, est_out).await?
+        } = hold(gw, key, model, month, rid, want.est_in, est_out, stream).await?
         {
             return Ok(Admission {
                 est_out,
@@ -393,6 +405,7 @@ async fn admit(
 
 /// One hold call, failing closed on any quota-store error. A hold whose
 /// outcome is unknown (timeout, client gone) is released by the guard.
+#[allow(clippy::too_many_arguments)]
 async fn hold(
     gw: &Arc<Gateway>,
     key: &Arc<KeyEntry>,
@@ -401,6 +414,7 @@ async fn hold(
     rid: &str,
     est_in: i64,
     est_out: i64,
+    stream: bool,
 ) -> Result<HoldOutcome, ApiError> {
     let limits = key.effective_limits(chrono::Utc::now(), month);
     let req = HoldRequest {
@@ -427,7 +441,7 @@ async fn hold(
         store: &gw.store,
         quota: &gw.quota,
     };
-    let outcome = gw.quota.hold(&req, &ledger).await;
+    let outcome = gw.admission.hold(&req, &ledger, stream).await;
     pending.armed = outcome.is_err();
     metrics::histogram!(m::HOLD_SECONDS).record(t0.elapsed().as_secs_f64());
     outcome.map_err(|err| {
