@@ -367,7 +367,13 @@ impl LeaseBook {
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
         let lease = Arc::new(Lease {
-            id: format!("{}.{n}", self.engine.replica),
+            // Unique across books and boots: a batch is idempotent by
+            // (lease id, seq), so two leases must never share an id.
+            id: format!(
+                "{}.{n}.{}",
+                self.engine.replica,
+                &uuid::Uuid::new_v4().simple().to_string()[..12]
+            ),
             chain: chain.id.clone(),
             limits: [
                 req.limits[0].clone(),
@@ -627,6 +633,11 @@ impl Flusher {
             let mut attempt = 0u32;
             let outcome = loop {
                 match self.engine.lease_settle(&batch).await {
+                    Ok(LeaseBatchOutcome::Duplicate { state }) if attempt == 0 => {
+                        // Only a retry can find its batch applied already.
+                        tracing::error!(lease = %l.id, seq, state, "a new lease batch was seen before; its settles are not booked");
+                        break LeaseBatchOutcome::Duplicate { state };
+                    }
                     Ok(o) => break o,
                     Err(e) => {
                         tracing::warn!(lease = %l.id, attempt, error = %e, "lease settle failed; retrying the same batch");
