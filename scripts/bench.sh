@@ -161,7 +161,7 @@ for mode in $MODES; do
         # Let the last settles and the ledger writer finish, then compare.
         sleep 2
         read -r ev1 tok1 used1 < <(books)
-        served=$((R[$mode.$c.requests] - R[$mode.$c.status]))
+        served=$((${R[$mode.$c.requests]:-0} - ${R[$mode.$c.status]:-0}))
         R[$mode.$c.books]="$((ev1 - ev0)) events / $served served; $((tok1 - tok0)) tokens in the ledger / $((used1 - used0)) in Redis"
     done
     if [[ $mode == "${MODES##* }" ]]; then
@@ -185,6 +185,7 @@ for mode in $MODES; do
                 slow=$(cat "$work/slow.out")
             fi
         fi
+        admissions=$(curl -fs "http://127.0.0.1:$GW_PORT/metrics" | awk '/^tollgate_admissions_total/{printf "%s%s", sep, $0; sep="; "}')
         hold_us=$(curl -fs "http://127.0.0.1:$GW_PORT/metrics" | awk '/^tollgate_hold_seconds_sum/{s=$2} /^tollgate_hold_seconds_count/{c=$2} END{if (c) printf "%.1f", s/c*1e6}')
     fi
     stop_gateway
@@ -207,7 +208,7 @@ for c in $CONNS; do
     for mode in $MODES; do
         printf '| tollgate, %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s | %s |\n' "$mode" "$c" "${R[$mode.$c.rps]}" \
             "${R[$mode.$c.p50]}" "${R[$mode.$c.p99]}" "${R[$mode.$c.p999]}" \
-            "$((R[$mode.$c.p50] - R[direct.$c.p50]))" "$((R[$mode.$c.p99] - R[direct.$c.p99]))" \
+            "$((${R[$mode.$c.p50]:-0} - ${R[direct.$c.p50]:-0}))" "$((${R[$mode.$c.p99]:-0} - ${R[direct.$c.p99]:-0}))" \
             "${R[$mode.$c.errors]}" "${R[$mode.$c.status]}" "${R[$mode.$c.cpu]}" "${R[$mode.$c.rss]}"
     done
 done
@@ -231,7 +232,7 @@ if [[ -n ${slow:-} ]]; then
         "streams $(field "$slow" streams), events $(field "$slow" events), errors $(field "$slow" errors), TTFT p99 $(field "$slow" ttft_p99_us) µs"
 fi
 echo
-echo "Hold round trip seen by the gateway (per-request holds of the last mode): ${hold_us:-n/a} µs mean; Redis time per script call over the runs above: ${evalsha:-n/a} µs"
+echo "Admission time seen by the gateway (admission=${MODES##* }): ${hold_us:-n/a} µs mean; admissions by path: ${admissions:-n/a}; Redis time per script call over the runs above: ${evalsha:-n/a} µs"
 if [[ -n ${hb:-} ]]; then
     echo
     echo "$hb"
