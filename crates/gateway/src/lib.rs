@@ -2,13 +2,17 @@
 //! through the hold engine, forwarding to the provider, metering and settling.
 
 pub mod admission;
+pub mod borrow;
 pub mod catalog;
+pub mod decisions;
 mod errors;
+mod fair;
 pub mod ledger;
 pub mod ledger_source;
 mod metrics_names;
 mod models;
 mod proxy;
+pub mod queue;
 pub mod reconcile;
 mod settle;
 mod sse;
@@ -52,6 +56,35 @@ pub struct GatewayConfig {
     /// ablation only) not at all.
     pub admission: admission::AdmissionMode,
     pub lease: quota::LeaseTuning,
+    pub fair: FairTuning,
+}
+
+/// Queues, model pools and degrade (DESIGN §7; docs/fair.md).
+#[derive(Debug, Clone)]
+pub struct FairTuning {
+    pub queue: domain::fairq::QueuePolicy,
+    /// The dispatcher polls for slots freed by other replicas, backing off
+    /// from `poll_min` to `poll_max` while nothing frees.
+    pub poll_min: Duration,
+    pub poll_max: Duration,
+    /// A model-pool slot whose replica died is dropped after this.
+    pub slot_lifetime: Duration,
+    /// Output cap (per choice) of a request past the daily soft limit.
+    pub degrade_max_output_tokens: Option<i64>,
+    pub borrow: borrow::BorrowTuning,
+}
+
+impl Default for FairTuning {
+    fn default() -> Self {
+        Self {
+            queue: Default::default(),
+            poll_min: Duration::from_millis(10),
+            poll_max: Duration::from_millis(100),
+            slot_lifetime: Duration::from_secs(3600),
+            degrade_max_output_tokens: Some(1024),
+            borrow: Default::default(),
+        }
+    }
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -74,6 +107,10 @@ pub struct Gateway {
     pub admission: admission::Admission,
     pub store: Store,
     pub ledger: LedgerWriter,
+    pub queue: Arc<queue::AdmissionQueue>,
+    pub borrower: Arc<borrow::Borrowing>,
+    /// Refused and degraded requests, for the request lookup.
+    pub decisions: decisions::DecisionWriter,
     http: reqwest::Client,
 }
 
@@ -86,6 +123,21 @@ impl Gateway {
         ledger: LedgerWriter,
     ) -> Self {
         let http = upstream::client(&cfg);
+        let queue = queue::AdmissionQueue::new(
+            cfg.fair.queue.clone(),
+            cfg.fair.poll_min,
+            cfg.fair.poll_max,
+        );
+        let borrower = Arc::new(borrow::Borrowing::new(
+            store.clone(),
+            quota.clone(),
+            catalog.clone(),
+            cfg.clock,
+            cfg.replica.clone(),
+            cfg.fair.borrow.clone(),
+        ));
+        // Its task ends when the last Gateway handle is dropped.
+        let (decisions, _task) = decisions::DecisionWriter::start(store.clone(), cfg.clock);
         let admission = admission::Admission::new(cfg.admission, quota.clone(), cfg.lease.clone());
         Self {
             cfg,
@@ -94,6 +146,9 @@ impl Gateway {
             quota,
             store,
             ledger,
+            queue,
+            borrower,
+            decisions,
             http,
         }
     }

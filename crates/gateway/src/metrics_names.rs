@@ -16,3 +16,7 @@ pub const STREAM_TOKENS_REPORTED: &str = "tollgate_stream_output_tokens_reported
 /// Admissions by path: `lease` (from a lease, no Redis call) or
 /// `per_request` (a hold script), and `off` (benchmark ablation).
 pub const ADMISSIONS: &str = "tollgate_admissions_total";
+pub const QUEUE_DEPTH: &str = "tollgate_queue_depth";
+pub const QUEUE_WAIT_SECONDS: &str = "tollgate_queue_wait_seconds";
+pub const DECISIONS_STORED: &str = "tollgate_decisions_stored_total";
+pub const DECISIONS_DROPPED: &str = "tollgate_decisions_dropped_total";

@@ -56,22 +56,23 @@ async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: 
     let rid = new_request_id();
     match admit_and_forward(&gw, endpoint, &headers, body, &rid).await {
         Ok(r) => r,
-        Err((e, tenant, model)) => {
-            metrics::counter!(m::REQUESTS, "tenant" => tenant, "model" => model,
+        Err((e, key, model)) => {
+            let tenant = key.as_ref().map_or("unknown", |k| k.tenant.id.as_str());
+            metrics::counter!(m::REQUESTS, "tenant" => tenant.to_string(), "model" => model.clone(),
                 "decision" => Decision::Reject.as_str(), "reason" => e.reason.as_str())
             .increment(1);
+            if let Some(k) = &key {
+                gw.decisions.refused(&e, k, &model);
+            }
             e.into_response()
         }
     }
 }
 
-type Refused = (ApiError, String, String);
+type Refused = (ApiError, Option<Arc<KeyEntry>>, String);
 
-fn refuse(e: ApiError, key: Option<&KeyEntry>, model: &str) -> Refused {
-    let tenant = key
-        .map(|k| k.tenant.id.clone())
-        .unwrap_or_else(|| "unknown".into());
-    (e, tenant, model.to_string())
+fn refuse(e: ApiError, key: Option<&Arc<KeyEntry>>, model: &str) -> Refused {
+    (e, key.cloned(), model.to_string())
 }
 
 pub fn authenticate(
@@ -114,7 +115,7 @@ async fn admit_and_forward(
     rid: &str,
 ) -> Result<Response, Refused> {
     let key = authenticate(gw, headers, rid).map_err(|e| refuse(e, None, ""))?;
-    let k = Some(key.as_ref());
+    let k = Some(&key);
     let bytes = axum::body::to_bytes(body, gw.cfg.max_body_bytes)
         .await
         .map_err(|_| {
@@ -148,6 +149,15 @@ async fn admit_and_forward(
     })?;
     let model = resolve_model(gw, &key, endpoint, &summary, rid)
         .map_err(|e| refuse(e, k, &summary.model))?;
+    // Past the daily soft limit: the cheaper model and/or a smaller cap.
+    let degrade = crate::fair::degrade_step(gw, &key, &model, rid)
+        .await
+        .map_err(|e| refuse(e, k, &model.id))?;
+    let requested_model = model.id.clone();
+    let model = match degrade.as_ref().and_then(|d| d.model.clone()) {
+        Some(cheaper) => cheaper,
+        None => model,
+    };
     let (estimated, json_back) = if bytes.len() > LARGE_BODY {
         // Tokenizing megabytes takes milliseconds: keep it off the workers
         // that serve every other request.
@@ -163,7 +173,14 @@ async fn admit_and_forward(
         (estimate(&key, &model, endpoint, &summary, &json, rid), json)
     };
     let mut json = json_back;
-    let (est_in, per_choice) = estimated.map_err(|e| refuse(e, k, &model.id))?;
+    let (est_in, asked_per_choice) = estimated.map_err(|e| refuse(e, k, &model.id))?;
+    let per_choice = match degrade.as_ref().and_then(|d| d.max_output) {
+        Some(cap) if endpoint != Endpoint::Embeddings => asked_per_choice.min(cap),
+        _ => asked_per_choice,
+    };
+    let soft_degraded = degrade
+        .as_ref()
+        .is_some_and(|d| d.model.is_some() || per_choice < asked_per_choice);
     let max_out = per_choice * summary.choices;
     // A stream holds one slice of output at a time, extended as it flows.
     // Reasoning models do not stream their hidden reasoning: nothing to
@@ -182,15 +199,39 @@ async fn admit_and_forward(
         est_out: first_out,
         per_choice,
     };
-    let adm = admit(gw, &key, &model, &month, rid, want)
-        .await
-        .map_err(|e| refuse(e, k, &model.id))?;
-    let (decision, reason) = match adm.degraded {
-        true => (
+    let fairly = crate::fair::admit_fairly(gw, &key, &model, &month, rid, || {
+        admit(gw, &key, &model, &month, rid, want)
+    })
+    .await
+    .map_err(|e| refuse(e, k, &model.id))?;
+    let adm = fairly.admitted;
+    if soft_degraded {
+        let detail = json!({"requested_output_tokens": asked_per_choice * summary.choices,
+            "output_tokens_cap": max_out, "requested_model": requested_model, "served_model": model.id});
+        gw.decisions
+            .degraded(rid, &key, &model.id, ReasonCode::DailyCostSoftLimit, detail);
+    } else if adm.degraded {
+        let detail = json!({"requested_output_tokens": max_out, "clamped_output_tokens": adm.est_out,
+            "est_input_tokens": est_in});
+        gw.decisions.degraded(
+            rid,
+            &key,
+            &model.id,
+            ReasonCode::MaxTokensClampedToBudget,
+            detail,
+        );
+    }
+    let (decision, reason) = if soft_degraded {
+        (Decision::Degrade, ReasonCode::DailyCostSoftLimit.as_str())
+    } else if adm.degraded {
+        (
             Decision::Degrade,
             ReasonCode::MaxTokensClampedToBudget.as_str(),
-        ),
-        false => (Decision::Allow, "none"),
+        )
+    } else if let Some((_, why)) = fairly.queued {
+        (Decision::Queue, why)
+    } else {
+        (Decision::Allow, "none")
     };
     metrics::counter!(m::REQUESTS, "tenant" => key.tenant.id.clone(), "model" => model.id.clone(),
         "decision" => decision.as_str(), "reason" => reason)
@@ -208,6 +249,10 @@ async fn admit_and_forward(
         now.timestamp_millis(),
     );
     held.max_output = if adm.degraded { adm.est_out } else { max_out };
+    held.slot = fairly.slot.map(|mut s| {
+        s.mark_used();
+        s
+    });
     rewrite_for_upstream(&mut json, &model, endpoint, &summary, adm.provider_cap);
     let body = serde_json::to_vec(&json).expect("json serialises");
     let mut out_headers = HeaderMap::new();
@@ -219,8 +264,14 @@ async fn admit_and_forward(
         "x-tollgate-decision",
         HeaderValue::from_static(decision.as_str()),
     );
-    if adm.degraded {
+    if reason != "none" {
         out_headers.insert("x-tollgate-reason", HeaderValue::from_static(reason));
+    }
+    if let Some((waited, _)) = fairly.queued {
+        out_headers.insert(
+            "x-tollgate-queue-wait-ms",
+            HeaderValue::from(waited.as_millis() as u64),
+        );
     }
     if let Some(r) = adm.remaining_requests {
         out_headers.insert("x-ratelimit-remaining-requests", HeaderValue::from(r));
@@ -343,7 +394,13 @@ async fn admit(
         refusal.reason(),
         refusal.scope.as_str()
     );
-    Err(ApiError::new(rid, refusal.reason(), msg).retry_after(refusal.retry_after_secs()))
+    let counters = json!({"scope": refusal.scope.as_str(), "limit": format!("{:?}", refusal.limit),
+        "headroom_tokens": refusal.headroom_tokens, "headroom_cost_micro_usd": refusal.headroom_cost,
+        "retry_after_ms": refusal.retry_after_ms, "est_input_tokens": want.est_in,
+        "est_output_tokens": want.est_out});
+    Err(ApiError::new(rid, refusal.reason(), msg)
+        .retry_after(refusal.retry_after_secs())
+        .counters(counters))
 }
 
 /// One hold call, failing closed on any quota-store error. A hold whose
@@ -359,7 +416,7 @@ async fn hold(
     est_out: i64,
     stream: bool,
 ) -> Result<HoldOutcome, ApiError> {
-    let limits = key.effective_limits(chrono::Utc::now());
+    let limits = key.effective_limits(chrono::Utc::now(), month);
     let req = HoldRequest {
         request_id: rid,
         tenant: &key.tenant.id,

@@ -29,6 +29,8 @@ pub struct HeldRequest {
     pub counted_output: i64,
     /// The provider's own usage, once seen.
     pub provider_usage: Option<(i64, i64)>,
+    /// The model-pool slot this request holds (given back on drop).
+    pub slot: Option<crate::fair::ModelSlot>,
     closed: bool,
 }
 
@@ -68,6 +70,7 @@ impl HeldRequest {
             started_at_ms,
             counted_output: 0,
             provider_usage: None,
+            slot: None,
             closed: false,
         }
     }
@@ -138,7 +141,10 @@ pub async fn release_hold(gw: Arc<Gateway>, key: Arc<KeyEntry>, month: String, r
             )
             .await;
         match r {
-            Ok(_) => return,
+            Ok(_) => {
+                gw.queue.slot_freed();
+                return;
+            }
             Err(e) => {
                 metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "release").increment(1);
                 tracing::warn!(request_id = %request_id, attempt, error = %e, "release failed; retrying");
@@ -269,6 +275,8 @@ impl SettleJob {
                         metrics::counter!(m::OVERRUN_TOKENS, &labels)
                             .increment(overrun_tokens as u64);
                     }
+                    self.gw.queue.slot_freed();
+                    crate::fair::count_day_cost(&self.gw, &self.key, &e.day, e.cost_micro).await;
                     self.gw.ledger.submit(self.event.clone());
                     return;
                 }

@@ -5,6 +5,7 @@
 
 mod conn;
 mod engine;
+mod fair;
 mod keys;
 mod lease;
 mod lease_engine;
@@ -13,6 +14,7 @@ pub use engine::{
     ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, MonthCounters, OpenHold,
     QuotaEngine, QuotaError, ScopeUsage, SettleOutcome, SettleRequest,
 };
+pub use fair::{BorrowOutcome, SlotOutcome};
 pub use keys::KeySpace;
 pub use lease::{LeaseAdmit, LeaseBook, LeaseTuning};
 pub use lease_engine::{
