@@ -1,13 +1,26 @@
 #!/usr/bin/env bash
-# Added latency and throughput of tollgate with full quota enforcement (every
-# limit kind set on tenant, app and key; hold + settle in Redis per request)
-# against the same upstream called directly, at 1 and 32 connections.
+# tollgate's benchmark, one command, one markdown report (docs/benchmarks.md
+# and docs/leases.md say how to read it):
+#
+#   1. added latency and throughput: the upstream directly vs through tollgate
+#      at 1 and 32 connections, non-stream, for each admission path —
+#      `off` (nothing enforced: the ablation floor), `per_request` (one Lua
+#      hold + settle per request), `lease` (the default) — with req/s,
+#      p50/p99/p99.9 latency, errors, gateway CPU and RSS, and a check that
+#      the books are exact (ledger events == requests served, Redis used ==
+#      ledger tokens);
+#   2. streams (time to first token, gaps between chunks), direct vs tollgate;
+#   3. 1,000 concurrent slow streams through one instance: peak RSS, errors;
+#   4. the hold-engine micro-benchmark (hold+settle pairs/s, Redis µs per
+#      script from INFO commandstats) beside redis-benchmark PING.
 #
 #   ./scripts/bench.sh                  # upstream: `tollgate mock-upstream` (zero delay)
 #   UPSTREAM=nginx ./scripts/bench.sh   # upstream: nginx with ../shared/bench's fixed answer
-#   DUR=20 ./scripts/bench.sh           # seconds per run (default 10)
+#   DUR=20 ./scripts/bench.sh           # seconds per load run (default 10)
+#   MODES="lease" SLOW_STREAMS=0 HOLD_BENCH=0 ./scripts/bench.sh   # a quick subset
 #
-# Prints a markdown table. Only processes this script starts are stopped.
+# Only processes this script starts are stopped. Its Redis keys live under a
+# fresh prefix; the hold-engine benchmark deletes its own keys.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -15,25 +28,35 @@ cd "$TOLLGATE_ROOT"
 
 DUR=${DUR:-10}
 UPSTREAM=${UPSTREAM:-mock}
+MODES=${MODES:-off per_request lease}
+CONNS=${CONNS:-1 32}
+STREAMS=${STREAMS:-60}
+SLOW_STREAMS=${SLOW_STREAMS:-1000}
+HOLD_BENCH=${HOLD_BENCH:-1}
 GW_PORT=${GW_PORT:-18081}
 MOCK_PORT=${MOCK_PORT:-19090}
 work=$(mktemp -d "${TMPDIR:-/tmp}/tollgate-bench.XXXXXX")
 pids=()
-cleanup() { for p in "${pids[@]:-}"; do [[ -n $p ]] && kill "$p" 2>/dev/null || true; done; }
+gw_pid=
+cleanup() { for p in "${pids[@]:-}" $gw_pid; do [[ -n $p ]] && kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
+# 1,000 streams need ~3,000 sockets across the three processes.
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 ensure_services >/dev/null
 have wrk || apt_install wrk
+have redis-benchmark || apt_install redis-tools
 log "building tollgate (release)"
-cargo build -q --release -p tollgate-server --bin tollgate -p tollgate-bench --bin tollgate-bench
-bin=${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/release/tollgate
-sbench=${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/release/tollgate-bench
+cargo build -q --release -p tollgate-server --bin tollgate -p tollgate-bench --bin tollgate-bench --bin hold-bench
+target=${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/release
+bin=$target/tollgate
 
 case $UPSTREAM in
 mock)
     "$bin" mock-upstream --listen "127.0.0.1:$MOCK_PORT" >"$work/mock.log" 2>&1 &
     pids+=($!)
     upstream=http://127.0.0.1:$MOCK_PORT/v1
+    wait_until "mock upstream" 30 tcp_open 127.0.0.1 "$MOCK_PORT"
     ;;
 nginx)
     have nginx || apt_install nginx
@@ -50,17 +73,32 @@ esac
 
 db_url=$(url_with_db "postgres://postgres@$PG_HOST:$PG_PORT/postgres" tollgate_bench)
 pg_recreate_db "$db_url"
+prefix=tgbench$$
 export TOLLGATE__DATABASE__URL=$db_url
 export TOLLGATE__REDIS__URL=redis://$REDIS_HOST:$REDIS_PORT
-export TOLLGATE__REDIS__KEY_PREFIX=tgbench$$
+export TOLLGATE__REDIS__KEY_PREFIX=$prefix
 export TOLLGATE__KEYS__PEPPER=bench-pepper-0123456789abcdef0123456789abcdef
 export TOLLGATE__KEYS__ENCRYPTION_KEY=0011223344556677889900112233445566778899001122334455667788990011
 export TOLLGATE_LOG=warn
 key=$("$bin" admin bench-setup --upstream "$upstream" 2>"$work/setup.log") || { cat "$work/setup.log" >&2; exit 1; }
-"$bin" serve --listen "127.0.0.1:$GW_PORT" >"$work/gw.log" 2>&1 &
-gw_pid=$!
-pids+=("$gw_pid")
-wait_until "tollgate on :$GW_PORT" 30 curl -fs -o /dev/null "http://127.0.0.1:$GW_PORT/healthz"
+month=$(TZ=Asia/Shanghai date +%Y-%m)
+
+start_gateway() { # admission mode
+    local extra=()
+    [[ $1 == off ]] && extra=(env TOLLGATE__GATEWAY__BENCH_UNENFORCED_OK=true)
+    "${extra[@]}" env TOLLGATE__GATEWAY__ADMISSION="$1" "$bin" serve --listen "127.0.0.1:$GW_PORT" >"$work/gw-$1.log" 2>&1 &
+    gw_pid=$!
+    wait_until "tollgate ($1) on :$GW_PORT" 30 curl -fs -o /dev/null "http://127.0.0.1:$GW_PORT/healthz"
+    curl -fsS -o /dev/null -X POST "http://127.0.0.1:$GW_PORT/v1/chat/completions" -H "Authorization: Bearer $key" \
+        -H 'Content-Type: application/json' -d "$body" || die "tollgate ($1) did not answer the warm-up request"
+}
+stop_gateway() {
+    kill -TERM "$gw_pid" 2>/dev/null || true
+    wait "$gw_pid" 2>/dev/null || true
+    gw_pid=
+}
+cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+rss_mb() { awk '/VmRSS/{printf "%.0f", $2/1024}' "/proc/$1/status"; }
 
 body='{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello in one short sentence please."}],"max_tokens":64}'
 lua() { # file, headers...
@@ -71,70 +109,136 @@ lua() { # file, headers...
         echo "wrk.body = '$body'"
         echo 'wrk.headers["Content-Type"] = "application/json"'
         for h in "$@"; do echo "wrk.headers[\"${h%%:*}\"] = \"${h#*: }\""; done
+        # Percentiles in µs and error counts, machine-readable.
+        cat <<'EOF'
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("BENCH requests=%d p50=%d p99=%d p999=%d errors=%d status=%d\n",
+    summary.requests, latency:percentile(50), latency:percentile(99), latency:percentile(99.9),
+    e.connect + e.read + e.write + e.timeout, e.status))
+end
+EOF
     } >"$f"
 }
 lua "$work/direct.lua" "Authorization: Bearer sk-upstream"
 lua "$work/tollgate.lua" "Authorization: Bearer $key"
-curl -fsS -o /dev/null -X POST "http://127.0.0.1:$GW_PORT/v1/chat/completions" -H "Authorization: Bearer $key" \
-    -H 'Content-Type: application/json' -d "$body" || die "tollgate did not answer the warm-up request"
 
-# wrk prints latencies as 812.00us / 1.20ms / 2.00s: convert to microseconds.
-to_us() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v+0} else if (v ~ /ms$/) {sub(/ms$/,"",v); print v*1000} else if (v ~ /s$/) {sub(/s$/,"",v); print v*1000000} else print v}'; }
 declare -A R
-run() { # name url lua conns
-    local t=1 out
+field() { echo "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1==k{print $2}'; }
+run() { # name url lua conns [pid]
+    local t=1 out line
     [[ $4 -gt 1 ]] && t=2
+    local c0=0
+    [[ -n ${5:-} ]] && c0=$(cpu_ticks "$5")
     out=$(wrk -t"$t" -c"$4" -d"${DUR}s" --latency -s "$3" "$2" 2>&1)
+    line=$(echo "$out" | grep '^BENCH ')
     R[$1.$4.rps]=$(echo "$out" | awk '/Requests\/sec/{printf "%d", $2}')
-    R[$1.$4.p50]=$(echo "$out" | awk '$1=="50%"{print $2}' | to_us)
-    R[$1.$4.p99]=$(echo "$out" | awk '$1=="99%"{print $2}' | to_us)
-    R[$1.$4.err]=$(echo "$out" | awk '/Non-2xx/{print $NF} /Socket errors/{print "sock"}' | paste -sd, -)
-    R[$1.$4.err]=${R[$1.$4.err]:-0}
+    for k in requests p50 p99 p999 errors status; do R[$1.$4.$k]=$(field "$line" $k); done
+    if [[ -n ${5:-} ]]; then
+        R[$1.$4.cpu]=$(awk -v a="$c0" -v b="$(cpu_ticks "$5")" -v d="$DUR" 'BEGIN{printf "%.2f", (b-a)/100/d}')
+        R[$1.$4.rss]=$(rss_mb "$5")
+    fi
 }
-redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" CONFIG RESETSTAT >/dev/null
-for c in 1 32; do
-    log "direct   c=$c (${DUR}s)"
+# The books of the bench tenant: ledger events, ledger tokens, Redis used.
+books() {
+    local ev tok used
+    read -r ev tok < <(psql_url "$db_url" -At -F ' ' -c "SELECT count(*), COALESCE(SUM(input_tokens+output_tokens),0) FROM usage_events WHERE tenant_id = 'bench' AND NOT stream")
+    used=$(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" HGET "$prefix:{t:bench}:m:$month" t:ut)
+    echo "$ev ${tok:-0} ${used:-0}"
+}
+
+for c in $CONNS; do
+    log "direct c=$c (${DUR}s)"
     run direct "$upstream/chat/completions" "$work/direct.lua" "$c"
-    log "tollgate c=$c (${DUR}s)"
-    run tollgate "http://127.0.0.1:$GW_PORT/v1/chat/completions" "$work/tollgate.lua" "$c"
 done
-# Streams: 64 chunks 20 ms apart (the mock's directives; nginx cannot stream).
-if [[ $UPSTREAM == mock ]]; then
-    log "streams: direct, then tollgate (${STREAMS:-60} streams, 10 at a time)"
-    sd=$("$sbench" --url "$upstream/chat/completions" --requests "${STREAMS:-60}")
-    sg=$("$sbench" --url "http://127.0.0.1:$GW_PORT/v1/chat/completions" --key "$key" --requests "${STREAMS:-60}")
+redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" CONFIG RESETSTAT >/dev/null
+for mode in $MODES; do
+    start_gateway "$mode"
+    for c in $CONNS; do
+        log "tollgate admission=$mode c=$c (${DUR}s)"
+        read -r ev0 tok0 used0 < <(books)
+        run "$mode" "http://127.0.0.1:$GW_PORT/v1/chat/completions" "$work/tollgate.lua" "$c" "$gw_pid"
+        # Let the last settles and the ledger writer finish, then compare.
+        sleep 2
+        read -r ev1 tok1 used1 < <(books)
+        served=$((${R[$mode.$c.requests]:-0} - ${R[$mode.$c.status]:-0}))
+        R[$mode.$c.books]="$((ev1 - ev0)) events / $served served; $((tok1 - tok0)) tokens in the ledger / $((used1 - used0)) in Redis"
+    done
+    if [[ $mode == "${MODES##* }" ]]; then
+        # Streams through the last (default) mode, while it runs.
+        if [[ $UPSTREAM == mock ]]; then
+            log "streams: direct, then tollgate ($STREAMS streams, 10 at a time)"
+            sd=$("$target/tollgate-bench" --url "$upstream/chat/completions" --requests "$STREAMS")
+            sg=$("$target/tollgate-bench" --url "http://127.0.0.1:$GW_PORT/v1/chat/completions" --key "$key" --requests "$STREAMS")
+            if [[ $SLOW_STREAMS -gt 0 ]]; then
+                log "$SLOW_STREAMS concurrent slow streams (100 chunks, 50 ms apart)"
+                peak=0
+                "$target/tollgate-bench" --url "http://127.0.0.1:$GW_PORT/v1/chat/completions" --key "$key" \
+                    --requests "$SLOW_STREAMS" --concurrency "$SLOW_STREAMS" --chunks 100 --chunk-delay-ms 50 >"$work/slow.out" &
+                sb=$!
+                while kill -0 "$sb" 2>/dev/null; do
+                    r=$(rss_mb "$gw_pid")
+                    ((r > peak)) && peak=$r
+                    sleep 0.2
+                done
+                wait "$sb" || true
+                slow=$(cat "$work/slow.out")
+            fi
+        fi
+        admissions=$(curl -fs "http://127.0.0.1:$GW_PORT/metrics" | awk '/^tollgate_admissions_total/{printf "%s%s", sep, $0; sep="; "}')
+        hold_us=$(curl -fs "http://127.0.0.1:$GW_PORT/metrics" | awk '/^tollgate_hold_seconds_sum/{s=$2} /^tollgate_hold_seconds_count/{c=$2} END{if (c) printf "%.1f", s/c*1e6}')
+    fi
+    stop_gateway
+done
+evalsha=$(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" INFO commandstats | awk -F'[,=]' '/^cmdstat_evalsha/{print $6}')
+if [[ $HOLD_BENCH == 1 ]]; then
+    log "hold-engine micro-benchmark"
+    hb=$("$target/hold-bench" --redis "redis://$REDIS_HOST:$REDIS_PORT" --seconds "$((DUR < 3 ? DUR : 3))" \
+        --runs "sequential:1,sequential:16,pipelined:16,pipelined:64,lease:64,lease:256")
 fi
-rss=$(awk '/VmRSS/{print $2" "$3}' "/proc/$gw_pid/status")
-cpu=$(awk '{printf "%.1f", ($14+$15)/100}' "/proc/$gw_pid/stat")
 
 echo
-echo "tollgate bench — upstream: $UPSTREAM, ${DUR}s per run, $(nproc) cores, $(date -u +%F)"
+echo "# tollgate bench — upstream: $UPSTREAM, ${DUR}s per run, $(nproc) cores, $(date -u '+%F %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 echo
-echo "| conns | direct req/s | tollgate req/s | direct p50 µs | tollgate p50 µs | added p50 µs | direct p99 µs | tollgate p99 µs | added p99 µs | non-2xx (direct / tollgate) |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
-for c in 1 32; do
-    d50=${R[direct.$c.p50]} g50=${R[tollgate.$c.p50]} d99=${R[direct.$c.p99]} g99=${R[tollgate.$c.p99]}
-    printf '| %s | %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %s / %s |\n' "$c" \
-        "${R[direct.$c.rps]}" "${R[tollgate.$c.rps]}" "$d50" "$g50" "$(awk -v a="$g50" -v b="$d50" 'BEGIN{print a-b}')" \
-        "$d99" "$g99" "$(awk -v a="$g99" -v b="$d99" 'BEGIN{print a-b}')" "${R[direct.$c.err]}" "${R[tollgate.$c.err]}"
+echo "| path | conns | req/s | p50 µs | p99 µs | p99.9 µs | added p50 µs | added p99 µs | errors / non-2xx | gateway CPU (cores) | gateway RSS MB |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+for c in $CONNS; do
+    printf '| direct | %s | %s | %s | %s | %s | | | %s / %s | | |\n' "$c" "${R[direct.$c.rps]}" "${R[direct.$c.p50]}" \
+        "${R[direct.$c.p99]}" "${R[direct.$c.p999]}" "${R[direct.$c.errors]}" "${R[direct.$c.status]}"
+    for mode in $MODES; do
+        printf '| tollgate, %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s | %s |\n' "$mode" "$c" "${R[$mode.$c.rps]}" \
+            "${R[$mode.$c.p50]}" "${R[$mode.$c.p99]}" "${R[$mode.$c.p999]}" \
+            "$((${R[$mode.$c.p50]:-0} - ${R[direct.$c.p50]:-0}))" "$((${R[$mode.$c.p99]:-0} - ${R[direct.$c.p99]:-0}))" \
+            "${R[$mode.$c.errors]}" "${R[$mode.$c.status]}" "${R[$mode.$c.cpu]}" "${R[$mode.$c.rss]}"
+    done
 done
+echo
+echo "Books after each run (the budgets stay exact: every served request is one ledger event, Redis used == ledger tokens; \`off\` writes the ledger but no Redis):"
+echo
+for mode in $MODES; do for c in $CONNS; do echo "- $mode, c=$c: ${R[$mode.$c.books]}"; done; done
 if [[ -n ${sd:-} ]]; then
-    val() { echo "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1==k{print $2}'; }
     echo
-    echo "| streams (64 chunks, 20 ms apart, 10 concurrent) | direct | tollgate | added |"
+    echo "| streams (64 chunks, 20 ms apart, 10 concurrent; admission=${MODES##* }) | direct | tollgate | added |"
     echo "|---|---|---|---|"
     for k in ttft_p50_us ttft_p99_us gap_p50_us gap_p99_us; do
-        d=$(val "$sd" $k) g=$(val "$sg" $k)
+        d=$(field "$sd" $k) g=$(field "$sg" $k)
         printf '| %s | %s | %s | %s |\n' "${k%_us} µs" "$d" "$g" "$(awk -v a="$g" -v b="$d" 'BEGIN{print a-b}')"
     done
-    echo "| errors | $(val "$sd" errors) | $(val "$sg" errors) | |"
+    echo "| errors | $(field "$sd" errors) | $(field "$sg" errors) | |"
+fi
+if [[ -n ${slow:-} ]]; then
+    echo
+    echo "$SLOW_STREAMS concurrent slow streams (100 chunks 50 ms apart) through one instance: peak gateway RSS ${peak} MB;" \
+        "streams $(field "$slow" streams), events $(field "$slow" events), errors $(field "$slow" errors), TTFT p99 $(field "$slow" ttft_p99_us) µs"
 fi
 echo
-echo "gateway after the runs: RSS $rss, CPU time ${cpu}s"
-hold=$(curl -fs "http://127.0.0.1:$GW_PORT/metrics" | awk '/^tollgate_hold_seconds_sum/{s=$2} /^tollgate_hold_seconds_count/{c=$2} END{if (c) printf "%.1f", s/c*1e6}')
-evalsha=$(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" INFO commandstats | awk -F'[,=]' '/^cmdstat_evalsha/{print $6}')
-echo "hold round trip seen by the gateway: ${hold} µs mean; Redis time per script call (hold/settle mix): ${evalsha} µs"
-echo "physical floor, redis-benchmark PING on this machine:"
+echo "Admission time seen by the gateway (admission=${MODES##* }): ${hold_us:-n/a} µs mean; admissions by path: ${admissions:-n/a}; Redis time per script call over the runs above: ${evalsha:-n/a} µs"
+if [[ -n ${hb:-} ]]; then
+    echo
+    echo "$hb"
+fi
+echo
+echo "Physical floor, redis-benchmark PING on this machine:"
 for c in 1 32; do
-    printf '  c=%s: %s\n' "$c" "$(redis-benchmark -h "$REDIS_HOST" -p "$REDIS_PORT" -t ping -n 100000 -c "$c" -q 2>/dev/null | tr '\r' '\n' | grep -E 'PING_MBULK: [0-9]' | tail -1)"
+    printf -- '- c=%s: %s\n' "$c" "$(redis-benchmark -h "$REDIS_HOST" -p "$REDIS_PORT" -t ping -n 100000 -c "$c" -q 2>/dev/null | tr '\r' '\n' | grep -E 'PING_MBULK: [0-9]' | tail -1)"
 done

@@ -1,6 +1,10 @@
 //! "No overspend, ever": random sequences of hold, extend, settle (below, at
-//! and above the hold), release, replays, limit changes and Redis flushes,
-//! against the real engine on a private Redis and the real Postgres ledger.
+//! and above the hold), release, replays, limit changes and Redis flushes —
+//! and the same on the lease path: admit from a lease (acquiring or topping
+//! it up, or falling back to a per-request hold near the limit), settle in
+//! batches, release, return the leases, expire them as the reconciler does
+//! for a dead replica — against the real engine on a private Redis and the
+//! real Postgres ledger.
 //! After every step: no admitted hold or extend leaves a scope past its
 //! limit (`used + held <= limit + recorded overruns`), and the counters
 //! agree with what was settled.
@@ -10,8 +14,8 @@ use domain::Limits;
 use e2e::*;
 use proptest::prelude::*;
 use quota::{
-    ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, QuotaEngine, SettleOutcome,
-    SettleRequest,
+    ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LeaseAdmit, LeaseBook, QuotaEngine,
+    SettleOutcome, SettleRequest,
 };
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -42,6 +46,23 @@ enum Op {
         limit: i64,
     },
     Flush,
+    LeaseAdmit {
+        input: i64,
+        output: i64,
+    },
+    LeaseSettle {
+        pick: usize,
+        pct: i64,
+        in_delta: i64,
+        store_now: bool,
+    },
+    LeaseRelease {
+        pick: usize,
+    },
+    /// The replica returns its leases (shutdown) and starts afresh.
+    LeaseReturn,
+    /// The reconciler frees every lease (as for a dead replica).
+    LeaseExpire,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -54,6 +75,12 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..8).prop_map(|pick| Op::Replay { pick }),
         1 => (0i64..4000).prop_map(|limit| Op::SetLimit { limit }),
         1 => Just(Op::Flush),
+        4 => (1i64..60, 1i64..300).prop_map(|(input, output)| Op::LeaseAdmit { input, output }),
+        4 => (0usize..8, 0i64..160, -5i64..15, any::<bool>())
+            .prop_map(|(pick, pct, in_delta, store_now)| Op::LeaseSettle { pick, pct, in_delta, store_now }),
+        1 => (0usize..8).prop_map(|pick| Op::LeaseRelease { pick }),
+        1 => Just(Op::LeaseReturn),
+        1 => Just(Op::LeaseExpire),
     ]
 }
 
@@ -92,6 +119,8 @@ async fn counters(q: &QuotaEngine, tenant: &str, month: &str) -> quota::MonthCou
 #[derive(Default)]
 struct Model {
     open: Vec<(String, i64, i64)>,
+    /// Requests admitted from a lease: (book, request id, input, output).
+    leased: Vec<(usize, String, i64, i64)>,
     used: i64,
     next: u32,
     /// Settled events not yet in Postgres: in the outbox and in a ledger
@@ -102,6 +131,37 @@ struct Model {
     late: Vec<UsageEvent>,
     /// The documented bound of a rebuild: what such late events settled.
     undercount: i64,
+}
+
+fn usage_event(
+    tenant: &str,
+    rid: &str,
+    month: &str,
+    (input, output): (i64, i64),
+    (ai, ao): (i64, i64),
+) -> UsageEvent {
+    UsageEvent {
+        request_id: rid.into(),
+        tenant_id: tenant.into(),
+        app_id: "a".into(),
+        key_id: "k".into(),
+        model: "m".into(),
+        period: month.into(),
+        day: "2026-11-15".into(),
+        input_tokens: ai,
+        output_tokens: ao,
+        cost_micro: 0,
+        est_tokens: input + output,
+        est_cost_micro: 0,
+        overrun_tokens: (ai + ao - input - output).max(0),
+        overrun_cost_micro: 0,
+        status: "ok".into(),
+        stream: false,
+        usage_source: "provider".into(),
+        replica: "prop".into(),
+        started_at_ms: 0,
+        settled_at_ms: 0,
+    }
 }
 
 async fn run(tenant: String, ops: Vec<Op>) -> Result<(), TestCaseError> {
@@ -116,6 +176,21 @@ async fn run(tenant: String, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut limit = 2000i64;
     let mut m = Model::default();
     let none = Limits::default();
+    let tuning = quota::LeaseTuning {
+        idle: Duration::from_millis(50),
+        flush_linger: Duration::ZERO,
+        ..Default::default()
+    };
+    let engine = std::sync::Arc::new(
+        QuotaEngine::new(
+            &env.redis_url,
+            &env.prefix,
+            Duration::from_secs(2),
+            "prop-lease",
+        )
+        .unwrap(),
+    );
+    let mut books = vec![LeaseBook::start(engine.clone(), tuning.clone())];
     for op in ops {
         let was_rebuilt = counters(&q, &tenant, month).await.is_rebuilt();
         let lim = Limits {
@@ -267,6 +342,97 @@ async fn run(tenant: String, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     prop_assert!(
                         c.used_tokens("t") + c.held_tokens("t") <= limit + c.overrun_tokens("t")
                     );
+                }
+            }
+            Op::LeaseAdmit { input, output } => {
+                m.next += 1;
+                let rid = format!("{tenant}-r{}", m.next);
+                let req = HoldRequest {
+                    request_id: &rid,
+                    tenant: &tenant,
+                    app: "a",
+                    key: "k",
+                    month,
+                    est_input: input,
+                    est_output: output,
+                    est_cost: 0,
+                    model: "m",
+                    limits: [&lim, &none, &none],
+                };
+                let book = books.len() - 1;
+                let admitted = match books[book].admit(&req, &ledger).await.unwrap() {
+                    LeaseAdmit::Admitted { .. } => {
+                        m.leased.push((book, rid, input, output));
+                        true
+                    }
+                    // Near the limit: the gateway's per-request hold.
+                    LeaseAdmit::PerRequest => {
+                        let admitted = matches!(
+                            q.hold(&req, &ledger).await.unwrap(),
+                            HoldOutcome::Admitted { .. }
+                        );
+                        if admitted {
+                            m.open.push((rid, input, output));
+                        }
+                        admitted
+                    }
+                };
+                if admitted {
+                    let c = counters(&q, &tenant, month).await;
+                    prop_assert!(
+                        c.used_tokens("t") + c.held_tokens("t") <= limit + c.overrun_tokens("t"),
+                        "lease admission pushed past the limit: {c:?} limit {limit}"
+                    );
+                }
+            }
+            Op::LeaseSettle {
+                pick,
+                pct,
+                in_delta,
+                store_now,
+            } if !m.leased.is_empty() => {
+                let (book, rid, input, output) = m.leased.remove(pick % m.leased.len());
+                let (ai, ao) = ((input + in_delta).max(0), output * pct / 100);
+                let event = usage_event(&tenant, &rid, month, (input, output), (ai, ao));
+                let json = serde_json::to_string(&event).unwrap();
+                let actual = domain::lease::Need {
+                    input: ai,
+                    output: ao,
+                    cost: 0,
+                };
+                let answer = books[book]
+                    .settle(&rid, actual, json)
+                    .expect("admitted from a lease")
+                    .await
+                    .unwrap();
+                prop_assert!(
+                    matches!(answer, SettleOutcome::Settled { .. }),
+                    "{answer:?}"
+                );
+                prop_assert!(
+                    books[book].settle(&rid, actual, String::new()).is_none(),
+                    "settled twice"
+                );
+                m.used += ai + ao;
+                if store_now {
+                    env.store.insert_usage_events(&[event]).await.unwrap();
+                    q.outbox_remove(&[(&tenant, &rid)]).await.unwrap();
+                } else {
+                    m.pending.push(event);
+                }
+            }
+            Op::LeaseRelease { pick } if !m.leased.is_empty() => {
+                let (book, rid, _, _) = m.leased.remove(pick % m.leased.len());
+                prop_assert!(books[book].release(&rid));
+            }
+            Op::LeaseReturn => {
+                let last = books.len() - 1;
+                books[last].shutdown(Duration::from_millis(50)).await;
+                books.push(LeaseBook::start(engine.clone(), tuning.clone()));
+            }
+            Op::LeaseExpire => {
+                for l in q.open_leases(&tenant, i64::MAX).await.unwrap() {
+                    q.lease_expire(&tenant, &l).await.unwrap();
                 }
             }
             Op::SetLimit { limit: l } => limit = l,

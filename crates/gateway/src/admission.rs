@@ -11,6 +11,7 @@
 //! - `off`: no enforcement at all, for the benchmark's ablation only; the
 //!   server refuses it unless `gateway.bench_unenforced_ok` is also set.
 
+use crate::metrics_names as m;
 use quota::{
     ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LeaseAdmit, LeaseBook, LeaseTuning,
     LedgerSource, QuotaEngine, QuotaError, SettleOutcome, SettleRequest,
@@ -73,10 +74,11 @@ impl Admission {
     ) -> Result<HoldOutcome, QuotaError> {
         match (&self.leases, self.mode) {
             (_, AdmissionMode::Off) => {
+                metrics::counter!(m::ADMISSIONS, "path" => "off").increment(1);
                 return Ok(HoldOutcome::Admitted {
                     remaining_requests: None,
                     remaining_tokens: None,
-                })
+                });
             }
             (Some(book), _) if !stream => {
                 if let LeaseAdmit::Admitted {
@@ -84,6 +86,7 @@ impl Admission {
                     remaining_tokens,
                 } = book.admit(req, ledger).await?
                 {
+                    metrics::counter!(m::ADMISSIONS, "path" => "lease").increment(1);
                     return Ok(HoldOutcome::Admitted {
                         remaining_requests,
                         remaining_tokens,
@@ -92,7 +95,11 @@ impl Admission {
             }
             _ => {}
         }
-        self.quota.hold(req, ledger).await
+        let out = self.quota.hold(req, ledger).await;
+        if let Ok(HoldOutcome::Admitted { .. }) = out {
+            metrics::counter!(m::ADMISSIONS, "path" => "per_request").increment(1);
+        }
+        out
     }
 
     /// Streams are always held per request, so extends are too.

@@ -13,6 +13,9 @@ pub const EXTEND_SECONDS: &str = "tollgate_extend_seconds";
 pub const STREAM_CUTOFFS: &str = "tollgate_stream_cutoffs_total";
 pub const STREAM_TOKENS_COUNTED: &str = "tollgate_stream_output_tokens_counted_total";
 pub const STREAM_TOKENS_REPORTED: &str = "tollgate_stream_output_tokens_reported_total";
+/// Admissions by path: `lease` (from a lease, no Redis call) or
+/// `per_request` (a hold script), and `off` (benchmark ablation).
+pub const ADMISSIONS: &str = "tollgate_admissions_total";
 pub const QUEUE_DEPTH: &str = "tollgate_queue_depth";
 pub const QUEUE_WAIT_SECONDS: &str = "tollgate_queue_wait_seconds";
 pub const DECISIONS_STORED: &str = "tollgate_decisions_stored_total";

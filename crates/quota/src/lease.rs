@@ -110,6 +110,10 @@ struct LeaseState {
     retiring: bool,
     close_sent: bool,
     last_admit: Instant,
+    /// Set while a batch of this lease cannot reach Redis: the lease then
+    /// admits nothing (fail closed, as the per-request path does), since
+    /// Redis may have lost it.
+    unreachable: bool,
     remaining_requests: Option<i64>,
     remaining_tokens: Option<i64>,
 }
@@ -303,7 +307,7 @@ impl LeaseBook {
         }
         let admitted = {
             let mut ls = lease.state.lock().expect("lease lock");
-            if ls.retiring || !ls.pools.admit(need) {
+            if ls.retiring || ls.unreachable || !ls.pools.admit(need) {
                 None
             } else {
                 ls.inflight += 1;
@@ -367,7 +371,13 @@ impl LeaseBook {
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
         let lease = Arc::new(Lease {
-            id: format!("{}.{n}", self.engine.replica),
+            // Unique across books and boots: a batch is idempotent by
+            // (lease id, seq), so two leases must never share an id.
+            id: format!(
+                "{}.{n}.{}",
+                self.engine.replica,
+                &uuid::Uuid::new_v4().simple().to_string()[..12]
+            ),
             chain: chain.id.clone(),
             limits: [
                 req.limits[0].clone(),
@@ -381,6 +391,7 @@ impl LeaseBook {
                 retiring: false,
                 close_sent: false,
                 last_admit: Instant::now(),
+                unreachable: false,
                 remaining_requests: None,
                 remaining_tokens: None,
             }),
@@ -627,8 +638,14 @@ impl Flusher {
             let mut attempt = 0u32;
             let outcome = loop {
                 match self.engine.lease_settle(&batch).await {
+                    Ok(LeaseBatchOutcome::Duplicate { state }) if attempt == 0 => {
+                        // Only a retry can find its batch applied already.
+                        tracing::error!(lease = %l.id, seq, state, "a new lease batch was seen before; its settles are not booked");
+                        break LeaseBatchOutcome::Duplicate { state };
+                    }
                     Ok(o) => break o,
                     Err(e) => {
+                        l.state.lock().expect("lease lock").unreachable = true;
                         tracing::warn!(lease = %l.id, attempt, error = %e, "lease settle failed; retrying the same batch");
                         tokio::time::sleep(Duration::from_millis(
                             (25u64 << attempt.min(8)).min(5_000),
@@ -638,6 +655,7 @@ impl Flusher {
                     }
                 }
             };
+            l.state.lock().expect("lease lock").unreachable = false;
             let mut per: HashMap<usize, (i64, i64)> = HashMap::new();
             if let LeaseBatchOutcome::Applied {
                 live,
