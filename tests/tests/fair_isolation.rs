@@ -22,7 +22,7 @@ async fn setup() -> (TestEnv, String, String, server::app::Running) {
     };
     let a = tenant(&env, "a", "standard", two.clone(), None).await;
     let b = tenant(&env, "b", "standard", two, None).await;
-    let mut cfg = env.config();
+    let mut cfg = config(&env);
     cfg.fair.queue_max_per_tenant = 8;
     let srv = env.server_with(cfg).await;
     (env, a, b, srv)
@@ -61,6 +61,21 @@ async fn a_flooding_tenant_is_queued_or_refused_while_another_is_untouched() {
     assert!(queued > 0, "some of A's requests waited for a slot");
     assert!(full > 0, "A's queue filled up: {full} refused");
     let _ = timeout;
+    // Queue depth and wait time are in /metrics.
+    let m = reqwest::get(format!("http://{}/metrics", srv.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(m.contains("tollgate_queue_depth{tenant=\"a\"}"), "{m}");
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("tollgate_queue_wait_seconds_bucket")
+                && l.contains("outcome=\"admitted\"")
+                && l.contains("priority=\"standard\"")),
+        "{m}"
+    );
     srv.shutdown().await;
 }
 
