@@ -45,6 +45,13 @@ SET client_min_messages = warning;
 SELECT format('DROP DATABASE IF EXISTS %I WITH (FORCE)', datname) FROM pg_database WHERE datname LIKE 'tollgate\_t\_%'\gexec
 SQL
 
+# Each billing test makes its own ClickHouse database (left, like the
+# Postgres ones, for the secrets scan); drop the previous run's.
+for db in $(ch_query "SELECT name FROM system.databases WHERE substring(name, 1, 11) = 'tollgate_t_'" "$TOLLGATE_TEST_CLICKHOUSE_URL" 2>/dev/null || true); do
+    ch_query "DROP DATABASE IF EXISTS $db" "$TOLLGATE_TEST_CLICKHOUSE_URL" >/dev/null ||
+        log "clickhouse: could not drop $db (continuing)"
+done
+
 # The replica-crash test runs real `tollgate` processes: build the binary
 # first, from this tree.
 log "+ cargo build -p tollgate-server --bin tollgate"

@@ -2,6 +2,8 @@
 //! Redis key prefix (or a private redis-server for tests that flush or stop
 //! it), the mock upstream, and the real server on port 0.
 
+pub mod books;
+
 use domain::{keys, Limits};
 use mock_upstream::{MockConfig, MockStats};
 use server::app::{self, Running};
@@ -138,6 +140,8 @@ impl TestEnv {
         c.auth.jwt_secret = Some(JWT_SECRET.into());
         c.platform.timezone = "UTC".into();
         c.gateway.outbox_sweep_secs = 1;
+        // Tests run jobs themselves, at the instants they choose.
+        c.billing.scheduler = false;
         c
     }
 

@@ -29,6 +29,8 @@ pub struct ControlPlane {
     /// Lifetime of a session token.
     pub session_secs: i64,
     pub logins: LoginLimiter,
+    /// Bills: the ledger for open months, the archive for closed ones.
+    pub books: billing::Books,
 }
 
 pub fn router(cp: Arc<ControlPlane>) -> Router {
@@ -63,6 +65,11 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/api/v1/models/{id}/fairness", put(pool::model_fairness))
         .route("/api/v1/audit", get(audit::list))
         .route("/api/v1/audit/verify", get(audit::verify))
+        .route("/api/v1/bills", get(bills::show))
+        .route("/api/v1/bills.csv", get(bills::csv))
+        .route("/api/v1/bills.focus.csv", get(bills::focus_csv))
+        .route("/api/v1/job-runs", get(bills::job_runs))
+        .route("/api/v1/notices", get(bills::notices))
         .route("/api/v1/openapi.json", get(openapi))
         .with_state(cp)
 }

@@ -5,6 +5,7 @@
 pub mod audit;
 pub mod borrowing;
 pub mod fairq;
+pub mod bill;
 pub mod keys;
 pub mod limits;
 pub mod money;

@@ -46,12 +46,16 @@ pub struct Running {
     server: JoinHandle<()>,
     ledger_task: JoinHandle<()>,
     background: Vec<JoinHandle<()>>,
+    schedule: Option<jobs::schedule::Schedule>,
 }
 
 impl Running {
     /// Stops accepting, finishes in-flight requests, drains the ledger.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
+        if let Some(s) = self.schedule {
+            s.shutdown().await;
+        }
         let _ = tokio::time::timeout(Duration::from_secs(10), self.server).await;
         for b in &self.background {
             b.abort();
@@ -119,6 +123,28 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         min_clamped_output_tokens: cfg.gateway.min_clamped_output_tokens.max(1),
         fair: cfg.fair.tuning(&cfg.gateway),
     };
+    // No ClickHouse connection at start: a ClickHouse that is down must not
+    // keep the gateway from serving. `migrate` and every rollover apply the
+    // archive's schema; only closed months' bills read it.
+    let archive = cfg.archive()?;
+    let schedule = if cfg.billing.scheduler {
+        let ctx = jobs::JobContext::new(
+            store.clone(),
+            quota.clone(),
+            Some(archive.clone()),
+            clock,
+            cfg.job_settings(),
+        );
+        let runner = jobs::JobRunner::new(ctx, gw_cfg.replica.clone());
+        Some(
+            jobs::schedule::Schedule::start(runner)
+                .await
+                .context("cannot start the job scheduler")?,
+        )
+    } else {
+        None
+    };
+    let books = billing::Books::new(store.clone(), Some(archive), clock);
     let control = cfg.auth.jwt_secret.as_ref().map(|secret| {
         Arc::new(console::ControlPlane {
             store: store.clone(),
@@ -129,6 +155,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
             clock,
             session_secs: cfg.auth.session_secs,
             logins: Default::default(),
+            books: books.clone(),
         })
     });
     if control.is_none() {
@@ -185,6 +212,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         server,
         ledger_task,
         background,
+        schedule,
     })
 }
 

@@ -22,6 +22,7 @@ pub struct Config {
     pub gateway: GatewayTuning,
     pub fair: FairConfig,
     pub mock: MockUpstreamConfig,
+    pub billing: BillingConfig,
 }
 
 /// Fair queues, borrowing and degrade (docs/fair.md).
@@ -141,6 +142,23 @@ pub struct RedisConfig {
 pub struct ClickhouseConfig {
     pub url: String,
     pub database: String,
+    pub user: Option<String>,
+    pub password: Option<String>,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BillingConfig {
+    /// Run the job schedule inside `serve` (every replica may: each job
+    /// runs once across them).
+    pub scheduler: bool,
+    /// Days a closed month's rows stay in Postgres after the rollover.
+    pub retention_days: u32,
+    /// Budget alerts are POSTed here as JSON (unset: console notices only).
+    pub alert_webhook_url: Option<String>,
+    pub webhook_timeout_ms: u64,
+    /// A webhook delivery is given up after this many failed attempts.
+    pub webhook_max_attempts: i32,
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -219,6 +237,15 @@ impl Default for Config {
             clickhouse: ClickhouseConfig {
                 url: "http://127.0.0.1:8123".into(),
                 database: "tollgate".into(),
+                user: None,
+                password: None,
+            },
+            billing: BillingConfig {
+                scheduler: true,
+                retention_days: 90,
+                alert_webhook_url: None,
+                webhook_timeout_ms: 5000,
+                webhook_max_attempts: 20,
             },
             auth: AuthConfig {
                 jwt_secret: None,
@@ -276,6 +303,11 @@ impl Default for RedisConfig {
 impl Default for ClickhouseConfig {
     fn default() -> Self {
         Config::default().clickhouse
+    }
+}
+impl Default for BillingConfig {
+    fn default() -> Self {
+        Config::default().billing
     }
 }
 impl Default for AuthConfig {
@@ -363,6 +395,15 @@ impl Config {
         if f.queue_max_per_tenant == 0 {
             bail!("fair.queue_max_per_tenant must be positive");
         }
+        if !billing::archive::valid_database(&self.clickhouse.database) {
+            bail!("clickhouse.database must match [A-Za-z_][A-Za-z0-9_]*");
+        }
+        if let Some(u) = &self.billing.alert_webhook_url {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                bail!("billing.alert_webhook_url must be an http(s) URL");
+            }
+>>>>>>> billing
+        }
         if self.redis.key_prefix.is_empty() || self.redis.key_prefix.contains(['{', '}']) {
             bail!("redis.key_prefix must be non-empty and free of braces");
         }
@@ -432,6 +473,33 @@ impl Config {
         )
     }
 
+    /// The ClickHouse archive client (no connection is made here).
+    pub fn archive(&self) -> anyhow::Result<billing::Archive> {
+        Ok(billing::Archive::new(
+            &self.clickhouse.url,
+            &self.clickhouse.database,
+            self.clickhouse.user.as_deref(),
+            self.clickhouse.password.as_deref(),
+        )?)
+    }
+
+    /// What the background jobs need to know from the configuration.
+    pub fn job_settings(&self) -> jobs::JobSettings {
+        jobs::JobSettings {
+            retention: chrono::Duration::days(i64::from(self.billing.retention_days)),
+            webhook_url: self.billing.alert_webhook_url.clone(),
+            webhook_timeout: std::time::Duration::from_millis(
+                self.billing.webhook_timeout_ms.max(1),
+            ),
+            webhook_max_attempts: self.billing.webhook_max_attempts.max(1),
+            hold_ages: std::sync::Arc::new(gateway::reconcile::HoldAges {
+                stale_after: std::time::Duration::from_secs(self.gateway.stale_hold_secs),
+                orphan_after: std::time::Duration::from_secs(self.gateway.orphan_hold_secs),
+            }),
+            ..Default::default()
+        }
+    }
+
     pub fn replica(&self) -> String {
         let base = self.server.replica.clone().unwrap_or_else(|| {
             let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
@@ -457,6 +525,14 @@ impl fmt::Debug for Config {
             .field("redis.url", &redact_url(&self.redis.url))
             .field("redis.timeout_ms", &self.redis.timeout_ms)
             .field("clickhouse.url", &redact_url(&self.clickhouse.url))
+            .field("clickhouse.database", &self.clickhouse.database)
+            .field("clickhouse.password", &set(&self.clickhouse.password))
+            .field("billing.scheduler", &self.billing.scheduler)
+            .field("billing.retention_days", &self.billing.retention_days)
+            .field(
+                "billing.alert_webhook_url",
+                &self.billing.alert_webhook_url.as_deref().map(redact_url),
+            )
             .field("auth.jwt_secret", &set(&self.auth.jwt_secret))
             .field("keys.pepper", &set(&self.keys.pepper))
             .field("keys.encryption_key", &set(&self.keys.encryption_key))

@@ -1,6 +1,7 @@
 //! `/api/v1` handlers: parse, check who may, call the store, render.
 
 pub mod audit;
+pub mod bills;
 pub mod keys;
 pub mod models;
 pub mod pool;
