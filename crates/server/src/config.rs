@@ -402,7 +402,6 @@ impl Config {
             if !(u.starts_with("http://") || u.starts_with("https://")) {
                 bail!("billing.alert_webhook_url must be an http(s) URL");
             }
->>>>>>> billing
         }
         if self.redis.key_prefix.is_empty() || self.redis.key_prefix.contains(['{', '}']) {
             bail!("redis.key_prefix must be non-empty and free of braces");
