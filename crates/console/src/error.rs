@@ -8,6 +8,14 @@ use serde_json::json;
 pub enum ApiError {
     #[error("{0}")]
     BadRequest(String),
+    /// A form or JSON field is wrong; `key` names the message in the
+    /// translation table (the API answers in English, the console in the
+    /// reader's language, next to the field).
+    #[error("{field}: {}", crate::i18n::english(key))]
+    Field {
+        field: &'static str,
+        key: &'static str,
+    },
     #[error("authentication required")]
     Unauthenticated,
     #[error("{0}")]
@@ -18,19 +26,28 @@ pub enum ApiError {
     Conflict(String),
     #[error("too many login attempts; retry in a minute")]
     TooManyAttempts,
+    #[error("the database is unreachable; retry shortly")]
+    Unavailable,
     #[error("internal error")]
     Internal,
 }
 
 impl ApiError {
-    fn status_code(&self) -> (StatusCode, &'static str) {
+    pub fn field(field: &'static str, key: &'static str) -> Self {
+        ApiError::Field { field, key }
+    }
+
+    pub(crate) fn status_code(&self) -> (StatusCode, &'static str) {
         match self {
-            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            ApiError::BadRequest(_) | ApiError::Field { .. } => {
+                (StatusCode::BAD_REQUEST, "invalid_request")
+            }
             ApiError::Unauthenticated => (StatusCode::UNAUTHORIZED, "unauthenticated"),
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::TooManyAttempts => (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts"),
+            ApiError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
             ApiError::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
     }
@@ -43,6 +60,10 @@ impl From<store::StoreError> for ApiError {
                 ApiError::Conflict(format!("{what} already exists or changed"))
             }
             store::StoreError::NotFound(what) => ApiError::NotFound(what),
+            e if e.is_unreachable() => {
+                tracing::warn!(error = %e, "database unreachable");
+                ApiError::Unavailable
+            }
             other => {
                 tracing::error!(error = %other, "store error");
                 ApiError::Internal
@@ -54,14 +75,27 @@ impl From<store::StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_code();
+        let param = match &self {
+            ApiError::Field { field, .. } => Some(*field),
+            _ => None,
+        };
         let mut r = (
             status,
-            axum::Json(json!({"error": {"message": self.to_string(), "code": code}})),
+            axum::Json(
+                json!({"error": {"message": self.to_string(), "code": code, "param": param}}),
+            ),
         )
             .into_response();
-        if matches!(self, ApiError::TooManyAttempts) {
-            r.headers_mut()
-                .insert("retry-after", axum::http::HeaderValue::from_static("60"));
+        match self {
+            ApiError::TooManyAttempts => {
+                r.headers_mut()
+                    .insert("retry-after", axum::http::HeaderValue::from_static("60"));
+            }
+            ApiError::Unavailable => {
+                r.headers_mut()
+                    .insert("retry-after", axum::http::HeaderValue::from_static("5"));
+            }
+            _ => {}
         }
         r
     }

@@ -1,10 +1,13 @@
-//! The control plane: the JSON admin API (`/api/v1`), sessions and roles.
-//! Console pages (askama + htmx) build on the same handlers' logic.
+//! The control plane: the JSON admin API (`/api/v1`), sessions and roles,
+//! and the HTML console (`/console`, askama + htmx) built on the same
+//! service functions (`api::*::{create_tenant, issue, …}`).
 
 mod api;
 mod auth;
 mod error;
+pub mod i18n;
 pub mod passwords;
+mod web;
 
 use axum::routing::{delete, get, post, put};
 use axum::Router;
@@ -31,6 +34,8 @@ pub struct ControlPlane {
     pub logins: LoginLimiter,
     /// Bills: the ledger for open months, the archive for closed ones.
     pub books: billing::Books,
+    /// The session cookie carries `Secure` (config `auth.cookie_secure`).
+    pub cookie_secure: bool,
 }
 
 pub fn router(cp: Arc<ControlPlane>) -> Router {
@@ -38,6 +43,7 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
     Router::new()
         .route("/api/v1/auth/login", post(auth::login))
         .route("/api/v1/users", post(users::create))
+        .route("/api/v1/users/{id}/role", post(users::set_role))
         .route("/api/v1/models", post(models::create))
         .route("/api/v1/tenants", post(tenants::create))
         .route(
@@ -70,8 +76,10 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/api/v1/bills.focus.csv", get(bills::focus_csv))
         .route("/api/v1/job-runs", get(bills::job_runs))
         .route("/api/v1/notices", get(bills::notices))
+        .route("/api/v1/requests/{request_id}", get(requests::show))
         .route("/api/v1/openapi.json", get(openapi))
-        .with_state(cp)
+        .with_state(cp.clone())
+        .merge(web::router(cp))
 }
 
 /// The API's OpenAPI document (kept beside the code; a test checks that it

@@ -16,6 +16,9 @@ pub struct ApiError {
     pub request_id: String,
     /// Status override (e.g. 413, or an upstream 4xx passed through).
     pub status: Option<u16>,
+    /// What the hold engine said when it refused (headroom, estimate …),
+    /// recorded for the request lookup; never sent to the client.
+    pub counters: Option<Box<serde_json::Value>>,
 }
 
 impl ApiError {
@@ -27,7 +30,13 @@ impl ApiError {
             retry_after_secs: None,
             request_id: request_id.to_string(),
             status: None,
+            counters: None,
         }
+    }
+
+    pub fn counters(mut self, c: serde_json::Value) -> Self {
+        self.counters = Some(Box::new(c));
+        self
     }
 
     pub fn param(mut self, p: impl Into<String>) -> Self {

@@ -1,8 +1,10 @@
 //! The data plane: OpenAI-compatible `/v1/*`, virtual-key auth, admission
 //! through the hold engine, forwarding to the provider, metering and settling.
 
+pub mod admission;
 pub mod borrow;
 pub mod catalog;
+pub mod decisions;
 mod errors;
 mod fair;
 pub mod ledger;
@@ -50,6 +52,10 @@ pub struct GatewayConfig {
     /// A non-stream request clamped to its budget must still be allowed at
     /// least this many output tokens per choice, or it is refused.
     pub min_clamped_output_tokens: i64,
+    /// How requests reserve quota: leases, per request, or (benchmark
+    /// ablation only) not at all.
+    pub admission: admission::AdmissionMode,
+    pub lease: quota::LeaseTuning,
     pub fair: FairTuning,
 }
 
@@ -87,6 +93,7 @@ impl std::fmt::Debug for GatewayConfig {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("upstream_timeout", &self.upstream_timeout)
             .field("replica", &self.replica)
+            .field("admission", &self.admission)
             .field("pepper", &"***")
             .finish_non_exhaustive()
     }
@@ -96,10 +103,14 @@ pub struct Gateway {
     pub cfg: GatewayConfig,
     pub catalog: Arc<CatalogCache>,
     pub quota: Arc<QuotaEngine>,
+    /// Hold / extend / settle / release, per request or from leases.
+    pub admission: admission::Admission,
     pub store: Store,
     pub ledger: LedgerWriter,
     pub queue: Arc<queue::AdmissionQueue>,
     pub borrower: Arc<borrow::Borrowing>,
+    /// Refused and degraded requests, for the request lookup.
+    pub decisions: decisions::DecisionWriter,
     http: reqwest::Client,
 }
 
@@ -125,14 +136,19 @@ impl Gateway {
             cfg.replica.clone(),
             cfg.fair.borrow.clone(),
         ));
+        // Its task ends when the last Gateway handle is dropped.
+        let (decisions, _task) = decisions::DecisionWriter::start(store.clone(), cfg.clock);
+        let admission = admission::Admission::new(cfg.admission, quota.clone(), cfg.lease.clone());
         Self {
             cfg,
             catalog,
+            admission,
             quota,
             store,
             ledger,
             queue,
             borrower,
+            decisions,
             http,
         }
     }

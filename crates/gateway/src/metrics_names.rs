@@ -15,3 +15,5 @@ pub const STREAM_TOKENS_COUNTED: &str = "tollgate_stream_output_tokens_counted_t
 pub const STREAM_TOKENS_REPORTED: &str = "tollgate_stream_output_tokens_reported_total";
 pub const QUEUE_DEPTH: &str = "tollgate_queue_depth";
 pub const QUEUE_WAIT_SECONDS: &str = "tollgate_queue_wait_seconds";
+pub const DECISIONS_STORED: &str = "tollgate_decisions_stored_total";
+pub const DECISIONS_DROPPED: &str = "tollgate_decisions_dropped_total";

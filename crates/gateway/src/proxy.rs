@@ -56,22 +56,23 @@ async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: 
     let rid = new_request_id();
     match admit_and_forward(&gw, endpoint, &headers, body, &rid).await {
         Ok(r) => r,
-        Err((e, tenant, model)) => {
-            metrics::counter!(m::REQUESTS, "tenant" => tenant, "model" => model,
+        Err((e, key, model)) => {
+            let tenant = key.as_ref().map_or("unknown", |k| k.tenant.id.as_str());
+            metrics::counter!(m::REQUESTS, "tenant" => tenant.to_string(), "model" => model.clone(),
                 "decision" => Decision::Reject.as_str(), "reason" => e.reason.as_str())
             .increment(1);
+            if let Some(k) = &key {
+                gw.decisions.refused(&e, k, &model);
+            }
             e.into_response()
         }
     }
 }
 
-type Refused = (ApiError, String, String);
+type Refused = (ApiError, Option<Arc<KeyEntry>>, String);
 
-fn refuse(e: ApiError, key: Option<&KeyEntry>, model: &str) -> Refused {
-    let tenant = key
-        .map(|k| k.tenant.id.clone())
-        .unwrap_or_else(|| "unknown".into());
-    (e, tenant, model.to_string())
+fn refuse(e: ApiError, key: Option<&Arc<KeyEntry>>, model: &str) -> Refused {
+    (e, key.cloned(), model.to_string())
 }
 
 pub fn authenticate(
@@ -114,7 +115,7 @@ async fn admit_and_forward(
     rid: &str,
 ) -> Result<Response, Refused> {
     let key = authenticate(gw, headers, rid).map_err(|e| refuse(e, None, ""))?;
-    let k = Some(key.as_ref());
+    let k = Some(&key);
     let bytes = axum::body::to_bytes(body, gw.cfg.max_body_bytes)
         .await
         .map_err(|_| {
@@ -152,6 +153,7 @@ async fn admit_and_forward(
     let degrade = crate::fair::degrade_step(gw, &key, &model, rid)
         .await
         .map_err(|e| refuse(e, k, &model.id))?;
+    let requested_model = model.id.clone();
     let model = match degrade.as_ref().and_then(|d| d.model.clone()) {
         Some(cheaper) => cheaper,
         None => model,
@@ -203,6 +205,22 @@ async fn admit_and_forward(
     .await
     .map_err(|e| refuse(e, k, &model.id))?;
     let adm = fairly.admitted;
+    if soft_degraded {
+        let detail = json!({"requested_output_tokens": asked_per_choice * summary.choices,
+            "output_tokens_cap": max_out, "requested_model": requested_model, "served_model": model.id});
+        gw.decisions
+            .degraded(rid, &key, &model.id, ReasonCode::DailyCostSoftLimit, detail);
+    } else if adm.degraded {
+        let detail = json!({"requested_output_tokens": max_out, "clamped_output_tokens": adm.est_out,
+            "est_input_tokens": est_in});
+        gw.decisions.degraded(
+            rid,
+            &key,
+            &model.id,
+            ReasonCode::MaxTokensClampedToBudget,
+            detail,
+        );
+    }
     let (decision, reason) = if soft_degraded {
         (Decision::Degrade, ReasonCode::DailyCostSoftLimit.as_str())
     } else if adm.degraded {
@@ -297,7 +315,19 @@ async fn admit(
     rid: &str,
     want: Want<'_>,
 ) -> Result<Admission, ApiError> {
-    let refusal = match hold(gw, key, model, month, rid, want.est_in, want.est_out).await? {
+    let stream = want.summary.stream;
+    let refusal = match hold(
+        gw,
+        key,
+        model,
+        month,
+        rid,
+        want.est_in,
+        want.est_out,
+        stream,
+    )
+    .await?
+    {
         HoldOutcome::Admitted {
             remaining_requests,
             remaining_tokens,
@@ -348,7 +378,7 @@ async fn admit(
         if let HoldOutcome::Admitted {
             remaining_requests,
             remaining_tokens,
-        } = hold(gw, key, model, month, rid, want.est_in, est_out).await?
+        } = hold(gw, key, model, month, rid, want.est_in, est_out, stream).await?
         {
             return Ok(Admission {
                 est_out,
@@ -364,11 +394,18 @@ async fn admit(
         refusal.reason(),
         refusal.scope.as_str()
     );
-    Err(ApiError::new(rid, refusal.reason(), msg).retry_after(refusal.retry_after_secs()))
+    let counters = json!({"scope": refusal.scope.as_str(), "limit": format!("{:?}", refusal.limit),
+        "headroom_tokens": refusal.headroom_tokens, "headroom_cost_micro_usd": refusal.headroom_cost,
+        "retry_after_ms": refusal.retry_after_ms, "est_input_tokens": want.est_in,
+        "est_output_tokens": want.est_out});
+    Err(ApiError::new(rid, refusal.reason(), msg)
+        .retry_after(refusal.retry_after_secs())
+        .counters(counters))
 }
 
 /// One hold call, failing closed on any quota-store error. A hold whose
 /// outcome is unknown (timeout, client gone) is released by the guard.
+#[allow(clippy::too_many_arguments)]
 async fn hold(
     gw: &Arc<Gateway>,
     key: &Arc<KeyEntry>,
@@ -377,6 +414,7 @@ async fn hold(
     rid: &str,
     est_in: i64,
     est_out: i64,
+    stream: bool,
 ) -> Result<HoldOutcome, ApiError> {
     let limits = key.effective_limits(chrono::Utc::now(), month);
     let req = HoldRequest {
@@ -403,7 +441,7 @@ async fn hold(
         store: &gw.store,
         quota: &gw.quota,
     };
-    let outcome = gw.quota.hold(&req, &ledger).await;
+    let outcome = gw.admission.hold(&req, &ledger, stream).await;
     pending.armed = outcome.is_err();
     metrics::histogram!(m::HOLD_SECONDS).record(t0.elapsed().as_secs_f64());
     outcome.map_err(|err| {

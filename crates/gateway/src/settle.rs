@@ -130,7 +130,7 @@ pub async fn release_hold(gw: Arc<Gateway>, key: Arc<KeyEntry>, month: String, r
     let k = &key;
     for attempt in 0..RETRIES {
         let r = gw
-            .quota
+            .admission
             .release(
                 &k.tenant.id,
                 &k.app.id,
@@ -262,7 +262,7 @@ impl SettleJob {
         // 5 s, for up to half an hour) so the hold does not wait for the
         // stale-hold reconciler's day; then leave it to that reconciler.
         for attempt in 0..RETRIES {
-            match self.gw.quota.settle(&req).await {
+            match self.gw.admission.settle(&req).await {
                 Ok(SettleOutcome::Settled { overrun_tokens, .. }) => {
                     let labels = [("tenant", e.tenant_id.clone()), ("model", e.model.clone())];
                     let (t, md) = (e.tenant_id.clone(), e.model.clone());

@@ -42,6 +42,16 @@ impl KeySpace {
         format!("{}:ob", self.tag(tenant))
     }
 
+    /// A replica's lease on one scope chain (DESIGN §4, "Leases").
+    pub fn lease(&self, tenant: &str, lease_id: &str) -> String {
+        format!("{}:l:{}", self.tag(tenant), lease_id)
+    }
+
+    /// Live leases by the time they were last touched (for the reconciler).
+    pub fn leases(&self, tenant: &str) -> String {
+        format!("{}:leases", self.tag(tenant))
+    }
+
     /// A replica's heartbeat (not tenant data: no tenant tag).
     pub fn replica(&self, replica: &str) -> String {
         format!("{}:replica:{}", self.prefix, replica)
@@ -86,6 +96,8 @@ mod tests {
             k.outbox("sales"),
             k.open_holds("sales"),
             k.day("sales", "2026-11-29"),
+            k.lease("sales", "l1"),
+            k.leases("sales"),
         ] {
             assert!(key.starts_with("tg:{t:sales}:"), "{key}");
         }

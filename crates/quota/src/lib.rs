@@ -7,6 +7,8 @@ mod conn;
 mod engine;
 mod fair;
 mod keys;
+mod lease;
+mod lease_engine;
 
 pub use engine::{
     ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, MonthCounters, OpenHold,
@@ -14,3 +16,7 @@ pub use engine::{
 };
 pub use fair::{BorrowOutcome, SlotOutcome};
 pub use keys::KeySpace;
+pub use lease::{LeaseAdmit, LeaseBook, LeaseTuning};
+pub use lease_engine::{
+    LeaseAcquire, LeaseBatch, LeaseBatchOutcome, LeaseGrant, LeaseItem, OpenLease,
+};

@@ -57,10 +57,16 @@ impl Running {
             s.shutdown().await;
         }
         let _ = tokio::time::timeout(Duration::from_secs(10), self.server).await;
+        // Leases go back to the scopes before the process ends.
+        self.gateway
+            .admission
+            .shutdown(Duration::from_secs(5))
+            .await;
         for b in &self.background {
             b.abort();
         }
         self.gateway.ledger.flush().await;
+        self.gateway.decisions.flush().await;
         drop(self.gateway);
         let _ = tokio::time::timeout(Duration::from_secs(5), self.ledger_task).await;
     }
@@ -122,6 +128,8 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         stream_slice_tokens: cfg.gateway.stream_slice_tokens.max(1),
         min_clamped_output_tokens: cfg.gateway.min_clamped_output_tokens.max(1),
         fair: cfg.fair.tuning(&cfg.gateway),
+        admission: cfg.gateway.admission.mode(),
+        lease: cfg.gateway.lease_tuning(),
     };
     // No ClickHouse connection at start: a ClickHouse that is down must not
     // keep the gateway from serving. `migrate` and every rollover apply the
@@ -156,6 +164,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
             session_secs: cfg.auth.session_secs,
             logins: Default::default(),
             books: books.clone(),
+            cookie_secure: cfg.auth.cookie_secure,
         })
     });
     if control.is_none() {

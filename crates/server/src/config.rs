@@ -206,6 +206,56 @@ pub struct GatewayTuning {
     pub orphan_hold_secs: u64,
     /// A replica is dead once its heartbeat is this old.
     pub heartbeat_ttl_secs: u64,
+    /// How requests reserve quota: `lease` (the fast path, DESIGN §4
+    /// "Leases"), `per_request` (one hold and one settle script each), or
+    /// `off` (benchmark ablation only: nothing enforced; refused unless
+    /// `bench_unenforced_ok` is also true).
+    pub admission: AdmissionSetting,
+    /// Must be true for `admission = "off"`: a deliberate, bench-only switch.
+    pub bench_unenforced_ok: bool,
+    /// A lease top-up asks for this many ms of the recent admission rate.
+    pub lease_horizon_ms: u64,
+    /// ... at most this many requests' worth.
+    pub lease_max_requests: i64,
+    /// A lease that admitted nothing for this long is returned.
+    pub lease_idle_ms: u64,
+    /// A lease this old is returned and replaced by one sized to demand.
+    pub lease_max_age_ms: u64,
+    /// Settles against a lease wait this long to travel in one batch.
+    pub lease_flush_ms: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdmissionSetting {
+    Lease,
+    PerRequest,
+    Off,
+}
+
+impl AdmissionSetting {
+    pub fn mode(self) -> gateway::admission::AdmissionMode {
+        use gateway::admission::AdmissionMode as M;
+        match self {
+            AdmissionSetting::Lease => M::Lease,
+            AdmissionSetting::PerRequest => M::PerRequest,
+            AdmissionSetting::Off => M::Off,
+        }
+    }
+}
+
+impl GatewayTuning {
+    pub fn lease_tuning(&self) -> quota::LeaseTuning {
+        use std::time::Duration;
+        quota::LeaseTuning {
+            horizon: Duration::from_millis(self.lease_horizon_ms.max(1)),
+            max_requests: self.lease_max_requests.max(1),
+            idle: Duration::from_millis(self.lease_idle_ms.max(10)),
+            max_age: Duration::from_millis(self.lease_max_age_ms.max(10)),
+            flush_linger: Duration::from_millis(self.lease_flush_ms),
+            ..quota::LeaseTuning::default()
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -273,6 +323,13 @@ impl Default for Config {
                 stale_hold_secs: 24 * 3600,
                 orphan_hold_secs: 120,
                 heartbeat_ttl_secs: 30,
+                admission: AdmissionSetting::Lease,
+                bench_unenforced_ok: false,
+                lease_horizon_ms: 250,
+                lease_max_requests: 5_000,
+                lease_idle_ms: 1_000,
+                lease_max_age_ms: 10_000,
+                lease_flush_ms: 1,
             },
             fair: FairConfig::default(),
             mock: MockUpstreamConfig {
@@ -402,6 +459,9 @@ impl Config {
             if !(u.starts_with("http://") || u.starts_with("https://")) {
                 bail!("billing.alert_webhook_url must be an http(s) URL");
             }
+        }
+        if self.gateway.admission == AdmissionSetting::Off && !self.gateway.bench_unenforced_ok {
+            bail!("gateway.admission = \"off\" enforces no budget, rate or concurrency limit: it exists for the benchmark's ablation only and also needs gateway.bench_unenforced_ok = true");
         }
         if self.redis.key_prefix.is_empty() || self.redis.key_prefix.contains(['{', '}']) {
             bail!("redis.key_prefix must be non-empty and free of braces");
@@ -581,6 +641,21 @@ mod tests {
             .with_demo_secrets()
             .encryption_key()
             .is_ok());
+    }
+
+    #[test]
+    fn enforcement_off_needs_the_explicit_bench_switch() {
+        let mut c = Config::default();
+        assert_eq!(c.gateway.admission, AdmissionSetting::Lease);
+        c.gateway.admission = AdmissionSetting::Off;
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("bench_unenforced_ok"), "{err}");
+        c.gateway.bench_unenforced_ok = true;
+        assert!(c.validate().is_ok());
+        let fig = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::string("[gateway]\nadmission = \"per_request\""));
+        let c: Config = fig.extract().unwrap();
+        assert_eq!(c.gateway.admission, AdmissionSetting::PerRequest);
     }
 
     #[test]

@@ -132,22 +132,23 @@ impl Store {
             q = q.bind(l);
         }
         let rows = q.fetch_all(&self.pool).await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| AuditRow {
-                id: r.get("id"),
-                entry: AuditEntry {
-                    at: fmt_at(r.get("at")),
-                    actor: r.get("actor"),
-                    action: r.get("action"),
-                    target: r.get("target"),
-                    before: r.get("before"),
-                    after: r.get("after"),
-                    reason: r.get("reason"),
-                },
-                prev_hash: r.get("prev_hash"),
-                hash: r.get("hash"),
-            })
-            .collect())
+        Ok(rows.iter().map(audit_row).collect())
+    }
+}
+
+pub(crate) fn audit_row(r: &sqlx::postgres::PgRow) -> AuditRow {
+    AuditRow {
+        id: r.get("id"),
+        entry: AuditEntry {
+            at: fmt_at(r.get("at")),
+            actor: r.get("actor"),
+            action: r.get("action"),
+            target: r.get("target"),
+            before: r.get("before"),
+            after: r.get("after"),
+            reason: r.get("reason"),
+        },
+        prev_hash: r.get("prev_hash"),
+        hash: r.get("hash"),
     }
 }

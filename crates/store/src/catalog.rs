@@ -104,7 +104,7 @@ fn limits_of(v: serde_json::Value) -> Result<Limits> {
     serde_json::from_value(v).map_err(|e| StoreError::Corrupt(format!("limits: {e}")))
 }
 
-fn tenant_row(r: &sqlx::postgres::PgRow) -> Result<TenantRow> {
+pub(crate) fn tenant_row(r: &sqlx::postgres::PgRow) -> Result<TenantRow> {
     Ok(TenantRow {
         id: r.get("id"),
         name: r.get("name"),

@@ -4,19 +4,23 @@
 mod audit;
 mod billing;
 mod catalog;
+mod console;
 mod fair;
 mod jobs;
 mod ledger;
 mod quota_requests;
+mod request_decisions;
 mod users;
 
 pub use audit::{AuditRow, NewAudit};
 pub use billing::{ClosedMonth, VerifiedMonth};
 pub use catalog::{AppRow, Catalog, KeyRow, ModelRow, NewKey, NewModel, TenantRow};
+pub use console::{AuditFilter, KeyListRow, UserListRow};
 pub use fair::{BorrowRow, BorrowedRow, GuaranteeRow, ReclaimRow};
 pub use jobs::{AlertRow, JobRunRow, NewAlert, NoticeRow};
 pub use ledger::MonthUsageRow;
 pub use quota_requests::{GrantRow, NewQuotaRequest, QuotaRequestRow};
+pub use request_decisions::RequestDecisionRow;
 pub use users::UserRow;
 
 use sqlx::postgres::{PgListener, PgPoolOptions};
@@ -38,6 +42,22 @@ pub enum StoreError {
     NotFound(String),
     #[error("stored data is invalid: {0}")]
     Corrupt(String),
+}
+
+impl StoreError {
+    /// The database could not be reached (down, refusing connections, or
+    /// the pool timed out waiting for one), as opposed to a query failing.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Db(
+                sqlx::Error::Io(_)
+                    | sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::Tls(_)
+            )
+        )
+    }
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;

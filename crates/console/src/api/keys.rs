@@ -1,4 +1,4 @@
-use super::require;
+use super::{require, valid_limits};
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
 use axum::extract::{Path, State};
@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use domain::keys;
-use domain::roles::Access;
+use domain::roles::{Access, Actor};
 use domain::Limits;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -17,11 +17,65 @@ use uuid::Uuid;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeyIn {
-    name: String,
-    expires_at: Option<DateTime<Utc>>,
+    pub name: String,
+    pub expires_at: Option<DateTime<Utc>>,
     #[serde(default)]
-    limits: Limits,
-    allowed_models: Option<Vec<String>>,
+    pub limits: Limits,
+    pub allowed_models: Option<Vec<String>>,
+}
+
+/// A key just issued. `key` is the plaintext: shown in this one answer and
+/// stored nowhere.
+pub struct IssuedKey {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub app_id: String,
+    pub name: String,
+    pub prefix: String,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub key: String,
+}
+
+/// Issues a key for an app of a tenant the actor manages.
+pub async fn issue(
+    cp: &ControlPlane,
+    actor: &Actor,
+    tenant: &str,
+    app: &str,
+    k: KeyIn,
+) -> Result<IssuedKey, ApiError> {
+    require(actor, Access::Manage, tenant)?;
+    if k.name.trim().is_empty() {
+        return Err(ApiError::field("name", "err.required"));
+    }
+    valid_limits(&k.limits)?;
+    if k.expires_at.is_some_and(|t| t <= Utc::now()) {
+        return Err(ApiError::field("expires_at", "err.past"));
+    }
+    let key = keys::generate();
+    let new = NewKey {
+        tenant_id: tenant.to_string(),
+        app_id: app.to_string(),
+        name: k.name.clone(),
+        prefix: keys::display_prefix(&key),
+        key_hash: keys::keyed_hash(&cp.pepper, &key),
+        limits: k.limits,
+        allowed_models: k.allowed_models,
+        expires_at: k.expires_at,
+    };
+    if !cp.store.app_exists(tenant, app).await? {
+        return Err(ApiError::NotFound(format!("app {tenant}/{app}")));
+    }
+    let id = cp.store.create_key(&actor.label(), &new).await?;
+    Ok(IssuedKey {
+        id,
+        tenant_id: new.tenant_id,
+        app_id: new.app_id,
+        name: new.name,
+        prefix: new.prefix,
+        expires_at: new.expires_at,
+        key,
+    })
 }
 
 /// Issues a key. Its plaintext is in this response and nowhere else.
@@ -31,35 +85,26 @@ pub async fn create(
     Path((tenant, app)): Path<(String, String)>,
     Json(k): Json<KeyIn>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    require(&actor, Access::Manage, &tenant)?;
-    k.limits
-        .validate()
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    if k.expires_at.is_some_and(|t| t <= Utc::now()) {
-        return Err(ApiError::BadRequest("expires_at is in the past".into()));
-    }
-    let key = keys::generate();
-    let new = NewKey {
-        tenant_id: tenant.clone(),
-        app_id: app.clone(),
-        name: k.name.clone(),
-        prefix: keys::display_prefix(&key),
-        key_hash: keys::keyed_hash(&cp.pepper, &key),
-        limits: k.limits,
-        allowed_models: k.allowed_models,
-        expires_at: k.expires_at,
-    };
-    if !cp.store.app_exists(&tenant, &app).await? {
-        return Err(ApiError::NotFound(format!("app {tenant}/{app}")));
-    }
-    let id = cp.store.create_key(&actor.label(), &new).await?;
+    let k = issue(&cp, &actor, &tenant, &app, k).await?;
     Ok((
         StatusCode::CREATED,
         Json(
-            json!({"id": id, "tenant_id": tenant, "app_id": app, "name": k.name, "prefix": new.prefix,
-            "expires_at": k.expires_at, "key": key}),
+            json!({"id": k.id, "tenant_id": k.tenant_id, "app_id": k.app_id, "name": k.name, "prefix": k.prefix,
+            "expires_at": k.expires_at, "key": k.key}),
         ),
     ))
+}
+
+/// Revokes a key of a tenant the actor manages.
+pub async fn revoke_key(cp: &ControlPlane, actor: &Actor, id: Uuid) -> Result<String, ApiError> {
+    let tenant = cp
+        .store
+        .key_tenant(id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("key {id}")))?;
+    require(actor, Access::Manage, &tenant)?;
+    cp.store.revoke_key(&actor.label(), id).await?;
+    Ok(tenant)
 }
 
 pub async fn revoke(
@@ -67,12 +112,6 @@ pub async fn revoke(
     Authed(actor): Authed,
     Path(id): Path<Uuid>,
 ) -> Result<StatusCode, ApiError> {
-    let tenant = cp
-        .store
-        .key_tenant(id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("key {id}")))?;
-    require(&actor, Access::Manage, &tenant)?;
-    cp.store.revoke_key(&actor.label(), id).await?;
+    revoke_key(&cp, &actor, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

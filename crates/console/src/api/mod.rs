@@ -6,6 +6,7 @@ pub mod keys;
 pub mod models;
 pub mod pool;
 pub mod quota_requests;
+pub mod requests;
 pub mod tenants;
 pub mod usage;
 pub mod users;
@@ -35,7 +36,7 @@ pub fn require_platform_admin(actor: &Actor) -> Result<(), ApiError> {
     }
 }
 
-pub fn valid_id(field: &str, id: &str) -> Result<(), ApiError> {
+pub fn valid_id(field: &'static str, id: &str) -> Result<(), ApiError> {
     let ok = !id.is_empty()
         && id.len() <= 64
         && id
@@ -48,8 +49,27 @@ pub fn valid_id(field: &str, id: &str) -> Result<(), ApiError> {
     if ok {
         Ok(())
     } else {
-        Err(ApiError::BadRequest(format!(
-            "{field} must be 1-64 characters of a-z, 0-9, '-' and '_'"
-        )))
+        Err(ApiError::field(field, "err.id_format"))
+    }
+}
+
+/// Limits must not be negative; the error names the limit.
+pub fn valid_limits(l: &domain::Limits) -> Result<(), ApiError> {
+    l.validate()
+        .map_err(|e| ApiError::field(e.field, "err.negative"))
+}
+
+/// Model ids are wider than tenant ids (`gpt-4o-mini`, `org/model:tag`).
+pub fn valid_id_model(id: &str) -> Result<(), ApiError> {
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && id.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._:/-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::field("id", "err.id_format"))
     }
 }

@@ -12,17 +12,17 @@ use store::NewModel;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelIn {
-    id: String,
+    pub id: String,
     #[serde(default = "chat")]
-    kind: String,
-    upstream_base_url: String,
-    upstream_model: String,
+    pub kind: String,
+    pub upstream_base_url: String,
+    pub upstream_model: String,
     /// Write-only: stored encrypted, never returned or logged.
-    upstream_api_key: Option<String>,
-    input_price_per_mtok_usd: MicroUsd,
-    output_price_per_mtok_usd: MicroUsd,
-    tokenizer: Option<String>,
-    default_max_output_tokens: Option<i64>,
+    pub upstream_api_key: Option<String>,
+    pub input_price_per_mtok_usd: MicroUsd,
+    pub output_price_per_mtok_usd: MicroUsd,
+    pub tokenizer: Option<String>,
+    pub default_max_output_tokens: Option<i64>,
 }
 
 fn chat() -> String {
@@ -34,12 +34,25 @@ pub async fn create(
     Authed(actor): Authed,
     Json(m): Json<ModelIn>,
 ) -> Result<Json<Value>, ApiError> {
-    require_platform_admin(&actor)?;
+    let m = create_model(&cp, &actor, m).await?;
+    Ok(Json(
+        json!({"id": m.id, "kind": m.kind, "upstream_base_url": m.upstream_base_url,
+        "upstream_model": m.upstream_model, "has_upstream_api_key": m.upstream_api_key.is_some(),
+        "input_price_per_mtok_usd": m.input_price_per_mtok_usd, "output_price_per_mtok_usd": m.output_price_per_mtok_usd}),
+    ))
+}
+
+/// Adds a model (platform admins only). The provider key is encrypted
+/// before it reaches the store.
+pub async fn create_model(
+    cp: &ControlPlane,
+    actor: &domain::roles::Actor,
+    m: ModelIn,
+) -> Result<ModelIn, ApiError> {
+    require_platform_admin(actor)?;
     if !(m.upstream_base_url.starts_with("https://") || m.upstream_base_url.starts_with("http://"))
     {
-        return Err(ApiError::BadRequest(
-            "upstream_base_url must be an http(s) URL".into(),
-        ));
+        return Err(ApiError::field("upstream_base_url", "err.url"));
     }
     let authority = m
         .upstream_base_url
@@ -52,17 +65,20 @@ pub async fn create(
     if authority.contains('@') {
         // Credentials in a URL end up in logs and audit rows: they go in
         // upstream_api_key, which is stored encrypted and never shown.
-        return Err(ApiError::BadRequest(
-            "upstream_base_url must not carry credentials; use upstream_api_key".into(),
-        ));
+        return Err(ApiError::field("upstream_base_url", "err.url"));
     }
     if !["chat", "embedding"].contains(&m.kind.as_str()) {
-        return Err(ApiError::BadRequest(
-            "kind must be chat or embedding".into(),
-        ));
+        return Err(ApiError::field("kind", "err.kind"));
     }
-    if m.input_price_per_mtok_usd.0 < 0 || m.output_price_per_mtok_usd.0 < 0 {
-        return Err(ApiError::BadRequest("prices must not be negative".into()));
+    super::valid_id_model(&m.id)?;
+    if m.upstream_model.trim().is_empty() {
+        return Err(ApiError::field("upstream_model", "err.required"));
+    }
+    if m.input_price_per_mtok_usd.0 < 0 {
+        return Err(ApiError::field("input_price_per_mtok_usd", "err.negative"));
+    }
+    if m.output_price_per_mtok_usd.0 < 0 {
+        return Err(ApiError::field("output_price_per_mtok_usd", "err.negative"));
     }
     let new = NewModel {
         id: m.id.clone(),
@@ -79,9 +95,5 @@ pub async fn create(
         default_max_output_tokens: m.default_max_output_tokens.unwrap_or(4096).max(1),
     };
     cp.store.create_model(&actor.label(), &new).await?;
-    Ok(Json(
-        json!({"id": m.id, "kind": m.kind, "upstream_base_url": m.upstream_base_url,
-        "upstream_model": m.upstream_model, "has_upstream_api_key": m.upstream_api_key.is_some(),
-        "input_price_per_mtok_usd": m.input_price_per_mtok_usd, "output_price_per_mtok_usd": m.output_price_per_mtok_usd}),
-    ))
+    Ok(m)
 }

@@ -16,21 +16,27 @@ use uuid::Uuid;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RequestIn {
-    tenant_id: String,
-    app_id: Option<String>,
-    tokens: Option<i64>,
-    cost_usd: Option<MicroUsd>,
-    expires_at: DateTime<Utc>,
-    reason: String,
+    pub tenant_id: String,
+    pub app_id: Option<String>,
+    pub tokens: Option<i64>,
+    pub cost_usd: Option<MicroUsd>,
+    pub expires_at: DateTime<Utc>,
+    pub reason: String,
+}
+
+/// A request's state as people read it: an approved request is `active`
+/// until it expires, then `expired`.
+pub fn state_of(q: &QuotaRequestRow, now: DateTime<Utc>) -> &str {
+    match q.state.as_str() {
+        "approved" if q.expires_at <= now => "expired",
+        "approved" => "active",
+        s => s,
+    }
 }
 
 fn render(q: &QuotaRequestRow) -> Value {
     let now = Utc::now();
-    let state = match q.state.as_str() {
-        "approved" if q.expires_at <= now => "expired",
-        "approved" => "active",
-        s => s,
-    };
+    let state = state_of(q, now);
     json!({"id": q.id, "tenant_id": q.tenant_id, "app_id": q.app_id, "tokens": q.tokens,
         "cost_usd": MicroUsd(q.cost_micro), "expires_at": q.expires_at, "reason": q.reason,
         "state": state, "seconds_left": (q.expires_at - now).num_seconds().max(0),
@@ -42,29 +48,35 @@ pub async fn create(
     Authed(actor): Authed,
     Json(r): Json<RequestIn>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let row = request_quota(&cp, &actor, r).await?;
+    Ok((StatusCode::CREATED, Json(render(&row))))
+}
+
+/// A tenant admin (or platform admin) asks for temporary quota.
+pub async fn request_quota(
+    cp: &ControlPlane,
+    actor: &domain::roles::Actor,
+    r: RequestIn,
+) -> Result<QuotaRequestRow, ApiError> {
     if !matches!(actor.role, Role::TenantAdmin | Role::PlatformAdmin) {
         return Err(ApiError::Forbidden(
             "only tenant and platform admins request quota".into(),
         ));
     }
-    require(&actor, Access::Manage, &r.tenant_id)?;
+    require(actor, Access::Manage, &r.tenant_id)?;
     let (tokens, cost) = (r.tokens.unwrap_or(0), r.cost_usd.map_or(0, |c| c.0));
     if tokens < 0 || cost < 0 || (tokens == 0 && cost == 0) {
-        return Err(ApiError::BadRequest(
-            "ask for a positive number of tokens and/or cost_usd".into(),
-        ));
+        return Err(ApiError::field("tokens", "err.positive_amount"));
     }
     if r.expires_at <= Utc::now() {
-        return Err(ApiError::BadRequest(
-            "expires_at must be in the future".into(),
-        ));
+        return Err(ApiError::field("expires_at", "err.past"));
     }
     if r.reason.trim().is_empty() {
-        return Err(ApiError::BadRequest("a reason is required".into()));
+        return Err(ApiError::field("reason", "err.required"));
     }
     if let Some(app) = &r.app_id {
         if !cp.store.app_exists(&r.tenant_id, app).await? {
-            return Err(ApiError::NotFound(format!("app {}/{app}", r.tenant_id)));
+            return Err(ApiError::field("app_id", "err.unknown_app"));
         }
     } else if !cp.store.tenant_exists(&r.tenant_id).await? {
         return Err(ApiError::NotFound(format!("tenant {}", r.tenant_id)));
@@ -79,18 +91,25 @@ pub async fn create(
         reason: r.reason,
         requested_by,
     };
-    let row = cp.store.create_quota_request(&actor.label(), &q).await?;
-    Ok((StatusCode::CREATED, Json(render(&row))))
+    Ok(cp.store.create_quota_request(&actor.label(), &q).await?)
+}
+
+/// The requests the actor may see: a tenant admin only their tenant's.
+pub async fn visible_requests(
+    cp: &ControlPlane,
+    actor: &domain::roles::Actor,
+) -> Result<Vec<QuotaRequestRow>, ApiError> {
+    Ok(match actor.role {
+        Role::TenantAdmin => cp.store.quota_requests(actor.tenant.as_deref()).await?,
+        _ => cp.store.quota_requests(None).await?,
+    })
 }
 
 pub async fn list(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
 ) -> Result<Json<Value>, ApiError> {
-    let rows = match actor.role {
-        Role::TenantAdmin => cp.store.quota_requests(actor.tenant.as_deref()).await?,
-        _ => cp.store.quota_requests(None).await?,
-    };
+    let rows = visible_requests(&cp, &actor).await?;
     Ok(Json(
         json!({"data": rows.iter().map(render).collect::<Vec<_>>()}),
     ))
@@ -102,13 +121,14 @@ pub struct Decision {
     note: String,
 }
 
-async fn decide(
+/// Approves or rejects: a platform admin who is not the requester (four eyes).
+pub async fn decide_request(
     cp: &ControlPlane,
     actor: &domain::roles::Actor,
     id: Uuid,
     approve: bool,
     note: &str,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<QuotaRequestRow, ApiError> {
     let q = cp
         .store
         .quota_request(id)
@@ -132,11 +152,10 @@ async fn decide(
         requester_creator.as_deref(),
     )
     .map_err(|m| ApiError::Forbidden(m.into()))?;
-    let row = cp
+    Ok(cp
         .store
         .decide_quota_request(&actor.label(), id, decider, approve, note)
-        .await?;
-    Ok(Json(render(&row)))
+        .await?)
 }
 
 pub async fn approve(
@@ -145,14 +164,10 @@ pub async fn approve(
     Path(id): Path<Uuid>,
     body: Option<Json<Decision>>,
 ) -> Result<Json<Value>, ApiError> {
-    decide(
-        &cp,
-        &actor,
-        id,
-        true,
-        &body.map(|b| b.0).unwrap_or_default().note,
-    )
-    .await
+    let note = body.map(|b| b.0).unwrap_or_default().note;
+    Ok(Json(render(
+        &decide_request(&cp, &actor, id, true, &note).await?,
+    )))
 }
 
 pub async fn reject(
@@ -161,12 +176,8 @@ pub async fn reject(
     Path(id): Path<Uuid>,
     body: Option<Json<Decision>>,
 ) -> Result<Json<Value>, ApiError> {
-    decide(
-        &cp,
-        &actor,
-        id,
-        false,
-        &body.map(|b| b.0).unwrap_or_default().note,
-    )
-    .await
+    let note = body.map(|b| b.0).unwrap_or_default().note;
+    Ok(Json(render(
+        &decide_request(&cp, &actor, id, false, &note).await?,
+    )))
 }

@@ -1,9 +1,9 @@
-use super::{require, require_platform_admin, valid_id};
+use super::{require, require_platform_admin, valid_id, valid_limits};
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
 use axum::extract::{Path, State};
 use axum::Json;
-use domain::roles::Access;
+use domain::roles::{Access, Actor};
 use domain::Limits;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -13,40 +13,37 @@ use store::{AppRow, TenantRow};
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TenantIn {
-    id: String,
-    name: String,
+    pub id: String,
+    pub name: String,
     #[serde(default)]
-    cost_center: String,
+    pub cost_center: String,
     #[serde(default = "standard")]
-    priority: String,
+    pub priority: String,
     #[serde(default)]
-    limits: Limits,
+    pub limits: Limits,
     #[serde(default)]
-    may_borrow: bool,
+    pub may_borrow: bool,
     #[serde(default)]
-    borrow_cap_tokens: i64,
-    allowed_models: Option<Vec<String>>,
+    pub borrow_cap_tokens: i64,
+    pub allowed_models: Option<Vec<String>>,
     #[serde(default)]
-    clamp_max_tokens: bool,
+    pub clamp_max_tokens: bool,
 }
 
 fn standard() -> String {
     "standard".into()
 }
 
-fn check(priority: &str, limits: &Limits, cap: i64) -> Result<(), ApiError> {
-    if !["core", "standard", "batch"].contains(&priority) {
-        return Err(ApiError::BadRequest(
-            "priority must be core, standard or batch".into(),
-        ));
+fn check(t: &TenantRow) -> Result<(), ApiError> {
+    if t.name.trim().is_empty() {
+        return Err(ApiError::field("name", "err.required"));
     }
-    limits
-        .validate()
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    if cap < 0 {
-        return Err(ApiError::BadRequest(
-            "borrow_cap_tokens must not be negative".into(),
-        ));
+    if !["core", "standard", "batch"].contains(&t.priority.as_str()) {
+        return Err(ApiError::field("priority", "err.priority"));
+    }
+    valid_limits(&t.limits)?;
+    if t.borrow_cap_tokens < 0 {
+        return Err(ApiError::field("borrow_cap_tokens", "err.negative"));
     }
     Ok(())
 }
@@ -57,14 +54,14 @@ pub fn render(t: &TenantRow) -> Value {
         "allowed_models": t.allowed_models, "clamp_max_tokens": t.clamp_max_tokens})
 }
 
-pub async fn create(
-    State(cp): State<Arc<ControlPlane>>,
-    Authed(actor): Authed,
-    Json(t): Json<TenantIn>,
-) -> Result<Json<Value>, ApiError> {
-    require_platform_admin(&actor)?;
+/// Creates a tenant (platform admins only).
+pub async fn create_tenant(
+    cp: &ControlPlane,
+    actor: &Actor,
+    t: TenantIn,
+) -> Result<TenantRow, ApiError> {
+    require_platform_admin(actor)?;
     valid_id("id", &t.id)?;
-    check(&t.priority, &t.limits, t.borrow_cap_tokens)?;
     let row = TenantRow {
         id: t.id,
         name: t.name,
@@ -76,8 +73,27 @@ pub async fn create(
         allowed_models: t.allowed_models,
         clamp_max_tokens: t.clamp_max_tokens,
     };
+    check(&row)?;
     cp.store.create_tenant(&actor.label(), &row).await?;
+    Ok(row)
+}
+
+pub async fn create(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Json(t): Json<TenantIn>,
+) -> Result<Json<Value>, ApiError> {
+    let row = create_tenant(&cp, &actor, t).await?;
     Ok(Json(render(&row)))
+}
+
+/// A tenant the actor may read (404 for another tenant's admin).
+pub async fn tenant_for(cp: &ControlPlane, actor: &Actor, id: &str) -> Result<TenantRow, ApiError> {
+    require(actor, Access::Read, id)?;
+    cp.store
+        .tenant(id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("tenant {id}")))
 }
 
 pub async fn show(
@@ -85,41 +101,40 @@ pub async fn show(
     Authed(actor): Authed,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    require(&actor, Access::Read, &id)?;
-    let t = cp
-        .store
-        .tenant(&id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("tenant {id}")))?;
-    Ok(Json(render(&t)))
+    Ok(Json(render(&tenant_for(&cp, &actor, &id).await?)))
 }
 
-#[derive(Deserialize)]
+/// Tenants the actor may read: a tenant admin's own, everyone else all.
+pub async fn visible_tenants(cp: &ControlPlane, actor: &Actor) -> Result<Vec<TenantRow>, ApiError> {
+    let all = cp.store.tenants().await?;
+    Ok(all
+        .into_iter()
+        .filter(|t| actor.may(Access::Read, &t.id))
+        .collect())
+}
+
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct TenantPatch {
-    name: Option<String>,
-    cost_center: Option<String>,
-    priority: Option<String>,
-    limits: Option<Limits>,
-    may_borrow: Option<bool>,
-    borrow_cap_tokens: Option<i64>,
-    allowed_models: Option<Option<Vec<String>>>,
-    clamp_max_tokens: Option<bool>,
+    pub name: Option<String>,
+    pub cost_center: Option<String>,
+    pub priority: Option<String>,
+    pub limits: Option<Limits>,
+    pub may_borrow: Option<bool>,
+    pub borrow_cap_tokens: Option<i64>,
+    pub allowed_models: Option<Option<Vec<String>>>,
+    pub clamp_max_tokens: Option<bool>,
 }
 
-pub async fn update(
-    State(cp): State<Arc<ControlPlane>>,
-    Authed(actor): Authed,
-    Path(id): Path<String>,
-    Json(p): Json<TenantPatch>,
-) -> Result<Json<Value>, ApiError> {
-    require(&actor, Access::Read, &id)?;
-    require_platform_admin(&actor)?;
-    let mut t = cp
-        .store
-        .tenant(&id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("tenant {id}")))?;
+/// Changes a tenant (platform admins only; the before/after is audited).
+pub async fn update_tenant(
+    cp: &ControlPlane,
+    actor: &Actor,
+    id: &str,
+    p: TenantPatch,
+) -> Result<TenantRow, ApiError> {
+    let mut t = tenant_for(cp, actor, id).await?;
+    require_platform_admin(actor)?;
     let before = render(&t);
     if let Some(v) = p.name {
         t.name = v;
@@ -145,19 +160,55 @@ pub async fn update(
     if let Some(v) = p.clamp_max_tokens {
         t.clamp_max_tokens = v;
     }
-    check(&t.priority, &t.limits, t.borrow_cap_tokens)?;
+    check(&t)?;
     cp.store.update_tenant(&actor.label(), &t, before).await?;
-    Ok(Json(render(&t)))
+    Ok(t)
+}
+
+pub async fn update(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Path(id): Path<String>,
+    Json(p): Json<TenantPatch>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(render(&update_tenant(&cp, &actor, &id, p).await?)))
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AppIn {
-    id: String,
-    name: String,
+    pub id: String,
+    pub name: String,
     #[serde(default)]
-    limits: Limits,
-    allowed_models: Option<Vec<String>>,
+    pub limits: Limits,
+    pub allowed_models: Option<Vec<String>>,
+}
+
+/// Creates an app in a tenant the actor manages.
+pub async fn create_app_in(
+    cp: &ControlPlane,
+    actor: &Actor,
+    tenant: &str,
+    a: AppIn,
+) -> Result<AppRow, ApiError> {
+    require(actor, Access::Manage, tenant)?;
+    valid_id("id", &a.id)?;
+    if a.name.trim().is_empty() {
+        return Err(ApiError::field("name", "err.required"));
+    }
+    valid_limits(&a.limits)?;
+    if !cp.store.tenant_exists(tenant).await? {
+        return Err(ApiError::NotFound(format!("tenant {tenant}")));
+    }
+    let row = AppRow {
+        tenant_id: tenant.to_string(),
+        id: a.id,
+        name: a.name,
+        limits: a.limits,
+        allowed_models: a.allowed_models,
+    };
+    cp.store.create_app(&actor.label(), &row).await?;
+    Ok(row)
 }
 
 pub async fn create_app(
@@ -166,22 +217,7 @@ pub async fn create_app(
     Path(tenant): Path<String>,
     Json(a): Json<AppIn>,
 ) -> Result<Json<Value>, ApiError> {
-    require(&actor, Access::Manage, &tenant)?;
-    valid_id("id", &a.id)?;
-    a.limits
-        .validate()
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    if !cp.store.tenant_exists(&tenant).await? {
-        return Err(ApiError::NotFound(format!("tenant {tenant}")));
-    }
-    let row = AppRow {
-        tenant_id: tenant,
-        id: a.id,
-        name: a.name,
-        limits: a.limits,
-        allowed_models: a.allowed_models,
-    };
-    cp.store.create_app(&actor.label(), &row).await?;
+    let row = create_app_in(&cp, &actor, &tenant, a).await?;
     Ok(Json(
         json!({"tenant_id": row.tenant_id, "id": row.id, "name": row.name, "limits": row.limits,
         "allowed_models": row.allowed_models}),

@@ -3,7 +3,7 @@ use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
 use axum::extract::{Path, Query, State};
 use axum::Json;
-use domain::roles::Access;
+use domain::roles::{Access, Actor};
 use domain::MicroUsd;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -14,24 +14,42 @@ pub struct Period {
     period: Option<String>,
 }
 
-/// A tenant's month: limits (base + active grants + borrowed), used and held, live
-/// from the hold engine.
-pub async fn show(
-    State(cp): State<Arc<ControlPlane>>,
-    Authed(actor): Authed,
-    Path(id): Path<String>,
-    Query(q): Query<Period>,
-) -> Result<Json<Value>, ApiError> {
-    require(&actor, Access::Read, &id)?;
-    let period = q
-        .period
-        .unwrap_or_else(|| cp.clock.month(chrono::Utc::now()));
+/// A tenant's month: effective limits (base + active grants + borrowed,
+/// DESIGN §3), used and held live from the hold engine.
+#[derive(Debug, Clone)]
+pub struct MonthUsage {
+    pub tenant_id: String,
+    pub period: String,
+    pub limit_tokens: Option<i64>,
+    pub used_tokens: i64,
+    pub held_tokens: i64,
+    pub limit_cost: Option<MicroUsd>,
+    pub cost: MicroUsd,
+    pub held_cost: MicroUsd,
+    pub granted_tokens: i64,
+    pub granted_cost: MicroUsd,
+    pub base_limit_tokens: Option<i64>,
+    pub base_limit_cost: Option<MicroUsd>,
+    pub borrowed_tokens: i64,
+    pub borrowed_cost: MicroUsd,
+    pub may_borrow: bool,
+    pub borrow_cap_tokens: i64,
+}
+
+pub async fn month_usage(
+    cp: &ControlPlane,
+    actor: &Actor,
+    id: &str,
+    period: Option<String>,
+) -> Result<MonthUsage, ApiError> {
+    require(actor, Access::Read, id)?;
+    let period = period.unwrap_or_else(|| cp.clock.month(chrono::Utc::now()));
     if domain::period::parse_month(&period).is_none() {
-        return Err(ApiError::BadRequest("period must be YYYY-MM".into()));
+        return Err(ApiError::field("period", "err.bad_time"));
     }
     let t = cp
         .store
-        .tenant(&id)
+        .tenant(id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("tenant {id}")))?;
     let grants = cp.store.active_grants().await?;
@@ -39,7 +57,7 @@ pub async fn show(
         .iter()
         .filter(|g| g.tenant_id == id && g.app_id.is_none())
         .fold((0i64, 0i64), |(a, b), g| (a + g.tokens, b + g.cost_micro));
-    let c = cp.quota.month_counters(&id, &period).await.map_err(|e| {
+    let c = cp.quota.month_counters(id, &period).await.map_err(|e| {
         tracing::warn!(error = %e, "usage: quota store unavailable");
         ApiError::Internal
     })?;
@@ -50,27 +68,53 @@ pub async fn show(
         .iter()
         .find(|b| b.tenant_id == id && b.period == period)
         .map_or((0, 0), |b| (b.tokens, b.cost_micro));
-    // Effective limit = base + grants + borrowed (DESIGN §3).
     let eff = t.limits.raised_by(
         granted_tokens.saturating_add(borrowed_tokens),
         granted_cost.saturating_add(borrowed_cost),
     );
+    Ok(MonthUsage {
+        tenant_id: id.to_string(),
+        period,
+        limit_tokens: eff.monthly_tokens,
+        used_tokens: c.used_tokens("t"),
+        held_tokens: c.held_tokens("t"),
+        limit_cost: eff.monthly_cost_usd,
+        cost: MicroUsd(c.used_cost("t")),
+        held_cost: MicroUsd(c.held_cost("t")),
+        granted_tokens,
+        granted_cost: MicroUsd(granted_cost),
+        base_limit_tokens: t.limits.monthly_tokens,
+        base_limit_cost: t.limits.monthly_cost_usd,
+        borrowed_tokens,
+        borrowed_cost: MicroUsd(borrowed_cost),
+        may_borrow: t.may_borrow,
+        borrow_cap_tokens: t.borrow_cap_tokens,
+    })
+}
+
+pub async fn show(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Path(id): Path<String>,
+    Query(q): Query<Period>,
+) -> Result<Json<Value>, ApiError> {
+    let u = month_usage(&cp, &actor, &id, q.period).await?;
     Ok(Json(json!({
-        "tenant_id": id,
-        "period": period,
-        "limit_tokens": eff.monthly_tokens,
-        "used_tokens": c.used_tokens("t"),
-        "held_tokens": c.held_tokens("t"),
-        "limit_cost_usd": eff.monthly_cost_usd,
-        "cost_usd": MicroUsd(c.used_cost("t")),
-        "held_cost_usd": MicroUsd(c.held_cost("t")),
-        "granted_tokens": granted_tokens,
-        "granted_cost_usd": MicroUsd(granted_cost),
-        "base_limit_tokens": t.limits.monthly_tokens,
-        "base_limit_cost_usd": t.limits.monthly_cost_usd,
-        "borrowed_tokens": borrowed_tokens,
-        "borrowed_cost_usd": MicroUsd(borrowed_cost),
-        "may_borrow": t.may_borrow,
-        "borrow_cap_tokens": t.borrow_cap_tokens,
+        "tenant_id": u.tenant_id,
+        "period": u.period,
+        "limit_tokens": u.limit_tokens,
+        "used_tokens": u.used_tokens,
+        "held_tokens": u.held_tokens,
+        "limit_cost_usd": u.limit_cost,
+        "cost_usd": u.cost,
+        "held_cost_usd": u.held_cost,
+        "granted_tokens": u.granted_tokens,
+        "granted_cost_usd": u.granted_cost,
+        "base_limit_tokens": u.base_limit_tokens,
+        "base_limit_cost_usd": u.base_limit_cost,
+        "borrowed_tokens": u.borrowed_tokens,
+        "borrowed_cost_usd": u.borrowed_cost,
+        "may_borrow": u.may_borrow,
+        "borrow_cap_tokens": u.borrow_cap_tokens,
     })))
 }

@@ -1,20 +1,73 @@
 use super::{require_platform_admin, valid_id};
 use crate::auth::Authed;
 use crate::{passwords, ApiError, ControlPlane};
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::Json;
-use domain::roles::Role;
+use domain::roles::{Actor, Role};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use uuid::Uuid;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewUser {
-    email: String,
-    password: String,
-    role: String,
-    tenant_id: Option<String>,
+    pub email: String,
+    pub password: String,
+    pub role: String,
+    pub tenant_id: Option<String>,
+}
+
+/// A role and, for tenant admins, their tenant: checked together.
+fn role_and_tenant(role: &str, tenant: &Option<String>) -> Result<Role, ApiError> {
+    let role = Role::parse(role).ok_or_else(|| ApiError::field("role", "err.role"))?;
+    match (role, tenant) {
+        (Role::TenantAdmin, Some(t)) => valid_id("tenant_id", t)?,
+        (Role::TenantAdmin, None) => return Err(ApiError::field("tenant_id", "err.tenant_needed")),
+        (_, Some(_)) => return Err(ApiError::field("tenant_id", "err.tenant_only_for_ta")),
+        (_, None) => {}
+    }
+    Ok(role)
+}
+
+/// Creates a user (platform admins only); returns (id, normalised email, role).
+pub async fn create_user(
+    cp: &ControlPlane,
+    actor: &Actor,
+    u: NewUser,
+) -> Result<(Uuid, String, Role), ApiError> {
+    require_platform_admin(actor)?;
+    let email = u.email.trim().to_lowercase();
+    if !email.contains('@') || email.starts_with('@') || email.ends_with('@') {
+        return Err(ApiError::field("email", "err.email"));
+    }
+    let role = role_and_tenant(&u.role, &u.tenant_id)?;
+    if let Some(t) = &u.tenant_id {
+        if !cp.store.tenant_exists(t).await? {
+            return Err(ApiError::field("tenant_id", "err.unknown_tenant"));
+        }
+    }
+    let password = u.password;
+    let hash = tokio::task::spawn_blocking(move || passwords::hash(&password))
+        .await
+        .map_err(|_| ApiError::Internal)?
+        .map_err(|e| match e {
+            passwords::PasswordError::TooShort => ApiError::field("password", "err.password_short"),
+            passwords::PasswordError::Hashing => ApiError::Internal,
+        })?;
+    let creator = actor.user_id.parse().ok();
+    let id = cp
+        .store
+        .create_user_by(
+            &actor.label(),
+            creator,
+            &email,
+            &hash,
+            role.as_str(),
+            u.tenant_id.as_deref(),
+        )
+        .await?;
+    Ok((id, email, role))
 }
 
 pub async fn create(
@@ -22,39 +75,52 @@ pub async fn create(
     Authed(actor): Authed,
     Json(u): Json<NewUser>,
 ) -> Result<Json<Value>, ApiError> {
-    require_platform_admin(&actor)?;
-    let role = Role::parse(&u.role).ok_or_else(|| ApiError::BadRequest("unknown role".into()))?;
-    match (role, &u.tenant_id) {
-        (Role::TenantAdmin, Some(t)) => valid_id("tenant_id", t)?,
-        (Role::TenantAdmin, None) => {
-            return Err(ApiError::BadRequest(
-                "a tenant admin needs tenant_id".into(),
-            ))
-        }
-        (_, Some(_)) => {
-            return Err(ApiError::BadRequest(
-                "only tenant admins belong to a tenant".into(),
-            ))
-        }
-        (_, None) => {}
-    }
-    if !u.email.contains('@') {
-        return Err(ApiError::BadRequest("email is not an address".into()));
-    }
-    let hash = passwords::hash(&u.password).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let creator = actor.user_id.parse().ok();
-    let id = cp
-        .store
-        .create_user_by(
-            &actor.label(),
-            creator,
-            &u.email,
-            &hash,
-            role.as_str(),
-            u.tenant_id.as_deref(),
-        )
-        .await?;
+    let tenant = u.tenant_id.clone();
+    let (id, email, role) = create_user(&cp, &actor, u).await?;
     Ok(Json(
-        json!({"id": id, "email": u.email.trim().to_lowercase(), "role": role.as_str(), "tenant_id": u.tenant_id}),
+        json!({"id": id, "email": email, "role": role.as_str(), "tenant_id": tenant}),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleChange {
+    pub role: String,
+    pub tenant_id: Option<String>,
+}
+
+/// Changes another person's role (platform admins only; never one's own).
+pub async fn change_role(
+    cp: &ControlPlane,
+    actor: &Actor,
+    id: Uuid,
+    c: RoleChange,
+) -> Result<Role, ApiError> {
+    require_platform_admin(actor)?;
+    if actor.user_id == id.to_string() {
+        return Err(ApiError::Forbidden("nobody changes their own role".into()));
+    }
+    let role = role_and_tenant(&c.role, &c.tenant_id)?;
+    if let Some(t) = &c.tenant_id {
+        if !cp.store.tenant_exists(t).await? {
+            return Err(ApiError::field("tenant_id", "err.unknown_tenant"));
+        }
+    }
+    cp.store
+        .set_user_role(&actor.label(), id, role.as_str(), c.tenant_id.as_deref())
+        .await?;
+    Ok(role)
+}
+
+pub async fn set_role(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Path(id): Path<Uuid>,
+    Json(c): Json<RoleChange>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = c.tenant_id.clone();
+    let role = change_role(&cp, &actor, id, c).await?;
+    Ok(Json(
+        json!({"id": id, "role": role.as_str(), "tenant_id": tenant}),
     ))
 }

@@ -1,0 +1,77 @@
+//! Request lookup (DESIGN §10, §11): why was request X refused or degraded,
+//! or what did it cost. Tenant admins see only their tenant's requests;
+//! another tenant's id answers 404, like an unknown one.
+
+use super::require;
+use crate::auth::Authed;
+use crate::{ApiError, ControlPlane};
+use axum::extract::{Path, State};
+use axum::Json;
+use domain::roles::{Access, Actor};
+use domain::usage::UsageEvent;
+use domain::MicroUsd;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use store::RequestDecisionRow;
+
+/// What is known about one request: the decision (refused or degraded)
+/// and/or the usage event (admitted, including degraded ones).
+pub struct RequestRecord {
+    pub request_id: String,
+    pub tenant_id: String,
+    pub decision: Option<RequestDecisionRow>,
+    pub usage: Option<UsageEvent>,
+}
+
+pub async fn lookup(cp: &ControlPlane, actor: &Actor, id: &str) -> Result<RequestRecord, ApiError> {
+    let not_found = || ApiError::NotFound(format!("request {id}"));
+    let id = id.trim();
+    if id.is_empty() || id.len() > 128 {
+        return Err(not_found());
+    }
+    let decision = cp.store.request_decision(id).await?;
+    let usage = cp.store.usage_event(id).await?;
+    let tenant = decision
+        .as_ref()
+        .map(|d| d.tenant_id.clone())
+        .or_else(|| usage.as_ref().map(|u| u.tenant_id.clone()))
+        .ok_or_else(not_found)?;
+    // Another tenant's request is "not found", not "forbidden".
+    require(actor, Access::Read, &tenant).map_err(|_| not_found())?;
+    Ok(RequestRecord {
+        request_id: id.to_string(),
+        tenant_id: tenant,
+        decision,
+        usage,
+    })
+}
+
+pub fn render(r: &RequestRecord) -> Value {
+    let decision = r.decision.as_ref().map(|d| {
+        json!({"decision": d.decision, "reason": d.reason, "status": d.status, "scope": d.scope,
+            "at": d.at, "period": d.period, "app_id": d.app_id, "key_id": d.key_id, "model": d.model,
+            "detail": d.detail})
+    });
+    let usage = r.usage.as_ref().map(|u| {
+        json!({"input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
+            "cost_usd": MicroUsd(u.cost_micro), "status": u.status, "stream": u.stream,
+            "model": u.model, "app_id": u.app_id, "key_id": u.key_id, "period": u.period,
+            "usage_source": u.usage_source, "est_tokens": u.est_tokens,
+            "overrun_tokens": u.overrun_tokens})
+    });
+    let outcome = match (&r.decision, &r.usage) {
+        (Some(d), _) => d.decision.clone(),
+        (None, Some(_)) => "admitted".into(),
+        (None, None) => "unknown".into(),
+    };
+    json!({"request_id": r.request_id, "tenant_id": r.tenant_id, "outcome": outcome,
+        "decision": decision, "usage": usage})
+}
+
+pub async fn show(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(render(&lookup(&cp, &actor, &id).await?)))
+}

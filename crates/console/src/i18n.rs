@@ -1,0 +1,371 @@
+//! The console's two languages. Every visible string is a key in `TABLE`
+//! with its English and Chinese text; templates call `c.t("key")`. A unit
+//! test checks that every key a template or handler uses is in the table.
+
+use axum::http::HeaderMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lang {
+    #[default]
+    En,
+    Zh,
+}
+
+pub const LANG_COOKIE: &str = "tg_lang";
+
+impl Lang {
+    pub fn code(self) -> &'static str {
+        match self {
+            Lang::En => "en",
+            Lang::Zh => "zh",
+        }
+    }
+
+    /// `zh…` → Chinese, anything else → English.
+    pub fn parse(s: &str) -> Option<Lang> {
+        match s.trim().to_ascii_lowercase() {
+            s if s.starts_with("zh") => Some(Lang::Zh),
+            s if s.starts_with("en") => Some(Lang::En),
+            _ => None,
+        }
+    }
+
+    /// The language cookie, else the first language of Accept-Language
+    /// that the console speaks, else English.
+    pub fn from_headers(h: &HeaderMap) -> Lang {
+        if let Some(l) = crate::web::session::cookie(h, LANG_COOKIE).and_then(|v| Lang::parse(&v)) {
+            return l;
+        }
+        h.get(axum::http::header::ACCEPT_LANGUAGE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.split(',')
+                    .filter_map(|part| Lang::parse(part.split(';').next().unwrap_or("")))
+                    .next()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn t(self, key: &str) -> &'static str {
+        match lookup(key) {
+            Some((en, zh)) => match self {
+                Lang::En => en,
+                Lang::Zh => zh,
+            },
+            None => {
+                debug_assert!(false, "missing translation key {key}");
+                "?"
+            }
+        }
+    }
+}
+
+/// The English text of a key (the JSON API's messages).
+pub fn english(key: &str) -> &'static str {
+    Lang::En.t(key)
+}
+
+fn lookup(key: &str) -> Option<(&'static str, &'static str)> {
+    use std::collections::HashMap;
+    use std::sync::OnceLock;
+    static MAP: OnceLock<HashMap<&'static str, (&'static str, &'static str)>> = OnceLock::new();
+    MAP.get_or_init(|| TABLE.iter().map(|(k, en, zh)| (*k, (*en, *zh))).collect())
+        .get(key)
+        .copied()
+}
+
+/// (key, English, Chinese). Keep sorted by area; add a row for every new
+/// visible string (`cargo test -p tollgate-console` finds missing ones).
+pub static TABLE: &[(&str, &str, &str)] = &[
+    // layout and navigation
+    ("nav.app_name", "tollgate console", "tollgate 控制台"),
+    ("nav.dashboard", "Dashboard", "概览"),
+    ("nav.tenants", "Tenants", "租户"),
+    ("nav.apps", "Apps & keys", "应用与密钥"),
+    ("nav.quota", "Quota requests", "临时额度申请"),
+    ("nav.models", "Models & prices", "模型与价格"),
+    ("nav.users", "Users", "用户"),
+    ("nav.audit", "Audit log", "审计日志"),
+    ("nav.requests", "Request lookup", "请求查询"),
+    ("nav.logout", "Log out", "退出登录"),
+    ("nav.signed_in_as", "Signed in as", "当前用户"),
+    ("nav.language", "Language", "语言"),
+    ("lang.en", "English", "English"),
+    ("lang.zh", "中文", "中文"),
+    ("common.save", "Save", "保存"),
+    ("common.create", "Create", "创建"),
+    ("common.search", "Search", "查询"),
+    ("common.none", "none", "无"),
+    ("common.unlimited", "unlimited", "不限"),
+    ("common.all", "all", "全部"),
+    ("common.yes", "yes", "是"),
+    ("common.no", "no", "否"),
+    ("common.back", "Back", "返回"),
+    ("common.id", "ID", "ID"),
+    ("common.name", "Name", "名称"),
+    ("common.tenant", "Tenant", "租户"),
+    ("common.app", "App", "应用"),
+    ("common.state", "State", "状态"),
+    ("common.time", "Time", "时间"),
+    ("common.actions", "Actions", "操作"),
+    ("common.empty", "Nothing here yet.", "暂无数据。"),
+    ("common.done", "Done.", "已完成。"),
+    // roles
+    ("role.platform_admin", "Platform admin", "平台管理员"),
+    ("role.tenant_admin", "Tenant admin", "租户管理员"),
+    ("role.finance", "Finance", "财务"),
+    ("role.auditor", "Auditor", "审计员"),
+    // login
+    ("login.title", "Sign in", "登录"),
+    ("login.email", "Email", "邮箱"),
+    ("login.password", "Password", "密码"),
+    ("login.submit", "Sign in", "登录"),
+    ("login.failed", "Wrong email or password.", "邮箱或密码错误。"),
+    ("login.too_many", "Too many attempts; wait a minute and try again.", "尝试次数过多，请一分钟后再试。"),
+    // errors
+    ("error.title", "Something went wrong", "出错了"),
+    ("error.forbidden", "Your role may not do this.", "您的角色无权执行此操作。"),
+    ("error.not_found", "Not found.", "未找到。"),
+    ("error.bad_request", "The request was not valid.", "请求无效。"),
+    ("error.conflict", "It already exists or was changed meanwhile.", "已存在或已被修改。"),
+    ("error.csrf", "The form expired or did not come from this console. Reload the page and try again.", "表单已过期或并非来自本控制台，请刷新页面后重试。"),
+    ("error.db_down", "The database is unreachable. The gateway keeps serving admitted traffic; the console is back as soon as PostgreSQL is.", "数据库无法连接。网关仍在处理已准入的请求；PostgreSQL 恢复后控制台即可使用。"),
+    ("error.internal", "Internal error. It has been logged.", "内部错误，已记录日志。"),
+    ("error.too_many", "Too many attempts; wait a minute.", "尝试次数过多，请稍候一分钟。"),
+    // dashboard
+    ("dash.tenants", "Tenants", "租户"),
+    ("dash.pending", "Pending quota requests", "待审批额度申请"),
+    ("dash.models", "Models", "模型"),
+    ("dash.users", "Users", "用户"),
+    ("dash.apps", "Apps", "应用"),
+    ("dash.usage", "Usage this month", "本月用量"),
+    ("dash.used_tokens", "Used tokens", "已用 token"),
+    ("dash.held_tokens", "Held (in flight)", "预扣（进行中）"),
+    ("dash.limit_tokens", "Token budget", "token 预算"),
+    ("dash.cost", "Cost", "费用"),
+    ("dash.limit_cost", "Cost budget", "费用预算"),
+    ("dash.granted", "Granted tokens", "临时授予 token"),
+    ("dash.requests", "Quota requests", "额度申请"),
+    ("dash.recent_audit", "Recent changes", "最近变更"),
+    // limits
+    ("limits.monthly_tokens", "Monthly tokens", "每月 token"),
+    ("limits.monthly_cost_usd", "Monthly cost (USD)", "每月费用（美元）"),
+    ("limits.daily_cost_soft_usd", "Daily soft cost limit (USD)", "每日软性费用上限（美元）"),
+    ("limits.rpm", "Requests per minute", "每分钟请求数"),
+    ("limits.input_tpm", "Input tokens per minute", "每分钟输入 token"),
+    ("limits.output_tpm", "Output tokens per minute", "每分钟输出 token"),
+    ("limits.max_inflight", "Max in flight", "最大并发"),
+    ("limits.max_context_tokens", "Max context tokens", "最大上下文 token"),
+    ("limits.max_output_tokens", "Max output tokens", "最大输出 token"),
+    // tenants
+    ("tenants.new", "New tenant", "新建租户"),
+    ("tenants.settings", "Settings", "设置"),
+    ("tenants.cost_center", "Cost center", "成本中心"),
+    ("tenants.priority", "Priority", "优先级"),
+    ("tenants.limits", "Limits", "限额"),
+    ("tenants.may_borrow", "May borrow from the pool", "可从共享池借用"),
+    ("tenants.borrow_cap", "Borrow cap (tokens)", "借用上限（token）"),
+    ("tenants.clamp", "Clamp max_tokens to the budget instead of refusing", "预算不足时压缩 max_tokens 而非拒绝"),
+    ("tenants.allowed_models", "Allowed models", "允许的模型"),
+    ("tenants.all_models", "all models (comma-separated list to restrict)", "全部模型（填写逗号分隔列表以限制）"),
+    // apps & keys
+    ("apps.pick", "Choose a tenant:", "请选择租户："),
+    ("apps.new", "New app", "新建应用"),
+    ("apps.none", "This tenant has no apps yet.", "该租户还没有应用。"),
+    ("apps.no_keys", "No keys yet.", "还没有密钥。"),
+    ("apps.prefix", "Key prefix", "密钥前缀"),
+    ("apps.created", "Created", "创建时间"),
+    ("apps.expires", "Expires", "过期时间"),
+    ("apps.expires_utc", "Expires (UTC, optional)", "过期时间（UTC，可选）"),
+    ("apps.active", "active", "有效"),
+    ("apps.revoked", "revoked", "已吊销"),
+    ("apps.revoke", "Revoke", "吊销"),
+    ("apps.revoke_confirm", "Revoke this key? Clients using it stop working within a second.", "确定吊销此密钥？使用它的客户端将在一秒内失效。"),
+    ("apps.key_name", "Key name", "密钥名称"),
+    ("apps.issue", "Issue key", "签发密钥"),
+    ("apps.issued", "Key issued:", "密钥已签发："),
+    ("apps.shown_once", "Copy it now: it is shown only this once and stored only as a hash.", "请立即复制：密钥只显示这一次，系统仅保存其哈希。"),
+    ("apps.done_copying", "I have copied it", "我已复制"),
+    // quota requests
+    ("quota.help", "Temporary quota raises a budget until it expires. A platform admin other than the requester approves it.", "临时额度在到期前提高预算，需由申请人以外的平台管理员审批。"),
+    ("quota.new", "Request temporary quota", "申请临时额度"),
+    ("quota.created", "Request sent; a platform admin will decide.", "申请已提交，等待平台管理员审批。"),
+    ("quota.app_optional", "App (optional)", "应用（可选）"),
+    ("quota.tokens", "Tokens", "token 数"),
+    ("quota.cost_usd", "Cost (USD)", "费用（美元）"),
+    ("quota.expires_at", "Expires", "到期时间"),
+    ("quota.expires_at_utc", "Expires (UTC)", "到期时间（UTC）"),
+    ("quota.reason", "Reason", "理由"),
+    ("quota.submit", "Send request", "提交申请"),
+    ("quota.left", "Time left", "剩余时间"),
+    ("quota.note", "Note", "备注"),
+    ("quota.approve", "Approve", "批准"),
+    ("quota.reject", "Reject", "拒绝"),
+    ("quota.state_pending", "pending", "待审批"),
+    ("quota.state_active", "active", "生效中"),
+    ("quota.state_expired", "expired", "已过期"),
+    ("quota.state_rejected", "rejected", "已拒绝"),
+    // models
+    ("models.new", "New model", "新建模型"),
+    ("models.kind", "Kind", "类型"),
+    ("models.upstream", "Upstream base URL", "上游地址"),
+    ("models.upstream_model", "Upstream model", "上游模型名"),
+    ("models.api_key", "Provider API key (write-only)", "供应商 API 密钥（只写）"),
+    ("models.input_price", "Input price / 1M tokens (USD)", "输入价格 / 百万 token（美元）"),
+    ("models.output_price", "Output price / 1M tokens (USD)", "输出价格 / 百万 token（美元）"),
+    ("models.default_max_output", "Default max output tokens", "默认最大输出 token"),
+    ("models.degrade_to", "Degrades to", "降级到"),
+    ("models.pool", "Pool capacity", "池容量"),
+    ("models.price_note", "Prices are per million tokens; cost rounds up to the micro-dollar.", "价格按每百万 token 计；费用向上取整到微美元。"),
+    // users
+    ("users.new", "New user", "新建用户"),
+    ("users.role", "Role", "角色"),
+    ("users.change_role", "Change role", "修改角色"),
+    ("users.tenant_for_ta", "Tenant (tenant admins only)", "租户（仅租户管理员）"),
+    // audit
+    ("audit.actor", "Actor", "操作人"),
+    ("audit.action", "Action", "操作"),
+    ("audit.target", "Target", "对象"),
+    ("audit.change", "Before → after", "变更前 → 变更后"),
+    ("audit.from_utc", "From (UTC)", "起（UTC）"),
+    ("audit.to_utc", "To (UTC)", "止（UTC）"),
+    ("audit.chain", "Hash chain", "哈希链"),
+    ("audit.verify", "Verify chain", "校验哈希链"),
+    ("audit.intact", "The chain is intact", "哈希链完整"),
+    ("audit.rows", "rows", "行"),
+    ("audit.broken", "The chain is broken at row", "哈希链在此行断裂："),
+    // request lookup
+    ("req.id_label", "Request id (x-request-id)", "请求 ID（x-request-id）"),
+    ("req.help", "Every answer of the gateway carries x-request-id. Refused and degraded requests show their reason and the counters at the time; admitted ones their usage.", "网关的每个响应都带有 x-request-id。被拒绝或降级的请求显示原因及当时的计数；已准入的请求显示用量。"),
+    ("req.not_found", "No request with this id (or not one your role may see).", "没有此 ID 的请求（或您的角色无权查看）。"),
+    ("req.refused", "refused", "已拒绝"),
+    ("req.degraded", "degraded", "已降级"),
+    ("req.admitted", "admitted", "已准入"),
+    ("req.reason", "Reason", "原因"),
+    ("req.status", "HTTP status", "HTTP 状态码"),
+    ("req.scope", "Failing scope", "触发限制的范围"),
+    ("req.at", "At", "时间"),
+    ("req.key", "Key", "密钥"),
+    ("req.model", "Model", "模型"),
+    ("req.counters", "Counters at the time", "当时的计数"),
+    ("req.input_tokens", "Input tokens", "输入 token"),
+    ("req.output_tokens", "Output tokens", "输出 token"),
+    ("req.cost", "Cost", "费用"),
+    ("req.usage_status", "Settled as", "结算状态"),
+    // field messages (ApiError::Field keys)
+    ("err.id_format", "1-64 characters of a-z, 0-9, '-' and '_'", "1-64 个字符，仅限 a-z、0-9、'-' 和 '_'"),
+    ("err.required", "required", "必填"),
+    ("err.exists", "already exists", "已存在"),
+    ("err.not_a_number", "must be a whole number", "必须是整数"),
+    ("err.not_money", "must be an amount in USD, like 12.50", "必须是美元金额，例如 12.50"),
+    ("err.negative", "must not be negative", "不能为负数"),
+    ("err.priority", "must be core, standard or batch", "必须是 core、standard 或 batch"),
+    ("err.past", "must be in the future", "必须是将来的时间"),
+    ("err.positive_amount", "ask for a positive number of tokens and/or USD", "请申请正数的 token 和/或美元额度"),
+    ("err.bad_time", "must be a date and time like 2026-12-31T18:00", "必须是日期时间，例如 2026-12-31T18:00"),
+    ("err.unknown_app", "no such app in this tenant", "该租户下没有此应用"),
+    ("err.unknown_tenant", "no such tenant", "没有此租户"),
+    ("err.role", "unknown role", "未知角色"),
+    ("err.tenant_needed", "a tenant admin needs a tenant", "租户管理员必须属于一个租户"),
+    ("err.tenant_only_for_ta", "only tenant admins belong to a tenant", "只有租户管理员属于租户"),
+    ("err.email", "not an email address", "不是有效的邮箱地址"),
+    ("err.password_short", "at least 12 characters", "至少 12 个字符"),
+    ("err.own_role", "nobody changes their own role", "不能修改自己的角色"),
+    ("err.url", "must be an http(s) URL without credentials", "必须是不含凭据的 http(s) 地址"),
+    ("err.kind", "must be chat or embedding", "必须是 chat 或 embedding"),
+    ("err.unknown_model", "unknown model", "未知模型"),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_has_both_languages_once() {
+        let mut seen = std::collections::HashSet::new();
+        for (k, en, zh) in TABLE {
+            assert!(seen.insert(*k), "duplicate key {k}");
+            assert!(!en.is_empty() && !zh.is_empty(), "{k} is missing a text");
+        }
+    }
+
+    /// Every translation key the templates and the console's code use is
+    /// in the table: no page shows an untranslated string. A key is a
+    /// quoted `area.word` whose area is one of the table's areas.
+    #[test]
+    fn every_used_key_is_translated() {
+        let areas: std::collections::HashSet<&str> = TABLE
+            .iter()
+            .map(|(k, _, _)| k.split('.').next().unwrap())
+            .collect();
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        collect(&root.join("../../templates"), &mut files);
+        collect(&root.join("src/web"), &mut files);
+        collect(&root.join("src/api"), &mut files);
+        let mut missing = Vec::new();
+        let mut used = 0;
+        let is_key = |lit: &str| {
+            lit.split_once('.').is_some_and(|(area, rest)| {
+                areas.contains(area)
+                    && !rest.is_empty()
+                    && rest
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b == b'_' || b == b'.')
+            })
+        };
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            let keys: Vec<&str> = if f.extension().is_some_and(|x| x == "html") {
+                // Templates: every `t("key")`.
+                text.split("t(\"")
+                    .skip(1)
+                    .filter_map(|p| p.split('"').next())
+                    .collect()
+            } else {
+                // Rust: string literals that look like keys.
+                text.split('"')
+                    .enumerate()
+                    .filter(|(i, lit)| i % 2 == 1 && is_key(lit))
+                    .map(|(_, lit)| lit)
+                    .collect()
+            };
+            for key in keys {
+                used += 1;
+                if lookup(key).is_none() {
+                    missing.push(format!("{}: {key}", f.display()));
+                }
+            }
+        }
+        assert!(
+            used > 50,
+            "the scan found only {used} keys: is it looking in the right place?"
+        );
+        assert!(missing.is_empty(), "untranslated keys: {missing:#?}");
+    }
+
+    fn collect(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                collect(&p, out);
+            } else if p.extension().is_some_and(|x| x == "html" || x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+
+    #[test]
+    fn accept_language_and_cookie() {
+        let mut h = HeaderMap::new();
+        assert_eq!(Lang::from_headers(&h), Lang::En);
+        h.insert(
+            "accept-language",
+            "fr-FR,zh-CN;q=0.8,en;q=0.5".parse().unwrap(),
+        );
+        assert_eq!(Lang::from_headers(&h), Lang::Zh);
+        h.insert("cookie", "a=b; tg_lang=en".parse().unwrap());
+        assert_eq!(Lang::from_headers(&h), Lang::En);
+        assert_eq!(Lang::Zh.t("nav.tenants"), "租户");
+    }
+}

@@ -1,0 +1,256 @@
+//! Apps & keys of one tenant: create apps, issue keys (the plaintext is in
+//! the answer to the issue request and nowhere else), revoke keys.
+
+use super::{form_error, limits_summary, time, when, FieldError, LimitsForm};
+use crate::api::keys::{self as key_svc, KeyIn};
+use crate::api::require;
+use crate::api::tenants::{self as svc, AppIn};
+use crate::error::ApiError;
+use crate::web::{fragment_or_page, render, Chrome, PageError, Session};
+use crate::ControlPlane;
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::Form;
+use domain::roles::{Access, Role};
+use serde::Deserialize;
+use std::sync::Arc;
+use uuid::Uuid;
+
+pub struct AppLine {
+    pub id: String,
+    pub name: String,
+    pub limits: String,
+    pub keys: Vec<KeyLine>,
+}
+
+pub struct KeyLine {
+    pub id: String,
+    pub name: String,
+    pub prefix: String,
+    pub created: String,
+    pub expires: String,
+    pub revoked: bool,
+}
+
+/// Tenant admins go straight to their tenant; others pick one.
+pub async fn pick(State(cp): State<Arc<ControlPlane>>, s: Session) -> Result<Response, PageError> {
+    if s.actor.role == Role::TenantAdmin {
+        let t = s.actor.tenant.clone().unwrap_or_default();
+        return Ok(Redirect::to(&format!("/console/tenants/{t}/apps")).into_response());
+    }
+    let tenants = svc::visible_tenants(&cp, &s.actor).await?;
+    render(PickPage {
+        c: Chrome::new(&s, "nav.apps", "/console/apps"),
+        tenants: tenants.into_iter().map(|t| (t.id, t.name)).collect(),
+    })
+    .map(IntoResponse::into_response)
+}
+
+#[derive(Template)]
+#[template(path = "pages/apps_pick.html")]
+struct PickPage {
+    c: Chrome,
+    tenants: Vec<(String, String)>,
+}
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(default)]
+pub struct AppForm {
+    id: String,
+    name: String,
+    #[serde(flatten)]
+    limits: LimitsForm,
+}
+
+#[derive(Template)]
+#[template(path = "pages/apps.html")]
+struct AppsPage {
+    c: Chrome,
+    tenant: String,
+    apps: Vec<AppLine>,
+    can_manage: bool,
+    form: AppForm,
+    errors: FieldError,
+    /// The key forms' (none on a fresh page).
+    key_errors: FieldError,
+}
+
+async fn apps_page(
+    cp: &ControlPlane,
+    s: &Session,
+    tenant: &str,
+    form: AppForm,
+    errors: FieldError,
+) -> Result<AppsPage, PageError> {
+    require(&s.actor, Access::Read, tenant)?;
+    if !cp.store.tenant_exists(tenant).await? {
+        return Err(ApiError::NotFound(format!("tenant {tenant}")).into());
+    }
+    let keys = cp.store.keys_of(tenant).await?;
+    let apps = cp
+        .store
+        .apps_of(tenant)
+        .await?
+        .into_iter()
+        .map(|a| AppLine {
+            keys: keys
+                .iter()
+                .filter(|k| k.app_id == a.id)
+                .map(|k| KeyLine {
+                    id: k.id.to_string(),
+                    name: k.name.clone(),
+                    prefix: k.prefix.clone(),
+                    created: when(k.created_at),
+                    expires: k.expires_at.map(when).unwrap_or_default(),
+                    revoked: k.revoked_at.is_some(),
+                })
+                .collect(),
+            limits: limits_summary(&a.limits),
+            id: a.id,
+            name: a.name,
+        })
+        .collect();
+    Ok(AppsPage {
+        c: Chrome::new(s, "nav.apps", "/console/apps"),
+        tenant: tenant.to_string(),
+        apps,
+        can_manage: s.actor.may(Access::Manage, tenant),
+        form,
+        errors,
+        key_errors: FieldError::default(),
+    })
+}
+
+pub async fn list(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path(tenant): Path<String>,
+) -> Result<Html<String>, PageError> {
+    render(apps_page(&cp, &s, &tenant, AppForm::default(), FieldError::default()).await?)
+}
+
+/// A new app: the whole page comes back (the new app has its own key form).
+pub async fn create(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path(tenant): Path<String>,
+    Form(f): Form<AppForm>,
+) -> Result<Response, PageError> {
+    let input = f.limits.parse().map(|limits| AppIn {
+        id: f.id.trim().to_string(),
+        name: f.name.trim().to_string(),
+        limits,
+        allowed_models: None,
+    });
+    let result = match input {
+        Ok(a) => svc::create_app_in(&cp, &s.actor, &tenant, a)
+            .await
+            .map(|_| ()),
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => Ok(Redirect::to(&format!("/console/tenants/{tenant}/apps")).into_response()),
+        Err(e) => {
+            let errors = form_error(e)?;
+            let page = apps_page(&cp, &s, &tenant, f, errors).await?;
+            Ok((StatusCode::UNPROCESSABLE_ENTITY, render(page)?).into_response())
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct KeyForm {
+    name: String,
+    expires_at: String,
+}
+
+#[derive(Template)]
+#[template(path = "partials/key_issued.html")]
+struct Issued {
+    c: Chrome,
+    app: String,
+    name: String,
+    prefix: String,
+    key: String,
+    expires: String,
+}
+
+#[derive(Template)]
+#[template(path = "partials/key_form.html")]
+struct KeyFormFragment {
+    c: Chrome,
+    tenant: String,
+    app: String,
+    key_errors: FieldError,
+}
+
+/// Issues a key; the answer shows it once. Reloading the page shows only
+/// its prefix.
+pub async fn issue_key(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path((tenant, app)): Path<(String, String)>,
+    Form(f): Form<KeyForm>,
+) -> Result<Response, PageError> {
+    let input = time("expires_at", &f.expires_at).map(|expires_at| KeyIn {
+        name: f.name.trim().to_string(),
+        expires_at,
+        limits: Default::default(),
+        allowed_models: None,
+    });
+    let result = match input {
+        Ok(k) => key_svc::issue(&cp, &s.actor, &tenant, &app, k).await,
+        Err(e) => Err(e),
+    };
+    let html = match result {
+        Ok(k) => fragment_or_page(
+            &s,
+            "nav.apps",
+            "/console/apps",
+            Issued {
+                c: Chrome::new(&s, "nav.apps", "/console/apps"),
+                app: k.app_id,
+                name: k.name,
+                prefix: k.prefix,
+                key: k.key,
+                expires: k.expires_at.map(when).unwrap_or_default(),
+            },
+        )?,
+        Err(e) => {
+            let frag = KeyFormFragment {
+                c: Chrome::new(&s, "nav.apps", "/console/apps"),
+                tenant,
+                app,
+                key_errors: form_error(e)?,
+            };
+            let html = fragment_or_page(&s, "nav.apps", "/console/apps", frag)?;
+            return Ok((StatusCode::UNPROCESSABLE_ENTITY, html).into_response());
+        }
+    };
+    // Never cached anywhere: the one copy of the key.
+    Ok(([(axum::http::header::CACHE_CONTROL, "no-store")], html).into_response())
+}
+
+#[derive(Template)]
+#[template(path = "partials/key_revoked.html")]
+struct Revoked {
+    c: Chrome,
+}
+
+pub async fn revoke_key(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path(id): Path<Uuid>,
+) -> Result<Response, PageError> {
+    let tenant = key_svc::revoke_key(&cp, &s.actor, id).await?;
+    if !s.htmx {
+        return Ok(Redirect::to(&format!("/console/tenants/{tenant}/apps")).into_response());
+    }
+    Ok(render(Revoked {
+        c: Chrome::new(&s, "nav.apps", "/console/apps"),
+    })?
+    .into_response())
+}

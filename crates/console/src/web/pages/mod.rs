@@ -1,0 +1,286 @@
+//! One module per console page. Handlers: take the `Session`, parse the
+//! form, call the service function the JSON API uses, render.
+
+pub mod apps;
+pub mod audit;
+pub mod dashboard;
+pub mod models;
+pub mod quota;
+pub mod requests;
+pub mod tenants;
+pub mod users;
+
+use crate::error::ApiError;
+use crate::web::PageError;
+use chrono::{DateTime, NaiveDateTime, Utc};
+use domain::{Limits, MicroUsd};
+use serde::Deserialize;
+
+/// The first thing wrong with a form: the field and a translation key.
+#[derive(Default, Debug)]
+pub struct FieldError {
+    field: Option<&'static str>,
+    key: &'static str,
+}
+
+impl FieldError {
+    /// The message key for `field`, if that is the field in error.
+    pub fn on(&self, field: &str) -> Option<&'static str> {
+        (self.field == Some(field)).then_some(self.key)
+    }
+
+    pub fn any(&self) -> bool {
+        self.field.is_some()
+    }
+
+    pub fn at(field: &'static str, key: &'static str) -> FieldError {
+        FieldError {
+            field: Some(field),
+            key,
+        }
+    }
+}
+
+/// A service error a form can show next to a field, or a page error.
+pub fn form_error(e: ApiError) -> Result<FieldError, PageError> {
+    match e {
+        ApiError::Field { field, key } => Ok(FieldError {
+            field: Some(field),
+            key,
+        }),
+        ApiError::Conflict(_) => Ok(FieldError {
+            field: Some("id"),
+            key: "err.exists",
+        }),
+        e => Err(e.into()),
+    }
+}
+
+/// An optional whole number; empty means absent.
+pub fn int(field: &'static str, v: &str) -> Result<Option<i64>, ApiError> {
+    let v = v.trim().replace(['_', ','], "");
+    if v.is_empty() {
+        return Ok(None);
+    }
+    v.parse()
+        .map(Some)
+        .map_err(|_| ApiError::field(field, "err.not_a_number"))
+}
+
+/// An optional amount of USD ("12.50"); empty means absent.
+pub fn usd(field: &'static str, v: &str) -> Result<Option<MicroUsd>, ApiError> {
+    let v = v.trim().trim_start_matches('$');
+    if v.is_empty() {
+        return Ok(None);
+    }
+    MicroUsd::from_usd_str(v)
+        .map(Some)
+        .map_err(|_| ApiError::field(field, "err.not_money"))
+}
+
+/// A `datetime-local` input, read as UTC (the form says so).
+pub fn time(field: &'static str, v: &str) -> Result<Option<DateTime<Utc>>, ApiError> {
+    let v = v.trim();
+    if v.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(t) = DateTime::parse_from_rfc3339(v) {
+        return Ok(Some(t.with_timezone(&Utc)));
+    }
+    ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]
+        .iter()
+        .find_map(|f| NaiveDateTime::parse_from_str(v, f).ok())
+        .map(|n| Some(n.and_utc()))
+        .ok_or_else(|| ApiError::field(field, "err.bad_time"))
+}
+
+/// A comma- or space-separated list; empty means "not restricted".
+pub fn split_list(v: &str) -> Option<Vec<String>> {
+    let items: Vec<String> = v
+        .split([',', ' ', '\n'])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    (!items.is_empty()).then_some(items)
+}
+
+/// The limit fields every limits form carries, as typed.
+#[derive(Deserialize, Default, Clone)]
+#[serde(default)]
+pub struct LimitsForm {
+    pub monthly_tokens: String,
+    pub monthly_cost_usd: String,
+    pub daily_cost_soft_usd: String,
+    pub rpm: String,
+    pub input_tpm: String,
+    pub output_tpm: String,
+    pub max_inflight: String,
+    pub max_context_tokens: String,
+    pub max_output_tokens: String,
+}
+
+impl LimitsForm {
+    pub fn parse(&self) -> Result<Limits, ApiError> {
+        Ok(Limits {
+            monthly_tokens: int("monthly_tokens", &self.monthly_tokens)?,
+            monthly_cost_usd: usd("monthly_cost_usd", &self.monthly_cost_usd)?,
+            daily_cost_soft_usd: usd("daily_cost_soft_usd", &self.daily_cost_soft_usd)?,
+            rpm: int("rpm", &self.rpm)?,
+            input_tpm: int("input_tpm", &self.input_tpm)?,
+            output_tpm: int("output_tpm", &self.output_tpm)?,
+            max_inflight: int("max_inflight", &self.max_inflight)?,
+            max_context_tokens: int("max_context_tokens", &self.max_context_tokens)?,
+            max_output_tokens: int("max_output_tokens", &self.max_output_tokens)?,
+        })
+    }
+
+    pub fn of(l: &Limits) -> LimitsForm {
+        let i = |v: Option<i64>| v.map(|v| v.to_string()).unwrap_or_default();
+        let m = |v: Option<MicroUsd>| v.map(|v| v.to_string()).unwrap_or_default();
+        LimitsForm {
+            monthly_tokens: i(l.monthly_tokens),
+            monthly_cost_usd: m(l.monthly_cost_usd),
+            daily_cost_soft_usd: m(l.daily_cost_soft_usd),
+            rpm: i(l.rpm),
+            input_tpm: i(l.input_tpm),
+            output_tpm: i(l.output_tpm),
+            max_inflight: i(l.max_inflight),
+            max_context_tokens: i(l.max_context_tokens),
+            max_output_tokens: i(l.max_output_tokens),
+        }
+    }
+
+    /// (field, label key, value) for the template's loop.
+    pub fn fields(&self) -> [(&'static str, &'static str, &str); 9] {
+        [
+            (
+                "monthly_tokens",
+                "limits.monthly_tokens",
+                &self.monthly_tokens,
+            ),
+            (
+                "monthly_cost_usd",
+                "limits.monthly_cost_usd",
+                &self.monthly_cost_usd,
+            ),
+            (
+                "daily_cost_soft_usd",
+                "limits.daily_cost_soft_usd",
+                &self.daily_cost_soft_usd,
+            ),
+            ("rpm", "limits.rpm", &self.rpm),
+            ("input_tpm", "limits.input_tpm", &self.input_tpm),
+            ("output_tpm", "limits.output_tpm", &self.output_tpm),
+            ("max_inflight", "limits.max_inflight", &self.max_inflight),
+            (
+                "max_context_tokens",
+                "limits.max_context_tokens",
+                &self.max_context_tokens,
+            ),
+            (
+                "max_output_tokens",
+                "limits.max_output_tokens",
+                &self.max_output_tokens,
+            ),
+        ]
+    }
+}
+
+/// Limits as one short line for tables ("" when unlimited).
+pub fn limits_summary(l: &Limits) -> String {
+    let mut parts = Vec::new();
+    if let Some(v) = l.monthly_tokens {
+        parts.push(format!("{} tok/mo", thousands(v)));
+    }
+    if let Some(v) = l.monthly_cost_usd {
+        parts.push(format!("${v}/mo"));
+    }
+    if let Some(v) = l.daily_cost_soft_usd {
+        parts.push(format!("${v}/day soft"));
+    }
+    if let Some(v) = l.rpm {
+        parts.push(format!("{v} rpm"));
+    }
+    if let Some(v) = l.input_tpm {
+        parts.push(format!("{} in-tpm", thousands(v)));
+    }
+    if let Some(v) = l.output_tpm {
+        parts.push(format!("{} out-tpm", thousands(v)));
+    }
+    if let Some(v) = l.max_inflight {
+        parts.push(format!("{v} in flight"));
+    }
+    parts.join(" · ")
+}
+
+/// 1234567 → "1,234,567".
+pub fn thousands(v: i64) -> String {
+    let s = v.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    if v < 0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+/// A time as the console shows it (UTC, to the minute).
+pub fn when(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M UTC").to_string()
+}
+
+/// Time left until `t`, like "2d 3h", "3h 12m", "45m"; "" when past.
+pub fn time_left(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let secs = (t - now).num_seconds();
+    if secs <= 0 {
+        return String::new();
+    }
+    let (d, h, m) = (secs / 86_400, secs % 86_400 / 3600, secs % 3600 / 60);
+    match (d, h) {
+        (0, 0) => format!("{}m", m.max(1)),
+        (0, _) => format!("{h}h {m}m"),
+        _ => format!("{d}d {h}h"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_money_parse_with_field_errors() {
+        assert_eq!(int("rpm", " 1,000 ").unwrap(), Some(1000));
+        assert_eq!(int("rpm", "").unwrap(), None);
+        assert!(matches!(
+            int("rpm", "ten"),
+            Err(ApiError::Field {
+                field: "rpm",
+                key: "err.not_a_number"
+            })
+        ));
+        assert_eq!(usd("c", "$12.5").unwrap(), Some(MicroUsd(12_500_000)));
+        assert!(usd("c", "12.1234567").is_err());
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(-1000), "-1,000");
+        assert_eq!(split_list(" a, b  c ").unwrap(), vec!["a", "b", "c"]);
+        assert_eq!(split_list(" "), None);
+    }
+
+    #[test]
+    fn times() {
+        let t = time("expires_at", "2026-12-31T18:00").unwrap().unwrap();
+        assert_eq!(when(t), "2026-12-31 18:00 UTC");
+        assert!(time("expires_at", "tomorrow").is_err());
+        let now = t - chrono::Duration::minutes(135);
+        assert_eq!(time_left(t, now), "2h 15m");
+        assert_eq!(time_left(t, t), "");
+        assert_eq!(time_left(t, t - chrono::Duration::days(3)), "3d 0h");
+    }
+}

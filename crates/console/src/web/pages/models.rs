@@ -1,0 +1,154 @@
+//! Models and their prices; platform admins add models. The provider key
+//! is write-only: the page never shows it.
+
+use super::{form_error, int, usd, FieldError};
+use crate::api::models::{self as svc, ModelIn};
+use crate::error::ApiError;
+use crate::web::{render, Chrome, PageError, Session};
+use crate::ControlPlane;
+use askama::Template;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::Form;
+use domain::MicroUsd;
+use serde::Deserialize;
+use std::sync::Arc;
+
+pub struct ModelLine {
+    pub id: String,
+    pub kind: String,
+    pub upstream: String,
+    pub upstream_model: String,
+    pub input_price: String,
+    pub output_price: String,
+    pub degrade_to: String,
+    pub pool: String,
+}
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(default)]
+pub struct ModelForm {
+    id: String,
+    kind: String,
+    upstream_base_url: String,
+    upstream_model: String,
+    upstream_api_key: String,
+    input_price_per_mtok_usd: String,
+    output_price_per_mtok_usd: String,
+    default_max_output_tokens: String,
+}
+
+impl ModelForm {
+    fn to_input(&self) -> Result<ModelIn, ApiError> {
+        let price = |field, v: &str| -> Result<MicroUsd, ApiError> {
+            usd(field, v)?.ok_or(ApiError::field(field, "err.required"))
+        };
+        Ok(ModelIn {
+            id: self.id.trim().to_string(),
+            kind: if self.kind.is_empty() {
+                "chat".into()
+            } else {
+                self.kind.clone()
+            },
+            upstream_base_url: self.upstream_base_url.trim().to_string(),
+            upstream_model: self.upstream_model.trim().to_string(),
+            upstream_api_key: Some(self.upstream_api_key.trim().to_string())
+                .filter(|k| !k.is_empty()),
+            input_price_per_mtok_usd: price(
+                "input_price_per_mtok_usd",
+                &self.input_price_per_mtok_usd,
+            )?,
+            output_price_per_mtok_usd: price(
+                "output_price_per_mtok_usd",
+                &self.output_price_per_mtok_usd,
+            )?,
+            tokenizer: None,
+            default_max_output_tokens: int(
+                "default_max_output_tokens",
+                &self.default_max_output_tokens,
+            )?,
+        })
+    }
+}
+
+#[derive(Template)]
+#[template(path = "pages/models.html")]
+struct ModelsPage {
+    c: Chrome,
+    rows: Vec<ModelLine>,
+    can_create: bool,
+    form: ModelForm,
+    errors: FieldError,
+}
+
+async fn page(
+    cp: &ControlPlane,
+    s: &Session,
+    form: ModelForm,
+    errors: FieldError,
+) -> Result<ModelsPage, PageError> {
+    let rows = cp
+        .store
+        .models()
+        .await?
+        .into_iter()
+        .map(|m| ModelLine {
+            input_price: format!("${}", MicroUsd(m.input_price_micro_per_mtok)),
+            output_price: format!("${}", MicroUsd(m.output_price_micro_per_mtok)),
+            degrade_to: m.degrade_to.unwrap_or_default(),
+            pool: m.pool_capacity.map(|p| p.to_string()).unwrap_or_default(),
+            // Platform admins see where a model goes; others only its name.
+            upstream: if s.actor.is_platform_admin() {
+                m.upstream_base_url
+            } else {
+                String::new()
+            },
+            upstream_model: m.upstream_model,
+            kind: m.kind,
+            id: m.id,
+        })
+        .collect();
+    Ok(ModelsPage {
+        c: Chrome::new(s, "nav.models", "/console/models"),
+        rows,
+        can_create: s.actor.is_platform_admin(),
+        form,
+        errors,
+    })
+}
+
+pub async fn list(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+) -> Result<Html<String>, PageError> {
+    render(page(&cp, &s, ModelForm::default(), FieldError::default()).await?)
+}
+
+pub async fn create(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Form(f): Form<ModelForm>,
+) -> Result<Response, PageError> {
+    crate::api::require_platform_admin(&s.actor)?;
+    let result = match f.to_input() {
+        Ok(m) => svc::create_model(&cp, &s.actor, m).await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => Ok(Redirect::to("/console/models").into_response()),
+        Err(e) => {
+            let errors = form_error(e)?;
+            // The provider key is never echoed back, not even into the form.
+            let form = ModelForm {
+                upstream_api_key: String::new(),
+                ..f
+            };
+            Ok((
+                StatusCode::UNPROCESSABLE_ENTITY,
+                render(page(&cp, &s, form, errors).await?)?,
+            )
+                .into_response())
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! Temporary quota: tenant admins request it (reason, expiry), platform
+//! admins other than the requester approve with a note or reject.
+
+use super::{form_error, int, time, time_left, usd, when, FieldError};
+use crate::api::quota_requests::{self, RequestIn};
+use crate::error::ApiError;
+use crate::web::{fragment_or_page, render, Chrome, PageError, Session};
+use crate::ControlPlane;
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
+use axum::Form;
+use chrono::{DateTime, Utc};
+use domain::roles::{Actor, Role};
+use domain::MicroUsd;
+use serde::Deserialize;
+use std::sync::Arc;
+use store::QuotaRequestRow;
+use uuid::Uuid;
+
+/// One request, formatted for a table row.
+pub struct QuotaLine {
+    pub id: String,
+    pub tenant: String,
+    pub app: String,
+    pub tokens: String,
+    pub cost: String,
+    pub reason: String,
+    /// pending / active / expired / rejected
+    pub state: &'static str,
+    /// Translation key of the state.
+    pub state_key: &'static str,
+    pub expires: String,
+    pub left: String,
+    pub note: String,
+    /// This viewer may approve or reject it now.
+    pub can_decide: bool,
+}
+
+impl QuotaLine {
+    pub fn of(q: &QuotaRequestRow, viewer: &Actor, now: DateTime<Utc>) -> QuotaLine {
+        let (state, state_key) = match quota_requests::state_of(q, now) {
+            "pending" => ("pending", "quota.state_pending"),
+            "active" => ("active", "quota.state_active"),
+            "expired" => ("expired", "quota.state_expired"),
+            _ => ("rejected", "quota.state_rejected"),
+        };
+        QuotaLine {
+            id: q.id.to_string(),
+            tenant: q.tenant_id.clone(),
+            app: q.app_id.clone().unwrap_or_default(),
+            tokens: if q.tokens > 0 {
+                super::thousands(q.tokens)
+            } else {
+                String::new()
+            },
+            cost: if q.cost_micro > 0 {
+                format!("${}", MicroUsd(q.cost_micro))
+            } else {
+                String::new()
+            },
+            reason: q.reason.clone(),
+            state,
+            state_key,
+            expires: when(q.expires_at),
+            left: time_left(q.expires_at, now),
+            note: q.note.clone(),
+            can_decide: state == "pending"
+                && viewer.role == Role::PlatformAdmin
+                && viewer.user_id != q.requested_by.to_string(),
+        }
+    }
+}
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(default)]
+pub struct RequestForm {
+    tenant_id: String,
+    app_id: String,
+    tokens: String,
+    cost_usd: String,
+    expires_at: String,
+    reason: String,
+}
+
+impl RequestForm {
+    fn parse(&self) -> Result<RequestIn, ApiError> {
+        if self.tenant_id.trim().is_empty() {
+            return Err(ApiError::field("tenant_id", "err.required"));
+        }
+        Ok(RequestIn {
+            tenant_id: self.tenant_id.trim().to_string(),
+            app_id: Some(self.app_id.trim().to_string()).filter(|a| !a.is_empty()),
+            tokens: int("tokens", &self.tokens)?,
+            cost_usd: usd("cost_usd", &self.cost_usd)?,
+            expires_at: time("expires_at", &self.expires_at)?
+                .ok_or(ApiError::field("expires_at", "err.required"))?,
+            reason: self.reason.clone(),
+        })
+    }
+}
+
+#[derive(Template)]
+#[template(path = "pages/quota.html")]
+struct QuotaPage {
+    c: Chrome,
+    rows: Vec<QuotaLine>,
+    may_request: bool,
+    /// Tenant admins request for their own tenant only.
+    fixed_tenant: Option<String>,
+    form: RequestForm,
+    errors: FieldError,
+    created: bool,
+}
+
+#[derive(Template)]
+#[template(path = "pages/quota.html", block = "request_form")]
+struct RequestFormFragment {
+    c: Chrome,
+    may_request: bool,
+    fixed_tenant: Option<String>,
+    form: RequestForm,
+    errors: FieldError,
+    created: bool,
+}
+
+#[derive(Template)]
+#[template(path = "partials/quota_row.html")]
+struct RowFragment {
+    c: Chrome,
+    q: QuotaLine,
+}
+
+fn may_request(a: &Actor) -> bool {
+    matches!(a.role, Role::TenantAdmin | Role::PlatformAdmin)
+}
+
+pub async fn list(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+) -> Result<Html<String>, PageError> {
+    let now = Utc::now();
+    let rows = quota_requests::visible_requests(&cp, &s.actor)
+        .await?
+        .iter()
+        .map(|q| QuotaLine::of(q, &s.actor, now))
+        .collect();
+    render(QuotaPage {
+        c: Chrome::new(&s, "nav.quota", "/console/quota-requests"),
+        rows,
+        may_request: may_request(&s.actor),
+        fixed_tenant: s.actor.tenant.clone(),
+        form: RequestForm::default(),
+        errors: FieldError::default(),
+        created: false,
+    })
+}
+
+/// A new request: the form comes back (cleared, with a note) and the list
+/// is refreshed by htmx (`HX-Trigger: quota-changed`).
+pub async fn create(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Form(mut f): Form<RequestForm>,
+) -> Result<Response, PageError> {
+    if let Some(t) = &s.actor.tenant {
+        f.tenant_id = t.clone();
+    }
+    let result = match f.parse() {
+        Ok(r) => quota_requests::request_quota(&cp, &s.actor, r)
+            .await
+            .map(|_| ()),
+        Err(e) => Err(e),
+    };
+    let (status, errors, created) = match result {
+        Ok(()) => (StatusCode::OK, FieldError::default(), true),
+        Err(e) => (StatusCode::UNPROCESSABLE_ENTITY, form_error(e)?, false),
+    };
+    if created && !s.htmx {
+        return Ok(axum::response::Redirect::to("/console/quota-requests").into_response());
+    }
+    let form = if created { RequestForm::default() } else { f };
+    let frag = RequestFormFragment {
+        c: Chrome::new(&s, "nav.quota", "/console/quota-requests"),
+        may_request: may_request(&s.actor),
+        fixed_tenant: s.actor.tenant.clone(),
+        form,
+        errors,
+        created,
+    };
+    let html = fragment_or_page(&s, "nav.quota", "/console/quota-requests", frag)?;
+    let mut r = (status, html).into_response();
+    if created {
+        r.headers_mut().insert(
+            "hx-trigger",
+            axum::http::HeaderValue::from_static("quota-changed"),
+        );
+    }
+    Ok(r)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct DecisionForm {
+    note: String,
+}
+
+async fn decide(
+    cp: &ControlPlane,
+    s: &Session,
+    id: Uuid,
+    approve: bool,
+    note: &str,
+) -> Result<Response, PageError> {
+    let row = quota_requests::decide_request(cp, &s.actor, id, approve, note).await?;
+    if !s.htmx {
+        return Ok(axum::response::Redirect::to("/console/quota-requests").into_response());
+    }
+    let frag = RowFragment {
+        c: Chrome::new(s, "nav.quota", "/console/quota-requests"),
+        q: QuotaLine::of(&row, &s.actor, Utc::now()),
+    };
+    Ok(render(frag)?.into_response())
+}
+
+pub async fn approve(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path(id): Path<Uuid>,
+    Form(f): Form<DecisionForm>,
+) -> Result<Response, PageError> {
+    decide(&cp, &s, id, true, &f.note).await
+}
+
+pub async fn reject(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path(id): Path<Uuid>,
+    Form(f): Form<DecisionForm>,
+) -> Result<Response, PageError> {
+    decide(&cp, &s, id, false, &f.note).await
+}

@@ -1,0 +1,276 @@
+//! Tenants: limits, priority, borrowing policy, allowed models. Platform
+//! admins create and edit; everyone else reads what their role may see.
+
+use super::dashboard::UsageLine;
+use super::{form_error, int, limits_summary, split_list, FieldError, LimitsForm};
+use crate::api::tenants::{self as svc, TenantIn, TenantPatch};
+use crate::api::usage;
+use crate::error::ApiError;
+use crate::web::{fragment_or_page, render, Chrome, PageError, Session};
+use crate::ControlPlane;
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::Form;
+use serde::Deserialize;
+use std::sync::Arc;
+use store::TenantRow;
+
+pub struct TenantLine {
+    pub id: String,
+    pub name: String,
+    pub cost_center: String,
+    pub priority: String,
+    pub limits: String,
+    pub may_borrow: bool,
+    pub borrow_cap: String,
+    pub models: String,
+}
+
+impl TenantLine {
+    fn of(t: &TenantRow) -> TenantLine {
+        TenantLine {
+            id: t.id.clone(),
+            name: t.name.clone(),
+            cost_center: t.cost_center.clone(),
+            priority: t.priority.clone(),
+            limits: limits_summary(&t.limits),
+            may_borrow: t.may_borrow,
+            borrow_cap: super::thousands(t.borrow_cap_tokens),
+            models: t
+                .allowed_models
+                .as_ref()
+                .map(|m| m.join(", "))
+                .unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(default)]
+pub struct TenantForm {
+    pub id: String,
+    pub name: String,
+    pub cost_center: String,
+    pub priority: String,
+    #[serde(flatten)]
+    pub limits: LimitsForm,
+    pub may_borrow: Option<String>,
+    pub borrow_cap_tokens: String,
+    pub allowed_models: String,
+    pub clamp_max_tokens: Option<String>,
+}
+
+impl TenantForm {
+    fn of(t: &TenantRow) -> TenantForm {
+        TenantForm {
+            id: t.id.clone(),
+            name: t.name.clone(),
+            cost_center: t.cost_center.clone(),
+            priority: t.priority.clone(),
+            limits: LimitsForm::of(&t.limits),
+            may_borrow: t.may_borrow.then(|| "on".into()),
+            borrow_cap_tokens: t.borrow_cap_tokens.to_string(),
+            allowed_models: t
+                .allowed_models
+                .as_ref()
+                .map(|m| m.join(", "))
+                .unwrap_or_default(),
+            clamp_max_tokens: t.clamp_max_tokens.then(|| "on".into()),
+        }
+    }
+
+    fn blank() -> TenantForm {
+        TenantForm {
+            priority: "standard".into(),
+            borrow_cap_tokens: "0".into(),
+            ..Default::default()
+        }
+    }
+
+    fn to_input(&self) -> Result<TenantIn, ApiError> {
+        Ok(TenantIn {
+            id: self.id.trim().to_string(),
+            name: self.name.trim().to_string(),
+            cost_center: self.cost_center.trim().to_string(),
+            priority: self.priority.clone(),
+            limits: self.limits.parse()?,
+            may_borrow: self.may_borrow.is_some(),
+            borrow_cap_tokens: int("borrow_cap_tokens", &self.borrow_cap_tokens)?.unwrap_or(0),
+            allowed_models: split_list(&self.allowed_models),
+            clamp_max_tokens: self.clamp_max_tokens.is_some(),
+        })
+    }
+
+    fn to_patch(&self) -> Result<TenantPatch, ApiError> {
+        let t = self.to_input()?;
+        Ok(TenantPatch {
+            name: Some(t.name),
+            cost_center: Some(t.cost_center),
+            priority: Some(t.priority),
+            limits: Some(t.limits),
+            may_borrow: Some(t.may_borrow),
+            borrow_cap_tokens: Some(t.borrow_cap_tokens),
+            allowed_models: Some(t.allowed_models),
+            clamp_max_tokens: Some(t.clamp_max_tokens),
+        })
+    }
+}
+
+#[derive(Template)]
+#[template(path = "pages/tenants.html")]
+struct ListPage {
+    c: Chrome,
+    rows: Vec<TenantLine>,
+    can_create: bool,
+}
+
+pub async fn list(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+) -> Result<Html<String>, PageError> {
+    let rows = svc::visible_tenants(&cp, &s.actor)
+        .await?
+        .iter()
+        .map(TenantLine::of)
+        .collect();
+    render(ListPage {
+        c: Chrome::new(&s, "nav.tenants", "/console/tenants"),
+        rows,
+        can_create: s.actor.is_platform_admin(),
+    })
+}
+
+/// The tenant form, for creating (`editing: false`) or editing.
+#[derive(Template)]
+#[template(path = "partials/tenant_form.html")]
+struct FormFragment {
+    c: Chrome,
+    form: TenantForm,
+    errors: FieldError,
+    editing: bool,
+    saved: bool,
+}
+
+#[derive(Template)]
+#[template(path = "pages/tenant_new.html")]
+struct NewPage {
+    c: Chrome,
+    form: TenantForm,
+    errors: FieldError,
+    editing: bool,
+    saved: bool,
+}
+
+pub async fn new_form(s: Session) -> Result<Html<String>, PageError> {
+    crate::api::require_platform_admin(&s.actor)?;
+    render(NewPage {
+        c: Chrome::new(&s, "tenants.new", "/console/tenants"),
+        form: TenantForm::blank(),
+        errors: FieldError::default(),
+        editing: false,
+        saved: false,
+    })
+}
+
+pub async fn create(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Form(f): Form<TenantForm>,
+) -> Result<Response, PageError> {
+    crate::api::require_platform_admin(&s.actor)?;
+    let result = match f.to_input() {
+        Ok(t) => svc::create_tenant(&cp, &s.actor, t).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(t) => {
+            let to = format!("/console/tenants/{}", t.id);
+            let mut r = Redirect::to(&to).into_response();
+            if s.htmx {
+                r.headers_mut()
+                    .insert("hx-redirect", to.parse().expect("ascii id"));
+            }
+            Ok(r)
+        }
+        Err(e) => {
+            let frag = FormFragment {
+                c: Chrome::new(&s, "tenants.new", "/console/tenants"),
+                form: f,
+                errors: form_error(e)?,
+                editing: false,
+                saved: false,
+            };
+            let html = fragment_or_page(&s, "tenants.new", "/console/tenants", frag)?;
+            Ok((StatusCode::UNPROCESSABLE_ENTITY, html).into_response())
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "pages/tenant.html")]
+struct ShowPage {
+    c: Chrome,
+    t: TenantLine,
+    usage: Option<UsageLine>,
+    can_edit: bool,
+    can_manage: bool,
+    form: TenantForm,
+    errors: FieldError,
+    editing: bool,
+    saved: bool,
+}
+
+pub async fn show(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path(id): Path<String>,
+) -> Result<Html<String>, PageError> {
+    let t = svc::tenant_for(&cp, &s.actor, &id).await?;
+    // Usage is live from Redis; the page still shows the tenant without it.
+    let usage = usage::month_usage(&cp, &s.actor, &id, None)
+        .await
+        .ok()
+        .map(|u| UsageLine::of(&u));
+    render(ShowPage {
+        c: Chrome::new(&s, "nav.tenants", "/console/tenants"),
+        t: TenantLine::of(&t),
+        usage,
+        can_edit: s.actor.is_platform_admin(),
+        can_manage: s.actor.may(domain::roles::Access::Manage, &id),
+        form: TenantForm::of(&t),
+        errors: FieldError::default(),
+        editing: true,
+        saved: false,
+    })
+}
+
+pub async fn update(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path(id): Path<String>,
+    Form(mut f): Form<TenantForm>,
+) -> Result<Response, PageError> {
+    let result = match f.to_patch() {
+        Ok(p) => svc::update_tenant(&cp, &s.actor, &id, p).await,
+        Err(e) => Err(e),
+    };
+    let (status, errors, saved) = match result {
+        Ok(t) => {
+            f = TenantForm::of(&t);
+            (StatusCode::OK, FieldError::default(), true)
+        }
+        Err(e) => (StatusCode::UNPROCESSABLE_ENTITY, form_error(e)?, false),
+    };
+    f.id = id.clone();
+    let frag = FormFragment {
+        c: Chrome::new(&s, "nav.tenants", "/console/tenants"),
+        form: f,
+        errors,
+        editing: true,
+        saved,
+    };
+    let html = fragment_or_page(&s, "nav.tenants", "/console/tenants", frag)?;
+    Ok((status, html).into_response())
+}

@@ -1,0 +1,171 @@
+//! Console users: platform admins create them and change roles — never
+//! their own.
+
+use super::{form_error, when, FieldError};
+use crate::api::users::{self as svc, NewUser, RoleChange};
+use crate::web::{render, role_key, Chrome, PageError, Session};
+use crate::ControlPlane;
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::Form;
+use domain::roles::Role;
+use serde::Deserialize;
+use std::sync::Arc;
+use uuid::Uuid;
+
+pub struct UserLine {
+    pub id: String,
+    pub email: String,
+    pub role: &'static str,
+    pub role_code: String,
+    pub tenant: String,
+    pub created: String,
+    pub disabled: bool,
+    pub is_me: bool,
+}
+
+pub const ROLES: [(&str, &str); 4] = [
+    ("platform_admin", "role.platform_admin"),
+    ("tenant_admin", "role.tenant_admin"),
+    ("finance", "role.finance"),
+    ("auditor", "role.auditor"),
+];
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(default)]
+pub struct UserForm {
+    email: String,
+    password: String,
+    role: String,
+    tenant_id: String,
+}
+
+#[derive(Template)]
+#[template(path = "pages/users.html")]
+struct UsersPage {
+    c: Chrome,
+    rows: Vec<UserLine>,
+    form: UserForm,
+    errors: FieldError,
+    /// A refused role change.
+    role_errors: FieldError,
+    roles: [(&'static str, &'static str); 4],
+}
+
+async fn page(
+    cp: &ControlPlane,
+    s: &Session,
+    form: UserForm,
+    errors: FieldError,
+    role_errors: FieldError,
+) -> Result<UsersPage, PageError> {
+    crate::api::require_platform_admin(&s.actor)?;
+    let rows = cp
+        .store
+        .users()
+        .await?
+        .into_iter()
+        .map(|u| UserLine {
+            is_me: u.id.to_string() == s.actor.user_id,
+            id: u.id.to_string(),
+            role: Role::parse(&u.role).map(role_key).unwrap_or("err.role"),
+            role_code: u.role,
+            email: u.email,
+            tenant: u.tenant_id.unwrap_or_default(),
+            created: when(u.created_at),
+            disabled: u.disabled,
+        })
+        .collect();
+    Ok(UsersPage {
+        c: Chrome::new(s, "nav.users", "/console/users"),
+        rows,
+        form,
+        errors,
+        role_errors,
+        roles: ROLES,
+    })
+}
+
+pub async fn list(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+) -> Result<Html<String>, PageError> {
+    render(
+        page(
+            &cp,
+            &s,
+            UserForm::default(),
+            FieldError::default(),
+            FieldError::default(),
+        )
+        .await?,
+    )
+}
+
+fn tenant_of(v: &str) -> Option<String> {
+    Some(v.trim().to_string()).filter(|t| !t.is_empty())
+}
+
+pub async fn create(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Form(f): Form<UserForm>,
+) -> Result<Response, PageError> {
+    let u = NewUser {
+        email: f.email.clone(),
+        password: f.password.clone(),
+        role: f.role.clone(),
+        tenant_id: tenant_of(&f.tenant_id),
+    };
+    match svc::create_user(&cp, &s.actor, u).await {
+        Ok(_) => Ok(Redirect::to("/console/users").into_response()),
+        Err(e) => {
+            let mut errors = form_error(e)?;
+            if errors.on("id").is_some() {
+                // A duplicate user is a duplicate email.
+                errors = FieldError::at("email", "err.exists");
+            }
+            let form = UserForm {
+                password: String::new(),
+                ..f
+            };
+            Ok((
+                StatusCode::UNPROCESSABLE_ENTITY,
+                render(page(&cp, &s, form, errors, FieldError::default()).await?)?,
+            )
+                .into_response())
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct RoleForm {
+    role: String,
+    tenant_id: String,
+}
+
+pub async fn set_role(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path(id): Path<Uuid>,
+    Form(f): Form<RoleForm>,
+) -> Result<Response, PageError> {
+    let change = RoleChange {
+        role: f.role,
+        tenant_id: tenant_of(&f.tenant_id),
+    };
+    match svc::change_role(&cp, &s.actor, id, change).await {
+        Ok(_) => Ok(Redirect::to("/console/users").into_response()),
+        Err(e) => {
+            let errors = form_error(e)?;
+            Ok((
+                StatusCode::UNPROCESSABLE_ENTITY,
+                render(page(&cp, &s, UserForm::default(), FieldError::default(), errors).await?)?,
+            )
+                .into_response())
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! The decision writer: every refused request whose key was known, and
+//! every degraded one, recorded for the request lookup (DESIGN §10) and the
+//! bills' "refused by reason". Same shape as the ledger writer: a bounded
+//! queue drained in batches by one task. It never blocks or fails the
+//! request path: a full queue drops the record and counts it in
+//! `tollgate_decisions_dropped_total`; a failed insert is retried a few
+//! times, then dropped and counted (these records are diagnostics, not
+//! money: the ledger is the system of record).
+
+use crate::catalog::KeyEntry;
+use crate::errors::ApiError;
+use crate::metrics_names as m;
+use chrono::{NaiveDate, Utc};
+use domain::limits::{LimitKind, ScopeKind};
+use domain::period::PlatformClock;
+use domain::ReasonCode;
+use serde_json::{json, Value};
+use std::time::Duration;
+use store::{RequestDecisionRow, Store};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+enum Msg {
+    Row(Box<RequestDecisionRow>),
+    Flush(oneshot::Sender<()>),
+}
+
+#[derive(Clone)]
+pub struct DecisionWriter {
+    tx: mpsc::Sender<Msg>,
+    clock: PlatformClock,
+}
+
+const QUEUE: usize = 20_000;
+const BATCH: usize = 500;
+const LINGER: Duration = Duration::from_millis(200);
+
+impl DecisionWriter {
+    pub fn start(store: Store, clock: PlatformClock) -> (Self, JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let task = tokio::spawn(run(rx, store));
+        (Self { tx, clock }, task)
+    }
+
+    /// Records a refusal of a request whose key was known.
+    pub fn refused(&self, e: &ApiError, key: &KeyEntry, model: &str) {
+        let mut detail = e.counters.as_deref().cloned().unwrap_or_else(|| json!({}));
+        if let ReasonCode::Limit(scope, limit) = e.reason {
+            if let Some(v) = limit_value(&self.clock, key, scope, limit) {
+                detail["limit_value"] = v;
+            }
+        }
+        if let Some(s) = e.retry_after_secs {
+            detail["retry_after_secs"] = json!(s);
+        }
+        let row = self.row(
+            &e.request_id,
+            key,
+            model,
+            "refused",
+            e.reason,
+            e.http_status() as i16,
+            detail,
+        );
+        self.submit(row);
+    }
+
+    /// Records a request that went through changed (clamped max_tokens).
+    pub fn degraded(
+        &self,
+        request_id: &str,
+        key: &KeyEntry,
+        model: &str,
+        reason: ReasonCode,
+        detail: Value,
+    ) {
+        let row = self.row(request_id, key, model, "degraded", reason, 200, detail);
+        self.submit(row);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn row(
+        &self,
+        request_id: &str,
+        key: &KeyEntry,
+        model: &str,
+        decision: &str,
+        reason: ReasonCode,
+        status: i16,
+        detail: Value,
+    ) -> RequestDecisionRow {
+        let now = Utc::now();
+        let scope = match reason {
+            ReasonCode::Limit(s, _) => Some(scope_label(key, s)),
+            _ => None,
+        };
+        RequestDecisionRow {
+            request_id: request_id.to_string(),
+            at: now,
+            period: self.clock.month(now),
+            day: NaiveDate::parse_from_str(&self.clock.day(now), "%Y-%m-%d")
+                .unwrap_or_else(|_| now.date_naive()),
+            tenant_id: key.tenant.id.clone(),
+            app_id: key.app.id.clone(),
+            key_id: key.id.clone(),
+            model: model.to_string(),
+            decision: decision.to_string(),
+            reason: reason.as_str().to_string(),
+            status,
+            scope,
+            detail,
+        }
+    }
+
+    fn submit(&self, row: RequestDecisionRow) {
+        if self.tx.try_send(Msg::Row(Box::new(row))).is_err() {
+            metrics::counter!(m::DECISIONS_DROPPED, "why" => "queue_full").increment(1);
+        }
+    }
+
+    /// Waits until everything submitted before this call was written (or
+    /// dropped).
+    pub async fn flush(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Msg::Flush(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+/// "tenant:t", "app:t/a", "key:<id>" — how the lookup names a scope.
+fn scope_label(key: &KeyEntry, s: ScopeKind) -> String {
+    match s {
+        ScopeKind::Tenant => format!("tenant:{}", key.tenant.id),
+        ScopeKind::App => format!("app:{}/{}", key.tenant.id, key.app.id),
+        ScopeKind::Key => format!("key:{}", key.id),
+    }
+}
+
+/// The configured value of the limit that refused (grants included).
+fn limit_value(
+    clock: &domain::period::PlatformClock,
+    key: &KeyEntry,
+    s: ScopeKind,
+    l: LimitKind,
+) -> Option<Value> {
+    let now = Utc::now();
+    let limits = key.effective_limits(now, &clock.month(now));
+    let lim = match s {
+        ScopeKind::Tenant => &limits[0],
+        ScopeKind::App => &limits[1],
+        ScopeKind::Key => &limits[2],
+    };
+    match l {
+        LimitKind::MonthlyTokens => lim.monthly_tokens.map(|v| json!(v)),
+        LimitKind::MonthlyCost => lim.monthly_cost_usd.map(|v| json!(v)),
+        LimitKind::MaxInflight => lim.max_inflight.map(|v| json!(v)),
+        LimitKind::Rpm => lim.rpm.map(|v| json!(v)),
+        LimitKind::InputTpm => lim.input_tpm.map(|v| json!(v)),
+        LimitKind::OutputTpm => lim.output_tpm.map(|v| json!(v)),
+    }
+}
+
+async fn run(mut rx: mpsc::Receiver<Msg>, store: Store) {
+    let mut rows: Vec<RequestDecisionRow> = Vec::with_capacity(BATCH);
+    let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
+    loop {
+        let Some(first) = rx.recv().await else { break };
+        let mut closed = false;
+        push(first, &mut rows, &mut waiters);
+        let deadline = tokio::time::Instant::now() + LINGER;
+        while rows.len() < BATCH && waiters.is_empty() {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(msg)) => push(msg, &mut rows, &mut waiters),
+                Ok(None) => {
+                    closed = true;
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        store_batch(&store, &mut rows).await;
+        for w in waiters.drain(..) {
+            let _ = w.send(());
+        }
+        if closed {
+            break;
+        }
+    }
+    store_batch(&store, &mut rows).await;
+}
+
+fn push(msg: Msg, rows: &mut Vec<RequestDecisionRow>, waiters: &mut Vec<oneshot::Sender<()>>) {
+    match msg {
+        Msg::Row(r) => rows.push(*r),
+        Msg::Flush(w) => waiters.push(w),
+    }
+}
+
+async fn store_batch(store: &Store, rows: &mut Vec<RequestDecisionRow>) {
+    if rows.is_empty() {
+        return;
+    }
+    for attempt in 0..3u32 {
+        match store.insert_request_decisions(rows).await {
+            Ok(n) => {
+                metrics::counter!(m::DECISIONS_STORED).increment(n);
+                rows.clear();
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, attempt, rows = rows.len(), "request decisions insert failed");
+                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+            }
+        }
+    }
+    metrics::counter!(m::DECISIONS_DROPPED, "why" => "insert_failed").increment(rows.len() as u64);
+    rows.clear();
+}

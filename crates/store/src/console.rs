@@ -1,0 +1,223 @@
+//! Reads (and the one write, a role change) the console's pages need that
+//! the gateway does not: lists of tenants, apps, keys, models and users, and
+//! the audit log searched by actor, action, target and time.
+
+use crate::audit::{append, NewAudit};
+use crate::catalog::{AppRow, ModelRow, TenantRow};
+use crate::{Result, Store, StoreError};
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use sqlx::Row;
+use uuid::Uuid;
+
+/// A virtual key as the console lists it (never its hash).
+#[derive(Debug, Clone)]
+pub struct KeyListRow {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub app_id: String,
+    pub name: String,
+    pub prefix: String,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone)]
+pub struct UserListRow {
+    pub id: Uuid,
+    pub email: String,
+    pub role: String,
+    pub tenant_id: Option<String>,
+    pub disabled: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Audit log filters; empty strings and None match everything. Text
+/// filters match a substring, case-insensitively.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    pub actor: String,
+    pub action: String,
+    pub target: String,
+    pub from: Option<DateTime<Utc>>,
+    pub to: Option<DateTime<Utc>>,
+    pub limit: i64,
+}
+
+/// `%` and `_` typed by a person are literal characters, not wildcards.
+fn like_pattern(s: &str) -> String {
+    let escaped = s
+        .replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_");
+    format!("%{escaped}%")
+}
+
+impl Store {
+    pub async fn tenants(&self) -> Result<Vec<TenantRow>> {
+        let rows = sqlx::query(
+            "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens
+             FROM tenants ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(crate::catalog::tenant_row).collect()
+    }
+
+    pub async fn apps_of(&self, tenant: &str) -> Result<Vec<AppRow>> {
+        let rows = sqlx::query(
+            "SELECT tenant_id, id, name, limits, allowed_models FROM apps WHERE tenant_id = $1 ORDER BY id",
+        )
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(AppRow {
+                    tenant_id: r.get("tenant_id"),
+                    id: r.get("id"),
+                    name: r.get("name"),
+                    limits: serde_json::from_value(r.get("limits"))
+                        .map_err(|e| StoreError::Corrupt(format!("limits: {e}")))?,
+                    allowed_models: r.get("allowed_models"),
+                })
+            })
+            .collect()
+    }
+
+    pub async fn keys_of(&self, tenant: &str) -> Result<Vec<KeyListRow>> {
+        let rows = sqlx::query(
+            "SELECT id, tenant_id, app_id, name, prefix, expires_at, revoked_at, created_at
+             FROM virtual_keys WHERE tenant_id = $1 ORDER BY app_id, created_at DESC",
+        )
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| KeyListRow {
+                id: r.get("id"),
+                tenant_id: r.get("tenant_id"),
+                app_id: r.get("app_id"),
+                name: r.get("name"),
+                prefix: r.get("prefix"),
+                expires_at: r.get("expires_at"),
+                revoked_at: r.get("revoked_at"),
+                created_at: r.get("created_at"),
+            })
+            .collect())
+    }
+
+    /// Every model, without its (encrypted) provider key.
+    pub async fn models(&self) -> Result<Vec<ModelRow>> {
+        let rows = sqlx::query(
+            "SELECT id, kind, upstream_base_url, upstream_model, input_price_micro_per_mtok,
+                    output_price_micro_per_mtok, tokenizer, default_max_output_tokens, degrade_to, pool_capacity
+             FROM models ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| ModelRow {
+                id: r.get("id"),
+                kind: r.get("kind"),
+                upstream_base_url: r.get("upstream_base_url"),
+                upstream_model: r.get("upstream_model"),
+                upstream_api_key_enc: None,
+                input_price_micro_per_mtok: r.get("input_price_micro_per_mtok"),
+                output_price_micro_per_mtok: r.get("output_price_micro_per_mtok"),
+                tokenizer: r.get("tokenizer"),
+                default_max_output_tokens: r.get("default_max_output_tokens"),
+                degrade_to: r.get("degrade_to"),
+                pool_capacity: r.get("pool_capacity"),
+            })
+            .collect())
+    }
+
+    pub async fn users(&self) -> Result<Vec<UserListRow>> {
+        let rows = sqlx::query(
+            "SELECT id, email, role, tenant_id, disabled, created_at FROM users ORDER BY email",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| UserListRow {
+                id: r.get("id"),
+                email: r.get("email"),
+                role: r.get("role"),
+                tenant_id: r.get("tenant_id"),
+                disabled: r.get("disabled"),
+                created_at: r.get("created_at"),
+            })
+            .collect())
+    }
+
+    /// Changes another user's role (the caller refuses a change of one's
+    /// own role before it gets here), with its audit row.
+    pub async fn set_user_role(
+        &self,
+        actor: &str,
+        id: Uuid,
+        role: &str,
+        tenant_id: Option<&str>,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let before =
+            sqlx::query("SELECT email, role, tenant_id FROM users WHERE id = $1 FOR UPDATE")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or_else(|| StoreError::NotFound(format!("user {id}")))?;
+        let email: String = before.get("email");
+        let old_role: String = before.get("role");
+        let old_tenant: Option<String> = before.get("tenant_id");
+        sqlx::query("UPDATE users SET role = $2, tenant_id = $3 WHERE id = $1")
+            .bind(id)
+            .bind(role)
+            .bind(tenant_id)
+            .execute(&mut *tx)
+            .await?;
+        append(
+            &mut tx,
+            NewAudit::new(actor, "user.role_change", format!("user:{email}"))
+                .before(json!({"role": old_role, "tenant_id": old_tenant}))
+                .after(json!({"role": role, "tenant_id": tenant_id})),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Audit rows matching the filter, newest first.
+    pub async fn audit_search(&self, f: &AuditFilter) -> Result<Vec<crate::AuditRow>> {
+        let rows = sqlx::query(
+            "SELECT id, at, actor, action, target, before, after, reason, prev_hash, hash FROM audit_log
+             WHERE ($1 = '' OR actor ILIKE $2) AND ($3 = '' OR action ILIKE $4) AND ($5 = '' OR target ILIKE $6)
+               AND ($7::timestamptz IS NULL OR at >= $7) AND ($8::timestamptz IS NULL OR at <= $8)
+             ORDER BY id DESC LIMIT $9",
+        )
+        .bind(&f.actor)
+        .bind(like_pattern(&f.actor))
+        .bind(&f.action)
+        .bind(like_pattern(&f.action))
+        .bind(&f.target)
+        .bind(like_pattern(&f.target))
+        .bind(f.from)
+        .bind(f.to)
+        .bind(f.limit.clamp(1, 1000))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(crate::audit::audit_row).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn like_patterns_escape_wildcards() {
+        assert_eq!(super::like_pattern("a%b_c\\"), "%a\\%b\\_c\\\\%");
+    }
+}

@@ -1,0 +1,83 @@
+//! Refused and degraded requests (migration 0005): written in batches by the
+//! gateway's decision writer, read by the request lookup (DESIGN §10, §11).
+
+use crate::{Result, Store};
+use chrono::{DateTime, NaiveDate, Utc};
+use serde_json::Value;
+use sqlx::{QueryBuilder, Row};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestDecisionRow {
+    pub request_id: String,
+    pub at: DateTime<Utc>,
+    /// `YYYY-MM`, platform time.
+    pub period: String,
+    pub day: NaiveDate,
+    pub tenant_id: String,
+    pub app_id: String,
+    pub key_id: String,
+    pub model: String,
+    /// `refused` or `degraded`.
+    pub decision: String,
+    /// A reason code (crates/domain/src/reason.rs).
+    pub reason: String,
+    pub status: i16,
+    pub scope: Option<String>,
+    /// Counters at the time (limit, headroom, estimate …).
+    pub detail: Value,
+}
+
+const COLUMNS: &str =
+    "request_id, at, period, day, tenant_id, app_id, key_id, model, decision, reason, status, scope, detail";
+
+impl Store {
+    /// Stores a batch; a request id already stored is left as it was (a
+    /// retried batch never duplicates or overwrites).
+    pub async fn insert_request_decisions(&self, rows: &[RequestDecisionRow]) -> Result<u64> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let mut q = QueryBuilder::new(format!("INSERT INTO request_decisions ({COLUMNS}) "));
+        q.push_values(rows, |mut b, r| {
+            b.push_bind(&r.request_id)
+                .push_bind(r.at)
+                .push_bind(&r.period)
+                .push_bind(r.day)
+                .push_bind(&r.tenant_id)
+                .push_bind(&r.app_id)
+                .push_bind(&r.key_id)
+                .push_bind(&r.model)
+                .push_bind(&r.decision)
+                .push_bind(&r.reason)
+                .push_bind(r.status)
+                .push_bind(&r.scope)
+                .push_bind(&r.detail);
+        });
+        q.push(" ON CONFLICT (request_id) DO NOTHING");
+        Ok(q.build().execute(&self.pool).await?.rows_affected())
+    }
+
+    pub async fn request_decision(&self, request_id: &str) -> Result<Option<RequestDecisionRow>> {
+        let r = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM request_decisions WHERE request_id = $1"
+        ))
+        .bind(request_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(r.map(|r| RequestDecisionRow {
+            request_id: r.get("request_id"),
+            at: r.get("at"),
+            period: r.get("period"),
+            day: r.get("day"),
+            tenant_id: r.get("tenant_id"),
+            app_id: r.get("app_id"),
+            key_id: r.get("key_id"),
+            model: r.get("model"),
+            decision: r.get("decision"),
+            reason: r.get("reason"),
+            status: r.get("status"),
+            scope: r.get("scope"),
+            detail: r.get("detail"),
+        }))
+    }
+}
