@@ -3,6 +3,7 @@
 
 pub mod apps;
 pub mod audit;
+pub mod borrowing;
 pub mod dashboard;
 pub mod models;
 pub mod quota;
