@@ -45,6 +45,7 @@ async fn reclaim_takes_from_the_longest_held_lowest_priority_first_never_below_u
         .as_array()
         .unwrap()
         .iter()
+        .filter(|r| r["state"] == "active")
         .map(|r| r["tenant_id"].as_str().unwrap())
         .collect();
     assert_eq!(order, vec!["batch-old", "std", "batch-new"], "{b}");
