@@ -19,7 +19,7 @@ async fn a_tenant_past_its_budget_borrows_up_to_its_cap_then_gets_402() {
     };
     let camp = tenant(&env, "camp", "standard", budget.clone(), Some(1_000)).await;
     let plain = tenant(&env, "plain", "standard", budget, None).await;
-    let srv = env.server().await;
+    let srv = env.server_with(config(&env)).await;
     let base = format!("http://{}", srv.addr);
     let token = admin(&env, &base).await;
     // 10 000 tokens; one borrow takes at most 5 % = 500.
@@ -119,7 +119,7 @@ async fn a_tenant_past_its_budget_borrows_up_to_its_cap_then_gets_402() {
 async fn the_pool_api_is_for_platform_admins_finance_and_auditors() {
     let env = TestEnv::new().await;
     env.tenant("t", Limits::default(), None).await;
-    let srv = env.server().await;
+    let srv = env.server_with(config(&env)).await;
     let base = format!("http://{}", srv.addr);
     let token = admin(&env, &base).await;
     user(&env, "fin@example.com", "finance", None).await;

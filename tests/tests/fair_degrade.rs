@@ -23,7 +23,7 @@ async fn past_the_soft_limit_the_cheaper_model_answers_and_is_billed() {
         ..Default::default()
     };
     let key = tenant(&env, "t", "standard", limits, None).await;
-    let srv = env.server().await;
+    let srv = env.server_with(config(&env)).await;
     let base = format!("http://{}", srv.addr);
     let token = admin(&env, &base).await;
     let (s, b) = api(

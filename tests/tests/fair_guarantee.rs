@@ -17,7 +17,7 @@ async fn a_core_tenant_keeps_its_guaranteed_slots_of_a_saturated_model_pool() {
     let core = tenant(&env, "core", "core", Limits::default(), None).await;
     let s1 = tenant(&env, "s1", "standard", Limits::default(), None).await;
     let s2 = tenant(&env, "s2", "standard", Limits::default(), None).await;
-    let mut cfg = env.config();
+    let mut cfg = config(&env);
     cfg.fair.max_wait_ms_standard = 15_000;
     let srv = env.server_with(cfg).await;
     let base = format!("http://{}", srv.addr);
@@ -40,7 +40,7 @@ async fn a_core_tenant_keeps_its_guaranteed_slots_of_a_saturated_model_pool() {
         let (url, key) = (url.clone(), key.clone());
         flood.push(tokio::spawn(async move {
             let r = post(&url, &key, &body("[mock:latency_ms=1000]", 10)).await;
-            (r.status().as_u16(), decision(&r))
+            (r.status().as_u16(), decision(&r), reason(&r))
         }));
     }
     // Standard tenants never hold more than capacity - guarantee = 2 slots.
@@ -71,20 +71,20 @@ async fn a_core_tenant_keeps_its_guaranteed_slots_of_a_saturated_model_pool() {
         mine.push(tokio::spawn(async move {
             let t = Instant::now();
             let r = post(&url, &key, &body("[mock:latency_ms=200]", 10)).await;
-            (r.status().as_u16(), decision(&r), t.elapsed())
+            (r.status().as_u16(), decision(&r), t.elapsed(), reason(&r))
         }));
     }
     for h in mine {
-        let (status, decision, took) = h.await.unwrap();
-        assert_eq!(status, 200);
+        let (status, decision, took, reason) = h.await.unwrap();
+        assert_eq!(status, 200, "{reason}");
         assert_eq!(decision, "allow", "core was not queued (took {took:?})");
     }
     let mut queued = 0;
     for h in flood {
-        let (status, decision) = h.await.unwrap();
+        let (status, decision, reason) = h.await.unwrap();
         assert_eq!(
             status, 200,
-            "standard requests wait their turn and are served"
+            "standard requests wait their turn and are served: {reason}"
         );
         queued += usize::from(decision == "queue");
     }

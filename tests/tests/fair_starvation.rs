@@ -16,7 +16,7 @@ async fn batch_requests_are_served_within_their_max_wait_under_interactive_load(
     let i1 = tenant(&env, "i1", "core", Limits::default(), None).await;
     let i2 = tenant(&env, "i2", "core", Limits::default(), None).await;
     let batch = tenant(&env, "b", "batch", Limits::default(), None).await;
-    let mut cfg = env.config();
+    let mut cfg = config(&env);
     cfg.fair.max_wait_ms_core = 1_000;
     cfg.fair.max_wait_ms_batch = 4_000;
     cfg.fair.queue_max_per_tenant = 16;

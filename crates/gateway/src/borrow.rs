@@ -122,6 +122,7 @@ impl Borrowing {
             }
             match me.borrow(&t, &month, "hold_refused").await {
                 Ok(n) if n > 0 => true,
+                Ok(_) if t.borrowed_in(&month).0 > before => true,
                 Ok(_) => {
                     *last_empty = Some(Instant::now());
                     false
@@ -200,8 +201,10 @@ impl Borrowing {
             .map_err(|e| e.to_string())?;
         if tokens > 0 {
             tracing::info!(tenant = %tenant.id, month, tokens, cost, "borrowed from the pool");
-            self.refresh_borrowed(tenant, month).await;
         }
+        // Always: an index reloaded while an earlier borrow was landing may
+        // show this tenant without it (then the cap left nothing to grant).
+        self.refresh_borrowed(tenant, month).await;
         Ok(tokens)
     }
 

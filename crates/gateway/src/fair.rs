@@ -77,21 +77,26 @@ fn store_down(rid: &str) -> ApiError {
     .retry_after(Some(1))
 }
 
+/// `attempt` numbers the slot ids of one request: a slot given back after a
+/// failed attempt is released asynchronously and must not be mistaken for
+/// the next attempt's.
 async fn take_slot(
     gw: &Arc<Gateway>,
     key: &KeyEntry,
     model: &ModelEntry,
     rid: &str,
+    attempt: u32,
 ) -> Result<Option<ModelSlot>, Attempt> {
     let Some(capacity) = model.pool_capacity else {
         return Ok(None);
     };
+    let slot_id = format!("{rid}.{attempt}");
     let out = gw
         .quota
         .model_acquire(
             &model.id,
             &key.tenant.id,
-            rid,
+            &slot_id,
             capacity,
             gw.cfg.fair.slot_lifetime.as_millis() as u64,
             &model.guarantees,
@@ -106,7 +111,7 @@ async fn take_slot(
             gw: gw.clone(),
             model: model.id.clone(),
             tenant: key.tenant.id.clone(),
-            request_id: rid.to_string(),
+            request_id: slot_id,
             used: false,
         })),
         SlotOutcome::Full { inflight, reserved } => {
@@ -127,9 +132,10 @@ async fn try_once<A, Fut: Future<Output = Result<A, ApiError>>>(
     key: &KeyEntry,
     model: &ModelEntry,
     rid: &str,
+    attempt: u32,
     admit: &mut impl FnMut() -> Fut,
 ) -> Result<(A, Option<ModelSlot>), Attempt> {
-    let slot = take_slot(gw, key, model, rid).await?;
+    let slot = take_slot(gw, key, model, rid, attempt).await?;
     match admit().await {
         Ok(a) => Ok((a, slot)),
         Err(e) if matches!(e.reason, ReasonCode::Limit(_, LimitKind::MaxInflight)) => {
@@ -176,8 +182,10 @@ pub async fn admit_fairly<A, Fut: Future<Output = Result<A, ApiError>>>(
     let mut borrowed = false;
     let mut why: &'static str = "";
     let priority = key.tenant.priority;
+    let mut attempt = 0;
     loop {
-        let (blocked, err) = match try_once(gw, key, model, rid, &mut admit).await {
+        attempt += 1;
+        let (blocked, err) = match try_once(gw, key, model, rid, attempt, &mut admit).await {
             Ok((admitted, slot)) => {
                 if let Some(t) = turn.take() {
                     t.admitted();

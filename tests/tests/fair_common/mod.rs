@@ -30,6 +30,17 @@ pub async fn tenant(
     env.key(id, "a", Limits::default()).await.1
 }
 
+/// The test config with a 1 s Redis timeout and a 10 s wait for an
+/// on-demand borrow: these tests load the shared machine, and CPU
+/// starvation must not turn into fail-closed 503s or a borrow landing only
+/// for the next request (they test fairness and borrowing, not latency).
+pub fn config(env: &TestEnv) -> server::config::Config {
+    let mut c = env.config();
+    c.redis.timeout_ms = 1_000;
+    c.fair.borrow_wait_ms = 10_000;
+    c
+}
+
 /// A platform admin's API token.
 pub async fn admin(env: &TestEnv, base: &str) -> String {
     user(env, "root@example.com", "platform_admin", None).await;

@@ -12,6 +12,7 @@ use domain::MicroUsd;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use store::{BorrowRow, ReclaimRow};
 
 fn may_read_pool(actor: &Actor) -> Result<(), ApiError> {
     match actor.role {
@@ -35,24 +36,37 @@ fn period_of(cp: &ControlPlane, p: Option<String>) -> Result<String, ApiError> {
     Ok(period)
 }
 
-/// The pool, its policy, and this month's lending: what Redis has lent
-/// (`lent_tokens`) next to the sum of outstanding borrows in Postgres.
-pub async fn show(
-    State(cp): State<Arc<ControlPlane>>,
-    Authed(actor): Authed,
-    Query(q): Query<Period>,
-) -> Result<Json<Value>, ApiError> {
-    may_read_pool(&actor)?;
-    let period = period_of(&cp, q.period)?;
-    let p = cp.store.pool_policy().await?;
-    let outstanding: Vec<_> = cp
+/// The pool, its policy and a month's lending.
+pub struct PoolView {
+    pub policy: PoolPolicy,
+    pub period: String,
+    /// What the pool has lent (Redis; Postgres' sum when Redis has no month).
+    pub lent_tokens: i64,
+    /// Σ outstanding of active borrows (Postgres).
+    pub outstanding_tokens: i64,
+    /// (tenant, outstanding tokens, outstanding micro-USD)
+    pub outstanding: Vec<(String, i64, i64)>,
+}
+
+/// The pool as the API and the console show it (platform admins, finance,
+/// auditors).
+pub async fn pool_view(
+    cp: &ControlPlane,
+    actor: &Actor,
+    period: Option<String>,
+) -> Result<PoolView, ApiError> {
+    may_read_pool(actor)?;
+    let period = period_of(cp, period)?;
+    let policy = cp.store.pool_policy().await?;
+    let outstanding: Vec<(String, i64, i64)> = cp
         .store
         .borrowed()
         .await?
         .into_iter()
         .filter(|b| b.period == period)
+        .map(|b| (b.tenant_id, b.tokens, b.cost_micro))
         .collect();
-    let sum: i64 = outstanding.iter().map(|b| b.tokens).sum();
+    let sum: i64 = outstanding.iter().map(|b| b.1).sum();
     let lent = cp
         .quota
         .pool_state(&period)
@@ -61,18 +75,36 @@ pub async fn show(
             tracing::warn!(error = %e, "pool: quota store unavailable");
             ApiError::Internal
         })?
-        .map(|s| s.0);
+        .map_or(sum, |s| s.0);
+    Ok(PoolView {
+        policy,
+        period,
+        lent_tokens: lent,
+        outstanding_tokens: sum,
+        outstanding,
+    })
+}
+
+/// The pool, its policy, and this month's lending: what Redis has lent
+/// (`lent_tokens`) next to the sum of outstanding borrows in Postgres.
+pub async fn show(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Query(q): Query<Period>,
+) -> Result<Json<Value>, ApiError> {
+    let v = pool_view(&cp, &actor, q.period).await?;
+    let p = &v.policy;
     Ok(Json(json!({
         "monthly_tokens": p.monthly_tokens,
         "monthly_cost_usd": p.monthly_cost_micro.map(MicroUsd),
         "max_borrow_share": ppm_share(p.max_borrow_share_ppm),
         "reclaim_below_share": ppm_share(p.reclaim_below_share_ppm),
-        "period": period,
-        "lent_tokens": lent.unwrap_or(sum),
-        "outstanding_tokens": sum,
-        "free_tokens": p.monthly_tokens.map(|t| (t - lent.unwrap_or(sum)).max(0)),
-        "outstanding": outstanding.iter().map(|b| json!({
-            "tenant_id": b.tenant_id, "tokens": b.tokens, "cost_usd": MicroUsd(b.cost_micro)})).collect::<Vec<_>>(),
+        "period": v.period,
+        "lent_tokens": v.lent_tokens,
+        "outstanding_tokens": v.outstanding_tokens,
+        "free_tokens": p.monthly_tokens.map(|t| (t - v.lent_tokens).max(0)),
+        "outstanding": v.outstanding.iter().map(|(t, tok, c)| json!({
+            "tenant_id": t, "tokens": tok, "cost_usd": MicroUsd(*c)})).collect::<Vec<_>>(),
     })))
 }
 
@@ -131,20 +163,41 @@ pub async fn update(
     })))
 }
 
+/// Borrows and reclaims of a month, as `actor` may see them (tenant admins:
+/// their own tenant's).
+pub async fn history(
+    cp: &ControlPlane,
+    actor: &Actor,
+    period: Option<String>,
+) -> Result<(String, Vec<BorrowRow>, Vec<ReclaimRow>), ApiError> {
+    let period = period_of(cp, period)?;
+    let mine = |t: &str| actor.role != Role::TenantAdmin || actor.tenant.as_deref() == Some(t);
+    let borrows = cp
+        .store
+        .borrows(&period)
+        .await?
+        .into_iter()
+        .filter(|b| mine(&b.tenant_id))
+        .collect();
+    let reclaims = cp
+        .store
+        .reclaims(&period, false)
+        .await?
+        .into_iter()
+        .filter(|r| mine(&r.tenant_id))
+        .collect();
+    Ok((period, borrows, reclaims))
+}
+
 /// Borrows and reclaims of a month. Tenant admins see their own tenant's.
 pub async fn borrows(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
     Query(q): Query<Period>,
 ) -> Result<Json<Value>, ApiError> {
-    let period = period_of(&cp, q.period)?;
-    let mine = |t: &str| actor.role != Role::TenantAdmin || actor.tenant.as_deref() == Some(t);
-    let borrows: Vec<Value> = cp
-        .store
-        .borrows(&period)
-        .await?
+    let (period, borrows, reclaims) = history(&cp, &actor, q.period).await?;
+    let borrows: Vec<Value> = borrows
         .into_iter()
-        .filter(|b| mine(&b.tenant_id))
         .map(|b| {
             json!({"id": b.id, "tenant_id": b.tenant_id, "period": b.period, "state": b.state,
                 "asked_tokens": b.asked_tokens, "tokens": b.tokens, "cost_usd": MicroUsd(b.cost_micro),
@@ -153,12 +206,8 @@ pub async fn borrows(
                 "trigger": b.trigger, "created_at": b.created_at, "settled_at": b.settled_at})
         })
         .collect();
-    let reclaims: Vec<Value> = cp
-        .store
-        .reclaims(&period, false)
-        .await?
+    let reclaims: Vec<Value> = reclaims
         .into_iter()
-        .filter(|r| mine(&r.tenant_id))
         .map(|r| {
             json!({"id": r.id, "borrow_id": r.borrow_id, "tenant_id": r.tenant_id, "tokens": r.tokens,
                 "cost_usd": MicroUsd(r.cost_micro), "state": r.state, "reason": r.reason, "at": r.at})

@@ -66,6 +66,11 @@ pub const NAV: &[NavEntry] = &[
         roles: ALL,
     },
     NavEntry {
+        href: "/console/borrowing",
+        label: "nav.borrowing",
+        roles: &[Role::PlatformAdmin, Role::Finance, Role::Auditor],
+    },
+    NavEntry {
         href: "/console/models",
         label: "nav.models",
         roles: ALL,
@@ -252,6 +257,7 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         )
         .route("/console/quota-requests/{id}/approve", post(quota::approve))
         .route("/console/quota-requests/{id}/reject", post(quota::reject))
+        .route("/console/borrowing", get(borrowing::show))
         .route("/console/models", get(models::list).post(models::create))
         .route("/console/users", get(users::list).post(users::create))
         .route("/console/users/{id}/role", post(users::set_role))

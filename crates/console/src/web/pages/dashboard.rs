@@ -25,6 +25,9 @@ pub struct UsageLine {
     pub cost: String,
     pub limit_cost: String,
     pub granted: String,
+    /// Effective limit = base + grants + borrowed (DESIGN §3).
+    pub base: String,
+    pub borrowed: String,
 }
 
 impl UsageLine {
@@ -43,6 +46,8 @@ impl UsageLine {
             cost: format!("${}", u.cost),
             limit_cost: u.limit_cost.map(|c| format!("${c}")).unwrap_or_default(),
             granted: thousands(u.granted_tokens),
+            base: u.base_limit_tokens.map(thousands).unwrap_or_default(),
+            borrowed: thousands(u.borrowed_tokens),
         }
     }
 }

@@ -4,6 +4,7 @@
 pub mod apps;
 pub mod audit;
 pub mod bills;
+pub mod borrowing;
 pub mod dashboard;
 pub mod models;
 pub mod quota;
