@@ -2,6 +2,8 @@
 //! Redis key prefix (or a private redis-server for tests that flush or stop
 //! it), the mock upstream, and the real server on port 0.
 
+pub mod console_web;
+
 use domain::{keys, Limits};
 use mock_upstream::{MockConfig, MockStats};
 use server::app::{self, Running};
