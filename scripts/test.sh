@@ -5,7 +5,11 @@
 #      and headless Chromium + chromedriver for the console's browser test;
 #   3. cargo test --workspace (extra arguments pass through, e.g. -p tollgate-quota);
 #   4. unless SKIP_DEV_SMOKE=1: scripts/dev.sh on a free port, its printed curl
-#      line must return a chat completion.
+#      line must return a chat completion;
+#   5. unless SKIP_SECRETS_SCAN=1: everything the suite left behind (server
+#      logs, error bodies, /metrics, dumps of every test database and of
+#      ClickHouse) is scanned for plaintext keys and the suite's secrets;
+#   6. unless SKIP_SUPPLY_CHAIN=1: scripts/supply-chain.sh (cargo-deny).
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -32,11 +36,23 @@ for arg in "$@"; do
     esac
 done
 
+# What the suite leaves for the secrets scan (step 5).
+TOLLGATE_TEST_LOG_DIR=${TOLLGATE_TEST_LOG_DIR:-${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/test-logs}
+rm -rf "$TOLLGATE_TEST_LOG_DIR" && mkdir -p "$TOLLGATE_TEST_LOG_DIR"
+export TOLLGATE_TEST_LOG_DIR
+
 # Each end-to-end test makes its own database; drop the previous run's.
 psql_url "$TOLLGATE_TEST_DATABASE_URL" -f - <<'SQL' >/dev/null || log "postgres: could not drop old test databases (continuing)"
 SET client_min_messages = warning;
 SELECT format('DROP DATABASE IF EXISTS %I WITH (FORCE)', datname) FROM pg_database WHERE datname LIKE 'tollgate\_t\_%'\gexec
 SQL
+
+# Each billing test makes its own ClickHouse database (left, like the
+# Postgres ones, for the secrets scan); drop the previous run's.
+for db in $(ch_query "SELECT name FROM system.databases WHERE substring(name, 1, 11) = 'tollgate_t_'" "$TOLLGATE_TEST_CLICKHOUSE_URL" 2>/dev/null || true); do
+    ch_query "DROP DATABASE IF EXISTS $db" "$TOLLGATE_TEST_CLICKHOUSE_URL" >/dev/null ||
+        log "clickhouse: could not drop $db (continuing)"
+done
 
 # The replica-crash test runs real `tollgate` processes: build the binary
 # first, from this tree.
@@ -46,7 +62,35 @@ cargo build -q -p tollgate-server --bin tollgate
 log "+ cargo test ${workspace[*]+${workspace[*]} }$*"
 cargo test "${workspace[@]}" "$@"
 
-[[ ${SKIP_DEV_SMOKE:-0} == 1 ]] && exit 0
+secrets_scan() {
+    [[ ${SKIP_SECRETS_SCAN:-0} == 1 ]] && return 0
+    local dumps=$TOLLGATE_TEST_LOG_DIR/dumps db table
+    mkdir -p "$dumps"
+    log "secrets scan: dumping the test databases"
+    for db in $(psql_url "$TOLLGATE_TEST_DATABASE_URL" -Atc \
+        "SELECT datname FROM pg_database WHERE datname LIKE 'tollgate\_t\_%' OR datname = 'tollgate_smoke'"); do
+        pg_dump --data-only --no-owner "$(url_with_db "$TOLLGATE_TEST_DATABASE_URL" "$db")" >"$dumps/pg-$db.sql" ||
+            die "secrets scan: pg_dump $db failed"
+    done
+    for table in $(ch_query "SELECT concat(database, '.', name) FROM system.tables WHERE database LIKE 'tollgate%' FORMAT TSV" \
+        "$TOLLGATE_TEST_CLICKHOUSE_URL"); do
+        ch_query "SELECT * FROM $table FORMAT TSV" "$TOLLGATE_TEST_CLICKHOUSE_URL" >"$dumps/ch-$table.tsv" ||
+            die "secrets scan: could not read ClickHouse table $table"
+    done
+    log "+ secrets-scan $TOLLGATE_TEST_LOG_DIR"
+    cargo run -q -p tollgate-e2e --bin secrets-scan -- "$TOLLGATE_TEST_LOG_DIR"
+}
+
+supply_chain() {
+    [[ ${SKIP_SUPPLY_CHAIN:-0} == 1 ]] && return 0
+    bash "$TOLLGATE_ROOT/scripts/supply-chain.sh"
+}
+
+if [[ ${SKIP_DEV_SMOKE:-0} == 1 ]]; then
+    secrets_scan
+    supply_chain
+    exit 0
+fi
 
 # --- dev.sh smoke -----------------------------------------------------------
 
@@ -125,6 +169,18 @@ if [[ $curl_output != *'"chat.completion"'* ]]; then
     log "$curl_output"
     smoke_fail "the printed curl line did not return a \"chat.completion\""
 fi
+# For the secrets scan: the server's metrics and an error body.
+smoke_base=${curl_line#*http://}
+smoke_base=http://${smoke_base%%/*}
+curl -s "$smoke_base/metrics" >"$TOLLGATE_TEST_LOG_DIR/smoke-metrics.txt" || true
+curl -s -H 'Authorization: Bearer tg-not-a-real-key' -d '{}' "$smoke_base/v1/chat/completions" \
+    >"$TOLLGATE_TEST_LOG_DIR/smoke-error-body.json" || true
 smoke_stop
+# The server's log is scanned; its stdout is not: `serve --demo` prints the
+# demo key there once, on purpose (the curl line above).
+mv "$smoke_err" "$TOLLGATE_TEST_LOG_DIR/smoke-server.log"
 rm -rf "$smoke_dir"
 echo "smoke: 1 passed, 0 failed"
+
+secrets_scan
+supply_chain

@@ -2,6 +2,7 @@
 //! Redis key prefix (or a private redis-server for tests that flush or stop
 //! it), the mock upstream, and the real server on port 0.
 
+pub mod books;
 pub mod console_web;
 
 use domain::{keys, Limits};
@@ -15,6 +16,60 @@ use store::{AppRow, NewKey, NewModel, Store, TenantRow};
 
 pub const PEPPER: &str = "e2e-test-pepper-0123456789abcdef0123456789";
 pub const ENC_KEY: &str = "aa112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+pub const JWT_SECRET: &str = "e2e-jwt-secret-0123456789abcdef0123456789";
+/// The provider's API key every test model is configured with.
+pub const PROVIDER_KEY: &str = "sk-provider-secret";
+/// Every test user's password.
+pub const PASSWORD: &str = "correct horse battery staple";
+
+/// The secrets of the suite that must never appear in a log, a metric, an
+/// error body or a database (scanned by `secrets-scan` after the suite). Plain
+/// virtual keys are found by their format instead.
+pub const SUITE_SECRETS: [(&str, &str); 5] = [
+    ("key pepper", PEPPER),
+    ("encryption key", ENC_KEY),
+    ("JWT secret", JWT_SECRET),
+    ("provider key", PROVIDER_KEY),
+    ("user password", PASSWORD),
+];
+
+/// Where the suite leaves what the secrets scan reads (`TOLLGATE_TEST_LOG_DIR`,
+/// set by scripts/test.sh); `None` when unset.
+pub fn log_dir() -> Option<std::path::PathBuf> {
+    let dir = std::path::PathBuf::from(std::env::var_os("TOLLGATE_TEST_LOG_DIR")?);
+    std::fs::create_dir_all(&dir).ok()?;
+    Some(dir)
+}
+
+/// A file in the log directory named after this test process.
+pub fn log_file(what: &str) -> Option<std::fs::File> {
+    let exe = std::env::current_exe().ok()?;
+    let stem = exe.file_stem()?.to_string_lossy().into_owned();
+    let path = log_dir()?.join(format!("{stem}-{}-{what}.log", std::process::id()));
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .ok()
+}
+
+/// The in-process servers' logs go to the log directory at `info` (or
+/// `TOLLGATE_LOG`), so the secrets scan reads what production would log.
+fn init_test_logging() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Some(file) = log_file("server") else {
+            return;
+        };
+        let filter = tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(false)
+            .with_writer(std::sync::Mutex::new(file))
+            .try_init();
+    });
+}
 
 pub fn admin_db_url() -> String {
     std::env::var("TOLLGATE_TEST_DATABASE_URL")
@@ -50,6 +105,7 @@ impl TestEnv {
 
     /// On a given Postgres (admin URL) and Redis.
     pub async fn with_services(admin_url: &str, redis_url: String, mock: MockConfig) -> Self {
+        init_test_logging();
         let name = format!("tollgate_t_{}", uuid::Uuid::new_v4().simple());
         let admin = Store::connect(admin_url, 1)
             .await
@@ -82,9 +138,11 @@ impl TestEnv {
         c.redis.key_prefix = self.prefix.clone();
         c.keys.pepper = Some(PEPPER.into());
         c.keys.encryption_key = Some(ENC_KEY.into());
-        c.auth.jwt_secret = Some("e2e-jwt-secret-0123456789abcdef0123456789".into());
+        c.auth.jwt_secret = Some(JWT_SECRET.into());
         c.platform.timezone = "UTC".into();
         c.gateway.outbox_sweep_secs = 1;
+        // Tests run jobs themselves, at the instants they choose.
+        c.billing.scheduler = false;
         c
     }
 
@@ -109,7 +167,7 @@ impl TestEnv {
                     upstream_model: id.into(),
                     upstream_api_key_enc: Some(domain::secret::encrypt(
                         &hex::decode(ENC_KEY).unwrap().try_into().unwrap(),
-                        "sk-provider-secret",
+                        PROVIDER_KEY,
                     )),
                     input_price_micro_per_mtok: in_price,
                     output_price_micro_per_mtok: out_price,
@@ -349,7 +407,7 @@ impl Drop for RedisProc {
 
 /// A console user, created straight in the store; returns its id.
 pub async fn user(env: &TestEnv, email: &str, role: &str, tenant: Option<&str>) -> String {
-    let hash = console::passwords::hash("correct horse battery staple").unwrap();
+    let hash = console::passwords::hash(PASSWORD).unwrap();
     env.store
         .create_user("test", email, &hash, role, tenant)
         .await
@@ -361,7 +419,7 @@ pub async fn user(env: &TestEnv, email: &str, role: &str, tenant: Option<&str>) 
 pub async fn login(base: &str, email: &str) -> String {
     let r = reqwest::Client::new()
         .post(format!("{base}/api/v1/auth/login"))
-        .json(&serde_json::json!({"email": email, "password": "correct horse battery staple"}))
+        .json(&serde_json::json!({"email": email, "password": PASSWORD}))
         .send()
         .await
         .unwrap();
@@ -390,10 +448,21 @@ pub async fn api(
     let r = rb.send().await.unwrap();
     let status = r.status().as_u16();
     let text = r.text().await.unwrap();
+    if status >= 400 {
+        keep_error_body(method, url, status, &text);
+    }
     (
         status,
         serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
     )
+}
+
+/// Error bodies go to the log directory for the secrets scan.
+pub fn keep_error_body(method: &str, url: &str, status: u16, body: &str) {
+    use std::io::Write;
+    if let Some(mut f) = log_file("error-bodies") {
+        let _ = writeln!(f, "{method} {url} -> {status}\n{body}");
+    }
 }
 
 /// The one usage event of a test's ledger, once the ledger writer stored it.

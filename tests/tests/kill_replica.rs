@@ -25,8 +25,9 @@ fn tollgate_bin() -> std::path::PathBuf {
     bin
 }
 
-fn spawn_replica(env: &TestEnv, port: u16) -> Child {
+fn spawn_replica(env: &TestEnv, port: u16, admission: &str) -> Child {
     Command::new(tollgate_bin())
+        .env("TOLLGATE__GATEWAY__ADMISSION", admission)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .env("TOLLGATE__DATABASE__URL", &env.db_url)
         .env("TOLLGATE__REDIS__URL", &env.redis_url)
@@ -38,9 +39,10 @@ fn spawn_replica(env: &TestEnv, port: u16) -> Child {
         .env("TOLLGATE__GATEWAY__HEARTBEAT_TTL_SECS", "2")
         // Survival, not latency: three servers and 200 streams share two cores.
         .env("TOLLGATE__REDIS__TIMEOUT_MS", "1000")
-        .env("TOLLGATE_LOG", "error")
+        .env("TOLLGATE_LOG", "warn")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        // Kept for the secrets scan when the suite runs under scripts/test.sh.
+        .stderr(log_file("replica").map_or_else(Stdio::null, Stdio::from))
         .spawn()
         .expect("tollgate runs")
 }
@@ -53,8 +55,25 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The two variants start three processes and 200 streams each: one at a
+/// time on a two-core machine.
+static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_killed_mid_stream_loses_nothing() {
+    let _one = HEAVY.lock().await;
+    killed_mid_stream("per_request").await
+}
+
+/// The same, with every replica also holding a lease when one is killed:
+/// the dead replica's lease is freed like its holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leasing_replica_killed_mid_stream_loses_nothing() {
+    let _one = HEAVY.lock().await;
+    killed_mid_stream("lease").await
+}
+
+async fn killed_mid_stream(admission: &str) {
     let env = TestEnv::new().await;
     let (_, key) = env
         .simple_tenant(Limits {
@@ -63,7 +82,10 @@ async fn a_replica_killed_mid_stream_loses_nothing() {
         })
         .await;
     let ports = [free_port(), free_port(), free_port()];
-    let mut replicas: Vec<Child> = ports.iter().map(|p| spawn_replica(&env, *p)).collect();
+    let mut replicas: Vec<Child> = ports
+        .iter()
+        .map(|p| spawn_replica(&env, *p, admission))
+        .collect();
     for p in ports {
         let up = eventually(Duration::from_secs(30), || async {
             reqwest::get(format!("http://127.0.0.1:{p}/healthz"))
@@ -74,8 +96,27 @@ async fn a_replica_killed_mid_stream_loses_nothing() {
         assert!(up, "replica on {p} did not start");
     }
 
-    // 200 streams of 40 chunks, 25 ms apart (~1 s each), over three replicas.
+    // Plain requests first: on the lease path each replica now holds a
+    // lease (returned after 1 s idle, well after the kill).
     let client = reqwest::Client::new();
+    let mut told = 0;
+    for i in 0..30 {
+        let r = client
+            .post(format!(
+                "http://127.0.0.1:{}/v1/chat/completions",
+                ports[i % 3]
+            ))
+            .bearer_auth(&key)
+            .json(&chat_body("hello", Some(16)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        told += r.json::<serde_json::Value>().await.unwrap()["usage"]["total_tokens"]
+            .as_i64()
+            .unwrap();
+    }
+    // 200 streams of 40 chunks, 25 ms apart (~1 s each), over three replicas.
     let mut body = chat_body(
         "hello [mock:output_tokens=40] [mock:chunk_delay_ms=25]",
         Some(40),
@@ -149,6 +190,10 @@ async fn a_replica_killed_mid_stream_loses_nothing() {
         .unwrap();
     assert!(report.closed_orphaned as usize >= 1, "{report:?}");
     assert_eq!(report.closed_stale, 0);
+    match admission {
+        "lease" => assert!(report.leases_expired >= 1, "{report:?}"),
+        _ => assert_eq!(report.leases_expired, 0, "{report:?}"),
+    }
 
     let month = this_month();
     let settled = eventually(Duration::from_secs(15), || async {
@@ -168,6 +213,14 @@ async fn a_replica_killed_mid_stream_loses_nothing() {
             "completed request {rid} is not in the ledger as ok"
         );
     }
+    // The plain requests, served before the kill, are booked as told.
+    let plain: i64 = sqlx::query_scalar(
+        "SELECT COALESCE(SUM(input_tokens + output_tokens), 0)::BIGINT FROM usage_events WHERE NOT stream AND status = 'ok'",
+    )
+    .fetch_one(env.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(plain, told);
     let q = quota::QuotaEngine::new(&env.redis_url, &env.prefix, Duration::from_secs(1), "check")
         .unwrap();
     assert_eq!(

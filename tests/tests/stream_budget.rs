@@ -5,6 +5,7 @@ use domain::Limits;
 use e2e::*;
 use futures::StreamExt;
 use serde_json::{json, Value};
+use server::config::AdmissionSetting;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,6 +118,18 @@ async fn a_stream_past_the_budget_is_cut_off_cleanly_and_the_upstream_closed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_concurrent_streams_never_spend_past_the_budget() {
+    streams_and_requests_race(AdmissionSetting::PerRequest).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_concurrent_streams_never_spend_past_the_budget_beside_leases() {
+    streams_and_requests_race(AdmissionSetting::Lease).await
+}
+
+/// 50 streams and 50 non-stream requests at once against one budget: the
+/// streams are held slice by slice (per request on both paths), the plain
+/// requests per request or from leases.
+async fn streams_and_requests_race(mode: AdmissionSetting) {
     let env = TestEnv::new().await;
     let limit = 20_000;
     let (_, key) = env
@@ -128,6 +141,7 @@ async fn fifty_concurrent_streams_never_spend_past_the_budget() {
     // The budget, not latency: 50 streams share two cores with Redis.
     let mut cfg = env.config();
     cfg.redis.timeout_ms = 1000;
+    cfg.gateway.admission = mode;
     let srv = env.server_with(cfg).await;
     let url = format!("http://{}/v1/chat/completions", srv.addr);
     let month = this_month();
@@ -191,7 +205,29 @@ async fn fifty_concurrent_streams_never_spend_past_the_budget() {
             )
         }
     });
-    let results = futures::future::join_all(runs).await;
+    let plain = (0..50).map(|_| {
+        let (client, url, key) = (client.clone(), url.clone(), key.clone());
+        async move {
+            let r = client
+                .post(url)
+                .bearer_auth(key)
+                .json(&chat_body("hello [mock:output_tokens=100]", Some(100)))
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            let json: Value = r.json().await.unwrap();
+            assert!(status == 200 || status == 402, "{status} {json}");
+            if status == 402 {
+                assert_eq!(json["error"]["code"], "tenant_monthly_budget_exhausted");
+            }
+        }
+    });
+    let (results, _) = futures::future::join(
+        futures::future::join_all(runs),
+        futures::future::join_all(plain),
+    )
+    .await;
     done.store(true, Ordering::Relaxed);
     let samples = sampler.await.unwrap();
     assert!(samples > 10, "only {samples} samples");

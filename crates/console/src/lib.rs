@@ -9,7 +9,7 @@ pub mod i18n;
 pub mod passwords;
 mod web;
 
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 use domain::period::PlatformClock;
 use quota::QuotaEngine;
@@ -32,6 +32,8 @@ pub struct ControlPlane {
     /// Lifetime of a session token.
     pub session_secs: i64,
     pub logins: LoginLimiter,
+    /// Bills: the ledger for open months, the archive for closed ones.
+    pub books: billing::Books,
     /// The session cookie carries `Secure` (config `auth.cookie_secure`).
     pub cookie_secure: bool,
 }
@@ -64,8 +66,16 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
             "/api/v1/quota-requests/{id}/reject",
             post(quota_requests::reject),
         )
+        .route("/api/v1/pool", get(pool::show).put(pool::update))
+        .route("/api/v1/borrows", get(pool::borrows))
+        .route("/api/v1/models/{id}/fairness", put(pool::model_fairness))
         .route("/api/v1/audit", get(audit::list))
         .route("/api/v1/audit/verify", get(audit::verify))
+        .route("/api/v1/bills", get(bills::show))
+        .route("/api/v1/bills.csv", get(bills::csv))
+        .route("/api/v1/bills.focus.csv", get(bills::focus_csv))
+        .route("/api/v1/job-runs", get(bills::job_runs))
+        .route("/api/v1/notices", get(bills::notices))
         .route("/api/v1/requests/{request_id}", get(requests::show))
         .route("/api/v1/openapi.json", get(openapi))
         .with_state(cp.clone())

@@ -3,7 +3,11 @@
 //! No IO here: everything is a function that a unit test can call.
 
 pub mod audit;
+pub mod bill;
+pub mod borrowing;
+pub mod fairq;
 pub mod keys;
+pub mod lease;
 pub mod limits;
 pub mod money;
 pub mod period;

@@ -35,6 +35,62 @@ impl PlatformClock {
     pub fn month_of_unix_ms(&self, ms: i64) -> String {
         self.month(DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or_default())
     }
+
+    /// The instants a `YYYY-MM` period starts and ends (exclusive), in
+    /// platform time. None for a malformed period.
+    pub fn month_bounds(&self, period: &str) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+        let (y, m) = parse_month(period)?;
+        let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+        let start = self.local_midnight(y, m, 1)?;
+        let end = self.local_midnight(ny, nm, 1)?;
+        Some((start, end))
+    }
+
+    /// The instants a `YYYY-MM-DD` day starts and ends, in platform time.
+    pub fn day_bounds(&self, day: &str) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+        let d = chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d").ok()?;
+        let next = d.succ_opt()?;
+        Some((
+            self.local_midnight(d.year(), d.month(), d.day())?,
+            self.local_midnight(next.year(), next.month(), next.day())?,
+        ))
+    }
+
+    fn local_midnight(&self, y: i32, m: u32, d: u32) -> Option<DateTime<Utc>> {
+        let naive = chrono::NaiveDate::from_ymd_opt(y, m, d)?.and_hms_opt(0, 0, 0)?;
+        // A zone that skips midnight (DST) starts the day at the first
+        // instant that exists.
+        self.tz
+            .from_local_datetime(&naive)
+            .earliest()
+            .or_else(|| {
+                self.tz
+                    .from_local_datetime(&(naive + chrono::Duration::hours(1)))
+                    .earliest()
+            })
+            .map(|t| t.with_timezone(&Utc))
+    }
+
+    /// Day of the month (1-based) of the instant, in platform time.
+    pub fn day_of_month(&self, at: DateTime<Utc>) -> u32 {
+        self.tz.from_utc_datetime(&at.naive_utc()).day()
+    }
+}
+
+/// The month before a `YYYY-MM` period.
+pub fn previous_month(period: &str) -> Option<String> {
+    let (y, m) = parse_month(period)?;
+    let (py, pm) = if m == 1 { (y - 1, 12) } else { (y, m - 1) };
+    Some(format!("{py:04}-{pm:02}"))
+}
+
+/// Number of days of a `YYYY-MM` period.
+pub fn days_in_month(period: &str) -> Option<u32> {
+    let (y, m) = parse_month(period)?;
+    let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+    let first = chrono::NaiveDate::from_ymd_opt(y, m, 1)?;
+    let next = chrono::NaiveDate::from_ymd_opt(ny, nm, 1)?;
+    Some((next - first).num_days() as u32)
 }
 
 /// Validates a `YYYY-MM` period string.
@@ -61,6 +117,21 @@ mod tests {
         assert_eq!(c.day(at), "2026-12-01");
         let utc = PlatformClock::parse("UTC").unwrap();
         assert_eq!(utc.month(at), "2026-11");
+    }
+
+    #[test]
+    fn month_bounds_are_platform_midnights() {
+        let c = PlatformClock::parse("Asia/Shanghai").unwrap();
+        let (s, e) = c.month_bounds("2026-12").unwrap();
+        assert_eq!(s, Utc.with_ymd_and_hms(2026, 11, 30, 16, 0, 0).unwrap());
+        assert_eq!(e, Utc.with_ymd_and_hms(2026, 12, 31, 16, 0, 0).unwrap());
+        let (s, e) = c.day_bounds("2026-12-01").unwrap();
+        assert_eq!(e - s, chrono::Duration::hours(24));
+        assert_eq!(c.month(s), "2026-12");
+        assert_eq!(previous_month("2026-01").as_deref(), Some("2025-12"));
+        assert_eq!(days_in_month("2028-02"), Some(29));
+        assert_eq!(days_in_month("2026-11"), Some(30));
+        assert!(c.month_bounds("2026-13").is_none());
     }
 
     #[test]

@@ -38,6 +38,13 @@ pub enum ReasonCode {
     UpstreamUnavailable,
     /// A degrade: the request went through with a smaller max_tokens.
     MaxTokensClampedToBudget,
+    /// A degrade: past the tenant's daily cost soft limit, the request went
+    /// to the model's cheaper model and/or with a smaller max_tokens.
+    DailyCostSoftLimit,
+    /// Waited in the tenant's queue for its maximum wait without a slot.
+    QueueTimeout,
+    /// The tenant's queue (on this replica) is full.
+    TenantQueueFull,
 }
 
 impl ReasonCode {
@@ -75,6 +82,9 @@ impl ReasonCode {
             ReasonCode::UpstreamRateLimited => "upstream_rate_limited",
             ReasonCode::UpstreamUnavailable => "upstream_unavailable",
             ReasonCode::MaxTokensClampedToBudget => "max_tokens_clamped_to_budget",
+            ReasonCode::DailyCostSoftLimit => "daily_cost_soft_limit",
+            ReasonCode::QueueTimeout => "queue_timeout",
+            ReasonCode::TenantQueueFull => "tenant_queue_full",
         }
     }
 
@@ -90,7 +100,9 @@ impl ReasonCode {
             ReasonCode::QuotaStoreUnavailable | ReasonCode::UpstreamUnavailable => 503,
             ReasonCode::UpstreamRateLimited => 429,
             ReasonCode::UpstreamError => 502,
-            ReasonCode::MaxTokensClampedToBudget => 200,
+            ReasonCode::MaxTokensClampedToBudget | ReasonCode::DailyCostSoftLimit => 200,
+            ReasonCode::QueueTimeout => 503,
+            ReasonCode::TenantQueueFull => 429,
         }
     }
 
@@ -152,6 +164,14 @@ mod tests {
         let r = ReasonCode::Limit(ScopeKind::Key, LimitKind::Rpm);
         assert_eq!((r.as_str(), r.http_status()), ("key_rpm_exceeded", 429));
         assert_eq!(ReasonCode::QuotaStoreUnavailable.http_status(), 503);
+        assert_eq!(
+            (
+                ReasonCode::QueueTimeout.as_str(),
+                ReasonCode::QueueTimeout.http_status()
+            ),
+            ("queue_timeout", 503)
+        );
+        assert_eq!(ReasonCode::TenantQueueFull.http_status(), 429);
     }
 
     #[test]

@@ -5,12 +5,13 @@
 
 use arc_swap::ArcSwap;
 use chrono::{DateTime, Utc};
+use domain::fairq::Priority;
 use domain::pricing::Price;
 use domain::secret::{self, Secret};
 use domain::tokens::TokenizerFamily;
 use domain::Limits;
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use store::{Catalog, Store};
 
@@ -21,6 +22,42 @@ pub struct TenantEntry {
     pub allowed_models: Option<HashSet<String>>,
     pub clamp_max_tokens: bool,
     pub grants: Vec<Grant>,
+    pub priority: Priority,
+    pub may_borrow: bool,
+    pub borrow_cap_tokens: i64,
+    /// Outstanding borrowed quota by period (`YYYY-MM` → tokens, micro-USD).
+    /// Loaded from Postgres; the borrower also sets it the moment a borrow
+    /// lands, so the request that asked can retry before the reload.
+    pub borrowed: RwLock<HashMap<String, (i64, i64)>>,
+}
+
+impl TenantEntry {
+    /// Borrowed quota outstanding in `month` (tokens, micro-USD).
+    pub fn borrowed_in(&self, month: &str) -> (i64, i64) {
+        let b = self.borrowed.read().expect("borrowed lock");
+        b.get(month).copied().unwrap_or((0, 0))
+    }
+
+    /// Sets the outstanding borrowed quota of `month` (absolute, as read
+    /// from Postgres: setting it twice is harmless).
+    pub fn set_borrowed(&self, month: &str, tokens: i64, cost_micro: i64) {
+        let mut b = self.borrowed.write().expect("borrowed lock");
+        b.insert(month.to_string(), (tokens, cost_micro));
+    }
+
+    /// The tenant's own effective limits in `month`: base + unexpired
+    /// grants + borrowed.
+    pub fn effective(&self, now: DateTime<Utc>, month: &str) -> Limits {
+        with_grants(&self.limits, &self.grants, now, self.borrowed_in(month))
+    }
+
+    /// Unexpired grants (tokens, micro-USD).
+    pub fn granted(&self, now: DateTime<Utc>) -> (i64, i64) {
+        self.grants
+            .iter()
+            .filter(|g| g.expires_at > now)
+            .fold((0, 0), |(t, c), g| (t + g.tokens, c + g.cost_micro))
+    }
 }
 
 /// An approved temporary grant: counts until `expires_at`, checked by time
@@ -32,11 +69,12 @@ pub struct Grant {
     pub expires_at: DateTime<Utc>,
 }
 
-fn with_grants(base: &Limits, grants: &[Grant], now: DateTime<Utc>) -> Limits {
+/// base + unexpired grants + `extra` (borrowed tokens, micro-USD).
+fn with_grants(base: &Limits, grants: &[Grant], now: DateTime<Utc>, extra: (i64, i64)) -> Limits {
     let (t, c) = grants
         .iter()
         .filter(|g| g.expires_at > now)
-        .fold((0i64, 0i64), |(t, c), g| {
+        .fold(extra, |(t, c), g| {
             (t.saturating_add(g.tokens), c.saturating_add(g.cost_micro))
         });
     if t == 0 && c == 0 {
@@ -70,12 +108,13 @@ impl KeyEntry {
         [&self.tenant.limits, &self.app.limits, &self.limits]
     }
 
-    /// Limits with the grants unexpired at `now`: what budgets are checked
-    /// against (base + approved, unexpired temporary grants).
-    pub fn effective_limits(&self, now: DateTime<Utc>) -> [Limits; 3] {
+    /// What budgets are checked against in `month` (DESIGN §3): base +
+    /// approved grants unexpired at `now` + the tenant's outstanding
+    /// borrowed quota of that month.
+    pub fn effective_limits(&self, now: DateTime<Utc>, month: &str) -> [Limits; 3] {
         [
-            with_grants(&self.tenant.limits, &self.tenant.grants, now),
-            with_grants(&self.app.limits, &self.app.grants, now),
+            self.tenant.effective(now, month),
+            with_grants(&self.app.limits, &self.app.grants, now, (0, 0)),
             self.limits.clone(),
         ]
     }
@@ -114,6 +153,12 @@ pub struct ModelEntry {
     pub price: Price,
     pub tokenizer: TokenizerFamily,
     pub default_max_output: i64,
+    /// The cheaper model a tenant past its daily soft limit is sent to.
+    pub degrade_to: Option<String>,
+    /// Most concurrent upstream requests across replicas (None: no pool).
+    pub pool_capacity: Option<i64>,
+    /// Core tenants' guaranteed slots of that pool: (tenant, slots).
+    pub guarantees: Vec<(String, i64)>,
 }
 
 #[derive(Default)]
@@ -121,6 +166,8 @@ pub struct Index {
     pub keys: HashMap<[u8; 32], Arc<KeyEntry>>,
     pub models: HashMap<String, Arc<ModelEntry>>,
     pub tenant_ids: Vec<String>,
+    /// Tenants by id (the borrower and the reclaim job read these).
+    pub tenants: HashMap<String, Arc<TenantEntry>>,
 }
 
 fn set(v: Option<Vec<String>>) -> Option<HashSet<String>> {
@@ -139,6 +186,16 @@ impl Index {
                     allowed_models: set(t.allowed_models),
                     clamp_max_tokens: t.clamp_max_tokens,
                     grants: grants_of(&c.grants, &t.id, None),
+                    priority: Priority::parse(&t.priority),
+                    may_borrow: t.may_borrow,
+                    borrow_cap_tokens: t.borrow_cap_tokens,
+                    borrowed: RwLock::new(
+                        c.borrowed
+                            .iter()
+                            .filter(|b| b.tenant_id == t.id)
+                            .map(|b| (b.period.clone(), (b.tokens, b.cost_micro)))
+                            .collect(),
+                    ),
                 };
                 (t.id, Arc::new(e))
             })
@@ -211,15 +268,24 @@ impl Index {
                     output_micro_per_mtok: m.output_price_micro_per_mtok,
                 },
                 default_max_output: m.default_max_output_tokens,
+                degrade_to: m.degrade_to,
+                pool_capacity: m.pool_capacity.map(i64::from),
+                guarantees: c
+                    .guarantees
+                    .iter()
+                    .filter(|g| g.model_id == m.id)
+                    .map(|g| (g.tenant_id.clone(), i64::from(g.slots)))
+                    .collect(),
             };
             models.insert(m.id, Arc::new(entry));
         }
-        let mut tenant_ids: Vec<String> = tenants.into_keys().collect();
+        let mut tenant_ids: Vec<String> = tenants.keys().cloned().collect();
         tenant_ids.sort();
         Index {
             keys,
             models,
             tenant_ids,
+            tenants,
         }
     }
 }

@@ -46,7 +46,7 @@ impl DecisionWriter {
     pub fn refused(&self, e: &ApiError, key: &KeyEntry, model: &str) {
         let mut detail = e.counters.as_deref().cloned().unwrap_or_else(|| json!({}));
         if let ReasonCode::Limit(scope, limit) = e.reason {
-            if let Some(v) = limit_value(key, scope, limit) {
+            if let Some(v) = limit_value(&self.clock, key, scope, limit) {
                 detail["limit_value"] = v;
             }
         }
@@ -66,8 +66,14 @@ impl DecisionWriter {
     }
 
     /// Records a request that went through changed (clamped max_tokens).
-    pub fn degraded(&self, request_id: &str, key: &KeyEntry, model: &str, detail: Value) {
-        let reason = ReasonCode::MaxTokensClampedToBudget;
+    pub fn degraded(
+        &self,
+        request_id: &str,
+        key: &KeyEntry,
+        model: &str,
+        reason: ReasonCode,
+        detail: Value,
+    ) {
         let row = self.row(request_id, key, model, "degraded", reason, 200, detail);
         self.submit(row);
     }
@@ -132,8 +138,14 @@ fn scope_label(key: &KeyEntry, s: ScopeKind) -> String {
 }
 
 /// The configured value of the limit that refused (grants included).
-fn limit_value(key: &KeyEntry, s: ScopeKind, l: LimitKind) -> Option<Value> {
-    let limits = key.effective_limits(Utc::now());
+fn limit_value(
+    clock: &domain::period::PlatformClock,
+    key: &KeyEntry,
+    s: ScopeKind,
+    l: LimitKind,
+) -> Option<Value> {
+    let now = Utc::now();
+    let limits = key.effective_limits(now, &clock.month(now));
     let lim = match s {
         ScopeKind::Tenant => &limits[0],
         ScopeKind::App => &limits[1],

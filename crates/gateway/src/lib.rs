@@ -1,14 +1,18 @@
 //! The data plane: OpenAI-compatible `/v1/*`, virtual-key auth, admission
 //! through the hold engine, forwarding to the provider, metering and settling.
 
+pub mod admission;
+pub mod borrow;
 pub mod catalog;
 pub mod decisions;
 mod errors;
+mod fair;
 pub mod ledger;
 pub mod ledger_source;
 mod metrics_names;
 mod models;
 mod proxy;
+pub mod queue;
 pub mod reconcile;
 mod settle;
 mod sse;
@@ -48,6 +52,39 @@ pub struct GatewayConfig {
     /// A non-stream request clamped to its budget must still be allowed at
     /// least this many output tokens per choice, or it is refused.
     pub min_clamped_output_tokens: i64,
+    /// How requests reserve quota: leases, per request, or (benchmark
+    /// ablation only) not at all.
+    pub admission: admission::AdmissionMode,
+    pub lease: quota::LeaseTuning,
+    pub fair: FairTuning,
+}
+
+/// Queues, model pools and degrade (DESIGN §7; docs/fair.md).
+#[derive(Debug, Clone)]
+pub struct FairTuning {
+    pub queue: domain::fairq::QueuePolicy,
+    /// The dispatcher polls for slots freed by other replicas, backing off
+    /// from `poll_min` to `poll_max` while nothing frees.
+    pub poll_min: Duration,
+    pub poll_max: Duration,
+    /// A model-pool slot whose replica died is dropped after this.
+    pub slot_lifetime: Duration,
+    /// Output cap (per choice) of a request past the daily soft limit.
+    pub degrade_max_output_tokens: Option<i64>,
+    pub borrow: borrow::BorrowTuning,
+}
+
+impl Default for FairTuning {
+    fn default() -> Self {
+        Self {
+            queue: Default::default(),
+            poll_min: Duration::from_millis(10),
+            poll_max: Duration::from_millis(100),
+            slot_lifetime: Duration::from_secs(3600),
+            degrade_max_output_tokens: Some(1024),
+            borrow: Default::default(),
+        }
+    }
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -56,6 +93,7 @@ impl std::fmt::Debug for GatewayConfig {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("upstream_timeout", &self.upstream_timeout)
             .field("replica", &self.replica)
+            .field("admission", &self.admission)
             .field("pepper", &"***")
             .finish_non_exhaustive()
     }
@@ -65,8 +103,12 @@ pub struct Gateway {
     pub cfg: GatewayConfig,
     pub catalog: Arc<CatalogCache>,
     pub quota: Arc<QuotaEngine>,
+    /// Hold / extend / settle / release, per request or from leases.
+    pub admission: admission::Admission,
     pub store: Store,
     pub ledger: LedgerWriter,
+    pub queue: Arc<queue::AdmissionQueue>,
+    pub borrower: Arc<borrow::Borrowing>,
     /// Refused and degraded requests, for the request lookup.
     pub decisions: decisions::DecisionWriter,
     http: reqwest::Client,
@@ -81,14 +123,31 @@ impl Gateway {
         ledger: LedgerWriter,
     ) -> Self {
         let http = upstream::client(&cfg);
+        let queue = queue::AdmissionQueue::new(
+            cfg.fair.queue.clone(),
+            cfg.fair.poll_min,
+            cfg.fair.poll_max,
+        );
+        let borrower = Arc::new(borrow::Borrowing::new(
+            store.clone(),
+            quota.clone(),
+            catalog.clone(),
+            cfg.clock,
+            cfg.replica.clone(),
+            cfg.fair.borrow.clone(),
+        ));
         // Its task ends when the last Gateway handle is dropped.
         let (decisions, _task) = decisions::DecisionWriter::start(store.clone(), cfg.clock);
+        let admission = admission::Admission::new(cfg.admission, quota.clone(), cfg.lease.clone());
         Self {
             cfg,
             catalog,
+            admission,
             quota,
             store,
             ledger,
+            queue,
+            borrower,
             decisions,
             http,
         }

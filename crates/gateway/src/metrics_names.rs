@@ -13,5 +13,7 @@ pub const EXTEND_SECONDS: &str = "tollgate_extend_seconds";
 pub const STREAM_CUTOFFS: &str = "tollgate_stream_cutoffs_total";
 pub const STREAM_TOKENS_COUNTED: &str = "tollgate_stream_output_tokens_counted_total";
 pub const STREAM_TOKENS_REPORTED: &str = "tollgate_stream_output_tokens_reported_total";
+pub const QUEUE_DEPTH: &str = "tollgate_queue_depth";
+pub const QUEUE_WAIT_SECONDS: &str = "tollgate_queue_wait_seconds";
 pub const DECISIONS_STORED: &str = "tollgate_decisions_stored_total";
 pub const DECISIONS_DROPPED: &str = "tollgate_decisions_dropped_total";

@@ -149,6 +149,15 @@ async fn admit_and_forward(
     })?;
     let model = resolve_model(gw, &key, endpoint, &summary, rid)
         .map_err(|e| refuse(e, k, &summary.model))?;
+    // Past the daily soft limit: the cheaper model and/or a smaller cap.
+    let degrade = crate::fair::degrade_step(gw, &key, &model, rid)
+        .await
+        .map_err(|e| refuse(e, k, &model.id))?;
+    let requested_model = model.id.clone();
+    let model = match degrade.as_ref().and_then(|d| d.model.clone()) {
+        Some(cheaper) => cheaper,
+        None => model,
+    };
     let (estimated, json_back) = if bytes.len() > LARGE_BODY {
         // Tokenizing megabytes takes milliseconds: keep it off the workers
         // that serve every other request.
@@ -164,7 +173,14 @@ async fn admit_and_forward(
         (estimate(&key, &model, endpoint, &summary, &json, rid), json)
     };
     let mut json = json_back;
-    let (est_in, per_choice) = estimated.map_err(|e| refuse(e, k, &model.id))?;
+    let (est_in, asked_per_choice) = estimated.map_err(|e| refuse(e, k, &model.id))?;
+    let per_choice = match degrade.as_ref().and_then(|d| d.max_output) {
+        Some(cap) if endpoint != Endpoint::Embeddings => asked_per_choice.min(cap),
+        _ => asked_per_choice,
+    };
+    let soft_degraded = degrade
+        .as_ref()
+        .is_some_and(|d| d.model.is_some() || per_choice < asked_per_choice);
     let max_out = per_choice * summary.choices;
     // A stream holds one slice of output at a time, extended as it flows.
     // Reasoning models do not stream their hidden reasoning: nothing to
@@ -183,20 +199,39 @@ async fn admit_and_forward(
         est_out: first_out,
         per_choice,
     };
-    let adm = admit(gw, &key, &model, &month, rid, want)
-        .await
-        .map_err(|e| refuse(e, k, &model.id))?;
-    if adm.degraded {
+    let fairly = crate::fair::admit_fairly(gw, &key, &model, &month, rid, || {
+        admit(gw, &key, &model, &month, rid, want)
+    })
+    .await
+    .map_err(|e| refuse(e, k, &model.id))?;
+    let adm = fairly.admitted;
+    if soft_degraded {
+        let detail = json!({"requested_output_tokens": asked_per_choice * summary.choices,
+            "output_tokens_cap": max_out, "requested_model": requested_model, "served_model": model.id});
+        gw.decisions
+            .degraded(rid, &key, &model.id, ReasonCode::DailyCostSoftLimit, detail);
+    } else if adm.degraded {
         let detail = json!({"requested_output_tokens": max_out, "clamped_output_tokens": adm.est_out,
             "est_input_tokens": est_in});
-        gw.decisions.degraded(rid, &key, &model.id, detail);
+        gw.decisions.degraded(
+            rid,
+            &key,
+            &model.id,
+            ReasonCode::MaxTokensClampedToBudget,
+            detail,
+        );
     }
-    let (decision, reason) = match adm.degraded {
-        true => (
+    let (decision, reason) = if soft_degraded {
+        (Decision::Degrade, ReasonCode::DailyCostSoftLimit.as_str())
+    } else if adm.degraded {
+        (
             Decision::Degrade,
             ReasonCode::MaxTokensClampedToBudget.as_str(),
-        ),
-        false => (Decision::Allow, "none"),
+        )
+    } else if let Some((_, why)) = fairly.queued {
+        (Decision::Queue, why)
+    } else {
+        (Decision::Allow, "none")
     };
     metrics::counter!(m::REQUESTS, "tenant" => key.tenant.id.clone(), "model" => model.id.clone(),
         "decision" => decision.as_str(), "reason" => reason)
@@ -214,6 +249,10 @@ async fn admit_and_forward(
         now.timestamp_millis(),
     );
     held.max_output = if adm.degraded { adm.est_out } else { max_out };
+    held.slot = fairly.slot.map(|mut s| {
+        s.mark_used();
+        s
+    });
     rewrite_for_upstream(&mut json, &model, endpoint, &summary, adm.provider_cap);
     let body = serde_json::to_vec(&json).expect("json serialises");
     let mut out_headers = HeaderMap::new();
@@ -225,8 +264,14 @@ async fn admit_and_forward(
         "x-tollgate-decision",
         HeaderValue::from_static(decision.as_str()),
     );
-    if adm.degraded {
+    if reason != "none" {
         out_headers.insert("x-tollgate-reason", HeaderValue::from_static(reason));
+    }
+    if let Some((waited, _)) = fairly.queued {
+        out_headers.insert(
+            "x-tollgate-queue-wait-ms",
+            HeaderValue::from(waited.as_millis() as u64),
+        );
     }
     if let Some(r) = adm.remaining_requests {
         out_headers.insert("x-ratelimit-remaining-requests", HeaderValue::from(r));
@@ -270,7 +315,19 @@ async fn admit(
     rid: &str,
     want: Want<'_>,
 ) -> Result<Admission, ApiError> {
-    let refusal = match hold(gw, key, model, month, rid, want.est_in, want.est_out).await? {
+    let stream = want.summary.stream;
+    let refusal = match hold(
+        gw,
+        key,
+        model,
+        month,
+        rid,
+        want.est_in,
+        want.est_out,
+        stream,
+    )
+    .await?
+    {
         HoldOutcome::Admitted {
             remaining_requests,
             remaining_tokens,
@@ -321,7 +378,7 @@ async fn admit(
         if let HoldOutcome::Admitted {
             remaining_requests,
             remaining_tokens,
-        } = hold(gw, key, model, month, rid, want.est_in, est_out).await?
+        } = hold(gw, key, model, month, rid, want.est_in, est_out, stream).await?
         {
             return Ok(Admission {
                 est_out,
@@ -348,6 +405,7 @@ async fn admit(
 
 /// One hold call, failing closed on any quota-store error. A hold whose
 /// outcome is unknown (timeout, client gone) is released by the guard.
+#[allow(clippy::too_many_arguments)]
 async fn hold(
     gw: &Arc<Gateway>,
     key: &Arc<KeyEntry>,
@@ -356,8 +414,9 @@ async fn hold(
     rid: &str,
     est_in: i64,
     est_out: i64,
+    stream: bool,
 ) -> Result<HoldOutcome, ApiError> {
-    let limits = key.effective_limits(chrono::Utc::now());
+    let limits = key.effective_limits(chrono::Utc::now(), month);
     let req = HoldRequest {
         request_id: rid,
         tenant: &key.tenant.id,
@@ -382,7 +441,7 @@ async fn hold(
         store: &gw.store,
         quota: &gw.quota,
     };
-    let outcome = gw.quota.hold(&req, &ledger).await;
+    let outcome = gw.admission.hold(&req, &ledger, stream).await;
     pending.armed = outcome.is_err();
     metrics::histogram!(m::HOLD_SECONDS).record(t0.elapsed().as_secs_f64());
     outcome.map_err(|err| {

@@ -18,6 +18,8 @@ use store::Store;
 pub struct ReconcileReport {
     pub closed_stale: u64,
     pub closed_orphaned: u64,
+    /// Leases of dead replicas (or untouched past the stale age) freed.
+    pub leases_expired: u64,
     pub outbox_stored: u64,
 }
 
@@ -101,8 +103,49 @@ pub async fn close_abandoned_holds(
             offset += seen - removed;
         }
     }
+    for t in tenants {
+        report.leases_expired +=
+            expire_abandoned_leases(quota, t, &mut alive, now_ms, ages).await?;
+    }
     report.outbox_stored = sweep_outboxes(store, quota, tenants).await?;
     Ok(report)
+}
+
+/// Leases are freed like orphaned holds: not touched for `orphan_after`
+/// and their replica has no heartbeat, or not touched for `stale_after`.
+/// What they still hold goes back to the scopes (docs/leases.md).
+async fn expire_abandoned_leases(
+    quota: &QuotaEngine,
+    tenant: &str,
+    alive: &mut HashMap<String, bool>,
+    now_ms: i64,
+    ages: &HoldAges,
+) -> Result<u64, String> {
+    let before = now_ms - ages.orphan_after.as_millis() as i64;
+    let stale_before = now_ms - ages.stale_after.as_millis() as i64;
+    let leases = match quota.open_leases(tenant, before).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(tenant, error = %e, "reconciler could not read leases");
+            return Ok(0);
+        }
+    };
+    let mut n = 0;
+    for l in leases {
+        let stale = l.touched_ms < stale_before;
+        if !stale && replica_alive(quota, alive, &l.replica).await? {
+            continue;
+        }
+        if quota
+            .lease_expire(tenant, &l)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            tracing::warn!(tenant, lease = %l.lease_id, replica = %l.replica, tokens = l.tokens, slots = l.slots, "abandoned lease freed");
+            n += 1;
+        }
+    }
+    Ok(n)
 }
 
 async fn expire(

@@ -29,6 +29,8 @@ pub struct HeldRequest {
     pub counted_output: i64,
     /// The provider's own usage, once seen.
     pub provider_usage: Option<(i64, i64)>,
+    /// The model-pool slot this request holds (given back on drop).
+    pub slot: Option<crate::fair::ModelSlot>,
     closed: bool,
 }
 
@@ -68,6 +70,7 @@ impl HeldRequest {
             started_at_ms,
             counted_output: 0,
             provider_usage: None,
+            slot: None,
             closed: false,
         }
     }
@@ -127,7 +130,7 @@ pub async fn release_hold(gw: Arc<Gateway>, key: Arc<KeyEntry>, month: String, r
     let k = &key;
     for attempt in 0..RETRIES {
         let r = gw
-            .quota
+            .admission
             .release(
                 &k.tenant.id,
                 &k.app.id,
@@ -138,7 +141,10 @@ pub async fn release_hold(gw: Arc<Gateway>, key: Arc<KeyEntry>, month: String, r
             )
             .await;
         match r {
-            Ok(_) => return,
+            Ok(_) => {
+                gw.queue.slot_freed();
+                return;
+            }
             Err(e) => {
                 metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "release").increment(1);
                 tracing::warn!(request_id = %request_id, attempt, error = %e, "release failed; retrying");
@@ -256,7 +262,7 @@ impl SettleJob {
         // 5 s, for up to half an hour) so the hold does not wait for the
         // stale-hold reconciler's day; then leave it to that reconciler.
         for attempt in 0..RETRIES {
-            match self.gw.quota.settle(&req).await {
+            match self.gw.admission.settle(&req).await {
                 Ok(SettleOutcome::Settled { overrun_tokens, .. }) => {
                     let labels = [("tenant", e.tenant_id.clone()), ("model", e.model.clone())];
                     let (t, md) = (e.tenant_id.clone(), e.model.clone());
@@ -269,6 +275,8 @@ impl SettleJob {
                         metrics::counter!(m::OVERRUN_TOKENS, &labels)
                             .increment(overrun_tokens as u64);
                     }
+                    self.gw.queue.slot_freed();
+                    crate::fair::count_day_cost(&self.gw, &self.key, &e.day, e.cost_micro).await;
                     self.gw.ledger.submit(self.event.clone());
                     return;
                 }

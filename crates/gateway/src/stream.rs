@@ -154,7 +154,7 @@ async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<
         for add in [step, missing] {
             let add_cost = held.model.price.cost(0, add).0;
             let k = held.key.clone();
-            let limits = k.effective_limits(chrono::Utc::now());
+            let limits = k.effective_limits(chrono::Utc::now(), &held.month);
             let req = ExtendRequest {
                 request_id: &held.request_id,
                 tenant: &k.tenant.id,
@@ -166,7 +166,7 @@ async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<
                 limits: [&limits[0], &limits[1], &limits[2]],
             };
             let t0 = Instant::now();
-            let out = held.gw.quota.extend(&req).await;
+            let out = held.gw.admission.extend(&req).await;
             metrics::histogram!(m::EXTEND_SECONDS).record(t0.elapsed().as_secs_f64());
             match out {
                 Ok(ExtendOutcome::Extended { .. }) => {

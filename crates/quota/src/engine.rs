@@ -176,23 +176,26 @@ impl MonthCounters {
     }
 }
 
-struct Scripts {
+pub(crate) struct Scripts {
     hold: Script,
     settle: Script,
     release: Script,
     rebuild: Script,
     extend: Script,
+    pub(crate) lease_acquire: Script,
+    pub(crate) lease_settle: Script,
+    pub(crate) lease_expire: Script,
 }
 
 pub struct QuotaEngine {
     conn: Link,
-    keys: KeySpace,
+    pub(crate) keys: KeySpace,
     timeout: Duration,
-    replica: String,
-    scripts: Scripts,
+    pub(crate) replica: String,
+    pub(crate) scripts: Scripts,
 }
 
-fn limit_args(limits: [&Limits; 3]) -> impl Iterator<Item = i64> + '_ {
+pub(crate) fn limit_args(limits: [&Limits; 3]) -> impl Iterator<Item = i64> + '_ {
     limits.into_iter().flat_map(|l| l.hold_args())
 }
 
@@ -240,6 +243,9 @@ impl QuotaEngine {
                 release: Script::new(include_str!("../lua/release.lua")),
                 rebuild: Script::new(include_str!("../lua/rebuild.lua")),
                 extend: Script::new(include_str!("../lua/extend.lua")),
+                lease_acquire: Script::new(include_str!("../lua/lease_acquire.lua")),
+                lease_settle: Script::new(include_str!("../lua/lease_settle.lua")),
+                lease_expire: Script::new(include_str!("../lua/lease_expire.lua")),
             },
         }
     }
@@ -262,7 +268,7 @@ impl QuotaEngine {
     }
 
     /// Appends the limits of tenant, app and key and runs the script.
-    async fn run(
+    pub(crate) async fn run(
         &self,
         mut inv: ScriptInvocation<'_>,
         limits: [&Limits; 3],
@@ -274,7 +280,7 @@ impl QuotaEngine {
         self.bounded(inv.invoke_async(&mut conn)).await
     }
 
-    async fn link(&self) -> Result<Conn, QuotaError> {
+    pub(crate) async fn link(&self) -> Result<Conn, QuotaError> {
         self.bounded(self.conn.get()).await
     }
 
@@ -282,7 +288,7 @@ impl QuotaEngine {
         &self.keys
     }
 
-    async fn bounded<T>(
+    pub(crate) async fn bounded<T>(
         &self,
         f: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, QuotaError> {
@@ -344,7 +350,7 @@ impl QuotaEngine {
 
     /// Restores a tenant's month from the ledger, once, under a lock; other
     /// callers wait for the marker instead of querying the ledger too.
-    async fn rebuild_month(
+    pub(crate) async fn rebuild_month(
         &self,
         tenant: &str,
         month: &str,
@@ -696,7 +702,7 @@ impl QuotaEngine {
     }
 }
 
-fn int_at(v: &[redis::Value], i: usize) -> Result<i64, QuotaError> {
+pub(crate) fn int_at(v: &[redis::Value], i: usize) -> Result<i64, QuotaError> {
     match v.get(i) {
         Some(redis::Value::Int(n)) => Ok(*n),
         other => Err(QuotaError::Protocol(format!(
@@ -705,7 +711,7 @@ fn int_at(v: &[redis::Value], i: usize) -> Result<i64, QuotaError> {
     }
 }
 
-fn str_at(v: &[redis::Value], i: usize) -> String {
+pub(crate) fn str_at(v: &[redis::Value], i: usize) -> String {
     match v.get(i) {
         Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
         Some(redis::Value::SimpleString(s)) => s.clone(),

@@ -42,9 +42,39 @@ impl KeySpace {
         format!("{}:ob", self.tag(tenant))
     }
 
+    /// A replica's lease on one scope chain (DESIGN §4, "Leases").
+    pub fn lease(&self, tenant: &str, lease_id: &str) -> String {
+        format!("{}:l:{}", self.tag(tenant), lease_id)
+    }
+
+    /// Live leases by the time they were last touched (for the reconciler).
+    pub fn leases(&self, tenant: &str) -> String {
+        format!("{}:leases", self.tag(tenant))
+    }
+
     /// A replica's heartbeat (not tenant data: no tenant tag).
     pub fn replica(&self, replica: &str) -> String {
         format!("{}:replica:{}", self.prefix, replica)
+    }
+
+    /// A tenant's settled cost of one day (`YYYY-MM-DD`, platform time).
+    pub fn day(&self, tenant: &str, day: &str) -> String {
+        format!("{}:d:{}", self.tag(tenant), day)
+    }
+
+    /// The platform pool's month: its own hash tag, never touched by the
+    /// per-request scripts.
+    pub fn pool(&self, month: &str) -> String {
+        format!("{}:{{pool}}:m:{}", self.prefix, month)
+    }
+
+    /// A model pool's slots and per-tenant counts (the model's own tag).
+    pub fn model_slots(&self, model: &str) -> String {
+        format!("{}:{{m:{}}}:slots", self.prefix, model)
+    }
+
+    pub fn model_by_tenant(&self, model: &str) -> String {
+        format!("{}:{{m:{}}}:by", self.prefix, model)
     }
 
     pub fn rebuild_lock(&self, tenant: &str, month: &str) -> String {
@@ -65,8 +95,14 @@ mod tests {
             k.hold("sales", "r1"),
             k.outbox("sales"),
             k.open_holds("sales"),
+            k.day("sales", "2026-11-29"),
+            k.lease("sales", "l1"),
+            k.leases("sales"),
         ] {
             assert!(key.starts_with("tg:{t:sales}:"), "{key}");
         }
+        assert_eq!(k.pool("2026-11"), "tg:{pool}:m:2026-11");
+        assert!(k.model_slots("gpt-4o").starts_with("tg:{m:gpt-4o}:"));
+        assert!(k.model_by_tenant("gpt-4o").starts_with("tg:{m:gpt-4o}:"));
     }
 }

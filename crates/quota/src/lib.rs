@@ -5,10 +5,18 @@
 
 mod conn;
 mod engine;
+mod fair;
 mod keys;
+mod lease;
+mod lease_engine;
 
 pub use engine::{
     ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, MonthCounters, OpenHold,
     QuotaEngine, QuotaError, ScopeUsage, SettleOutcome, SettleRequest,
 };
+pub use fair::{BorrowOutcome, SlotOutcome};
 pub use keys::KeySpace;
+pub use lease::{LeaseAdmit, LeaseBook, LeaseTuning};
+pub use lease_engine::{
+    LeaseAcquire, LeaseBatch, LeaseBatchOutcome, LeaseGrant, LeaseItem, OpenLease,
+};

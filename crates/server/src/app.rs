@@ -46,13 +46,22 @@ pub struct Running {
     server: JoinHandle<()>,
     ledger_task: JoinHandle<()>,
     background: Vec<JoinHandle<()>>,
+    schedule: Option<jobs::schedule::Schedule>,
 }
 
 impl Running {
     /// Stops accepting, finishes in-flight requests, drains the ledger.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
+        if let Some(s) = self.schedule {
+            s.shutdown().await;
+        }
         let _ = tokio::time::timeout(Duration::from_secs(10), self.server).await;
+        // Leases go back to the scopes before the process ends.
+        self.gateway
+            .admission
+            .shutdown(Duration::from_secs(5))
+            .await;
         for b in &self.background {
             b.abort();
         }
@@ -118,7 +127,32 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         stream_max_duration: Duration::from_secs(cfg.gateway.stream_max_duration_secs.max(1)),
         stream_slice_tokens: cfg.gateway.stream_slice_tokens.max(1),
         min_clamped_output_tokens: cfg.gateway.min_clamped_output_tokens.max(1),
+        fair: cfg.fair.tuning(&cfg.gateway),
+        admission: cfg.gateway.admission.mode(),
+        lease: cfg.gateway.lease_tuning(),
     };
+    // No ClickHouse connection at start: a ClickHouse that is down must not
+    // keep the gateway from serving. `migrate` and every rollover apply the
+    // archive's schema; only closed months' bills read it.
+    let archive = cfg.archive()?;
+    let schedule = if cfg.billing.scheduler {
+        let ctx = jobs::JobContext::new(
+            store.clone(),
+            quota.clone(),
+            Some(archive.clone()),
+            clock,
+            cfg.job_settings(),
+        );
+        let runner = jobs::JobRunner::new(ctx, gw_cfg.replica.clone());
+        Some(
+            jobs::schedule::Schedule::start(runner)
+                .await
+                .context("cannot start the job scheduler")?,
+        )
+    } else {
+        None
+    };
+    let books = billing::Books::new(store.clone(), Some(archive), clock);
     let control = cfg.auth.jwt_secret.as_ref().map(|secret| {
         Arc::new(console::ControlPlane {
             store: store.clone(),
@@ -129,6 +163,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
             clock,
             session_secs: cfg.auth.session_secs,
             logins: Default::default(),
+            books: books.clone(),
             cookie_secure: cfg.auth.cookie_secure,
         })
     });
@@ -136,6 +171,18 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         tracing::warn!("auth.jwt_secret is not set: the admin API (/api/v1) is off");
     }
     let gw = Arc::new(Gateway::new(gw_cfg, catalog, quota, store, ledger));
+    let mut background = background;
+    background.push(gw.queue.spawn_dispatcher());
+    background.push(spawn_borrow_check(
+        gw.borrower.clone(),
+        Duration::from_secs(cfg.fair.borrow_check_secs.max(1)),
+    ));
+    if cfg.fair.reclaim_secs > 0 {
+        background.push(spawn_reclaim(
+            gw.borrower.clone(),
+            Duration::from_secs(cfg.fair.reclaim_secs),
+        ));
+    }
     let metrics = metrics_handle();
     let app = Router::new()
         .route(
@@ -174,6 +221,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         server,
         ledger_task,
         background,
+        schedule,
     })
 }
 
@@ -237,6 +285,41 @@ fn spawn_hold_reconciler(
                 Ok(r) if r == Default::default() => {}
                 Ok(r) => tracing::info!(?r, "hold reconciler"),
                 Err(e) => tracing::warn!(error = %e, "hold reconciler failed; will retry"),
+            }
+        }
+    })
+}
+
+/// Near-limit borrowing and pending-borrow recovery, on one replica at a time.
+fn spawn_borrow_check(b: Arc<gateway::borrow::Borrowing>, every: Duration) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Ok(Some(_lock)) = b.store.try_job_lock("borrow-check").await else {
+                continue;
+            };
+            if let Err(e) = b.run_borrow_check(chrono::Utc::now()).await {
+                tracing::warn!(error = %e, "borrow check failed; will retry");
+            }
+        }
+    })
+}
+
+/// The reclaim job (the lead hooks `run_reclaim` into the scheduler; until
+/// then this periodic task runs it), on one replica at a time.
+fn spawn_reclaim(b: Arc<gateway::borrow::Borrowing>, every: Duration) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Ok(Some(_lock)) = b.store.try_job_lock("reclaim").await else {
+                continue;
+            };
+            if let Err(e) = b.run_reclaim(chrono::Utc::now()).await {
+                tracing::warn!(error = %e, "reclaim failed; will retry");
             }
         }
     })

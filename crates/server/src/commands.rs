@@ -96,6 +96,14 @@ pub async fn migrate(cfg: &Config) -> anyhow::Result<()> {
         .context("cannot connect to PostgreSQL")?;
     store.migrate().await?;
     println!("postgres: migrations applied");
+    cfg.archive()?
+        .apply_schema()
+        .await
+        .context("cannot apply the ClickHouse schema (clickhouse.url)")?;
+    println!(
+        "clickhouse: schema applied to database {}",
+        cfg.clickhouse.database
+    );
     Ok(())
 }
 
@@ -174,6 +182,91 @@ pub async fn bench_setup(cfg: &Config, upstream: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The jobs' context for a command-line run.
+pub async fn job_context(cfg: &Config) -> anyhow::Result<jobs::JobContext> {
+    let store = Store::connect(&cfg.database.url, 4)
+        .await
+        .context("cannot connect to PostgreSQL")?;
+    store.migrate().await?;
+    let quota = cfg.quota_engine(
+        "cli",
+        std::time::Duration::from_millis(cfg.redis.timeout_ms.max(1000)),
+    )?;
+    let clock =
+        domain::period::PlatformClock::parse(&cfg.platform.timezone).map_err(anyhow::Error::msg)?;
+    Ok(jobs::JobContext::new(
+        store,
+        std::sync::Arc::new(quota),
+        Some(cfg.archive()?),
+        clock,
+        cfg.job_settings(),
+    ))
+}
+
+async fn parse_now(
+    ctx: &jobs::JobContext,
+    now: Option<&str>,
+) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+    Ok(match now {
+        Some(t) => chrono::DateTime::parse_from_rfc3339(t)
+            .context("--now must be RFC 3339")?
+            .with_timezone(&chrono::Utc),
+        // Hold ages are Redis time: use it when Redis answers.
+        None => match ctx.quota.now_ms().await {
+            Ok(ms) => chrono::DateTime::from_timestamp_millis(ms).unwrap_or_else(chrono::Utc::now),
+            Err(_) => chrono::Utc::now(),
+        },
+    })
+}
+
+/// `tollgate jobs run <job> [--now T]`: one run, locked and recorded like a
+/// scheduled one. Ok(false) when it failed or found differences.
+pub async fn run_job(
+    cfg: &Config,
+    job: &str,
+    now: Option<&str>,
+) -> anyhow::Result<jobs::RunResult> {
+    let job = jobs::JobName::parse(job).with_context(|| format!("unknown job {job:?}"))?;
+    let ctx = job_context(cfg).await?;
+    let now = parse_now(&ctx, now).await?;
+    let runner = jobs::JobRunner::new(ctx, "cli");
+    let r = runner.run(job, now, None).await?;
+    match &r {
+        jobs::RunResult::Ran { run_id, report } => {
+            println!("{} (run {run_id})", report.summary)
+        }
+        jobs::RunResult::Failed { run_id, error } => {
+            println!("{} FAILED (run {run_id}): {error}", job.as_str())
+        }
+        jobs::RunResult::Skipped => {
+            println!("{}: another replica is running it; skipped", job.as_str())
+        }
+    }
+    Ok(r)
+}
+
+/// `tollgate reconcile --check [--period P]`: prints every difference;
+/// Ok(false) when there is any.
+pub async fn reconcile_check(cfg: &Config, period: Option<&str>) -> anyhow::Result<bool> {
+    let ctx = job_context(cfg).await?;
+    let now = parse_now(&ctx, None).await?;
+    let r = jobs::reconcile::check(&ctx, now, period).await?;
+    for n in &r.notes {
+        println!("note: {n}");
+    }
+    for d in &r.differences {
+        println!("DIFFERENCE {d}");
+    }
+    println!(
+        "reconcile: {} period(s) [{}], {} tenants, {} difference(s)",
+        r.periods.len(),
+        r.periods.join(", "),
+        r.tenants_checked,
+        r.differences.len()
+    );
+    Ok(r.differences.is_empty())
+}
+
 /// `tollgate jobs run stale-holds [--now T]`: close abandoned holds once.
 pub async fn stale_holds(
     cfg: &Config,
@@ -213,6 +306,48 @@ pub async fn stale_holds(
         r.closed_stale,
         r.closed_orphaned,
         r.outbox_stored
+    );
+    Ok(r)
+}
+
+/// `tollgate jobs run reclaim [--now T]`: one reclaim run now.
+pub async fn reclaim(
+    cfg: &Config,
+    now: Option<&str>,
+) -> anyhow::Result<gateway::borrow::ReclaimReport> {
+    let store = Store::connect(&cfg.database.url, 2)
+        .await
+        .context("cannot connect to PostgreSQL")?;
+    let quota = std::sync::Arc::new(cfg.quota_engine(
+        "cli",
+        std::time::Duration::from_millis(cfg.redis.timeout_ms.max(1000)),
+    )?);
+    let clock =
+        domain::period::PlatformClock::parse(&cfg.platform.timezone).map_err(anyhow::Error::msg)?;
+    let now = match now {
+        Some(t) => chrono::DateTime::parse_from_rfc3339(t)
+            .context("--now must be RFC 3339")?
+            .with_timezone(&chrono::Utc),
+        None => chrono::Utc::now(),
+    };
+    let catalog = std::sync::Arc::new(gateway::catalog::CatalogCache::new(cfg.encryption_key()?));
+    catalog.reload(&store).await?;
+    let _lock = store
+        .try_job_lock("reclaim")
+        .await?
+        .context("another replica is running this job")?;
+    let b = gateway::borrow::Borrowing::new(
+        store,
+        quota,
+        catalog,
+        clock,
+        "cli".into(),
+        cfg.fair.tuning(&cfg.gateway).borrow,
+    );
+    let r = b.run_reclaim(now).await.map_err(anyhow::Error::msg)?;
+    println!(
+        "reclaim {}: {} tokens lent, {} needed back, reclaimed {} tokens in {} reclaims",
+        r.period, r.lent_before, r.need, r.reclaimed_tokens, r.reclaims
     );
     Ok(r)
 }

@@ -20,7 +20,94 @@ pub struct Config {
     pub keys: KeysConfig,
     pub platform: PlatformConfig,
     pub gateway: GatewayTuning,
+    pub fair: FairConfig,
     pub mock: MockUpstreamConfig,
+    pub billing: BillingConfig,
+}
+
+/// Fair queues, borrowing and degrade (docs/fair.md).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FairConfig {
+    /// Weighted fair queueing weights per tenant priority.
+    pub weight_core: u64,
+    pub weight_standard: u64,
+    pub weight_batch: u64,
+    /// Longest a request waits in its tenant's queue, per priority; then
+    /// 503 queue_timeout.
+    pub max_wait_ms_core: u64,
+    pub max_wait_ms_standard: u64,
+    pub max_wait_ms_batch: u64,
+    /// Waiting requests per tenant on one replica; beyond: 429 tenant_queue_full.
+    pub queue_max_per_tenant: usize,
+    /// Polling for slots freed on other replicas backs off between these.
+    pub poll_min_ms: u64,
+    pub poll_max_ms: u64,
+    /// Output cap per choice past the daily soft limit (0 = none).
+    pub degrade_max_output_tokens: i64,
+    /// How long a request refused for budget waits for an on-demand borrow.
+    pub borrow_wait_ms: u64,
+    /// Period of the near-limit borrow check (one replica at a time).
+    pub borrow_check_secs: u64,
+    /// Share of the effective token limit (used + held) that triggers it.
+    pub near_limit_share: f64,
+    /// Period of the reclaim job; 0 = only `tollgate jobs run reclaim`.
+    pub reclaim_secs: u64,
+    /// Share of each borrow's outstanding amount one reclaim run may take.
+    pub reclaim_fraction: f64,
+}
+
+impl Default for FairConfig {
+    fn default() -> Self {
+        Self {
+            weight_core: 4,
+            weight_standard: 2,
+            weight_batch: 1,
+            max_wait_ms_core: 2_000,
+            max_wait_ms_standard: 2_000,
+            max_wait_ms_batch: 60_000,
+            queue_max_per_tenant: 64,
+            poll_min_ms: 10,
+            poll_max_ms: 100,
+            degrade_max_output_tokens: 1024,
+            borrow_wait_ms: 2_000,
+            borrow_check_secs: 10,
+            near_limit_share: 0.9,
+            reclaim_secs: 60,
+            reclaim_fraction: 0.5,
+        }
+    }
+}
+
+impl FairConfig {
+    pub fn tuning(&self, g: &GatewayTuning) -> gateway::FairTuning {
+        use domain::borrowing::share_ppm;
+        gateway::FairTuning {
+            queue: domain::fairq::QueuePolicy {
+                weights: [self.weight_core, self.weight_standard, self.weight_batch],
+                max_wait_ms: [
+                    self.max_wait_ms_core,
+                    self.max_wait_ms_standard,
+                    self.max_wait_ms_batch,
+                ],
+                max_per_tenant: self.queue_max_per_tenant,
+            },
+            poll_min: std::time::Duration::from_millis(self.poll_min_ms.max(1)),
+            poll_max: std::time::Duration::from_millis(
+                self.poll_max_ms.max(self.poll_min_ms).max(1),
+            ),
+            slot_lifetime: std::time::Duration::from_secs(
+                g.stream_max_duration_secs.max(g.upstream_timeout_secs) + 60,
+            ),
+            degrade_max_output_tokens: (self.degrade_max_output_tokens > 0)
+                .then_some(self.degrade_max_output_tokens),
+            borrow: gateway::borrow::BorrowTuning {
+                wait: std::time::Duration::from_millis(self.borrow_wait_ms),
+                near_limit_ppm: share_ppm(self.near_limit_share).unwrap_or(900_000),
+                reclaim_fraction_ppm: share_ppm(self.reclaim_fraction).unwrap_or(500_000),
+            },
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -55,6 +142,23 @@ pub struct RedisConfig {
 pub struct ClickhouseConfig {
     pub url: String,
     pub database: String,
+    pub user: Option<String>,
+    pub password: Option<String>,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BillingConfig {
+    /// Run the job schedule inside `serve` (every replica may: each job
+    /// runs once across them).
+    pub scheduler: bool,
+    /// Days a closed month's rows stay in Postgres after the rollover.
+    pub retention_days: u32,
+    /// Budget alerts are POSTed here as JSON (unset: console notices only).
+    pub alert_webhook_url: Option<String>,
+    pub webhook_timeout_ms: u64,
+    /// A webhook delivery is given up after this many failed attempts.
+    pub webhook_max_attempts: i32,
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -102,6 +206,56 @@ pub struct GatewayTuning {
     pub orphan_hold_secs: u64,
     /// A replica is dead once its heartbeat is this old.
     pub heartbeat_ttl_secs: u64,
+    /// How requests reserve quota: `lease` (the fast path, DESIGN §4
+    /// "Leases"), `per_request` (one hold and one settle script each), or
+    /// `off` (benchmark ablation only: nothing enforced; refused unless
+    /// `bench_unenforced_ok` is also true).
+    pub admission: AdmissionSetting,
+    /// Must be true for `admission = "off"`: a deliberate, bench-only switch.
+    pub bench_unenforced_ok: bool,
+    /// A lease top-up asks for this many ms of the recent admission rate.
+    pub lease_horizon_ms: u64,
+    /// ... at most this many requests' worth.
+    pub lease_max_requests: i64,
+    /// A lease that admitted nothing for this long is returned.
+    pub lease_idle_ms: u64,
+    /// A lease this old is returned and replaced by one sized to demand.
+    pub lease_max_age_ms: u64,
+    /// Settles against a lease wait this long to travel in one batch.
+    pub lease_flush_ms: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdmissionSetting {
+    Lease,
+    PerRequest,
+    Off,
+}
+
+impl AdmissionSetting {
+    pub fn mode(self) -> gateway::admission::AdmissionMode {
+        use gateway::admission::AdmissionMode as M;
+        match self {
+            AdmissionSetting::Lease => M::Lease,
+            AdmissionSetting::PerRequest => M::PerRequest,
+            AdmissionSetting::Off => M::Off,
+        }
+    }
+}
+
+impl GatewayTuning {
+    pub fn lease_tuning(&self) -> quota::LeaseTuning {
+        use std::time::Duration;
+        quota::LeaseTuning {
+            horizon: Duration::from_millis(self.lease_horizon_ms.max(1)),
+            max_requests: self.lease_max_requests.max(1),
+            idle: Duration::from_millis(self.lease_idle_ms.max(10)),
+            max_age: Duration::from_millis(self.lease_max_age_ms.max(10)),
+            flush_linger: Duration::from_millis(self.lease_flush_ms),
+            ..quota::LeaseTuning::default()
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -133,6 +287,15 @@ impl Default for Config {
             clickhouse: ClickhouseConfig {
                 url: "http://127.0.0.1:8123".into(),
                 database: "tollgate".into(),
+                user: None,
+                password: None,
+            },
+            billing: BillingConfig {
+                scheduler: true,
+                retention_days: 90,
+                alert_webhook_url: None,
+                webhook_timeout_ms: 5000,
+                webhook_max_attempts: 20,
             },
             auth: AuthConfig {
                 jwt_secret: None,
@@ -160,7 +323,15 @@ impl Default for Config {
                 stale_hold_secs: 24 * 3600,
                 orphan_hold_secs: 120,
                 heartbeat_ttl_secs: 30,
+                admission: AdmissionSetting::Lease,
+                bench_unenforced_ok: false,
+                lease_horizon_ms: 250,
+                lease_max_requests: 5_000,
+                lease_idle_ms: 1_000,
+                lease_max_age_ms: 10_000,
+                lease_flush_ms: 1,
             },
+            fair: FairConfig::default(),
             mock: MockUpstreamConfig {
                 listen: "127.0.0.1:9090".into(),
                 latency_ms: 0,
@@ -189,6 +360,11 @@ impl Default for RedisConfig {
 impl Default for ClickhouseConfig {
     fn default() -> Self {
         Config::default().clickhouse
+    }
+}
+impl Default for BillingConfig {
+    fn default() -> Self {
+        Config::default().billing
     }
 }
 impl Default for AuthConfig {
@@ -267,6 +443,26 @@ impl Config {
         if self.redis.timeout_ms == 0 || self.gateway.max_body_bytes == 0 {
             bail!("redis.timeout_ms and gateway.max_body_bytes must be positive");
         }
+        let f = &self.fair;
+        if domain::borrowing::share_ppm(f.near_limit_share).is_none()
+            || domain::borrowing::share_ppm(f.reclaim_fraction).is_none()
+        {
+            bail!("fair.near_limit_share and fair.reclaim_fraction must be between 0 and 1");
+        }
+        if f.queue_max_per_tenant == 0 {
+            bail!("fair.queue_max_per_tenant must be positive");
+        }
+        if !billing::archive::valid_database(&self.clickhouse.database) {
+            bail!("clickhouse.database must match [A-Za-z_][A-Za-z0-9_]*");
+        }
+        if let Some(u) = &self.billing.alert_webhook_url {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                bail!("billing.alert_webhook_url must be an http(s) URL");
+            }
+        }
+        if self.gateway.admission == AdmissionSetting::Off && !self.gateway.bench_unenforced_ok {
+            bail!("gateway.admission = \"off\" enforces no budget, rate or concurrency limit: it exists for the benchmark's ablation only and also needs gateway.bench_unenforced_ok = true");
+        }
         if self.redis.key_prefix.is_empty() || self.redis.key_prefix.contains(['{', '}']) {
             bail!("redis.key_prefix must be non-empty and free of braces");
         }
@@ -336,6 +532,33 @@ impl Config {
         )
     }
 
+    /// The ClickHouse archive client (no connection is made here).
+    pub fn archive(&self) -> anyhow::Result<billing::Archive> {
+        Ok(billing::Archive::new(
+            &self.clickhouse.url,
+            &self.clickhouse.database,
+            self.clickhouse.user.as_deref(),
+            self.clickhouse.password.as_deref(),
+        )?)
+    }
+
+    /// What the background jobs need to know from the configuration.
+    pub fn job_settings(&self) -> jobs::JobSettings {
+        jobs::JobSettings {
+            retention: chrono::Duration::days(i64::from(self.billing.retention_days)),
+            webhook_url: self.billing.alert_webhook_url.clone(),
+            webhook_timeout: std::time::Duration::from_millis(
+                self.billing.webhook_timeout_ms.max(1),
+            ),
+            webhook_max_attempts: self.billing.webhook_max_attempts.max(1),
+            hold_ages: std::sync::Arc::new(gateway::reconcile::HoldAges {
+                stale_after: std::time::Duration::from_secs(self.gateway.stale_hold_secs),
+                orphan_after: std::time::Duration::from_secs(self.gateway.orphan_hold_secs),
+            }),
+            ..Default::default()
+        }
+    }
+
     pub fn replica(&self) -> String {
         let base = self.server.replica.clone().unwrap_or_else(|| {
             let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
@@ -361,11 +584,20 @@ impl fmt::Debug for Config {
             .field("redis.url", &redact_url(&self.redis.url))
             .field("redis.timeout_ms", &self.redis.timeout_ms)
             .field("clickhouse.url", &redact_url(&self.clickhouse.url))
+            .field("clickhouse.database", &self.clickhouse.database)
+            .field("clickhouse.password", &set(&self.clickhouse.password))
+            .field("billing.scheduler", &self.billing.scheduler)
+            .field("billing.retention_days", &self.billing.retention_days)
+            .field(
+                "billing.alert_webhook_url",
+                &self.billing.alert_webhook_url.as_deref().map(redact_url),
+            )
             .field("auth.jwt_secret", &set(&self.auth.jwt_secret))
             .field("keys.pepper", &set(&self.keys.pepper))
             .field("keys.encryption_key", &set(&self.keys.encryption_key))
             .field("platform", &self.platform)
             .field("gateway", &self.gateway)
+            .field("fair", &self.fair)
             .finish()
     }
 }
@@ -409,6 +641,21 @@ mod tests {
             .with_demo_secrets()
             .encryption_key()
             .is_ok());
+    }
+
+    #[test]
+    fn enforcement_off_needs_the_explicit_bench_switch() {
+        let mut c = Config::default();
+        assert_eq!(c.gateway.admission, AdmissionSetting::Lease);
+        c.gateway.admission = AdmissionSetting::Off;
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("bench_unenforced_ok"), "{err}");
+        c.gateway.bench_unenforced_ok = true;
+        assert!(c.validate().is_ok());
+        let fig = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::string("[gateway]\nadmission = \"per_request\""));
+        let c: Config = fig.extract().unwrap();
+        assert_eq!(c.gateway.admission, AdmissionSetting::PerRequest);
     }
 
     #[test]

@@ -27,7 +27,7 @@ enum Command {
         #[arg(long)]
         demo: bool,
     },
-    /// Apply the Postgres schema.
+    /// Apply the Postgres and ClickHouse schemas.
     Migrate,
     /// Administrative tasks.
     Admin {
@@ -40,6 +40,15 @@ enum Command {
     Jobs {
         #[command(subcommand)]
         command: JobsCommand,
+    },
+    /// Compare Redis counters, the Postgres ledger and the ClickHouse
+    /// archive per tenant and period; print every difference, exit 1 on any.
+    Reconcile {
+        #[arg(long)]
+        check: bool,
+        /// One period (YYYY-MM); default this month and the one before.
+        #[arg(long)]
+        period: Option<String>,
     },
     /// An OpenAI-compatible fake provider for demos, tests and benchmarks.
     MockUpstream {
@@ -57,8 +66,12 @@ enum Command {
 #[derive(Subcommand)]
 enum JobsCommand {
     Run {
-        /// stale-holds: close holds that are stale or whose replica is gone.
-        #[arg(value_parser = ["stale-holds"])]
+        /// stale-holds: close abandoned holds; rollover: archive closed months
+        /// to ClickHouse and close them; grant-expiry: audit expired grants;
+        /// alerts: budget alerts; forecast: month-end forecast; reconcile:
+        /// compare the books; reclaim: take unused borrowed quota back when
+        /// the pool runs low.
+        #[arg(value_parser = ["stale-holds", "rollover", "grant-expiry", "alerts", "forecast", "reconcile", "reclaim"])]
         job: String,
         /// Run as if at this time (RFC 3339), e.g. to test month ends.
         #[arg(long)]
@@ -128,10 +141,19 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         } => commands::bench_setup(&cfg, &upstream).await.map(|_| true),
         Command::AuditVerify => commands::audit_verify(&cfg).await,
         Command::Jobs {
-            command: JobsCommand::Run { job: _, now },
-        } => commands::stale_holds(&cfg, now.as_deref())
+            command: JobsCommand::Run { job, now },
+        } if job == "reclaim" => commands::reclaim(&cfg, now.as_deref()).await.map(|_| true),
+        Command::Jobs {
+            command: JobsCommand::Run { job, now },
+        } => commands::run_job(&cfg, &job, now.as_deref())
             .await
-            .map(|_| true),
+            .map(|r| matches!(r, jobs::RunResult::Ran { ref report, .. } if report.clean)),
+        Command::Reconcile { check, period } => {
+            if !check {
+                anyhow::bail!("only `reconcile --check` exists: it compares and changes nothing");
+            }
+            commands::reconcile_check(&cfg, period.as_deref()).await
+        }
         Command::MockUpstream {
             listen,
             latency_ms,

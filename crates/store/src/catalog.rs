@@ -69,6 +69,10 @@ pub struct Catalog {
     pub keys: Vec<KeyRow>,
     pub models: Vec<ModelRow>,
     pub grants: Vec<crate::GrantRow>,
+    /// Outstanding borrowed quota per tenant and period.
+    pub borrowed: Vec<crate::BorrowedRow>,
+    /// Core tenants' guaranteed slots of model pools.
+    pub guarantees: Vec<crate::GuaranteeRow>,
 }
 
 #[derive(Debug, Clone)]
@@ -205,6 +209,30 @@ impl Store {
             expires_at: r.get("expires_at"),
         })
         .collect();
+        let borrowed = sqlx::query(
+            "SELECT tenant_id, period, sum(outstanding_tokens)::BIGINT AS t, sum(outstanding_cost_micro)::BIGINT AS c
+             FROM borrows WHERE state = 'active' AND outstanding_tokens > 0 GROUP BY tenant_id, period",
+        )
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .map(|r| crate::BorrowedRow {
+            tenant_id: r.get("tenant_id"),
+            period: r.get("period"),
+            tokens: r.get("t"),
+            cost_micro: r.get("c"),
+        })
+        .collect();
+        let guarantees = sqlx::query("SELECT model_id, tenant_id, slots FROM model_guarantees")
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .map(|r| crate::GuaranteeRow {
+                model_id: r.get("model_id"),
+                tenant_id: r.get("tenant_id"),
+                slots: r.get("slots"),
+            })
+            .collect();
         tx.commit().await?;
         Ok(Catalog {
             tenants,
@@ -212,6 +240,8 @@ impl Store {
             keys,
             models,
             grants,
+            borrowed,
+            guarantees,
         })
     }
 

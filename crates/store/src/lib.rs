@@ -2,16 +2,22 @@
 //! in this crate (and ClickHouse's in `sql/`).
 
 mod audit;
+mod billing;
 mod catalog;
 mod console;
+mod fair;
+mod jobs;
 mod ledger;
 mod quota_requests;
 mod request_decisions;
 mod users;
 
 pub use audit::{AuditRow, NewAudit};
+pub use billing::{ClosedMonth, VerifiedMonth};
 pub use catalog::{AppRow, Catalog, KeyRow, ModelRow, NewKey, NewModel, TenantRow};
 pub use console::{AuditFilter, KeyListRow, UserListRow};
+pub use fair::{BorrowRow, BorrowedRow, GuaranteeRow, ReclaimRow};
+pub use jobs::{AlertRow, JobRunRow, NewAlert, NoticeRow};
 pub use ledger::MonthUsageRow;
 pub use quota_requests::{GrantRow, NewQuotaRequest, QuotaRequestRow};
 pub use request_decisions::RequestDecisionRow;

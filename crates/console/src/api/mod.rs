@@ -1,8 +1,10 @@
 //! `/api/v1` handlers: parse, check who may, call the store, render.
 
 pub mod audit;
+pub mod bills;
 pub mod keys;
 pub mod models;
+pub mod pool;
 pub mod quota_requests;
 pub mod requests;
 pub mod tenants;

@@ -14,8 +14,8 @@ pub struct Period {
     period: Option<String>,
 }
 
-/// A tenant's month: limits raised by active grants, used and held live
-/// from the hold engine.
+/// A tenant's month: effective limits (base + active grants + borrowed,
+/// DESIGN §3), used and held live from the hold engine.
 #[derive(Debug, Clone)]
 pub struct MonthUsage {
     pub tenant_id: String,
@@ -28,6 +28,12 @@ pub struct MonthUsage {
     pub held_cost: MicroUsd,
     pub granted_tokens: i64,
     pub granted_cost: MicroUsd,
+    pub base_limit_tokens: Option<i64>,
+    pub base_limit_cost: Option<MicroUsd>,
+    pub borrowed_tokens: i64,
+    pub borrowed_cost: MicroUsd,
+    pub may_borrow: bool,
+    pub borrow_cap_tokens: i64,
 }
 
 pub async fn month_usage(
@@ -55,7 +61,17 @@ pub async fn month_usage(
         tracing::warn!(error = %e, "usage: quota store unavailable");
         ApiError::Internal
     })?;
-    let eff = t.limits.raised_by(granted_tokens, granted_cost);
+    let (borrowed_tokens, borrowed_cost) = cp
+        .store
+        .borrowed()
+        .await?
+        .iter()
+        .find(|b| b.tenant_id == id && b.period == period)
+        .map_or((0, 0), |b| (b.tokens, b.cost_micro));
+    let eff = t.limits.raised_by(
+        granted_tokens.saturating_add(borrowed_tokens),
+        granted_cost.saturating_add(borrowed_cost),
+    );
     Ok(MonthUsage {
         tenant_id: id.to_string(),
         period,
@@ -67,6 +83,12 @@ pub async fn month_usage(
         held_cost: MicroUsd(c.held_cost("t")),
         granted_tokens,
         granted_cost: MicroUsd(granted_cost),
+        base_limit_tokens: t.limits.monthly_tokens,
+        base_limit_cost: t.limits.monthly_cost_usd,
+        borrowed_tokens,
+        borrowed_cost: MicroUsd(borrowed_cost),
+        may_borrow: t.may_borrow,
+        borrow_cap_tokens: t.borrow_cap_tokens,
     })
 }
 
@@ -88,6 +110,11 @@ pub async fn show(
         "held_cost_usd": u.held_cost,
         "granted_tokens": u.granted_tokens,
         "granted_cost_usd": u.granted_cost,
-        "borrowed_tokens": 0,
+        "base_limit_tokens": u.base_limit_tokens,
+        "base_limit_cost_usd": u.base_limit_cost,
+        "borrowed_tokens": u.borrowed_tokens,
+        "borrowed_cost_usd": u.borrowed_cost,
+        "may_borrow": u.may_borrow,
+        "borrow_cap_tokens": u.borrow_cap_tokens,
     })))
 }

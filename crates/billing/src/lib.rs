@@ -1,0 +1,175 @@
+//! Billing: the ClickHouse archive of closed months, and the books a bill is
+//! read from — Postgres while the month is open, ClickHouse once it is
+//! closed — rendered by the same code (`domain::bill`), so a month reads the
+//! same before and after its rollover.
+
+pub mod archive;
+
+pub use archive::Archive;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use domain::bill::{
+    self, Bill, BillRow, BillSource, DayRow, DrillBy, DrillLine, FocusPeriod, MonthRows, TenantInfo,
+};
+use domain::period::PlatformClock;
+use store::{ClosedMonth, Store, StoreError};
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BillingError {
+    #[error("ClickHouse: {0}")]
+    Archive(#[from] clickhouse::error::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("month {0} is closed but no ClickHouse archive is configured")]
+    NoArchive(String),
+}
+
+pub type Result<T> = std::result::Result<T, BillingError>;
+
+/// Where a month's numbers live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MonthBook {
+    /// Open (or its copy not verified yet): the Postgres ledger.
+    Ledger,
+    /// Closed: the archive, this batch.
+    Archive(Uuid),
+}
+
+/// The books of every month, for bills and exports.
+#[derive(Clone)]
+pub struct Books {
+    pub store: Store,
+    pub archive: Option<Archive>,
+    pub clock: PlatformClock,
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+impl Books {
+    pub fn new(store: Store, archive: Option<Archive>, clock: PlatformClock) -> Self {
+        Self {
+            store,
+            archive,
+            clock,
+        }
+    }
+
+    fn valid(&self, period: &str) -> Result<()> {
+        domain::period::parse_month(period)
+            .map(|_| ())
+            .ok_or_else(|| BillingError::Invalid("period must be YYYY-MM".into()))
+    }
+
+    pub async fn book(&self, period: &str) -> Result<(MonthBook, Option<ClosedMonth>)> {
+        self.valid(period)?;
+        let m = self.store.closed_month(period).await?;
+        Ok(match &m {
+            Some(c) if c.is_closed() => (MonthBook::Archive(c.batch_id), m),
+            _ => (MonthBook::Ledger, m),
+        })
+    }
+
+    fn archive(&self, period: &str) -> Result<&Archive> {
+        self.archive
+            .as_ref()
+            .ok_or_else(|| BillingError::NoArchive(period.to_string()))
+    }
+
+    pub async fn rows(&self, period: &str, tenant: Option<&str>) -> Result<(MonthBook, MonthRows)> {
+        let (book, _) = self.book(period).await?;
+        let rows = match book {
+            MonthBook::Ledger => MonthRows {
+                bill_rows: self.store.bill_rows(period, tenant).await?,
+                refusals: self.store.refusal_rows(period, tenant).await?,
+            },
+            MonthBook::Archive(batch) => {
+                let a = self.archive(period)?;
+                MonthRows {
+                    bill_rows: a.bill_rows(period, batch, tenant).await?,
+                    refusals: a.refusal_rows(period, batch, tenant).await?,
+                }
+            }
+        };
+        Ok((book, rows))
+    }
+
+    pub async fn day_rows(&self, period: &str, tenant: Option<&str>) -> Result<Vec<DayRow>> {
+        Ok(match self.book(period).await?.0 {
+            MonthBook::Ledger => self.store.day_rows(period, tenant).await?,
+            MonthBook::Archive(batch) => {
+                self.archive(period)?
+                    .day_rows(period, batch, tenant)
+                    .await?
+            }
+        })
+    }
+
+    /// The month's bill, of one tenant or of all.
+    pub async fn bill(&self, period: &str, tenant: Option<&str>) -> Result<Bill> {
+        let (book, rows) = self.rows(period, tenant).await?;
+        let (start, end) = self
+            .clock
+            .month_bounds(period)
+            .ok_or_else(|| BillingError::Invalid("period must be YYYY-MM".into()))?;
+        let granted = self.store.granted_between(start, end, tenant).await?;
+        let tenants = self.store.tenant_infos().await?;
+        let source = match book {
+            MonthBook::Ledger => BillSource::Postgres,
+            MonthBook::Archive(_) => BillSource::Clickhouse,
+        };
+        Ok(Bill::assemble(
+            period,
+            matches!(book, MonthBook::Archive(_)),
+            source,
+            &rows,
+            &granted,
+            &tenants,
+        ))
+    }
+
+    pub async fn drill_down(
+        &self,
+        period: &str,
+        tenant: Option<&str>,
+        by: DrillBy,
+    ) -> Result<Vec<DrillLine>> {
+        let (bill_rows, day_rows): (Vec<BillRow>, Vec<DayRow>) = match by {
+            DrillBy::Day => (vec![], self.day_rows(period, tenant).await?),
+            _ => (self.rows(period, tenant).await?.1.bill_rows, vec![]),
+        };
+        Ok(bill::drill_down(by, &bill_rows, &day_rows))
+    }
+
+    pub async fn csv(&self, period: &str, tenant: Option<&str>) -> Result<String> {
+        let (_, rows) = self.rows(period, tenant).await?;
+        let tenants: Vec<TenantInfo> = self.store.tenant_infos().await?;
+        Ok(bill::bill_csv(period, &rows.bill_rows, &tenants))
+    }
+
+    /// FOCUS-style export: one row per tenant × app × model × day.
+    pub async fn focus_csv(&self, period: &str, tenant: Option<&str>) -> Result<String> {
+        let rows = self.day_rows(period, tenant).await?;
+        let tenants = self.store.tenant_infos().await?;
+        let (start, end) = self
+            .clock
+            .month_bounds(period)
+            .ok_or_else(|| BillingError::Invalid("period must be YYYY-MM".into()))?;
+        let clock = self.clock;
+        let day_bounds = move |d: &str| match clock.day_bounds(d) {
+            Some((s, e)) => (rfc3339(s), rfc3339(e)),
+            None => (String::new(), String::new()),
+        };
+        let p = FocusPeriod {
+            billing_start: rfc3339(start),
+            billing_end: rfc3339(end),
+            day_bounds: &day_bounds,
+            provider: "tollgate",
+        };
+        Ok(bill::focus_csv(&p, &rows, &tenants))
+    }
+}

@@ -1,0 +1,205 @@
+//! Bills and the calendar's records: `/api/v1/bills` (+ CSV and FOCUS
+//! exports), job runs, notices. Finance, auditors and platform admins read
+//! every tenant; a tenant admin reads only their own (others answer 404).
+
+use super::require;
+use crate::auth::Authed;
+use crate::{ApiError, ControlPlane};
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use billing::BillingError;
+use domain::bill::DrillBy;
+use domain::roles::{Access, Actor, Role};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+#[derive(Deserialize)]
+pub struct BillQuery {
+    period: Option<String>,
+    tenant: Option<String>,
+    by: Option<String>,
+}
+
+/// A bills endpoint's failure: the admin API's errors, or the archive of a
+/// closed month being out of reach (503, retry later).
+pub enum BillsError {
+    Api(ApiError),
+    ArchiveUnavailable,
+}
+
+impl From<ApiError> for BillsError {
+    fn from(e: ApiError) -> Self {
+        BillsError::Api(e)
+    }
+}
+
+impl From<store::StoreError> for BillsError {
+    fn from(e: store::StoreError) -> Self {
+        BillsError::Api(e.into())
+    }
+}
+
+impl From<BillingError> for BillsError {
+    fn from(e: BillingError) -> Self {
+        match e {
+            BillingError::Invalid(m) => BillsError::Api(ApiError::BadRequest(m)),
+            BillingError::Store(s) => BillsError::Api(s.into()),
+            other => {
+                tracing::warn!(error = %other, "closed-month archive unavailable");
+                BillsError::ArchiveUnavailable
+            }
+        }
+    }
+}
+
+impl IntoResponse for BillsError {
+    fn into_response(self) -> Response {
+        match self {
+            BillsError::Api(e) => e.into_response(),
+            BillsError::ArchiveUnavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "30")],
+                Json(json!({"error": {
+                    "message": "this month is closed and its archive (ClickHouse) is unreachable; retry shortly",
+                    "code": "archive_unavailable"}})),
+            )
+                .into_response(),
+        }
+    }
+}
+
+/// The tenants an actor's bill covers: `Some(t)` for one tenant (a tenant
+/// admin always), `None` for all (staff who read every tenant).
+fn bill_scope(actor: &Actor, asked: Option<&str>) -> Result<Option<String>, ApiError> {
+    match (actor.role, asked) {
+        (_, Some(t)) => {
+            require(actor, Access::Read, t)?;
+            Ok(Some(t.to_string()))
+        }
+        (Role::TenantAdmin, None) => Ok(actor.tenant.clone()),
+        (_, None) => Ok(None),
+    }
+}
+
+fn period_of(cp: &ControlPlane, q: &BillQuery) -> Result<String, ApiError> {
+    let p = q
+        .period
+        .clone()
+        .unwrap_or_else(|| cp.clock.month(chrono::Utc::now()));
+    domain::period::parse_month(&p)
+        .map(|_| p)
+        .ok_or_else(|| ApiError::BadRequest("period must be YYYY-MM".into()))
+}
+
+/// `GET /api/v1/bills?period=YYYY-MM[&tenant=T][&by=app|model|day]`
+pub async fn show(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Query(q): Query<BillQuery>,
+) -> Result<Json<Value>, BillsError> {
+    let period = period_of(&cp, &q)?;
+    let tenant = bill_scope(&actor, q.tenant.as_deref())?;
+    let by = match q.by.as_deref() {
+        None | Some("") => None,
+        Some(b) => Some(
+            DrillBy::parse(b)
+                .ok_or_else(|| ApiError::BadRequest("by must be app, model or day".into()))?,
+        ),
+    };
+    let bill = cp.books.bill(&period, tenant.as_deref()).await?;
+    let mut v = serde_json::to_value(&bill).map_err(|_| ApiError::Internal)?;
+    if let Some(by) = by {
+        let lines = cp.books.drill_down(&period, tenant.as_deref(), by).await?;
+        v["by"] = json!(by);
+        v["lines"] = json!(lines);
+    }
+    Ok(Json(v))
+}
+
+fn csv_response(name: String, body: String) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{name}\""),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// `GET /api/v1/bills.csv?period=YYYY-MM[&tenant=T]`: tenant × app × model.
+pub async fn csv(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Query(q): Query<BillQuery>,
+) -> Result<Response, BillsError> {
+    let period = period_of(&cp, &q)?;
+    let tenant = bill_scope(&actor, q.tenant.as_deref())?;
+    let body = cp.books.csv(&period, tenant.as_deref()).await?;
+    Ok(csv_response(format!("tollgate-bill-{period}.csv"), body))
+}
+
+/// `GET /api/v1/bills.focus.csv?period=YYYY-MM[&tenant=T]`: FOCUS columns,
+/// one row per tenant × app × model × day.
+pub async fn focus_csv(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Query(q): Query<BillQuery>,
+) -> Result<Response, BillsError> {
+    let period = period_of(&cp, &q)?;
+    let tenant = bill_scope(&actor, q.tenant.as_deref())?;
+    let body = cp.books.focus_csv(&period, tenant.as_deref()).await?;
+    Ok(csv_response(format!("tollgate-focus-{period}.csv"), body))
+}
+
+#[derive(Deserialize)]
+pub struct RunsQuery {
+    job: Option<String>,
+    limit: Option<i64>,
+}
+
+/// `GET /api/v1/job-runs[?job=rollover][&limit=N]`: platform staff only.
+pub async fn job_runs(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Query(q): Query<RunsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    if actor.role == Role::TenantAdmin {
+        return Err(ApiError::Forbidden(
+            "job runs are for platform staff".into(),
+        ));
+    }
+    let runs = cp
+        .store
+        .job_runs(q.job.as_deref(), q.limit.unwrap_or(100).clamp(1, 1000))
+        .await?;
+    let months = cp.store.closed_months().await?;
+    let months: Vec<Value> = months
+        .into_iter()
+        .map(|m| {
+            json!({"period": m.period, "state": m.state, "events": m.totals.requests,
+                   "cost_usd": domain::MicroUsd(m.totals.cost_micro), "closed_at": m.closed_at,
+                   "purge_after": m.purge_after, "purged_at": m.purged_at, "attempts": m.attempts})
+        })
+        .collect();
+    Ok(Json(json!({"runs": runs, "months": months})))
+}
+
+/// `GET /api/v1/notices`: a tenant admin's own tenant's, staff's all.
+pub async fn notices(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = match actor.role {
+        Role::TenantAdmin => Some(actor.tenant.clone().ok_or(ApiError::Internal)?),
+        _ => None,
+    };
+    let n = cp.store.notices(tenant.as_deref(), 200).await?;
+    Ok(Json(json!({"notices": n})))
+}

@@ -1,0 +1,700 @@
+//! Bills (DESIGN §9): what a department spent in a month, from whichever
+//! book holds the month (Postgres while open, ClickHouse once closed). The
+//! books hand over rows at fixed grains; everything a reader sees — tenant
+//! lines, drill-downs, totals, CSV and FOCUS exports, forecasts — is computed
+//! here, so an open and a closed month are rendered by the same code.
+
+use crate::money::MicroUsd;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Requests, tokens and money of some set of usage events.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    pub requests: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cost_micro: i64,
+}
+
+impl Totals {
+    pub fn add(&mut self, o: &Totals) {
+        self.requests += o.requests;
+        self.input_tokens += o.input_tokens;
+        self.output_tokens += o.output_tokens;
+        self.cost_micro += o.cost_micro;
+    }
+
+    pub fn tokens(&self) -> i64 {
+        self.input_tokens + self.output_tokens
+    }
+}
+
+/// A month's usage of one tenant × app × model: the archived bill grain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BillRow {
+    pub tenant_id: String,
+    pub app_id: String,
+    pub model: String,
+    pub totals: Totals,
+}
+
+/// One day of one tenant × app × model (day drill-down and FOCUS export).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DayRow {
+    pub tenant_id: String,
+    pub app_id: String,
+    pub model: String,
+    /// `YYYY-MM-DD`, platform time.
+    pub day: String,
+    pub totals: Totals,
+}
+
+/// Refused (or degraded) requests of one tenant × app × model by reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusalRow {
+    pub tenant_id: String,
+    pub app_id: String,
+    pub model: String,
+    /// `refused` or `degraded`.
+    pub decision: String,
+    pub reason: String,
+    pub requests: i64,
+}
+
+/// Temporary quota granted to a tenant in the month (approved in it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Granted {
+    pub tokens: i64,
+    pub cost_micro: i64,
+}
+
+/// A tenant's name and cost center, for bill lines and exports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantInfo {
+    pub id: String,
+    pub name: String,
+    pub cost_center: String,
+}
+
+/// Where a month's numbers were read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BillSource {
+    Postgres,
+    Clickhouse,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TenantBill {
+    pub tenant_id: String,
+    pub name: String,
+    pub cost_center: String,
+    pub requests: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cost_usd: MicroUsd,
+    /// Borrowed from the shared pool (DESIGN §7). The borrowing feature has
+    /// not landed: always 0 until it does.
+    pub borrowed_tokens: i64,
+    pub granted_tokens: i64,
+    pub granted_cost_usd: MicroUsd,
+    pub refused_requests: i64,
+    /// Refused requests by reason code.
+    pub refused: BTreeMap<String, i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct BillTotal {
+    pub requests: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cost_usd: MicroUsd,
+    pub refused_requests: i64,
+}
+
+/// Drill-down dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DrillBy {
+    App,
+    Model,
+    Day,
+}
+
+impl DrillBy {
+    pub fn parse(s: &str) -> Option<DrillBy> {
+        match s {
+            "app" => Some(DrillBy::App),
+            "model" => Some(DrillBy::Model),
+            "day" => Some(DrillBy::Day),
+            _ => None,
+        }
+    }
+}
+
+/// One line of a drill-down: a tenant and the app, model or day.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DrillLine {
+    pub tenant_id: String,
+    pub key: String,
+    pub requests: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cost_usd: MicroUsd,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Bill {
+    pub period: String,
+    /// `open` or `closed`.
+    pub state: String,
+    pub source: BillSource,
+    pub billing_currency: &'static str,
+    pub tenants: Vec<TenantBill>,
+    pub total: BillTotal,
+}
+
+/// The books' rows for one month, as read from either store.
+#[derive(Debug, Clone, Default)]
+pub struct MonthRows {
+    pub bill_rows: Vec<BillRow>,
+    pub refusals: Vec<RefusalRow>,
+}
+
+impl Bill {
+    /// Assembles the bill: one line per tenant that has usage, refusals or
+    /// grants in the month (sorted by id), and the total.
+    pub fn assemble(
+        period: &str,
+        closed: bool,
+        source: BillSource,
+        rows: &MonthRows,
+        granted: &BTreeMap<String, Granted>,
+        tenants: &[TenantInfo],
+    ) -> Bill {
+        let mut usage: BTreeMap<&str, Totals> = BTreeMap::new();
+        for r in &rows.bill_rows {
+            usage.entry(&r.tenant_id).or_default().add(&r.totals);
+        }
+        let mut refused: BTreeMap<&str, BTreeMap<String, i64>> = BTreeMap::new();
+        for r in rows.refusals.iter().filter(|r| r.decision == "refused") {
+            *refused
+                .entry(&r.tenant_id)
+                .or_default()
+                .entry(r.reason.clone())
+                .or_default() += r.requests;
+        }
+        let mut ids: Vec<&str> = usage.keys().copied().collect();
+        ids.extend(refused.keys().copied());
+        ids.extend(granted.keys().map(String::as_str));
+        ids.sort_unstable();
+        ids.dedup();
+        let info = |id: &str| tenants.iter().find(|t| t.id == id);
+        let mut total = BillTotal {
+            requests: 0,
+            input_tokens: 0,
+            output_tokens: 0,
+            cost_usd: MicroUsd::ZERO,
+            refused_requests: 0,
+        };
+        let lines = ids
+            .into_iter()
+            .map(|id| {
+                let u = usage.get(id).copied().unwrap_or_default();
+                let r = refused.get(id).cloned().unwrap_or_default();
+                let g = granted.get(id).cloned().unwrap_or_default();
+                let refused_requests = r.values().sum();
+                total.requests += u.requests;
+                total.input_tokens += u.input_tokens;
+                total.output_tokens += u.output_tokens;
+                total.cost_usd.0 += u.cost_micro;
+                total.refused_requests += refused_requests;
+                TenantBill {
+                    tenant_id: id.to_string(),
+                    name: info(id).map(|t| t.name.clone()).unwrap_or_default(),
+                    cost_center: info(id).map(|t| t.cost_center.clone()).unwrap_or_default(),
+                    requests: u.requests,
+                    input_tokens: u.input_tokens,
+                    output_tokens: u.output_tokens,
+                    cost_usd: MicroUsd(u.cost_micro),
+                    borrowed_tokens: 0,
+                    granted_tokens: g.tokens,
+                    granted_cost_usd: MicroUsd(g.cost_micro),
+                    refused_requests,
+                    refused: r,
+                }
+            })
+            .collect();
+        Bill {
+            period: period.to_string(),
+            state: if closed { "closed" } else { "open" }.into(),
+            source,
+            billing_currency: "USD",
+            tenants: lines,
+            total,
+        }
+    }
+}
+
+fn drill_line(tenant: &str, key: &str, t: &Totals) -> DrillLine {
+    DrillLine {
+        tenant_id: tenant.to_string(),
+        key: key.to_string(),
+        requests: t.requests,
+        input_tokens: t.input_tokens,
+        output_tokens: t.output_tokens,
+        cost_usd: MicroUsd(t.cost_micro),
+    }
+}
+
+/// Drill-down by app or model from bill rows, by day from day rows; sorted
+/// by tenant then key.
+pub fn drill_down(by: DrillBy, bill_rows: &[BillRow], day_rows: &[DayRow]) -> Vec<DrillLine> {
+    let mut m: BTreeMap<(String, String), Totals> = BTreeMap::new();
+    match by {
+        DrillBy::App | DrillBy::Model => {
+            for r in bill_rows {
+                let k = if by == DrillBy::App {
+                    &r.app_id
+                } else {
+                    &r.model
+                };
+                m.entry((r.tenant_id.clone(), k.clone()))
+                    .or_default()
+                    .add(&r.totals);
+            }
+        }
+        DrillBy::Day => {
+            for r in day_rows {
+                m.entry((r.tenant_id.clone(), r.day.clone()))
+                    .or_default()
+                    .add(&r.totals);
+            }
+        }
+    }
+    m.iter().map(|((t, k), v)| drill_line(t, k, v)).collect()
+}
+
+/// One field of a CSV line, quoted when it needs to be; a leading formula
+/// character is defused so a spreadsheet never evaluates a tenant's name.
+pub fn csv_field(s: &str) -> String {
+    let s = if s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{s}")
+    } else {
+        s.to_string()
+    };
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s
+    }
+}
+
+fn csv_line(fields: &[String]) -> String {
+    let mut l = fields
+        .iter()
+        .map(|f| csv_field(f))
+        .collect::<Vec<_>>()
+        .join(",");
+    l.push_str("\r\n");
+    l
+}
+
+pub const BILL_CSV_HEADER: [&str; 10] = [
+    "period",
+    "tenant_id",
+    "tenant_name",
+    "cost_center",
+    "app_id",
+    "model",
+    "requests",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+];
+
+/// The month's bill rows as CSV (tenant × app × model); the cost column
+/// sums to the bill's total.
+pub fn bill_csv(period: &str, rows: &[BillRow], tenants: &[TenantInfo]) -> String {
+    let mut out = csv_line(&BILL_CSV_HEADER.map(String::from));
+    let mut rows: Vec<&BillRow> = rows.iter().collect();
+    rows.sort_by(|a, b| {
+        (&a.tenant_id, &a.app_id, &a.model).cmp(&(&b.tenant_id, &b.app_id, &b.model))
+    });
+    for r in rows {
+        let t = tenants.iter().find(|t| t.id == r.tenant_id);
+        out.push_str(&csv_line(&[
+            period.to_string(),
+            r.tenant_id.clone(),
+            t.map(|t| t.name.clone()).unwrap_or_default(),
+            t.map(|t| t.cost_center.clone()).unwrap_or_default(),
+            r.app_id.clone(),
+            r.model.clone(),
+            r.totals.requests.to_string(),
+            r.totals.input_tokens.to_string(),
+            r.totals.output_tokens.to_string(),
+            MicroUsd(r.totals.cost_micro).to_string(),
+        ]));
+    }
+    out
+}
+
+/// FOCUS (FinOps Open Cost and Usage Specification) columns this export
+/// fills, in order. One row per tenant × app × model × day.
+pub const FOCUS_COLUMNS: [&str; 27] = [
+    "BillingAccountId",
+    "BillingAccountName",
+    "BillingCurrency",
+    "BillingPeriodStart",
+    "BillingPeriodEnd",
+    "ChargePeriodStart",
+    "ChargePeriodEnd",
+    "ChargeCategory",
+    "ChargeClass",
+    "ChargeDescription",
+    "ChargeFrequency",
+    "BilledCost",
+    "EffectiveCost",
+    "ListCost",
+    "ContractedCost",
+    "ConsumedQuantity",
+    "ConsumedUnit",
+    "PricingQuantity",
+    "PricingUnit",
+    "ProviderName",
+    "PublisherName",
+    "InvoiceIssuerName",
+    "ServiceCategory",
+    "ServiceName",
+    "ResourceId",
+    "SubAccountId",
+    "SubAccountName",
+];
+
+/// Extra columns (FOCUS allows `x_` prefixed custom columns).
+pub const FOCUS_EXTRA_COLUMNS: [&str; 5] = [
+    "x_CostCenter",
+    "x_AppId",
+    "x_Requests",
+    "x_InputTokens",
+    "x_OutputTokens",
+];
+
+/// Instants of the export, already formatted (`2026-11-01T00:00:00Z`).
+pub struct FocusPeriod<'a> {
+    pub billing_start: String,
+    pub billing_end: String,
+    /// `day` → (start, end) of the charge period.
+    pub day_bounds: &'a dyn Fn(&str) -> (String, String),
+    /// Name of the platform (ProviderName / InvoiceIssuerName).
+    pub provider: &'a str,
+}
+
+pub fn focus_csv(p: &FocusPeriod<'_>, rows: &[DayRow], tenants: &[TenantInfo]) -> String {
+    let header: Vec<String> = FOCUS_COLUMNS
+        .iter()
+        .chain(FOCUS_EXTRA_COLUMNS.iter())
+        .map(|s| s.to_string())
+        .collect();
+    let mut out = csv_line(&header);
+    let mut rows: Vec<&DayRow> = rows.iter().collect();
+    rows.sort_by(|a, b| {
+        (&a.tenant_id, &a.day, &a.app_id, &a.model).cmp(&(
+            &b.tenant_id,
+            &b.day,
+            &b.app_id,
+            &b.model,
+        ))
+    });
+    for r in rows {
+        let t = tenants.iter().find(|t| t.id == r.tenant_id);
+        let (cs, ce) = (p.day_bounds)(&r.day);
+        let cost = MicroUsd(r.totals.cost_micro).to_string();
+        let qty = r.totals.tokens().to_string();
+        out.push_str(&csv_line(&[
+            p.provider.to_string(),
+            p.provider.to_string(),
+            "USD".into(),
+            p.billing_start.clone(),
+            p.billing_end.clone(),
+            cs,
+            ce,
+            "Usage".into(),
+            String::new(),
+            format!("{} tokens of {} for app {}", qty, r.model, r.app_id),
+            "Usage-Based".into(),
+            cost.clone(),
+            cost.clone(),
+            cost.clone(),
+            cost,
+            qty.clone(),
+            "Tokens".into(),
+            qty,
+            "Tokens".into(),
+            p.provider.to_string(),
+            p.provider.to_string(),
+            p.provider.to_string(),
+            "AI and Machine Learning".into(),
+            r.model.clone(),
+            format!("{}/{}/{}", r.tenant_id, r.app_id, r.model),
+            r.tenant_id.clone(),
+            t.map(|t| t.name.clone()).unwrap_or_default(),
+            t.map(|t| t.cost_center.clone()).unwrap_or_default(),
+            r.app_id.clone(),
+            r.totals.requests.to_string(),
+            r.totals.input_tokens.to_string(),
+            r.totals.output_tokens.to_string(),
+        ]));
+    }
+    out
+}
+
+/// Month-end forecast from this month's daily spend: what is spent so far,
+/// plus today at least the average complete day, plus the average complete
+/// day for each day left. None on the first day (no complete day yet).
+/// `daily` maps day of month (1-based) to spend; `today` is 1-based.
+pub fn forecast_month_end(
+    daily: &BTreeMap<u32, i64>,
+    today: u32,
+    days_in_month: u32,
+) -> Option<i64> {
+    let complete = today.checked_sub(1).filter(|d| *d > 0)?;
+    let spent_complete: i64 = daily.range(..today).map(|(_, v)| *v).sum();
+    let spent_today = daily.get(&today).copied().unwrap_or(0);
+    // Round the average up: a forecast errs towards warning.
+    let avg = (spent_complete + complete as i64 - 1) / complete as i64;
+    let left = days_in_month.saturating_sub(today) as i64;
+    Some(spent_complete + spent_today.max(avg) + avg * left)
+}
+
+/// The used-share thresholds that alert (DESIGN §9): 70% and 90%.
+pub const ALERT_THRESHOLDS: [u32; 2] = [70, 90];
+
+/// Thresholds reached by `used` of `limit` (limit > 0), lowest first.
+pub fn thresholds_reached(used: i64, limit: i64) -> Vec<u32> {
+    if limit <= 0 {
+        return vec![];
+    }
+    ALERT_THRESHOLDS
+        .into_iter()
+        // used / limit >= p / 100, in integers.
+        .filter(|p| (used as i128) * 100 >= (limit as i128) * (*p as i128))
+        .collect()
+}
+
+/// One disagreement between the books (reconcile --check).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Difference {
+    pub period: String,
+    pub tenant_id: String,
+    /// `tenant:<t>`, `app:<t>/<a>` or `key:<id>`.
+    pub scope: String,
+    /// `tokens`, `cost_micro`, `requests`.
+    pub field: String,
+    pub redis: Option<i64>,
+    pub postgres: Option<i64>,
+    pub clickhouse: Option<i64>,
+}
+
+impl std::fmt::Display for Difference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = |x: Option<i64>| x.map_or("-".to_string(), |v| v.to_string());
+        write!(
+            f,
+            "period={} tenant={} scope={} field={} redis={} postgres={} clickhouse={}",
+            self.period,
+            self.tenant_id,
+            self.scope,
+            self.field,
+            v(self.redis),
+            v(self.postgres),
+            v(self.clickhouse)
+        )
+    }
+}
+
+/// The values the books hold for one (scope, field); None where a book does
+/// not take part (e.g. ClickHouse for an open month). A difference when the
+/// present values are not all equal.
+pub fn compare(
+    period: &str,
+    tenant: &str,
+    scope: &str,
+    field: &str,
+    redis: Option<i64>,
+    postgres: Option<i64>,
+    clickhouse: Option<i64>,
+) -> Option<Difference> {
+    let present: Vec<i64> = [redis, postgres, clickhouse]
+        .into_iter()
+        .flatten()
+        .collect();
+    let agree = present.windows(2).all(|w| w[0] == w[1]);
+    (!agree).then(|| Difference {
+        period: period.into(),
+        tenant_id: tenant.into(),
+        scope: scope.into(),
+        field: field.into(),
+        redis,
+        postgres,
+        clickhouse,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(t: &str, a: &str, m: &str, req: i64, i: i64, o: i64, c: i64) -> BillRow {
+        BillRow {
+            tenant_id: t.into(),
+            app_id: a.into(),
+            model: m.into(),
+            totals: Totals {
+                requests: req,
+                input_tokens: i,
+                output_tokens: o,
+                cost_micro: c,
+            },
+        }
+    }
+
+    #[test]
+    fn bill_lines_and_total_add_up() {
+        let rows = MonthRows {
+            bill_rows: vec![
+                row("b", "x", "m1", 2, 10, 20, 300),
+                row("a", "x", "m1", 1, 1, 2, 3),
+                row("a", "y", "m2", 1, 4, 5, 6),
+            ],
+            refusals: vec![
+                RefusalRow {
+                    tenant_id: "a".into(),
+                    app_id: "x".into(),
+                    model: "m1".into(),
+                    decision: "refused".into(),
+                    reason: "tenant_rpm_exceeded".into(),
+                    requests: 3,
+                },
+                RefusalRow {
+                    tenant_id: "a".into(),
+                    app_id: "x".into(),
+                    model: "m1".into(),
+                    decision: "degraded".into(),
+                    reason: "max_tokens_clamped_to_budget".into(),
+                    requests: 7,
+                },
+            ],
+        };
+        let mut granted = BTreeMap::new();
+        granted.insert(
+            "c".to_string(),
+            Granted {
+                tokens: 100,
+                cost_micro: 0,
+            },
+        );
+        let b = Bill::assemble("2026-11", false, BillSource::Postgres, &rows, &granted, &[]);
+        let ids: Vec<_> = b.tenants.iter().map(|t| t.tenant_id.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+        assert_eq!(b.tenants[0].cost_usd, MicroUsd(9));
+        assert_eq!(
+            b.tenants[0].refused_requests, 3,
+            "degrades are not refusals"
+        );
+        assert_eq!(b.tenants[2].granted_tokens, 100);
+        assert_eq!(b.total.cost_usd, MicroUsd(309));
+        assert_eq!(b.total.requests, 4);
+        let by_app = drill_down(DrillBy::App, &rows.bill_rows, &[]);
+        assert_eq!(by_app.len(), 3);
+        let csv = bill_csv("2026-11", &rows.bill_rows, &[]);
+        assert_eq!(csv.lines().count(), 4);
+        assert!(csv.lines().nth(1).unwrap().starts_with("2026-11,a,"));
+    }
+
+    #[test]
+    fn csv_fields_are_quoted_and_defused() {
+        assert_eq!(csv_field("plain"), "plain");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("=SUM(A1)"), "'=SUM(A1)");
+    }
+
+    #[test]
+    fn focus_rows_carry_cost_and_quantity() {
+        let rows = vec![DayRow {
+            tenant_id: "a".into(),
+            app_id: "x".into(),
+            model: "m1".into(),
+            day: "2026-11-02".into(),
+            totals: Totals {
+                requests: 2,
+                input_tokens: 10,
+                output_tokens: 5,
+                cost_micro: 1_500_000,
+            },
+        }];
+        let bounds = |d: &str| (format!("{d}T00:00:00Z"), format!("{d}T23:59:59Z"));
+        let p = FocusPeriod {
+            billing_start: "2026-11-01T00:00:00Z".into(),
+            billing_end: "2026-12-01T00:00:00Z".into(),
+            day_bounds: &bounds,
+            provider: "tollgate",
+        };
+        let csv = focus_csv(&p, &rows, &[]);
+        let mut lines = csv.lines();
+        let header: Vec<_> = lines.next().unwrap().split(',').collect();
+        let line: Vec<_> = lines.next().unwrap().split(',').collect();
+        let col = |n: &str| line[header.iter().position(|h| *h == n).unwrap()];
+        assert_eq!(col("BilledCost"), "1.500000");
+        assert_eq!(col("EffectiveCost"), "1.500000");
+        assert_eq!(col("ConsumedQuantity"), "15");
+        assert_eq!(col("SubAccountId"), "a");
+        assert_eq!(col("ChargePeriodStart"), "2026-11-02T00:00:00Z");
+    }
+
+    #[test]
+    fn forecast_extrapolates_complete_days() {
+        let mut d = BTreeMap::new();
+        assert_eq!(forecast_month_end(&d, 1, 30), None);
+        d.insert(1, 100);
+        d.insert(2, 200);
+        // Day 3 of 30, nothing yet today: 300 + 150 (today) + 150 * 27.
+        assert_eq!(forecast_month_end(&d, 3, 30), Some(300 + 150 + 150 * 27));
+        // Today already above average counts as spent.
+        d.insert(3, 1000);
+        assert_eq!(forecast_month_end(&d, 3, 30), Some(300 + 1000 + 150 * 27));
+        // Last day: nothing left after today.
+        assert_eq!(forecast_month_end(&d, 30, 30), Some(1300 + 45));
+    }
+
+    #[test]
+    fn thresholds_in_integers() {
+        assert!(thresholds_reached(69, 100).is_empty());
+        assert_eq!(thresholds_reached(70, 100), vec![70]);
+        assert_eq!(thresholds_reached(95, 100), vec![70, 90]);
+        assert!(thresholds_reached(5, 0).is_empty());
+        assert_eq!(thresholds_reached(i64::MAX, i64::MAX), vec![70, 90]);
+    }
+
+    #[test]
+    fn compare_names_disagreements_only() {
+        assert!(compare("p", "t", "tenant:t", "tokens", Some(5), Some(5), None).is_none());
+        assert!(compare("p", "t", "tenant:t", "tokens", None, Some(5), None).is_none());
+        let d = compare(
+            "p",
+            "t",
+            "tenant:t",
+            "cost_micro",
+            Some(6),
+            Some(5),
+            Some(5),
+        )
+        .unwrap();
+        assert_eq!(
+            d.to_string(),
+            "period=p tenant=t scope=tenant:t field=cost_micro redis=6 postgres=5 clickhouse=5"
+        );
+    }
+}

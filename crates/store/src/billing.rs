@@ -1,0 +1,466 @@
+//! The open months' bills, read from the ledger at the grains `domain::bill`
+//! assembles, and the rollover's side of the books: the `closed_months`
+//! state machine, the copy source, and the purge after retention.
+
+use crate::audit::{append, NewAudit};
+use crate::{Result, Store, StoreError};
+use chrono::{DateTime, NaiveDate, Utc};
+use domain::bill::{BillRow, DayRow, Granted, RefusalRow, TenantInfo, Totals};
+use domain::usage::UsageEvent;
+use serde_json::json;
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+fn totals(r: &PgRow) -> Totals {
+    Totals {
+        requests: r.get("requests"),
+        input_tokens: r.get("input_tokens"),
+        output_tokens: r.get("output_tokens"),
+        cost_micro: r.get("cost_micro"),
+    }
+}
+
+const SUMS: &str = "COUNT(*)::int8 AS requests, COALESCE(SUM(input_tokens), 0)::int8 AS input_tokens,
+     COALESCE(SUM(output_tokens), 0)::int8 AS output_tokens, COALESCE(SUM(cost_micro), 0)::int8 AS cost_micro";
+
+/// A month's rollover record (see migrations/0006_billing.sql).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedMonth {
+    pub period: String,
+    pub state: String,
+    pub batch_id: Uuid,
+    pub totals: Totals,
+    pub bill_rows: i64,
+    pub refused: i64,
+    pub attempts: i32,
+    pub closed_at: Option<DateTime<Utc>>,
+    pub purge_after: Option<DateTime<Utc>>,
+    pub purged_at: Option<DateTime<Utc>>,
+}
+
+impl ClosedMonth {
+    /// Closed (or purged): the month's bill is read from ClickHouse.
+    pub fn is_closed(&self) -> bool {
+        self.state != "archiving"
+    }
+}
+
+fn closed_month(r: PgRow) -> ClosedMonth {
+    ClosedMonth {
+        period: r.get("period"),
+        state: r.get("state"),
+        batch_id: r.get("batch_id"),
+        totals: Totals {
+            requests: r.get("events"),
+            input_tokens: r.get("input_tokens"),
+            output_tokens: r.get("output_tokens"),
+            cost_micro: r.get("cost_micro"),
+        },
+        bill_rows: r.get("bill_rows"),
+        refused: r.get("refused"),
+        attempts: r.get("attempts"),
+        closed_at: r.get("closed_at"),
+        purge_after: r.get("purge_after"),
+        purged_at: r.get("purged_at"),
+    }
+}
+
+const CLOSED_COLS: &str =
+    "period, state, batch_id, events, input_tokens, output_tokens, cost_micro, bill_rows,
+     refused, attempts, closed_at, purge_after, purged_at";
+
+/// What the rollover verified and closes the month with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedMonth {
+    pub by_tenant: BTreeMap<String, Totals>,
+    pub bill_rows: i64,
+    pub refused: i64,
+}
+
+impl VerifiedMonth {
+    pub fn total(&self) -> Totals {
+        let mut t = Totals::default();
+        for v in self.by_tenant.values() {
+            t.add(v);
+        }
+        t
+    }
+}
+
+impl Store {
+    /// Usage of a month per tenant, straight from the ledger.
+    pub async fn period_totals(&self, period: &str) -> Result<BTreeMap<String, Totals>> {
+        period_totals(&self.pool, period).await
+    }
+
+    pub async fn bill_rows(&self, period: &str, tenant: Option<&str>) -> Result<Vec<BillRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT tenant_id, app_id, model, {SUMS} FROM usage_events
+             WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
+             GROUP BY tenant_id, app_id, model ORDER BY tenant_id, app_id, model"
+        ))
+        .bind(period)
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| BillRow {
+                tenant_id: r.get("tenant_id"),
+                app_id: r.get("app_id"),
+                model: r.get("model"),
+                totals: totals(r),
+            })
+            .collect())
+    }
+
+    pub async fn day_rows(&self, period: &str, tenant: Option<&str>) -> Result<Vec<DayRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT tenant_id, app_id, model, day::text AS day, {SUMS} FROM usage_events
+             WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
+             GROUP BY tenant_id, app_id, model, day ORDER BY tenant_id, day, app_id, model"
+        ))
+        .bind(period)
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| DayRow {
+                tenant_id: r.get("tenant_id"),
+                app_id: r.get("app_id"),
+                model: r.get("model"),
+                day: r.get("day"),
+                totals: totals(r),
+            })
+            .collect())
+    }
+
+    /// Refused and degraded decisions of a month by reason.
+    pub async fn refusal_rows(
+        &self,
+        period: &str,
+        tenant: Option<&str>,
+    ) -> Result<Vec<RefusalRow>> {
+        let rows = sqlx::query(
+            "SELECT tenant_id, app_id, model, decision, reason, COUNT(*)::int8 AS requests
+             FROM request_decisions WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
+             GROUP BY tenant_id, app_id, model, decision, reason
+             ORDER BY tenant_id, app_id, model, decision, reason",
+        )
+        .bind(period)
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| RefusalRow {
+                tenant_id: r.get("tenant_id"),
+                app_id: r.get("app_id"),
+                model: r.get("model"),
+                decision: r.get("decision"),
+                reason: r.get("reason"),
+                requests: r.get("requests"),
+            })
+            .collect())
+    }
+
+    /// Temporary quota approved in [start, end), per tenant (tenant- and
+    /// app-level grants alike: both are the department's).
+    pub async fn granted_between(
+        &self,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+        tenant: Option<&str>,
+    ) -> Result<BTreeMap<String, Granted>> {
+        let rows = sqlx::query(
+            "SELECT tenant_id, COALESCE(SUM(tokens), 0)::int8 AS tokens,
+                    COALESCE(SUM(cost_micro), 0)::int8 AS cost_micro
+             FROM quota_requests
+             WHERE state = 'approved' AND decided_at >= $1 AND decided_at < $2
+               AND ($3::text IS NULL OR tenant_id = $3)
+             GROUP BY tenant_id",
+        )
+        .bind(start)
+        .bind(end)
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get("tenant_id"),
+                    Granted {
+                        tokens: r.get("tokens"),
+                        cost_micro: r.get("cost_micro"),
+                    },
+                )
+            })
+            .collect())
+    }
+
+    pub async fn tenant_infos(&self) -> Result<Vec<TenantInfo>> {
+        let rows = sqlx::query("SELECT id, name, cost_center FROM tenants ORDER BY id")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| TenantInfo {
+                id: r.get("id"),
+                name: r.get("name"),
+                cost_center: r.get("cost_center"),
+            })
+            .collect())
+    }
+
+    /// A page of a month's events in request_id order, after `after`: the
+    /// rollover's copy source.
+    pub async fn usage_events_page(
+        &self,
+        period: &str,
+        after: &str,
+        limit: i64,
+    ) -> Result<Vec<UsageEvent>> {
+        let rows = sqlx::query(
+            "SELECT request_id, tenant_id, app_id, key_id, model, period, day, input_tokens,
+                    output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
+                    status, stream, replica, started_at, settled_at, usage_source
+             FROM usage_events WHERE period = $1 AND request_id > $2
+             ORDER BY request_id LIMIT $3",
+        )
+        .bind(period)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| UsageEvent {
+                request_id: r.get("request_id"),
+                tenant_id: r.get("tenant_id"),
+                app_id: r.get("app_id"),
+                key_id: r.get("key_id"),
+                model: r.get("model"),
+                period: r.get("period"),
+                day: r.get::<NaiveDate, _>("day").format("%Y-%m-%d").to_string(),
+                input_tokens: r.get("input_tokens"),
+                output_tokens: r.get("output_tokens"),
+                cost_micro: r.get("cost_micro"),
+                est_tokens: r.get("est_tokens"),
+                est_cost_micro: r.get("est_cost_micro"),
+                overrun_tokens: r.get("overrun_tokens"),
+                overrun_cost_micro: r.get("overrun_cost_micro"),
+                status: r.get("status"),
+                stream: r.get("stream"),
+                usage_source: r.get("usage_source"),
+                replica: r.get("replica"),
+                started_at_ms: r.get::<DateTime<Utc>, _>("started_at").timestamp_millis(),
+                settled_at_ms: r.get::<DateTime<Utc>, _>("settled_at").timestamp_millis(),
+            })
+            .collect())
+    }
+
+    /// Months before `current` that still need their rollover: months with
+    /// ledger rows or decisions that are not closed, and crashed copies.
+    pub async fn months_to_close(&self, current: &str) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT period FROM (
+                SELECT DISTINCT period FROM usage_events WHERE period < $1
+                UNION SELECT DISTINCT period FROM request_decisions WHERE period < $1
+                UNION SELECT period FROM closed_months WHERE state = 'archiving'
+             ) p
+             WHERE period NOT IN (SELECT period FROM closed_months WHERE state <> 'archiving')
+             ORDER BY period",
+        )
+        .bind(current)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    pub async fn closed_month(&self, period: &str) -> Result<Option<ClosedMonth>> {
+        let r = sqlx::query(&format!(
+            "SELECT {CLOSED_COLS} FROM closed_months WHERE period = $1"
+        ))
+        .bind(period)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(r.map(closed_month))
+    }
+
+    pub async fn closed_months(&self) -> Result<Vec<ClosedMonth>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {CLOSED_COLS} FROM closed_months ORDER BY period DESC"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(closed_month).collect())
+    }
+
+    /// Starts (or restarts, after a crash) a month's copy under a new batch
+    /// id. Refused for a month already closed.
+    pub async fn begin_archiving(&self, period: &str, batch: Uuid) -> Result<()> {
+        let n = sqlx::query(
+            "INSERT INTO closed_months (period, state, batch_id) VALUES ($1, 'archiving', $2)
+             ON CONFLICT (period) DO UPDATE SET batch_id = $2, attempts = closed_months.attempts + 1,
+                 started_at = now()
+             WHERE closed_months.state = 'archiving'",
+        )
+        .bind(period)
+        .bind(batch)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if n == 0 {
+            return Err(StoreError::Conflict(format!(
+                "month {period} is already closed"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Closes a month whose copy `batch` was verified equal to `verified`.
+    /// The ledger is locked against inserts while its totals are read once
+    /// more, so a row that reached the month after the copy keeps it open.
+    pub async fn close_month(
+        &self,
+        actor: &str,
+        period: &str,
+        batch: Uuid,
+        verified: &VerifiedMonth,
+        purge_after: DateTime<Utc>,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("LOCK TABLE usage_events, request_decisions IN SHARE MODE")
+            .execute(&mut *tx)
+            .await?;
+        let now_totals = period_totals(&mut *tx, period).await?;
+        if now_totals != verified.by_tenant {
+            return Err(StoreError::Conflict(format!(
+                "the ledger of {period} changed during its copy"
+            )));
+        }
+        let refused: i64 =
+            sqlx::query_scalar("SELECT COUNT(*)::int8 FROM request_decisions WHERE period = $1")
+                .bind(period)
+                .fetch_one(&mut *tx)
+                .await?;
+        if refused != verified.refused {
+            return Err(StoreError::Conflict(format!(
+                "the decisions of {period} changed during the copy"
+            )));
+        }
+        let t = verified.total();
+        let n = sqlx::query(
+            "UPDATE closed_months SET state = 'closed', events = $3, input_tokens = $4,
+                 output_tokens = $5, cost_micro = $6, bill_rows = $7, refused = $8,
+                 closed_at = now(), purge_after = $9
+             WHERE period = $1 AND batch_id = $2 AND state = 'archiving'",
+        )
+        .bind(period)
+        .bind(batch)
+        .bind(t.requests)
+        .bind(t.input_tokens)
+        .bind(t.output_tokens)
+        .bind(t.cost_micro)
+        .bind(verified.bill_rows)
+        .bind(verified.refused)
+        .bind(purge_after)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n == 0 {
+            return Err(StoreError::Conflict(format!(
+                "month {period}: batch {batch} is no longer the one being archived"
+            )));
+        }
+        append(
+            &mut tx,
+            NewAudit::new(actor, "month.close", format!("period:{period}"))
+                .before(json!({"state": "archiving"}))
+                .after(json!({
+                    "state": "closed", "batch_id": batch, "events": t.requests,
+                    "input_tokens": t.input_tokens, "output_tokens": t.output_tokens,
+                    "cost_micro": t.cost_micro, "bill_rows": verified.bill_rows,
+                    "refused": verified.refused, "purge_after": purge_after,
+                })),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Closed months whose retention has passed.
+    pub async fn months_to_purge(&self, now: DateTime<Utc>) -> Result<Vec<ClosedMonth>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {CLOSED_COLS} FROM closed_months WHERE state = 'closed' AND purge_after <= $1 ORDER BY period"
+        ))
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(closed_month).collect())
+    }
+
+    /// Deletes a closed month's ledger rows, if they are still exactly what
+    /// was archived (a row that arrived after the close keeps them all).
+    /// Returns the number of usage events deleted.
+    pub async fn purge_month(&self, actor: &str, m: &ClosedMonth) -> Result<u64> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("LOCK TABLE usage_events, request_decisions IN SHARE ROW EXCLUSIVE MODE")
+            .execute(&mut *tx)
+            .await?;
+        let mut now = Totals::default();
+        for v in period_totals(&mut *tx, &m.period).await?.values() {
+            now.add(v);
+        }
+        if now != m.totals {
+            return Err(StoreError::Conflict(format!(
+                "the ledger of {} differs from its archive; not purged",
+                m.period
+            )));
+        }
+        let events = sqlx::query("DELETE FROM usage_events WHERE period = $1")
+            .bind(&m.period)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        let decisions = sqlx::query("DELETE FROM request_decisions WHERE period = $1")
+            .bind(&m.period)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        sqlx::query(
+            "UPDATE closed_months SET state = 'purged', purged_at = now() WHERE period = $1 AND state = 'closed'",
+        )
+        .bind(&m.period)
+        .execute(&mut *tx)
+        .await?;
+        append(
+            &mut tx,
+            NewAudit::new(actor, "month.purge", format!("period:{}", m.period))
+                .before(json!({"state": "closed"}))
+                .after(json!({"state": "purged", "usage_events_deleted": events, "decisions_deleted": decisions})),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(events)
+    }
+}
+
+async fn period_totals<'e, E>(ex: E, period: &str) -> Result<BTreeMap<String, Totals>>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Postgres>,
+{
+    let rows = sqlx::query(&format!(
+        "SELECT tenant_id, {SUMS} FROM usage_events WHERE period = $1 GROUP BY tenant_id"
+    ))
+    .bind(period)
+    .fetch_all(ex)
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get("tenant_id"), totals(r)))
+        .collect())
+}

@@ -1,0 +1,417 @@
+//! The shared pool, borrows and reclaims (the record the Redis pool is
+//! rebuilt from), model guarantees and degrade targets (DESIGN §7).
+
+use crate::audit::{append, NewAudit};
+use crate::{Result, Store, StoreError};
+use chrono::{DateTime, Utc};
+use domain::borrowing::PoolPolicy;
+use serde::Serialize;
+use serde_json::json;
+use sqlx::Row;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BorrowRow {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub period: String,
+    pub state: String,
+    pub asked_tokens: i64,
+    pub tokens: i64,
+    pub cost_micro: i64,
+    pub outstanding_tokens: i64,
+    pub outstanding_cost_micro: i64,
+    pub trigger: String,
+    pub replica: String,
+    pub created_at: DateTime<Utc>,
+    pub settled_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ReclaimRow {
+    pub id: Uuid,
+    pub borrow_id: Uuid,
+    pub tenant_id: String,
+    pub period: String,
+    pub tokens: i64,
+    pub cost_micro: i64,
+    pub state: String,
+    pub reason: String,
+    pub at: DateTime<Utc>,
+}
+
+/// Outstanding borrowed quota of a tenant in a period (active borrows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BorrowedRow {
+    pub tenant_id: String,
+    pub period: String,
+    pub tokens: i64,
+    pub cost_micro: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuaranteeRow {
+    pub model_id: String,
+    pub tenant_id: String,
+    pub slots: i32,
+}
+
+const BORROW_COLS: &str =
+    "id, tenant_id, period, state, asked_tokens, tokens, cost_micro, outstanding_tokens,
+    outstanding_cost_micro, trigger, replica, created_at, settled_at";
+
+fn borrow_row(r: &sqlx::postgres::PgRow) -> BorrowRow {
+    BorrowRow {
+        id: r.get("id"),
+        tenant_id: r.get("tenant_id"),
+        period: r.get("period"),
+        state: r.get("state"),
+        asked_tokens: r.get("asked_tokens"),
+        tokens: r.get("tokens"),
+        cost_micro: r.get("cost_micro"),
+        outstanding_tokens: r.get("outstanding_tokens"),
+        outstanding_cost_micro: r.get("outstanding_cost_micro"),
+        trigger: r.get("trigger"),
+        replica: r.get("replica"),
+        created_at: r.get("created_at"),
+        settled_at: r.get("settled_at"),
+    }
+}
+
+fn pool_json(p: &PoolPolicy) -> serde_json::Value {
+    json!({"monthly_tokens": p.monthly_tokens, "monthly_cost_micro": p.monthly_cost_micro,
+        "max_borrow_share_ppm": p.max_borrow_share_ppm, "reclaim_below_share_ppm": p.reclaim_below_share_ppm})
+}
+
+impl Store {
+    /// The pool and its policy (the defaults, with no pool, until set).
+    pub async fn pool_policy(&self) -> Result<PoolPolicy> {
+        let r = sqlx::query(
+            "SELECT monthly_tokens, monthly_cost_micro, max_borrow_share_ppm, reclaim_below_share_ppm FROM borrow_pool",
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(r.map_or_else(PoolPolicy::default, |r| PoolPolicy {
+            monthly_tokens: r.get("monthly_tokens"),
+            monthly_cost_micro: r.get("monthly_cost_micro"),
+            max_borrow_share_ppm: r.get::<i32, _>("max_borrow_share_ppm") as i64,
+            reclaim_below_share_ppm: r.get::<i32, _>("reclaim_below_share_ppm") as i64,
+        }))
+    }
+
+    pub async fn set_pool_policy(&self, actor: &str, p: &PoolPolicy) -> Result<()> {
+        let before = self.pool_policy().await?;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO borrow_pool (id, monthly_tokens, monthly_cost_micro, max_borrow_share_ppm, reclaim_below_share_ppm)
+             VALUES (TRUE, $1, $2, $3, $4)
+             ON CONFLICT (id) DO UPDATE SET monthly_tokens = $1, monthly_cost_micro = $2,
+                max_borrow_share_ppm = $3, reclaim_below_share_ppm = $4, updated_at = now()",
+        )
+        .bind(p.monthly_tokens)
+        .bind(p.monthly_cost_micro)
+        .bind(p.max_borrow_share_ppm as i32)
+        .bind(p.reclaim_below_share_ppm as i32)
+        .execute(&mut *tx)
+        .await?;
+        append(
+            &mut tx,
+            NewAudit::new(actor, "pool.update", "pool")
+                .before(pool_json(&before))
+                .after(pool_json(p)),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Records a borrow before the pool is debited (state `pending`).
+    pub async fn begin_borrow(
+        &self,
+        id: Uuid,
+        tenant: &str,
+        period: &str,
+        asked_tokens: i64,
+        trigger: &str,
+        replica: &str,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO borrows (id, tenant_id, period, asked_tokens, trigger, replica)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(id)
+        .bind(tenant)
+        .bind(period)
+        .bind(asked_tokens)
+        .bind(trigger)
+        .bind(replica)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The pool answered: the borrow is active with what was granted (or
+    /// refused when nothing was), with its audit row. Idempotent.
+    pub async fn finish_borrow(&self, id: Uuid, tokens: i64, cost_micro: i64) -> Result<BorrowRow> {
+        let mut tx = self.pool.begin().await?;
+        let state = if tokens > 0 { "active" } else { "refused" };
+        let r = sqlx::query(&format!(
+            "UPDATE borrows SET state = $2, tokens = $3, cost_micro = $4, outstanding_tokens = $3,
+                outstanding_cost_micro = $4, settled_at = now()
+             WHERE id = $1 AND state = 'pending' RETURNING {BORROW_COLS}"
+        ))
+        .bind(id)
+        .bind(state)
+        .bind(tokens)
+        .bind(cost_micro)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(r) = r else {
+            tx.commit().await?;
+            return self
+                .borrow(id)
+                .await?
+                .ok_or_else(|| StoreError::NotFound(format!("borrow {id}")));
+        };
+        let b = borrow_row(&r);
+        if tokens > 0 {
+            append(
+                &mut tx,
+                NewAudit::new(
+                    format!("replica:{}", b.replica),
+                    "borrow.grant",
+                    format!("tenant:{}", b.tenant_id),
+                )
+                .after(
+                    json!({"borrow_id": b.id, "period": b.period, "tokens": tokens,
+                    "cost_micro": cost_micro, "asked_tokens": b.asked_tokens}),
+                )
+                .reason(b.trigger.clone()),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(b)
+    }
+
+    pub async fn borrow(&self, id: Uuid) -> Result<Option<BorrowRow>> {
+        let r = sqlx::query(&format!("SELECT {BORROW_COLS} FROM borrows WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(r.as_ref().map(borrow_row))
+    }
+
+    /// Borrows still pending after `before` (their replica died or lost
+    /// Redis mid-borrow): driven again, idempotently, by the borrower.
+    pub async fn pending_borrows(&self, before: DateTime<Utc>) -> Result<Vec<BorrowRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {BORROW_COLS} FROM borrows WHERE state = 'pending' AND created_at < $1 ORDER BY created_at"
+        ))
+        .bind(before)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(borrow_row).collect())
+    }
+
+    /// Every borrow of a period, oldest first.
+    pub async fn borrows(&self, period: &str) -> Result<Vec<BorrowRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {BORROW_COLS} FROM borrows WHERE period = $1 ORDER BY created_at, id"
+        ))
+        .bind(period)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(borrow_row).collect())
+    }
+
+    /// Outstanding borrowed quota per tenant and period (active borrows).
+    pub async fn borrowed(&self) -> Result<Vec<BorrowedRow>> {
+        let rows = sqlx::query(
+            "SELECT tenant_id, period, sum(outstanding_tokens)::BIGINT AS t, sum(outstanding_cost_micro)::BIGINT AS c
+             FROM borrows WHERE state = 'active' AND outstanding_tokens > 0
+             GROUP BY tenant_id, period",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| BorrowedRow {
+                tenant_id: r.get("tenant_id"),
+                period: r.get("period"),
+                tokens: r.get("t"),
+                cost_micro: r.get("c"),
+            })
+            .collect())
+    }
+
+    /// Takes `tokens` (and `cost_micro`) back from a borrow: its outstanding
+    /// amount shrinks now (so limits drop at once) and a `pending` reclaim
+    /// is recorded for the pool to be given the amount back; audited.
+    pub async fn reclaim(
+        &self,
+        actor: &str,
+        borrow: Uuid,
+        tokens: i64,
+        cost_micro: i64,
+        reason: &str,
+    ) -> Result<ReclaimRow> {
+        let mut tx = self.pool.begin().await?;
+        let r = sqlx::query(
+            "UPDATE borrows SET outstanding_tokens = outstanding_tokens - $2,
+                outstanding_cost_micro = GREATEST(0, outstanding_cost_micro - $3)
+             WHERE id = $1 AND state = 'active' AND outstanding_tokens >= $2
+             RETURNING tenant_id, period, outstanding_tokens",
+        )
+        .bind(borrow)
+        .bind(tokens)
+        .bind(cost_micro)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| {
+            StoreError::NotFound(format!("borrow {borrow} with {tokens} outstanding"))
+        })?;
+        let (tenant, period, left): (String, String, i64) = (
+            r.get("tenant_id"),
+            r.get("period"),
+            r.get("outstanding_tokens"),
+        );
+        let id = Uuid::now_v7();
+        let row = sqlx::query(
+            "INSERT INTO reclaims (id, borrow_id, tenant_id, period, tokens, cost_micro, reason)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             RETURNING id, borrow_id, tenant_id, period, tokens, cost_micro, state, reason, at",
+        )
+        .bind(id)
+        .bind(borrow)
+        .bind(&tenant)
+        .bind(&period)
+        .bind(tokens)
+        .bind(cost_micro)
+        .bind(reason)
+        .fetch_one(&mut *tx)
+        .await?;
+        append(
+            &mut tx,
+            NewAudit::new(actor, "borrow.reclaim", format!("tenant:{tenant}"))
+                .after(
+                    json!({"reclaim_id": id, "borrow_id": borrow, "period": period,
+                    "tokens": tokens, "cost_micro": cost_micro, "outstanding_tokens": left}),
+                )
+                .reason(reason),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(reclaim_row(&row))
+    }
+
+    pub async fn finish_reclaim(&self, id: Uuid) -> Result<()> {
+        sqlx::query("UPDATE reclaims SET state = 'done' WHERE id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Reclaims of a period (newest first), or only those still pending.
+    pub async fn reclaims(&self, period: &str, pending_only: bool) -> Result<Vec<ReclaimRow>> {
+        let rows = sqlx::query(
+            "SELECT id, borrow_id, tenant_id, period, tokens, cost_micro, state, reason, at FROM reclaims
+             WHERE period = $1 AND ($2 = FALSE OR state = 'pending') ORDER BY at DESC, id DESC",
+        )
+        .bind(period)
+        .bind(pending_only)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(reclaim_row).collect())
+    }
+
+    /// A tenant's settled cost of one day, from the ledger.
+    pub async fn tenant_day_cost(&self, tenant: &str, day: &str) -> Result<i64> {
+        let day = chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d")
+            .map_err(|e| StoreError::Corrupt(format!("day {day}: {e}")))?;
+        Ok(sqlx::query_scalar(
+            "SELECT COALESCE(sum(cost_micro), 0)::BIGINT FROM usage_events WHERE tenant_id = $1 AND day = $2",
+        )
+        .bind(tenant)
+        .bind(day)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    /// Sets a model's cheaper model, pool capacity and guarantees (the
+    /// guarantee list replaces the old one); audited.
+    pub async fn set_model_fairness(
+        &self,
+        actor: &str,
+        model: &str,
+        degrade_to: Option<&str>,
+        pool_capacity: Option<i32>,
+        guarantees: &[(String, i32)],
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query(
+            "UPDATE models SET degrade_to = $2, pool_capacity = $3, updated_at = now() WHERE id = $1",
+        )
+        .bind(model)
+        .bind(degrade_to)
+        .bind(pool_capacity)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n == 0 {
+            return Err(StoreError::NotFound(format!("model {model}")));
+        }
+        sqlx::query("DELETE FROM model_guarantees WHERE model_id = $1")
+            .bind(model)
+            .execute(&mut *tx)
+            .await?;
+        for (t, s) in guarantees {
+            sqlx::query(
+                "INSERT INTO model_guarantees (model_id, tenant_id, slots) VALUES ($1, $2, $3)",
+            )
+            .bind(model)
+            .bind(t)
+            .bind(s)
+            .execute(&mut *tx)
+            .await?;
+        }
+        append(
+            &mut tx,
+            NewAudit::new(actor, "model.fairness", format!("model:{model}")).after(json!({
+                "degrade_to": degrade_to, "pool_capacity": pool_capacity,
+                "guarantees": guarantees.iter().map(|(t, s)| json!({"tenant_id": t, "slots": s})).collect::<Vec<_>>()})),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn guarantees(&self) -> Result<Vec<GuaranteeRow>> {
+        let rows = sqlx::query("SELECT model_id, tenant_id, slots FROM model_guarantees")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| GuaranteeRow {
+                model_id: r.get("model_id"),
+                tenant_id: r.get("tenant_id"),
+                slots: r.get("slots"),
+            })
+            .collect())
+    }
+}
+
+fn reclaim_row(r: &sqlx::postgres::PgRow) -> ReclaimRow {
+    ReclaimRow {
+        id: r.get("id"),
+        borrow_id: r.get("borrow_id"),
+        tenant_id: r.get("tenant_id"),
+        period: r.get("period"),
+        tokens: r.get("tokens"),
+        cost_micro: r.get("cost_micro"),
+        state: r.get("state"),
+        reason: r.get("reason"),
+        at: r.get("at"),
+    }
+}

@@ -1,0 +1,368 @@
+//! Background jobs' records: job runs, budget alerts (and their webhook
+//! outbox), console notices, and expired grants written to the audit log.
+
+use crate::audit::{append, NewAudit};
+use crate::{Result, Store};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{json, Value};
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct JobRunRow {
+    pub id: i64,
+    pub job: String,
+    pub slot: Option<DateTime<Utc>>,
+    pub run_as: DateTime<Utc>,
+    pub replica: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub outcome: String,
+    pub counts: Value,
+    pub detail: Value,
+    pub error: Option<String>,
+}
+
+fn job_run(r: PgRow) -> JobRunRow {
+    JobRunRow {
+        id: r.get("id"),
+        job: r.get("job"),
+        slot: r.get("slot"),
+        run_as: r.get("run_as"),
+        replica: r.get("replica"),
+        started_at: r.get("started_at"),
+        finished_at: r.get("finished_at"),
+        outcome: r.get("outcome"),
+        counts: r.get("counts"),
+        detail: r.get("detail"),
+        error: r.get("error"),
+    }
+}
+
+const RUN_COLS: &str =
+    "id, job, slot, run_as, replica, started_at, finished_at, outcome, counts, detail, error";
+
+/// A budget alert: the row is the webhook's outbox too.
+#[derive(Debug, Clone, Serialize)]
+pub struct AlertRow {
+    pub id: i64,
+    pub tenant_id: String,
+    pub scope: String,
+    pub period: String,
+    pub measure: String,
+    pub threshold: String,
+    pub payload: Value,
+    pub created_at: DateTime<Utc>,
+    pub delivery: String,
+    pub attempts: i32,
+    pub delivered_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+}
+
+fn alert(r: PgRow) -> AlertRow {
+    AlertRow {
+        id: r.get("id"),
+        tenant_id: r.get("tenant_id"),
+        scope: r.get("scope"),
+        period: r.get("period"),
+        measure: r.get("measure"),
+        threshold: r.get("threshold"),
+        payload: r.get("payload"),
+        created_at: r.get("created_at"),
+        delivery: r.get("delivery"),
+        attempts: r.get("attempts"),
+        delivered_at: r.get("delivered_at"),
+        last_error: r.get("last_error"),
+    }
+}
+
+const ALERT_COLS: &str = "id, tenant_id, scope, period, measure, threshold, payload, created_at, delivery, attempts, delivered_at, last_error";
+
+#[derive(Debug, Clone)]
+pub struct NewAlert {
+    pub tenant_id: String,
+    pub scope: String,
+    pub period: String,
+    pub measure: String,
+    pub threshold: String,
+    pub payload: Value,
+    /// The console notice that goes with it.
+    pub notice: String,
+    /// No webhook configured: the notice is the only channel.
+    pub webhook: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NoticeRow {
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    pub tenant_id: Option<String>,
+    pub kind: String,
+    pub message: String,
+    pub detail: Value,
+}
+
+impl Store {
+    /// Claims a run. A scheduled run (`slot` set) that another replica has
+    /// already claimed returns None; a run by hand always gets a row.
+    pub async fn claim_job_run(
+        &self,
+        job: &str,
+        slot: Option<DateTime<Utc>>,
+        run_as: DateTime<Utc>,
+        replica: &str,
+    ) -> Result<Option<i64>> {
+        Ok(sqlx::query_scalar(
+            "INSERT INTO job_runs (job, slot, run_as, replica) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (job, slot) DO NOTHING RETURNING id",
+        )
+        .bind(job)
+        .bind(slot)
+        .bind(run_as)
+        .bind(replica)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// Runs of `job` still marked running although this run holds the job's
+    /// lock: their process died. Marked abandoned.
+    pub async fn abandon_stale_runs(&self, job: &str, current: i64) -> Result<u64> {
+        Ok(sqlx::query(
+            "UPDATE job_runs SET outcome = 'abandoned', finished_at = now(),
+                 error = 'the process running it stopped before it finished'
+             WHERE job = $1 AND outcome = 'running' AND id <> $2",
+        )
+        .bind(job)
+        .bind(current)
+        .execute(&self.pool)
+        .await?
+        .rows_affected())
+    }
+
+    pub async fn finish_job_run(
+        &self,
+        id: i64,
+        outcome: &str,
+        counts: &Value,
+        detail: &Value,
+        error: Option<&str>,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE job_runs SET finished_at = now(), outcome = $2, counts = $3, detail = $4, error = $5
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(outcome)
+        .bind(counts)
+        .bind(detail)
+        .bind(error)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The newest runs, of one job or all.
+    pub async fn job_runs(&self, job: Option<&str>, limit: i64) -> Result<Vec<JobRunRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLS} FROM job_runs WHERE ($1::text IS NULL OR job = $1)
+             ORDER BY id DESC LIMIT $2"
+        ))
+        .bind(job)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(job_run).collect())
+    }
+
+    /// Records an alert and its console notice, once per scope, measure,
+    /// threshold and month. Returns false when it was already recorded.
+    pub async fn record_alert(&self, a: &NewAlert) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let id: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO budget_alerts (tenant_id, scope, period, measure, threshold, payload, delivery)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (scope, period, measure, threshold) DO NOTHING RETURNING id",
+        )
+        .bind(&a.tenant_id)
+        .bind(&a.scope)
+        .bind(&a.period)
+        .bind(&a.measure)
+        .bind(&a.threshold)
+        .bind(&a.payload)
+        .bind(if a.webhook { "pending" } else { "no_webhook" })
+        .fetch_optional(&mut *tx)
+        .await?;
+        if id.is_none() {
+            return Ok(false);
+        }
+        sqlx::query(
+            "INSERT INTO notices (tenant_id, kind, message, detail) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(&a.tenant_id)
+        .bind(format!("budget_{}", a.threshold))
+        .bind(&a.notice)
+        .bind(&a.payload)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Alerts whose webhook delivery is due.
+    pub async fn due_alerts(&self, now: DateTime<Utc>) -> Result<Vec<AlertRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {ALERT_COLS} FROM budget_alerts WHERE delivery = 'pending' AND next_attempt_at <= $1
+             ORDER BY id LIMIT 200"
+        ))
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(alert).collect())
+    }
+
+    pub async fn alert_delivered(&self, id: i64, attempts: i32) -> Result<()> {
+        sqlx::query(
+            "UPDATE budget_alerts SET delivery = 'delivered', delivered_at = now(), attempts = $2,
+                 last_error = NULL WHERE id = $1",
+        )
+        .bind(id)
+        .bind(attempts)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// A delivery failed: try again at `next`, or give up.
+    pub async fn alert_failed(
+        &self,
+        id: i64,
+        attempts: i32,
+        error: &str,
+        next: DateTime<Utc>,
+        give_up: bool,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE budget_alerts SET attempts = $2, last_error = $3, next_attempt_at = $4,
+                 delivery = CASE WHEN $5 THEN 'gave_up' ELSE delivery END WHERE id = $1",
+        )
+        .bind(id)
+        .bind(attempts)
+        .bind(error)
+        .bind(next)
+        .bind(give_up)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn alerts(
+        &self,
+        period: Option<&str>,
+        tenant: Option<&str>,
+    ) -> Result<Vec<AlertRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {ALERT_COLS} FROM budget_alerts
+             WHERE ($1::text IS NULL OR period = $1) AND ($2::text IS NULL OR tenant_id = $2)
+             ORDER BY id"
+        ))
+        .bind(period)
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(alert).collect())
+    }
+
+    pub async fn add_notice(
+        &self,
+        tenant: Option<&str>,
+        kind: &str,
+        message: &str,
+        detail: &Value,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO notices (tenant_id, kind, message, detail) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(tenant)
+        .bind(kind)
+        .bind(message)
+        .bind(detail)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Newest notices: of one tenant (`Some`), or every notice (`None`).
+    pub async fn notices(&self, tenant: Option<&str>, limit: i64) -> Result<Vec<NoticeRow>> {
+        let rows = sqlx::query(
+            "SELECT id, at, tenant_id, kind, message, detail FROM notices
+             WHERE ($1::text IS NULL OR tenant_id = $1) ORDER BY id DESC LIMIT $2",
+        )
+        .bind(tenant)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| NoticeRow {
+                id: r.get("id"),
+                at: r.get("at"),
+                tenant_id: r.get("tenant_id"),
+                kind: r.get("kind"),
+                message: r.get("message"),
+                detail: r.get("detail"),
+            })
+            .collect())
+    }
+
+    /// Writes an audit row for every approved grant that has expired by
+    /// `now` and was not recorded yet, once each. Returns how many.
+    pub async fn record_grant_expiries(&self, actor: &str, now: DateTime<Utc>) -> Result<u64> {
+        let ids: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT q.id FROM quota_requests q
+             WHERE q.state = 'approved' AND q.expires_at <= $1
+               AND NOT EXISTS (SELECT 1 FROM grant_expiries g WHERE g.quota_request_id = q.id)
+             ORDER BY q.expires_at LIMIT 1000",
+        )
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut n = 0;
+        for id in ids {
+            let mut tx = self.pool.begin().await?;
+            let row = sqlx::query(
+                "INSERT INTO grant_expiries (quota_request_id, expired_at)
+                 SELECT id, expires_at FROM quota_requests WHERE id = $1
+                 ON CONFLICT DO NOTHING
+                 RETURNING (SELECT tenant_id FROM quota_requests WHERE id = $1) AS tenant_id,
+                           (SELECT app_id FROM quota_requests WHERE id = $1) AS app_id,
+                           (SELECT tokens FROM quota_requests WHERE id = $1) AS tokens,
+                           (SELECT cost_micro FROM quota_requests WHERE id = $1) AS cost_micro,
+                           expired_at",
+            )
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(r) = row else { continue };
+            let expired_at: DateTime<Utc> = r.get("expired_at");
+            append(
+                &mut tx,
+                NewAudit::new(actor, "grant.expire", format!("quota_request:{id}"))
+                    .before(json!({"state": "approved", "active": true}))
+                    .after(json!({
+                        "active": false,
+                        "tenant_id": r.get::<String, _>("tenant_id"),
+                        "app_id": r.get::<Option<String>, _>("app_id"),
+                        "tokens": r.get::<i64, _>("tokens"),
+                        "cost_micro": r.get::<i64, _>("cost_micro"),
+                        "expired_at": expired_at,
+                    })),
+            )
+            .await?;
+            tx.commit().await?;
+            n += 1;
+        }
+        Ok(n)
+    }
+}

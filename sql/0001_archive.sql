@@ -1,0 +1,69 @@
+-- tollgate's ClickHouse archive: closed months (DESIGN §9). Applied by
+-- `tollgate migrate` (and before every rollover); every statement is
+-- idempotent. `{db}` is replaced by clickhouse.database.
+--
+-- Written for ClickHouse 18.16 and later: plain MergeTree, String/Int64/
+-- UInt8/Date columns only, times as Int64 milliseconds since the epoch.
+-- Each table is partitioned by period, so a month's copy can be dropped
+-- whole and written again (ClickHouse has no transactions), and every row
+-- carries the rollover batch that wrote it: readers take only the batch
+-- recorded in Postgres `closed_months`, so a crashed or concurrent copy can
+-- never be counted twice.
+
+CREATE DATABASE IF NOT EXISTS {db};
+
+-- One row per settled request of a closed month (Postgres usage_events).
+CREATE TABLE IF NOT EXISTS {db}.usage_events (
+    period             String,
+    batch_id           String,
+    request_id         String,
+    tenant_id          String,
+    app_id             String,
+    key_id             String,
+    model              String,
+    day                Date,
+    input_tokens       Int64,
+    output_tokens      Int64,
+    cost_micro         Int64,
+    est_tokens         Int64,
+    est_cost_micro     Int64,
+    overrun_tokens     Int64,
+    overrun_cost_micro Int64,
+    status             String,
+    stream             UInt8,
+    usage_source       String,
+    replica            String,
+    started_at_ms      Int64,
+    settled_at_ms      Int64
+) ENGINE = MergeTree
+PARTITION BY period
+ORDER BY (tenant_id, app_id, model, day, request_id);
+
+-- The month's bill per tenant × app × model.
+CREATE TABLE IF NOT EXISTS {db}.bill_rows (
+    period        String,
+    batch_id      String,
+    tenant_id     String,
+    app_id        String,
+    model         String,
+    requests      Int64,
+    input_tokens  Int64,
+    output_tokens Int64,
+    cost_micro    Int64
+) ENGINE = MergeTree
+PARTITION BY period
+ORDER BY (tenant_id, app_id, model);
+
+-- Refused and degraded requests per tenant × app × model × reason.
+CREATE TABLE IF NOT EXISTS {db}.refusals (
+    period    String,
+    batch_id  String,
+    tenant_id String,
+    app_id    String,
+    model     String,
+    decision  String,
+    reason    String,
+    requests  Int64
+) ENGINE = MergeTree
+PARTITION BY period
+ORDER BY (tenant_id, app_id, model, decision, reason);

@@ -1,0 +1,533 @@
+//! Monthly rollover against real Postgres, Redis and ClickHouse: a simulated
+//! month moves to the archive exactly, the bill reads the same before and
+//! after, a re-run changes nothing, a crash between the ClickHouse insert
+//! and the close loses and doubles nothing, and a ClickHouse outage leaves
+//! the month open until a later run succeeds.
+
+use chrono::{DateTime, TimeZone, Utc};
+use domain::bill::Totals;
+use domain::Limits;
+use e2e::books::*;
+use e2e::*;
+use futures::StreamExt;
+use jobs::{JobName, JobSettings, RunResult};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// 00:05 on the 1st of the month after `period` (the tests' zone is UTC).
+fn first_of_next_month(period: &str) -> DateTime<Utc> {
+    let (y, m) = domain::period::parse_month(period).unwrap();
+    let (y, m) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+    Utc.with_ymd_and_hms(y, m, 1, 0, 5, 0).unwrap()
+}
+
+const TENANTS: [&str; 3] = ["research", "sales", "support"];
+const MODELS: [&str; 2] = ["gpt-4o-mini", "deepseek-chat"];
+
+/// Three tenants × two apps × one key each, two chat models; returns keys.
+async fn platform(env: &TestEnv) -> Vec<String> {
+    env.model("gpt-4o-mini", "chat", 150_000, 600_000).await;
+    env.model("deepseek-chat", "chat", 270_000, 1_100_000).await;
+    let mut keys = vec![];
+    for t in TENANTS {
+        env.tenant(t, Limits::default(), None).await;
+        for a in ["chat", "batch"] {
+            env.app(t, a, Limits::default()).await;
+            keys.push(env.key(t, a, Limits::default()).await.1);
+        }
+    }
+    keys
+}
+
+/// `n` requests through the real gateway (mock upstream), spread over keys
+/// and models with varying prompts; waits until the ledger has them all.
+async fn simulate_month(env: &TestEnv, base: &str, keys: &[String], n: usize) {
+    let client = reqwest::Client::new();
+    let url = format!("{base}/v1/chat/completions");
+    let statuses: Vec<u16> = futures::stream::iter(0..n)
+        .map(|i| {
+            let (client, url) = (client.clone(), url.clone());
+            let key = keys[i % keys.len()].clone();
+            let model = MODELS[(i / keys.len()) % MODELS.len()];
+            async move {
+                let body = json!({"model": model, "max_tokens": 32,
+                    "messages": [{"role": "user", "content": format!("question {i}: {}", "why ".repeat(i % 17))}]});
+                client
+                    .post(&url)
+                    .bearer_auth(key)
+                    .json(&body)
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16())
+                    .unwrap_or(0)
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    assert!(statuses.iter().all(|s| *s == 200), "every request admitted");
+    let stored = eventually(Duration::from_secs(60), || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM usage_events")
+            .fetch_one(env.store.pool())
+            .await
+            .unwrap()
+            == n as i64
+    })
+    .await;
+    assert!(stored, "all {n} requests reached the ledger");
+}
+
+/// Refused requests, as the gateway records them (request_decisions).
+async fn refusals(env: &TestEnv, period: &str, tenant: &str, n: usize) {
+    for i in 0..n {
+        sqlx::query(
+            "INSERT INTO request_decisions (request_id, period, day, tenant_id, app_id, key_id, model, decision, reason, status)
+             VALUES ($1, $2, $3::date, $4, 'chat', 'k', 'gpt-4o-mini', 'refused', $5, 429)",
+        )
+        .bind(format!("req_refused_{tenant}_{i}"))
+        .bind(period)
+        .bind(format!("{period}-01"))
+        .bind(tenant)
+        .bind(if i % 2 == 0 { "tenant_rpm_exceeded" } else { "tenant_monthly_budget_exhausted" })
+        .execute(env.store.pool())
+        .await
+        .unwrap();
+    }
+}
+
+async fn get_text(url: &str, token: &str) -> (u16, String) {
+    let r = reqwest::Client::new()
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Everything a reader sees of a month: the bill, its drill-downs, CSV and
+/// FOCUS exports (`state` and `source` left out: they say which book).
+async fn month_as_seen(base: &str, token: &str, period: &str) -> Value {
+    let mut out = json!({});
+    for by in ["", "&by=app", "&by=model", "&by=day"] {
+        let (s, mut v) = api(
+            "GET",
+            &format!("{base}/api/v1/bills?period={period}{by}"),
+            Some(token),
+            None,
+        )
+        .await;
+        assert_eq!(s, 200, "{v}");
+        let o = v.as_object_mut().unwrap();
+        o.remove("state");
+        o.remove("source");
+        out[format!("bill{by}")] = v;
+    }
+    out["csv"] = json!(
+        get_text(&format!("{base}/api/v1/bills.csv?period={period}"), token)
+            .await
+            .1
+    );
+    out["focus"] = json!(
+        get_text(
+            &format!("{base}/api/v1/bills.focus.csv?period={period}"),
+            token
+        )
+        .await
+        .1
+    );
+    out
+}
+
+fn micro(usd: &str) -> i64 {
+    domain::MicroUsd::from_usd_str(usd).unwrap().0
+}
+
+/// Sum of a CSV column (money columns as micro-USD).
+fn csv_sum(csv: &str, column: &str) -> i64 {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let i = header
+        .iter()
+        .position(|h| *h == column)
+        .unwrap_or_else(|| panic!("column {column} in {header:?}"));
+    lines
+        .map(|l| {
+            let v = l.split(',').nth(i).unwrap();
+            if v.contains('.') {
+                micro(v)
+            } else {
+                v.parse::<i64>().unwrap()
+            }
+        })
+        .sum()
+}
+
+fn total(m: &BTreeMap<String, Totals>) -> Totals {
+    let mut t = Totals::default();
+    m.values().for_each(|v| t.add(v));
+    t
+}
+
+#[tokio::test]
+async fn a_simulated_month_rolls_over_exactly_and_reads_the_same() {
+    let env = TestEnv::new().await;
+    let archive = test_archive().await;
+    let keys = platform(&env).await;
+    let srv = env.server_with(env.billing_config(&archive)).await;
+    let base = format!("http://{}", srv.addr);
+    let period = this_month();
+    const N: usize = 2400;
+    simulate_month(&env, &base, &keys, N).await;
+    refusals(&env, &period, "sales", 7).await;
+
+    // A grant approved this month shows on the department's line.
+    let requester = user(&env, "ta@research.io", "tenant_admin", Some("research")).await;
+    let approver = user(&env, "pa@x.io", "platform_admin", None).await;
+    let q = env
+        .store
+        .create_quota_request(
+            "test",
+            &store::NewQuotaRequest {
+                tenant_id: "research".into(),
+                app_id: None,
+                tokens: 5000,
+                cost_micro: 0,
+                expires_at: Utc::now() + chrono::Duration::days(3),
+                reason: "launch".into(),
+                requested_by: requester.parse().unwrap(),
+            },
+        )
+        .await
+        .unwrap();
+    env.store
+        .decide_quota_request("test", q.id, approver.parse().unwrap(), true, "ok")
+        .await
+        .unwrap();
+
+    user(&env, "fin@x.io", "finance", None).await;
+    let fin = login(&base, "fin@x.io").await;
+    let before = month_as_seen(&base, &fin, &period).await;
+    let bill = &before["bill"];
+    let pg = env.store.period_totals(&period).await.unwrap();
+    let pg_total = total(&pg);
+    assert_eq!(pg_total.requests, N as i64);
+    assert_eq!(bill["total"]["requests"], N as i64);
+    assert_eq!(
+        micro(bill["total"]["cost_usd"].as_str().unwrap()),
+        pg_total.cost_micro
+    );
+    assert_eq!(bill["tenants"].as_array().unwrap().len(), 3);
+    let research = &bill["tenants"][0];
+    assert_eq!(
+        (
+            research["tenant_id"].as_str(),
+            research["granted_tokens"].as_i64()
+        ),
+        (Some("research"), Some(5000))
+    );
+    assert_eq!(research["borrowed_tokens"], 0);
+    let sales = &bill["tenants"][1];
+    assert_eq!(sales["refused_requests"], 7);
+    assert_eq!(sales["refused"]["tenant_rpm_exceeded"], 4);
+    // The CSV and the FOCUS export sum to the bill's total.
+    let csv = before["csv"].as_str().unwrap();
+    assert_eq!(csv_sum(csv, "cost_usd"), pg_total.cost_micro);
+    assert_eq!(csv_sum(csv, "requests"), N as i64);
+    assert_eq!(
+        csv.lines().count(),
+        1 + 3 * 2 * 2,
+        "tenant × app × model lines"
+    );
+    let focus = before["focus"].as_str().unwrap();
+    for col in domain::bill::FOCUS_COLUMNS {
+        assert!(
+            focus.lines().next().unwrap().split(',').any(|h| h == col),
+            "FOCUS column {col}"
+        );
+    }
+    assert_eq!(csv_sum(focus, "BilledCost"), pg_total.cost_micro);
+    assert_eq!(csv_sum(focus, "EffectiveCost"), pg_total.cost_micro);
+    assert_eq!(csv_sum(focus, "ConsumedQuantity"), pg_total.tokens());
+
+    // Tenant admins see their own tenant only; others are not found.
+    let ta = login(&base, "ta@research.io").await;
+    let (s, own) = api(
+        "GET",
+        &format!("{base}/api/v1/bills?period={period}"),
+        Some(&ta),
+        None,
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(own["tenants"].as_array().unwrap().len(), 1);
+    assert_eq!(own["tenants"][0], bill["tenants"][0]);
+    let (s, _) = api(
+        "GET",
+        &format!("{base}/api/v1/bills?period={period}&tenant=sales"),
+        Some(&ta),
+        None,
+    )
+    .await;
+    assert_eq!(s, 404);
+    assert_eq!(
+        get_text(
+            &format!("{base}/api/v1/bills.csv?period={period}&tenant=sales"),
+            &ta
+        )
+        .await
+        .0,
+        404
+    );
+
+    // The 1st of next month, 00:05: the rollover closes the month.
+    let now = first_of_next_month(&period);
+    let runner = env
+        .job_runner(Some(archive.clone()), JobSettings::default(), "replica-a")
+        .await;
+    let r = runner.run(JobName::Rollover, now, None).await.unwrap();
+    let RunResult::Ran { report, .. } = &r else {
+        panic!("rollover ran: {r:?}")
+    };
+    assert_eq!(report.counts["closed"], 1, "{report:?}");
+    let m = env.store.closed_month(&period).await.unwrap().unwrap();
+    assert_eq!(m.state, "closed");
+    assert_eq!(m.totals, pg_total);
+
+    // Every event moved; ClickHouse equals Postgres to the micro-dollar.
+    assert_eq!(archive.events_in_period(&period).await.unwrap(), N as i64);
+    assert_eq!(archive.event_totals(&period, m.batch_id).await.unwrap(), pg);
+    let (rows, bills) = archive.bill_row_totals(&period, m.batch_id).await.unwrap();
+    assert_eq!((rows, bills), (12, pg.clone()));
+
+    // The closed month's bill, now read from ClickHouse, reads the same.
+    let (_, after_bill) = api(
+        "GET",
+        &format!("{base}/api/v1/bills?period={period}"),
+        Some(&fin),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (after_bill["state"].as_str(), after_bill["source"].as_str()),
+        (Some("closed"), Some("clickhouse"))
+    );
+    assert_eq!(month_as_seen(&base, &fin, &period).await, before);
+
+    // A second run changes nothing.
+    let r = runner
+        .run(JobName::Rollover, now + chrono::Duration::hours(1), None)
+        .await
+        .unwrap();
+    let RunResult::Ran { report, .. } = &r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(report.counts["closed"], 0);
+    assert_eq!(env.store.closed_month(&period).await.unwrap().unwrap(), m);
+    assert_eq!(archive.events_in_period(&period).await.unwrap(), N as i64);
+
+    // The three books agree; the rollover is in the audit log.
+    let ctx = env.job_context(Some(archive.clone()), JobSettings::default());
+    let rc = jobs::reconcile::check(&ctx, now, Some(&period))
+        .await
+        .unwrap();
+    assert!(rc.differences.is_empty(), "{:?}", rc.differences);
+    assert_eq!(rc.tenants_checked, 3);
+    let closes: Vec<_> = env
+        .store
+        .audit_chain()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.entry.action == "month.close")
+        .collect();
+    assert_eq!(closes.len(), 1);
+    assert_eq!(closes[0].entry.target, format!("period:{period}"));
+
+    // After the retention period the Postgres rows go; the bill stays.
+    let later = now + chrono::Duration::days(91);
+    let r = runner.run(JobName::Rollover, later, None).await.unwrap();
+    let RunResult::Ran { report, .. } = &r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(report.counts["purged"], 1);
+    assert!(env.store.period_totals(&period).await.unwrap().is_empty());
+    assert_eq!(month_as_seen(&base, &fin, &period).await, before);
+    let rc = jobs::reconcile::check(&ctx, later, Some(&period))
+        .await
+        .unwrap();
+    assert!(rc.differences.is_empty(), "{:?}", rc.differences);
+
+    srv.shutdown().await;
+}
+
+/// Events stored through the production ledger path (the ledger writer's
+/// batched insert), for tests that need a month but not the gateway.
+async fn ledger_month(env: &TestEnv, period: &str, n: usize) {
+    let (y, m) = domain::period::parse_month(period).unwrap();
+    let events: Vec<_> = (0..n)
+        .map(|i| domain::usage::UsageEvent {
+            request_id: format!("req_{period}_{i:05}"),
+            tenant_id: TENANTS[i % 3].into(),
+            app_id: "chat".into(),
+            key_id: "k1".into(),
+            model: MODELS[i % 2].into(),
+            period: period.into(),
+            day: format!("{period}-{:02}", 1 + i % 28),
+            input_tokens: 10 + (i % 7) as i64,
+            output_tokens: 20 + (i % 5) as i64,
+            cost_micro: 13 + (i % 11) as i64,
+            est_tokens: 60,
+            est_cost_micro: 30,
+            overrun_tokens: 0,
+            overrun_cost_micro: 0,
+            status: "ok".into(),
+            stream: i % 2 == 0,
+            usage_source: "provider".into(),
+            replica: "r1".into(),
+            started_at_ms: Utc
+                .with_ymd_and_hms(y, m, 1, 12, 0, 0)
+                .unwrap()
+                .timestamp_millis(),
+            settled_at_ms: Utc
+                .with_ymd_and_hms(y, m, 1, 12, 0, 1)
+                .unwrap()
+                .timestamp_millis(),
+        })
+        .collect();
+    for chunk in events.chunks(500) {
+        env.store.insert_usage_events(chunk).await.unwrap();
+    }
+}
+
+async fn tenants_only(env: &TestEnv) {
+    for t in TENANTS {
+        env.tenant(t, Limits::default(), None).await;
+    }
+}
+
+#[tokio::test]
+async fn a_crash_between_the_clickhouse_insert_and_the_close_loses_and_doubles_nothing() {
+    let env = TestEnv::new().await;
+    let archive = test_archive().await;
+    tenants_only(&env).await;
+    let period = "2026-03";
+    ledger_month(&env, period, 1500).await;
+    let pg = env.store.period_totals(period).await.unwrap();
+    let books = billing::Books::new(
+        env.store.clone(),
+        Some(archive.clone()),
+        domain::period::PlatformClock::parse("UTC").unwrap(),
+    );
+    let bill_before = books.bill(period, None).await.unwrap();
+
+    // Crash right after the copy reached ClickHouse.
+    let now = first_of_next_month(period);
+    let ctx = env.job_context(Some(archive.clone()), JobSettings::default());
+    let crash = jobs::RolloverOptions {
+        crash_after_archive: true,
+    };
+    let e = jobs::rollover::run(&ctx, now, &crash).await.unwrap_err();
+    assert!(matches!(e, jobs::JobError::Failpoint), "{e}");
+    let m = env.store.closed_month(period).await.unwrap().unwrap();
+    assert_eq!(m.state, "archiving", "the month stays open");
+    assert_eq!(
+        archive.events_in_period(period).await.unwrap(),
+        1500,
+        "the copy did land"
+    );
+    assert_eq!(
+        books.bill(period, None).await.unwrap(),
+        bill_before,
+        "bills still from Postgres"
+    );
+
+    // The re-run copies again: no duplicates, nothing missing.
+    let runner = env
+        .job_runner(Some(archive.clone()), JobSettings::default(), "replica-a")
+        .await;
+    let r = runner.run(JobName::Rollover, now, None).await.unwrap();
+    assert!(
+        matches!(&r, RunResult::Ran { report, .. } if report.counts["closed"] == 1),
+        "{r:?}"
+    );
+    let m2 = env.store.closed_month(period).await.unwrap().unwrap();
+    assert_eq!((m2.state.as_str(), m2.attempts), ("closed", 2));
+    assert_ne!(m2.batch_id, m.batch_id);
+    assert_eq!(archive.events_in_period(period).await.unwrap(), 1500);
+    assert_eq!(archive.event_totals(period, m2.batch_id).await.unwrap(), pg);
+    let mut after = books.bill(period, None).await.unwrap();
+    assert_eq!(
+        (after.state.as_str(), after.source),
+        ("closed", domain::bill::BillSource::Clickhouse)
+    );
+    after.state = bill_before.state.clone();
+    after.source = bill_before.source;
+    assert_eq!(after, bill_before);
+}
+
+#[tokio::test]
+async fn clickhouse_down_keeps_the_month_open_and_a_later_run_closes_it() {
+    let env = TestEnv::new().await;
+    let archive = test_archive().await;
+    tenants_only(&env).await;
+    let period = "2026-02";
+    ledger_month(&env, period, 600).await;
+    let pg = env.store.period_totals(period).await.unwrap();
+    let now = first_of_next_month(period);
+
+    let down = env
+        .job_runner(
+            Some(unreachable_archive(archive.database())),
+            JobSettings::default(),
+            "replica-a",
+        )
+        .await;
+    let r = down.run(JobName::Rollover, now, None).await.unwrap();
+    let RunResult::Failed { run_id, error } = &r else {
+        panic!("failed run expected: {r:?}")
+    };
+    assert!(error.contains("ClickHouse"), "{error}");
+    let runs = env.store.job_runs(Some("rollover"), 10).await.unwrap();
+    assert_eq!((runs[0].id, runs[0].outcome.as_str()), (*run_id, "failed"));
+    assert!(runs[0].finished_at.is_some() && runs[0].error.is_some());
+    assert!(
+        env.store
+            .closed_month(period)
+            .await
+            .unwrap()
+            .is_none_or(|m| !m.is_closed()),
+        "still open"
+    );
+    assert_eq!(
+        env.store.period_totals(period).await.unwrap(),
+        pg,
+        "nothing lost"
+    );
+    assert!(env
+        .store
+        .notices(None, 10)
+        .await
+        .unwrap()
+        .iter()
+        .any(|n| n.kind == "job_failed"));
+
+    // ClickHouse back: the retry closes the month, once.
+    let up = env
+        .job_runner(Some(archive.clone()), JobSettings::default(), "replica-a")
+        .await;
+    let r = up
+        .run(JobName::Rollover, now + chrono::Duration::hours(1), None)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&r, RunResult::Ran { report, .. } if report.counts["closed"] == 1),
+        "{r:?}"
+    );
+    let m = env.store.closed_month(period).await.unwrap().unwrap();
+    assert_eq!(m.state, "closed");
+    assert_eq!(archive.events_in_period(period).await.unwrap(), 600);
+    assert_eq!(archive.event_totals(period, m.batch_id).await.unwrap(), pg);
+    assert_eq!(env.store.period_totals(period).await.unwrap(), pg);
+}
