@@ -424,3 +424,20 @@ _venv_capable_python() {
         die "python: /usr/bin/python3 still cannot create venvs"
     printf '%s\n' /usr/bin/python3
 }
+
+# --- Headless browser for the console's browser test -------------------------
+
+# ensure_browser : Chromium and its WebDriver from Debian's packages (the
+# console browser test drives them), and a CJK font so the Chinese UI's
+# screenshots show characters, not boxes.
+ensure_browser() {
+    need_cmd chromium chromium
+    need_cmd chromedriver chromium-driver
+    if [[ -z $(fc-list :lang=zh 2>/dev/null) ]]; then
+        if is_root; then
+            apt_install fonts-noto-cjk
+        else
+            log "browser: no Chinese font (sudo apt-get install -y fonts-noto-cjk); screenshots of the Chinese UI will show boxes"
+        fi
+    fi
+}

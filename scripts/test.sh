@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bring up the services and run every test the way CI does:
 #   1. PostgreSQL, Redis and ClickHouse (scripts/services.sh);
-#   2. a Python venv with the official openai package (TOLLGATE_TEST_PYTHON);
+#   2. a Python venv with the official openai package (TOLLGATE_TEST_PYTHON),
+#      and headless Chromium + chromedriver for the console's browser test;
 #   3. cargo test --workspace (extra arguments pass through, e.g. -p tollgate-quota);
 #   4. unless SKIP_DEV_SMOKE=1: scripts/dev.sh on a free port, its printed curl
 #      line must return a chat completion;
@@ -19,6 +20,7 @@ have cargo || die "cargo not found: install Rust (rustup) and make sure cargo is
 
 ensure_services
 ensure_test_python
+ensure_browser
 
 export TOLLGATE_TEST_DATABASE_URL=${TOLLGATE_TEST_DATABASE_URL:-postgres://postgres@$PG_HOST:$PG_PORT/postgres}
 export TOLLGATE_TEST_REDIS_URL=${TOLLGATE_TEST_REDIS_URL:-redis://$REDIS_HOST:$REDIS_PORT}

@@ -3,6 +3,7 @@
 //! it), the mock upstream, and the real server on port 0.
 
 pub mod books;
+pub mod console_web;
 
 use domain::{keys, Limits};
 use mock_upstream::{MockConfig, MockStats};

@@ -94,7 +94,10 @@ impl TenantForm {
             id: self.id.trim().to_string(),
             name: self.name.trim().to_string(),
             cost_center: self.cost_center.trim().to_string(),
-            priority: self.priority.clone(),
+            priority: match self.priority.trim() {
+                "" => "standard".into(),
+                p => p.to_string(),
+            },
             limits: self.limits.parse()?,
             may_borrow: self.may_borrow.is_some(),
             borrow_cap_tokens: int("borrow_cap_tokens", &self.borrow_cap_tokens)?.unwrap_or(0),
