@@ -3,6 +3,7 @@
 
 use domain::Limits;
 use e2e::*;
+use server::config::AdmissionSetting;
 use std::time::{Duration, Instant};
 
 #[tokio::test]
@@ -152,6 +153,15 @@ async fn a_slow_redis_gets_a_fast_refusal_not_a_hang() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restarting_under_load_fails_closed_and_the_books_agree_after() {
+    restart_under_load(AdmissionSetting::PerRequest).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarting_under_load_fails_closed_and_the_books_agree_after_on_leases() {
+    restart_under_load(AdmissionSetting::Lease).await
+}
+
+async fn restart_under_load(mode: AdmissionSetting) {
     let mut redis = RedisProc::start();
     let env = TestEnv::with_redis(redis.url(), Default::default()).await;
     let (_, key) = env
@@ -160,7 +170,9 @@ async fn redis_restarting_under_load_fails_closed_and_the_books_agree_after() {
             ..Default::default()
         })
         .await;
-    let srv = env.server().await;
+    let mut cfg = env.config();
+    cfg.gateway.admission = mode;
+    let srv = env.server_with(cfg).await;
     let url = format!("http://{}/v1/chat/completions", srv.addr);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workers: Vec<_> = (0..8)
@@ -211,8 +223,11 @@ async fn redis_restarting_under_load_fails_closed_and_the_books_agree_after() {
     assert_eq!(env.mock.snapshot().chat as usize, ok, "{refused} refused");
 
     // Afterwards the books agree: every success is in the ledger once, and
-    // Redis (rebuilt from it) is short by at most what was in flight when
-    // Redis lost its data — the documented bound of a rebuild.
+    // Redis (rebuilt from it) is short by at most what had been settled but
+    // not yet stored by the ledger writer when Redis lost its data — the
+    // documented bound of a rebuild. Per request that is what was in flight
+    // (8 workers); leases settle faster, so the writer's backlog is larger:
+    // at most one ledger batch (500 events) while Postgres keeps up.
     let month = this_month();
     let stored = eventually(Duration::from_secs(15), || async {
         env.ledger_tokens("t", &month).await.1 as usize == ok
@@ -230,9 +245,13 @@ async fn redis_restarting_under_load_fails_closed_and_the_books_agree_after() {
         .get("t:ut")
         .copied()
         .unwrap_or(0);
+    let bound = match mode {
+        AdmissionSetting::Lease => 500 * 24,
+        _ => 8 * 24,
+    };
     assert!(
-        used <= ledger && ledger - used <= 8 * 24,
-        "redis {used} vs ledger {ledger}"
+        used <= ledger && ledger - used <= bound,
+        "redis {used} vs ledger {ledger} ({mode:?})"
     );
     srv.shutdown().await;
 }
