@@ -120,6 +120,15 @@ async fn a_lowered_limit_takes_effect_on_a_replica_holding_a_lease() {
             200
         );
     }
+    // Settles travel in batches: wait until all 30 have reached Redis and
+    // the ledger, so "used" below is final before the limit is lowered.
+    let landed = eventually(Duration::from_secs(5), || async {
+        let (tokens, events) = env.ledger_tokens("t", &month).await;
+        let c = env.counters("t", &month).await;
+        events == 30 && c.get("t:ut") == Some(&tokens)
+    })
+    .await;
+    assert!(landed, "the 30 settles never all landed");
     let c = env.counters("t", &month).await;
     assert!(c["t:ht"] > 0, "the replica holds a lease: {c:?}");
     // The admin lowers the budget to a little above what is used.
