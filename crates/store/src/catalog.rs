@@ -247,19 +247,10 @@ impl Store {
 
     pub async fn create_tenant(&self, actor: &str, t: &TenantRow) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query(
+        bind_tenant(t, sqlx::query(
             "INSERT INTO tenants (id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        )
-        .bind(&t.id)
-        .bind(&t.name)
-        .bind(&t.cost_center)
-        .bind(&t.priority)
-        .bind(limits_json(&t.limits))
-        .bind(t.may_borrow)
-        .bind(t.borrow_cap_tokens)
-        .bind(&t.allowed_models)
-        .bind(t.clamp_max_tokens)
+        ))
         .execute(&mut *tx)
         .await
         .map_err(conflict(format!("tenant {}", t.id)))?;
@@ -512,20 +503,11 @@ impl Store {
         before: serde_json::Value,
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        let n = sqlx::query(
+        let n = bind_tenant(t, sqlx::query(
             "UPDATE tenants SET name = $2, cost_center = $3, priority = $4, limits = $5, may_borrow = $6,
                 borrow_cap_tokens = $7, allowed_models = $8, clamp_max_tokens = $9, updated_at = now()
              WHERE id = $1",
-        )
-        .bind(&t.id)
-        .bind(&t.name)
-        .bind(&t.cost_center)
-        .bind(&t.priority)
-        .bind(limits_json(&t.limits))
-        .bind(t.may_borrow)
-        .bind(t.borrow_cap_tokens)
-        .bind(&t.allowed_models)
-        .bind(t.clamp_max_tokens)
+        ))
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -565,4 +547,20 @@ impl Store {
                 .await?,
         )
     }
+}
+
+/// A tenant row's nine columns as $1..$9, in the order INSERT and UPDATE use.
+fn bind_tenant<'q>(
+    t: &'q TenantRow,
+    q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    q.bind(&t.id)
+        .bind(&t.name)
+        .bind(&t.cost_center)
+        .bind(&t.priority)
+        .bind(limits_json(&t.limits))
+        .bind(t.may_borrow)
+        .bind(t.borrow_cap_tokens)
+        .bind(&t.allowed_models)
+        .bind(t.clamp_max_tokens)
 }
