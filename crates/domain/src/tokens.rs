@@ -71,10 +71,13 @@ impl TokenizerFamily {
         }
     }
 
-    /// Loads the tokenizer tables now rather than on the first request.
-    pub fn warm_up() {
-        let _ = Self::O200k.count("warm");
-        let _ = Self::Cl100k.count("warm");
+    /// Loads these families' tables now rather than on the first request.
+    /// Only the families the catalog's models use: each table is tens of
+    /// megabytes of memory, and a family nobody uses is loaded on first use.
+    pub fn warm_up(families: impl IntoIterator<Item = Self>) {
+        for f in families {
+            let _ = f.count("warm");
+        }
     }
 }
 

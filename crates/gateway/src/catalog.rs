@@ -148,6 +148,10 @@ pub struct ModelEntry {
     pub kind: ModelKind,
     /// Without trailing slash, e.g. `https://api.deepseek.com/v1`.
     pub base_url: String,
+    /// `base_url` + each endpoint's path, parsed once here rather than on
+    /// every request (URL parsing showed in the profile); None when the
+    /// base URL does not parse, and the request then fails upstream.
+    pub endpoint_urls: [Option<reqwest::Url>; 3],
     pub upstream_model: String,
     pub api_key: Option<Secret>,
     pub price: Price,
@@ -260,6 +264,7 @@ impl Index {
                 } else {
                     ModelKind::Chat
                 },
+                endpoint_urls: crate::upstream::endpoint_urls(&m.upstream_base_url),
                 base_url: m.upstream_base_url.trim_end_matches('/').to_string(),
                 upstream_model: m.upstream_model,
                 api_key,

@@ -675,7 +675,7 @@ async fn forward(
     // The answer does not wait for the settle: the settle command is queued
     // on this replica's Redis connection before the answer is written, so
     // this client's next request (on this replica) is held after it.
-    tokio::spawn(held.settle(actual));
+    held.settle_in_background(actual);
     headers.insert(
         axum::http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

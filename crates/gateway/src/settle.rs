@@ -112,6 +112,13 @@ impl HeldRequest {
         let _ = tokio::spawn(job.run()).await;
     }
 
+    /// Settles in a task of its own that nobody waits for (the answer
+    /// goes out beside it): one task, not a task waiting on another.
+    pub fn settle_in_background(mut self, actual: Actual) {
+        self.closed = true;
+        tokio::spawn(SettleJob::from(&self, actual).run());
+    }
+
     pub async fn release(mut self) {
         self.closed = true;
         let release = release_hold(

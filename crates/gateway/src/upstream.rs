@@ -17,6 +17,26 @@ pub fn client(cfg: &GatewayConfig) -> reqwest::Client {
         .expect("http client")
 }
 
+const ENDPOINTS: [Endpoint; 3] = [
+    Endpoint::ChatCompletions,
+    Endpoint::Completions,
+    Endpoint::Embeddings,
+];
+
+fn endpoint_index(e: Endpoint) -> usize {
+    match e {
+        Endpoint::ChatCompletions => 0,
+        Endpoint::Completions => 1,
+        Endpoint::Embeddings => 2,
+    }
+}
+
+/// Each endpoint's full URL under a model's base URL (see `ModelEntry`).
+pub fn endpoint_urls(base_url: &str) -> [Option<reqwest::Url>; 3] {
+    let base = base_url.trim_end_matches('/');
+    ENDPOINTS.map(|e| reqwest::Url::parse(&format!("{base}/{}", e.path())).ok())
+}
+
 pub fn request(
     http: &reqwest::Client,
     model: &ModelEntry,
@@ -24,9 +44,12 @@ pub fn request(
     body: Vec<u8>,
     timeout: Option<std::time::Duration>,
 ) -> reqwest::RequestBuilder {
-    let url = format!("{}/{}", model.base_url, endpoint.path());
-    let mut rb = http
-        .post(url)
+    let mut rb = match &model.endpoint_urls[endpoint_index(endpoint)] {
+        Some(url) => http.post(url.clone()),
+        // Unparsable: reqwest reports the error when the request is sent.
+        None => http.post(format!("{}/{}", model.base_url, endpoint.path())),
+    };
+    rb = rb
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(body);
     if let Some(k) = &model.api_key {

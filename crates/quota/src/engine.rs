@@ -11,6 +11,8 @@ use std::time::Duration;
 /// simply rebuilds them from the ledger.
 const MONTH_TTL_SECS: u64 = 62 * 24 * 3600;
 const REBUILD_LOCK_MS: u64 = 5_000;
+const DEFAULT_CALL_LIMIT: usize = 64;
+const DEFAULT_TURN_WAIT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum QuotaError {
@@ -191,6 +193,11 @@ pub struct QuotaEngine {
     conn: Link,
     pub(crate) keys: KeySpace,
     timeout: Duration,
+    /// Calls this replica has in flight to Redis at once (see `bounded`).
+    calls: tokio::sync::Semaphore,
+    call_limit: usize,
+    /// How long a call may wait for its turn before failing closed.
+    turn_wait: Duration,
     pub(crate) replica: String,
     pub(crate) scripts: Scripts,
 }
@@ -236,6 +243,9 @@ impl QuotaEngine {
             conn,
             keys: KeySpace::new(prefix),
             timeout,
+            calls: tokio::sync::Semaphore::new(DEFAULT_CALL_LIMIT),
+            call_limit: DEFAULT_CALL_LIMIT,
+            turn_wait: DEFAULT_TURN_WAIT,
             replica: replica.to_string(),
             scripts: Scripts {
                 hold: Script::new(include_str!("../lua/hold.lua")),
@@ -288,10 +298,41 @@ impl QuotaEngine {
         &self.keys
     }
 
+    /// At most `max_calls` calls in flight, each waiting at most `turn_wait`
+    /// for its turn (defaults: 64 and 2 s).
+    pub fn with_call_limit(mut self, max_calls: usize, turn_wait: Duration) -> Self {
+        let max_calls = max_calls.max(1);
+        self.calls = tokio::sync::Semaphore::new(max_calls);
+        self.call_limit = max_calls;
+        self.turn_wait = turn_wait;
+        self
+    }
+
+    /// Every Redis call goes through here. Its answer must come within
+    /// `timeout`, or it fails closed. The timeout measures Redis, not this
+    /// replica's own queue: a burst (1,000 streams opening at once) would
+    /// otherwise put a thousand scripts on the one connection, the last
+    /// ones waiting behind all the others and timing out while Redis is
+    /// healthy. So calls take turns — at most `call_limit` in flight, which
+    /// keeps Redis busy (it runs one script at a time anyway) — and a call
+    /// that finds no turn within `turn_wait` fails closed too.
     pub(crate) async fn bounded<T>(
         &self,
         f: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, QuotaError> {
+        let _turn = match self.calls.try_acquire() {
+            Ok(p) => p,
+            Err(_) => match tokio::time::timeout(self.turn_wait, self.calls.acquire()).await {
+                Ok(Ok(p)) => p,
+                _ => {
+                    return Err(QuotaError::Unavailable(format!(
+                        "quota store busy: {} calls in flight, no turn within {} ms",
+                        self.call_limit,
+                        self.turn_wait.as_millis()
+                    )))
+                }
+            },
+        };
         match tokio::time::timeout(self.timeout, f).await {
             Ok(r) => Ok(r?),
             Err(_) => Err(QuotaError::Unavailable(format!(

@@ -15,14 +15,12 @@ fn redis_url() -> String {
 }
 
 fn engine() -> QuotaEngine {
+    engine_with_timeout(Duration::from_millis(500))
+}
+
+fn engine_with_timeout(timeout: Duration) -> QuotaEngine {
     let prefix = format!("tgtest{}", uuid::Uuid::new_v4().simple());
-    QuotaEngine::new(
-        &redis_url(),
-        &prefix,
-        Duration::from_millis(500),
-        "test-replica",
-    )
-    .unwrap()
+    QuotaEngine::new(&redis_url(), &prefix, timeout, "test-replica").unwrap()
 }
 
 /// An empty ledger: a month nobody has spent in yet.
@@ -453,4 +451,71 @@ async fn a_free_model_hold_can_be_released() {
         .unwrap());
     let c = q.month_counters("acme", "2026-11").await.unwrap();
     assert_eq!((c.held_tokens("t"), c.held_cost("t")), (0, 0));
+}
+
+/// 4,000 holds fired at once, as when a thousand streams open together:
+/// Redis runs them one after another, so without turns the later ones sat
+/// on the connection past the 50 ms timeout and failed closed while Redis
+/// was healthy. With turns every one is answered.
+#[tokio::test]
+async fn a_burst_of_holds_waits_its_turn_instead_of_timing_out() {
+    let q = Arc::new(
+        engine_with_timeout(Duration::from_millis(50)).with_call_limit(64, Duration::from_secs(30)),
+    );
+    let s = Arc::new(no_limits());
+    // The month exists before the burst (one rebuild, not 4,000).
+    q.hold(&hold(&s, "warm", 1, 1), &EmptyLedger).await.unwrap();
+    let tasks: Vec<_> = (0..4000)
+        .map(|i| {
+            let (q, s) = (q.clone(), s.clone());
+            tokio::spawn(async move {
+                let rid = format!("burst-{i}");
+                q.hold(&hold(&s, &rid, 10, 10), &EmptyLedger).await
+            })
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(HoldOutcome::Admitted { .. }) => {}
+            other => failed.push(format!("{other:?}")),
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of 4000 failed, e.g. {:?}",
+        failed.len(),
+        failed.first()
+    );
+    assert_eq!(q.inflight("acme", "t").await.unwrap(), 4001);
+}
+
+/// A call that gets no turn in time fails closed like a Redis timeout, and
+/// holds nothing.
+#[tokio::test]
+async fn a_call_without_a_turn_fails_closed() {
+    let q = Arc::new(engine().with_call_limit(1, Duration::ZERO));
+    let s = Arc::new(no_limits());
+    q.hold(&hold(&s, "warm", 1, 1), &EmptyLedger).await.unwrap();
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let (q, s) = (q.clone(), s.clone());
+            tokio::spawn(async move {
+                let rid = format!("busy-{i}");
+                q.hold(&hold(&s, &rid, 10, 10), &EmptyLedger).await
+            })
+        })
+        .collect();
+    let (mut ok, mut busy) = (0, 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(HoldOutcome::Admitted { .. }) => ok += 1,
+            Err(quota::QuotaError::Unavailable(m)) if m.contains("quota store busy") => busy += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(busy > 0, "no call was turned away ({ok} admitted)");
+    assert_eq!(ok + busy, 50);
+    // Only the admitted holds count.
+    assert_eq!(q.inflight("acme", "t").await.unwrap(), 1 + ok);
 }

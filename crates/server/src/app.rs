@@ -90,7 +90,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         .reload(&store)
         .await
         .context("cannot load the catalog")?;
-    domain::tokens::TokenizerFamily::warm_up();
+    domain::tokens::TokenizerFamily::warm_up(catalog.get().models.values().map(|m| m.tokenizer));
 
     let (ledger, ledger_task) = LedgerWriter::start(
         store.clone(),

@@ -132,6 +132,11 @@ pub struct RedisConfig {
     pub key_prefix: String,
     /// A hold that takes longer fails closed (503 quota_store_unavailable).
     pub timeout_ms: u64,
+    /// Calls one replica has in flight to Redis at once; more wait their
+    /// turn (so `timeout_ms` measures Redis, not a burst queued here).
+    pub max_concurrent_calls: usize,
+    /// A call that gets no turn within this fails closed (503).
+    pub turn_wait_ms: u64,
     /// Redis Cluster seed nodes, comma-separated (`redis://h1:7000,redis://h2:7001`);
     /// when set, `url` is not used.
     pub cluster_nodes: Option<String>,
@@ -282,6 +287,8 @@ impl Default for Config {
                 url: "redis://127.0.0.1:6379".into(),
                 key_prefix: "tg".into(),
                 timeout_ms: 50,
+                max_concurrent_calls: 64,
+                turn_wait_ms: 2000,
                 cluster_nodes: None,
             },
             clickhouse: ClickhouseConfig {
@@ -505,9 +512,6 @@ impl Config {
         parse_key(k)
     }
 
-    /// This process's replica name: the configured or host name plus a
-    /// per-boot suffix, so a restarted replica never vouches (by its
-    /// heartbeat) for the holds its crashed predecessor left behind.
     /// The hold engine on one Redis or on the configured cluster.
     pub fn quota_engine(
         &self,
@@ -515,21 +519,22 @@ impl Config {
         timeout: std::time::Duration,
     ) -> anyhow::Result<quota::QuotaEngine> {
         let prefix = &self.redis.key_prefix;
-        Ok(
-            match self
-                .redis
-                .cluster_nodes
-                .as_deref()
-                .filter(|n| !n.trim().is_empty())
-            {
-                Some(nodes) => {
-                    let nodes: Vec<String> =
-                        nodes.split(',').map(|n| n.trim().to_string()).collect();
-                    quota::QuotaEngine::new_cluster(&nodes, prefix, timeout, replica)?
-                }
-                None => quota::QuotaEngine::new(&self.redis.url, prefix, timeout, replica)?,
-            },
-        )
+        let engine = match self
+            .redis
+            .cluster_nodes
+            .as_deref()
+            .filter(|n| !n.trim().is_empty())
+        {
+            Some(nodes) => {
+                let nodes: Vec<String> = nodes.split(',').map(|n| n.trim().to_string()).collect();
+                quota::QuotaEngine::new_cluster(&nodes, prefix, timeout, replica)?
+            }
+            None => quota::QuotaEngine::new(&self.redis.url, prefix, timeout, replica)?,
+        };
+        Ok(engine.with_call_limit(
+            self.redis.max_concurrent_calls,
+            std::time::Duration::from_millis(self.redis.turn_wait_ms),
+        ))
     }
 
     /// The ClickHouse archive client (no connection is made here).
@@ -583,6 +588,11 @@ impl fmt::Debug for Config {
             .field("database.url", &redact_url(&self.database.url))
             .field("redis.url", &redact_url(&self.redis.url))
             .field("redis.timeout_ms", &self.redis.timeout_ms)
+            .field(
+                "redis.max_concurrent_calls",
+                &self.redis.max_concurrent_calls,
+            )
+            .field("redis.turn_wait_ms", &self.redis.turn_wait_ms)
             .field("clickhouse.url", &redact_url(&self.clickhouse.url))
             .field("clickhouse.database", &self.clickhouse.database)
             .field("clickhouse.password", &set(&self.clickhouse.password))

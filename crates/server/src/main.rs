@@ -3,6 +3,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tollgate_server::{commands, config::Config};
 
+/// mimalloc instead of glibc's malloc: the request path allocates and frees
+/// many small objects across two worker threads, and glibc's allocator was
+/// a fifth of the gateway's CPU in the profile (docs/benchmarks.md).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "tollgate",

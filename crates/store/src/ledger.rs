@@ -28,6 +28,12 @@ impl Store {
         if events.is_empty() {
             return Ok(0);
         }
+        // Rows in request-id order: the ledger writer and the outbox sweeper
+        // may store overlapping batches at the same moment, and two inserts
+        // that take the same unique-index locks in different orders
+        // deadlock (seen under load); in one order, one simply waits.
+        let mut events: Vec<&UsageEvent> = events.iter().collect();
+        events.sort_unstable_by(|a, b| a.request_id.cmp(&b.request_id));
         macro_rules! col {
             ($f:expr) => {
                 events.iter().map($f).collect::<Vec<_>>()
@@ -62,7 +68,7 @@ impl Store {
         .bind(col!(|e| e.stream))
         .bind(col!(|e| e.replica.clone()))
         .bind(col!(|e| ts(e.started_at_ms)))
-                .bind(col!(|e| ts(e.settled_at_ms)))
+        .bind(col!(|e| ts(e.settled_at_ms)))
         .bind(col!(|e| e.usage_source.clone()))
         .execute(&self.pool)
         .await?
