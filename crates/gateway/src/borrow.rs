@@ -17,6 +17,7 @@
 //! amount back, idempotently by reclaim id.
 
 use crate::catalog::{CatalogCache, TenantEntry};
+use crate::ledger_source::StoreLedger;
 use chrono::{DateTime, Utc};
 use domain::borrowing::{plan_reclaim, PoolPolicy, ReclaimCandidate};
 use domain::period::PlatformClock;
@@ -352,6 +353,10 @@ impl Borrowing {
             .into_iter()
             .filter(|b| b.state == "active" && b.outstanding_tokens > 0)
             .collect();
+        let ledger = StoreLedger {
+            store: &self.store,
+            quota: &self.quota,
+        };
         let mut headroom: HashMap<String, i64> = HashMap::new();
         let mut candidates = Vec::new();
         for b in &borrows {
@@ -359,9 +364,11 @@ impl Borrowing {
             if !headroom.contains_key(&b.tenant_id) {
                 let room = match t.and_then(|t| t.effective(now, &month).monthly_tokens) {
                     Some(limit) => {
+                        // After a Redis loss the month must come back from
+                        // the ledger first, or all of it would look unused.
                         let c = self
                             .quota
-                            .month_counters(&b.tenant_id, &month)
+                            .month_counters_rebuilt(&b.tenant_id, &month, &ledger)
                             .await
                             .map_err(|x| e(&x))?;
                         limit - c.used_tokens("t") - c.held_tokens("t")

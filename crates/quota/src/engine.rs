@@ -548,6 +548,28 @@ impl QuotaEngine {
         ))
     }
 
+    /// A tenant's month counters, rebuilt from the ledger first when Redis
+    /// has lost the month — for callers that weigh `used` against a limit
+    /// outside a hold (the reclaim job): a lost month reads as zeros, or as
+    /// the partial sums of settles since the loss, not as what was used.
+    pub async fn month_counters_rebuilt(
+        &self,
+        tenant: &str,
+        month: &str,
+        ledger: &impl LedgerSource,
+    ) -> Result<MonthCounters, QuotaError> {
+        for _ in 0..50 {
+            let c = self.month_counters(tenant, month).await?;
+            if c.is_rebuilt() {
+                return Ok(c);
+            }
+            self.rebuild_month(tenant, month, ledger).await?;
+        }
+        Err(QuotaError::Unavailable(
+            "month rebuild did not complete".into(),
+        ))
+    }
+
     /// In-flight count of a scope (`t`, `a:<app>`, `k:<key>`).
     pub async fn inflight(&self, tenant: &str, scope: &str) -> Result<i64, QuotaError> {
         let mut conn = self.link().await?;

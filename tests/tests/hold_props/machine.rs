@@ -1,0 +1,437 @@
+//! One case of the state machine: the hold engine and the lease books of a
+//! replica, the tenant's budget and the shared pool, with what the test
+//! knows (`Model`). The operations on requests and on leases are in the
+//! submodules.
+
+mod leases;
+mod requests;
+
+use super::budget::{Approvers, Budget};
+use super::pool::Pool;
+use super::{rt, world, Setup};
+use domain::limits::LimitKind;
+use domain::usage::UsageEvent;
+use domain::{Limits, ScopeKind};
+use e2e::TestEnv;
+use gateway::ledger_source::StoreLedger;
+use proptest::prelude::*;
+use quota::{
+    HoldOutcome, HoldRequest, LeaseBook, LeaseTuning, MonthCounters, QuotaEngine, SettleRequest,
+};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub enum Op {
+    Hold {
+        input: i64,
+        output: i64,
+    },
+    Extend {
+        pick: usize,
+        add: i64,
+    },
+    Settle {
+        pick: usize,
+        pct: i64,
+        in_delta: i64,
+        store_now: bool,
+    },
+    Release {
+        pick: usize,
+    },
+    /// The hold of an open request, again.
+    Replay {
+        pick: usize,
+    },
+    /// Hold, release and settle of a settled or released request, again.
+    ReplayClosed {
+        pick: usize,
+    },
+    SetLimit {
+        limit: i64,
+    },
+    Flush,
+    LeaseAdmit {
+        input: i64,
+        output: i64,
+    },
+    LeaseSettle {
+        pick: usize,
+        pct: i64,
+        in_delta: i64,
+        store_now: bool,
+    },
+    LeaseRelease {
+        pick: usize,
+    },
+    /// The replica returns its leases (shutdown) and starts afresh.
+    LeaseReturn,
+    /// The reconciler frees every lease (as for a dead replica).
+    LeaseExpire,
+    /// A temporary grant is approved.
+    GrantStart {
+        tokens: i64,
+        minutes: i64,
+    },
+    /// The clock reaches the expiry of one grant.
+    GrantExpire {
+        pick: usize,
+    },
+    /// A borrow of one chunk, as the near-limit check takes it.
+    Borrow,
+    /// A replica dies between the pool's debit and the borrow's activation.
+    BorrowAndDie,
+    /// The periodic check: stuck borrows driven again, near-limit borrows.
+    BorrowCheck,
+    /// A finished borrow's id, debited and activated again.
+    BorrowReplay {
+        pick: usize,
+    },
+    /// The reclaim job.
+    Reclaim,
+}
+
+/// What the test knows: open holds (input, output held) and settled totals.
+#[derive(Default)]
+struct Model {
+    open: Vec<(String, i64, i64)>,
+    /// Per-request holds settled or released since the last flush (their
+    /// records in Redis answer replays).
+    closed: Vec<(String, i64, i64)>,
+    /// Requests admitted from a lease: (book, request id, input, output).
+    leased: Vec<(usize, String, i64, i64)>,
+    used: i64,
+    next: u32,
+    /// Settled events not yet in Postgres: in the outbox and in a ledger
+    /// writer's queue.
+    pending: Vec<UsageEvent>,
+    /// Events whose outbox copy a flush destroyed: the writer stores them
+    /// only after the month was rebuilt without them (the worst order).
+    late: Vec<UsageEvent>,
+    /// The documented bound of a rebuild: what such late events settled.
+    undercount: i64,
+}
+
+/// Refused for the tenant's monthly token budget: what borrowing can cure.
+fn budget_refusal(outcome: &HoldOutcome) -> bool {
+    matches!(outcome, HoldOutcome::Refused(r)
+        if r.scope == ScopeKind::Tenant && r.limit == LimitKind::MonthlyTokens)
+}
+
+/// An index into a non-empty list, from a random pick.
+fn pick_in<T>(list: &[T], pick: usize) -> Option<usize> {
+    (!list.is_empty()).then(|| pick % list.len())
+}
+
+fn usage_event(
+    tenant: &str,
+    rid: &str,
+    month: &str,
+    (input, output): (i64, i64),
+    (ai, ao): (i64, i64),
+) -> UsageEvent {
+    UsageEvent {
+        request_id: rid.into(),
+        tenant_id: tenant.into(),
+        app_id: "a".into(),
+        key_id: "k".into(),
+        model: "m".into(),
+        period: month.into(),
+        day: format!("{month}-15"),
+        input_tokens: ai,
+        output_tokens: ao,
+        cost_micro: 0,
+        est_tokens: input + output,
+        est_cost_micro: 0,
+        overrun_tokens: (ai + ao - input - output).max(0),
+        overrun_cost_micro: 0,
+        status: "ok".into(),
+        stream: false,
+        usage_source: "provider".into(),
+        replica: "prop".into(),
+        started_at_ms: 0,
+        settled_at_ms: 0,
+    }
+}
+
+/// The actual use of a request held at (input, output): output at `pct` %
+/// of the hold, input off the estimate by `in_delta`.
+fn actual((input, output): (i64, i64), pct: i64, in_delta: i64) -> (i64, i64) {
+    ((input + in_delta).max(0), output * pct / 100)
+}
+
+/// One case: the engine, the lease books and the tenant's budget and pool.
+struct Machine {
+    env: &'static TestEnv,
+    approvers: Approvers,
+    q: Arc<QuotaEngine>,
+    engine: Arc<QuotaEngine>,
+    tuning: LeaseTuning,
+    books: Vec<Arc<LeaseBook>>,
+    m: Model,
+    budget: Budget,
+    pool: Pool,
+    none: Limits,
+}
+
+impl Machine {
+    async fn start(tenant: &str, setup: &Setup) -> Self {
+        static CASES: AtomicU32 = AtomicU32::new(0);
+        let w = world();
+        let env = &w.env;
+        let replica = |name| {
+            QuotaEngine::new(&env.redis_url, &env.prefix, Duration::from_secs(2), name).unwrap()
+        };
+        let (q, engine) = (Arc::new(replica("prop")), Arc::new(replica("prop-lease")));
+        let tuning = LeaseTuning {
+            idle: Duration::from_millis(50),
+            flush_linger: Duration::ZERO,
+            ..Default::default()
+        };
+        let case = CASES.fetch_add(1, Ordering::Relaxed);
+        let budget = Budget::start(&env.store, tenant, setup, case).await;
+        let pool = Pool::start(&env.store, q.clone(), &budget, setup).await;
+        Self {
+            env,
+            approvers: w.approvers,
+            books: vec![LeaseBook::start(engine.clone(), tuning.clone())],
+            q,
+            engine,
+            tuning,
+            m: Model::default(),
+            budget,
+            pool,
+            none: Limits::default(),
+        }
+    }
+
+    fn tenant(&self) -> &str {
+        &self.budget.tenant.id
+    }
+
+    fn month(&self) -> &str {
+        &self.budget.month
+    }
+
+    fn ledger(&self) -> StoreLedger<'_> {
+        StoreLedger {
+            store: &self.env.store,
+            quota: &self.q,
+        }
+    }
+
+    async fn counters(&self) -> MonthCounters {
+        self.q
+            .month_counters(self.tenant(), self.month())
+            .await
+            .unwrap()
+    }
+
+    fn scopes<'a>(&'a self, lim: &'a Limits) -> [&'a Limits; 3] {
+        [lim, &self.none, &self.none]
+    }
+
+    fn hold_request<'a>(
+        &'a self,
+        rid: &'a str,
+        (input, output): (i64, i64),
+        lim: &'a Limits,
+    ) -> HoldRequest<'a> {
+        HoldRequest {
+            request_id: rid,
+            tenant: self.tenant(),
+            app: "a",
+            key: "k",
+            month: self.month(),
+            est_input: input,
+            est_output: output,
+            est_cost: 0,
+            model: "m",
+            limits: self.scopes(lim),
+        }
+    }
+
+    /// One per-request hold, rebuilding a lost month first.
+    async fn hold_once(&self, rid: &str, est: (i64, i64), lim: &Limits) -> HoldOutcome {
+        let req = self.hold_request(rid, est, lim);
+        self.q.hold(&req, &self.ledger()).await.unwrap()
+    }
+
+    fn settle_request<'a>(
+        &'a self,
+        rid: &'a str,
+        (ai, ao): (i64, i64),
+        event_json: &'a str,
+        lim: &'a Limits,
+    ) -> SettleRequest<'a> {
+        SettleRequest {
+            request_id: rid,
+            tenant: self.tenant(),
+            app: "a",
+            key: "k",
+            month: self.month(),
+            input_tokens: ai,
+            output_tokens: ao,
+            cost: 0,
+            event_json,
+            status: "ok",
+            limits: self.scopes(lim),
+        }
+    }
+
+    fn next_rid(&mut self) -> String {
+        self.m.next += 1;
+        format!("{}-r{}", self.tenant(), self.m.next)
+    }
+
+    /// The no-overspend invariant, right after an admission under `lim`.
+    async fn assert_within(&self, lim: &Limits, what: &str) -> Result<(), TestCaseError> {
+        let limit = lim.monthly_tokens.expect("a token budget");
+        let c = self.counters().await;
+        prop_assert!(
+            c.used_tokens("t") + c.held_tokens("t") <= limit + c.overrun_tokens("t"),
+            "{} pushed past the limit: {:?} limit {}",
+            what,
+            c,
+            limit
+        );
+        Ok(())
+    }
+
+    /// A settled event: stored by the ledger writer now, or left waiting in
+    /// the outbox.
+    async fn book(&mut self, event: UsageEvent, store_now: bool) {
+        self.m.used += event.total_tokens();
+        if store_now {
+            let events = std::slice::from_ref(&event);
+            self.env.store.insert_usage_events(events).await.unwrap();
+            let stored = [(self.tenant(), event.request_id.as_str())];
+            self.q.outbox_remove(&stored).await.unwrap();
+        } else {
+            self.m.pending.push(event);
+        }
+    }
+
+    async fn step(&mut self, op: Op) -> Result<(), TestCaseError> {
+        // What the gateway passes for a request arriving now.
+        let lim = self.budget.limits();
+        let env = self.env;
+        let store = &env.store;
+        match op {
+            Op::Hold { input, output } => self.hold((input, output), &lim).await,
+            Op::Extend { pick, add } => self.extend(pick, add, &lim).await,
+            Op::Settle {
+                pick,
+                pct,
+                in_delta,
+                store_now,
+            } => self.settle(pick, (pct, in_delta), store_now, &lim).await,
+            Op::Release { pick } => self.release(pick, &lim).await,
+            Op::Replay { pick } => self.replay(pick, &lim).await,
+            Op::ReplayClosed { pick } => self.replay_closed(pick, &lim).await,
+            Op::SetLimit { limit } => {
+                self.budget.set_base(store, limit).await;
+                Ok(())
+            }
+            Op::Flush => self.flush().await,
+            Op::LeaseAdmit { input, output } => self.lease_admit((input, output), &lim).await,
+            Op::LeaseSettle {
+                pick,
+                pct,
+                in_delta,
+                store_now,
+            } => self.lease_settle(pick, (pct, in_delta), store_now).await,
+            Op::LeaseRelease { pick } => self.lease_release(pick),
+            Op::LeaseReturn => self.lease_return().await,
+            Op::LeaseExpire => self.lease_expire().await,
+            Op::GrantStart { tokens, minutes } => {
+                let who = self.approvers;
+                self.budget.grant(store, who, tokens, minutes).await;
+                Ok(())
+            }
+            Op::GrantExpire { pick } => {
+                self.budget.expire_grant(store, pick).await;
+                Ok(())
+            }
+            Op::Borrow => self.pool.borrow(&self.budget).await,
+            Op::BorrowAndDie => self.pool.borrow_and_die(&self.budget).await,
+            Op::BorrowCheck => self.pool.borrow_check(&self.budget).await,
+            Op::BorrowReplay { pick } => self.pool.replay(&self.budget, pick).await,
+            Op::Reclaim => self.reclaim().await,
+        }
+    }
+
+    async fn reclaim(&mut self) -> Result<(), TestCaseError> {
+        // What the job must leave covered: used, as the ledger (which a
+        // rebuild reads) has it, and held.
+        let held = self.counters().await.held_tokens("t");
+        let busy = self.m.used - self.m.undercount + held;
+        self.pool.reclaim(&self.budget, busy).await
+    }
+
+    async fn flush(&mut self) -> Result<(), TestCaseError> {
+        let mut c = self.env.redis().await;
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await.unwrap();
+        // The next rebuild reads every stored event; the pending ones lost
+        // their outbox copy and reach Postgres after it.
+        self.m.late.append(&mut self.m.pending);
+        self.m.undercount = self.m.late.iter().map(|e| e.total_tokens()).sum();
+        // The records that answered replays are gone with the rest.
+        self.m.closed.clear();
+        self.pool.flushed(&self.budget).await;
+        Ok(())
+    }
+
+    /// After every step: the counters agree with what was settled whenever
+    /// the month is known (short by exactly the documented bound of a
+    /// rebuild), and the pool and the effective limit with Postgres.
+    async fn check(&mut self, was_rebuilt: bool) -> Result<(), TestCaseError> {
+        let c = self.counters().await;
+        if c.is_rebuilt() {
+            if !was_rebuilt {
+                // This step rebuilt the month; the rebuild stored what the
+                // outbox still held (the pending events) first.
+                self.m.pending.clear();
+            }
+            if !self.m.late.is_empty() {
+                self.env
+                    .store
+                    .insert_usage_events(&self.m.late)
+                    .await
+                    .unwrap();
+                self.m.late.clear();
+            }
+            prop_assert_eq!(
+                c.used_tokens("t"),
+                self.m.used - self.m.undercount,
+                "redis used vs settled: {:?}",
+                c
+            );
+            prop_assert!(c.held_tokens("t") >= 0);
+        }
+        let borrowed = self.pool.check(&self.budget).await?;
+        self.budget.check(borrowed)
+    }
+}
+
+/// Runs one case, one at a time: cases flush the shared Redis and set the
+/// platform's one pool.
+pub fn run(setup: Setup, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let tenant = format!("p{}", uuid::Uuid::new_v4().simple());
+    world(); // set up outside the runtime: it blocks on its own setup
+    rt().block_on(run_case(&tenant, setup, ops))
+}
+
+async fn run_case(tenant: &str, setup: Setup, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let mut machine = Machine::start(tenant, &setup).await;
+    for op in ops {
+        let was_rebuilt = machine.counters().await.is_rebuilt();
+        machine.step(op).await?;
+        machine.check(was_rebuilt).await?;
+    }
+    Ok(())
+}
