@@ -59,8 +59,21 @@ done
 log "+ cargo build -p tollgate-server --bin tollgate"
 cargo build -q -p tollgate-server --bin tollgate
 
+# Private redis-servers the tests started (marked in their environment; a
+# test binary's shared ones live in statics that are never dropped).
+stop_test_redis() {
+    local p
+    for p in $(pgrep -x redis-server || true); do
+        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'TOLLGATE_TEST_REDIS=1'; then
+            kill "$p" 2>/dev/null || true
+        fi
+    done
+}
+trap stop_test_redis EXIT
+
 log "+ cargo test ${workspace[*]+${workspace[*]} }$*"
 cargo test "${workspace[@]}" "$@"
+stop_test_redis
 
 secrets_scan() {
     [[ ${SKIP_SECRETS_SCAN:-0} == 1 ]] && return 0
@@ -111,7 +124,7 @@ smoke_stop() {
     kill -KILL -- "-$smoke_pgid" 2>/dev/null || true
     smoke_pgid=
 }
-trap smoke_stop EXIT
+trap 'smoke_stop; stop_test_redis' EXIT
 
 smoke_fail() {
     log "dev.sh smoke: $*"

@@ -337,6 +337,11 @@ where
     f().await
 }
 
+/// Set in the environment of every redis-server a test starts: a test
+/// binary's shared servers live in statics, which are never dropped, so
+/// scripts/test.sh stops the processes carrying this mark after the suite.
+pub const TEST_REDIS_MARK: &str = "TOLLGATE_TEST_REDIS";
+
 /// A private redis-server for tests that flush or stop Redis.
 pub struct RedisProc {
     pub port: u16,
@@ -357,6 +362,7 @@ impl RedisProc {
 
     fn spawn(&mut self) {
         let child = Command::new("redis-server")
+            .env(TEST_REDIS_MARK, "1")
             .args([
                 "--port",
                 &self.port.to_string(),
@@ -512,6 +518,7 @@ impl RedisCluster {
             let node_dir = dir.join(p.to_string());
             std::fs::create_dir_all(&node_dir).unwrap();
             let child = Command::new("redis-server")
+                .env(TEST_REDIS_MARK, "1")
                 .args([
                     "--port",
                     &p.to_string(),
