@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# tollgate beside LiteLLM and Portkey, in one run of ../shared/bench/peers.sh:
+# the same nginx upstream (a fixed chat completion), the same wrk load at 1
+# and 32 connections. This script builds tollgate (release), starts nginx
+# with ../shared/bench's configuration, seeds the `bench` tenant (every limit
+# kind set on tenant, app and key, none reachable during the run) on that
+# upstream, starts `tollgate serve` with full enforcement (admission=lease,
+# the default), and hands over to peers.sh, which installs LiteLLM and
+# Portkey on first use (pip / npm) under $PEERS_DIR.
+#
+#   ./scripts/peers.sh                       # direct tollgate litellm portkey
+#   DUR=8 ./scripts/peers.sh direct tollgate # a subset
+#
+# Only processes this script (or peers.sh) starts are stopped.
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$TOLLGATE_ROOT"
+
+shared=$TOLLGATE_ROOT/../shared/bench
+[[ -x $shared/peers.sh || -f $shared/peers.sh ]] || die "no $shared/peers.sh"
+export PEERS_DIR=${PEERS_DIR:-/tmp/tollgate-peers}
+GW_PORT=${GW_PORT:-18091}
+work=$(mktemp -d "${TMPDIR:-/tmp}/tollgate-peers.XXXXXX")
+pids=()
+cleanup() { for p in "${pids[@]:-}"; do [[ -n $p ]] && kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+ensure_services >/dev/null
+have nginx || apt_install nginx
+have wrk || apt_install wrk
+log "building tollgate (release)"
+cargo build -q --release -p tollgate-server --bin tollgate
+bin=${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/release/tollgate
+
+if ! tcp_open 127.0.0.1 18080; then
+    mkdir -p "$work/nginx/body"
+    sed "s#__DIR__#$work/nginx#g" "$shared/mock-upstream.nginx.conf" >"$work/nginx/nginx.conf"
+    nginx -c "$work/nginx/nginx.conf"
+    wait_until "nginx on :18080" 10 tcp_open 127.0.0.1 18080
+    pids+=("$(cat "$work/nginx/nginx.pid")")
+fi
+
+db_url=$(url_with_db "postgres://postgres@$PG_HOST:$PG_PORT/postgres" tollgate_peers)
+pg_recreate_db "$db_url"
+export TOLLGATE__DATABASE__URL=$db_url
+export TOLLGATE__REDIS__URL=redis://$REDIS_HOST:$REDIS_PORT
+export TOLLGATE__REDIS__KEY_PREFIX=tgpeers$$
+export TOLLGATE__KEYS__PEPPER=peers-pepper-0123456789abcdef0123456789abcdef
+export TOLLGATE__KEYS__ENCRYPTION_KEY=0011223344556677889900112233445566778899001122334455667788990011
+export TOLLGATE_LOG=warn
+key=$("$bin" admin bench-setup --upstream http://127.0.0.1:18080/v1 2>"$work/setup.log") ||
+    { cat "$work/setup.log" >&2; exit 1; }
+"$bin" serve --listen "127.0.0.1:$GW_PORT" >"$work/gw.log" 2>&1 &
+pids+=($!)
+wait_until "tollgate on :$GW_PORT" 30 curl -fs -o /dev/null "http://127.0.0.1:$GW_PORT/healthz"
+
+log "peers.sh (${DUR:-8}s per run); tollgate log: $work/gw.log"
+TOLLGATE_URL=http://127.0.0.1:$GW_PORT TOLLGATE_KEY=$key bash "$shared/peers.sh" "$@"
