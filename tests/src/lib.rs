@@ -12,6 +12,8 @@ use server::config::Config;
 use std::net::TcpListener as StdListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+/// Tests read as the platform does: `TenantScope::system()`.
+pub use store::TenantScope;
 use store::{AppRow, NewKey, NewModel, Store, TenantRow};
 
 pub const PEPPER: &str = "e2e-test-pepper-0123456789abcdef0123456789";
@@ -276,9 +278,21 @@ impl TestEnv {
             .collect()
     }
 
+    /// A request's stored usage event, read as the platform does.
+    pub async fn usage_event(&self, request_id: &str) -> Option<domain::usage::UsageEvent> {
+        self.store
+            .usage_event(&TenantScope::system(), request_id)
+            .await
+            .unwrap()
+    }
+
     /// Sum of a tenant's tokens in the Postgres ledger for a month.
     pub async fn ledger_tokens(&self, tenant: &str, month: &str) -> (i64, i64) {
-        let rows = self.store.month_usage(tenant, month).await.unwrap();
+        let rows = self
+            .store
+            .month_usage(&TenantScope::system(), tenant, month)
+            .await
+            .unwrap();
         (
             rows.iter().map(|r| r.tokens).sum(),
             rows.iter().map(|r| r.requests).sum(),
@@ -413,7 +427,7 @@ impl Drop for RedisProc {
 
 /// A console user, created straight in the store; returns its id.
 pub async fn user(env: &TestEnv, email: &str, role: &str, tenant: Option<&str>) -> String {
-    let hash = console::passwords::hash(PASSWORD).unwrap();
+    let hash = store::passwords::hash(PASSWORD).unwrap();
     env.store
         .create_user("test", email, &hash, role, tenant)
         .await
@@ -486,7 +500,7 @@ pub async fn only_usage_event(env: &TestEnv) -> domain::usage::UsageEvent {
         .fetch_one(env.store.pool())
         .await
         .unwrap();
-    env.store.usage_event(&rid).await.unwrap().unwrap()
+    env.usage_event(&rid).await.unwrap()
 }
 
 /// A private 3-master Redis Cluster from Debian's redis-server, for tests

@@ -293,7 +293,7 @@ async fn a_large_prompt_is_estimated_with_the_real_tokenizer() {
         })
         .await
     );
-    let e = env.store.usage_event(&rid).await.unwrap().unwrap();
+    let e = env.usage_event(&rid).await.unwrap();
     // 9 words, 9 tokens, 4600 times: the estimate is the BPE count (+ chat
     // overhead), not a guess from the byte length.
     let est_input = e.est_tokens - 8;

@@ -79,7 +79,11 @@ async fn budget_alerts_reach_the_webhook_once_per_threshold_and_month() {
     );
     // Three quick attempts in the run, all refused; the alert waits.
     assert_eq!(hook.calls().len(), 3);
-    let a = &env.store.alerts(None, Some("t")).await.unwrap()[0];
+    let a = &env
+        .store
+        .alerts(&TenantScope::system().narrow_to("t").unwrap(), None)
+        .await
+        .unwrap()[0];
     assert_eq!(
         (a.threshold.as_str(), a.delivery.as_str(), a.attempts),
         ("used_70", "pending", 3)
@@ -169,7 +173,11 @@ async fn budget_alerts_reach_the_webhook_once_per_threshold_and_month() {
         MicroUsd(cost * 100 / 91).to_string()
     );
     // The console notices say the same, for the tenant's admin too.
-    let notices = env.store.notices(Some("t"), 50).await.unwrap();
+    let notices = env
+        .store
+        .notices(&TenantScope::system().narrow_to("t").unwrap(), 50)
+        .await
+        .unwrap();
     assert_eq!(
         notices
             .iter()
@@ -304,7 +312,7 @@ async fn expired_grants_are_audited_once() {
     }
     let rows: Vec<_> = env
         .store
-        .audit_chain()
+        .audit_chain(&TenantScope::system())
         .await
         .unwrap()
         .into_iter()
@@ -315,7 +323,7 @@ async fn expired_grants_are_audited_once() {
     assert_eq!(rows[0].entry.after["tokens"], 500);
     assert_eq!(
         env.store
-            .job_runs(Some("grant-expiry"), 10)
+            .job_runs(&TenantScope::system(), Some("grant-expiry"), 10)
             .await
             .unwrap()
             .len(),
@@ -391,10 +399,8 @@ async fn a_hold_left_by_a_killed_gateway_is_expired_by_the_job() {
     .clone();
     assert_eq!(r.counts["closed_orphaned"], 1);
     let e = env
-        .store
         .usage_event("req-abandoned")
         .await
-        .unwrap()
         .expect("in the ledger");
     assert_eq!(
         (
@@ -410,7 +416,11 @@ async fn a_hold_left_by_a_killed_gateway_is_expired_by_the_job() {
         (0, 100),
         "the hold's quota is freed (settled at its estimate)"
     );
-    let runs = env.store.job_runs(Some("stale-holds"), 5).await.unwrap();
+    let runs = env
+        .store
+        .job_runs(&TenantScope::system(), Some("stale-holds"), 5)
+        .await
+        .unwrap();
     assert_eq!((runs.len(), runs[0].outcome.as_str()), (1, "ok"));
     assert_eq!(runs[0].counts["closed_orphaned"], 1);
 }
@@ -468,7 +478,12 @@ async fn reconcile_check_passes_clean_and_names_a_tampered_counter() {
         .unwrap();
     assert_eq!(rc.differences.len(), 1, "{:?}", rc.differences);
     let d = &rc.differences[0];
-    let pg_cost = env.store.period_totals(&period).await.unwrap()["u"].cost_micro;
+    let pg_cost = env
+        .store
+        .period_totals(&TenantScope::system(), &period)
+        .await
+        .unwrap()["u"]
+        .cost_micro;
     assert_eq!(
         (d.tenant_id.as_str(), d.scope.as_str(), d.field.as_str()),
         ("u", "tenant:u", "cost_micro")
@@ -485,7 +500,11 @@ async fn reconcile_check_passes_clean_and_names_a_tampered_counter() {
         matches!(&r, RunResult::Ran { report, .. } if !report.clean),
         "{r:?}"
     );
-    let run = &env.store.job_runs(Some("reconcile"), 1).await.unwrap()[0];
+    let run = &env
+        .store
+        .job_runs(&TenantScope::system(), Some("reconcile"), 1)
+        .await
+        .unwrap()[0];
     assert_eq!(run.outcome, "differences");
     assert_eq!(run.detail["differences"][0]["tenant_id"], "u");
 
@@ -580,7 +599,11 @@ async fn a_job_runs_once_across_two_replicas() {
         a.run(JobName::Alerts, now, slot).await.unwrap(),
         RunResult::Skipped
     );
-    let runs = env.store.job_runs(Some("alerts"), 10).await.unwrap();
+    let runs = env
+        .store
+        .job_runs(&TenantScope::system(), Some("alerts"), 10)
+        .await
+        .unwrap();
     assert_eq!(runs.len(), 1);
     // Two alerts (70% and 90%), each delivered once.
     assert_eq!(hook.calls().len(), 2);

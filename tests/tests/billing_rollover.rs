@@ -242,7 +242,11 @@ async fn a_simulated_month_rolls_over_exactly_and_reads_the_same() {
     let fin = login(&base, "fin@x.io").await;
     let before = month_as_seen(&base, &fin, &period).await;
     let bill = &before["bill"];
-    let pg = env.store.period_totals(&period).await.unwrap();
+    let pg = env
+        .store
+        .period_totals(&TenantScope::system(), &period)
+        .await
+        .unwrap();
     let pg_total = total(&pg);
     assert_eq!(pg_total.requests, N as i64);
     assert_eq!(bill["total"]["requests"], N as i64);
@@ -407,7 +411,7 @@ async fn a_simulated_month_rolls_over_exactly_and_reads_the_same() {
     assert_eq!(rc.tenants_checked, 3);
     let closes: Vec<_> = env
         .store
-        .audit_chain()
+        .audit_chain(&TenantScope::system())
         .await
         .unwrap()
         .into_iter()
@@ -423,7 +427,12 @@ async fn a_simulated_month_rolls_over_exactly_and_reads_the_same() {
         panic!("{r:?}")
     };
     assert_eq!(report.counts["purged"], 1);
-    assert!(env.store.period_totals(&period).await.unwrap().is_empty());
+    assert!(env
+        .store
+        .period_totals(&TenantScope::system(), &period)
+        .await
+        .unwrap()
+        .is_empty());
     assert_eq!(month_as_seen(&base, &fin, &period).await, before);
     let rc = jobs::reconcile::check(&ctx, later, Some(&period))
         .await
@@ -485,13 +494,17 @@ async fn a_crash_between_the_clickhouse_insert_and_the_close_loses_and_doubles_n
     tenants_only(&env).await;
     let period = "2026-03";
     ledger_month(&env, period, 1500).await;
-    let pg = env.store.period_totals(period).await.unwrap();
+    let pg = env
+        .store
+        .period_totals(&TenantScope::system(), period)
+        .await
+        .unwrap();
     let books = billing::Books::new(
         env.store.clone(),
         Some(archive.clone()),
         domain::period::PlatformClock::parse("UTC").unwrap(),
     );
-    let bill_before = books.bill(period, None).await.unwrap();
+    let bill_before = books.bill(period, &TenantScope::system()).await.unwrap();
 
     // Crash right after the copy reached ClickHouse.
     let now = first_of_next_month(period);
@@ -509,7 +522,7 @@ async fn a_crash_between_the_clickhouse_insert_and_the_close_loses_and_doubles_n
         "the copy did land"
     );
     assert_eq!(
-        books.bill(period, None).await.unwrap(),
+        books.bill(period, &TenantScope::system()).await.unwrap(),
         bill_before,
         "bills still from Postgres"
     );
@@ -528,7 +541,7 @@ async fn a_crash_between_the_clickhouse_insert_and_the_close_loses_and_doubles_n
     assert_ne!(m2.batch_id, m.batch_id);
     assert_eq!(archive.events_in_period(period).await.unwrap(), 1500);
     assert_eq!(archive.event_totals(period, m2.batch_id).await.unwrap(), pg);
-    let mut after = books.bill(period, None).await.unwrap();
+    let mut after = books.bill(period, &TenantScope::system()).await.unwrap();
     assert_eq!(
         (after.state.as_str(), after.source),
         ("closed", domain::bill::BillSource::Clickhouse)
@@ -545,7 +558,11 @@ async fn clickhouse_down_keeps_the_month_open_and_a_later_run_closes_it() {
     tenants_only(&env).await;
     let period = "2026-02";
     ledger_month(&env, period, 600).await;
-    let pg = env.store.period_totals(period).await.unwrap();
+    let pg = env
+        .store
+        .period_totals(&TenantScope::system(), period)
+        .await
+        .unwrap();
     let now = first_of_next_month(period);
 
     let down = env
@@ -560,7 +577,11 @@ async fn clickhouse_down_keeps_the_month_open_and_a_later_run_closes_it() {
         panic!("failed run expected: {r:?}")
     };
     assert!(error.contains("ClickHouse"), "{error}");
-    let runs = env.store.job_runs(Some("rollover"), 10).await.unwrap();
+    let runs = env
+        .store
+        .job_runs(&TenantScope::system(), Some("rollover"), 10)
+        .await
+        .unwrap();
     assert_eq!((runs[0].id, runs[0].outcome.as_str()), (*run_id, "failed"));
     assert!(runs[0].finished_at.is_some() && runs[0].error.is_some());
     assert!(
@@ -572,13 +593,16 @@ async fn clickhouse_down_keeps_the_month_open_and_a_later_run_closes_it() {
         "still open"
     );
     assert_eq!(
-        env.store.period_totals(period).await.unwrap(),
+        env.store
+            .period_totals(&TenantScope::system(), period)
+            .await
+            .unwrap(),
         pg,
         "nothing lost"
     );
     assert!(env
         .store
-        .notices(None, 10)
+        .notices(&TenantScope::system(), 10)
         .await
         .unwrap()
         .iter()
@@ -600,5 +624,11 @@ async fn clickhouse_down_keeps_the_month_open_and_a_later_run_closes_it() {
     assert_eq!(m.state, "closed");
     assert_eq!(archive.events_in_period(period).await.unwrap(), 600);
     assert_eq!(archive.event_totals(period, m.batch_id).await.unwrap(), pg);
-    assert_eq!(env.store.period_totals(period).await.unwrap(), pg);
+    assert_eq!(
+        env.store
+            .period_totals(&TenantScope::system(), period)
+            .await
+            .unwrap(),
+        pg
+    );
 }

@@ -686,6 +686,89 @@ async fn a_request_refused_with_402_can_be_looked_up_with_its_counters() {
     p.srv.shutdown().await;
 }
 
+/// Ids of the audit rows a console page shows, in order.
+fn audit_ids(html: &str) -> Vec<i64> {
+    let re = regex::Regex::new(r#"<tr id="audit-(\d+)">"#).unwrap();
+    re.captures_iter(html)
+        .map(|c| c[1].parse().unwrap())
+        .collect()
+}
+
+/// The href of the element with this id, unescaped.
+fn href_of(html: &str, id: &str) -> Option<String> {
+    let re = regex::Regex::new(&format!(r#"href="([^"]*)" id="{id}""#)).unwrap();
+    re.captures(html)
+        .map(|c| c[1].replace("&#38;", "&").replace("&amp;", "&"))
+}
+
+#[tokio::test]
+async fn the_audit_log_pages_by_id_newest_first_with_times_in_utc() {
+    let p = platform().await;
+    let b = &p.base;
+    for i in 0..230 {
+        p.env
+            .store
+            .audit(store::NewAudit::new(
+                "test",
+                "paging.row",
+                format!("row:{i}"),
+            ))
+            .await
+            .unwrap();
+    }
+    let w = Web::login(b, "auditor@x.io").await;
+    // Three pages of the filtered log (100, 100, 30), each strictly below
+    // the last id of the one before; then no "older" link.
+    let mut url = "/console/audit?action=paging".to_string();
+    let mut seen: Vec<i64> = Vec::new();
+    let mut sizes = Vec::new();
+    loop {
+        let page = w.get(&url).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        let ids = audit_ids(&page.body);
+        assert!(ids.windows(2).all(|w| w[0] > w[1]), "newest first: {ids:?}");
+        if let (Some(last), Some(first)) = (seen.last(), ids.first()) {
+            assert!(first < last, "a page starts below the one before");
+        }
+        assert!(page.body.contains(" UTC</td>"), "times are labelled UTC");
+        assert_eq!(seen.is_empty(), !page.body.contains("id=\"audit-newest\""));
+        sizes.push(ids.len());
+        seen.extend(ids);
+        match href_of(&page.body, "audit-older") {
+            Some(next) => {
+                assert!(next.contains("action=paging"), "the filter is kept: {next}");
+                url = next;
+            }
+            None => break,
+        }
+    }
+    assert_eq!(sizes, [100, 100, 30]);
+    assert_eq!(seen.len(), 230);
+
+    // The API pages the same way.
+    let token = login(b, "auditor@x.io").await;
+    let (status, first) = api(
+        "GET",
+        &format!("{b}/api/v1/audit?limit=5"),
+        Some(&token),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{first}");
+    let next = first["next_before"].as_i64().expect("more rows");
+    assert_eq!(first["data"].as_array().unwrap().len(), 5);
+    assert_eq!(first["data"][4]["id"].as_i64(), Some(next));
+    let (_, second) = api(
+        "GET",
+        &format!("{b}/api/v1/audit?limit=5&before={next}"),
+        Some(&token),
+        None,
+    )
+    .await;
+    assert!(second["data"][0]["id"].as_i64().unwrap() < next);
+    p.srv.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_says_the_database_is_unreachable_when_postgres_is_down() {
     let pg = PgProc::start();

@@ -238,7 +238,11 @@ async fn tenant_admin_requests_quota_and_a_platform_admin_approves_it_in_the_bro
 
     // The request lookup explains the refusal.
     let found = eventually(Duration::from_secs(5), || async {
-        env.store.request_decision(&rid).await.unwrap().is_some()
+        env.store
+            .request_decision(&TenantScope::system(), &rid)
+            .await
+            .unwrap()
+            .is_some()
     })
     .await;
     assert!(found);

@@ -68,11 +68,11 @@ async fn past_the_soft_limit_the_cheaper_model_answers_and_is_billed() {
 
     // The ledger (what the bill is made of) shows the model actually used.
     let stored = eventually(Duration::from_secs(5), || async {
-        env.store.usage_event(&rid).await.unwrap().is_some()
+        env.usage_event(&rid).await.is_some()
     })
     .await;
     assert!(stored);
-    let e = env.store.usage_event(&rid).await.unwrap().unwrap();
+    let e = env.usage_event(&rid).await.unwrap();
     assert_eq!(e.model, "gpt-4o-mini");
 
     // Degraded requests go on until the hard monthly cost limit: then 402.

@@ -207,7 +207,7 @@ async fn killed_mid_stream(admission: &str) {
         env.counters("t", &month).await
     );
     for rid in &completed {
-        let e = env.store.usage_event(rid).await.unwrap();
+        let e = env.usage_event(rid).await;
         assert!(
             e.is_some_and(|e| e.status == "ok"),
             "completed request {rid} is not in the ledger as ok"

@@ -48,7 +48,7 @@ async fn usage_settled_while_postgres_is_down_reaches_the_ledger_once_it_returns
     // The outbox sweeper stores what the writer could not (1 s in tests).
     let stored = eventually(Duration::from_secs(20), || async {
         env.store
-            .month_usage("t", &month)
+            .month_usage(&TenantScope::system(), "t", &month)
             .await
             .map(|r| r.iter().map(|r| r.requests).sum::<i64>() == 21)
             .unwrap_or(false)

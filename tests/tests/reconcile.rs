@@ -56,12 +56,7 @@ async fn stale_and_orphaned_holds_are_closed_at_their_estimate_once() {
     assert_eq!((r.closed_orphaned, r.closed_stale), (1, 0));
     let c = env.counters("t", &month).await;
     assert_eq!((c["t:ht"], c["t:ut"]), (100, 100));
-    let e = env
-        .store
-        .usage_event("req-orphan")
-        .await
-        .unwrap()
-        .expect("in the ledger");
+    let e = env.usage_event("req-orphan").await.expect("in the ledger");
     assert_eq!(
         (
             e.status.as_str(),

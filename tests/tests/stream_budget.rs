@@ -383,11 +383,11 @@ async fn the_ledger_records_whether_the_provider_or_the_gateway_counted() {
         })
         .await
     );
-    let e = env.store.usage_event(&with_id).await.unwrap().unwrap();
+    let e = env.usage_event(&with_id).await.unwrap();
     assert_eq!((e.usage_source.as_str(), e.output_tokens), ("provider", 20));
-    let e = env.store.usage_event(&without_id).await.unwrap().unwrap();
+    let e = env.usage_event(&without_id).await.unwrap();
     assert_eq!((e.usage_source.as_str(), e.output_tokens), ("counted", 20));
-    let e = env.store.usage_event(&plain_id).await.unwrap().unwrap();
+    let e = env.usage_event(&plain_id).await.unwrap();
     assert_eq!(
         (e.usage_source.as_str(), e.output_tokens),
         ("estimated", 10)

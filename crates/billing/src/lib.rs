@@ -12,7 +12,7 @@ use domain::bill::{
     self, Bill, BillRow, BillSource, DayRow, DrillBy, DrillLine, FocusPeriod, MonthRows, TenantInfo,
 };
 use domain::period::PlatformClock;
-use store::{ClosedMonth, Store, StoreError};
+use store::{ClosedMonth, Store, StoreError, TenantScope};
 use uuid::Uuid;
 
 #[derive(Debug, thiserror::Error)]
@@ -80,45 +80,47 @@ impl Books {
             .ok_or_else(|| BillingError::NoArchive(period.to_string()))
     }
 
-    pub async fn rows(&self, period: &str, tenant: Option<&str>) -> Result<(MonthBook, MonthRows)> {
+    /// A month's rows of the tenants in `scope`. The archive (ClickHouse)
+    /// is filtered by the scope's tenant like the ledger's SQL.
+    pub async fn rows(&self, period: &str, scope: &TenantScope) -> Result<(MonthBook, MonthRows)> {
         let (book, _) = self.book(period).await?;
         let rows = match book {
             MonthBook::Ledger => MonthRows {
-                bill_rows: self.store.bill_rows(period, tenant).await?,
-                refusals: self.store.refusal_rows(period, tenant).await?,
+                bill_rows: self.store.bill_rows(scope, period).await?,
+                refusals: self.store.refusal_rows(scope, period).await?,
             },
             MonthBook::Archive(batch) => {
                 let a = self.archive(period)?;
                 MonthRows {
-                    bill_rows: a.bill_rows(period, batch, tenant).await?,
-                    refusals: a.refusal_rows(period, batch, tenant).await?,
+                    bill_rows: a.bill_rows(period, batch, scope.tenant()).await?,
+                    refusals: a.refusal_rows(period, batch, scope.tenant()).await?,
                 }
             }
         };
         Ok((book, rows))
     }
 
-    pub async fn day_rows(&self, period: &str, tenant: Option<&str>) -> Result<Vec<DayRow>> {
+    pub async fn day_rows(&self, period: &str, scope: &TenantScope) -> Result<Vec<DayRow>> {
         Ok(match self.book(period).await?.0 {
-            MonthBook::Ledger => self.store.day_rows(period, tenant).await?,
+            MonthBook::Ledger => self.store.day_rows(scope, period).await?,
             MonthBook::Archive(batch) => {
                 self.archive(period)?
-                    .day_rows(period, batch, tenant)
+                    .day_rows(period, batch, scope.tenant())
                     .await?
             }
         })
     }
 
-    /// The month's bill, of one tenant or of all.
-    pub async fn bill(&self, period: &str, tenant: Option<&str>) -> Result<Bill> {
-        let (book, rows) = self.rows(period, tenant).await?;
+    /// The month's bill of the tenants in `scope`.
+    pub async fn bill(&self, period: &str, scope: &TenantScope) -> Result<Bill> {
+        let (book, rows) = self.rows(period, scope).await?;
         let (start, end) = self
             .clock
             .month_bounds(period)
             .ok_or_else(|| BillingError::Invalid("period must be YYYY-MM".into()))?;
-        let granted = self.store.granted_between(start, end, tenant).await?;
-        let borrowed = self.store.borrowed_in(period, tenant).await?;
-        let tenants = self.store.tenant_infos().await?;
+        let granted = self.store.granted_between(scope, start, end).await?;
+        let borrowed = self.store.borrowed_in(scope, period).await?;
+        let tenants = self.store.tenant_infos(scope).await?;
         let source = match book {
             MonthBook::Ledger => BillSource::Postgres,
             MonthBook::Archive(_) => BillSource::Clickhouse,
@@ -137,26 +139,26 @@ impl Books {
     pub async fn drill_down(
         &self,
         period: &str,
-        tenant: Option<&str>,
+        scope: &TenantScope,
         by: DrillBy,
     ) -> Result<Vec<DrillLine>> {
         let (bill_rows, day_rows): (Vec<BillRow>, Vec<DayRow>) = match by {
-            DrillBy::Day => (vec![], self.day_rows(period, tenant).await?),
-            _ => (self.rows(period, tenant).await?.1.bill_rows, vec![]),
+            DrillBy::Day => (vec![], self.day_rows(period, scope).await?),
+            _ => (self.rows(period, scope).await?.1.bill_rows, vec![]),
         };
         Ok(bill::drill_down(by, &bill_rows, &day_rows))
     }
 
-    pub async fn csv(&self, period: &str, tenant: Option<&str>) -> Result<String> {
-        let (_, rows) = self.rows(period, tenant).await?;
-        let tenants: Vec<TenantInfo> = self.store.tenant_infos().await?;
+    pub async fn csv(&self, period: &str, scope: &TenantScope) -> Result<String> {
+        let (_, rows) = self.rows(period, scope).await?;
+        let tenants: Vec<TenantInfo> = self.store.tenant_infos(scope).await?;
         Ok(bill::bill_csv(period, &rows.bill_rows, &tenants))
     }
 
     /// FOCUS-style export: one row per tenant × app × model × day.
-    pub async fn focus_csv(&self, period: &str, tenant: Option<&str>) -> Result<String> {
-        let rows = self.day_rows(period, tenant).await?;
-        let tenants = self.store.tenant_infos().await?;
+    pub async fn focus_csv(&self, period: &str, scope: &TenantScope) -> Result<String> {
+        let rows = self.day_rows(period, scope).await?;
+        let tenants = self.store.tenant_infos(scope).await?;
         let (start, end) = self
             .clock
             .month_bounds(period)

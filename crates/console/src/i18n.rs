@@ -258,6 +258,8 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("audit.intact", "The chain is intact", "哈希链完整"),
     ("audit.rows", "rows", "行"),
     ("audit.broken", "The chain is broken at row", "哈希链在此行断裂："),
+    ("audit.newest", "← Newest", "← 最新"),
+    ("audit.older", "Older →", "更早 →"),
     // request lookup
     ("req.id_label", "Request id (x-request-id)", "请求 ID（x-request-id）"),
     ("req.help", "Every answer of the gateway carries x-request-id. Refused and degraded requests show their reason and the counters at the time; admitted ones their usage.", "网关的每个响应都带有 x-request-id。被拒绝或降级的请求显示原因及当时的计数；已准入的请求显示用量。"),

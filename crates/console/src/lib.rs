@@ -6,7 +6,6 @@ mod api;
 mod auth;
 mod error;
 pub mod i18n;
-pub mod passwords;
 mod web;
 
 use axum::routing::{delete, get, post, put};
@@ -14,7 +13,7 @@ use axum::Router;
 use domain::period::PlatformClock;
 use quota::QuotaEngine;
 use std::sync::Arc;
-use store::Store;
+use store::{Sessions, Store};
 
 pub use auth::LoginLimiter;
 pub use error::ApiError;
@@ -22,15 +21,14 @@ pub use error::ApiError;
 pub struct ControlPlane {
     pub store: Store,
     pub quota: Arc<QuotaEngine>,
-    /// HMAC secret of session tokens (≥ 32 bytes, from config).
-    pub jwt_secret: Vec<u8>,
+    /// Session tokens (signed with `auth.jwt_secret`, ≥ 32 bytes), and the
+    /// key of CSRF tokens derived from it.
+    pub sessions: Sessions,
     /// Pepper of virtual keys' keyed hash.
     pub pepper: Vec<u8>,
     /// Encrypts upstream provider keys at rest.
     pub encryption_key: [u8; 32],
     pub clock: PlatformClock,
-    /// Lifetime of a session token.
-    pub session_secs: i64,
     pub logins: LoginLimiter,
     /// Bills: the ledger for open months, the archive for closed ones.
     pub books: billing::Books,

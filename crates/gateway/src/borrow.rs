@@ -25,7 +25,7 @@ use quota::{BorrowOutcome, QuotaEngine};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use store::Store;
+use store::{Store, TenantScope};
 use uuid::Uuid;
 
 /// After a borrow that got nothing (pool dry or cap reached), the tenant's
@@ -212,7 +212,7 @@ impl Borrowing {
     /// Sets the tenant's in-memory borrowed amount from Postgres, on the
     /// entry the caller holds and on the index's current one.
     async fn refresh_borrowed(&self, tenant: &TenantEntry, month: &str) {
-        let Ok(rows) = self.store.borrowed().await else {
+        let Ok(rows) = self.store.borrowed(&TenantScope::system()).await else {
             return;
         };
         let (t, c) = rows
@@ -227,7 +227,11 @@ impl Borrowing {
 
     /// Restores the pool's month in Redis from Postgres.
     pub async fn rebuild_pool(&self, month: &str) -> Result<(), String> {
-        let rows = self.store.borrowed().await.map_err(|e| e.to_string())?;
+        let rows = self
+            .store
+            .borrowed(&TenantScope::system())
+            .await
+            .map_err(|e| e.to_string())?;
         let outstanding: Vec<(String, i64)> = rows
             .into_iter()
             .filter(|r| r.period == month)
@@ -235,7 +239,7 @@ impl Borrowing {
             .collect();
         let pending: Vec<String> = self
             .store
-            .reclaims(month, true)
+            .reclaims(&TenantScope::system(), month, true)
             .await
             .map_err(|e| e.to_string())?
             .into_iter()
@@ -266,7 +270,7 @@ impl Borrowing {
         let mut granted = 0;
         let stuck = self
             .store
-            .pending_borrows(now - chrono::Duration::seconds(30))
+            .pending_borrows(&TenantScope::system(), now - chrono::Duration::seconds(30))
             .await
             .map_err(|e| e.to_string())?;
         for b in stuck {
@@ -315,7 +319,12 @@ impl Borrowing {
         let month = self.clock.month(now);
         let e = |e: &dyn std::fmt::Display| e.to_string();
         // Reclaims a crash left half-done give the pool its amount first.
-        for r in self.store.reclaims(&month, true).await.map_err(|x| e(&x))? {
+        for r in self
+            .store
+            .reclaims(&TenantScope::system(), &month, true)
+            .await
+            .map_err(|x| e(&x))?
+        {
             self.quota
                 .pool_return(&month, &r.id.to_string(), &r.tenant_id, r.tokens)
                 .await
@@ -347,7 +356,7 @@ impl Borrowing {
         let index = self.catalog.get();
         let borrows: Vec<_> = self
             .store
-            .borrows(&month)
+            .borrows(&TenantScope::system(), &month)
             .await
             .map_err(|x| e(&x))?
             .into_iter()

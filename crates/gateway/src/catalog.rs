@@ -13,7 +13,7 @@ use domain::Limits;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use store::{Catalog, Store};
+use store::{Catalog, Store, TenantScope};
 
 #[derive(Debug)]
 pub struct TenantEntry {
@@ -313,7 +313,7 @@ impl CatalogCache {
     }
 
     pub async fn reload(&self, store: &Store) -> Result<(), store::StoreError> {
-        let c = store.load_catalog().await?;
+        let c = store.load_catalog(&TenantScope::system()).await?;
         let (k, m) = (c.keys.len(), c.models.len());
         self.index
             .store(Arc::new(Index::build(c, &self.secret_key)));

@@ -14,6 +14,7 @@ use quota::SlotOutcome;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use store::TenantScope;
 
 /// One upstream slot of a model pool, given back when dropped (with the
 /// request that holds it).
@@ -305,7 +306,7 @@ async fn day_cost(gw: &Gateway, tenant: &str, day: &str) -> Result<i64, String> 
     }
     let from_ledger = gw
         .store
-        .tenant_day_cost(tenant, day)
+        .tenant_day_cost(&TenantScope::system(), tenant, day)
         .await
         .map_err(|e| e.to_string())?;
     gw.quota
@@ -334,7 +335,7 @@ pub async fn count_day_cost(gw: &Gateway, key: &KeyEntry, day: &str, cost: i64) 
         }
         let ledger = gw
             .store
-            .tenant_day_cost(t, day)
+            .tenant_day_cost(&TenantScope::system(), t, day)
             .await
             .map_err(|e| e.to_string())?;
         let (started, _) = gw

@@ -1,7 +1,7 @@
 //! The Postgres ledger as the hold engine's rebuild source.
 
 use quota::{LedgerSource, QuotaEngine, ScopeUsage};
-use store::Store;
+use store::{Store, TenantScope};
 
 pub struct StoreLedger<'a> {
     pub store: &'a Store,
@@ -15,7 +15,7 @@ impl LedgerSource for StoreLedger<'_> {
         crate::ledger::sweep_outboxes(self.store, self.quota, &[tenant.to_string()]).await?;
         let rows = self
             .store
-            .month_usage(tenant, month)
+            .month_usage(&TenantScope::system(), tenant, month)
             .await
             .map_err(|e| e.to_string())?;
         Ok(rows

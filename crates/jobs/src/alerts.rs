@@ -10,7 +10,7 @@ use domain::{Limits, MicroUsd};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use store::{AlertRow, NewAlert};
+use store::{AlertRow, NewAlert, TenantScope};
 
 /// A scope with monthly budgets, its effective limits and what it used.
 struct Budgeted {
@@ -37,7 +37,7 @@ async fn budgeted_scopes(
     period: &str,
     now: DateTime<Utc>,
 ) -> Result<Vec<Budgeted>, JobError> {
-    let cat = ctx.store.load_catalog().await?;
+    let cat = ctx.store.load_catalog(&TenantScope::system()).await?;
     let grant = |t: &str, app: Option<&str>| {
         cat.grants
             .iter()
@@ -57,7 +57,12 @@ async fn budgeted_scopes(
         }
         let (counters, ledger) = match ctx.quota.month_counters(&t.id, period).await {
             Ok(c) if c.is_rebuilt() => (Some(c), vec![]),
-            _ => (None, ctx.store.month_usage(&t.id, period).await?),
+            _ => (
+                None,
+                ctx.store
+                    .month_usage(&TenantScope::system(), &t.id, period)
+                    .await?,
+            ),
         };
         let used = |scope: &str, app: Option<&str>| match &counters {
             Some(c) => (c.used_tokens(scope), c.used_cost(scope)),
@@ -161,7 +166,7 @@ pub async fn forecast(ctx: &JobContext, now: DateTime<Utc>) -> Result<JobReport,
     let days = domain::period::days_in_month(&period).unwrap_or(30);
     let today = ctx.clock.day_of_month(now);
     let scopes = budgeted_scopes(ctx, &period, now).await?;
-    let day_rows = ctx.store.day_rows(&period, None).await?;
+    let day_rows = ctx.store.day_rows(&TenantScope::system(), &period).await?;
     let mut detail = vec![];
     let mut over = 0;
     for s in scopes.iter().filter(|s| s.scope.starts_with("tenant:")) {
@@ -270,7 +275,7 @@ pub async fn deliver_due(ctx: &JobContext, now: DateTime<Utc>) -> Result<(u64, u
         return Ok((0, 0));
     };
     let (mut delivered, mut failed) = (0, 0);
-    for a in ctx.store.due_alerts(now).await? {
+    for a in ctx.store.due_alerts(&TenantScope::system(), now).await? {
         let mut attempts = a.attempts;
         let mut last = String::new();
         let mut ok = false;

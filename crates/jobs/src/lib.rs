@@ -21,7 +21,7 @@ use quota::QuotaEngine;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
-use store::Store;
+use store::{Store, TenantScope};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum JobName {
@@ -202,7 +202,7 @@ pub async fn execute(
 }
 
 async fn stale_holds(ctx: &JobContext, now: DateTime<Utc>) -> Result<JobReport, JobError> {
-    let tenants = ctx.store.tenant_ids().await?;
+    let tenants = ctx.store.tenant_ids(&TenantScope::system()).await?;
     let r = gateway::reconcile::close_abandoned_holds(
         &ctx.store,
         &ctx.quota,

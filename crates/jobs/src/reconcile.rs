@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
+use store::TenantScope;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ReconcileResult {
@@ -37,7 +38,7 @@ async fn check_once(ctx: &JobContext, periods: &[String]) -> Result<ReconcileRes
     let mut differences = vec![];
     let mut notes = vec![];
     let mut tenants_checked = BTreeSet::new();
-    let known = ctx.store.tenant_ids().await?;
+    let known = ctx.store.tenant_ids(&TenantScope::system()).await?;
     for period in periods {
         let closed = ctx
             .store
@@ -48,7 +49,9 @@ async fn check_once(ctx: &JobContext, periods: &[String]) -> Result<ReconcileRes
         let pg = if purged {
             BTreeMap::new()
         } else {
-            ctx.store.period_totals(period).await?
+            ctx.store
+                .period_totals(&TenantScope::system(), period)
+                .await?
         };
         let ch: Option<BTreeMap<String, Totals>> = match &closed {
             Some(m) => {
@@ -119,7 +122,10 @@ async fn check_once(ctx: &JobContext, periods: &[String]) -> Result<ReconcileRes
             // Apps and keys: Redis against the ledger (the archive keeps
             // them per event; its tenant totals cover them).
             if redis_present && !purged {
-                let rows = ctx.store.month_usage(t, period).await?;
+                let rows = ctx
+                    .store
+                    .month_usage(&TenantScope::system(), t, period)
+                    .await?;
                 let mut by: BTreeMap<(String, String), (i64, i64)> = BTreeMap::new();
                 for row in &rows {
                     for (kind, id) in [("a", &row.app_id), ("k", &row.key_id)] {
@@ -199,7 +205,7 @@ pub async fn check(
         }
         None => default_periods(ctx, now),
     };
-    let tenants = ctx.store.tenant_ids().await?;
+    let tenants = ctx.store.tenant_ids(&TenantScope::system()).await?;
     let mut last = None;
     for attempt in 0..3 {
         if attempt > 0 {

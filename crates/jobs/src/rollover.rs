@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use domain::bill::Totals;
 use serde_json::json;
 use std::collections::BTreeMap;
-use store::VerifiedMonth;
+use store::{TenantScope, VerifiedMonth};
 use uuid::Uuid;
 
 /// Failpoints for the crash tests (never set in production config).
@@ -30,7 +30,7 @@ const PAGE: i64 = 5_000;
 
 /// Holds and outbox events of `period` that have not reached the ledger.
 async fn pending_in_redis(ctx: &JobContext, period: &str) -> Result<(usize, usize), JobError> {
-    let tenants = ctx.store.tenant_ids().await?;
+    let tenants = ctx.store.tenant_ids(&TenantScope::system()).await?;
     // Store whatever settled events are waiting first.
     gateway::ledger::sweep_outboxes(&ctx.store, &ctx.quota, &tenants)
         .await
@@ -87,16 +87,20 @@ async fn close_month(
 ) -> Result<VerifiedMonth, JobError> {
     let batch = Uuid::now_v7();
     ctx.store.begin_archiving(period, batch).await?;
-    let pg = ctx.store.period_totals(period).await?;
-    let bill_rows = ctx.store.bill_rows(period, None).await?;
-    let refusals = ctx.store.refusal_rows(period, None).await?;
+    let all = TenantScope::system();
+    let pg = ctx.store.period_totals(&all, period).await?;
+    let bill_rows = ctx.store.bill_rows(&all, period).await?;
+    let refusals = ctx.store.refusal_rows(&all, period).await?;
     let refused: i64 = refusals.iter().map(|r| r.requests).sum();
 
     // Whatever an earlier attempt left of this month goes first.
     archive.drop_period(period).await?;
     let mut after = String::new();
     loop {
-        let page = ctx.store.usage_events_page(period, &after, PAGE).await?;
+        let page = ctx
+            .store
+            .usage_events_page(&all, period, &after, PAGE)
+            .await?;
         let Some(last) = page.last() else { break };
         after = last.request_id.clone();
         archive.insert_events(batch, &page).await?;

@@ -157,11 +157,10 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         Arc::new(console::ControlPlane {
             store: store.clone(),
             quota: quota.clone(),
-            jwt_secret: secret.as_bytes().to_vec(),
+            sessions: store::Sessions::new(secret.as_bytes(), cfg.auth.session_secs),
             pepper: gw_cfg.pepper.clone(),
             encryption_key: cfg.encryption_key().expect("validated above"),
             clock,
-            session_secs: cfg.auth.session_secs,
             logins: Default::default(),
             books: books.clone(),
             cookie_secure: cfg.auth.cookie_secure,

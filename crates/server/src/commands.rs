@@ -4,9 +4,8 @@
 use crate::config::Config;
 use crate::{app, demo};
 use anyhow::Context;
-use console::passwords;
 use std::net::SocketAddr;
-use store::Store;
+use store::{passwords, Store, TenantScope};
 use tokio::net::TcpListener;
 
 pub async fn serve(mut cfg: Config, listen: Option<String>, demo_mode: bool) -> anyhow::Result<()> {
@@ -131,7 +130,7 @@ pub async fn audit_verify(cfg: &Config) -> anyhow::Result<bool> {
     let store = Store::connect(&cfg.database.url, 2)
         .await
         .context("cannot connect to PostgreSQL")?;
-    let rows = store.audit_chain().await?;
+    let rows = store.audit_chain(&TenantScope::system()).await?;
     let chain: Vec<_> = rows
         .iter()
         .map(|r| (r.entry.clone(), r.prev_hash.clone(), r.hash.clone()))
@@ -295,7 +294,7 @@ pub async fn stale_holds(
         stale_after: std::time::Duration::from_secs(cfg.gateway.stale_hold_secs),
         orphan_after: std::time::Duration::from_secs(cfg.gateway.orphan_hold_secs),
     };
-    let tenants = store.tenant_ids().await?;
+    let tenants = store.tenant_ids(&TenantScope::system()).await?;
     let r =
         gateway::reconcile::close_abandoned_holds(&store, &quota, &tenants, &clock, now_ms, &ages)
             .await

@@ -2,9 +2,8 @@
 //! Idempotent: a second start reuses what the first created, points the demo
 //! models at this run's mock, and issues a fresh key for the printed curl line.
 
-use console::passwords;
 use domain::{keys, Limits, MicroUsd};
-use store::{AppRow, NewKey, NewModel, Store, TenantRow};
+use store::{passwords, AppRow, NewKey, NewModel, Store, TenantRow, TenantScope};
 
 pub const ADMIN_EMAIL: &str = "admin@tollgate.local";
 pub const ADMIN_PASSWORD: &str = "tollgate-demo-admin";
@@ -70,7 +69,7 @@ pub async fn seed(store: &Store, mock_base_url: &str, pepper: &[u8]) -> anyhow::
         ),
     ];
     for (id, name, cc, priority, tokens, cost, rpm, apps) in tenants {
-        if !store.tenant_exists(id).await? {
+        if !store.tenant_exists(&TenantScope::system(), id).await? {
             let t = TenantRow {
                 id: id.into(),
                 name: name.into(),
@@ -148,7 +147,7 @@ pub async fn seed_bench(store: &Store, upstream: &str, pepper: &[u8]) -> anyhow:
         max_inflight: Some(100_000),
         ..Default::default()
     };
-    if !store.tenant_exists("bench").await? {
+    if !store.tenant_exists(&TenantScope::system(), "bench").await? {
         let t = TenantRow {
             id: "bench".into(),
             name: "Benchmark".into(),

@@ -1,7 +1,7 @@
 //! Appending to and reading the hash-chained audit log. Appends serialize on a
 //! transaction-scoped advisory lock so the chain has exactly one tail.
 
-use crate::{Result, Store};
+use crate::{Result, Store, TenantScope};
 use chrono::{DateTime, SubsecRound, Utc};
 use domain::audit::AuditEntry;
 use serde_json::Value;
@@ -110,28 +110,16 @@ impl Store {
         Ok(())
     }
 
-    /// The newest rows, newest first.
-    pub async fn audit_recent(&self, limit: i64) -> Result<Vec<AuditRow>> {
-        let mut rows = self.audit_rows("SELECT id, at, actor, action, target, before, after, reason, prev_hash, hash FROM audit_log ORDER BY id DESC LIMIT $1", Some(limit)).await?;
-        rows.truncate(limit as usize);
-        Ok(rows)
-    }
-
-    /// The whole chain in order (verification reads every row).
-    pub async fn audit_chain(&self) -> Result<Vec<AuditRow>> {
-        self.audit_rows(
-            "SELECT id, at, actor, action, target, before, after, reason, prev_hash, hash FROM audit_log ORDER BY id",
-            None,
+    /// The whole chain in order (verification reads every row). The log
+    /// belongs to the platform: a one-tenant scope reads none of it.
+    pub async fn audit_chain(&self, scope: &TenantScope) -> Result<Vec<AuditRow>> {
+        let rows = sqlx::query(
+            "SELECT id, at, actor, action, target, before, after, reason, prev_hash, hash FROM audit_log
+             WHERE $1 ORDER BY id",
         )
-        .await
-    }
-
-    async fn audit_rows(&self, sql: &str, limit: Option<i64>) -> Result<Vec<AuditRow>> {
-        let mut q = sqlx::query(sql);
-        if let Some(l) = limit {
-            q = q.bind(l);
-        }
-        let rows = q.fetch_all(&self.pool).await?;
+        .bind(scope.is_all())
+        .fetch_all(&self.pool)
+        .await?;
         Ok(rows.iter().map(audit_row).collect())
     }
 }

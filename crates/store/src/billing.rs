@@ -3,7 +3,7 @@
 //! state machine, the copy source, and the purge after retention.
 
 use crate::audit::{append, NewAudit};
-use crate::{Result, Store, StoreError};
+use crate::{Result, Store, StoreError, TenantScope};
 use chrono::{DateTime, NaiveDate, Utc};
 use domain::bill::{BillRow, DayRow, QuotaAmount, RefusalRow, TenantInfo, Totals};
 use domain::usage::UsageEvent;
@@ -90,19 +90,23 @@ impl VerifiedMonth {
 }
 
 impl Store {
-    /// Usage of a month per tenant, straight from the ledger.
-    pub async fn period_totals(&self, period: &str) -> Result<BTreeMap<String, Totals>> {
-        period_totals(&self.pool, period).await
+    /// Usage of a month per tenant of the scope, straight from the ledger.
+    pub async fn period_totals(
+        &self,
+        scope: &TenantScope,
+        period: &str,
+    ) -> Result<BTreeMap<String, Totals>> {
+        period_totals(&self.pool, period, scope.tenant()).await
     }
 
-    pub async fn bill_rows(&self, period: &str, tenant: Option<&str>) -> Result<Vec<BillRow>> {
+    pub async fn bill_rows(&self, scope: &TenantScope, period: &str) -> Result<Vec<BillRow>> {
         let rows = sqlx::query(&format!(
             "SELECT tenant_id, app_id, model, {SUMS} FROM usage_events
              WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
              GROUP BY tenant_id, app_id, model ORDER BY tenant_id, app_id, model"
         ))
         .bind(period)
-        .bind(tenant)
+        .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
@@ -116,14 +120,14 @@ impl Store {
             .collect())
     }
 
-    pub async fn day_rows(&self, period: &str, tenant: Option<&str>) -> Result<Vec<DayRow>> {
+    pub async fn day_rows(&self, scope: &TenantScope, period: &str) -> Result<Vec<DayRow>> {
         let rows = sqlx::query(&format!(
             "SELECT tenant_id, app_id, model, day::text AS day, {SUMS} FROM usage_events
              WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
              GROUP BY tenant_id, app_id, model, day ORDER BY tenant_id, day, app_id, model"
         ))
         .bind(period)
-        .bind(tenant)
+        .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
@@ -139,11 +143,7 @@ impl Store {
     }
 
     /// Refused and degraded decisions of a month by reason.
-    pub async fn refusal_rows(
-        &self,
-        period: &str,
-        tenant: Option<&str>,
-    ) -> Result<Vec<RefusalRow>> {
+    pub async fn refusal_rows(&self, scope: &TenantScope, period: &str) -> Result<Vec<RefusalRow>> {
         let rows = sqlx::query(
             "SELECT tenant_id, app_id, model, decision, reason, COUNT(*)::int8 AS requests
              FROM request_decisions WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
@@ -151,7 +151,7 @@ impl Store {
              ORDER BY tenant_id, app_id, model, decision, reason",
         )
         .bind(period)
-        .bind(tenant)
+        .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
@@ -171,9 +171,9 @@ impl Store {
     /// app-level grants alike: both are the department's).
     pub async fn granted_between(
         &self,
+        scope: &TenantScope,
         start: DateTime<Utc>,
         end: DateTime<Utc>,
-        tenant: Option<&str>,
     ) -> Result<BTreeMap<String, QuotaAmount>> {
         let rows = sqlx::query(
             "SELECT tenant_id, COALESCE(SUM(tokens), 0)::int8 AS tokens,
@@ -185,7 +185,7 @@ impl Store {
         )
         .bind(start)
         .bind(end)
-        .bind(tenant)
+        .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
@@ -206,8 +206,8 @@ impl Store {
     /// borrows, as taken: reclaims later give part back).
     pub async fn borrowed_in(
         &self,
+        scope: &TenantScope,
         period: &str,
-        tenant: Option<&str>,
     ) -> Result<BTreeMap<String, QuotaAmount>> {
         let rows = sqlx::query(
             "SELECT tenant_id, COALESCE(SUM(tokens), 0)::int8 AS tokens,
@@ -217,7 +217,7 @@ impl Store {
              GROUP BY tenant_id",
         )
         .bind(period)
-        .bind(tenant)
+        .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
@@ -234,10 +234,13 @@ impl Store {
             .collect())
     }
 
-    pub async fn tenant_infos(&self) -> Result<Vec<TenantInfo>> {
-        let rows = sqlx::query("SELECT id, name, cost_center FROM tenants ORDER BY id")
-            .fetch_all(&self.pool)
-            .await?;
+    pub async fn tenant_infos(&self, scope: &TenantScope) -> Result<Vec<TenantInfo>> {
+        let rows = sqlx::query(
+            "SELECT id, name, cost_center FROM tenants WHERE ($1::text IS NULL OR id = $1) ORDER BY id",
+        )
+        .bind(scope.tenant())
+        .fetch_all(&self.pool)
+        .await?;
         Ok(rows
             .iter()
             .map(|r| TenantInfo {
@@ -252,6 +255,7 @@ impl Store {
     /// rollover's copy source.
     pub async fn usage_events_page(
         &self,
+        scope: &TenantScope,
         period: &str,
         after: &str,
         limit: i64,
@@ -260,12 +264,13 @@ impl Store {
             "SELECT request_id, tenant_id, app_id, key_id, model, period, day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
                     status, stream, replica, started_at, settled_at, usage_source
-             FROM usage_events WHERE period = $1 AND request_id > $2
+             FROM usage_events WHERE period = $1 AND request_id > $2 AND ($4::text IS NULL OR tenant_id = $4)
              ORDER BY request_id LIMIT $3",
         )
         .bind(period)
         .bind(after)
         .bind(limit)
+        .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
@@ -368,7 +373,7 @@ impl Store {
         sqlx::query("LOCK TABLE usage_events, request_decisions IN SHARE MODE")
             .execute(&mut *tx)
             .await?;
-        let now_totals = period_totals(&mut *tx, period).await?;
+        let now_totals = period_totals(&mut *tx, period, None).await?;
         if now_totals != verified.by_tenant {
             return Err(StoreError::Conflict(format!(
                 "the ledger of {period} changed during its copy"
@@ -444,7 +449,7 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         let mut now = Totals::default();
-        for v in period_totals(&mut *tx, &m.period).await?.values() {
+        for v in period_totals(&mut *tx, &m.period, None).await?.values() {
             now.add(v);
         }
         if now != m.totals {
@@ -481,14 +486,21 @@ impl Store {
     }
 }
 
-async fn period_totals<'e, E>(ex: E, period: &str) -> Result<BTreeMap<String, Totals>>
+/// A month's usage per tenant: of `tenant`, or of every tenant (`None`).
+async fn period_totals<'e, E>(
+    ex: E,
+    period: &str,
+    tenant: Option<&str>,
+) -> Result<BTreeMap<String, Totals>>
 where
     E: sqlx::Executor<'e, Database = sqlx::Postgres>,
 {
     let rows = sqlx::query(&format!(
-        "SELECT tenant_id, {SUMS} FROM usage_events WHERE period = $1 GROUP BY tenant_id"
+        "SELECT tenant_id, {SUMS} FROM usage_events WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
+         GROUP BY tenant_id"
     ))
     .bind(period)
+    .bind(tenant)
     .fetch_all(ex)
     .await?;
     Ok(rows

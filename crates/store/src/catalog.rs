@@ -2,7 +2,7 @@
 //! is built from, and the writes that change it (each with its audit row).
 
 use crate::audit::{append, NewAudit};
-use crate::{conflict, Result, Store, StoreError};
+use crate::{conflict, Result, Store, StoreError, TenantScope};
 use chrono::{DateTime, Utc};
 use domain::Limits;
 use serde_json::json;
@@ -104,6 +104,16 @@ fn limits_of(v: serde_json::Value) -> Result<Limits> {
     serde_json::from_value(v).map_err(|e| StoreError::Corrupt(format!("limits: {e}")))
 }
 
+pub(crate) fn app_row(r: &sqlx::postgres::PgRow) -> Result<AppRow> {
+    Ok(AppRow {
+        tenant_id: r.get("tenant_id"),
+        id: r.get("id"),
+        name: r.get("name"),
+        limits: limits_of(r.get("limits"))?,
+        allowed_models: r.get("allowed_models"),
+    })
+}
+
 pub(crate) fn tenant_row(r: &sqlx::postgres::PgRow) -> Result<TenantRow> {
     Ok(TenantRow {
         id: r.get("id"),
@@ -123,37 +133,39 @@ fn limits_json(l: &Limits) -> serde_json::Value {
 }
 
 impl Store {
-    pub async fn load_catalog(&self) -> Result<Catalog> {
+    /// The catalog of the tenants in `scope` (the gateway's is the system
+    /// scope's), with every enabled model.
+    pub async fn load_catalog(&self, scope: &TenantScope) -> Result<Catalog> {
+        let t = scope.tenant();
         let mut tx = self.pool.begin().await?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .execute(&mut *tx)
             .await?;
         let tenants = sqlx::query(
-            "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens FROM tenants",
+            "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens FROM tenants
+             WHERE ($1::text IS NULL OR id = $1)",
         )
+        .bind(t)
         .fetch_all(&mut *tx)
         .await?
         .into_iter()
         .map(|r| tenant_row(&r))
         .collect::<Result<Vec<_>>>()?;
-        let apps = sqlx::query("SELECT tenant_id, id, name, limits, allowed_models FROM apps")
-            .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
-            .map(|r| {
-                Ok(AppRow {
-                    tenant_id: r.get("tenant_id"),
-                    id: r.get("id"),
-                    name: r.get("name"),
-                    limits: limits_of(r.get("limits"))?,
-                    allowed_models: r.get("allowed_models"),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let apps = sqlx::query(
+            "SELECT tenant_id, id, name, limits, allowed_models FROM apps WHERE ($1::text IS NULL OR tenant_id = $1)",
+        )
+        .bind(t)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(app_row)
+        .collect::<Result<Vec<_>>>()?;
         let keys = sqlx::query(
             "SELECT id, tenant_id, app_id, name, prefix, key_hash, limits, allowed_models, expires_at
-             FROM virtual_keys WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())",
+             FROM virtual_keys WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+               AND ($1::text IS NULL OR tenant_id = $1)",
         )
+        .bind(t)
         .fetch_all(&mut *tx)
         .await?
         .into_iter()
@@ -194,45 +206,33 @@ impl Store {
             pool_capacity: r.get("pool_capacity"),
         })
         .collect();
-        let grants = sqlx::query(
-            "SELECT tenant_id, app_id, tokens, cost_micro, expires_at FROM quota_requests
-             WHERE state = 'approved' AND expires_at > now()",
-        )
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .map(|r| crate::GrantRow {
-            tenant_id: r.get("tenant_id"),
-            app_id: r.get("app_id"),
-            tokens: r.get("tokens"),
-            cost_micro: r.get("cost_micro"),
-            expires_at: r.get("expires_at"),
-        })
-        .collect();
-        let borrowed = sqlx::query(
-            "SELECT tenant_id, period, sum(outstanding_tokens)::BIGINT AS t, sum(outstanding_cost_micro)::BIGINT AS c
-             FROM borrows WHERE state = 'active' AND outstanding_tokens > 0 GROUP BY tenant_id, period",
-        )
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .map(|r| crate::BorrowedRow {
-            tenant_id: r.get("tenant_id"),
-            period: r.get("period"),
-            tokens: r.get("t"),
-            cost_micro: r.get("c"),
-        })
-        .collect();
-        let guarantees = sqlx::query("SELECT model_id, tenant_id, slots FROM model_guarantees")
+        let grants = sqlx::query(crate::quota_requests::ACTIVE_GRANTS)
+            .bind(t)
             .fetch_all(&mut *tx)
             .await?
-            .into_iter()
-            .map(|r| crate::GuaranteeRow {
-                model_id: r.get("model_id"),
-                tenant_id: r.get("tenant_id"),
-                slots: r.get("slots"),
-            })
+            .iter()
+            .map(crate::quota_requests::grant_row)
             .collect();
+        let borrowed = sqlx::query(crate::fair::OUTSTANDING)
+            .bind(t)
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(crate::fair::borrowed_row)
+            .collect();
+        let guarantees = sqlx::query(
+            "SELECT model_id, tenant_id, slots FROM model_guarantees WHERE ($1::text IS NULL OR tenant_id = $1)",
+        )
+        .bind(t)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .map(|r| crate::GuaranteeRow {
+            model_id: r.get("model_id"),
+            tenant_id: r.get("tenant_id"),
+            slots: r.get("slots"),
+        })
+        .collect();
         tx.commit().await?;
         Ok(Catalog {
             tenants,
@@ -404,13 +404,14 @@ impl Store {
         Ok(())
     }
 
-    pub async fn tenant_exists(&self, id: &str) -> Result<bool> {
-        Ok(
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1)")
-                .bind(id)
-                .fetch_one(&self.pool)
-                .await?,
+    pub async fn tenant_exists(&self, scope: &TenantScope, id: &str) -> Result<bool> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1 AND ($2::text IS NULL OR id = $2))",
         )
+        .bind(id)
+        .bind(scope.tenant())
+        .fetch_one(&self.pool)
+        .await?)
     }
 }
 
@@ -483,12 +484,13 @@ impl Store {
 }
 
 impl Store {
-    pub async fn tenant(&self, id: &str) -> Result<Option<TenantRow>> {
+    pub async fn tenant(&self, scope: &TenantScope, id: &str) -> Result<Option<TenantRow>> {
         let r = sqlx::query(
             "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens
-             FROM tenants WHERE id = $1",
+             FROM tenants WHERE id = $1 AND ($2::text IS NULL OR id = $2)",
         )
         .bind(id)
+        .bind(scope.tenant())
         .fetch_optional(&self.pool)
         .await?;
         r.map(|r| tenant_row(&r)).transpose()
@@ -528,24 +530,26 @@ impl Store {
         Ok(())
     }
 
-    pub async fn app_exists(&self, tenant: &str, app: &str) -> Result<bool> {
+    pub async fn app_exists(&self, scope: &TenantScope, tenant: &str, app: &str) -> Result<bool> {
         Ok(sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM apps WHERE tenant_id = $1 AND id = $2)",
+            "SELECT EXISTS (SELECT 1 FROM apps WHERE tenant_id = $1 AND id = $2 AND ($3::text IS NULL OR tenant_id = $3))",
         )
         .bind(tenant)
         .bind(app)
+        .bind(scope.tenant())
         .fetch_one(&self.pool)
         .await?)
     }
 
     /// The tenant a key belongs to (to authorize its revocation).
-    pub async fn key_tenant(&self, id: Uuid) -> Result<Option<String>> {
-        Ok(
-            sqlx::query_scalar("SELECT tenant_id FROM virtual_keys WHERE id = $1")
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await?,
+    pub async fn key_tenant(&self, scope: &TenantScope, id: Uuid) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT tenant_id FROM virtual_keys WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)",
         )
+        .bind(id)
+        .bind(scope.tenant())
+        .fetch_optional(&self.pool)
+        .await?)
     }
 }
 

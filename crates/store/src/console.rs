@@ -3,8 +3,8 @@
 //! the audit log searched by actor, action, target and time.
 
 use crate::audit::{append, NewAudit};
-use crate::catalog::{AppRow, ModelRow, TenantRow};
-use crate::{Result, Store, StoreError};
+use crate::catalog::{app_row, AppRow, ModelRow, TenantRow};
+use crate::{Result, Store, StoreError, TenantScope};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use sqlx::Row;
@@ -34,7 +34,8 @@ pub struct UserListRow {
 }
 
 /// Audit log filters; empty strings and None match everything. Text
-/// filters match a substring, case-insensitively.
+/// filters match a substring, case-insensitively. Pages are keyset pages:
+/// the next (older) page is the rows `before` the last id of this one.
 #[derive(Debug, Clone, Default)]
 pub struct AuditFilter {
     pub actor: String,
@@ -42,6 +43,8 @@ pub struct AuditFilter {
     pub target: String,
     pub from: Option<DateTime<Utc>>,
     pub to: Option<DateTime<Utc>>,
+    /// Only rows with an id below this one.
+    pub before: Option<i64>,
     pub limit: i64,
 }
 
@@ -55,43 +58,38 @@ fn like_pattern(s: &str) -> String {
 }
 
 impl Store {
-    pub async fn tenants(&self) -> Result<Vec<TenantRow>> {
+    /// The scope's tenants.
+    pub async fn tenants(&self, scope: &TenantScope) -> Result<Vec<TenantRow>> {
         let rows = sqlx::query(
             "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens
-             FROM tenants ORDER BY id",
+             FROM tenants WHERE ($1::text IS NULL OR id = $1) ORDER BY id",
         )
+        .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(crate::catalog::tenant_row).collect()
     }
 
-    pub async fn apps_of(&self, tenant: &str) -> Result<Vec<AppRow>> {
+    pub async fn apps_of(&self, scope: &TenantScope, tenant: &str) -> Result<Vec<AppRow>> {
         let rows = sqlx::query(
-            "SELECT tenant_id, id, name, limits, allowed_models FROM apps WHERE tenant_id = $1 ORDER BY id",
+            "SELECT tenant_id, id, name, limits, allowed_models FROM apps
+             WHERE tenant_id = $1 AND ($2::text IS NULL OR tenant_id = $2) ORDER BY id",
         )
         .bind(tenant)
+        .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(AppRow {
-                    tenant_id: r.get("tenant_id"),
-                    id: r.get("id"),
-                    name: r.get("name"),
-                    limits: serde_json::from_value(r.get("limits"))
-                        .map_err(|e| StoreError::Corrupt(format!("limits: {e}")))?,
-                    allowed_models: r.get("allowed_models"),
-                })
-            })
-            .collect()
+        rows.iter().map(app_row).collect()
     }
 
-    pub async fn keys_of(&self, tenant: &str) -> Result<Vec<KeyListRow>> {
+    pub async fn keys_of(&self, scope: &TenantScope, tenant: &str) -> Result<Vec<KeyListRow>> {
         let rows = sqlx::query(
             "SELECT id, tenant_id, app_id, name, prefix, expires_at, revoked_at, created_at
-             FROM virtual_keys WHERE tenant_id = $1 ORDER BY app_id, created_at DESC",
+             FROM virtual_keys WHERE tenant_id = $1 AND ($2::text IS NULL OR tenant_id = $2)
+             ORDER BY app_id, created_at DESC",
         )
         .bind(tenant)
+        .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
@@ -191,12 +189,18 @@ impl Store {
         Ok(())
     }
 
-    /// Audit rows matching the filter, newest first.
-    pub async fn audit_search(&self, f: &AuditFilter) -> Result<Vec<crate::AuditRow>> {
+    /// Audit rows matching the filter, newest first. The log belongs to
+    /// the platform, not to a tenant: a one-tenant scope reads none of it.
+    pub async fn audit_search(
+        &self,
+        scope: &TenantScope,
+        f: &AuditFilter,
+    ) -> Result<Vec<crate::AuditRow>> {
         let rows = sqlx::query(
             "SELECT id, at, actor, action, target, before, after, reason, prev_hash, hash FROM audit_log
              WHERE ($1 = '' OR actor ILIKE $2) AND ($3 = '' OR action ILIKE $4) AND ($5 = '' OR target ILIKE $6)
                AND ($7::timestamptz IS NULL OR at >= $7) AND ($8::timestamptz IS NULL OR at <= $8)
+               AND ($10::int8 IS NULL OR id < $10) AND $11
              ORDER BY id DESC LIMIT $9",
         )
         .bind(&f.actor)
@@ -208,6 +212,8 @@ impl Store {
         .bind(f.from)
         .bind(f.to)
         .bind(f.limit.clamp(1, 1000))
+        .bind(f.before)
+        .bind(scope.is_all())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.iter().map(crate::audit::audit_row).collect())

@@ -2,7 +2,7 @@
 //! rebuilt from), model guarantees and degrade targets (DESIGN §7).
 
 use crate::audit::{append, NewAudit};
-use crate::{Result, Store, StoreError};
+use crate::{Result, Store, StoreError, TenantScope};
 use chrono::{DateTime, Utc};
 use domain::borrowing::PoolPolicy;
 use serde::Serialize;
@@ -75,6 +75,22 @@ fn borrow_row(r: &sqlx::postgres::PgRow) -> BorrowRow {
         replica: r.get("replica"),
         created_at: r.get("created_at"),
         settled_at: r.get("settled_at"),
+    }
+}
+
+/// Outstanding borrowed quota per tenant and period, of the tenant `$1`
+/// (NULL: every tenant).
+pub(crate) const OUTSTANDING: &str =
+    "SELECT tenant_id, period, sum(outstanding_tokens)::BIGINT AS t, sum(outstanding_cost_micro)::BIGINT AS c
+     FROM borrows WHERE state = 'active' AND outstanding_tokens > 0 AND ($1::text IS NULL OR tenant_id = $1)
+     GROUP BY tenant_id, period";
+
+pub(crate) fn borrowed_row(r: &sqlx::postgres::PgRow) -> BorrowedRow {
+    BorrowedRow {
+        tenant_id: r.get("tenant_id"),
+        period: r.get("period"),
+        tokens: r.get("t"),
+        cost_micro: r.get("c"),
     }
 }
 
@@ -168,9 +184,13 @@ impl Store {
         .await?;
         let Some(r) = r else {
             tx.commit().await?;
-            return self
-                .borrow(id)
-                .await?
+            let r = sqlx::query(&format!("SELECT {BORROW_COLS} FROM borrows WHERE id = $1"))
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+            return r
+                .as_ref()
+                .map(borrow_row)
                 .ok_or_else(|| StoreError::NotFound(format!("borrow {id}")));
         };
         let b = borrow_row(&r);
@@ -194,55 +214,45 @@ impl Store {
         Ok(b)
     }
 
-    pub async fn borrow(&self, id: Uuid) -> Result<Option<BorrowRow>> {
-        let r = sqlx::query(&format!("SELECT {BORROW_COLS} FROM borrows WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(r.as_ref().map(borrow_row))
-    }
-
     /// Borrows still pending after `before` (their replica died or lost
     /// Redis mid-borrow): driven again, idempotently, by the borrower.
-    pub async fn pending_borrows(&self, before: DateTime<Utc>) -> Result<Vec<BorrowRow>> {
+    pub async fn pending_borrows(
+        &self,
+        scope: &TenantScope,
+        before: DateTime<Utc>,
+    ) -> Result<Vec<BorrowRow>> {
         let rows = sqlx::query(&format!(
-            "SELECT {BORROW_COLS} FROM borrows WHERE state = 'pending' AND created_at < $1 ORDER BY created_at"
+            "SELECT {BORROW_COLS} FROM borrows WHERE state = 'pending' AND created_at < $1
+               AND ($2::text IS NULL OR tenant_id = $2) ORDER BY created_at"
         ))
         .bind(before)
+        .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.iter().map(borrow_row).collect())
     }
 
-    /// Every borrow of a period, oldest first.
-    pub async fn borrows(&self, period: &str) -> Result<Vec<BorrowRow>> {
+    /// The scope's borrows of a period, oldest first.
+    pub async fn borrows(&self, scope: &TenantScope, period: &str) -> Result<Vec<BorrowRow>> {
         let rows = sqlx::query(&format!(
-            "SELECT {BORROW_COLS} FROM borrows WHERE period = $1 ORDER BY created_at, id"
+            "SELECT {BORROW_COLS} FROM borrows WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
+             ORDER BY created_at, id"
         ))
         .bind(period)
+        .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.iter().map(borrow_row).collect())
     }
 
-    /// Outstanding borrowed quota per tenant and period (active borrows).
-    pub async fn borrowed(&self) -> Result<Vec<BorrowedRow>> {
-        let rows = sqlx::query(
-            "SELECT tenant_id, period, sum(outstanding_tokens)::BIGINT AS t, sum(outstanding_cost_micro)::BIGINT AS c
-             FROM borrows WHERE state = 'active' AND outstanding_tokens > 0
-             GROUP BY tenant_id, period",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .iter()
-            .map(|r| BorrowedRow {
-                tenant_id: r.get("tenant_id"),
-                period: r.get("period"),
-                tokens: r.get("t"),
-                cost_micro: r.get("c"),
-            })
-            .collect())
+    /// Outstanding borrowed quota per tenant of the scope and period
+    /// (active borrows).
+    pub async fn borrowed(&self, scope: &TenantScope) -> Result<Vec<BorrowedRow>> {
+        let rows = sqlx::query(OUTSTANDING)
+            .bind(scope.tenant())
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(borrowed_row).collect())
     }
 
     /// Takes `tokens` (and `cost_micro`) back from a borrow: its outstanding
@@ -313,28 +323,43 @@ impl Store {
         Ok(())
     }
 
-    /// Reclaims of a period (newest first), or only those still pending.
-    pub async fn reclaims(&self, period: &str, pending_only: bool) -> Result<Vec<ReclaimRow>> {
+    /// The scope's reclaims of a period (newest first), or only those still
+    /// pending.
+    pub async fn reclaims(
+        &self,
+        scope: &TenantScope,
+        period: &str,
+        pending_only: bool,
+    ) -> Result<Vec<ReclaimRow>> {
         let rows = sqlx::query(
             "SELECT id, borrow_id, tenant_id, period, tokens, cost_micro, state, reason, at FROM reclaims
-             WHERE period = $1 AND ($2 = FALSE OR state = 'pending') ORDER BY at DESC, id DESC",
+             WHERE period = $1 AND ($2 = FALSE OR state = 'pending') AND ($3::text IS NULL OR tenant_id = $3)
+             ORDER BY at DESC, id DESC",
         )
         .bind(period)
         .bind(pending_only)
+        .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.iter().map(reclaim_row).collect())
     }
 
     /// A tenant's settled cost of one day, from the ledger.
-    pub async fn tenant_day_cost(&self, tenant: &str, day: &str) -> Result<i64> {
+    pub async fn tenant_day_cost(
+        &self,
+        scope: &TenantScope,
+        tenant: &str,
+        day: &str,
+    ) -> Result<i64> {
         let day = chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d")
             .map_err(|e| StoreError::Corrupt(format!("day {day}: {e}")))?;
         Ok(sqlx::query_scalar(
-            "SELECT COALESCE(sum(cost_micro), 0)::BIGINT FROM usage_events WHERE tenant_id = $1 AND day = $2",
+            "SELECT COALESCE(sum(cost_micro), 0)::BIGINT FROM usage_events
+             WHERE tenant_id = $1 AND day = $2 AND ($3::text IS NULL OR tenant_id = $3)",
         )
         .bind(tenant)
         .bind(day)
+        .bind(scope.tenant())
         .fetch_one(&self.pool)
         .await?)
     }
@@ -385,20 +410,6 @@ impl Store {
         .await?;
         tx.commit().await?;
         Ok(())
-    }
-
-    pub async fn guarantees(&self) -> Result<Vec<GuaranteeRow>> {
-        let rows = sqlx::query("SELECT model_id, tenant_id, slots FROM model_guarantees")
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows
-            .iter()
-            .map(|r| GuaranteeRow {
-                model_id: r.get("model_id"),
-                tenant_id: r.get("tenant_id"),
-                slots: r.get("slots"),
-            })
-            .collect())
     }
 }
 

@@ -2,7 +2,7 @@
 //! outbox), console notices, and expired grants written to the audit log.
 
 use crate::audit::{append, NewAudit};
-use crate::{Result, Store};
+use crate::{Result, Store, TenantScope};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -165,14 +165,21 @@ impl Store {
         Ok(())
     }
 
-    /// The newest runs, of one job or all.
-    pub async fn job_runs(&self, job: Option<&str>, limit: i64) -> Result<Vec<JobRunRow>> {
+    /// The newest runs, of one job or all. Runs are the platform's (their
+    /// details name every tenant): a one-tenant scope reads none.
+    pub async fn job_runs(
+        &self,
+        scope: &TenantScope,
+        job: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<JobRunRow>> {
         let rows = sqlx::query(&format!(
-            "SELECT {RUN_COLS} FROM job_runs WHERE ($1::text IS NULL OR job = $1)
+            "SELECT {RUN_COLS} FROM job_runs WHERE ($1::text IS NULL OR job = $1) AND $3
              ORDER BY id DESC LIMIT $2"
         ))
         .bind(job)
         .bind(limit)
+        .bind(scope.is_all())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(job_run).collect())
@@ -213,13 +220,19 @@ impl Store {
         Ok(true)
     }
 
-    /// Alerts whose webhook delivery is due.
-    pub async fn due_alerts(&self, now: DateTime<Utc>) -> Result<Vec<AlertRow>> {
+    /// The scope's alerts whose webhook delivery is due.
+    pub async fn due_alerts(
+        &self,
+        scope: &TenantScope,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<AlertRow>> {
         let rows = sqlx::query(&format!(
             "SELECT {ALERT_COLS} FROM budget_alerts WHERE delivery = 'pending' AND next_attempt_at <= $1
+               AND ($2::text IS NULL OR tenant_id = $2)
              ORDER BY id LIMIT 200"
         ))
         .bind(now)
+        .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(alert).collect())
@@ -260,18 +273,15 @@ impl Store {
         Ok(())
     }
 
-    pub async fn alerts(
-        &self,
-        period: Option<&str>,
-        tenant: Option<&str>,
-    ) -> Result<Vec<AlertRow>> {
+    /// The scope's alerts, of one month or all.
+    pub async fn alerts(&self, scope: &TenantScope, period: Option<&str>) -> Result<Vec<AlertRow>> {
         let rows = sqlx::query(&format!(
             "SELECT {ALERT_COLS} FROM budget_alerts
              WHERE ($1::text IS NULL OR period = $1) AND ($2::text IS NULL OR tenant_id = $2)
              ORDER BY id"
         ))
         .bind(period)
-        .bind(tenant)
+        .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(alert).collect())
@@ -296,13 +306,14 @@ impl Store {
         Ok(())
     }
 
-    /// Newest notices: of one tenant (`Some`), or every notice (`None`).
-    pub async fn notices(&self, tenant: Option<&str>, limit: i64) -> Result<Vec<NoticeRow>> {
+    /// Newest notices: a one-tenant scope's, or every notice (the
+    /// platform's own, without a tenant, included) for every tenant's scope.
+    pub async fn notices(&self, scope: &TenantScope, limit: i64) -> Result<Vec<NoticeRow>> {
         let rows = sqlx::query(
             "SELECT id, at, tenant_id, kind, message, detail FROM notices
              WHERE ($1::text IS NULL OR tenant_id = $1) ORDER BY id DESC LIMIT $2",
         )
-        .bind(tenant)
+        .bind(scope.tenant())
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;

@@ -1,6 +1,6 @@
 //! The usage ledger: settled requests, one row each, inserted in batches.
 
-use crate::{Result, Store};
+use crate::{Result, Store, TenantScope};
 use chrono::{DateTime, NaiveDate, Utc};
 use domain::usage::UsageEvent;
 use sqlx::Row;
@@ -78,7 +78,12 @@ impl Store {
 
     /// A tenant's settled usage of a month by (app, key): the source a lost
     /// Redis month is rebuilt from.
-    pub async fn month_usage(&self, tenant: &str, period: &str) -> Result<Vec<MonthUsageRow>> {
+    pub async fn month_usage(
+        &self,
+        scope: &TenantScope,
+        tenant: &str,
+        period: &str,
+    ) -> Result<Vec<MonthUsageRow>> {
         let rows = sqlx::query(
             "SELECT app_id, key_id,
                     COALESCE(SUM(input_tokens + output_tokens), 0)::int8 AS tokens,
@@ -86,11 +91,12 @@ impl Store {
                     COALESCE(SUM(overrun_tokens), 0)::int8 AS otok,
                     COALESCE(SUM(overrun_cost_micro), 0)::int8 AS ocost,
                     COUNT(*) AS requests
-             FROM usage_events WHERE tenant_id = $1 AND period = $2
+             FROM usage_events WHERE tenant_id = $1 AND period = $2 AND ($3::text IS NULL OR tenant_id = $3)
              GROUP BY app_id, key_id",
         )
         .bind(tenant)
         .bind(period)
+        .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
@@ -107,14 +113,19 @@ impl Store {
             .collect())
     }
 
-    pub async fn usage_event(&self, request_id: &str) -> Result<Option<UsageEvent>> {
+    pub async fn usage_event(
+        &self,
+        scope: &TenantScope,
+        request_id: &str,
+    ) -> Result<Option<UsageEvent>> {
         let r = sqlx::query(
             "SELECT request_id, tenant_id, app_id, key_id, model, period, day::text AS day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
                     status, stream, replica, started_at, settled_at, usage_source
-             FROM usage_events WHERE request_id = $1",
+             FROM usage_events WHERE request_id = $1 AND ($2::text IS NULL OR tenant_id = $2)",
         )
         .bind(request_id)
+        .bind(scope.tenant())
         .fetch_optional(&self.pool)
         .await?;
         Ok(r.map(|r| UsageEvent {
@@ -141,10 +152,13 @@ impl Store {
         }))
     }
 
-    /// Every tenant id, for jobs that visit each tenant's Redis keys.
-    pub async fn tenant_ids(&self) -> Result<Vec<String>> {
-        Ok(sqlx::query_scalar("SELECT id FROM tenants ORDER BY id")
-            .fetch_all(&self.pool)
-            .await?)
+    /// The scope's tenant ids (jobs visit each tenant's Redis keys).
+    pub async fn tenant_ids(&self, scope: &TenantScope) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT id FROM tenants WHERE ($1::text IS NULL OR id = $1) ORDER BY id",
+        )
+        .bind(scope.tenant())
+        .fetch_all(&self.pool)
+        .await?)
     }
 }

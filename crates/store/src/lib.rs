@@ -1,18 +1,23 @@
 //! Postgres repositories: the system of record. All SQL of the project lives
-//! in this crate (and ClickHouse's in `sql/`).
+//! in this crate (and ClickHouse's in `sql/`). Reads of tenant data take a
+//! [`TenantScope`], which only sign-in and session checks (`auth`) or the
+//! explicit [`TenantScope::system`] make.
 
 mod audit;
+mod auth;
 mod billing;
 mod catalog;
 mod console;
 mod fair;
 mod jobs;
 mod ledger;
+pub mod passwords;
 mod quota_requests;
 mod request_decisions;
 mod users;
 
 pub use audit::{AuditRow, NewAudit};
+pub use auth::{IssuedSession, Principal, Sessions, TenantScope, VerifiedSession};
 pub use billing::{ClosedMonth, VerifiedMonth};
 pub use catalog::{AppRow, Catalog, KeyRow, ModelRow, NewKey, NewModel, TenantRow};
 pub use console::{AuditFilter, KeyListRow, UserListRow};

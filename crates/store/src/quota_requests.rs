@@ -1,7 +1,7 @@
 //! Temporary quota requests and the grants they become.
 
 use crate::audit::{append, NewAudit};
-use crate::{Result, Store, StoreError};
+use crate::{Result, Store, StoreError, TenantScope};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::json;
@@ -44,6 +44,21 @@ pub struct GrantRow {
     pub tokens: i64,
     pub cost_micro: i64,
     pub expires_at: DateTime<Utc>,
+}
+
+/// Approved unexpired grants of the tenant `$1` (NULL: every tenant).
+pub(crate) const ACTIVE_GRANTS: &str =
+    "SELECT tenant_id, app_id, tokens, cost_micro, expires_at FROM quota_requests
+     WHERE state = 'approved' AND expires_at > now() AND ($1::text IS NULL OR tenant_id = $1)";
+
+pub(crate) fn grant_row(r: &sqlx::postgres::PgRow) -> GrantRow {
+    GrantRow {
+        tenant_id: r.get("tenant_id"),
+        app_id: r.get("app_id"),
+        tokens: r.get("tokens"),
+        cost_micro: r.get("cost_micro"),
+        expires_at: r.get("expires_at"),
+    }
 }
 
 const COLS: &str =
@@ -102,11 +117,18 @@ impl Store {
         Ok(created)
     }
 
-    pub async fn quota_request(&self, id: Uuid) -> Result<Option<QuotaRequestRow>> {
-        let r = sqlx::query(&format!("SELECT {COLS} FROM quota_requests WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
+    pub async fn quota_request(
+        &self,
+        scope: &TenantScope,
+        id: Uuid,
+    ) -> Result<Option<QuotaRequestRow>> {
+        let r = sqlx::query(&format!(
+            "SELECT {COLS} FROM quota_requests WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)"
+        ))
+        .bind(id)
+        .bind(scope.tenant())
+        .fetch_optional(&self.pool)
+        .await?;
         Ok(r.map(row))
     }
 
@@ -153,34 +175,23 @@ impl Store {
         Ok(decided)
     }
 
-    /// Requests of one tenant, or of all tenants, newest first.
-    pub async fn quota_requests(&self, tenant: Option<&str>) -> Result<Vec<QuotaRequestRow>> {
+    /// The scope's requests, newest first.
+    pub async fn quota_requests(&self, scope: &TenantScope) -> Result<Vec<QuotaRequestRow>> {
         let rows = sqlx::query(&format!(
             "SELECT {COLS} FROM quota_requests WHERE ($1::text IS NULL OR tenant_id = $1) ORDER BY created_at DESC LIMIT 500"
         ))
-        .bind(tenant)
+        .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(row).collect())
     }
 
-    /// Approved grants that have not expired yet.
-    pub async fn active_grants(&self) -> Result<Vec<GrantRow>> {
-        let rows = sqlx::query(
-            "SELECT tenant_id, app_id, tokens, cost_micro, expires_at FROM quota_requests
-             WHERE state = 'approved' AND expires_at > now()",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| GrantRow {
-                tenant_id: r.get("tenant_id"),
-                app_id: r.get("app_id"),
-                tokens: r.get("tokens"),
-                cost_micro: r.get("cost_micro"),
-                expires_at: r.get("expires_at"),
-            })
-            .collect())
+    /// The scope's approved grants that have not expired yet.
+    pub async fn active_grants(&self, scope: &TenantScope) -> Result<Vec<GrantRow>> {
+        let rows = sqlx::query(ACTIVE_GRANTS)
+            .bind(scope.tenant())
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(grant_row).collect())
     }
 }

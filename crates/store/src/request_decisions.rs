@@ -1,7 +1,7 @@
 //! Refused and degraded requests (migration 0005): written in batches by the
 //! gateway's decision writer, read by the request lookup (DESIGN §10, §11).
 
-use crate::{Result, Store};
+use crate::{Result, Store, TenantScope};
 use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::Value;
 use sqlx::{QueryBuilder, Row};
@@ -57,11 +57,17 @@ impl Store {
         Ok(q.build().execute(&self.pool).await?.rows_affected())
     }
 
-    pub async fn request_decision(&self, request_id: &str) -> Result<Option<RequestDecisionRow>> {
+    pub async fn request_decision(
+        &self,
+        scope: &TenantScope,
+        request_id: &str,
+    ) -> Result<Option<RequestDecisionRow>> {
         let r = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM request_decisions WHERE request_id = $1"
+            "SELECT {COLUMNS} FROM request_decisions WHERE request_id = $1
+               AND ($2::text IS NULL OR tenant_id = $2)"
         ))
         .bind(request_id)
+        .bind(scope.tenant())
         .fetch_optional(&self.pool)
         .await?;
         Ok(r.map(|r| RequestDecisionRow {

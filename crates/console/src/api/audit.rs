@@ -1,11 +1,12 @@
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::Json;
 use domain::roles::{Actor, Role};
+use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use store::{AuditFilter, AuditRow};
+use store::{AuditFilter, AuditRow, Principal};
 
 pub fn may_audit(actor: &Actor) -> Result<(), ApiError> {
     match actor.role {
@@ -19,22 +20,55 @@ pub fn may_audit(actor: &Actor) -> Result<(), ApiError> {
 /// Audit rows matching the filter, newest first.
 pub async fn search(
     cp: &ControlPlane,
-    actor: &Actor,
+    actor: &Principal,
     f: &AuditFilter,
 ) -> Result<Vec<AuditRow>, ApiError> {
     may_audit(actor)?;
-    Ok(cp.store.audit_search(f).await?)
+    Ok(cp.store.audit_search(actor.scope(), f).await?)
 }
 
+/// One page of the log, newest first: up to `limit` rows, and the key of
+/// the next (older) page when there is one.
+pub async fn page(
+    cp: &ControlPlane,
+    actor: &Principal,
+    f: &AuditFilter,
+) -> Result<(Vec<AuditRow>, Option<i64>), ApiError> {
+    let limit = f.limit.clamp(1, 500);
+    let mut rows = search(
+        cp,
+        actor,
+        &AuditFilter {
+            limit: limit + 1,
+            ..f.clone()
+        },
+    )
+    .await?;
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let next = more.then(|| rows.last().map(|r| r.id)).flatten();
+    Ok((rows, next))
+}
+
+#[derive(Deserialize)]
+pub struct PageQuery {
+    before: Option<i64>,
+    limit: Option<i64>,
+}
+
+/// `GET /api/v1/audit[?before=ID][&limit=N]`: newest first, `limit` rows
+/// (default 500); `next_before` keys the next page.
 pub async fn list(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
+    Query(q): Query<PageQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let filter = AuditFilter {
-        limit: 500,
+        before: q.before,
+        limit: q.limit.unwrap_or(500),
         ..Default::default()
     };
-    let rows = search(&cp, &actor, &filter).await?;
+    let (rows, next) = page(&cp, &actor, &filter).await?;
     let data: Vec<Value> = rows
         .iter()
         .map(|r| {
@@ -43,7 +77,7 @@ pub async fn list(
                 "reason": r.entry.reason, "hash": hex(&r.hash)})
         })
         .collect();
-    Ok(Json(json!({"data": data})))
+    Ok(Json(json!({"data": data, "next_before": next})))
 }
 
 pub fn hex(b: &[u8]) -> String {
@@ -57,9 +91,9 @@ pub struct ChainCheck {
     pub first_broken: Option<AuditRow>,
 }
 
-pub async fn check_chain(cp: &ControlPlane, actor: &Actor) -> Result<ChainCheck, ApiError> {
+pub async fn check_chain(cp: &ControlPlane, actor: &Principal) -> Result<ChainCheck, ApiError> {
     may_audit(actor)?;
-    let rows = cp.store.audit_chain().await?;
+    let rows = cp.store.audit_chain(actor.scope()).await?;
     let chain: Vec<_> = rows
         .iter()
         .map(|r| (r.entry.clone(), r.prev_hash.clone(), r.hash.clone()))

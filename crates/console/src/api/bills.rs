@@ -2,7 +2,6 @@
 //! exports), job runs, notices. Finance, auditors and platform admins read
 //! every tenant; a tenant admin reads only their own (others answer 404).
 
-use super::require;
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
 use axum::extract::{Query, State};
@@ -11,10 +10,11 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use billing::BillingError;
 use domain::bill::DrillBy;
-use domain::roles::{Access, Actor, Role};
+use domain::roles::Role;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use store::{Principal, TenantScope};
 
 #[derive(Deserialize)]
 pub struct BillQuery {
@@ -71,16 +71,15 @@ impl IntoResponse for BillsError {
     }
 }
 
-/// The tenants an actor's bill covers: `Some(t)` for one tenant (a tenant
-/// admin always), `None` for all (staff who read every tenant).
-pub(crate) fn bill_scope(actor: &Actor, asked: Option<&str>) -> Result<Option<String>, ApiError> {
-    match (actor.role, asked) {
-        (_, Some(t)) => {
-            require(actor, Access::Read, t)?;
-            Ok(Some(t.to_string()))
-        }
-        (Role::TenantAdmin, None) => Ok(actor.tenant.clone()),
-        (_, None) => Ok(None),
+/// The tenants a bill covers: the actor's scope, narrowed to the tenant
+/// asked for (404 when it is outside the scope).
+pub(crate) fn bill_scope(actor: &Principal, asked: Option<&str>) -> Result<TenantScope, ApiError> {
+    match asked {
+        Some(t) => actor
+            .scope()
+            .narrow_to(t)
+            .ok_or_else(|| ApiError::NotFound(format!("tenant {t}"))),
+        None => Ok(actor.scope().clone()),
     }
 }
 
@@ -101,7 +100,7 @@ pub async fn show(
     Query(q): Query<BillQuery>,
 ) -> Result<Json<Value>, BillsError> {
     let period = period_of(&cp, &q)?;
-    let tenant = bill_scope(&actor, q.tenant.as_deref())?;
+    let scope = bill_scope(&actor, q.tenant.as_deref())?;
     let by = match q.by.as_deref() {
         None | Some("") => None,
         Some(b) => Some(
@@ -109,10 +108,10 @@ pub async fn show(
                 .ok_or_else(|| ApiError::BadRequest("by must be app, model or day".into()))?,
         ),
     };
-    let bill = cp.books.bill(&period, tenant.as_deref()).await?;
+    let bill = cp.books.bill(&period, &scope).await?;
     let mut v = serde_json::to_value(&bill).map_err(|_| ApiError::Internal)?;
     if let Some(by) = by {
-        let lines = cp.books.drill_down(&period, tenant.as_deref(), by).await?;
+        let lines = cp.books.drill_down(&period, &scope, by).await?;
         v["by"] = json!(by);
         v["lines"] = json!(lines);
     }
@@ -140,8 +139,8 @@ pub async fn csv(
     Query(q): Query<BillQuery>,
 ) -> Result<Response, BillsError> {
     let period = period_of(&cp, &q)?;
-    let tenant = bill_scope(&actor, q.tenant.as_deref())?;
-    let body = cp.books.csv(&period, tenant.as_deref()).await?;
+    let scope = bill_scope(&actor, q.tenant.as_deref())?;
+    let body = cp.books.csv(&period, &scope).await?;
     Ok(csv_response(format!("tollgate-bill-{period}.csv"), body))
 }
 
@@ -153,8 +152,8 @@ pub async fn focus_csv(
     Query(q): Query<BillQuery>,
 ) -> Result<Response, BillsError> {
     let period = period_of(&cp, &q)?;
-    let tenant = bill_scope(&actor, q.tenant.as_deref())?;
-    let body = cp.books.focus_csv(&period, tenant.as_deref()).await?;
+    let scope = bill_scope(&actor, q.tenant.as_deref())?;
+    let body = cp.books.focus_csv(&period, &scope).await?;
     Ok(csv_response(format!("tollgate-focus-{period}.csv"), body))
 }
 
@@ -177,7 +176,11 @@ pub async fn job_runs(
     }
     let runs = cp
         .store
-        .job_runs(q.job.as_deref(), q.limit.unwrap_or(100).clamp(1, 1000))
+        .job_runs(
+            actor.scope(),
+            q.job.as_deref(),
+            q.limit.unwrap_or(100).clamp(1, 1000),
+        )
         .await?;
     let months = cp.store.closed_months().await?;
     let months: Vec<Value> = months
@@ -196,10 +199,6 @@ pub async fn notices(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant = match actor.role {
-        Role::TenantAdmin => Some(actor.tenant.clone().ok_or(ApiError::Internal)?),
-        _ => None,
-    };
-    let n = cp.store.notices(tenant.as_deref(), 200).await?;
+    let n = cp.store.notices(actor.scope(), 200).await?;
     Ok(Json(json!({"notices": n})))
 }

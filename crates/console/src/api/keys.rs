@@ -6,12 +6,12 @@ use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use domain::keys;
-use domain::roles::{Access, Actor};
+use domain::roles::Access;
 use domain::Limits;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use store::NewKey;
+use store::{NewKey, Principal};
 use uuid::Uuid;
 
 #[derive(Deserialize)]
@@ -39,7 +39,7 @@ pub struct IssuedKey {
 /// Issues a key for an app of a tenant the actor manages.
 pub async fn issue(
     cp: &ControlPlane,
-    actor: &Actor,
+    actor: &Principal,
     tenant: &str,
     app: &str,
     k: KeyIn,
@@ -63,7 +63,7 @@ pub async fn issue(
         allowed_models: k.allowed_models,
         expires_at: k.expires_at,
     };
-    if !cp.store.app_exists(tenant, app).await? {
+    if !cp.store.app_exists(actor.scope(), tenant, app).await? {
         return Err(ApiError::NotFound(format!("app {tenant}/{app}")));
     }
     let id = cp.store.create_key(&actor.label(), &new).await?;
@@ -95,11 +95,16 @@ pub async fn create(
     ))
 }
 
-/// Revokes a key of a tenant the actor manages.
-pub async fn revoke_key(cp: &ControlPlane, actor: &Actor, id: Uuid) -> Result<String, ApiError> {
+/// Revokes a key of a tenant the actor manages (another tenant's key is
+/// not found).
+pub async fn revoke_key(
+    cp: &ControlPlane,
+    actor: &Principal,
+    id: Uuid,
+) -> Result<String, ApiError> {
     let tenant = cp
         .store
-        .key_tenant(id)
+        .key_tenant(actor.scope(), id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("key {id}")))?;
     require(actor, Access::Manage, &tenant)?;

@@ -12,7 +12,7 @@ use domain::MicroUsd;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use store::{BorrowRow, ReclaimRow};
+use store::{BorrowRow, Principal, ReclaimRow};
 
 fn may_read_pool(actor: &Actor) -> Result<(), ApiError> {
     match actor.role {
@@ -52,7 +52,7 @@ pub struct PoolView {
 /// auditors).
 pub async fn pool_view(
     cp: &ControlPlane,
-    actor: &Actor,
+    actor: &Principal,
     period: Option<String>,
 ) -> Result<PoolView, ApiError> {
     may_read_pool(actor)?;
@@ -60,7 +60,7 @@ pub async fn pool_view(
     let policy = cp.store.pool_policy().await?;
     let outstanding: Vec<(String, i64, i64)> = cp
         .store
-        .borrowed()
+        .borrowed(actor.scope())
         .await?
         .into_iter()
         .filter(|b| b.period == period)
@@ -163,29 +163,16 @@ pub async fn update(
     })))
 }
 
-/// Borrows and reclaims of a month, as `actor` may see them (tenant admins:
+/// Borrows and reclaims of a month in `actor`'s scope (tenant admins:
 /// their own tenant's).
 pub async fn history(
     cp: &ControlPlane,
-    actor: &Actor,
+    actor: &Principal,
     period: Option<String>,
 ) -> Result<(String, Vec<BorrowRow>, Vec<ReclaimRow>), ApiError> {
     let period = period_of(cp, period)?;
-    let mine = |t: &str| actor.role != Role::TenantAdmin || actor.tenant.as_deref() == Some(t);
-    let borrows = cp
-        .store
-        .borrows(&period)
-        .await?
-        .into_iter()
-        .filter(|b| mine(&b.tenant_id))
-        .collect();
-    let reclaims = cp
-        .store
-        .reclaims(&period, false)
-        .await?
-        .into_iter()
-        .filter(|r| mine(&r.tenant_id))
-        .collect();
+    let borrows = cp.store.borrows(actor.scope(), &period).await?;
+    let reclaims = cp.store.reclaims(actor.scope(), &period, false).await?;
     Ok((period, borrows, reclaims))
 }
 
@@ -259,7 +246,7 @@ pub async fn model_fairness(
     for g in &f.guarantees {
         let t = cp
             .store
-            .tenant(&g.tenant_id)
+            .tenant(actor.scope(), &g.tenant_id)
             .await?
             .ok_or_else(|| ApiError::NotFound(format!("tenant {}", g.tenant_id)))?;
         if t.priority != "core" {

@@ -1,4 +1,4 @@
-use super::require;
+use super::{require, require_platform_admin};
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
 use axum::extract::{Path, State};
@@ -10,7 +10,7 @@ use domain::MicroUsd;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use store::{NewQuotaRequest, QuotaRequestRow};
+use store::{NewQuotaRequest, Principal, QuotaRequestRow};
 use uuid::Uuid;
 
 #[derive(Deserialize)]
@@ -55,7 +55,7 @@ pub async fn create(
 /// A tenant admin (or platform admin) asks for temporary quota.
 pub async fn request_quota(
     cp: &ControlPlane,
-    actor: &domain::roles::Actor,
+    actor: &Principal,
     r: RequestIn,
 ) -> Result<QuotaRequestRow, ApiError> {
     if !matches!(actor.role, Role::TenantAdmin | Role::PlatformAdmin) {
@@ -75,10 +75,14 @@ pub async fn request_quota(
         return Err(ApiError::field("reason", "err.required"));
     }
     if let Some(app) = &r.app_id {
-        if !cp.store.app_exists(&r.tenant_id, app).await? {
+        if !cp
+            .store
+            .app_exists(actor.scope(), &r.tenant_id, app)
+            .await?
+        {
             return Err(ApiError::field("app_id", "err.unknown_app"));
         }
-    } else if !cp.store.tenant_exists(&r.tenant_id).await? {
+    } else if !cp.store.tenant_exists(actor.scope(), &r.tenant_id).await? {
         return Err(ApiError::NotFound(format!("tenant {}", r.tenant_id)));
     }
     let requested_by = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
@@ -97,12 +101,9 @@ pub async fn request_quota(
 /// The requests the actor may see: a tenant admin only their tenant's.
 pub async fn visible_requests(
     cp: &ControlPlane,
-    actor: &domain::roles::Actor,
+    actor: &Principal,
 ) -> Result<Vec<QuotaRequestRow>, ApiError> {
-    Ok(match actor.role {
-        Role::TenantAdmin => cp.store.quota_requests(actor.tenant.as_deref()).await?,
-        _ => cp.store.quota_requests(None).await?,
-    })
+    Ok(cp.store.quota_requests(actor.scope()).await?)
 }
 
 pub async fn list(
@@ -121,17 +122,19 @@ pub struct Decision {
     note: String,
 }
 
-/// Approves or rejects: a platform admin who is not the requester (four eyes).
+/// Approves or rejects: a platform admin who is not the requester (four
+/// eyes). Anyone else is refused before the request is looked up.
 pub async fn decide_request(
     cp: &ControlPlane,
-    actor: &domain::roles::Actor,
+    actor: &Principal,
     id: Uuid,
     approve: bool,
     note: &str,
 ) -> Result<QuotaRequestRow, ApiError> {
+    require_platform_admin(actor)?;
     let q = cp
         .store
-        .quota_request(id)
+        .quota_request(actor.scope(), id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("quota request {id}")))?;
     let decider: Uuid = actor.user_id.parse().map_err(|_| ApiError::Internal)?;

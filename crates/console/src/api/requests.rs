@@ -1,18 +1,17 @@
 //! Request lookup (DESIGN §10, §11): why was request X refused or degraded,
-//! or what did it cost. Tenant admins see only their tenant's requests;
-//! another tenant's id answers 404, like an unknown one.
+//! or what did it cost. Tenant admins see only their tenant's requests:
+//! their scope reads no other tenant's, so another tenant's id answers 404,
+//! like an unknown one.
 
-use super::require;
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
 use axum::extract::{Path, State};
 use axum::Json;
-use domain::roles::{Access, Actor};
 use domain::usage::UsageEvent;
 use domain::MicroUsd;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use store::RequestDecisionRow;
+use store::{Principal, RequestDecisionRow};
 
 /// What is known about one request: the decision (refused or degraded)
 /// and/or the usage event (admitted, including degraded ones).
@@ -23,21 +22,23 @@ pub struct RequestRecord {
     pub usage: Option<UsageEvent>,
 }
 
-pub async fn lookup(cp: &ControlPlane, actor: &Actor, id: &str) -> Result<RequestRecord, ApiError> {
+pub async fn lookup(
+    cp: &ControlPlane,
+    actor: &Principal,
+    id: &str,
+) -> Result<RequestRecord, ApiError> {
     let not_found = || ApiError::NotFound(format!("request {id}"));
     let id = id.trim();
     if id.is_empty() || id.len() > 128 {
         return Err(not_found());
     }
-    let decision = cp.store.request_decision(id).await?;
-    let usage = cp.store.usage_event(id).await?;
+    let decision = cp.store.request_decision(actor.scope(), id).await?;
+    let usage = cp.store.usage_event(actor.scope(), id).await?;
     let tenant = decision
         .as_ref()
         .map(|d| d.tenant_id.clone())
         .or_else(|| usage.as_ref().map(|u| u.tenant_id.clone()))
         .ok_or_else(not_found)?;
-    // Another tenant's request is "not found", not "forbidden".
-    require(actor, Access::Read, &tenant).map_err(|_| not_found())?;
     Ok(RequestRecord {
         request_id: id.to_string(),
         tenant_id: tenant,

@@ -8,7 +8,7 @@ use domain::Limits;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use store::{AppRow, TenantRow};
+use store::{AppRow, Principal, TenantRow};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -87,11 +87,14 @@ pub async fn create(
     Ok(Json(render(&row)))
 }
 
-/// A tenant the actor may read (404 for another tenant's admin).
-pub async fn tenant_for(cp: &ControlPlane, actor: &Actor, id: &str) -> Result<TenantRow, ApiError> {
-    require(actor, Access::Read, id)?;
+/// A tenant in the actor's scope (404 for another tenant's admin).
+pub async fn tenant_for(
+    cp: &ControlPlane,
+    actor: &Principal,
+    id: &str,
+) -> Result<TenantRow, ApiError> {
     cp.store
-        .tenant(id)
+        .tenant(actor.scope(), id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("tenant {id}")))
 }
@@ -105,12 +108,11 @@ pub async fn show(
 }
 
 /// Tenants the actor may read: a tenant admin's own, everyone else all.
-pub async fn visible_tenants(cp: &ControlPlane, actor: &Actor) -> Result<Vec<TenantRow>, ApiError> {
-    let all = cp.store.tenants().await?;
-    Ok(all
-        .into_iter()
-        .filter(|t| actor.may(Access::Read, &t.id))
-        .collect())
+pub async fn visible_tenants(
+    cp: &ControlPlane,
+    actor: &Principal,
+) -> Result<Vec<TenantRow>, ApiError> {
+    Ok(cp.store.tenants(actor.scope()).await?)
 }
 
 #[derive(Deserialize, Default)]
@@ -129,7 +131,7 @@ pub struct TenantPatch {
 /// Changes a tenant (platform admins only; the before/after is audited).
 pub async fn update_tenant(
     cp: &ControlPlane,
-    actor: &Actor,
+    actor: &Principal,
     id: &str,
     p: TenantPatch,
 ) -> Result<TenantRow, ApiError> {
@@ -187,7 +189,7 @@ pub struct AppIn {
 /// Creates an app in a tenant the actor manages.
 pub async fn create_app_in(
     cp: &ControlPlane,
-    actor: &Actor,
+    actor: &Principal,
     tenant: &str,
     a: AppIn,
 ) -> Result<AppRow, ApiError> {
@@ -197,7 +199,7 @@ pub async fn create_app_in(
         return Err(ApiError::field("name", "err.required"));
     }
     valid_limits(&a.limits)?;
-    if !cp.store.tenant_exists(tenant).await? {
+    if !cp.store.tenant_exists(actor.scope(), tenant).await? {
         return Err(ApiError::NotFound(format!("tenant {tenant}")));
     }
     let row = AppRow {

@@ -1,13 +1,12 @@
-use super::require;
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
 use axum::extract::{Path, Query, State};
 use axum::Json;
-use domain::roles::{Access, Actor};
 use domain::MicroUsd;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use store::Principal;
 
 #[derive(Deserialize)]
 pub struct Period {
@@ -36,23 +35,24 @@ pub struct MonthUsage {
     pub borrow_cap_tokens: i64,
 }
 
+/// A tenant's month, for a person whose scope covers it (404 otherwise).
 pub async fn month_usage(
     cp: &ControlPlane,
-    actor: &Actor,
+    actor: &Principal,
     id: &str,
     period: Option<String>,
 ) -> Result<MonthUsage, ApiError> {
-    require(actor, Access::Read, id)?;
+    let scope = actor.scope();
+    let t = cp
+        .store
+        .tenant(scope, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("tenant {id}")))?;
     let period = period.unwrap_or_else(|| cp.clock.month(chrono::Utc::now()));
     if domain::period::parse_month(&period).is_none() {
         return Err(ApiError::field("period", "err.bad_time"));
     }
-    let t = cp
-        .store
-        .tenant(id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("tenant {id}")))?;
-    let grants = cp.store.active_grants().await?;
+    let grants = cp.store.active_grants(scope).await?;
     let (granted_tokens, granted_cost) = grants
         .iter()
         .filter(|g| g.tenant_id == id && g.app_id.is_none())
@@ -63,7 +63,7 @@ pub async fn month_usage(
     })?;
     let (borrowed_tokens, borrowed_cost) = cp
         .store
-        .borrowed()
+        .borrowed(scope)
         .await?
         .iter()
         .find(|b| b.tenant_id == id && b.period == period)

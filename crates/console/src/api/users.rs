@@ -1,12 +1,13 @@
 use super::{require_platform_admin, valid_id};
 use crate::auth::Authed;
-use crate::{passwords, ApiError, ControlPlane};
+use crate::{ApiError, ControlPlane};
 use axum::extract::{Path, State};
 use axum::Json;
-use domain::roles::{Actor, Role};
+use domain::roles::Role;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use store::{passwords, Principal};
 use uuid::Uuid;
 
 #[derive(Deserialize)]
@@ -33,7 +34,7 @@ fn role_and_tenant(role: &str, tenant: &Option<String>) -> Result<Role, ApiError
 /// Creates a user (platform admins only); returns (id, normalised email, role).
 pub async fn create_user(
     cp: &ControlPlane,
-    actor: &Actor,
+    actor: &Principal,
     u: NewUser,
 ) -> Result<(Uuid, String, Role), ApiError> {
     require_platform_admin(actor)?;
@@ -43,7 +44,7 @@ pub async fn create_user(
     }
     let role = role_and_tenant(&u.role, &u.tenant_id)?;
     if let Some(t) = &u.tenant_id {
-        if !cp.store.tenant_exists(t).await? {
+        if !cp.store.tenant_exists(actor.scope(), t).await? {
             return Err(ApiError::field("tenant_id", "err.unknown_tenant"));
         }
     }
@@ -92,7 +93,7 @@ pub struct RoleChange {
 /// Changes another person's role (platform admins only; never one's own).
 pub async fn change_role(
     cp: &ControlPlane,
-    actor: &Actor,
+    actor: &Principal,
     id: Uuid,
     c: RoleChange,
 ) -> Result<Role, ApiError> {
@@ -102,7 +103,7 @@ pub async fn change_role(
     }
     let role = role_and_tenant(&c.role, &c.tenant_id)?;
     if let Some(t) = &c.tenant_id {
-        if !cp.store.tenant_exists(t).await? {
+        if !cp.store.tenant_exists(actor.scope(), t).await? {
             return Err(ApiError::field("tenant_id", "err.unknown_tenant"));
         }
     }

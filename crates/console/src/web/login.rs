@@ -52,8 +52,8 @@ pub async fn submit(
         };
         Ok::<_, PageError>((status, render(page)?).into_response())
     };
-    let user = match auth::check_password(&cp, &f.email, f.password).await {
-        Ok(u) => u,
+    let session = match auth::sign_in(&cp, &f.email, f.password).await {
+        Ok((_, s)) => s,
         Err(ApiError::Unauthenticated) => {
             return failed(StatusCode::UNAUTHORIZED, "login.failed", f.email)
         }
@@ -62,10 +62,9 @@ pub async fn submit(
         }
         Err(e) => return Err(e.into()),
     };
-    let (token, _) = auth::issue_token(&cp, &user)?;
     let mut r = Redirect::to("/console").into_response();
     r.headers_mut()
-        .insert(header::SET_COOKIE, session_cookie(&cp, &token));
+        .insert(header::SET_COOKIE, session_cookie(&cp, &session.token));
     Ok(r)
 }
 

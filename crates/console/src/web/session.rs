@@ -1,7 +1,8 @@
 //! Console sessions: the API's signed JWT in an `HttpOnly`, `SameSite=Strict`
 //! cookie (`Secure` unless `auth.cookie_secure = false`), and CSRF tokens
 //! derived from the session so they need no storage:
-//! `csrf = hex(HMAC-SHA256(jwt_secret, "csrf:" || jti))`.
+//! `csrf = hex(HMAC-SHA256(K, "csrf:" || jti))`, with the key
+//! `K = HMAC-SHA256(jwt_secret, "tollgate csrf")` (`Sessions::derive_key`).
 //!
 //! Every state-changing console request that carries a session cookie must
 //! carry that token, as the `x-csrf-token` header (htmx, from `hx-headers` on
@@ -10,7 +11,7 @@
 //! constant time. Bearer-token requests (`/api/v1`) send no cookie and are
 //! not CSRF-able.
 
-use crate::auth::{self, Claims};
+use crate::auth;
 use crate::error::ApiError;
 use crate::i18n::Lang;
 use crate::web::error::PageError;
@@ -21,14 +22,16 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use domain::roles::Actor;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::sync::Arc;
+use store::{Principal, VerifiedSession};
 
 pub const SESSION_COOKIE: &str = "tg_session";
 pub const CSRF_HEADER: &str = "x-csrf-token";
 pub const CSRF_FIELD: &str = "_csrf";
+/// What the CSRF key is derived for.
+const CSRF_PURPOSE: &str = "tollgate csrf";
 /// Console form bodies are small; anything larger is refused before parsing.
 const MAX_FORM_BYTES: usize = 256 * 1024;
 
@@ -67,7 +70,7 @@ pub fn session_cookie(cp: &ControlPlane, token: &str) -> HeaderValue {
     let secure = if cp.cookie_secure { "; Secure" } else { "" };
     HeaderValue::from_str(&format!(
         "{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
-        cp.session_secs
+        cp.sessions.lifetime_secs()
     ))
     .expect("a JWT is a valid header value")
 }
@@ -81,9 +84,12 @@ pub fn clear_cookie(cp: &ControlPlane) -> HeaderValue {
     .expect("static cookie")
 }
 
-fn session_claims(cp: &ControlPlane, h: &HeaderMap) -> Option<Claims> {
-    let token = cookie(h, SESSION_COOKIE)?;
-    auth::decode_token(cp, &token).ok()
+fn cookie_session(cp: &ControlPlane, h: &HeaderMap) -> Option<VerifiedSession> {
+    cp.sessions.verify(&cookie(h, SESSION_COOKIE)?)
+}
+
+fn csrf_key(cp: &ControlPlane) -> [u8; 32] {
+    cp.sessions.derive_key(CSRF_PURPOSE)
 }
 
 /// Refuses (403) a state-changing request whose valid session cookie comes
@@ -99,11 +105,12 @@ pub async fn require_csrf(
     if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
         return next.run(req).await;
     }
-    let Some(claims) = session_claims(&cp, req.headers()) else {
+    let Some(session) = cookie_session(&cp, req.headers()) else {
         return next.run(req).await;
     };
+    let key = csrf_key(&cp);
     if let Some(t) = req.headers().get(CSRF_HEADER).and_then(|v| v.to_str().ok()) {
-        return if csrf_valid(&cp.jwt_secret, &claims.jti, t) {
+        return if csrf_valid(&key, session.jti(), t) {
             next.run(req).await
         } else {
             PageError::Csrf.into_response()
@@ -115,7 +122,7 @@ pub async fn require_csrf(
         return PageError::Api(ApiError::BadRequest("form too large".into())).into_response();
     };
     let presented = form_urlencoded_field(&bytes, CSRF_FIELD);
-    if !presented.is_some_and(|t| csrf_valid(&cp.jwt_secret, &claims.jti, &t)) {
+    if !presented.is_some_and(|t| csrf_valid(&key, session.jti(), &t)) {
         return PageError::Csrf.into_response();
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
@@ -133,7 +140,8 @@ fn form_urlencoded_field(body: &[u8], name: &str) -> Option<String> {
 /// A signed-in person on a console page, with what the page needs to
 /// render the layout: their CSRF token, language and the current path.
 pub struct Session {
-    pub actor: Actor,
+    /// Who (an `Actor`, by `Deref`) and what they may read (`scope()`).
+    pub actor: Principal,
     pub csrf: String,
     pub lang: Lang,
     pub path: String,
@@ -148,15 +156,15 @@ impl FromRequestParts<Arc<ControlPlane>> for Session {
         parts: &mut Parts,
         cp: &Arc<ControlPlane>,
     ) -> Result<Self, Self::Rejection> {
-        let claims = session_claims(cp, &parts.headers).ok_or(PageError::Login)?;
-        let actor = match auth::actor_of(cp, &claims).await {
+        let session = cookie_session(cp, &parts.headers).ok_or(PageError::Login)?;
+        let actor = match auth::principal(cp, &session).await {
             Ok(a) => a,
             Err(ApiError::Unauthenticated) => return Err(PageError::Login),
             Err(e) => return Err(PageError::Api(e)),
         };
         Ok(Session {
             actor,
-            csrf: csrf_token(&cp.jwt_secret, &claims.jti),
+            csrf: csrf_token(&csrf_key(cp), session.jti()),
             lang: Lang::from_headers(&parts.headers),
             path: parts
                 .uri

@@ -3,7 +3,6 @@
 
 use super::{form_error, limits_summary, time, when, FieldError, LimitsForm};
 use crate::api::keys::{self as key_svc, KeyIn};
-use crate::api::require;
 use crate::api::tenants::{self as svc, AppIn};
 use crate::error::ApiError;
 use crate::web::{fragment_or_page, render, Chrome, PageError, Session};
@@ -84,14 +83,14 @@ async fn apps_page(
     form: AppForm,
     errors: FieldError,
 ) -> Result<AppsPage, PageError> {
-    require(&s.actor, Access::Read, tenant)?;
-    if !cp.store.tenant_exists(tenant).await? {
+    let scope = s.actor.scope();
+    if !cp.store.tenant_exists(scope, tenant).await? {
         return Err(ApiError::NotFound(format!("tenant {tenant}")).into());
     }
-    let keys = cp.store.keys_of(tenant).await?;
+    let keys = cp.store.keys_of(scope, tenant).await?;
     let apps = cp
         .store
-        .apps_of(tenant)
+        .apps_of(scope, tenant)
         .await?
         .into_iter()
         .map(|a| AppLine {

@@ -1,5 +1,7 @@
-//! The audit log, filtered by actor, action, target and time, and the
-//! button that checks the hash chain and names the first broken row.
+//! The audit log, filtered by actor, action, target and time, a page of
+//! `PAGE` rows at a time (keyset paging by id: "older" continues below the
+//! last id shown), and the button that checks the hash chain and names the
+//! first broken row.
 
 use super::time;
 use crate::api::audit;
@@ -8,7 +10,7 @@ use crate::ControlPlane;
 use askama::Template;
 use axum::extract::{Query, State};
 use axum::response::Html;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use store::{AuditFilter, AuditRow};
 
@@ -33,7 +35,7 @@ impl AuditLine {
         };
         AuditLine {
             id: r.id,
-            at: e.at.get(..19).unwrap_or(&e.at).replace('T', " "),
+            at: format!("{} UTC", e.at.get(..19).unwrap_or(&e.at).replace('T', " ")),
             actor: e.actor.clone(),
             action: e.action.clone(),
             target: e.target.clone(),
@@ -43,7 +45,10 @@ impl AuditLine {
     }
 }
 
-#[derive(Deserialize, Default)]
+/// Rows per page.
+const PAGE: i64 = 100;
+
+#[derive(Deserialize, Serialize, Default)]
 #[serde(default)]
 pub struct Filter {
     actor: String,
@@ -51,6 +56,24 @@ pub struct Filter {
     target: String,
     from: String,
     to: String,
+    /// The page below this id ("" = the newest page).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    before: String,
+}
+
+impl Filter {
+    /// The query string of this filter with another page key.
+    fn with_before(&self, before: Option<i64>) -> String {
+        let page = Filter {
+            actor: self.actor.clone(),
+            action: self.action.clone(),
+            target: self.target.clone(),
+            from: self.from.clone(),
+            to: self.to.clone(),
+            before: before.map(|b| b.to_string()).unwrap_or_default(),
+        };
+        serde_urlencoded::to_string(&page).unwrap_or_default()
+    }
 }
 
 #[derive(Template)]
@@ -60,6 +83,10 @@ struct AuditPage {
     f: Filter,
     rows: Vec<AuditLine>,
     bad_time: bool,
+    /// Query of the newest page, when this is not it.
+    newest: Option<String>,
+    /// Query of the next (older) page, when there is one.
+    older: Option<String>,
 }
 
 pub async fn list(
@@ -73,23 +100,23 @@ pub async fn list(
         (Ok(a), Ok(b)) => (a, b, false),
         _ => (None, None, true),
     };
+    let before = f.before.trim().parse().ok();
     let filter = AuditFilter {
         actor: f.actor.trim().to_string(),
         action: f.action.trim().to_string(),
         target: f.target.trim().to_string(),
         from,
         to,
-        limit: 300,
+        before,
+        limit: PAGE,
     };
-    let rows = audit::search(&cp, &s.actor, &filter)
-        .await?
-        .iter()
-        .map(AuditLine::of)
-        .collect();
+    let (rows, next) = audit::page(&cp, &s.actor, &filter).await?;
     render(AuditPage {
         c: Chrome::new(&s, "nav.audit", "/console/audit"),
+        newest: before.map(|_| f.with_before(None)),
+        older: next.map(|n| f.with_before(Some(n))),
         f,
-        rows,
+        rows: rows.iter().map(AuditLine::of).collect(),
         bad_time,
     })
 }

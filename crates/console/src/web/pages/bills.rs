@@ -248,24 +248,21 @@ pub async fn show(
         return Err(ApiError::BadRequest("period must be YYYY-MM".into()).into());
     }
     let asked = Some(f.tenant.trim()).filter(|t| !t.is_empty());
-    let tenant = bill_scope(&s.actor, asked)?;
-    let bill = cp
-        .books
-        .bill(&period, tenant.as_deref())
-        .await
-        .map_err(books_error)?;
+    let scope = bill_scope(&s.actor, asked)?;
+    let tenant = scope.tenant().map(String::from);
+    let bill = cp.books.bill(&period, &scope).await.map_err(books_error)?;
     let by = DrillBy::parse(f.by.trim());
     let drill = match by {
         Some(b) => cp
             .books
-            .drill_down(&period, tenant.as_deref(), b)
+            .drill_down(&period, &scope, b)
             .await
             .map_err(books_error)?,
         None => vec![],
     };
     let day_rows = cp
         .books
-        .day_rows(&period, tenant.as_deref())
+        .day_rows(&period, &scope)
         .await
         .map_err(books_error)?;
     let days = domain::period::days_in_month(&period).unwrap_or(30);
@@ -306,7 +303,7 @@ pub async fn show(
         .or_else(|| bill.tenants.first().map(|t| t.tenant_id.clone()));
     let (mut burndown, mut forecast, mut budget) = (None, String::new(), String::new());
     if let Some(t) = &burn_tenant {
-        if let Some(row) = cp.store.tenant(t).await? {
+        if let Some(row) = cp.store.tenant(&scope, t).await? {
             if let Some(b) = row.limits.monthly_cost_usd {
                 let mut daily: BTreeMap<u32, i64> = BTreeMap::new();
                 for r in day_rows.iter().filter(|r| &r.tenant_id == t) {
@@ -329,7 +326,7 @@ pub async fn show(
     let staff = s.actor.role != Role::TenantAdmin;
     let tenants = if staff {
         cp.store
-            .tenant_ids()
+            .tenant_ids(s.actor.scope())
             .await?
             .into_iter()
             .map(|t| {
@@ -401,10 +398,10 @@ pub async fn csv_export(
     s: Session,
     Query(f): Query<BillForm>,
 ) -> Result<Response, PageError> {
-    let tenant = bill_scope(&s.actor, Some(f.tenant.trim()).filter(|t| !t.is_empty()))?;
+    let scope = bill_scope(&s.actor, Some(f.tenant.trim()).filter(|t| !t.is_empty()))?;
     let body = cp
         .books
-        .csv(f.period.trim(), tenant.as_deref())
+        .csv(f.period.trim(), &scope)
         .await
         .map_err(books_error)?;
     Ok(csv(format!("tollgate-bill-{}.csv", f.period.trim()), body))
@@ -415,10 +412,10 @@ pub async fn focus_export(
     s: Session,
     Query(f): Query<BillForm>,
 ) -> Result<Response, PageError> {
-    let tenant = bill_scope(&s.actor, Some(f.tenant.trim()).filter(|t| !t.is_empty()))?;
+    let scope = bill_scope(&s.actor, Some(f.tenant.trim()).filter(|t| !t.is_empty()))?;
     let body = cp
         .books
-        .focus_csv(f.period.trim(), tenant.as_deref())
+        .focus_csv(f.period.trim(), &scope)
         .await
         .map_err(books_error)?;
     Ok(csv(format!("tollgate-focus-{}.csv", f.period.trim()), body))
@@ -470,8 +467,9 @@ pub async fn jobs(
     if s.actor.role == Role::TenantAdmin {
         return Err(ApiError::Forbidden("job runs are for platform staff".into()).into());
     }
-    let runs = cp.store.job_runs(None, 100).await?;
-    let last_reconcile = cp.store.job_runs(Some("reconcile"), 1).await?;
+    let scope = s.actor.scope();
+    let runs = cp.store.job_runs(scope, None, 100).await?;
+    let last_reconcile = cp.store.job_runs(scope, Some("reconcile"), 1).await?;
     let v = |x: &serde_json::Value| match x {
         serde_json::Value::Null => "-".to_string(),
         serde_json::Value::String(s) => s.clone(),
@@ -551,11 +549,7 @@ pub async fn notices(
     State(cp): State<Arc<ControlPlane>>,
     s: Session,
 ) -> Result<Html<String>, PageError> {
-    let tenant = match s.actor.role {
-        Role::TenantAdmin => Some(s.actor.tenant.clone().ok_or(ApiError::Internal)?),
-        _ => None,
-    };
-    let rows = cp.store.notices(tenant.as_deref(), 200).await?;
+    let rows = cp.store.notices(s.actor.scope(), 200).await?;
     render(NoticesPage {
         c: Chrome::new(&s, "nav.notices", "/console/notices"),
         rows: rows

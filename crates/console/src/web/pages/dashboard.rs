@@ -117,7 +117,7 @@ pub async fn show(
             d.counts = vec![
                 (
                     "dash.apps",
-                    cp.store.apps_of(&t).await?.len().to_string(),
+                    cp.store.apps_of(a.scope(), &t).await?.len().to_string(),
                     "/console/apps",
                 ),
                 (
@@ -149,7 +149,7 @@ pub async fn show(
 
 async fn recent_audit(
     cp: &ControlPlane,
-    a: &domain::roles::Actor,
+    a: &store::Principal,
     n: i64,
 ) -> Result<Vec<AuditLine>, PageError> {
     let f = AuditFilter {

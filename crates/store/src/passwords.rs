@@ -1,4 +1,4 @@
-//! Password hashing: argon2id, m = 19 MiB, t = 2, p = 1 (OWASP's minimum).
+//! Console users' passwords: argon2id, m = 19 MiB, t = 2, p = 1 (OWASP's minimum).
 
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};

@@ -1,0 +1,369 @@
+//! The tenant scope at the store: a tenant admin's scope (obtained the only
+//! way it can be, by signing in) reads nothing of another tenant through any
+//! store function that takes a scope, while the system scope reads both
+//! tenants (so every "nothing" below is about the scope, not missing data).
+//! The list of scoped functions is read from the store's source: a new
+//! scoped read without a case here fails the test.
+
+use chrono::{Duration, Utc};
+use domain::usage::UsageEvent;
+use domain::Limits;
+use e2e::*;
+use serde_json::json;
+use store::{AuditFilter, NewAlert, NewQuotaRequest, RequestDecisionRow, Sessions};
+
+const MINE: &str = "mine";
+const THEIRS: &str = "theirs";
+
+fn event(tenant: &str, request_id: &str, period: &str, day: &str) -> UsageEvent {
+    let now = Utc::now().timestamp_millis();
+    UsageEvent {
+        request_id: request_id.into(),
+        tenant_id: tenant.into(),
+        app_id: "a".into(),
+        key_id: "k".into(),
+        model: "gpt-4o-mini".into(),
+        period: period.into(),
+        day: day.into(),
+        input_tokens: 10,
+        output_tokens: 20,
+        cost_micro: 30,
+        est_tokens: 30,
+        est_cost_micro: 30,
+        overrun_tokens: 0,
+        overrun_cost_micro: 0,
+        status: "ok".into(),
+        stream: false,
+        usage_source: "provider".into(),
+        replica: "r1".into(),
+        started_at_ms: now,
+        settled_at_ms: now,
+    }
+}
+
+fn decision(tenant: &str, request_id: &str, period: &str) -> RequestDecisionRow {
+    RequestDecisionRow {
+        request_id: request_id.into(),
+        at: Utc::now(),
+        period: period.into(),
+        day: Utc::now().date_naive(),
+        tenant_id: tenant.into(),
+        app_id: "a".into(),
+        key_id: "k".into(),
+        model: "gpt-4o-mini".into(),
+        decision: "refused".into(),
+        reason: "tenant_monthly_budget_exhausted".into(),
+        status: 402,
+        scope: Some(format!("tenant:{tenant}")),
+        detail: json!({}),
+    }
+}
+
+/// Both tenants get one of everything a scoped read can return.
+struct Seeded {
+    key: String,
+    request: uuid::Uuid,
+}
+
+async fn seed(env: &TestEnv, tenant: &str, period: &str, day: &str) -> Seeded {
+    let s = &env.store;
+    env.tenant(tenant, Limits::default(), None).await;
+    env.app(tenant, "a", Limits::default()).await;
+    let (key, _) = env.key(tenant, "a", Limits::default()).await;
+    let rid = format!("req_{tenant}");
+    s.insert_usage_events(&[event(tenant, &rid, period, day)])
+        .await
+        .unwrap();
+    s.insert_request_decisions(&[decision(tenant, &format!("req_{tenant}_refused"), period)])
+        .await
+        .unwrap();
+    let requester = user(
+        env,
+        &format!("ta-{tenant}-req@x.io"),
+        "tenant_admin",
+        Some(tenant),
+    )
+    .await;
+    let approver = user(env, &format!("admin-{tenant}@x.io"), "platform_admin", None).await;
+    let q = s
+        .create_quota_request(
+            "test",
+            &NewQuotaRequest {
+                tenant_id: tenant.into(),
+                app_id: None,
+                tokens: 100,
+                cost_micro: 0,
+                expires_at: Utc::now() + Duration::days(1),
+                reason: "test".into(),
+                requested_by: requester.parse().unwrap(),
+            },
+        )
+        .await
+        .unwrap();
+    s.decide_quota_request("test", q.id, approver.parse().unwrap(), true, "ok")
+        .await
+        .unwrap();
+    let borrow = uuid::Uuid::now_v7();
+    s.begin_borrow(borrow, tenant, period, 100, "test", "r1")
+        .await
+        .unwrap();
+    s.finish_borrow(borrow, 100, 0).await.unwrap();
+    s.reclaim("test", borrow, 10, 0, "test").await.unwrap();
+    // A borrow left pending (its replica "died" mid-borrow).
+    s.begin_borrow(uuid::Uuid::now_v7(), tenant, period, 50, "test", "r1")
+        .await
+        .unwrap();
+    s.record_alert(&NewAlert {
+        tenant_id: tenant.into(),
+        scope: format!("tenant:{tenant}"),
+        period: period.into(),
+        measure: "tokens".into(),
+        threshold: "70".into(),
+        payload: json!({}),
+        notice: "70 % used".into(),
+        webhook: true,
+        at: Utc::now() - Duration::minutes(1),
+    })
+    .await
+    .unwrap();
+    Seeded { key, request: q.id }
+}
+
+#[tokio::test]
+async fn a_tenant_admins_scope_reads_nothing_of_another_tenant() {
+    let env = TestEnv::new().await;
+    env.model("gpt-4o-mini", "chat", 150_000, 600_000).await;
+    let period = this_month();
+    let day = Utc::now().format("%Y-%m-%d").to_string();
+    seed(&env, MINE, &period, &day).await;
+    let theirs = seed(&env, THEIRS, &period, &day).await;
+    let s = &env.store;
+    s.set_model_fairness("test", "gpt-4o-mini", None, Some(10), &[(THEIRS.into(), 2)])
+        .await
+        .unwrap();
+    s.claim_job_run("reconcile", None, Utc::now(), "r1")
+        .await
+        .unwrap();
+
+    // The only way to a one-tenant scope: sign in as that tenant's admin
+    // (or present a session token signed for them).
+    user(&env, "ta@x.io", "tenant_admin", Some(MINE)).await;
+    assert!(s
+        .sign_in("ta@x.io", "wrong password".into())
+        .await
+        .unwrap()
+        .is_none());
+    let me = s
+        .sign_in("ta@x.io", PASSWORD.into())
+        .await
+        .unwrap()
+        .unwrap();
+    let sessions = Sessions::new(b"0123456789abcdef0123456789abcdef", 60);
+    let token = sessions.issue(&me).unwrap().token;
+    let again = s
+        .authenticate(&sessions.verify(&token).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.scope(), me.scope());
+    let mine = me.scope();
+    assert_eq!(mine.tenant(), Some(MINE));
+    let all = &TenantScope::system();
+    let (start, end) = (
+        Utc::now() - Duration::days(1),
+        Utc::now() + Duration::days(1),
+    );
+    let later = Utc::now() + Duration::days(1);
+    let kid: uuid::Uuid = theirs.key.parse().unwrap();
+    let rid = format!("req_{THEIRS}");
+    let refused = format!("req_{THEIRS}_refused");
+
+    // Catalog.
+    let c = s.load_catalog(mine).await.unwrap();
+    assert!(c.tenants.iter().all(|t| t.id == MINE) && !c.tenants.is_empty());
+    assert!(c.apps.iter().all(|a| a.tenant_id == MINE));
+    assert!(c.keys.iter().all(|k| k.tenant_id == MINE));
+    assert!(c.grants.iter().all(|g| g.tenant_id == MINE));
+    assert!(c.borrowed.iter().all(|b| b.tenant_id == MINE));
+    assert!(c.guarantees.is_empty());
+    let c = s.load_catalog(all).await.unwrap();
+    assert_eq!(c.tenants.len(), 2);
+    assert_eq!(c.guarantees.len(), 1);
+    assert!(!s.tenant_exists(mine, THEIRS).await.unwrap());
+    assert!(s.tenant_exists(all, THEIRS).await.unwrap());
+    assert!(s.tenant(mine, THEIRS).await.unwrap().is_none());
+    assert!(s.tenant(all, THEIRS).await.unwrap().is_some());
+    assert!(!s.app_exists(mine, THEIRS, "a").await.unwrap());
+    assert!(s.app_exists(all, THEIRS, "a").await.unwrap());
+    assert_eq!(s.key_tenant(mine, kid).await.unwrap(), None);
+    assert_eq!(
+        s.key_tenant(all, kid).await.unwrap().as_deref(),
+        Some(THEIRS)
+    );
+
+    // Console lists.
+    let ids = |v: Vec<store::TenantRow>| v.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(ids(s.tenants(mine).await.unwrap()), [MINE]);
+    assert_eq!(ids(s.tenants(all).await.unwrap()), [MINE, THEIRS]);
+    assert!(s.apps_of(mine, THEIRS).await.unwrap().is_empty());
+    assert_eq!(s.apps_of(all, THEIRS).await.unwrap().len(), 1);
+    assert!(s.keys_of(mine, THEIRS).await.unwrap().is_empty());
+    assert_eq!(s.keys_of(all, THEIRS).await.unwrap().len(), 1);
+    let f = AuditFilter {
+        limit: 100,
+        ..Default::default()
+    };
+    assert!(s.audit_search(mine, &f).await.unwrap().is_empty());
+    assert!(!s.audit_search(all, &f).await.unwrap().is_empty());
+    assert!(s.audit_chain(mine).await.unwrap().is_empty());
+    assert!(!s.audit_chain(all).await.unwrap().is_empty());
+
+    // Quota requests and grants.
+    assert!(s
+        .quota_request(mine, theirs.request)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(s
+        .quota_request(all, theirs.request)
+        .await
+        .unwrap()
+        .is_some());
+    let tenants_of =
+        |v: &[store::QuotaRequestRow]| v.iter().map(|q| q.tenant_id.clone()).collect::<Vec<_>>();
+    assert_eq!(tenants_of(&s.quota_requests(mine).await.unwrap()), [MINE]);
+    assert_eq!(s.quota_requests(all).await.unwrap().len(), 2);
+    assert!(s
+        .active_grants(mine)
+        .await
+        .unwrap()
+        .iter()
+        .all(|g| g.tenant_id == MINE));
+    assert_eq!(s.active_grants(all).await.unwrap().len(), 2);
+
+    // Requests, the ledger.
+    assert!(s.request_decision(mine, &refused).await.unwrap().is_none());
+    assert!(s.request_decision(all, &refused).await.unwrap().is_some());
+    assert!(s.usage_event(mine, &rid).await.unwrap().is_none());
+    assert!(s.usage_event(all, &rid).await.unwrap().is_some());
+    assert!(s
+        .month_usage(mine, THEIRS, &period)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(s.month_usage(all, THEIRS, &period).await.unwrap().len(), 1);
+    assert_eq!(s.tenant_ids(mine).await.unwrap(), [MINE]);
+    assert_eq!(s.tenant_ids(all).await.unwrap(), [MINE, THEIRS]);
+
+    // Bills.
+    let keys = |m: std::collections::BTreeMap<String, domain::bill::Totals>| {
+        m.into_keys().collect::<Vec<_>>()
+    };
+    assert_eq!(keys(s.period_totals(mine, &period).await.unwrap()), [MINE]);
+    assert_eq!(
+        keys(s.period_totals(all, &period).await.unwrap()),
+        [MINE, THEIRS]
+    );
+    let only_mine = |ts: Vec<String>| ts.iter().all(|t| t == MINE) && !ts.is_empty();
+    let both = |ts: Vec<String>| ts.iter().any(|t| t == THEIRS);
+    let bill = |v: Vec<domain::bill::BillRow>| v.into_iter().map(|r| r.tenant_id).collect();
+    assert!(only_mine(bill(s.bill_rows(mine, &period).await.unwrap())));
+    assert!(both(bill(s.bill_rows(all, &period).await.unwrap())));
+    let days = |v: Vec<domain::bill::DayRow>| v.into_iter().map(|r| r.tenant_id).collect();
+    assert!(only_mine(days(s.day_rows(mine, &period).await.unwrap())));
+    assert!(both(days(s.day_rows(all, &period).await.unwrap())));
+    let refusals = |v: Vec<domain::bill::RefusalRow>| v.into_iter().map(|r| r.tenant_id).collect();
+    assert!(only_mine(refusals(
+        s.refusal_rows(mine, &period).await.unwrap()
+    )));
+    assert!(both(refusals(s.refusal_rows(all, &period).await.unwrap())));
+    let amounts =
+        |m: std::collections::BTreeMap<String, domain::bill::QuotaAmount>| m.into_keys().collect();
+    assert!(only_mine(amounts(
+        s.granted_between(mine, start, end).await.unwrap()
+    )));
+    assert!(both(amounts(
+        s.granted_between(all, start, end).await.unwrap()
+    )));
+    assert!(only_mine(amounts(
+        s.borrowed_in(mine, &period).await.unwrap()
+    )));
+    assert!(both(amounts(s.borrowed_in(all, &period).await.unwrap())));
+    let infos = |v: Vec<domain::bill::TenantInfo>| v.into_iter().map(|t| t.id).collect();
+    assert!(only_mine(infos(s.tenant_infos(mine).await.unwrap())));
+    assert!(both(infos(s.tenant_infos(all).await.unwrap())));
+    let events = |v: Vec<UsageEvent>| v.into_iter().map(|e| e.tenant_id).collect();
+    assert!(only_mine(events(
+        s.usage_events_page(mine, &period, "", 100).await.unwrap()
+    )));
+    assert!(both(events(
+        s.usage_events_page(all, &period, "", 100).await.unwrap()
+    )));
+    let books = billing::Books::new(
+        s.clone(),
+        None,
+        domain::period::PlatformClock::parse("UTC").unwrap(),
+    );
+    let b = books.bill(&period, mine).await.unwrap();
+    assert!(b.tenants.iter().all(|t| t.tenant_id == MINE) && !b.tenants.is_empty());
+    assert_eq!(books.bill(&period, all).await.unwrap().tenants.len(), 2);
+
+    // Borrowing.
+    let borrows = |v: Vec<store::BorrowRow>| v.into_iter().map(|b| b.tenant_id).collect();
+    assert!(only_mine(borrows(
+        s.pending_borrows(mine, later).await.unwrap()
+    )));
+    assert!(both(borrows(s.pending_borrows(all, later).await.unwrap())));
+    assert!(only_mine(borrows(s.borrows(mine, &period).await.unwrap())));
+    assert!(both(borrows(s.borrows(all, &period).await.unwrap())));
+    let borrowed = |v: Vec<store::BorrowedRow>| v.into_iter().map(|b| b.tenant_id).collect();
+    assert!(only_mine(borrowed(s.borrowed(mine).await.unwrap())));
+    assert!(both(borrowed(s.borrowed(all).await.unwrap())));
+    let reclaims = |v: Vec<store::ReclaimRow>| v.into_iter().map(|r| r.tenant_id).collect();
+    assert!(only_mine(reclaims(
+        s.reclaims(mine, &period, false).await.unwrap()
+    )));
+    assert!(both(reclaims(
+        s.reclaims(all, &period, false).await.unwrap()
+    )));
+    assert_eq!(s.tenant_day_cost(mine, THEIRS, &day).await.unwrap(), 0);
+    assert_eq!(s.tenant_day_cost(all, THEIRS, &day).await.unwrap(), 30);
+
+    // Jobs' records.
+    let alerts = |v: Vec<store::AlertRow>| v.into_iter().map(|a| a.tenant_id).collect();
+    assert!(only_mine(alerts(s.due_alerts(mine, later).await.unwrap())));
+    assert!(both(alerts(s.due_alerts(all, later).await.unwrap())));
+    assert!(only_mine(alerts(s.alerts(mine, None).await.unwrap())));
+    assert!(both(alerts(s.alerts(all, None).await.unwrap())));
+    let notices = |v: Vec<store::NoticeRow>| {
+        v.into_iter()
+            .map(|n| n.tenant_id.unwrap_or_default())
+            .collect()
+    };
+    assert!(only_mine(notices(s.notices(mine, 100).await.unwrap())));
+    assert!(both(notices(s.notices(all, 100).await.unwrap())));
+    assert!(s.job_runs(mine, None, 10).await.unwrap().is_empty());
+    assert_eq!(s.job_runs(all, None, 10).await.unwrap().len(), 1);
+}
+
+/// Every store function that takes a scope has a case above.
+#[test]
+fn every_scoped_store_function_is_tested_here() {
+    let here: String = include_str!("tenant_scope.rs").split_whitespace().collect();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../crates/store/src");
+    let re = regex::Regex::new(r"pub async fn (\w+)\(\s*&self,\s*scope: &TenantScope").unwrap();
+    let mut scoped = Vec::new();
+    for f in std::fs::read_dir(dir).unwrap() {
+        let src = std::fs::read_to_string(f.unwrap().path()).unwrap();
+        scoped.extend(re.captures_iter(&src).map(|c| c[1].to_string()));
+    }
+    assert!(scoped.len() >= 30, "found only {scoped:?}");
+    let untested: Vec<_> = scoped
+        .iter()
+        .filter(|name| !here.contains(&format!(".{name}(mine")))
+        .collect();
+    assert!(
+        untested.is_empty(),
+        "scoped reads without a case: {untested:?}"
+    );
+}
