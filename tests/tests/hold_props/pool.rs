@@ -14,7 +14,7 @@ use quota::{BorrowOutcome, QuotaEngine};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
-use store::{BorrowRow, Store};
+use store::{BorrowRow, Store, TenantScope};
 use uuid::Uuid;
 
 pub struct Pool {
@@ -132,9 +132,14 @@ impl Pool {
     /// borrows for tenants near their limit.
     pub async fn borrow_check(&mut self, b: &Budget) -> Result<(), TestCaseError> {
         self.borrowing.run_borrow_check(b.now).await.map_err(fail)?;
+        let system = TenantScope::system();
         for (id, debit) in std::mem::take(&mut self.stuck) {
-            let row = self.borrowing.store.borrow(id).await.map_err(fail)?;
-            let row = row.expect("a recorded borrow");
+            let store = &self.borrowing.store;
+            let all = store.borrows(&system, &b.month).await.map_err(fail)?;
+            let row = all
+                .into_iter()
+                .find(|r| r.id == id)
+                .expect("a recorded borrow");
             prop_assert_ne!(&row.state, "pending", "a stuck borrow was not driven");
             self.within_a_chunk(row.tokens)?;
             if let Some(d) = debit {
@@ -146,7 +151,12 @@ impl Pool {
 
     /// Borrows of this tenant the pool has a record of.
     async fn known(&self, b: &Budget) -> Vec<BorrowRow> {
-        let all = self.borrowing.store.borrows(&b.month).await.unwrap();
+        let all = self
+            .borrowing
+            .store
+            .borrows(&TenantScope::system(), &b.month)
+            .await
+            .unwrap();
         all.into_iter()
             .filter(|r| r.tenant_id == b.tenant.id && r.state != "pending")
             .filter(|r| !self.forgotten.contains(&r.id))
@@ -198,7 +208,12 @@ impl Pool {
         for (_, debit) in &mut self.stuck {
             *debit = None;
         }
-        let all = self.borrowing.store.borrows(&b.month).await.unwrap();
+        let all = self
+            .borrowing
+            .store
+            .borrows(&TenantScope::system(), &b.month)
+            .await
+            .unwrap();
         self.forgotten.extend(all.iter().map(|r| r.id));
     }
 
@@ -208,7 +223,12 @@ impl Pool {
     }
 
     async fn outstanding_by_tenant(&self, b: &Budget) -> Vec<(String, i64)> {
-        let rows = self.borrowing.store.borrowed().await.unwrap();
+        let rows = self
+            .borrowing
+            .store
+            .borrowed(&TenantScope::system())
+            .await
+            .unwrap();
         rows.into_iter()
             .filter(|r| r.period == b.month)
             .map(|r| (r.tenant_id, r.tokens))
