@@ -3,6 +3,7 @@
 //! (console, see `web::session`). Every request re-reads the user, so a
 //! disabled user or a changed role takes effect at once.
 
+use crate::api::extract::Body;
 use crate::error::ApiError;
 use crate::passwords;
 use crate::ControlPlane;
@@ -63,7 +64,7 @@ pub struct Login {
 
 pub async fn login(
     State(cp): State<Arc<ControlPlane>>,
-    Json(l): Json<Login>,
+    Body(l): Body<Login>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let user = check_password(&cp, &l.email, l.password).await?;
     let (token, _) = issue_token(&cp, &user)?;

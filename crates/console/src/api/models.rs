@@ -1,3 +1,4 @@
+use super::extract::Body;
 use super::require_platform_admin;
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
@@ -32,7 +33,7 @@ fn chat() -> String {
 pub async fn create(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Json(m): Json<ModelIn>,
+    Body(m): Body<ModelIn>,
 ) -> Result<Json<Value>, ApiError> {
     let m = create_model(&cp, &actor, m).await?;
     Ok(Json(

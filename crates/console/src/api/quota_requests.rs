@@ -1,7 +1,8 @@
+use super::extract::{Body, Params};
 use super::require;
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
@@ -46,7 +47,7 @@ fn render(q: &QuotaRequestRow) -> Value {
 pub async fn create(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Json(r): Json<RequestIn>,
+    Body(r): Body<RequestIn>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let row = request_quota(&cp, &actor, r).await?;
     Ok((StatusCode::CREATED, Json(render(&row))))
@@ -161,8 +162,8 @@ pub async fn decide_request(
 pub async fn approve(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Path(id): Path<Uuid>,
-    body: Option<Json<Decision>>,
+    Params(id): Params<Uuid>,
+    body: Option<Body<Decision>>,
 ) -> Result<Json<Value>, ApiError> {
     let note = body.map(|b| b.0).unwrap_or_default().note;
     Ok(Json(render(
@@ -173,8 +174,8 @@ pub async fn approve(
 pub async fn reject(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Path(id): Path<Uuid>,
-    body: Option<Json<Decision>>,
+    Params(id): Params<Uuid>,
+    body: Option<Body<Decision>>,
 ) -> Result<Json<Value>, ApiError> {
     let note = body.map(|b| b.0).unwrap_or_default().note;
     Ok(Json(render(

@@ -2,10 +2,11 @@
 //! or what did it cost. Tenant admins see only their tenant's requests;
 //! another tenant's id answers 404, like an unknown one.
 
+use super::extract::Params;
 use super::require;
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use domain::roles::{Access, Actor};
 use domain::usage::UsageEvent;
@@ -71,7 +72,7 @@ pub fn render(r: &RequestRecord) -> Value {
 pub async fn show(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Path(id): Path<String>,
+    Params(id): Params<String>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(render(&lookup(&cp, &actor, &id).await?)))
 }

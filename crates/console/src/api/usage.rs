@@ -1,7 +1,8 @@
+use super::extract::Params;
 use super::require;
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::Json;
 use domain::roles::{Access, Actor};
 use domain::MicroUsd;
@@ -95,7 +96,7 @@ pub async fn month_usage(
 pub async fn show(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Path(id): Path<String>,
+    Params(id): Params<String>,
     Query(q): Query<Period>,
 ) -> Result<Json<Value>, ApiError> {
     let u = month_usage(&cp, &actor, &id, q.period).await?;
