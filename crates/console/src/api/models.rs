@@ -71,6 +71,12 @@ pub async fn create_model(
     if !["chat", "embedding"].contains(&m.kind.as_str()) {
         return Err(ApiError::field("kind", "err.kind"));
     }
+    if m.tokenizer
+        .as_deref()
+        .is_some_and(|t| !["o200k", "cl100k", "other"].contains(&t))
+    {
+        return Err(ApiError::field("tokenizer", "err.tokenizer"));
+    }
     super::valid_id_model(&m.id)?;
     if m.upstream_model.trim().is_empty() {
         return Err(ApiError::field("upstream_model", "err.required"));

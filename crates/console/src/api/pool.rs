@@ -246,8 +246,9 @@ pub async fn model_fairness(
     require_platform_admin(&actor)?;
     if let Some(d) = &f.degrade_to {
         if d == &id || !cp.store.model_exists(d).await? {
-            return Err(ApiError::BadRequest(
-                "degrade_to must name another existing model".into(),
+            return Err(ApiError::invalid(
+                "degrade_to",
+                "must name another existing model",
             ));
         }
     }

@@ -75,12 +75,14 @@ pub async fn request_quota(
     if r.reason.trim().is_empty() {
         return Err(ApiError::field("reason", "err.required"));
     }
+    // The tenant first: an unknown tenant is not reported as an unknown app.
+    if !cp.store.tenant_exists(&r.tenant_id).await? {
+        return Err(ApiError::field("tenant_id", "err.unknown_tenant"));
+    }
     if let Some(app) = &r.app_id {
         if !cp.store.app_exists(&r.tenant_id, app).await? {
             return Err(ApiError::field("app_id", "err.unknown_app"));
         }
-    } else if !cp.store.tenant_exists(&r.tenant_id).await? {
-        return Err(ApiError::NotFound(format!("tenant {}", r.tenant_id)));
     }
     let requested_by = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
     let q = NewQuotaRequest {
