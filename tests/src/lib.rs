@@ -4,6 +4,7 @@
 
 pub mod books;
 pub mod console_web;
+pub mod hostile;
 
 use domain::{keys, Limits};
 use mock_upstream::{MockConfig, MockStats};

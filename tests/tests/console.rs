@@ -5,6 +5,7 @@
 
 use domain::Limits;
 use e2e::console_web::Web;
+use e2e::hostile::{esc, raw_marker, IMG, SCRIPT, SQL};
 use e2e::*;
 use serde_json::json;
 use std::time::Duration;
@@ -459,22 +460,8 @@ async fn state_changes_need_the_sessions_csrf_token_and_cookies_are_locked_down(
     srv.shutdown().await;
 }
 
-const SCRIPT: &str = "<script>alert(1)</script>";
-const IMG: &str = "\"><img src=x onerror=alert(1)>";
-const SQL: &str = "'; DROP TABLE tenants; --";
-
-/// How the templates escape text (askama's HTML escaper).
-fn esc(s: &str) -> String {
-    s.replace('&', "&#38;")
-        .replace('<', "&#60;")
-        .replace('>', "&#62;")
-        .replace('"', "&#34;")
-        .replace('\'', "&#39;")
-}
-
 fn assert_escaped(page: &str, what: &str) {
-    assert!(!page.contains(SCRIPT), "raw <script> in {what}");
-    assert!(!page.contains("<img src=x"), "raw <img> in {what}");
+    assert_eq!(raw_marker(page), None, "raw markup in {what}");
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@
 //! only way to a `store::Principal` and its tenant scope. Here: the
 //! per-email limiter, the audit row of a failed login, and the extractor.
 
+use crate::api::extract::Body;
 use crate::error::ApiError;
 use crate::ControlPlane;
 use axum::extract::{FromRequestParts, State};
@@ -52,7 +53,7 @@ pub struct Login {
 
 pub async fn login(
     State(cp): State<Arc<ControlPlane>>,
-    Json(l): Json<Login>,
+    Body(l): Body<Login>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let (p, session) = sign_in(&cp, &l.email, l.password).await?;
     Ok(Json(serde_json::json!({

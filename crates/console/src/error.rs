@@ -16,6 +16,10 @@ pub enum ApiError {
         field: &'static str,
         key: &'static str,
     },
+    /// A request body or path parameter that does not parse; `param` names
+    /// where (`limits.monthly_cost_usd`, `guarantees[0].tenant_id`, `id`).
+    #[error("{param}: {message}")]
+    Invalid { param: String, message: String },
     #[error("authentication required")]
     Unauthenticated,
     #[error("{0}")]
@@ -37,9 +41,16 @@ impl ApiError {
         ApiError::Field { field, key }
     }
 
+    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::Invalid {
+            param: param.into(),
+            message: message.into(),
+        }
+    }
+
     pub(crate) fn status_code(&self) -> (StatusCode, &'static str) {
         match self {
-            ApiError::BadRequest(_) | ApiError::Field { .. } => {
+            ApiError::BadRequest(_) | ApiError::Field { .. } | ApiError::Invalid { .. } => {
                 (StatusCode::BAD_REQUEST, "invalid_request")
             }
             ApiError::Unauthenticated => (StatusCode::UNAUTHORIZED, "unauthenticated"),
@@ -60,6 +71,9 @@ impl From<store::StoreError> for ApiError {
                 ApiError::Conflict(format!("{what} already exists or changed"))
             }
             store::StoreError::NotFound(what) => ApiError::NotFound(what),
+            e if e.is_bad_text() => {
+                ApiError::BadRequest("text must not contain NUL (U+0000) characters".into())
+            }
             e if e.is_unreachable() => {
                 tracing::warn!(error = %e, "database unreachable");
                 ApiError::Unavailable
@@ -76,7 +90,8 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_code();
         let param = match &self {
-            ApiError::Field { field, .. } => Some(*field),
+            ApiError::Field { field, .. } => Some(field.to_string()),
+            ApiError::Invalid { param, .. } => Some(param.clone()),
             _ => None,
         };
         let mut r = (

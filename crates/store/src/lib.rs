@@ -63,6 +63,14 @@ impl StoreError {
             )
         )
     }
+
+    /// PostgreSQL refused a text value it cannot store: a NUL (U+0000) in a
+    /// text column (22021) or in a JSON string (22P05). Bad input, not a
+    /// failure of the database.
+    pub fn is_bad_text(&self) -> bool {
+        matches!(self, StoreError::Db(sqlx::Error::Database(d))
+            if matches!(d.code().as_deref(), Some("22021" | "22P05")))
+    }
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;

@@ -1,7 +1,8 @@
+use super::extract::{Body, Params};
 use super::{require, valid_limits};
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
@@ -82,8 +83,8 @@ pub async fn issue(
 pub async fn create(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Path((tenant, app)): Path<(String, String)>,
-    Json(k): Json<KeyIn>,
+    Params((tenant, app)): Params<(String, String)>,
+    Body(k): Body<KeyIn>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let k = issue(&cp, &actor, &tenant, &app, k).await?;
     Ok((
@@ -115,7 +116,7 @@ pub async fn revoke_key(
 pub async fn revoke(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Path(id): Path<Uuid>,
+    Params(id): Params<Uuid>,
 ) -> Result<StatusCode, ApiError> {
     revoke_key(&cp, &actor, id).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod bills;
+pub mod extract;
 pub mod keys;
 pub mod models;
 pub mod pool;

@@ -1,3 +1,4 @@
+use super::extract::Body;
 use super::require_platform_admin;
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
@@ -32,7 +33,7 @@ fn chat() -> String {
 pub async fn create(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Json(m): Json<ModelIn>,
+    Body(m): Body<ModelIn>,
 ) -> Result<Json<Value>, ApiError> {
     let m = create_model(&cp, &actor, m).await?;
     Ok(Json(
@@ -69,6 +70,12 @@ pub async fn create_model(
     }
     if !["chat", "embedding"].contains(&m.kind.as_str()) {
         return Err(ApiError::field("kind", "err.kind"));
+    }
+    if m.tokenizer
+        .as_deref()
+        .is_some_and(|t| !["o200k", "cl100k", "other"].contains(&t))
+    {
+        return Err(ApiError::field("tokenizer", "err.tokenizer"));
     }
     super::valid_id_model(&m.id)?;
     if m.upstream_model.trim().is_empty() {

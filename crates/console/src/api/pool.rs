@@ -1,10 +1,11 @@
 //! The shared pool, borrows and reclaims (DESIGN §7, §11), and a model's
 //! fairness settings (cheaper model, pool capacity, guarantees).
 
+use super::extract::{Body, Params};
 use super::require_platform_admin;
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::Json;
 use domain::borrowing::{ppm_share, share_ppm, PoolPolicy};
 use domain::roles::{Actor, Role};
@@ -130,7 +131,7 @@ fn default_reclaim_share() -> f64 {
 pub async fn update(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Json(p): Json<PoolIn>,
+    Body(p): Body<PoolIn>,
 ) -> Result<Json<Value>, ApiError> {
     require_platform_admin(&actor)?;
     let share = |v: f64, f: &str| {
@@ -226,14 +227,15 @@ pub struct FairnessIn {
 pub async fn model_fairness(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Path(id): Path<String>,
-    Json(f): Json<FairnessIn>,
+    Params(id): Params<String>,
+    Body(f): Body<FairnessIn>,
 ) -> Result<Json<Value>, ApiError> {
     require_platform_admin(&actor)?;
     if let Some(d) = &f.degrade_to {
         if d == &id || !cp.store.model_exists(d).await? {
-            return Err(ApiError::BadRequest(
-                "degrade_to must name another existing model".into(),
+            return Err(ApiError::invalid(
+                "degrade_to",
+                "must name another existing model",
             ));
         }
     }

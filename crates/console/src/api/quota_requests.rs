@@ -1,7 +1,8 @@
+use super::extract::{Body, Params};
 use super::{require, require_platform_admin};
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
@@ -46,7 +47,7 @@ fn render(q: &QuotaRequestRow) -> Value {
 pub async fn create(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Json(r): Json<RequestIn>,
+    Body(r): Body<RequestIn>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let row = request_quota(&cp, &actor, r).await?;
     Ok((StatusCode::CREATED, Json(render(&row))))
@@ -74,6 +75,10 @@ pub async fn request_quota(
     if r.reason.trim().is_empty() {
         return Err(ApiError::field("reason", "err.required"));
     }
+    // The tenant first: an unknown tenant is not reported as an unknown app.
+    if !cp.store.tenant_exists(actor.scope(), &r.tenant_id).await? {
+        return Err(ApiError::field("tenant_id", "err.unknown_tenant"));
+    }
     if let Some(app) = &r.app_id {
         if !cp
             .store
@@ -82,8 +87,6 @@ pub async fn request_quota(
         {
             return Err(ApiError::field("app_id", "err.unknown_app"));
         }
-    } else if !cp.store.tenant_exists(actor.scope(), &r.tenant_id).await? {
-        return Err(ApiError::NotFound(format!("tenant {}", r.tenant_id)));
     }
     let requested_by = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
     let q = NewQuotaRequest {
@@ -164,8 +167,8 @@ pub async fn decide_request(
 pub async fn approve(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Path(id): Path<Uuid>,
-    body: Option<Json<Decision>>,
+    Params(id): Params<Uuid>,
+    body: Option<Body<Decision>>,
 ) -> Result<Json<Value>, ApiError> {
     let note = body.map(|b| b.0).unwrap_or_default().note;
     Ok(Json(render(
@@ -176,8 +179,8 @@ pub async fn approve(
 pub async fn reject(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Path(id): Path<Uuid>,
-    body: Option<Json<Decision>>,
+    Params(id): Params<Uuid>,
+    body: Option<Body<Decision>>,
 ) -> Result<Json<Value>, ApiError> {
     let note = body.map(|b| b.0).unwrap_or_default().note;
     Ok(Json(render(

@@ -3,9 +3,10 @@
 //! their scope reads no other tenant's, so another tenant's id answers 404,
 //! like an unknown one.
 
+use super::extract::Params;
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use domain::usage::UsageEvent;
 use domain::MicroUsd;
@@ -72,7 +73,7 @@ pub fn render(r: &RequestRecord) -> Value {
 pub async fn show(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Path(id): Path<String>,
+    Params(id): Params<String>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(render(&lookup(&cp, &actor, &id).await?)))
 }

@@ -1,7 +1,8 @@
+use super::extract::{Body, Params};
 use super::{require, require_platform_admin, valid_id, valid_limits};
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use domain::roles::{Access, Actor};
 use domain::Limits;
@@ -81,7 +82,7 @@ pub async fn create_tenant(
 pub async fn create(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Json(t): Json<TenantIn>,
+    Body(t): Body<TenantIn>,
 ) -> Result<Json<Value>, ApiError> {
     let row = create_tenant(&cp, &actor, t).await?;
     Ok(Json(render(&row)))
@@ -102,7 +103,7 @@ pub async fn tenant_for(
 pub async fn show(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Path(id): Path<String>,
+    Params(id): Params<String>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(render(&tenant_for(&cp, &actor, &id).await?)))
 }
@@ -170,8 +171,8 @@ pub async fn update_tenant(
 pub async fn update(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Path(id): Path<String>,
-    Json(p): Json<TenantPatch>,
+    Params(id): Params<String>,
+    Body(p): Body<TenantPatch>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(render(&update_tenant(&cp, &actor, &id, p).await?)))
 }
@@ -216,8 +217,8 @@ pub async fn create_app_in(
 pub async fn create_app(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Path(tenant): Path<String>,
-    Json(a): Json<AppIn>,
+    Params(tenant): Params<String>,
+    Body(a): Body<AppIn>,
 ) -> Result<Json<Value>, ApiError> {
     let row = create_app_in(&cp, &actor, &tenant, a).await?;
     Ok(Json(

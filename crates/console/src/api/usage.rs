@@ -1,6 +1,7 @@
+use super::extract::Params;
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::Json;
 use domain::MicroUsd;
 use serde::Deserialize;
@@ -95,7 +96,7 @@ pub async fn month_usage(
 pub async fn show(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Path(id): Path<String>,
+    Params(id): Params<String>,
     Query(q): Query<Period>,
 ) -> Result<Json<Value>, ApiError> {
     let u = month_usage(&cp, &actor, &id, q.period).await?;

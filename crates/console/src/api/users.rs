@@ -1,7 +1,8 @@
+use super::extract::{Body, Params};
 use super::{require_platform_admin, valid_id};
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use domain::roles::Role;
 use serde::Deserialize;
@@ -74,7 +75,7 @@ pub async fn create_user(
 pub async fn create(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Json(u): Json<NewUser>,
+    Body(u): Body<NewUser>,
 ) -> Result<Json<Value>, ApiError> {
     let tenant = u.tenant_id.clone();
     let (id, email, role) = create_user(&cp, &actor, u).await?;
@@ -116,8 +117,8 @@ pub async fn change_role(
 pub async fn set_role(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
-    Path(id): Path<Uuid>,
-    Json(c): Json<RoleChange>,
+    Params(id): Params<Uuid>,
+    Body(c): Body<RoleChange>,
 ) -> Result<Json<Value>, ApiError> {
     let tenant = c.tenant_id.clone();
     let role = change_role(&cp, &actor, id, c).await?;
