@@ -32,7 +32,9 @@
 //!
 //! ```compile_fail,E0451
 //! // A principal is made by signing in, not by listing what it should be.
-//! let p = store::Principal { actor: todo!(), scope: store::TenantScope::system() };
+//! fn forge(actor: domain::roles::Actor) -> store::Principal {
+//!     store::Principal { actor, scope: store::TenantScope::system() }
+//! }
 //! ```
 //!
 //! ```compile_fail,E0451
