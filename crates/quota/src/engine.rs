@@ -290,8 +290,10 @@ impl QuotaEngine {
         self.bounded(inv.invoke_async(&mut conn)).await
     }
 
+    /// The connection; no turn needed: it sends Redis nothing per call
+    /// (a cluster connects once, under the timeout).
     pub(crate) async fn link(&self) -> Result<Conn, QuotaError> {
-        self.bounded(self.conn.get()).await
+        self.timed(self.conn.get()).await
     }
 
     pub fn keys(&self) -> &KeySpace {
@@ -333,6 +335,14 @@ impl QuotaEngine {
                 }
             },
         };
+        self.timed(f).await
+    }
+
+    /// The answer within `timeout`, or fail closed.
+    async fn timed<T>(
+        &self,
+        f: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, QuotaError> {
         match tokio::time::timeout(self.timeout, f).await {
             Ok(r) => Ok(r?),
             Err(_) => Err(QuotaError::Unavailable(format!(
