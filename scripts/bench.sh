@@ -12,12 +12,16 @@
 #   2. streams (time to first token, gaps between chunks), direct vs tollgate;
 #   3. 1,000 concurrent slow streams through one instance: peak RSS, errors;
 #   4. the hold-engine micro-benchmark (hold+settle pairs/s, Redis µs per
-#      script from INFO commandstats) beside redis-benchmark PING.
+#      script from INFO commandstats) beside redis-benchmark PING;
+#   5. isolation (docs/fair.md): tenant B's latency alone and while tenant A
+#      floods past its in-flight limit (A's clients honour Retry-After, then
+#      a hot loop that ignores it); B's failures; what A was answered.
 #
 #   ./scripts/bench.sh                  # upstream: `tollgate mock-upstream` (zero delay)
 #   UPSTREAM=nginx ./scripts/bench.sh   # upstream: nginx with ../shared/bench's fixed answer
 #   DUR=20 ./scripts/bench.sh           # seconds per load run (default 10)
-#   MODES="lease" SLOW_STREAMS=0 HOLD_BENCH=0 ./scripts/bench.sh   # a quick subset
+#   MODES="lease" SLOW_STREAMS=0 HOLD_BENCH=0 ISOLATION=0 ./scripts/bench.sh   # a quick subset
+#   MODES= CONNS= HOLD_BENCH=0 ./scripts/bench.sh                  # isolation only
 #
 # Only processes this script starts are stopped. Its Redis keys live under a
 # fresh prefix; the hold-engine benchmark deletes its own keys.
@@ -28,11 +32,14 @@ cd "$TOLLGATE_ROOT"
 
 DUR=${DUR:-10}
 UPSTREAM=${UPSTREAM:-mock}
-MODES=${MODES:-off per_request lease}
-CONNS=${CONNS:-1 32}
+MODES=${MODES-off per_request lease}
+CONNS=${CONNS-1 32}
 STREAMS=${STREAMS:-60}
 SLOW_STREAMS=${SLOW_STREAMS:-1000}
 HOLD_BENCH=${HOLD_BENCH:-1}
+ISOLATION=${ISOLATION:-1}
+ISO_RUNS=${ISO_RUNS:-polite hot}
+ISO_HOT_FLOOD=${ISO_HOT_FLOOD:-128}
 GW_PORT=${GW_PORT:-18081}
 MOCK_PORT=${MOCK_PORT:-19090}
 work=$(mktemp -d "${TMPDIR:-/tmp}/tollgate-bench.XXXXXX")
@@ -47,7 +54,7 @@ ensure_services >/dev/null
 have wrk || apt_install wrk
 have redis-benchmark || apt_install redis-tools
 log "building tollgate (release)"
-cargo build -q --release -p tollgate-server --bin tollgate -p tollgate-bench --bin tollgate-bench --bin hold-bench
+cargo build -q --release -p tollgate-server --bin tollgate -p tollgate-bench --bin tollgate-bench --bin hold-bench --bin iso-bench
 target=${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/release
 bin=$target/tollgate
 
@@ -190,6 +197,24 @@ for mode in $MODES; do
     fi
     stop_gateway
 done
+if [[ $ISOLATION == 1 && $UPSTREAM == mock ]]; then
+    read -r key_a key_b < <("$bin" admin bench-setup --upstream "$upstream" --isolation 2>>"$work/setup.log") ||
+        { cat "$work/setup.log" >&2; exit 1; }
+    [[ -n ${key_b:-} ]] || die "bench-setup --isolation printed no keys"
+    start_gateway lease
+    iso_url=http://127.0.0.1:$GW_PORT/v1/chat/completions
+    for run in $ISO_RUNS; do
+        case $run in
+        polite) log "isolation: B steady alone / under A's flood (128 clients, Retry-After honoured)"
+            R[iso.$run]=$("$target/iso-bench" --url "$iso_url" --a-key "$key_a" --b-key "$key_b") ;;
+        hot) log "isolation: B steady alone / under A's hot loop ($ISO_HOT_FLOOD clients, Retry-After ignored)"
+            R[iso.$run]=$("$target/iso-bench" --url "$iso_url" --a-key "$key_a" --b-key "$key_b" \
+                --ignore-retry-after --flood "$ISO_HOT_FLOOD") ;;
+        *) die "ISO_RUNS: polite and/or hot" ;;
+        esac
+    done
+    stop_gateway
+fi
 evalsha=$(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" INFO commandstats | awk -F'[,=]' '/^cmdstat_evalsha/{print $6}')
 if [[ $HOLD_BENCH == 1 ]]; then
     log "hold-engine micro-benchmark"
@@ -236,6 +261,23 @@ echo "Admission time seen by the gateway (admission=${MODES##* }): ${hold_us:-n/
 if [[ -n ${hb:-} ]]; then
     echo
     echo "$hb"
+fi
+if [[ $ISOLATION == 1 && $UPSTREAM == mock ]]; then
+    echo
+    echo "Isolation (admission=lease, default queue policy; tenants iso-a and iso-b, in-flight limit 2 each; mock latency 20 ms;"
+    echo "B: 5 rounds of 300 sequential requests alone, then 300 while A floods):"
+    echo
+    echo "| A's clients | B p50 alone µs | B p99 alone µs | B p50 under flood µs | B p99 under flood µs | B p99 change | B failed / not allowed | A's answers |"
+    echo "|---|---|---|---|---|---|---|---|"
+    for run in $ISO_RUNS; do
+        line=$(echo "${R[iso.$run]}" | head -1)
+        answers=$(echo "${R[iso.$run]}" | sed -n 's/^a_answers: //p')
+        who="128, honouring Retry-After"
+        [[ $run == hot ]] && who="$ISO_HOT_FLOOD, hot loop"
+        printf '| %s | %s | %s | %s | %s | %s %% | %s / %s | %s |\n' "$who" "$(field "$line" b_alone_p50_us)" \
+            "$(field "$line" b_alone_p99_us)" "$(field "$line" b_busy_p50_us)" "$(field "$line" b_busy_p99_us)" \
+            "$(field "$line" p99_change_pct)" "$(field "$line" b_failed)" "$(field "$line" b_not_allowed)" "$answers"
+    done
 fi
 echo
 echo "Physical floor, redis-benchmark PING on this machine:"

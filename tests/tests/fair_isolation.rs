@@ -2,9 +2,9 @@
 //! tenant B runs steady traffic; all of B's requests succeed untouched and
 //! A's are queued or refused with reason codes.
 //!
-//! B's latency under A's flood is measured by the ignored benchmark below
-//! (`cargo test -p tollgate-e2e --test fair_isolation -- --ignored
-//! --nocapture`), not asserted: this machine is shared and noisy.
+//! B's latency under A's flood is measured by `scripts/bench.sh` (the
+//! isolation section; the gateway as a release build in its own process),
+//! not asserted here: this machine is shared and noisy.
 
 mod fair_common;
 
@@ -42,6 +42,35 @@ async fn a_flooding_tenant_is_queued_or_refused_while_another_is_untouched() {
         }));
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
+    // A's queue is full now: A's next request is refused before its body
+    // is even parsed (this one is not JSON), and the answer is paced by
+    // fair.queue_full_delay_ms (100 ms by default) so that a client that
+    // ignores Retry-After cannot turn refusals into a CPU-bound loop.
+    let t = Instant::now();
+    let r = reqwest::Client::new()
+        .post(&url)
+        .bearer_auth(&a)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(reason(&r), "tenant_queue_full");
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert!(
+        t.elapsed() >= Duration::from_millis(100),
+        "{:?}",
+        t.elapsed()
+    );
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("requests waiting on this replica"),
+        "{e}"
+    );
     // B: steady traffic within its own limit.
     for _ in 0..15 {
         let r = post(&url, &b, &body("[mock:latency_ms=20]", 10)).await;
@@ -75,72 +104,6 @@ async fn a_flooding_tenant_is_queued_or_refused_while_another_is_untouched() {
                 && l.contains("outcome=\"admitted\"")
                 && l.contains("priority=\"standard\"")),
         "{m}"
-    );
-    srv.shutdown().await;
-}
-
-fn p(lat: &mut [Duration], q: f64) -> Duration {
-    lat.sort();
-    lat[((lat.len() as f64 * q).ceil() as usize).saturating_sub(1)]
-}
-
-async fn steady(url: &str, key: &str, n: usize) -> Vec<Duration> {
-    let mut lat = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        let r = post(url, key, &body("[mock:latency_ms=20]", 10)).await;
-        assert_eq!(r.status(), 200);
-        lat.push(t.elapsed());
-    }
-    lat
-}
-
-/// B's p50/p99 through the gateway alone, then while A floods (64
-/// concurrent clients against A's in-flight limit of 2). Prints both.
-#[tokio::test]
-#[ignore = "benchmark: run with --ignored --nocapture"]
-async fn bench_isolation_p99() {
-    let (_env, a, b, srv) = setup().await;
-    let url = format!("http://{}/v1/chat/completions", srv.addr);
-    steady(&url, &b, 50).await; // warm-up
-    let mut alone = steady(&url, &b, 400).await;
-    let ignore_retry = std::env::var_os("BENCH_IGNORE_RETRY_AFTER").is_some();
-    let stop = Instant::now() + Duration::from_secs(60);
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut flood = Vec::new();
-    for _ in 0..64 {
-        let (url, a, done, ignore_retry) = (url.clone(), a.clone(), done.clone(), ignore_retry);
-        flood.push(tokio::spawn(async move {
-            let mut n = 0u64;
-            while !done.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < stop {
-                let r = post(&url, &a, &body("[mock:latency_ms=20]", 10)).await;
-                n += 1;
-                // Like the OpenAI SDKs: a refused client waits Retry-After
-                // (unless BENCH_IGNORE_RETRY_AFTER: a hot loop of refusals).
-                if r.status() != 200 && !ignore_retry {
-                    let secs: u64 = r
-                        .headers()
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok()?.parse().ok())
-                        .unwrap_or(1);
-                    tokio::time::sleep(Duration::from_secs(secs)).await;
-                }
-            }
-            n
-        }));
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut busy = steady(&url, &b, 400).await;
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut sent = 0;
-    for h in flood {
-        sent += h.await.unwrap();
-    }
-    let (a50, a99) = (p(&mut alone, 0.5), p(&mut alone, 0.99));
-    let (b50, b99) = (p(&mut busy, 0.5), p(&mut busy, 0.99));
-    println!(
-        "B alone: p50 {a50:?} p99 {a99:?}; B under A's flood ({sent} requests from A, ignore Retry-After: {ignore_retry}): p50 {b50:?} p99 {b99:?}; p99 change {:+.1} %",
-        (b99.as_secs_f64() / a99.as_secs_f64() - 1.0) * 100.0
     );
     srv.shutdown().await;
 }

@@ -228,15 +228,7 @@ pub async fn admit_fairly<A, Fut: Future<Output = Result<A, ApiError>>>(
         if place.is_none() {
             match gw.queue.join(&key.tenant.id, priority, &model.id) {
                 Ok(p) => place = Some(p),
-                Err(full) => {
-                    let msg = format!(
-                        "{why}: and this tenant already has {} requests waiting on this replica",
-                        full.depth
-                    );
-                    return Err(
-                        ApiError::new(rid, ReasonCode::TenantQueueFull, msg).retry_after(Some(1))
-                    );
-                }
+                Err(full) => return Err(queue_full(rid, why, full.depth)),
             }
         }
         let p = place.as_mut().expect("joined above");
@@ -254,6 +246,23 @@ pub async fn admit_fairly<A, Fut: Future<Output = Result<A, ApiError>>>(
                 return Err(ApiError::new(rid, ReasonCode::QueueTimeout, msg).retry_after(Some(1)));
             }
         }
+    }
+}
+
+fn queue_full(rid: &str, why: &str, depth: usize) -> ApiError {
+    let msg =
+        format!("{why}: and this tenant already has {depth} requests waiting on this replica");
+    ApiError::new(rid, ReasonCode::TenantQueueFull, msg).retry_after(Some(1))
+}
+
+/// Refuses a request at once, before its body is parsed or tokenized, when
+/// its tenant's queue on this replica is full: it could only wait behind
+/// that queue. A flooding tenant's refusals then cost little of the CPU the
+/// other tenants' requests need.
+pub fn refuse_if_queue_full(gw: &Gateway, key: &KeyEntry, rid: &str) -> Result<(), ApiError> {
+    match gw.queue.full_for(&key.tenant.id) {
+        Some(full) => Err(queue_full(rid, "the tenant's queue is full", full.depth)),
+        None => Ok(()),
     }
 }
 

@@ -64,6 +64,10 @@ async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: 
             if let Some(k) = &key {
                 gw.decisions.refused(&e, k, &model);
             }
+            if e.reason == ReasonCode::TenantQueueFull {
+                // Paces a flood that ignores Retry-After (docs/fair.md).
+                tokio::time::sleep(gw.cfg.fair.queue_full_delay).await;
+            }
             e.into_response()
         }
     }
@@ -129,6 +133,7 @@ async fn admit_and_forward(
                 "",
             )
         })?;
+    crate::fair::refuse_if_queue_full(gw, &key, rid).map_err(|e| refuse(e, k, ""))?;
     let json: Value = serde_json::from_slice(&bytes).map_err(|e| {
         refuse(
             ApiError::new(

@@ -9,6 +9,7 @@
 use crate::metrics_names as m;
 use domain::fairq::{FairScheduler, Priority, QueueFull, QueuePolicy};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, Notify};
@@ -50,6 +51,8 @@ struct State {
 
 pub struct AdmissionQueue {
     state: Mutex<State>,
+    /// Requests waiting, all tenants (kept under the lock, read without it).
+    waiting: AtomicUsize,
     wake: Notify,
     epoch: Instant,
     poll_min: Duration,
@@ -74,6 +77,7 @@ impl AdmissionQueue {
                 sched: FairScheduler::new(policy),
                 waiters: HashMap::new(),
             }),
+            waiting: AtomicUsize::new(0),
             wake: Notify::new(),
             epoch: Instant::now(),
             poll_min,
@@ -93,6 +97,20 @@ impl AdmissionQueue {
     /// A slot may have freed on this replica: offer turns now.
     pub fn slot_freed(&self) {
         self.wake.notify_one();
+    }
+
+    /// Is `tenant`'s queue on this replica full? Then a new request of that
+    /// tenant is refused before any work is spent on it: it could only wait
+    /// behind the full queue, and refusing it costs little CPU that another
+    /// tenant's requests need (docs/fair.md, "Isolation"). No lock when
+    /// nothing waits.
+    pub fn full_for(&self, tenant: &str) -> Option<QueueFull> {
+        if self.waiting.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let st = self.state.lock().expect("queue lock");
+        let depth = st.sched.depth(tenant);
+        (depth >= st.sched.policy().max_per_tenant).then_some(QueueFull { depth })
     }
 
     /// Joins `tenant`'s queue; refused when that queue is full.
@@ -115,6 +133,7 @@ impl AdmissionQueue {
                     model: model.to_string(),
                 },
             );
+            self.waiting.store(st.sched.len(), Ordering::Relaxed);
             let wait = st.sched.deadline_ms(ticket).unwrap_or(now) - now;
             (ticket, wait, st.sched.depth(tenant))
         };
@@ -140,6 +159,7 @@ impl AdmissionQueue {
             } else {
                 st.sched.cancel(ticket);
             }
+            self.waiting.store(st.sched.len(), Ordering::Relaxed);
             st.sched.depth(tenant)
         };
         metrics::gauge!(m::QUEUE_DEPTH, "tenant" => tenant.to_string()).set(depth as f64);

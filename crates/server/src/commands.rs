@@ -170,14 +170,21 @@ pub async fn mock_upstream(cfg: &Config, listen: Option<String>) -> anyhow::Resu
     Ok(())
 }
 
-pub async fn bench_setup(cfg: &Config, upstream: &str) -> anyhow::Result<()> {
+pub async fn bench_setup(cfg: &Config, upstream: &str, isolation: bool) -> anyhow::Result<()> {
     let store = Store::connect(&cfg.database.url, 2)
         .await
         .context("cannot connect to PostgreSQL")?;
     store.migrate().await?;
-    let key = crate::demo::seed_bench(&store, upstream, &cfg.clone().with_demo_secrets().pepper()?)
-        .await?;
-    println!("{key}");
+    let pepper = cfg.clone().with_demo_secrets().pepper()?;
+    if isolation {
+        let (a, b) = crate::demo::seed_isolation(&store, upstream, &pepper).await?;
+        println!("{a} {b}");
+    } else {
+        println!(
+            "{}",
+            crate::demo::seed_bench(&store, upstream, &pepper).await?
+        );
+    }
     Ok(())
 }
 

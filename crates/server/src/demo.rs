@@ -127,18 +127,46 @@ pub async fn seed(store: &Store, mock_base_url: &str, pepper: &[u8]) -> anyhow::
 /// The benchmark tenant: every limit kind set, none reachable in a run, so
 /// the hold engine does its full work on every request.
 pub async fn seed_bench(store: &Store, upstream: &str, pepper: &[u8]) -> anyhow::Result<String> {
-    const ACTOR: &str = "system:bench";
+    bench_model(store, upstream).await?;
+    load_tenant(store, "bench", "Benchmark", bench_limits(), pepper).await
+}
+
+/// The isolation benchmark's two tenants, `iso-a` (the flood) and `iso-b`
+/// (the steady one): standard priority, budgets that do not run out, and an
+/// in-flight limit of 2 each, so A's flood queues and is refused while B
+/// stays within its share. Returns their fresh keys (A, B).
+pub async fn seed_isolation(
+    store: &Store,
+    upstream: &str,
+    pepper: &[u8],
+) -> anyhow::Result<(String, String)> {
+    bench_model(store, upstream).await?;
+    let two = Limits {
+        max_inflight: Some(2),
+        ..bench_limits()
+    };
+    let a = load_tenant(store, "iso-a", "Isolation A (flood)", two.clone(), pepper).await?;
+    let b = load_tenant(store, "iso-b", "Isolation B (steady)", two, pepper).await?;
+    Ok((a, b))
+}
+
+const BENCH_ACTOR: &str = "system:bench";
+
+async fn bench_model(store: &Store, upstream: &str) -> anyhow::Result<()> {
     ensure_model(
         store,
-        ACTOR,
+        BENCH_ACTOR,
         "gpt-4o-mini",
         "chat",
         "gpt-4o-mini",
         (150_000, 600_000),
         upstream,
     )
-    .await?;
-    let big = Limits {
+    .await
+}
+
+fn bench_limits() -> Limits {
+    Limits {
         monthly_tokens: Some(1_000_000_000_000),
         monthly_cost_usd: Some(usd("1000000")),
         rpm: Some(100_000_000),
@@ -146,30 +174,48 @@ pub async fn seed_bench(store: &Store, upstream: &str, pepper: &[u8]) -> anyhow:
         output_tpm: Some(100_000_000_000),
         max_inflight: Some(100_000),
         ..Default::default()
-    };
-    if !store.tenant_exists(&TenantScope::system(), "bench").await? {
+    }
+}
+
+/// Creates (or reuses) a standard tenant `id` with an app `load`, and
+/// issues a fresh key `bench` whose own limits are the bench's high ones.
+async fn load_tenant(
+    store: &Store,
+    id: &str,
+    name: &str,
+    limits: Limits,
+    pepper: &[u8],
+) -> anyhow::Result<String> {
+    if !store.tenant_exists(&TenantScope::system(), id).await? {
         let t = TenantRow {
-            id: "bench".into(),
-            name: "Benchmark".into(),
-            cost_center: "CC-BENCH".into(),
+            id: id.into(),
+            name: name.into(),
+            cost_center: format!("CC-{}", id.to_uppercase()),
             priority: "standard".into(),
-            limits: big.clone(),
+            limits: limits.clone(),
             may_borrow: false,
             borrow_cap_tokens: 0,
             allowed_models: None,
             clamp_max_tokens: false,
         };
-        store.create_tenant(ACTOR, &t).await?;
+        store.create_tenant(BENCH_ACTOR, &t).await?;
         let a = AppRow {
-            tenant_id: "bench".into(),
+            tenant_id: id.into(),
             id: "load".into(),
             name: "load".into(),
-            limits: big.clone(),
+            limits: bench_limits(),
             allowed_models: None,
         };
-        store.create_app(ACTOR, &a).await?;
+        store.create_app(BENCH_ACTOR, &a).await?;
     }
-    issue_named_key(store, ACTOR, ("bench", "load", "bench"), big, pepper).await
+    issue_named_key(
+        store,
+        BENCH_ACTOR,
+        (id, "load", "bench"),
+        bench_limits(),
+        pepper,
+    )
+    .await
 }
 
 /// Creates a model on `base_url`, or points the existing one there.

@@ -100,9 +100,15 @@ enum AdminCommand {
     /// Create (or reuse) the `bench` tenant with every limit set high enough
     /// not to run out, a model `gpt-4o-mini` on the given upstream, and print
     /// a fresh key. Used by scripts/bench.sh and ../shared/bench/peers.sh.
+    ///
+    /// With `--isolation`: instead, tenants `iso-a` and `iso-b` (in-flight
+    /// limit 2 each) for the isolation benchmark; prints A's key, a space
+    /// and B's key.
     BenchSetup {
         #[arg(long)]
         upstream: String,
+        #[arg(long)]
+        isolation: bool,
     },
 }
 
@@ -143,8 +149,14 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             .await
             .map(|_| true),
         Command::Admin {
-            command: AdminCommand::BenchSetup { upstream },
-        } => commands::bench_setup(&cfg, &upstream).await.map(|_| true),
+            command:
+                AdminCommand::BenchSetup {
+                    upstream,
+                    isolation,
+                },
+        } => commands::bench_setup(&cfg, &upstream, isolation)
+            .await
+            .map(|_| true),
         Command::AuditVerify => commands::audit_verify(&cfg).await,
         Command::Jobs {
             command: JobsCommand::Run { job, now },
