@@ -5,6 +5,7 @@
 pub mod audit;
 pub mod bill;
 pub mod borrowing;
+pub mod bpe;
 pub mod fairq;
 pub mod keys;
 pub mod lease;

@@ -6,7 +6,9 @@
 //! cl100k and add a safety margin, because an estimate that is low lets a
 //! request overrun its hold (DESIGN §4 bounds that overrun by this error).
 
+use crate::bpe::CountingBpe;
 use serde_json::Value;
+use std::sync::OnceLock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TokenizerFamily {
@@ -56,16 +58,10 @@ impl TokenizerFamily {
             return 0;
         }
         match self {
-            Self::O200k => tiktoken_rs::o200k_base_singleton()
-                .encode_ordinary(text)
-                .len() as u64,
-            Self::Cl100k => tiktoken_rs::cl100k_base_singleton()
-                .encode_ordinary(text)
-                .len() as u64,
+            Self::O200k => o200k().count(text),
+            Self::Cl100k => cl100k().count(text),
             Self::Other => {
-                let n = tiktoken_rs::cl100k_base_singleton()
-                    .encode_ordinary(text)
-                    .len() as u64;
+                let n = cl100k().count(text);
                 n + (n * OTHER_MARGIN_PCT).div_ceil(100)
             }
         }
@@ -79,6 +75,24 @@ impl TokenizerFamily {
             let _ = f.count("warm");
         }
     }
+}
+
+/// The counting tables (crate::bpe), each built once from a temporary
+/// tiktoken-rs `CoreBPE` that is dropped: a third of its memory.
+fn o200k() -> &'static CountingBpe {
+    static T: OnceLock<CountingBpe> = OnceLock::new();
+    T.get_or_init(|| {
+        let core = tiktoken_rs::o200k_base().expect("o200k_base ships with tiktoken-rs");
+        CountingBpe::from_core(core, crate::bpe::O200K_PATTERN)
+    })
+}
+
+fn cl100k() -> &'static CountingBpe {
+    static T: OnceLock<CountingBpe> = OnceLock::new();
+    T.get_or_init(|| {
+        let core = tiktoken_rs::cl100k_base().expect("cl100k_base ships with tiktoken-rs");
+        CountingBpe::from_core(core, crate::bpe::CL100K_PATTERN)
+    })
 }
 
 /// Input tokens of a chat `messages` array: every text the model reads —
