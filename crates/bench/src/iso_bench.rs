@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tollgate_bench::pct;
 
 #[derive(Parser)]
 struct Args {
@@ -123,15 +124,6 @@ async fn flood_client(
             tokio::time::sleep(Duration::from_secs(secs)).await;
         }
     }
-}
-
-fn pct(v: &mut [Duration], p: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort();
-    let i = ((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1;
-    v[i].as_secs_f64() * 1e6
 }
 
 #[tokio::main]

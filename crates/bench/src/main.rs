@@ -6,6 +6,7 @@
 use clap::Parser;
 use futures::StreamExt;
 use std::time::{Duration, Instant};
+use tollgate_bench::pct;
 
 #[derive(Parser)]
 struct Args {
@@ -74,15 +75,6 @@ async fn one(
         gaps,
         events,
     })
-}
-
-fn pct(v: &mut [Duration], p: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort();
-    let i = ((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1;
-    v[i].as_secs_f64() * 1e6
 }
 
 #[tokio::main]
