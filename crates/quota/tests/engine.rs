@@ -4,8 +4,8 @@
 use domain::limits::{LimitKind, ScopeKind};
 use domain::Limits;
 use quota::{
-    ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, QuotaEngine, ScopeUsage,
-    SettleOutcome, SettleRequest,
+    ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, QuotaEngine, QuotaError,
+    ScopeUsage, SettleOutcome, SettleRequest,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -453,6 +453,21 @@ async fn a_free_model_hold_can_be_released() {
     assert_eq!((c.held_tokens("t"), c.held_cost("t")), (0, 0));
 }
 
+/// `n` holds of 10 + 10 tokens fired at once, each in its own task.
+fn fire_holds(
+    q: &Arc<QuotaEngine>,
+    s: &Arc<Scopes>,
+    prefix: &str,
+    n: usize,
+) -> Vec<tokio::task::JoinHandle<Result<HoldOutcome, QuotaError>>> {
+    (0..n)
+        .map(|i| {
+            let (q, s, rid) = (q.clone(), s.clone(), format!("{prefix}-{i}"));
+            tokio::spawn(async move { q.hold(&hold(&s, &rid, 10, 10), &EmptyLedger).await })
+        })
+        .collect()
+}
+
 /// 8,000 holds fired at once, as when thousands of streams open together:
 /// Redis runs them one after another, so without turns the later ones sat
 /// on the connection past the timeout (100 ms here, above scheduler noise)
@@ -466,15 +481,7 @@ async fn a_burst_of_holds_waits_its_turn_instead_of_timing_out() {
     let s = Arc::new(no_limits());
     // The month exists before the burst (one rebuild, not 8,000).
     q.hold(&hold(&s, "warm", 1, 1), &EmptyLedger).await.unwrap();
-    let tasks: Vec<_> = (0..8000)
-        .map(|i| {
-            let (q, s) = (q.clone(), s.clone());
-            tokio::spawn(async move {
-                let rid = format!("burst-{i}");
-                q.hold(&hold(&s, &rid, 10, 10), &EmptyLedger).await
-            })
-        })
-        .collect();
+    let tasks = fire_holds(&q, &s, "burst", 8000);
     let mut failed = Vec::new();
     for t in tasks {
         match t.await.unwrap() {
@@ -498,15 +505,7 @@ async fn a_call_without_a_turn_fails_closed() {
     let q = Arc::new(engine().with_call_limit(1, Duration::ZERO));
     let s = Arc::new(no_limits());
     q.hold(&hold(&s, "warm", 1, 1), &EmptyLedger).await.unwrap();
-    let tasks: Vec<_> = (0..50)
-        .map(|i| {
-            let (q, s) = (q.clone(), s.clone());
-            tokio::spawn(async move {
-                let rid = format!("busy-{i}");
-                q.hold(&hold(&s, &rid, 10, 10), &EmptyLedger).await
-            })
-        })
-        .collect();
+    let tasks = fire_holds(&q, &s, "busy", 50);
     let (mut ok, mut busy) = (0, 0);
     for t in tasks {
         match t.await.unwrap() {

@@ -149,15 +149,20 @@ impl Pool {
         Ok(())
     }
 
-    /// Borrows of this tenant the pool has a record of.
-    async fn known(&self, b: &Budget) -> Vec<BorrowRow> {
-        let all = self
-            .borrowing
+    /// Every borrow of the month in Postgres.
+    async fn month_borrows(&self, b: &Budget) -> Vec<BorrowRow> {
+        self.borrowing
             .store
             .borrows(&TenantScope::system(), &b.month)
             .await
-            .unwrap();
-        all.into_iter()
+            .unwrap()
+    }
+
+    /// Borrows of this tenant the pool has a record of.
+    async fn known(&self, b: &Budget) -> Vec<BorrowRow> {
+        self.month_borrows(b)
+            .await
+            .into_iter()
             .filter(|r| r.tenant_id == b.tenant.id && r.state != "pending")
             .filter(|r| !self.forgotten.contains(&r.id))
             .collect()
@@ -208,12 +213,7 @@ impl Pool {
         for (_, debit) in &mut self.stuck {
             *debit = None;
         }
-        let all = self
-            .borrowing
-            .store
-            .borrows(&TenantScope::system(), &b.month)
-            .await
-            .unwrap();
+        let all = self.month_borrows(b).await;
         self.forgotten.extend(all.iter().map(|r| r.id));
     }
 
