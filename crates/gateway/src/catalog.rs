@@ -151,7 +151,7 @@ pub struct ModelEntry {
     /// `base_url` + each endpoint's path, parsed once here rather than on
     /// every request (URL parsing showed in the profile); None when the
     /// base URL does not parse, and the request then fails upstream.
-    pub endpoint_urls: [Option<reqwest::Url>; 3],
+    pub endpoint_urls: [Option<http::Uri>; 3],
     pub upstream_model: String,
     pub api_key: Option<Secret>,
     pub price: Price,

@@ -116,7 +116,7 @@ pub struct Gateway {
     pub borrower: Arc<borrow::Borrowing>,
     /// Refused and degraded requests, for the request lookup.
     pub decisions: decisions::DecisionWriter,
-    http: reqwest::Client,
+    http: upstream::Client,
 }
 
 impl Gateway {

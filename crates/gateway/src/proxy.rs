@@ -17,6 +17,7 @@ use domain::reason::{Decision, ReasonCode};
 use domain::request::{self, Endpoint, RequestSummary};
 use domain::tokens;
 use quota::{HoldOutcome, HoldRequest, QuotaError};
+use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Instant;
@@ -591,24 +592,27 @@ async fn forward(
     mut headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let rid = held.request_id.clone();
-    let timeout = (!s.stream).then_some(gw.cfg.upstream_timeout);
     let t0 = Instant::now();
-    // A stream has no whole-request timeout, but its headers must come
-    // within the idle timeout, like every later chunk.
-    let first = timeout.unwrap_or(gw.cfg.stream_idle_timeout);
-    let sent = match tokio::time::timeout(
-        first,
-        upstream::request(&gw.http, &held.model, endpoint, body, timeout).send(),
-    )
-    .await
-    {
-        Ok(r) => r.map_err(|e| e.without_url().to_string()),
-        Err(_) => Err("no response headers within the timeout".to_string()),
+    // A non-stream request has the whole upstream timeout for headers and
+    // body; a stream has no whole-request timeout, but its headers must
+    // come within the idle timeout, like every later chunk.
+    let deadline = tokio::time::Instant::now()
+        + if s.stream {
+            gw.cfg.stream_idle_timeout
+        } else {
+            gw.cfg.upstream_timeout
+        };
+    let sent = match upstream::request(&held.model, endpoint, body) {
+        Ok(req) => match tokio::time::timeout_at(deadline, gw.http.request(req)).await {
+            Ok(r) => r.map_err(|e| upstream_error_text(&e)),
+            Err(_) => Err("no response headers within the timeout".to_string()),
+        },
+        Err(why) => Err(why.to_string()),
     };
     let resp = match sent {
         Ok(r) => r,
         Err(e) => {
-            // Without the URL: a base URL may carry credentials.
+            // The error never carries the URL: a base URL may hold credentials.
             tracing::warn!(request_id = %rid, model = %held.model.id, error = %e, "upstream unreachable");
             held.release().await;
             let reason = ReasonCode::UpstreamUnavailable;
@@ -624,7 +628,7 @@ async fn forward(
             .headers()
             .get("retry-after")
             .and_then(|v| v.to_str().ok()?.parse().ok());
-        let text = resp.text().await.unwrap_or_default();
+        let text = upstream::error_text(resp, ERROR_TEXT_LIMIT, gw.cfg.stream_idle_timeout).await;
         held.release().await;
         return Err(upstream_refusal(&rid, status, retry_after, &text));
     }
@@ -644,18 +648,11 @@ async fn forward(
         )
             .into_response());
     }
-    let bytes = match resp.bytes().await {
-        Ok(b) => b,
-        Err(e) => {
-            tracing::warn!(request_id = %rid, model = %held.model.id, error = %e.without_url(), "upstream body broke");
-            let actual = held.best_known("upstream_error");
-            held.settle(actual).await;
-            return Err(ApiError::new(
-                &rid,
-                ReasonCode::UpstreamError,
-                "the upstream provider broke off its answer",
-            ));
-        }
+    let read = tokio::time::timeout_at(deadline, resp.into_body().collect()).await;
+    let bytes = match read {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) => return Err(broken_answer(held, &rid, &upstream_error_text(&e)).await),
+        Err(_) => return Err(broken_answer(held, &rid, "no whole answer within the timeout").await),
     };
     metrics::histogram!(m::UPSTREAM_SECONDS, "model" => held.model.id.clone())
         .record(t0.elapsed().as_secs_f64());
@@ -688,6 +685,35 @@ async fn forward(
     Ok((StatusCode::OK, headers, bytes).into_response())
 }
 
+/// At most this much of a provider's error body is read.
+const ERROR_TEXT_LIMIT: usize = 64 * 1024;
+
+/// An upstream error's text, its sources included, never the URL (hyper's
+/// errors do not carry one).
+fn upstream_error_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        src = s.source();
+    }
+    text
+}
+
+/// The provider started answering and broke off (or ran out of time):
+/// the request is charged what is best known of it.
+async fn broken_answer(held: HeldRequest, rid: &str, error: &str) -> ApiError {
+    tracing::warn!(request_id = %rid, model = %held.model.id, error, "upstream body broke");
+    let actual = held.best_known("upstream_error");
+    held.settle(actual).await;
+    ApiError::new(
+        rid,
+        ReasonCode::UpstreamError,
+        "the upstream provider broke off its answer",
+    )
+}
+
 #[derive(serde::Deserialize)]
 struct UsageOnly {
     #[serde(default)]
@@ -698,7 +724,7 @@ struct UsageOnly {
 /// passing on anything about our own credentials.
 fn upstream_refusal(
     rid: &str,
-    status: reqwest::StatusCode,
+    status: http::StatusCode,
     retry_after: Option<u64>,
     body: &str,
 ) -> ApiError {

@@ -195,7 +195,7 @@ async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<
 
 pub fn metered(
     mut held: HeldRequest,
-    upstream: reqwest::Response,
+    upstream: crate::upstream::Response,
     client_wants_usage: bool,
 ) -> Body {
     let family = held.model.tokenizer;
@@ -203,7 +203,7 @@ pub fn metered(
     let slice = cfg.stream_slice_tokens.max(1);
     let deadline = tokio::time::Instant::now() + cfg.stream_max_duration;
     let s = async_stream::stream! {
-        let mut up = upstream.bytes_stream();
+        let mut up = http_body_util::BodyExt::into_data_stream(upstream.into_body());
         let mut split = SseSplitter::default();
         let mut text = String::new();
         let mut shape = Shape::default();
@@ -226,7 +226,7 @@ pub fn metered(
             let bytes = match next {
                 Some(Ok(b)) => b,
                 Some(Err(e)) => {
-                    tracing::warn!(request_id = %held.request_id, error = %e.without_url(), "upstream stream broke");
+                    tracing::warn!(request_id = %held.request_id, error = %e, "upstream stream broke");
                     broken = true;
                     break 'read;
                 }

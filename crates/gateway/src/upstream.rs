@@ -1,20 +1,51 @@
 //! Calls to the provider. The URL comes only from the model's configuration
 //! and the key only from the gateway's own store: nothing the client sends
 //! can redirect a request or pick its credentials.
+//!
+//! hyper's pooled client directly, not reqwest: reqwest's redirect layer
+//! re-parsed every request's URL and its extra layers cost ~8 % of the
+//! gateway's CPU at 32 connections (docs/benchmarks.md, "Profile"). This
+//! client never follows redirects: it has no redirect layer at all.
 
 use crate::catalog::ModelEntry;
 use crate::GatewayConfig;
+use bytes::Bytes;
 use domain::request::Endpoint;
+use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
+use http::{Request, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use std::time::Duration;
 
-pub fn client(cfg: &GatewayConfig) -> reqwest::Client {
-    reqwest::Client::builder()
-        .connect_timeout(cfg.upstream_connect_timeout)
+pub type Client =
+    hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub type Response = http::Response<hyper::body::Incoming>;
+
+/// Idle upstream connections are closed after this (as browsers and reqwest do).
+const POOL_IDLE: Duration = Duration::from_secs(90);
+
+pub fn client(cfg: &GatewayConfig) -> Client {
+    let mut http = HttpConnector::new();
+    http.set_connect_timeout(Some(cfg.upstream_connect_timeout));
+    http.set_nodelay(true);
+    // The TLS layer below decides http or https from the URL's scheme.
+    http.enforce_http(false);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_webpki_roots(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .expect("ring supports the default TLS versions")
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http);
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(1024)
-        .tcp_nodelay(true)
-        // Never follow redirects: a provider redirect must not move the call.
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("http client")
+        .pool_idle_timeout(POOL_IDLE)
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .build(https)
 }
 
 const ENDPOINTS: [Endpoint; 3] = [
@@ -31,32 +62,48 @@ fn endpoint_index(e: Endpoint) -> usize {
     }
 }
 
-/// Each endpoint's full URL under a model's base URL (see `ModelEntry`).
-pub fn endpoint_urls(base_url: &str) -> [Option<reqwest::Url>; 3] {
+/// Each endpoint's full URL under a model's base URL (see `ModelEntry`);
+/// `None` where the base URL is not an absolute http(s) URL.
+pub fn endpoint_urls(base_url: &str) -> [Option<Uri>; 3] {
     let base = base_url.trim_end_matches('/');
-    ENDPOINTS.map(|e| reqwest::Url::parse(&format!("{base}/{}", e.path())).ok())
+    ENDPOINTS.map(|e| {
+        let uri: Uri = format!("{base}/{}", e.path()).parse().ok()?;
+        matches!(uri.scheme_str(), Some("http" | "https"))
+            .then_some(uri)
+            .filter(|u| u.host().is_some())
+    })
 }
 
+/// The request to the provider, or why it cannot be made.
 pub fn request(
-    http: &reqwest::Client,
     model: &ModelEntry,
     endpoint: Endpoint,
     body: Vec<u8>,
-    timeout: Option<std::time::Duration>,
-) -> reqwest::RequestBuilder {
-    let mut rb = match &model.endpoint_urls[endpoint_index(endpoint)] {
-        Some(url) => http.post(url.clone()),
-        // Unparsable: reqwest reports the error when the request is sent.
-        None => http.post(format!("{}/{}", model.base_url, endpoint.path())),
-    };
-    rb = rb
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(body);
+) -> Result<Request<Full<Bytes>>, &'static str> {
+    let uri = model.endpoint_urls[endpoint_index(endpoint)]
+        .clone()
+        .ok_or("the model's upstream URL is not a valid http(s) URL")?;
+    let mut rb = Request::post(uri)
+        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+        .header(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
     if let Some(k) = &model.api_key {
-        rb = rb.bearer_auth(k.expose());
+        let mut v = HeaderValue::try_from(format!("Bearer {}", k.expose()))
+            .map_err(|_| "the model's upstream API key is not a valid header value")?;
+        v.set_sensitive(true);
+        rb = rb.header(AUTHORIZATION, v);
     }
-    if let Some(t) = timeout {
-        rb = rb.timeout(t);
+    rb.body(Full::new(Bytes::from(body)))
+        .map_err(|_| "the upstream request could not be built")
+}
+
+const USER_AGENT_VALUE: &str = concat!("tollgate/", env!("CARGO_PKG_VERSION"));
+
+/// A refusal's body, at most `limit` bytes (a provider's error text is
+/// short; anything longer is cut, never buffered whole).
+pub async fn error_text(resp: Response, limit: usize, within: Duration) -> String {
+    let body = Limited::new(resp.into_body(), limit);
+    match tokio::time::timeout(within, body.collect()).await {
+        Ok(Ok(b)) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
+        _ => String::new(),
     }
-    rb
 }
