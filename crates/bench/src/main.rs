@@ -91,6 +91,7 @@ async fn main() -> anyhow::Result<()> {
     let mut ttft = Vec::new();
     let mut gaps = Vec::new();
     let mut errors = 0;
+    let mut why: std::collections::BTreeMap<String, usize> = Default::default();
     let mut events = 0;
     for r in results {
         match r {
@@ -99,8 +100,15 @@ async fn main() -> anyhow::Result<()> {
                 gaps.extend(o.gaps);
                 events += o.events;
             }
-            Err(_) => errors += 1,
+            Err(e) => {
+                errors += 1;
+                *why.entry(format!("{e:#}")).or_default() += 1;
+            }
         }
+    }
+    // What failed, on stderr: the report line on stdout stays machine-readable.
+    for (e, n) in &why {
+        eprintln!("{n}x error: {e}");
     }
     println!(
         "ttft_p50_us={:.0} ttft_p99_us={:.0} gap_p50_us={:.0} gap_p99_us={:.0} streams={} events={} errors={}",
