@@ -16,8 +16,8 @@ use domain::limits::LimitKind;
 use domain::reason::{Decision, ReasonCode};
 use domain::request::{self, Endpoint, RequestSummary};
 use domain::tokens;
-use quota::{HoldOutcome, HoldRequest, QuotaError};
 use http_body_util::BodyExt;
+use quota::{HoldOutcome, HoldRequest, QuotaError};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Instant;
@@ -652,7 +652,9 @@ async fn forward(
     let bytes = match read {
         Ok(Ok(b)) => b.to_bytes(),
         Ok(Err(e)) => return Err(broken_answer(held, &rid, &upstream_error_text(&e)).await),
-        Err(_) => return Err(broken_answer(held, &rid, "no whole answer within the timeout").await),
+        Err(_) => {
+            return Err(broken_answer(held, &rid, "no whole answer within the timeout").await)
+        }
     };
     metrics::histogram!(m::UPSTREAM_SECONDS, "model" => held.model.id.clone())
         .record(t0.elapsed().as_secs_f64());
