@@ -5,8 +5,12 @@
 //! encoder — plus 128 copies of its split regex: o200k costs ~46 MB of
 //! resident memory, cl100k ~24 MB (`examples/tokenizer_rss.rs`). The gateway
 //! only counts, so it keeps the encoder alone (bytes → rank), built once
-//! from a temporary `CoreBPE` that is then dropped, and one regex; the
-//! merges are tiktoken-rs's own (`byte_pair_split`).
+//! from a temporary `CoreBPE` that is then dropped, and one regex. The
+//! encoder is one flat table: every token's bytes in one buffer and an
+//! index of 4-byte entries (`Ranks`), ~5 MB for o200k where a map of
+//! `Vec<u8>` keys took ~25 MB (one allocation per token). The merge is the
+//! textbook BPE loop (`merged_len`): merge the adjacent pair whose bytes
+//! have the lowest rank, leftmost first, until no pair is a token.
 //!
 //! Counts equal tiktoken's `encode_ordinary(text).len()` exactly for every
 //! text whose split pieces are at most `LONG_PIECE` bytes — prose and code,
@@ -30,10 +34,12 @@
 //! gives the last character back (`lookahead_end`); the tests check the
 //! pieces against tiktoken's.
 
+use hashbrown::HashTable;
 use regex::Regex;
-use rustc_hash::FxHashMap;
+use rustc_hash::FxHasher;
 use std::collections::HashSet;
-use tiktoken_rs::{byte_pair_split, CoreBPE, Rank};
+use std::hash::Hasher;
+use tiktoken_rs::{CoreBPE, Rank};
 
 /// Pieces longer than this are counted in windows of this many bytes.
 pub const LONG_PIECE: usize = 256;
@@ -89,9 +95,64 @@ fn lookahead_end(text: &str, start: usize, end: usize) -> usize {
     }
 }
 
+/// Token bytes → rank, flat: `bytes` holds every token, `spans[i]` is
+/// entry i's (offset, length) in it and `ranks[i]` its rank; `index` finds
+/// an entry by the hash of its bytes.
+struct Ranks {
+    bytes: Vec<u8>,
+    spans: Vec<(u32, u32)>,
+    ranks: Vec<Rank>,
+    index: HashTable<u32>,
+}
+
+fn hash(bytes: &[u8]) -> u64 {
+    let mut h = FxHasher::default();
+    h.write(bytes);
+    h.finish()
+}
+
+impl Ranks {
+    fn new(bytes: Vec<u8>, tokens: &[(usize, usize, Rank)]) -> Self {
+        let mut t = Self {
+            bytes,
+            spans: Vec::with_capacity(tokens.len()),
+            ranks: Vec::with_capacity(tokens.len()),
+            index: HashTable::with_capacity(tokens.len()),
+        };
+        for &(at, len, rank) in tokens {
+            let i = t.spans.len() as u32;
+            t.spans.push((at as u32, len as u32));
+            t.ranks.push(rank);
+            let (spans, bytes) = (&t.spans, &t.bytes);
+            let entry = |i: u32| {
+                let (at, len) = spans[i as usize];
+                &bytes[at as usize..(at + len) as usize]
+            };
+            t.index
+                .insert_unique(hash(entry(i)), i, |&j| hash(entry(j)));
+        }
+        t
+    }
+
+    fn entry(&self, i: u32) -> &[u8] {
+        let (at, len) = self.spans[i as usize];
+        &self.bytes[at as usize..(at + len) as usize]
+    }
+
+    fn get(&self, token: &[u8]) -> Option<Rank> {
+        self.index
+            .find(hash(token), |&i| self.entry(i) == token)
+            .map(|&i| self.ranks[i as usize])
+    }
+
+    fn len(&self) -> usize {
+        self.spans.len()
+    }
+}
+
 /// An encoding's ordinary tokens and split pattern, for counting.
 pub struct CountingBpe {
-    ranks: FxHashMap<Vec<u8>, Rank>,
+    ranks: Ranks,
     split: Regex,
 }
 
@@ -124,12 +185,9 @@ impl CountingBpe {
             rank += 1;
         }
         drop(bpe);
-        let mut ranks = FxHashMap::with_capacity_and_hasher(tokens.len(), Default::default());
-        for (at, len, rank) in tokens {
-            ranks.insert(all[at..at + len].to_vec(), rank);
-        }
+        all.shrink_to_fit();
         Self {
-            ranks,
+            ranks: Ranks::new(all, &tokens),
             split: Regex::new(&without_lookahead(pattern))
                 .expect("tiktoken's split patterns compile"),
         }
@@ -154,19 +212,48 @@ impl CountingBpe {
     }
 
     fn count_piece(&self, piece: &[u8]) -> u64 {
-        if self.ranks.contains_key(piece) {
+        if self.ranks.get(piece).is_some() {
             return 1;
         }
         piece
             .chunks(LONG_PIECE)
             .map(|w| {
-                if w.len() == 1 || self.ranks.contains_key(w) {
+                if w.len() == 1 || self.ranks.get(w).is_some() {
                     1
                 } else {
-                    byte_pair_split(w, &self.ranks).len() as u64
+                    self.merged_len(w) as u64
                 }
             })
             .sum()
+    }
+
+    /// How many tokens BPE makes of `piece`: start from single bytes and
+    /// merge the adjacent pair whose joined bytes have the lowest rank (the
+    /// leftmost of equals) until no adjacent pair is a token.
+    fn merged_len(&self, piece: &[u8]) -> usize {
+        // Part k is piece[starts[k]..starts[k + 1]]; pair[k] is the rank of
+        // part k joined with part k + 1 (Rank::MAX: not a token).
+        let mut starts: Vec<usize> = (0..=piece.len()).collect();
+        let joined = |starts: &[usize], k: usize| match starts.get(k + 2) {
+            Some(&end) => self.ranks.get(&piece[starts[k]..end]).unwrap_or(Rank::MAX),
+            None => Rank::MAX,
+        };
+        let mut pair: Vec<Rank> = (0..piece.len()).map(|k| joined(&starts, k)).collect();
+        loop {
+            let Some((k, &best)) = pair.iter().enumerate().min_by_key(|&(_, r)| *r) else {
+                break;
+            };
+            if best == Rank::MAX {
+                break;
+            }
+            starts.remove(k + 1);
+            pair.remove(k + 1);
+            pair[k] = joined(&starts, k);
+            if k > 0 {
+                pair[k - 1] = joined(&starts, k - 1);
+            }
+        }
+        starts.len() - 1
     }
 }
 
