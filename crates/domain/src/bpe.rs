@@ -239,10 +239,7 @@ impl CountingBpe {
             None => Rank::MAX,
         };
         let mut pair: Vec<Rank> = (0..piece.len()).map(|k| joined(&starts, k)).collect();
-        loop {
-            let Some((k, &best)) = pair.iter().enumerate().min_by_key(|&(_, r)| *r) else {
-                break;
-            };
+        while let Some((k, &best)) = pair.iter().enumerate().min_by_key(|&(_, r)| *r) {
             if best == Rank::MAX {
                 break;
             }
