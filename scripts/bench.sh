@@ -105,6 +105,19 @@ stop_gateway() {
     gw_pid=
 }
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+# Summed CPU ticks of several processes (those gone since are skipped).
+ticks_of() {
+    local t=0 p
+    for p in "$@"; do [[ -r /proc/$p/stat ]] && t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done
+    echo "$t"
+}
+# The upstream's processes: the mock, or nginx's master and workers.
+upstream_pids() {
+    case $UPSTREAM in
+    mock) echo "${pids[0]}" ;;
+    nginx) local m=${pids[0]}; echo "$m $(pgrep -P "$m" | tr '\n' ' ')" ;;
+    esac
+}
 rss_mb() { awk '/VmRSS/{printf "%.0f", $2/1024}' "/proc/$1/status"; }
 
 body='{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello in one short sentence please."}],"max_tokens":64}'
@@ -135,15 +148,29 @@ field() { echo "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1==k{print $2}'; }
 run() { # name url lua conns [pid]
     local t=1 out line
     [[ $4 -gt 1 ]] && t=2
-    local c0=0
-    [[ -n ${5:-} ]] && c0=$(cpu_ticks "$5")
-    out=$(wrk -t"$t" -c"$4" -d"${DUR}s" --latency -s "$3" "$2" 2>&1)
+    local c0=0 up pg rd u0 p0 r0
+    if [[ -n ${5:-} ]]; then
+        c0=$(cpu_ticks "$5")
+        up=$(upstream_pids) pg=$(pgrep -u postgres | tr '\n' ' ') rd=$(pgrep -x redis-server | tr '\n' ' ')
+        # shellcheck disable=SC2086
+        u0=$(ticks_of $up) p0=$(ticks_of $pg) r0=$(ticks_of $rd)
+    fi
+    out=$({ TIMEFORMAT='WRKCPU %U %S'; time wrk -t"$t" -c"$4" -d"${DUR}s" --latency -s "$3" "$2" 2>&1; } 2>&1)
     line=$(echo "$out" | grep '^BENCH ')
     R[$1.$4.rps]=$(echo "$out" | awk '/Requests\/sec/{printf "%d", $2}')
     for k in requests p50 p99 p999 errors status; do R[$1.$4.$k]=$(field "$line" $k); done
     if [[ -n ${5:-} ]]; then
         R[$1.$4.cpu]=$(awk -v a="$c0" -v b="$(cpu_ticks "$5")" -v d="$DUR" 'BEGIN{printf "%.2f", (b-a)/100/d}')
         R[$1.$4.rss]=$(rss_mb "$5")
+        # CPU per request of every process on the path, in µs: where the
+        # machine's two cores go (docs/benchmarks.md, "What bounds").
+        local n=$((${R[$1.$4.requests]:-0})) wrk_s
+        wrk_s=$(echo "$out" | awk '/^WRKCPU/{print $2+$3}')
+        # shellcheck disable=SC2086
+        R[$1.$4.per]=$(awk -v n="$n" -v g=$(($(cpu_ticks "$5") - c0)) -v u=$(($(ticks_of $up) - u0)) \
+            -v p=$(($(ticks_of $pg) - p0)) -v r=$(($(ticks_of $rd) - r0)) -v w="${wrk_s:-0}" \
+            'BEGIN{ if (n < 1) n = 1; f = 1e6 / 100 / n;
+                    printf "%.0f | %.0f | %.0f | %.0f | %.0f | %.0f", g*f, u*f, p*f, r*f, w*1e6/n, (g+u+p+r)*f + w*1e6/n }')
     fi
 }
 # The books of the bench tenant: ledger events, ledger tokens, Redis used.
@@ -237,6 +264,14 @@ for c in $CONNS; do
             "${R[$mode.$c.errors]}" "${R[$mode.$c.status]}" "${R[$mode.$c.cpu]}" "${R[$mode.$c.rss]}"
     done
 done
+echo
+echo "CPU per request of each process on the path (µs; wrk's from its own user+sys time; the machine has $(nproc) cores, so $(($(nproc) * 1000000)) µs per second in all):"
+echo
+echo "| path | conns | gateway | upstream | Postgres | Redis | wrk | total |"
+echo "|---|---|---|---|---|---|---|---|"
+for c in $CONNS; do for mode in $MODES; do
+    printf '| tollgate, %s | %s | %s |\n' "$mode" "$c" "${R[$mode.$c.per]:-}"
+done; done
 echo
 echo "Books after each run (the budgets stay exact: every served request is one ledger event, Redis used == ledger tokens; \`off\` writes the ledger but no Redis):"
 echo

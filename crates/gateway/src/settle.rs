@@ -271,20 +271,7 @@ impl SettleJob {
         for attempt in 0..RETRIES {
             match self.gw.admission.settle(&req).await {
                 Ok(SettleOutcome::Settled { overrun_tokens, .. }) => {
-                    let labels = [("tenant", e.tenant_id.clone()), ("model", e.model.clone())];
-                    let (t, md) = (e.tenant_id.clone(), e.model.clone());
-                    metrics::counter!(m::TOKENS, "tenant" => t.clone(), "model" => md.clone(), "direction" => "input")
-                        .increment(e.input_tokens as u64);
-                    metrics::counter!(m::TOKENS, "tenant" => t, "model" => md, "direction" => "output")
-                        .increment(e.output_tokens as u64);
-                    metrics::counter!(m::COST, &labels).increment(e.cost_micro as u64);
-                    if overrun_tokens > 0 {
-                        metrics::counter!(m::OVERRUN_TOKENS, &labels)
-                            .increment(overrun_tokens as u64);
-                    }
-                    self.gw.queue.slot_freed();
-                    crate::fair::count_day_cost(&self.gw, &self.key, &e.day, e.cost_micro).await;
-                    self.gw.ledger.submit(self.event.clone());
+                    self.settled(overrun_tokens).await;
                     return;
                 }
                 Ok(SettleOutcome::AlreadyClosed { .. }) => return,
@@ -296,5 +283,24 @@ impl SettleJob {
             }
         }
         tracing::error!(request_id = %e.request_id, "settle gave up; hold left to the reconciler");
+    }
+
+    /// The usage is in Redis: metrics, the day's cost, and the event to the
+    /// ledger writer (moved, not copied: this runs once per request).
+    async fn settled(self, overrun_tokens: i64) {
+        let e = &self.event;
+        let (t, md) = (e.tenant_id.clone(), e.model.clone());
+        metrics::counter!(m::TOKENS, "tenant" => t.clone(), "model" => md.clone(), "direction" => "input")
+            .increment(e.input_tokens as u64);
+        metrics::counter!(m::TOKENS, "tenant" => t, "model" => md, "direction" => "output")
+            .increment(e.output_tokens as u64);
+        let labels = [("tenant", e.tenant_id.clone()), ("model", e.model.clone())];
+        metrics::counter!(m::COST, &labels).increment(e.cost_micro as u64);
+        if overrun_tokens > 0 {
+            metrics::counter!(m::OVERRUN_TOKENS, &labels).increment(overrun_tokens as u64);
+        }
+        self.gw.queue.slot_freed();
+        crate::fair::count_day_cost(&self.gw, &self.key, &e.day, e.cost_micro).await;
+        self.gw.ledger.submit(self.event);
     }
 }
