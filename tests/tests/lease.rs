@@ -217,3 +217,82 @@ async fn a_leasing_replica_returns_its_leases_on_shutdown() {
     assert_eq!(q.inflight("t", "t").await.unwrap(), 0);
     assert_eq!(env.ledger_tokens("t", &month).await, (c["t:ut"], 10));
 }
+
+/// A stream's first slice comes from the lease (no Redis round trip before
+/// its upstream call); then its amounts move from the lease to a hold of
+/// its own, and it extends, settles and would be reconciled on the
+/// per-request path. The books end exact, nothing held, no slot leaked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_starts_on_the_lease_then_holds_on_its_own() {
+    let env = TestEnv::new().await;
+    let (_, key) = env
+        .simple_tenant(Limits {
+            monthly_tokens: Some(1_000_000),
+            max_inflight: Some(100),
+            ..Default::default()
+        })
+        .await;
+    let srv = env.server_with(lease_config(&env)).await;
+    let url = format!("http://{}/v1/chat/completions", srv.addr);
+    // A plain request first: the chain holds a lease from now on.
+    let plain = post(&url, &key, &chat_body("hello", Some(16))).await;
+    assert_eq!(plain.status(), 200);
+    let plain: serde_json::Value = plain.json().await.unwrap();
+
+    // 300 tokens 5 ms apart: past the first 256-token slice, so it extends.
+    let mut body = chat_body(
+        "hello [mock:output_tokens=300] [mock:chunk_delay_ms=5]",
+        Some(300),
+    );
+    body["stream"] = serde_json::json!(true);
+    let r = post(&url, &key, &body).await;
+    assert_eq!(r.status(), 200);
+    let rid = r.headers()["x-request-id"].to_str().unwrap().to_string();
+    let q = quota::QuotaEngine::new(&env.redis_url, &env.prefix, Duration::from_secs(1), "check")
+        .unwrap();
+    let own_hold = eventually(Duration::from_secs(1), || async {
+        let (open, _) = q.open_holds("t", i64::MAX, 0, 100).await.unwrap();
+        open.iter().any(|h| h.request_id == rid)
+    })
+    .await;
+    assert!(own_hold, "the stream never got a hold of its own");
+    // Its hold record names the lease it came from: admitted from the
+    // lease, then transferred (a per-request hold would not have `tl`).
+    let mut redis = env.redis().await;
+    let from: Option<String> = redis::cmd("HGET")
+        .arg(quota::KeySpace::new(&env.prefix).hold("t", &rid))
+        .arg("tl")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(
+        from.is_some_and(|l| !l.is_empty()),
+        "not transferred from a lease"
+    );
+
+    let text = r.text().await.unwrap();
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    assert!(!text.contains("event: error"), "{text}");
+
+    // Settled once, as the provider counted it; the lease goes back when
+    // idle: nothing held, the books equal the ledger.
+    let stored = eventually(Duration::from_secs(5), || async {
+        env.usage_event(&rid).await.is_some()
+    })
+    .await;
+    assert!(stored, "the stream is not in the ledger");
+    let e = env.usage_event(&rid).await.unwrap();
+    assert_eq!((e.status.as_str(), e.output_tokens), ("ok", 300));
+    let month = this_month();
+    let settled = eventually(Duration::from_secs(5), || async {
+        let c = env.counters("t", &month).await;
+        c.get("t:ht") == Some(&0) && c.get("t:ut") == Some(&env.ledger_tokens("t", &month).await.0)
+    })
+    .await;
+    assert!(settled, "{:?}", env.counters("t", &month).await);
+    assert_eq!(
+        env.ledger_tokens("t", &month).await.0,
+        plain["usage"]["total_tokens"].as_i64().unwrap() + e.input_tokens + 300
+    );
+    assert_eq!(q.inflight("t", "t").await.unwrap(), 0, "slots leaked");
+}
