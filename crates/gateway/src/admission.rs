@@ -4,20 +4,17 @@
 //! path", docs/leases.md). Same calls, same outcomes, either way.
 //!
 //! - `per_request`: one Lua hold and one Lua settle per request.
-//! - `lease`: requests are admitted from a lease held by this replica and
-//!   settled against it in batches; a scope near its limit takes the
-//!   per-request path. A stream's first slice comes from the lease (no
-//!   Redis round trip before its upstream call); then, in the background,
-//!   its amounts are transferred to a hold of its own (`transfer`), and its
-//!   extends, settle and crash accounting are the per-request path's
-//!   (DESIGN §6, docs/leases.md "Streams").
+//! - `lease`: non-stream requests are admitted from a lease held by this
+//!   replica and settled against it in batches; a scope near its limit, and
+//!   every stream (held slice by slice as it flows, DESIGN §6), take the
+//!   per-request path.
 //! - `off`: no enforcement at all, for the benchmark's ablation only; the
 //!   server refuses it unless `gateway.bench_unenforced_ok` is also set.
 
 use crate::metrics_names as m;
 use quota::{
     ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LeaseAdmit, LeaseBook, LeaseTuning,
-    LedgerSource, QuotaEngine, QuotaError, SettleOutcome, SettleRequest, TransferOutcome,
+    LedgerSource, QuotaEngine, QuotaError, SettleOutcome, SettleRequest,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,6 +70,7 @@ impl Admission {
         &self,
         req: &HoldRequest<'_>,
         ledger: &impl LedgerSource,
+        stream: bool,
     ) -> Result<HoldOutcome, QuotaError> {
         match (&self.leases, self.mode) {
             (_, AdmissionMode::Off) => {
@@ -82,7 +80,7 @@ impl Admission {
                     remaining_tokens: None,
                 });
             }
-            (Some(book), _) => {
+            (Some(book), _) if !stream => {
                 if let LeaseAdmit::Admitted {
                     remaining_requests,
                     remaining_tokens,
@@ -104,46 +102,14 @@ impl Admission {
         out
     }
 
-    /// Extends a stream's own hold. A stream still on its lease (its
-    /// transfer has not succeeded yet) is transferred first; `own` names
-    /// it for that.
-    pub async fn extend(
-        &self,
-        req: &ExtendRequest<'_>,
-        own: &HoldRequest<'_>,
-    ) -> Result<ExtendOutcome, QuotaError> {
+    /// Streams are always held per request, so extends are too.
+    pub async fn extend(&self, req: &ExtendRequest<'_>) -> Result<ExtendOutcome, QuotaError> {
         if self.mode == AdmissionMode::Off {
             return Ok(ExtendOutcome::Extended {
                 remaining_tokens: None,
             });
         }
-        if let Some(TransferOutcome::NotTransferred { state }) = self.transfer(own).await? {
-            // The lease is gone (expired) or the id holds already: there is
-            // nothing to extend against; the stream stops (fail closed).
-            return Ok(ExtendOutcome::NotHeld { state });
-        }
         self.quota.extend(req).await
-    }
-
-    /// A lease-admitted stream gets a hold of its own (its amounts move
-    /// from the lease to it in Redis; nothing new is reserved). `None`
-    /// when the request is not on a lease.
-    pub async fn transfer(
-        &self,
-        own: &HoldRequest<'_>,
-    ) -> Result<Option<TransferOutcome>, QuotaError> {
-        let Some(book) = &self.leases else {
-            return Ok(None);
-        };
-        let out = book.transfer(own).await?;
-        if let Some(o) = &out {
-            let outcome = match o {
-                TransferOutcome::Transferred => "transferred",
-                TransferOutcome::NotTransferred { .. } => "not_transferred",
-            };
-            metrics::counter!(m::STREAM_TRANSFERS, "outcome" => outcome).increment(1);
-        }
-        Ok(out)
     }
 
     pub async fn settle(&self, req: &SettleRequest<'_>) -> Result<SettleOutcome, QuotaError> {

@@ -20,6 +20,3 @@ pub const QUEUE_DEPTH: &str = "tollgate_queue_depth";
 pub const QUEUE_WAIT_SECONDS: &str = "tollgate_queue_wait_seconds";
 pub const DECISIONS_STORED: &str = "tollgate_decisions_stored_total";
 pub const DECISIONS_DROPPED: &str = "tollgate_decisions_dropped_total";
-/// Lease-admitted streams given a hold of their own, by outcome
-/// (`transferred`, `not_transferred`).
-pub const STREAM_TRANSFERS: &str = "tollgate_stream_transfers_total";

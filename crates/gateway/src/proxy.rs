@@ -259,9 +259,6 @@ async fn admit_and_forward(
         s.mark_used();
         s
     });
-    if summary.stream {
-        held.start_transfer();
-    }
     rewrite_for_upstream(&mut json, &model, endpoint, &summary, adm.provider_cap);
     let body = serde_json::to_vec(&json).expect("json serialises");
     let mut out_headers = HeaderMap::new();
@@ -324,7 +321,19 @@ async fn admit(
     rid: &str,
     want: Want<'_>,
 ) -> Result<Admission, ApiError> {
-    let refusal = match hold(gw, key, model, month, rid, want.est_in, want.est_out).await? {
+    let stream = want.summary.stream;
+    let refusal = match hold(
+        gw,
+        key,
+        model,
+        month,
+        rid,
+        want.est_in,
+        want.est_out,
+        stream,
+    )
+    .await?
+    {
         HoldOutcome::Admitted {
             remaining_requests,
             remaining_tokens,
@@ -375,7 +384,7 @@ async fn admit(
         if let HoldOutcome::Admitted {
             remaining_requests,
             remaining_tokens,
-        } = hold(gw, key, model, month, rid, want.est_in, est_out).await?
+        } = hold(gw, key, model, month, rid, want.est_in, est_out, stream).await?
         {
             return Ok(Admission {
                 est_out,
@@ -411,6 +420,7 @@ async fn hold(
     rid: &str,
     est_in: i64,
     est_out: i64,
+    stream: bool,
 ) -> Result<HoldOutcome, ApiError> {
     let limits = key.effective_limits(chrono::Utc::now(), month);
     let req = HoldRequest {
@@ -437,7 +447,7 @@ async fn hold(
         store: &gw.store,
         quota: &gw.quota,
     };
-    let outcome = gw.admission.hold(&req, &ledger).await;
+    let outcome = gw.admission.hold(&req, &ledger, stream).await;
     pending.armed = outcome.is_err();
     metrics::histogram!(m::HOLD_SECONDS).record(t0.elapsed().as_secs_f64());
     outcome.map_err(|err| {

@@ -7,7 +7,7 @@ use crate::catalog::{KeyEntry, ModelEntry};
 use crate::metrics_names as m;
 use crate::Gateway;
 use domain::usage::UsageEvent;
-use quota::{HoldRequest, SettleOutcome, SettleRequest};
+use quota::{SettleOutcome, SettleRequest};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,9 +31,6 @@ pub struct HeldRequest {
     pub provider_usage: Option<(i64, i64)>,
     /// The model-pool slot this request holds (given back on drop).
     pub slot: Option<crate::fair::ModelSlot>,
-    /// A lease-admitted stream's transfer to a hold of its own
-    /// (`start_transfer`); awaited before any extend, settle or release.
-    transferring: Option<tokio::task::JoinHandle<()>>,
     closed: bool,
 }
 
@@ -74,7 +71,6 @@ impl HeldRequest {
             counted_output: 0,
             provider_usage: None,
             slot: None,
-            transferring: None,
             closed: false,
         }
     }
@@ -110,66 +106,7 @@ impl HeldRequest {
 
     /// Settles in a task of its own: if the caller is cancelled (the client
     /// hung up while we were settling), the settle still completes.
-    /// A stream admitted from this replica's lease gets a hold of its own
-    /// now, in the background, while its upstream call starts
-    /// (docs/leases.md, "Streams").
-    pub fn start_transfer(&mut self) {
-        let leased = self
-            .gw
-            .admission
-            .leases()
-            .is_some_and(|b| b.holds(&self.request_id));
-        if !leased {
-            return;
-        }
-        let (gw, key, model) = (self.gw.clone(), self.key.clone(), self.model.clone());
-        let (month, rid) = (self.month.clone(), self.request_id.clone());
-        self.transferring = Some(tokio::spawn(async move {
-            transfer(&gw, &key, &model, &month, &rid, TRANSFER_TRIES).await;
-        }));
-    }
-
-    /// Waits for `start_transfer`; when its outcome stayed unknown (Redis
-    /// unreachable) and the request is still on its lease, asks once more
-    /// (the transfer is idempotent), so that it is settled on the path
-    /// Redis has it on.
-    pub async fn transferred(&mut self) {
-        let Some(h) = self.transferring.take() else {
-            return;
-        };
-        let _ = h.await;
-        let still_leased = self
-            .gw
-            .admission
-            .leases()
-            .is_some_and(|b| b.holds(&self.request_id));
-        if still_leased {
-            transfer(
-                &self.gw,
-                &self.key,
-                &self.model,
-                &self.month,
-                &self.request_id,
-                1,
-            )
-            .await;
-        }
-    }
-
-    /// This request as a hold of its own, for `Admission::extend` (the
-    /// amounts are the lease's record of it, not these).
-    pub fn own_hold<'a>(&'a self, limits: &'a [domain::Limits; 3]) -> HoldRequest<'a> {
-        hold_request(
-            &self.request_id,
-            &self.key,
-            &self.model,
-            &self.month,
-            limits,
-        )
-    }
-
     pub async fn settle(mut self, actual: Actual) {
-        self.transferred().await;
         self.closed = true;
         let job = SettleJob::from(&self, actual);
         let _ = tokio::spawn(job.run()).await;
@@ -179,13 +116,10 @@ impl HeldRequest {
     /// goes out beside it): one task, not a task waiting on another.
     pub fn settle_in_background(mut self, actual: Actual) {
         self.closed = true;
-        let mut job = SettleJob::from(&self, actual);
-        job.after = self.transferring.take();
-        tokio::spawn(job.run());
+        tokio::spawn(SettleJob::from(&self, actual).run());
     }
 
     pub async fn release(mut self) {
-        self.transferred().await;
         self.closed = true;
         let release = release_hold(
             self.gw.clone(),
@@ -199,58 +133,6 @@ impl HeldRequest {
 
 /// Gives back a hold; harmless when there is none (already closed, or the
 /// hold never landed).
-/// Tries before a transfer's outcome is left unknown (~10 s of backoff).
-const TRANSFER_TRIES: u32 = 8;
-
-fn hold_request<'a>(
-    rid: &'a str,
-    key: &'a KeyEntry,
-    model: &'a ModelEntry,
-    month: &'a str,
-    limits: &'a [domain::Limits; 3],
-) -> HoldRequest<'a> {
-    HoldRequest {
-        request_id: rid,
-        tenant: &key.tenant.id,
-        app: &key.app.id,
-        key: &key.id,
-        month,
-        est_input: 0,
-        est_output: 0,
-        est_cost: 0,
-        model: &model.id,
-        limits: [&limits[0], &limits[1], &limits[2]],
-    }
-}
-
-/// Transfers a lease-admitted request to a hold of its own, retrying while
-/// Redis does not answer (idempotent: a retry after a lost reply is a
-/// no-op that answers "transferred").
-async fn transfer(
-    gw: &Gateway,
-    key: &KeyEntry,
-    model: &ModelEntry,
-    month: &str,
-    rid: &str,
-    tries: u32,
-) {
-    let limits = key.effective_limits(chrono::Utc::now(), month);
-    let own = hold_request(rid, key, model, month, &limits);
-    for attempt in 0..tries {
-        match gw.admission.transfer(&own).await {
-            Ok(_) => return,
-            Err(e) => {
-                metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "transfer").increment(1);
-                tracing::warn!(request_id = %rid, attempt, error = %e, "stream transfer failed; retrying");
-                if attempt + 1 < tries {
-                    tokio::time::sleep(backoff(attempt)).await;
-                }
-            }
-        }
-    }
-    tracing::warn!(request_id = %rid, "stream transfer outcome unknown; it stays on its lease for now");
-}
-
 pub async fn release_hold(gw: Arc<Gateway>, key: Arc<KeyEntry>, month: String, request_id: String) {
     let k = &key;
     for attempt in 0..RETRIES {
@@ -318,8 +200,7 @@ impl Drop for HeldRequest {
         if self.closed {
             return;
         }
-        let mut job = SettleJob::from(self, self.best_known("client_closed"));
-        job.after = self.transferring.take();
+        let job = SettleJob::from(self, self.best_known("client_closed"));
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(job.run());
         }
@@ -328,8 +209,6 @@ impl Drop for HeldRequest {
 
 /// Everything a settle needs, detached from the request so it can outlive it.
 struct SettleJob {
-    /// Settles only once this has finished (a stream's transfer).
-    after: Option<tokio::task::JoinHandle<()>>,
     gw: Arc<Gateway>,
     key: Arc<KeyEntry>,
     month: String,
@@ -363,7 +242,6 @@ impl SettleJob {
             settled_at_ms: now.timestamp_millis(),
         };
         Self {
-            after: None,
             gw: h.gw.clone(),
             key: h.key.clone(),
             month: h.month.clone(),
@@ -371,10 +249,7 @@ impl SettleJob {
         }
     }
 
-    async fn run(mut self) {
-        if let Some(h) = self.after.take() {
-            let _ = h.await;
-        }
+    async fn run(self) {
         let json = serde_json::to_string(&self.event).expect("event serialises");
         let e = &self.event;
         let req = SettleRequest {

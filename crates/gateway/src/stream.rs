@@ -147,9 +147,6 @@ fn read_event(
 /// try asks for exactly what is missing so the final tokens of a budget can
 /// still be used. Returns the refusal when the budget cannot cover it.
 async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<(), Cut> {
-    // A stream admitted from a lease extends its own hold: its transfer
-    // first (docs/leases.md, "Streams").
-    held.transferred().await;
     while held.est_output < needed_total {
         let missing = needed_total - held.est_output;
         // A slice, but never past the request's own output cap.
@@ -168,9 +165,8 @@ async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<
                 add_cost,
                 limits: [&limits[0], &limits[1], &limits[2]],
             };
-            let own = held.own_hold(&limits);
             let t0 = Instant::now();
-            let out = held.gw.admission.extend(&req, &own).await;
+            let out = held.gw.admission.extend(&req).await;
             metrics::histogram!(m::EXTEND_SECONDS).record(t0.elapsed().as_secs_f64());
             match out {
                 Ok(ExtendOutcome::Extended { .. }) => {

@@ -187,7 +187,6 @@ pub(crate) struct Scripts {
     pub(crate) lease_acquire: Script,
     pub(crate) lease_settle: Script,
     pub(crate) lease_expire: Script,
-    pub(crate) lease_transfer: Script,
 }
 
 pub struct QuotaEngine {
@@ -257,7 +256,6 @@ impl QuotaEngine {
                 lease_acquire: Script::new(include_str!("../lua/lease_acquire.lua")),
                 lease_settle: Script::new(include_str!("../lua/lease_settle.lua")),
                 lease_expire: Script::new(include_str!("../lua/lease_expire.lua")),
-                lease_transfer: Script::new(include_str!("../lua/lease_transfer.lua")),
             },
         }
     }

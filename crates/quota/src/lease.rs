@@ -16,9 +16,7 @@
 //!   what it still holds. `shutdown` returns every lease.
 
 use crate::engine::{HoldRequest, LedgerSource, QuotaEngine, QuotaError, SettleOutcome};
-use crate::lease_engine::{
-    LeaseAcquire, LeaseBatch, LeaseBatchOutcome, LeaseGrant, LeaseItem, TransferOutcome,
-};
+use crate::lease_engine::{LeaseAcquire, LeaseBatch, LeaseBatchOutcome, LeaseGrant, LeaseItem};
 use domain::lease::{Chunk, Demand, Need, Pools};
 use domain::Limits;
 use std::collections::HashMap;
@@ -468,47 +466,6 @@ impl LeaseBook {
         ls.inflight -= 1;
         close_if_drained(&t.lease, &mut ls);
         true
-    }
-
-    /// Gives a lease-admitted request (a stream) a hold of its own: its
-    /// amounts move from the lease to the new hold in Redis, then it leaves
-    /// the book. `req` names the request; the amounts are what the lease
-    /// gave it. `None` when the request is not on a lease (any more).
-    pub async fn transfer(
-        &self,
-        req: &HoldRequest<'_>,
-    ) -> Result<Option<TransferOutcome>, QuotaError> {
-        let Some((lease, need)) = self
-            .tickets
-            .lock()
-            .expect("tickets lock")
-            .get(req.request_id)
-            .map(|t| (t.lease.clone(), t.need))
-        else {
-            return Ok(None);
-        };
-        let own = HoldRequest {
-            est_input: need.input,
-            est_output: need.output,
-            est_cost: need.cost,
-            ..*req
-        };
-        let out = self.engine.lease_transfer(&lease.id, &own).await?;
-        if out == TransferOutcome::Transferred {
-            let t = self
-                .tickets
-                .lock()
-                .expect("tickets lock")
-                .remove(req.request_id);
-            if let Some(t) = t {
-                // The pools keep what they have: the lease's hold in Redis
-                // shrank by exactly what this request had taken from them.
-                let mut ls = t.lease.state.lock().expect("lease lock");
-                ls.inflight -= 1;
-                close_if_drained(&t.lease, &mut ls);
-            }
-        }
-        Ok(Some(out))
     }
 
     /// Whether a request holds a slot of a lease (not settled yet).

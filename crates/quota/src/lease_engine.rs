@@ -85,16 +85,6 @@ pub enum LeaseBatchOutcome {
     Duplicate { state: String },
 }
 
-/// What `lease_transfer` did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TransferOutcome {
-    /// The request has its own hold now (or had it from an earlier call).
-    Transferred,
-    /// Not transferred: the lease is not live, or the request id already
-    /// holds on its own (state), or the lease did not hold that much.
-    NotTransferred { state: String },
-}
-
 /// A live lease, as the reconciler sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenLease {
@@ -167,43 +157,6 @@ impl QuotaEngine {
         Err(QuotaError::Unavailable(
             "month rebuild did not complete".into(),
         ))
-    }
-
-    /// Moves a lease-admitted request's amounts from its lease to a hold
-    /// of its own (`lease_transfer.lua`): nothing new is reserved, so no
-    /// limit refuses it. `req` carries the amounts the lease gave it.
-    pub async fn lease_transfer(
-        &self,
-        lease_id: &str,
-        req: &crate::engine::HoldRequest<'_>,
-    ) -> Result<TransferOutcome, QuotaError> {
-        let k = &self.keys;
-        let mut inv = self.scripts.lease_transfer.prepare_invoke();
-        inv.key(k.lease(req.tenant, lease_id))
-            .key(k.hold(req.tenant, req.request_id))
-            .key(k.open_holds(req.tenant))
-            .arg(lease_id)
-            .arg(req.request_id)
-            .arg(req.app)
-            .arg(req.key)
-            .arg(req.est_input)
-            .arg(req.est_output)
-            .arg(req.est_cost)
-            .arg(req.model)
-            .arg(&self.replica)
-            .arg(req.month);
-        let mut conn = self.link().await?;
-        let reply: Vec<redis::Value> = self.bounded(inv.invoke_async(&mut conn)).await?;
-        Ok(match int_at(&reply, 0)? {
-            1 => TransferOutcome::Transferred,
-            2 | 3 => TransferOutcome::NotTransferred {
-                state: str_at(&reply, 1),
-            },
-            4 => TransferOutcome::NotTransferred {
-                state: "lease_short".into(),
-            },
-            _ => return Err(QuotaError::Protocol(format!("{reply:?}"))),
-        })
     }
 
     /// Settles a batch against its lease (and returns the lease with

@@ -18,5 +18,5 @@ pub use fair::{BorrowOutcome, SlotOutcome};
 pub use keys::KeySpace;
 pub use lease::{LeaseAdmit, LeaseBook, LeaseTuning};
 pub use lease_engine::{
-    LeaseAcquire, LeaseBatch, LeaseBatchOutcome, LeaseGrant, LeaseItem, OpenLease, TransferOutcome,
+    LeaseAcquire, LeaseBatch, LeaseBatchOutcome, LeaseGrant, LeaseItem, OpenLease,
 };
