@@ -104,8 +104,8 @@ stop_gateway() {
     wait "$gw_pid" 2>/dev/null || true
     gw_pid=
 }
-cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
-# Summed CPU ticks of several processes (those gone since are skipped).
+# CPU ticks (user + system) of one or more processes, summed (those gone
+# since are skipped).
 ticks_of() {
     local t=0 p
     for p in "$@"; do [[ -r /proc/$p/stat ]] && t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done
@@ -150,7 +150,7 @@ run() { # name url lua conns [pid]
     [[ $4 -gt 1 ]] && t=2
     local c0=0 up pg rd u0 p0 r0
     if [[ -n ${5:-} ]]; then
-        c0=$(cpu_ticks "$5")
+        c0=$(ticks_of "$5")
         up=$(upstream_pids) pg=$(pgrep -u postgres | tr '\n' ' ') rd=$(pgrep -x redis-server | tr '\n' ' ')
         # shellcheck disable=SC2086
         u0=$(ticks_of $up) p0=$(ticks_of $pg) r0=$(ticks_of $rd)
@@ -160,14 +160,15 @@ run() { # name url lua conns [pid]
     R[$1.$4.rps]=$(echo "$out" | awk '/Requests\/sec/{printf "%d", $2}')
     for k in requests p50 p99 p999 errors status; do R[$1.$4.$k]=$(field "$line" $k); done
     if [[ -n ${5:-} ]]; then
-        R[$1.$4.cpu]=$(awk -v a="$c0" -v b="$(cpu_ticks "$5")" -v d="$DUR" 'BEGIN{printf "%.2f", (b-a)/100/d}')
+        local g=$(($(ticks_of "$5") - c0))
+        R[$1.$4.cpu]=$(awk -v g="$g" -v d="$DUR" 'BEGIN{printf "%.2f", g/100/d}')
         R[$1.$4.rss]=$(rss_mb "$5")
         # CPU per request of every process on the path, in µs: where the
         # machine's two cores go (docs/benchmarks.md, "What bounds").
         local n=$((${R[$1.$4.requests]:-0})) wrk_s
         wrk_s=$(echo "$out" | awk '/^WRKCPU/{print $2+$3}')
         # shellcheck disable=SC2086
-        R[$1.$4.per]=$(awk -v n="$n" -v g=$(($(cpu_ticks "$5") - c0)) -v u=$(($(ticks_of $up) - u0)) \
+        R[$1.$4.per]=$(awk -v n="$n" -v g="$g" -v u=$(($(ticks_of $up) - u0)) \
             -v p=$(($(ticks_of $pg) - p0)) -v r=$(($(ticks_of $rd) - r0)) -v w="${wrk_s:-0}" \
             'BEGIN{ if (n < 1) n = 1; f = 1e6 / 100 / n;
                     printf "%.0f | %.0f | %.0f | %.0f | %.0f | %.0f", g*f, u*f, p*f, r*f, w*1e6/n, (g+u+p+r)*f + w*1e6/n }')

@@ -79,7 +79,7 @@ impl TokenizerFamily {
 
 /// The counting tables (crate::bpe), each built once from a temporary
 /// tiktoken-rs `CoreBPE` that is dropped: a third of its memory.
-fn o200k() -> &'static CountingBpe {
+pub(crate) fn o200k() -> &'static CountingBpe {
     static T: OnceLock<CountingBpe> = OnceLock::new();
     T.get_or_init(|| {
         let core = tiktoken_rs::o200k_base().expect("o200k_base ships with tiktoken-rs");
@@ -87,7 +87,7 @@ fn o200k() -> &'static CountingBpe {
     })
 }
 
-fn cl100k() -> &'static CountingBpe {
+pub(crate) fn cl100k() -> &'static CountingBpe {
     static T: OnceLock<CountingBpe> = OnceLock::new();
     T.get_or_init(|| {
         let core = tiktoken_rs::cl100k_base().expect("cl100k_base ships with tiktoken-rs");
