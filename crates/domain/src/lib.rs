@@ -13,6 +13,7 @@ pub mod limits;
 pub mod money;
 pub mod period;
 pub mod pricing;
+pub mod provider;
 pub mod reason;
 pub mod request;
 pub mod roles;
