@@ -86,6 +86,9 @@ export TOLLGATE__REDIS__URL=redis://$REDIS_HOST:$REDIS_PORT
 export TOLLGATE__REDIS__KEY_PREFIX=$prefix
 export TOLLGATE__KEYS__PEPPER=bench-pepper-0123456789abcdef0123456789abcdef
 export TOLLGATE__KEYS__ENCRYPTION_KEY=0011223344556677889900112233445566778899001122334455667788990011
+# /metrics is not public: the bench reads it with this token.
+METRICS_TOKEN=bench-metrics-token-0123456789abcdef0123
+export TOLLGATE__METRICS__TOKEN=$METRICS_TOKEN
 export TOLLGATE_LOG=warn
 key=$("$bin" admin bench-setup --upstream "$upstream" 2>"$work/setup.log") || { cat "$work/setup.log" >&2; exit 1; }
 month=$(TZ=Asia/Shanghai date +%Y-%m)
@@ -220,8 +223,8 @@ for mode in $MODES; do
                 slow=$(cat "$work/slow.out")
             fi
         fi
-        admissions=$(curl -fs "http://127.0.0.1:$GW_PORT/metrics" | awk '/^tollgate_admissions_total/{printf "%s%s", sep, $0; sep="; "}')
-        hold_us=$(curl -fs "http://127.0.0.1:$GW_PORT/metrics" | awk '/^tollgate_hold_seconds_sum/{s=$2} /^tollgate_hold_seconds_count/{c=$2} END{if (c) printf "%.1f", s/c*1e6}')
+        admissions=$(curl -fs -H "Authorization: Bearer $METRICS_TOKEN" "http://127.0.0.1:$GW_PORT/metrics" | awk '/^tollgate_admissions_total/{printf "%s%s", sep, $0; sep="; "}')
+        hold_us=$(curl -fs -H "Authorization: Bearer $METRICS_TOKEN" "http://127.0.0.1:$GW_PORT/metrics" | awk '/^tollgate_hold_seconds_sum/{s=$2} /^tollgate_hold_seconds_count/{c=$2} END{if (c) printf "%.1f", s/c*1e6}')
     fi
     stop_gateway
 done

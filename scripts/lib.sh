@@ -367,7 +367,8 @@ ensure_services() {
 
 # --- Python for the openai client tests -------------------------------------
 
-# ensure_test_python : venv with the official openai package; exports
+# ensure_test_python : venv with the official openai package and the
+# oidc-provider-mock OpenID provider; exports
 # TOLLGATE_TEST_PYTHON.
 ensure_test_python() {
     local venv=${TOLLGATE_VENV:-$HOME/.cache/tollgate/venv}
@@ -387,6 +388,12 @@ ensure_test_python() {
         "$py" -m pip install -q --disable-pip-version-check openai </dev/null ||
             die "python: pip install openai failed"
         "$py" -c 'import openai' || die "python: openai still not importable from $py"
+    fi
+    # The OpenID provider the SSO tests start (tests/src/oidc.rs).
+    if ! "$py" -c 'import oidc_provider_mock' >/dev/null 2>&1; then
+        log "python: installing oidc-provider-mock into $venv"
+        "$py" -m pip install -q --disable-pip-version-check 'oidc-provider-mock==0.3.4' </dev/null ||
+            die "python: pip install oidc-provider-mock failed"
     fi
     TOLLGATE_TEST_PYTHON=$py
     export TOLLGATE_TEST_PYTHON

@@ -154,7 +154,9 @@ cargo build -q -p tollgate-server --bin tollgate
 log "dev.sh smoke: starting scripts/dev.sh on 127.0.0.1:$smoke_port (logs in $smoke_dir)"
 # setsid: dev.sh (and the server it execs) lead their own process group, so
 # that the whole group can be stopped afterwards.
+smoke_metrics_token=smoke-metrics-token-0123456789abcdef01234
 TOLLGATE__SERVER__LISTEN=127.0.0.1:$smoke_port \
+    TOLLGATE__METRICS__TOKEN=$smoke_metrics_token \
     TOLLGATE__DATABASE__URL=$smoke_db_url \
     TOLLGATE__REDIS__URL=redis://$REDIS_HOST:$REDIS_PORT/$smoke_redis_db \
     TOLLGATE__CLICKHOUSE__URL=$TOLLGATE_TEST_CLICKHOUSE_URL \
@@ -185,7 +187,8 @@ fi
 # For the secrets scan: the server's metrics and an error body.
 smoke_base=${curl_line#*http://}
 smoke_base=http://${smoke_base%%/*}
-curl -s "$smoke_base/metrics" >"$TOLLGATE_TEST_LOG_DIR/smoke-metrics.txt" || true
+curl -s -H "Authorization: Bearer $smoke_metrics_token" "$smoke_base/metrics" \
+    >"$TOLLGATE_TEST_LOG_DIR/smoke-metrics.txt" || true
 curl -s -H 'Authorization: Bearer tg-not-a-real-key' -d '{}' "$smoke_base/v1/chat/completions" \
     >"$TOLLGATE_TEST_LOG_DIR/smoke-error-body.json" || true
 smoke_stop

@@ -45,13 +45,41 @@ impl Web {
         }
     }
 
-    /// Signs in through `POST /console/login`; panics unless it works.
+    /// The login form as a browser gets it: its CSRF field and the cookie
+    /// that goes with it (`tg_login=…`).
+    pub async fn login_form(&self) -> (String, String) {
+        let r = self
+            .client
+            .get(format!("{}/console/login", self.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "the login form");
+        let cookie = r
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|v| v.starts_with("tg_login="))
+            .map(|v| v.split(';').next().unwrap().to_string())
+            .expect("the login form sets its CSRF cookie");
+        let body = r.text().await.unwrap();
+        (
+            csrf_of(&body).expect("the login form carries a CSRF token"),
+            cookie,
+        )
+    }
+
+    /// Signs in through `POST /console/login` (the form fetched first, as a
+    /// browser does); panics unless it works.
     pub async fn login(base: &str, email: &str) -> Web {
         let mut w = Web::anonymous(base);
+        let (csrf, login_cookie) = w.login_form().await;
         let r = w
             .client
             .post(format!("{base}/console/login"))
-            .form(&[("email", email), ("password", PASSWORD)])
+            .header("cookie", login_cookie)
+            .form(&[("email", email), ("password", PASSWORD), ("_csrf", &csrf)])
             .send()
             .await
             .unwrap();

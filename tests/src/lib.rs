@@ -5,6 +5,7 @@
 pub mod books;
 pub mod console_web;
 pub mod hostile;
+pub mod oidc;
 
 use domain::{keys, Limits};
 use mock_upstream::{MockConfig, MockStats};
@@ -22,6 +23,9 @@ pub const ENC_KEY: &str = "aa112233445566778899aabbccddeeff00112233445566778899a
 pub const JWT_SECRET: &str = "e2e-jwt-secret-0123456789abcdef0123456789";
 /// The provider's API key every test model is configured with.
 pub const PROVIDER_KEY: &str = "sk-provider-secret";
+/// The bearer token of `/metrics` on every test server (`metrics.token`):
+/// read it with [`metrics`].
+pub const METRICS_TOKEN: &str = "e2e-metrics-token-0123456789abcdef012345";
 /// Every test user's password.
 pub const PASSWORD: &str = "correct horse battery staple";
 
@@ -142,6 +146,7 @@ impl TestEnv {
         c.keys.pepper = Some(PEPPER.into());
         c.keys.encryption_key = Some(ENC_KEY.into());
         c.auth.jwt_secret = Some(JWT_SECRET.into());
+        c.metrics.token = Some(METRICS_TOKEN.into());
         c.platform.timezone = "UTC".into();
         c.gateway.outbox_sweep_secs = 1;
         // Tests run jobs themselves, at the instants they choose.
@@ -153,9 +158,15 @@ impl TestEnv {
         self.server_with(self.config()).await
     }
 
-    pub async fn server_with(&self, mut cfg: Config) -> Running {
-        cfg.server.replica = Some(format!("replica-{}", uuid::Uuid::new_v4().simple()));
+    pub async fn server_with(&self, cfg: Config) -> Running {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        self.server_on(cfg, listener).await
+    }
+
+    /// On a listener the test bound (when the configuration must name the
+    /// server's own address, as an SSO redirect URL does).
+    pub async fn server_on(&self, mut cfg: Config, listener: tokio::net::TcpListener) -> Running {
+        cfg.server.replica = Some(format!("replica-{}", uuid::Uuid::new_v4().simple()));
         app::start(&cfg, listener).await.expect("server starts")
     }
 
@@ -299,6 +310,19 @@ impl TestEnv {
             rows.iter().map(|r| r.requests).sum(),
         )
     }
+}
+
+/// A test server's `/metrics` text (`/metrics` is not public: this sends
+/// the suite's metrics token).
+pub async fn metrics(addr: std::net::SocketAddr) -> String {
+    let r = reqwest::Client::new()
+        .get(format!("http://{addr}/metrics"))
+        .bearer_auth(METRICS_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "/metrics with the suite's token");
+    r.text().await.unwrap()
 }
 
 pub fn this_month() -> String {

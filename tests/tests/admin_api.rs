@@ -496,12 +496,7 @@ async fn a_new_key_is_shown_once_and_stored_nowhere() {
         .unwrap();
         assert_eq!(hits, 0, "the plaintext key is in {table}");
     }
-    let metrics = reqwest::get(format!("{b}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(srv.addr).await;
     assert!(!metrics.contains(&key[3..]));
     // Revoked: refused at once.
     let id = k["id"].as_str().unwrap();
@@ -616,6 +611,9 @@ async fn the_openapi_document_names_every_route() {
         ("get", "/api/v1/audit/verify"),
         ("get", "/api/v1/requests/{request_id}"),
         ("post", "/api/v1/users/{id}/role"),
+        ("post", "/api/v1/users/{id}/disable"),
+        ("post", "/api/v1/auth/logout"),
+        ("post", "/api/v1/auth/password"),
     ];
     for (method, path) in routes {
         assert!(

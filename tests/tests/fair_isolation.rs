@@ -91,12 +91,7 @@ async fn a_flooding_tenant_is_queued_or_refused_while_another_is_untouched() {
     assert!(full > 0, "A's queue filled up: {full} refused");
     let _ = timeout;
     // Queue depth and wait time are in /metrics.
-    let m = reqwest::get(format!("http://{}/metrics", srv.addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = metrics(srv.addr).await;
     assert!(m.contains("tollgate_queue_depth{tenant=\"a\"}"), "{m}");
     assert!(
         m.lines()

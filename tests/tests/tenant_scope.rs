@@ -159,7 +159,12 @@ async fn a_tenant_admins_scope_reads_nothing_of_another_tenant() {
         .unwrap()
         .unwrap();
     let sessions = Sessions::new(b"0123456789abcdef0123456789abcdef", 60);
-    let token = sessions.issue(&me).unwrap().token;
+    let token = s
+        .open_session(&sessions, &me, store::SignedInVia::Password)
+        .await
+        .unwrap()
+        .unwrap()
+        .token;
     let again = s
         .authenticate(&sessions.verify(&token).unwrap())
         .await

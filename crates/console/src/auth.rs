@@ -1,48 +1,143 @@
 //! Sessions over HTTP: email + password → a signed token, sent back as a
 //! bearer token (API) or set as an HttpOnly cookie (console, see
 //! `web::session`). The checks themselves — argon2id, HS256 with a pinned
-//! algorithm and no leeway on `exp`, the user re-read on every request —
-//! are the store's (`store::Store::{sign_in, authenticate}`): they are the
-//! only way to a `store::Principal` and its tenant scope. Here: the
-//! per-email limiter, the audit row of a failed login, and the extractor.
+//! algorithm and no leeway on `exp`, the session's row and the user re-read
+//! on every request — are the store's (`store::Store::{sign_in,
+//! open_session, authenticate}`): they are the only way to a
+//! `store::Principal` and its tenant scope. Here: the sign-in back-off, the
+//! audit row of a failed login, logout, password change and the extractor.
 
 use crate::api::extract::Body;
 use crate::error::ApiError;
 use crate::ControlPlane;
-use axum::extract::{FromRequestParts, State};
+use axum::extract::{ConnectInfo, FromRequestParts, State};
 use axum::http::request::Parts;
+use axum::http::HeaderMap;
 use axum::Json;
+use domain::login::Backoff;
 use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use store::{IssuedSession, NewAudit, Principal, VerifiedSession};
+use store::{IssuedSession, NewAudit, Principal, SignedInVia, VerifiedSession};
 
-/// Failed logins per email: at most 5 a minute.
+/// The sign-in back-off (`domain::login::Backoff`) per email and per client
+/// IP. Kept in Redis, so every replica counts the same attempts; while
+/// Redis cannot answer, each replica counts in memory (sign-in keeps
+/// working, limited per replica).
 #[derive(Default)]
-pub struct LoginLimiter(Mutex<HashMap<String, (u32, Instant)>>);
+pub struct LoginLimiter {
+    local: Mutex<HashMap<String, (i64, i64)>>,
+}
 
-const MAX_FAILURES: u32 = 5;
-const WINDOW: Duration = Duration::from_secs(60);
+/// Where an attempt was counted, so its outcome is booked in the same place.
+#[derive(Clone, Copy)]
+enum Counted {
+    Shared,
+    Local,
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
 
 impl LoginLimiter {
     /// Counts an attempt before the password is checked (so parallel
-    /// guesses cannot all pass); false when the email is over its limit.
-    pub(crate) fn attempt(&self, email: &str) -> bool {
-        let mut m = self.0.lock().expect("limiter lock");
+    /// guesses cannot all pass); `Err(ms)` when the subject must wait.
+    async fn attempt(
+        &self,
+        quota: &quota::QuotaEngine,
+        subject: &str,
+        rule: &Backoff,
+    ) -> Result<Counted, i64> {
+        match quota.login_attempt(subject, rule).await {
+            Ok(Ok(())) => return Ok(Counted::Shared),
+            Ok(Err(ms)) => return Err(ms),
+            Err(e) => {
+                tracing::warn!(error = %e, "login limiter: Redis unavailable, counting on this replica")
+            }
+        }
+        let mut m = self.local.lock().expect("limiter lock");
+        let now = now_ms();
         if m.len() > 10_000 {
-            m.retain(|_, (_, since)| since.elapsed() < WINDOW);
+            m.retain(|_, (_, last)| now - *last < rule.forget_ms);
         }
-        let e = m.entry(email.to_string()).or_insert((0, Instant::now()));
-        if e.1.elapsed() >= WINDOW {
-            *e = (0, Instant::now());
+        let e = m.entry(subject.to_string()).or_insert((0, 0));
+        if e.0 > 0 && now - e.1 >= rule.forget_ms {
+            *e = (0, 0);
         }
-        e.0 += 1;
-        e.0 <= MAX_FAILURES
+        rule.admit(e.0, e.1, now)?;
+        *e = (e.0 + 1, now);
+        Ok(Counted::Local)
     }
 
-    fn succeeded(&self, email: &str) {
-        self.0.lock().expect("limiter lock").remove(email);
+    /// The attempt succeeded: `clear` ends the subject's run of failures,
+    /// otherwise only this attempt is taken back.
+    async fn succeeded(
+        &self,
+        quota: &quota::QuotaEngine,
+        subject: &str,
+        rule: &Backoff,
+        counted: Counted,
+        clear: bool,
+    ) {
+        match counted {
+            Counted::Shared => {
+                let r = if clear {
+                    quota.login_succeeded(subject, rule).await
+                } else {
+                    quota.login_refund(subject, rule).await
+                };
+                if let Err(e) = r {
+                    tracing::warn!(error = %e, "login limiter: could not book a success");
+                }
+            }
+            Counted::Local => {
+                let mut m = self.local.lock().expect("limiter lock");
+                if clear {
+                    m.remove(subject);
+                } else if let Some(e) = m.get_mut(subject) {
+                    e.0 = (e.0 - 1).max(0);
+                }
+            }
+        }
     }
+}
+
+fn wait_secs(ms: i64) -> ApiError {
+    ApiError::TooManyAttempts(u64::try_from(ms.max(0)).unwrap_or(0).div_ceil(1000).max(1))
+}
+
+/// The client's address: the configured proxy header's first entry when
+/// the console sits behind a proxy (`auth.client_ip_header`), else the TCP
+/// peer.
+pub struct ClientIp(pub Option<IpAddr>);
+
+impl FromRequestParts<Arc<ControlPlane>> for ClientIp {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        cp: &Arc<ControlPlane>,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(ClientIp(client_ip(cp, &parts.headers, parts)))
+    }
+}
+
+fn client_ip(cp: &ControlPlane, h: &HeaderMap, parts: &Parts) -> Option<IpAddr> {
+    if let Some(name) = &cp.client_ip_header {
+        let from_proxy = h
+            .get(name.as_str())
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.trim().parse().ok());
+        if from_proxy.is_some() {
+            return from_proxy;
+        }
+    }
+    parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
 }
 
 #[derive(serde::Deserialize)]
@@ -53,26 +148,59 @@ pub struct Login {
 
 pub async fn login(
     State(cp): State<Arc<ControlPlane>>,
+    ClientIp(ip): ClientIp,
     Body(l): Body<Login>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let (p, session) = sign_in(&cp, &l.email, l.password).await?;
+    let (p, session) = sign_in(&cp, &l.email, l.password, ip).await?;
     Ok(Json(serde_json::json!({
         "token": session.token, "role": p.role, "tenant_id": p.tenant,
         "expires_in": cp.sessions.lifetime_secs()})))
 }
 
-/// Email + password → the person and a new session, rate-limited per email
-/// and audited on failure. Shared by the API's login and the console's
+/// Email + password → the person and a new session (unless password
+/// sign-in is turned off). Shared by the API's login and the console's
 /// login form.
 pub(crate) async fn sign_in(
     cp: &ControlPlane,
     email: &str,
     password: String,
+    ip: Option<IpAddr>,
 ) -> Result<(Principal, IssuedSession), ApiError> {
-    let email = email.trim().to_lowercase();
-    if !cp.logins.attempt(&email) {
-        return Err(ApiError::TooManyAttempts);
+    if !cp.password_login {
+        return Err(ApiError::Forbidden(
+            "password sign-in is turned off: sign in with SSO".into(),
+        ));
     }
+    let p = check_password(cp, email, password, ip).await?;
+    let session = open_session(cp, &p, SignedInVia::Password).await?;
+    Ok((p, session))
+}
+
+/// Email + password → the person, behind the back-off per client IP and
+/// per email, audited on failure.
+async fn check_password(
+    cp: &ControlPlane,
+    email: &str,
+    password: String,
+    ip: Option<IpAddr>,
+) -> Result<Principal, ApiError> {
+    let email = email.trim().to_lowercase();
+    let by_ip = ip.map(|ip| format!("ip:{ip}"));
+    let by_email = format!("email:{email}");
+    let ip_counted = match &by_ip {
+        Some(s) => Some(
+            cp.logins
+                .attempt(&cp.quota, s, &Backoff::PER_IP)
+                .await
+                .map_err(wait_secs)?,
+        ),
+        None => None,
+    };
+    let email_counted = cp
+        .logins
+        .attempt(&cp.quota, &by_email, &Backoff::PER_EMAIL)
+        .await
+        .map_err(wait_secs)?;
     let Some(p) = cp.store.sign_in(&email, password).await? else {
         cp.store
             .audit(NewAudit::new(
@@ -83,9 +211,33 @@ pub(crate) async fn sign_in(
             .await?;
         return Err(ApiError::Unauthenticated);
     };
-    cp.logins.succeeded(&email);
-    let session = cp.sessions.issue(&p).ok_or(ApiError::Internal)?;
-    Ok((p, session))
+    cp.logins
+        .succeeded(
+            &cp.quota,
+            &by_email,
+            &Backoff::PER_EMAIL,
+            email_counted,
+            true,
+        )
+        .await;
+    if let (Some(s), Some(c)) = (&by_ip, ip_counted) {
+        cp.logins
+            .succeeded(&cp.quota, s, &Backoff::PER_IP, c, false)
+            .await;
+    }
+    Ok(p)
+}
+
+/// A stored, revocable session for someone who just signed in.
+pub(crate) async fn open_session(
+    cp: &ControlPlane,
+    p: &Principal,
+    via: SignedInVia,
+) -> Result<IssuedSession, ApiError> {
+    cp.store
+        .open_session(&cp.sessions, p, via)
+        .await?
+        .ok_or(ApiError::Internal)
 }
 
 /// The person a verified session names, re-read from the store.
@@ -99,10 +251,14 @@ pub(crate) async fn principal(
         .ok_or(ApiError::Unauthenticated)
 }
 
-/// The authenticated person behind a request (bearer token).
+/// The authenticated person behind a request (bearer token), and the
+/// session it came with.
 pub struct Authed(pub Principal);
 
-impl FromRequestParts<Arc<ControlPlane>> for Authed {
+/// Like [`Authed`], with the session itself (logout, password change).
+pub struct AuthedSession(pub Principal, pub VerifiedSession);
+
+impl FromRequestParts<Arc<ControlPlane>> for AuthedSession {
     type Rejection = ApiError;
 
     async fn from_request_parts(
@@ -116,6 +272,52 @@ impl FromRequestParts<Arc<ControlPlane>> for Authed {
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or(ApiError::Unauthenticated)?;
         let session = cp.sessions.verify(token).ok_or(ApiError::Unauthenticated)?;
-        Ok(Authed(principal(cp, &session).await?))
+        Ok(AuthedSession(principal(cp, &session).await?, session))
     }
+}
+
+impl FromRequestParts<Arc<ControlPlane>> for Authed {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        cp: &Arc<ControlPlane>,
+    ) -> Result<Self, Self::Rejection> {
+        let AuthedSession(p, _) = AuthedSession::from_request_parts(parts, cp).await?;
+        Ok(Authed(p))
+    }
+}
+
+/// `POST /api/v1/auth/logout`: the presented session stops working.
+pub async fn logout(
+    State(cp): State<Arc<ControlPlane>>,
+    AuthedSession(_, session): AuthedSession,
+) -> Result<axum::http::StatusCode, ApiError> {
+    cp.store.revoke_session(&session).await?;
+    Ok(axum::http::StatusCode::NO_CONTENT)
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PasswordChange {
+    current_password: String,
+    new_password: String,
+}
+
+/// `POST /api/v1/auth/password`: one's own password, the current one
+/// checked; every session of the person ends (sign in again).
+pub async fn change_password(
+    State(cp): State<Arc<ControlPlane>>,
+    ClientIp(ip): ClientIp,
+    Authed(actor): Authed,
+    Body(c): Body<PasswordChange>,
+) -> Result<axum::http::StatusCode, ApiError> {
+    // The current password goes through the same back-off as a sign-in.
+    check_password(&cp, &actor.email, c.current_password, ip).await?;
+    let hash = crate::api::users::hash_password(c.new_password).await?;
+    let id = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
+    cp.store
+        .set_user_password(&actor.label(), id, &hash)
+        .await?;
+    Ok(axum::http::StatusCode::NO_CONTENT)
 }

@@ -28,8 +28,10 @@ pub enum ApiError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
-    #[error("too many login attempts; retry in a minute")]
-    TooManyAttempts,
+    /// The sign-in back-off (per email or per client IP): retry after
+    /// this many seconds.
+    #[error("too many login attempts; retry in {0} s")]
+    TooManyAttempts(u64),
     #[error("the database is unreachable; retry shortly")]
     Unavailable,
     #[error("internal error")]
@@ -57,7 +59,7 @@ impl ApiError {
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
-            ApiError::TooManyAttempts => (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts"),
+            ApiError::TooManyAttempts(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts"),
             ApiError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
             ApiError::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
@@ -102,9 +104,9 @@ impl IntoResponse for ApiError {
         )
             .into_response();
         match self {
-            ApiError::TooManyAttempts => {
+            ApiError::TooManyAttempts(secs) => {
                 r.headers_mut()
-                    .insert("retry-after", axum::http::HeaderValue::from_static("60"));
+                    .insert("retry-after", axum::http::HeaderValue::from(secs));
             }
             ApiError::Unavailable => {
                 r.headers_mut()

@@ -123,6 +123,11 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("login.submit", "Sign in", "登录"),
     ("login.failed", "Wrong email or password.", "邮箱或密码错误。"),
     ("login.too_many", "Too many attempts; wait a minute and try again.", "尝试次数过多，请一分钟后再试。"),
+    ("login.csrf", "This sign-in form has expired; please sign in again.", "登录表单已过期，请重新登录。"),
+    ("login.password_off", "Password sign-in is turned off; sign in with SSO.", "密码登录已关闭，请使用单点登录。"),
+    ("login.sso", "Sign in with SSO", "使用单点登录"),
+    ("login.sso_failed", "Single sign-on did not complete; please try again.", "单点登录未完成，请重试。"),
+    ("login.sso_no_role", "Your SSO account has no tollgate role; ask an administrator.", "您的单点登录账号没有 tollgate 角色，请联系管理员。"),
     // errors
     ("error.title", "Something went wrong", "出错了"),
     ("error.forbidden", "Your role may not do this.", "您的角色无权执行此操作。"),

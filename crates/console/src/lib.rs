@@ -6,6 +6,7 @@ mod api;
 mod auth;
 mod error;
 pub mod i18n;
+pub mod sso;
 mod web;
 
 use axum::routing::{delete, get, post, put};
@@ -34,13 +35,24 @@ pub struct ControlPlane {
     pub books: billing::Books,
     /// The session cookie carries `Secure` (config `auth.cookie_secure`).
     pub cookie_secure: bool,
+    /// Email + password sign-in is allowed (config `auth.password_login`;
+    /// off when everyone signs in through SSO).
+    pub password_login: bool,
+    /// The header a trusted proxy puts the client's IP in
+    /// (`auth.client_ip_header`, e.g. `x-forwarded-for`); unset: the TCP peer.
+    pub client_ip_header: Option<String>,
+    /// Single sign-on (config `auth.oidc`), when configured.
+    pub sso: Option<Arc<sso::Sso>>,
 }
 
 pub fn router(cp: Arc<ControlPlane>) -> Router {
     use api::*;
     Router::new()
         .route("/api/v1/auth/login", post(auth::login))
+        .route("/api/v1/auth/logout", post(auth::logout))
+        .route("/api/v1/auth/password", post(auth::change_password))
         .route("/api/v1/users", post(users::create))
+        .route("/api/v1/users/{id}/disable", post(users::disable))
         .route("/api/v1/users/{id}/role", post(users::set_role))
         .route("/api/v1/models", post(models::create))
         .route("/api/v1/tenants", post(tenants::create))

@@ -10,6 +10,7 @@ pub mod fairq;
 pub mod keys;
 pub mod lease;
 pub mod limits;
+pub mod login;
 pub mod money;
 pub mod period;
 pub mod pricing;
@@ -18,6 +19,7 @@ pub mod reason;
 pub mod request;
 pub mod roles;
 pub mod secret;
+pub mod sso;
 pub mod tokens;
 pub mod usage;
 

@@ -52,6 +52,12 @@ impl KeySpace {
         format!("{}:leases", self.tag(tenant))
     }
 
+    /// A sign-in subject's run of failed logins (an email or a client IP;
+    /// not tenant data: no tenant tag).
+    pub fn login(&self, subject: &str) -> String {
+        format!("{}:login:{}", self.prefix, subject)
+    }
+
     /// A replica's heartbeat (not tenant data: no tenant tag).
     pub fn replica(&self, replica: &str) -> String {
         format!("{}:replica:{}", self.prefix, replica)

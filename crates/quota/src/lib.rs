@@ -9,6 +9,7 @@ mod fair;
 mod keys;
 mod lease;
 mod lease_engine;
+mod login;
 
 pub use engine::{
     ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, MonthCounters, OpenHold,

@@ -41,6 +41,8 @@ pub fn metrics_handle() -> PrometheusHandle {
 
 pub struct Running {
     pub addr: SocketAddr,
+    /// `/metrics`' own listener (`metrics.listen`), when configured.
+    pub metrics_addr: Option<SocketAddr>,
     pub gateway: Arc<Gateway>,
     stop: watch::Sender<bool>,
     server: JoinHandle<()>,
@@ -154,6 +156,12 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         None
     };
     let books = billing::Books::new(store.clone(), Some(archive), clock);
+    let sso = match &cfg.auth.oidc {
+        Some(o) => Some(Arc::new(
+            console::sso::Sso::new(o.settings()).map_err(anyhow::Error::msg)?,
+        )),
+        None => None,
+    };
     let control = cfg.auth.jwt_secret.as_ref().map(|secret| {
         Arc::new(console::ControlPlane {
             store: store.clone(),
@@ -165,6 +173,9 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
             logins: Default::default(),
             books: books.clone(),
             cookie_secure: cfg.auth.cookie_secure,
+            password_login: cfg.auth.password_login,
+            client_ip_header: cfg.auth.client_ip_header.clone(),
+            sso: sso.clone(),
         })
     });
     if control.is_none() {
@@ -183,14 +194,16 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
             Duration::from_secs(cfg.fair.reclaim_secs),
         ));
     }
-    let metrics = metrics_handle();
+    let metrics_addr = match &cfg.metrics.listen {
+        Some(at) => Some(crate::metrics_endpoint::serve_own_listener(at).await?),
+        None => None,
+    };
     let app = Router::new()
-        .route(
-            "/metrics",
-            get(move || std::future::ready(metrics.render())),
-        )
         .route("/healthz", get(health))
         .with_state(gw.clone())
+        .merge(crate::metrics_endpoint::on_main_listener(
+            cfg.metrics.token.clone(),
+        ))
         .merge(gateway::router(gw.clone()));
     let app = match control {
         Some(cp) => app.merge(console::router(cp)),
@@ -207,6 +220,8 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         let listener = listener.tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
         });
+        // The peer address feeds the console's per-IP sign-in back-off.
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
         if let Err(e) = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)
             .await
@@ -216,6 +231,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
     });
     Ok(Running {
         addr,
+        metrics_addr,
         gateway: gw,
         stop,
         server,

@@ -34,19 +34,22 @@ pub async fn serve(mut cfg: Config, listen: Option<String>, demo_mode: bool) -> 
         .await
         .with_context(|| format!("cannot listen on {}", cfg.server.listen))?;
     let running = app::start(&cfg, listener).await?;
-    print_banner(running.addr, demo_key.as_ref());
+    let metrics = match (running.metrics_addr, &cfg.metrics.token) {
+        (Some(m), _) => format!("http://{m}/metrics"),
+        (None, Some(_)) => format!("http://{}/metrics (Bearer metrics.token)", running.addr),
+        (None, None) => "off (set metrics.listen or metrics.token)".into(),
+    };
+    print_banner(running.addr, &metrics, demo_key.as_ref());
     shutdown_signal().await;
     tracing::info!("shutting down: finishing in-flight requests and draining the ledger");
     running.shutdown().await;
     Ok(())
 }
 
-fn print_banner(addr: SocketAddr, demo_key: Option<&demo::DemoKey>) {
+fn print_banner(addr: SocketAddr, metrics: &str, demo_key: Option<&demo::DemoKey>) {
     let url = format!("http://{addr}");
     println!("tollgate is serving on {url}");
-    println!(
-        "  OpenAI-compatible API: {url}/v1    metrics: {url}/metrics    health: {url}/healthz"
-    );
+    println!("  OpenAI-compatible API: {url}/v1    health: {url}/healthz    metrics: {metrics}");
     if let Some(k) = demo_key {
         println!("demo users (console arrives with the control plane):");
         println!(

@@ -23,6 +23,19 @@ pub struct Config {
     pub fair: FairConfig,
     pub mock: MockUpstreamConfig,
     pub billing: BillingConfig,
+    pub metrics: MetricsConfig,
+}
+
+/// Who may read `/metrics` (every tenant's tokens and costs are in it):
+/// nobody by default. `listen` serves it, unauthenticated, on a listener of
+/// its own (bind it where only the scraper reaches); `token` lets the main
+/// listener answer it to `Authorization: Bearer <token>`. Neither: 404.
+#[derive(Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    pub listen: Option<String>,
+    /// At least 32 bytes.
+    pub token: Option<String>,
 }
 
 /// Fair queues, borrowing and degrade (docs/fair.md).
@@ -180,6 +193,75 @@ pub struct AuthConfig {
     pub cookie_secure: bool,
     /// Lifetime of a console or API session.
     pub session_secs: i64,
+    /// Email + password sign-in (turn off when everyone uses SSO; the CLI's
+    /// `admin create-user` still works).
+    pub password_login: bool,
+    /// The header a trusted reverse proxy sets to the client's IP
+    /// (`x-forwarded-for`), for the per-IP sign-in back-off. Unset: the TCP
+    /// peer. Set it only behind a proxy that overwrites it.
+    pub client_ip_header: Option<String>,
+    /// Single sign-on with OpenID Connect (unset: off).
+    pub oidc: Option<OidcConfig>,
+}
+
+/// OpenID Connect sign-in (docs/console.md, "Single sign-on").
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OidcConfig {
+    /// The provider's issuer; its discovery document is
+    /// `<issuer_url>/.well-known/openid-configuration`.
+    pub issuer_url: String,
+    pub client_id: String,
+    pub client_secret: Option<String>,
+    /// This console's callback as registered at the provider:
+    /// `https://<console host>/console/sso/callback`.
+    pub redirect_url: String,
+    /// Scopes asked for besides `openid`.
+    #[serde(default = "default_scopes")]
+    pub scopes: Vec<String>,
+    /// The claim listing the person's groups.
+    #[serde(default = "default_groups_claim")]
+    pub groups_claim: String,
+    /// A claim naming the role directly (`platform_admin`, `tenant_admin`,
+    /// `finance`, `auditor`), tried after the groups.
+    #[serde(default)]
+    pub role_claim: Option<String>,
+    /// A claim naming a tenant admin's tenant (when the mapping does not).
+    #[serde(default)]
+    pub tenant_claim: Option<String>,
+    /// Group → role: `"platform_admin"`, `"finance"`, `"auditor"`,
+    /// `"tenant_admin"` (tenant from `tenant_claim`) or
+    /// `"tenant_admin:<tenant>"`.
+    #[serde(default)]
+    pub groups: std::collections::BTreeMap<String, String>,
+}
+
+impl OidcConfig {
+    pub fn settings(&self) -> console::sso::SsoSettings {
+        console::sso::SsoSettings {
+            issuer_url: self.issuer_url.clone(),
+            client_id: self.client_id.clone(),
+            client_secret: self.client_secret.clone(),
+            redirect_url: self.redirect_url.clone(),
+            scopes: self.scopes.clone(),
+            groups_claim: self.groups_claim.clone(),
+            role_claim: self.role_claim.clone(),
+            tenant_claim: self.tenant_claim.clone(),
+            groups: self
+                .groups
+                .iter()
+                .map(|(g, r)| (g.clone(), r.clone()))
+                .collect(),
+        }
+    }
+}
+
+fn default_scopes() -> Vec<String> {
+    vec!["email".into(), "profile".into()]
+}
+
+fn default_groups_claim() -> String {
+    "groups".into()
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -314,6 +396,9 @@ impl Default for Config {
                 jwt_secret: None,
                 cookie_secure: true,
                 session_secs: 8 * 3600,
+                password_login: true,
+                client_ip_header: None,
+                oidc: None,
             },
             keys: KeysConfig {
                 pepper: None,
@@ -345,6 +430,7 @@ impl Default for Config {
                 lease_flush_ms: 1,
             },
             fair: FairConfig::default(),
+            metrics: MetricsConfig::default(),
             mock: MockUpstreamConfig {
                 listen: "127.0.0.1:9090".into(),
                 latency_ms: 0,
@@ -467,6 +553,23 @@ impl Config {
         }
         if !billing::archive::valid_database(&self.clickhouse.database) {
             bail!("clickhouse.database must match [A-Za-z_][A-Za-z0-9_]*");
+        }
+        if let Some(t) = &self.metrics.token {
+            if t.len() < 32 {
+                bail!("metrics.token must be at least 32 bytes");
+            }
+        }
+        if let Some(o) = &self.auth.oidc {
+            for (group, role) in &o.groups {
+                if domain::sso::RoleGrant::parse(role).is_none() {
+                    bail!("auth.oidc.groups.{group}: unknown role {role:?}");
+                }
+            }
+            if !o.issuer_url.starts_with("https://") && !o.issuer_url.starts_with("http://") {
+                bail!("auth.oidc.issuer_url must be an http(s) URL");
+            }
+        } else if !self.auth.password_login {
+            bail!("auth.password_login = false needs auth.oidc: nobody could sign in");
         }
         if let Some(u) = &self.billing.alert_webhook_url {
             if !(u.starts_with("http://") || u.starts_with("https://")) {
@@ -606,7 +709,26 @@ impl fmt::Debug for Config {
             .field("billing.retention_days", &self.billing.retention_days)
             .field(
                 "billing.alert_webhook_url",
-                &self.billing.alert_webhook_url.as_deref().map(redact_url),
+                &self
+                    .billing
+                    .alert_webhook_url
+                    .as_deref()
+                    .map(redact_webhook),
+            )
+            .field("metrics.listen", &self.metrics.listen)
+            .field("metrics.token", &set(&self.metrics.token))
+            .field("auth.password_login", &self.auth.password_login)
+            .field(
+                "auth.oidc.issuer_url",
+                &self.auth.oidc.as_ref().map(|o| redact_url(&o.issuer_url)),
+            )
+            .field(
+                "auth.oidc.client_secret",
+                &set(&self
+                    .auth
+                    .oidc
+                    .as_ref()
+                    .and_then(|o| o.client_secret.clone())),
             )
             .field("auth.jwt_secret", &set(&self.auth.jwt_secret))
             .field("keys.pepper", &set(&self.keys.pepper))
@@ -618,18 +740,58 @@ impl fmt::Debug for Config {
     }
 }
 
-/// `scheme://user:password@host` → `scheme://user:***@host`.
+/// A URL fit for a log: `scheme://user:password@host` →
+/// `scheme://user:***@host`, and the value of every query parameter that
+/// names a secret (`?password=`, `token`, `secret`, `key`, `sslpassword`…)
+/// → `***`.
 pub fn redact_url(u: &str) -> String {
-    match (u.find("://"), u.rfind('@')) {
+    let (base, query) = match u.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (u, None),
+    };
+    let base = match (base.find("://"), base.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
-            let creds = &u[s + 3..at];
+            let creds = &base[s + 3..at];
             match creds.split_once(':') {
-                Some((user, _)) => format!("{}{}:***{}", &u[..s + 3], user, &u[at..]),
-                None => u.to_string(),
+                Some((user, _)) => format!("{}{}:***{}", &base[..s + 3], user, &base[at..]),
+                // `scheme://token@host`: the lone part may be a secret too.
+                None if !creds.is_empty() => format!("{}***{}", &base[..s + 3], &base[at..]),
+                None => base.to_string(),
             }
         }
-        _ => u.to_string(),
-    }
+        _ => base.to_string(),
+    };
+    let Some(query) = query else {
+        return base;
+    };
+    let secret = |k: &str| {
+        let k = k.to_ascii_lowercase();
+        [
+            "password", "passwd", "pass", "pwd", "secret", "token", "key", "auth",
+        ]
+        .iter()
+        .any(|s| k.contains(s))
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if secret(k) => format!("{k}=***"),
+            _ => kv.to_string(),
+        })
+        .collect();
+    format!("{base}?{}", query.join("&"))
+}
+
+/// A webhook URL carries its secret in the path (Slack, Teams, Discord):
+/// only the scheme and host are logged.
+pub fn redact_webhook(u: &str) -> String {
+    let Some(s) = u.find("://") else {
+        return "***".into();
+    };
+    let rest = &u[s + 3..];
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = host.rsplit('@').next().unwrap_or(host);
+    format!("{}{host}/***", &u[..s + 3])
 }
 
 #[cfg(test)]
@@ -643,6 +805,36 @@ mod tests {
         let s = format!("{c:?}");
         assert!(!s.contains("hunter2") && !s.contains(DEMO_PEPPER), "{s}");
         assert!(s.contains("app:***@db"));
+    }
+
+    #[test]
+    fn urls_in_logs_lose_their_secrets() {
+        let mut c = Config::default().with_demo_secrets();
+        c.database.url = "postgres://db/x?sslmode=require&password=hunter2".into();
+        c.redis.url = "redis://:s3cret-redis@cache:6379/0".into();
+        c.billing.alert_webhook_url =
+            Some("https://hooks.slack.com/services/T0001/B0002/XXXXsecretXXXX".into());
+        c.metrics.token = Some("metrics-token-0123456789abcdef0123456789".into());
+        let s = format!("{c:?}");
+        for secret in [
+            "hunter2",
+            "s3cret-redis",
+            "XXXXsecretXXXX",
+            "T0001",
+            "metrics-token",
+        ] {
+            assert!(!s.contains(secret), "{secret} in {s}");
+        }
+        assert!(s.contains("sslmode=require&password=***"), "{s}");
+        assert!(s.contains("redis://:***@cache:6379/0"), "{s}");
+        assert!(s.contains("https://hooks.slack.com/***"), "{s}");
+        assert_eq!(redact_url("redis://tok@h"), "redis://***@h");
+        assert_eq!(redact_url("http://h:8123/?user=u"), "http://h:8123/?user=u");
+        assert_eq!(
+            redact_url("postgres://u:p@h/db?sslpassword=x"),
+            "postgres://u:***@h/db?sslpassword=***"
+        );
+        assert_eq!(redact_webhook("https://u:p@h.io/x?y"), "https://h.io/***");
     }
 
     #[test]

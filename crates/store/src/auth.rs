@@ -52,6 +52,7 @@
 //! assert!(one.narrow_to("research").is_none());
 //! ```
 
+use crate::users::user_row;
 use crate::{passwords, Result, Store, UserRow};
 use domain::roles::{Actor, Role};
 use hmac::{Hmac, Mac};
@@ -120,7 +121,7 @@ pub struct Principal {
 }
 
 impl Principal {
-    fn of(user: UserRow) -> Option<Principal> {
+    pub(crate) fn of(user: UserRow) -> Option<Principal> {
         let role = Role::parse(&user.role)?;
         let scope = TenantScope::of_user(role, user.tenant_id.clone())?;
         Some(Principal {
@@ -202,8 +203,10 @@ impl Sessions {
         self.lifetime_secs
     }
 
-    /// A signed token for someone already signed in (or authenticated).
-    pub fn issue(&self, p: &Principal) -> Option<IssuedSession> {
+    /// A signed token for someone already signed in. Only
+    /// [`Store::open_session`] calls it: a token without its session row is
+    /// refused.
+    pub(crate) fn issue(&self, p: &Principal) -> Option<IssuedSession> {
         let now = chrono::Utc::now().timestamp();
         let jti = Uuid::new_v4().simple().to_string();
         let claims = Claims {
@@ -263,10 +266,90 @@ impl Store {
     }
 
     /// The person a verified session names, re-read from the database on
-    /// every request (a disabled user or a changed role counts at once).
+    /// every request together with the session's row: a revoked or expired
+    /// session, a disabled user or a changed role counts at once.
     pub async fn authenticate(&self, s: &VerifiedSession) -> Result<Option<Principal>> {
-        Ok(self.user_by_id(s.user_id).await?.and_then(Principal::of))
+        let r = sqlx::query(
+            "SELECT u.id, u.email, u.password_hash, u.role, u.tenant_id \
+             FROM sessions s JOIN users u ON u.id = s.user_id \
+             WHERE s.id = $1 AND s.user_id = $2 AND s.revoked_at IS NULL \
+               AND s.expires_at > now() AND NOT u.disabled",
+        )
+        .bind(&s.jti)
+        .bind(s.user_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(r.map(user_row).and_then(Principal::of))
     }
+
+    /// A new session for someone who just signed in (`via`: how), stored so
+    /// it can be revoked, and its signed token.
+    pub async fn open_session(
+        &self,
+        sessions: &Sessions,
+        p: &Principal,
+        via: SignedInVia,
+    ) -> Result<Option<IssuedSession>> {
+        let Some(issued) = sessions.issue(p) else {
+            return Ok(None);
+        };
+        let user: Uuid = p
+            .actor
+            .user_id
+            .parse()
+            .map_err(|_| crate::StoreError::NotFound(format!("user {}", p.actor.user_id)))?;
+        sqlx::query(
+            "INSERT INTO sessions (id, user_id, via, expires_at) \
+             VALUES ($1, $2, $3, now() + make_interval(secs => $4))",
+        )
+        .bind(&issued.jti)
+        .bind(user)
+        .bind(via.as_str())
+        .bind(sessions.lifetime_secs() as f64)
+        .execute(&self.pool)
+        .await?;
+        Ok(Some(issued))
+    }
+
+    /// Ends one session (logout). Idempotent.
+    pub async fn revoke_session(&self, s: &VerifiedSession) -> Result<()> {
+        sqlx::query("UPDATE sessions SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL")
+            .bind(&s.jti)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}
+
+/// How a session was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignedInVia {
+    Password,
+    Oidc,
+}
+
+impl SignedInVia {
+    fn as_str(self) -> &'static str {
+        match self {
+            SignedInVia::Password => "password",
+            SignedInVia::Oidc => "oidc",
+        }
+    }
+}
+
+/// Ends every live session of a user, inside the transaction of the change
+/// that calls for it (password, role, disabled); returns how many.
+pub(crate) async fn revoke_user_sessions(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    user: Uuid,
+) -> Result<u64> {
+    Ok(sqlx::query(
+        "UPDATE sessions SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL",
+    )
+    .bind(user)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected())
 }
 
 #[cfg(test)]

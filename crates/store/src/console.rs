@@ -185,6 +185,8 @@ impl Store {
                 .after(json!({"role": role, "tenant_id": tenant_id})),
         )
         .await?;
+        // Sessions opened under the old role end with it.
+        crate::auth::revoke_user_sessions(&mut tx, id).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -14,10 +14,11 @@ mod ledger;
 pub mod passwords;
 mod quota_requests;
 mod request_decisions;
+mod sso;
 mod users;
 
 pub use audit::{AuditRow, NewAudit};
-pub use auth::{IssuedSession, Principal, Sessions, TenantScope, VerifiedSession};
+pub use auth::{IssuedSession, Principal, Sessions, SignedInVia, TenantScope, VerifiedSession};
 pub use billing::{ClosedMonth, VerifiedMonth};
 pub use catalog::{AppRow, Catalog, KeyRow, ModelRow, NewKey, NewModel, TenantRow};
 pub use console::{AuditFilter, KeyListRow, UserListRow};
@@ -26,6 +27,7 @@ pub use jobs::{AlertRow, JobRunRow, NewAlert, NoticeRow};
 pub use ledger::MonthUsageRow;
 pub use quota_requests::{GrantRow, NewQuotaRequest, QuotaRequestRow};
 pub use request_decisions::RequestDecisionRow;
+pub use sso::{SsoIdentity, SsoRefusal};
 pub use users::UserRow;
 
 use sqlx::postgres::{PgListener, PgPoolOptions};

@@ -81,7 +81,7 @@ impl Store {
     }
 }
 
-fn user_row(r: sqlx::postgres::PgRow) -> UserRow {
+pub(crate) fn user_row(r: sqlx::postgres::PgRow) -> UserRow {
     UserRow {
         id: r.get("id"),
         email: r.get("email"),
@@ -101,5 +101,62 @@ impl Store {
                 .await?
                 .flatten(),
         )
+    }
+}
+
+impl Store {
+    /// Disables (or re-enables) a user; disabling ends their sessions.
+    pub async fn set_user_disabled(&self, actor: &str, id: Uuid, disabled: bool) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let email: String =
+            sqlx::query_scalar("UPDATE users SET disabled = $2 WHERE id = $1 RETURNING email")
+                .bind(id)
+                .bind(disabled)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or_else(|| crate::StoreError::NotFound(format!("user {id}")))?;
+        let ended = crate::auth::revoke_user_sessions(&mut tx, id).await?;
+        let action = if disabled {
+            "user.disable"
+        } else {
+            "user.enable"
+        };
+        append(
+            &mut tx,
+            NewAudit::new(actor, action, format!("user:{email}"))
+                .before(json!({"disabled": !disabled}))
+                .after(json!({"disabled": disabled, "sessions_ended": ended})),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Sets a user's password (already hashed) and ends every session of
+    /// theirs, the one that asked included.
+    pub async fn set_user_password(
+        &self,
+        actor: &str,
+        id: Uuid,
+        password_hash: &str,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let email: String = sqlx::query_scalar(
+            "UPDATE users SET password_hash = $2 WHERE id = $1 AND NOT disabled RETURNING email",
+        )
+        .bind(id)
+        .bind(password_hash)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| crate::StoreError::NotFound(format!("user {id}")))?;
+        let ended = crate::auth::revoke_user_sessions(&mut tx, id).await?;
+        append(
+            &mut tx,
+            NewAudit::new(actor, "user.password_change", format!("user:{email}"))
+                .after(json!({"sessions_ended": ended})),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
     }
 }

@@ -49,14 +49,7 @@ pub async fn create_user(
             return Err(ApiError::field("tenant_id", "err.unknown_tenant"));
         }
     }
-    let password = u.password;
-    let hash = tokio::task::spawn_blocking(move || passwords::hash(&password))
-        .await
-        .map_err(|_| ApiError::Internal)?
-        .map_err(|e| match e {
-            passwords::PasswordError::TooShort => ApiError::field("password", "err.password_short"),
-            passwords::PasswordError::Hashing => ApiError::Internal,
-        })?;
+    let hash = hash_password(u.password).await?;
     let creator = actor.user_id.parse().ok();
     let id = cp
         .store
@@ -125,4 +118,49 @@ pub async fn set_role(
     Ok(Json(
         json!({"id": id, "role": role.as_str(), "tenant_id": tenant}),
     ))
+}
+
+/// argon2id on the blocking pool; a short password names the field.
+pub async fn hash_password(password: String) -> Result<String, ApiError> {
+    tokio::task::spawn_blocking(move || passwords::hash(&password))
+        .await
+        .map_err(|_| ApiError::Internal)?
+        .map_err(|e| match e {
+            passwords::PasswordError::TooShort => ApiError::field("password", "err.password_short"),
+            passwords::PasswordError::Hashing => ApiError::Internal,
+        })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Disable {
+    pub disabled: bool,
+}
+
+/// Disables (or re-enables) another person (platform admins only; never
+/// oneself). Disabling ends their sessions at once.
+pub async fn set_disabled(
+    cp: &ControlPlane,
+    actor: &Principal,
+    id: Uuid,
+    disabled: bool,
+) -> Result<(), ApiError> {
+    require_platform_admin(actor)?;
+    if actor.user_id == id.to_string() {
+        return Err(ApiError::Forbidden("nobody disables themselves".into()));
+    }
+    cp.store
+        .set_user_disabled(&actor.label(), id, disabled)
+        .await?;
+    Ok(())
+}
+
+pub async fn disable(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Params(id): Params<Uuid>,
+    Body(d): Body<Disable>,
+) -> Result<Json<Value>, ApiError> {
+    set_disabled(&cp, &actor, id, d.disabled).await?;
+    Ok(Json(json!({"id": id, "disabled": d.disabled})))
 }

@@ -62,7 +62,7 @@ impl IntoResponse for PageError {
                     ApiError::Field { .. } | ApiError::Invalid { .. } => {
                         ("error.bad_request", Some(e.to_string()))
                     }
-                    ApiError::TooManyAttempts => ("error.too_many", None),
+                    ApiError::TooManyAttempts(_) => ("error.too_many", None),
                     ApiError::Unavailable => ("error.db_down", None),
                     ApiError::Unauthenticated => return login_redirect(),
                     ApiError::Internal => ("error.internal", None),

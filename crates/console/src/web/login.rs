@@ -1,8 +1,10 @@
 //! Sign in, sign out, and the language switch.
 
-use super::session::{clear_cookie, session_cookie, Session};
+use super::session::{
+    clear_cookie, cookie, cookie_session, csrf_token, csrf_valid, session_cookie, Session,
+};
 use super::{render, Chrome, PageError};
-use crate::auth;
+use crate::auth::{self, ClientIp};
 use crate::error::ApiError;
 use crate::i18n::{Lang, LANG_COOKIE};
 use crate::ControlPlane;
@@ -20,45 +22,159 @@ struct LoginPage {
     c: Chrome,
     email: String,
     error: Option<&'static str>,
+    /// The login form's CSRF token (see [`LoginCsrf`]).
+    login_csrf: String,
+    /// Email + password sign-in is offered.
+    password_login: bool,
+    /// The SSO button is offered.
+    sso: bool,
 }
 
-pub async fn form(headers: HeaderMap) -> Result<impl IntoResponse, PageError> {
-    render(LoginPage {
-        c: Chrome::anonymous(Lang::from_headers(&headers), "login.title"),
-        email: String::new(),
-        error: None,
-    })
+/// Login CSRF (someone else's page signing the victim in as the attacker):
+/// the login form is a double submit. Showing it sets a random nonce in an
+/// `HttpOnly`, `SameSite=Strict` cookie and puts `HMAC(K, nonce)` in the
+/// form; a login POST is refused unless the field matches the cookie. A
+/// cross-site form carries neither the cookie (Strict) nor the token.
+struct LoginCsrf {
+    nonce: String,
+    /// The nonce came with the request (no new cookie to set).
+    known: bool,
+}
+
+const LOGIN_COOKIE: &str = "tg_login";
+const LOGIN_PURPOSE: &str = "tollgate login csrf";
+
+impl LoginCsrf {
+    fn of(headers: &HeaderMap) -> LoginCsrf {
+        match cookie(headers, LOGIN_COOKIE).filter(|n| n.len() == 32) {
+            Some(nonce) => LoginCsrf { nonce, known: true },
+            None => LoginCsrf {
+                nonce: uuid::Uuid::new_v4().simple().to_string(),
+                known: false,
+            },
+        }
+    }
+
+    fn token(&self, cp: &ControlPlane) -> String {
+        csrf_token(&cp.sessions.derive_key(LOGIN_PURPOSE), &self.nonce)
+    }
+
+    fn valid(&self, cp: &ControlPlane, presented: &str) -> bool {
+        self.known
+            && csrf_valid(
+                &cp.sessions.derive_key(LOGIN_PURPOSE),
+                &self.nonce,
+                presented,
+            )
+    }
+
+    /// The page, with the nonce's cookie when it is new.
+    fn answer(
+        &self,
+        cp: &ControlPlane,
+        status: StatusCode,
+        page: LoginPage,
+    ) -> Result<Response, PageError> {
+        let mut r = (status, render(page)?).into_response();
+        if !self.known {
+            let secure = if cp.cookie_secure { "; Secure" } else { "" };
+            let v = format!(
+                "{LOGIN_COOKIE}={}; Path=/console; HttpOnly; SameSite=Strict; Max-Age=3600{secure}",
+                self.nonce
+            );
+            r.headers_mut().append(
+                header::SET_COOKIE,
+                HeaderValue::from_str(&v).expect("hex cookie"),
+            );
+        }
+        Ok(r)
+    }
+}
+
+fn login_page(
+    cp: &ControlPlane,
+    lang: Lang,
+    csrf: &LoginCsrf,
+    email: String,
+    error: Option<&'static str>,
+) -> LoginPage {
+    LoginPage {
+        c: Chrome::anonymous(lang, "login.title"),
+        email,
+        error,
+        login_csrf: csrf.token(cp),
+        password_login: cp.password_login,
+        sso: cp.sso.is_some(),
+    }
+}
+
+/// The login page with an error, as a refused sign-in (SSO) shows it.
+pub(super) fn refused(
+    cp: &ControlPlane,
+    headers: &HeaderMap,
+    status: StatusCode,
+    key: &'static str,
+) -> Result<Response, PageError> {
+    let csrf = LoginCsrf::of(headers);
+    let page = login_page(
+        cp,
+        Lang::from_headers(headers),
+        &csrf,
+        String::new(),
+        Some(key),
+    );
+    csrf.answer(cp, status, page)
+}
+
+pub async fn form(
+    State(cp): State<Arc<ControlPlane>>,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
+    let csrf = LoginCsrf::of(&headers);
+    let page = login_page(
+        &cp,
+        Lang::from_headers(&headers),
+        &csrf,
+        String::new(),
+        None,
+    );
+    csrf.answer(&cp, StatusCode::OK, page)
 }
 
 #[derive(Deserialize)]
 pub struct LoginForm {
     email: String,
     password: String,
+    #[serde(rename = "_csrf", default)]
+    csrf: String,
 }
 
-/// Checks the password like the API's login (same limiter, same audit of
-/// failures) and sets the session cookie.
+/// Checks the form's CSRF token, then the password like the API's login
+/// (same back-off, same audit of failures), and sets the session cookie.
 pub async fn submit(
     State(cp): State<Arc<ControlPlane>>,
+    ClientIp(ip): ClientIp,
     headers: HeaderMap,
     Form(f): Form<LoginForm>,
 ) -> Result<Response, PageError> {
     let lang = Lang::from_headers(&headers);
+    let csrf = LoginCsrf::of(&headers);
     let failed = |status: StatusCode, key: &'static str, email: String| {
-        let page = LoginPage {
-            c: Chrome::anonymous(lang, "login.title"),
-            email,
-            error: Some(key),
-        };
-        Ok::<_, PageError>((status, render(page)?).into_response())
+        csrf.answer(&cp, status, login_page(&cp, lang, &csrf, email, Some(key)))
     };
-    let session = match auth::sign_in(&cp, &f.email, f.password).await {
+    if !csrf.valid(&cp, &f.csrf) {
+        return failed(StatusCode::FORBIDDEN, "login.csrf", f.email);
+    }
+    let session = match auth::sign_in(&cp, &f.email, f.password, ip).await {
         Ok((_, s)) => s,
         Err(ApiError::Unauthenticated) => {
             return failed(StatusCode::UNAUTHORIZED, "login.failed", f.email)
         }
-        Err(ApiError::TooManyAttempts) => {
+        Err(ApiError::TooManyAttempts(_)) => {
             return failed(StatusCode::TOO_MANY_REQUESTS, "login.too_many", f.email)
+        }
+        Err(ApiError::Forbidden(_)) => {
+            return failed(StatusCode::FORBIDDEN, "login.password_off", f.email)
         }
         Err(e) => return Err(e.into()),
     };
@@ -68,11 +184,20 @@ pub async fn submit(
     Ok(r)
 }
 
-pub async fn logout(State(cp): State<Arc<ControlPlane>>, _s: Session) -> Response {
+/// Ends the session on the server (the token stops working everywhere,
+/// not only in this browser) and clears the cookie.
+pub async fn logout(
+    State(cp): State<Arc<ControlPlane>>,
+    _s: Session,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
+    if let Some(v) = cookie_session(&cp, &headers) {
+        cp.store.revoke_session(&v).await.map_err(ApiError::from)?;
+    }
     let mut r = Redirect::to("/console/login").into_response();
     r.headers_mut()
         .insert(header::SET_COOKIE, clear_cookie(&cp));
-    r
+    Ok(r)
 }
 
 #[derive(Deserialize)]

@@ -10,6 +10,7 @@ pub mod error;
 mod login;
 mod pages;
 pub mod session;
+mod sso;
 
 use crate::i18n::Lang;
 use crate::ControlPlane;
@@ -235,6 +236,8 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/console/login", get(login::form).post(login::submit))
         .route("/console/logout", post(login::logout))
         .route("/console/lang", post(login::language))
+        .route("/console/sso/start", get(sso::start))
+        .route("/console/sso/callback", get(sso::callback))
         .route("/console/tenants", get(tenants::list).post(tenants::create))
         .route("/console/tenants/new", get(tenants::new_form))
         .route(

@@ -84,7 +84,7 @@ pub fn clear_cookie(cp: &ControlPlane) -> HeaderValue {
     .expect("static cookie")
 }
 
-fn cookie_session(cp: &ControlPlane, h: &HeaderMap) -> Option<VerifiedSession> {
+pub(crate) fn cookie_session(cp: &ControlPlane, h: &HeaderMap) -> Option<VerifiedSession> {
     cp.sessions.verify(&cookie(h, SESSION_COOKIE)?)
 }
 
