@@ -496,7 +496,7 @@ async fn a_new_key_is_shown_once_and_stored_nowhere() {
         .unwrap();
         assert_eq!(hits, 0, "the plaintext key is in {table}");
     }
-    let metrics = metrics(srv.addr).await;
+    let metrics = metrics(p.srv.addr).await;
     assert!(!metrics.contains(&key[3..]));
     // Revoked: refused at once.
     let id = k["id"].as_str().unwrap();

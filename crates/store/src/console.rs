@@ -185,8 +185,11 @@ impl Store {
                 .after(json!({"role": role, "tenant_id": tenant_id})),
         )
         .await?;
-        // Sessions opened under the old role end with it.
-        crate::auth::revoke_user_sessions(&mut tx, id).await?;
+        // Sessions opened under the old role end with it (a "change" to the
+        // same role and tenant ends nothing).
+        if old_role != role || old_tenant.as_deref() != tenant_id {
+            crate::auth::revoke_user_sessions(&mut tx, id).await?;
+        }
         tx.commit().await?;
         Ok(())
     }
