@@ -366,7 +366,7 @@ async fn a_hold_left_by_a_killed_gateway_is_expired_by_the_job() {
         model: "gpt-4o-mini",
         limits: [&tenant_limits, &none, &none],
     };
-    let ledger = gateway::ledger_source::StoreLedger {
+    let ledger = settlement::ledger_source::StoreLedger {
         store: &env.store,
         quota: &dead,
     };

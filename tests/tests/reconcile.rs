@@ -25,7 +25,7 @@ async fn hold_as(env: &TestEnv, replica: &str, rid: &str, key_id: &str) -> Quota
     assert!(matches!(
         q.hold(
             &req,
-            &gateway::ledger_source::StoreLedger {
+            &settlement::ledger_source::StoreLedger {
                 store: &env.store,
                 quota: &q
             }

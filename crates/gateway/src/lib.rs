@@ -2,21 +2,18 @@
 //! through the hold engine, forwarding to the provider, metering and settling.
 
 pub mod admission;
-pub mod borrow;
 pub mod catalog;
 pub mod decisions;
 mod errors;
 mod fair;
-pub mod ledger;
-pub mod ledger_source;
 mod metrics_names;
 mod models;
 mod proxy;
 pub mod queue;
-pub mod reconcile;
 mod settle;
 mod sse;
 mod stream;
+mod tenants;
 mod upstream;
 
 use axum::routing::{get, post};
@@ -28,7 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use store::Store;
 
-pub use ledger::LedgerWriter;
+// The back office lives in `settlement`; these keep the gateway's paths.
+pub use settlement::{borrow, ledger, ledger_source, reconcile, LedgerWriter};
 
 #[derive(Clone)]
 pub struct GatewayConfig {

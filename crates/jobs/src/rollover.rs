@@ -32,7 +32,7 @@ const PAGE: i64 = 5_000;
 async fn pending_in_redis(ctx: &JobContext, period: &str) -> Result<(usize, usize), JobError> {
     let tenants = ctx.store.tenant_ids(&TenantScope::system()).await?;
     // Store whatever settled events are waiting first.
-    gateway::ledger::sweep_outboxes(&ctx.store, &ctx.quota, &tenants)
+    settlement::ledger::sweep_outboxes(&ctx.store, &ctx.quota, &tenants)
         .await
         .map_err(JobError::Failed)?;
     let (mut holds, mut outbox) = (0, 0);

@@ -99,7 +99,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         cfg.gateway.ledger_batch,
         Duration::from_millis(cfg.gateway.ledger_linger_ms),
     );
-    let ages = Arc::new(gateway::reconcile::HoldAges {
+    let ages = Arc::new(settlement::reconcile::HoldAges {
         stale_after: Duration::from_secs(cfg.gateway.stale_hold_secs),
         orphan_after: Duration::from_secs(cfg.gateway.orphan_hold_secs),
     });
@@ -110,7 +110,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         ),
         spawn_hold_reconciler(store.clone(), quota.clone(), catalog.clone(), clock, ages),
         catalog.clone().spawn_listener(store.clone()),
-        gateway::ledger::spawn_sweeper(
+        settlement::ledger::spawn_sweeper(
             store.clone(),
             quota.clone(),
             catalog.clone(),
@@ -263,7 +263,7 @@ fn spawn_hold_reconciler(
     quota: Arc<QuotaEngine>,
     catalog: Arc<CatalogCache>,
     clock: domain::period::PlatformClock,
-    ages: Arc<gateway::reconcile::HoldAges>,
+    ages: Arc<settlement::reconcile::HoldAges>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(60));
@@ -277,7 +277,7 @@ fn spawn_hold_reconciler(
                 continue;
             };
             let tenants = catalog.get().tenant_ids.clone();
-            match gateway::reconcile::close_abandoned_holds(
+            match settlement::reconcile::close_abandoned_holds(
                 &store, &quota, &tenants, &clock, now, &ages,
             )
             .await
@@ -291,7 +291,7 @@ fn spawn_hold_reconciler(
 }
 
 /// Near-limit borrowing and pending-borrow recovery, on one replica at a time.
-fn spawn_borrow_check(b: Arc<gateway::borrow::Borrowing>, every: Duration) -> JoinHandle<()> {
+fn spawn_borrow_check(b: Arc<settlement::borrow::Borrowing>, every: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -309,7 +309,7 @@ fn spawn_borrow_check(b: Arc<gateway::borrow::Borrowing>, every: Duration) -> Jo
 
 /// The reclaim job (the lead hooks `run_reclaim` into the scheduler; until
 /// then this periodic task runs it), on one replica at a time.
-fn spawn_reclaim(b: Arc<gateway::borrow::Borrowing>, every: Duration) -> JoinHandle<()> {
+fn spawn_reclaim(b: Arc<settlement::borrow::Borrowing>, every: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -277,7 +277,7 @@ pub async fn reconcile_check(cfg: &Config, period: Option<&str>) -> anyhow::Resu
 pub async fn stale_holds(
     cfg: &Config,
     now: Option<&str>,
-) -> anyhow::Result<gateway::reconcile::ReconcileReport> {
+) -> anyhow::Result<settlement::reconcile::ReconcileReport> {
     let store = Store::connect(&cfg.database.url, 2)
         .await
         .context("cannot connect to PostgreSQL")?;
@@ -297,15 +297,16 @@ pub async fn stale_holds(
         .try_job_lock("hold-reconciler")
         .await?
         .context("another replica is running this job")?;
-    let ages = gateway::reconcile::HoldAges {
+    let ages = settlement::reconcile::HoldAges {
         stale_after: std::time::Duration::from_secs(cfg.gateway.stale_hold_secs),
         orphan_after: std::time::Duration::from_secs(cfg.gateway.orphan_hold_secs),
     };
     let tenants = store.tenant_ids(&TenantScope::system()).await?;
-    let r =
-        gateway::reconcile::close_abandoned_holds(&store, &quota, &tenants, &clock, now_ms, &ages)
-            .await
-            .map_err(anyhow::Error::msg)?;
+    let r = settlement::reconcile::close_abandoned_holds(
+        &store, &quota, &tenants, &clock, now_ms, &ages,
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
     println!(
         "stale-holds: {} tenants, closed {} stale and {} orphaned holds, stored {} outbox events",
         tenants.len(),
@@ -320,7 +321,7 @@ pub async fn stale_holds(
 pub async fn reclaim(
     cfg: &Config,
     now: Option<&str>,
-) -> anyhow::Result<gateway::borrow::ReclaimReport> {
+) -> anyhow::Result<settlement::borrow::ReclaimReport> {
     let store = Store::connect(&cfg.database.url, 2)
         .await
         .context("cannot connect to PostgreSQL")?;
@@ -342,7 +343,7 @@ pub async fn reclaim(
         .try_job_lock("reclaim")
         .await?
         .context("another replica is running this job")?;
-    let b = gateway::borrow::Borrowing::new(
+    let b = settlement::borrow::Borrowing::new(
         store,
         quota,
         catalog,

@@ -106,7 +106,7 @@ impl FairConfig {
             ),
             degrade_max_output_tokens: (self.degrade_max_output_tokens > 0)
                 .then_some(self.degrade_max_output_tokens),
-            borrow: gateway::borrow::BorrowTuning {
+            borrow: settlement::borrow::BorrowTuning {
                 wait: std::time::Duration::from_millis(self.borrow_wait_ms),
                 near_limit_ppm: share_ppm(self.near_limit_share).unwrap_or(900_000),
                 reclaim_fraction_ppm: share_ppm(self.reclaim_fraction).unwrap_or(500_000),
@@ -562,7 +562,7 @@ impl Config {
                 self.billing.webhook_timeout_ms.max(1),
             ),
             webhook_max_attempts: self.billing.webhook_max_attempts.max(1),
-            hold_ages: std::sync::Arc::new(gateway::reconcile::HoldAges {
+            hold_ages: std::sync::Arc::new(settlement::reconcile::HoldAges {
                 stale_after: std::time::Duration::from_secs(self.gateway.stale_hold_secs),
                 orphan_after: std::time::Duration::from_secs(self.gateway.orphan_hold_secs),
             }),

@@ -13,11 +13,11 @@ use domain::limits::LimitKind;
 use domain::usage::UsageEvent;
 use domain::{Limits, ScopeKind};
 use e2e::TestEnv;
-use gateway::ledger_source::StoreLedger;
 use proptest::prelude::*;
 use quota::{
     HoldOutcome, HoldRequest, LeaseBook, LeaseTuning, MonthCounters, QuotaEngine, SettleRequest,
 };
+use settlement::ledger_source::StoreLedger;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
