@@ -13,10 +13,10 @@
 //!
 //! The limit is the tenant's effective monthly limit, as the gateway
 //! computes it for each request: base + approved grants unexpired at the
-//! clock + outstanding borrowed (DESIGN §3). It falls when the base is
+//! clock + outstanding borrowed (docs/design.md §3). It falls when the base is
 //! lowered, a grant expires or borrowed quota is reclaimed. A lower limit
 //! binds new admissions only: holds admitted under the old one stay valid
-//! and may leave the scope above the new one (DESIGN §4: the limit is an
+//! and may leave the scope above the new one (docs/design.md §4: the limit is an
 //! argument of each script; nothing re-checks open holds). So:
 //!
 //! - right after every admitted hold, extend or lease admission,

@@ -1,4 +1,4 @@
-//! The limits a scope may carry (DESIGN §3). Absent means unlimited.
+//! The limits a scope may carry (docs/design.md §3). Absent means unlimited.
 
 use crate::money::MicroUsd;
 use chrono::{DateTime, Utc};

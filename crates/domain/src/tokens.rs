@@ -4,7 +4,7 @@
 //! cl100k for gpt-4/3.5 and embeddings). Other families (DeepSeek, Qwen,
 //! MiniMax, Llama…) ship tokenizers we cannot load offline; we count with
 //! cl100k and add a safety margin, because an estimate that is low lets a
-//! request overrun its hold (DESIGN §4 bounds that overrun by this error).
+//! request overrun its hold (docs/design.md §4 bounds that overrun by this error).
 
 use crate::bpe::CountingBpe;
 use serde_json::Value;

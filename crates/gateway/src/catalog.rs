@@ -86,7 +86,7 @@ impl KeyEntry {
         [&self.tenant.limits, &self.app.limits, &self.limits]
     }
 
-    /// What budgets are checked against in `month` (DESIGN §3): base +
+    /// What budgets are checked against in `month` (docs/design.md §3): base +
     /// approved grants unexpired at `now` + the tenant's outstanding
     /// borrowed quota of that month.
     pub fn effective_limits(&self, now: DateTime<Utc>, month: &str) -> [Limits; 3] {

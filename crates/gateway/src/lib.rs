@@ -57,7 +57,7 @@ pub struct GatewayConfig {
     pub fair: FairTuning,
 }
 
-/// Queues, model pools and degrade (DESIGN §7; docs/fair.md).
+/// Queues, model pools and degrade (docs/design.md §7, docs/fair.md).
 #[derive(Debug, Clone)]
 pub struct FairTuning {
     pub queue: domain::fairq::QueuePolicy,

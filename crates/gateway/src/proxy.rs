@@ -1,5 +1,5 @@
 //! `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings`: the
-//! request's way through the gateway (DESIGN §5).
+//! request's way through the gateway (docs/design.md §5).
 
 use crate::catalog::{KeyEntry, ModelEntry, ModelKind};
 use crate::errors::ApiError;

@@ -1,4 +1,4 @@
-//! Streams metered as they flow (DESIGN §6). The first hold covers the input
+//! Streams metered as they flow (docs/design.md §6). The first hold covers the input
 //! and one slice of output; output is counted from the deltas (text,
 //! reasoning, tool-call arguments) and the hold is extended a slice ahead.
 //! When an extension is refused — or the stream's wall-clock cap passes — the

@@ -1,4 +1,4 @@
-//! The calendar's background jobs (DESIGN §9): stale holds, monthly
+//! The calendar's background jobs (docs/design.md §9): stale holds, monthly
 //! rollover, grant expiry, budget alerts, month-end forecast, reconcile
 //! check. Every job takes "now" as a parameter (tests run a month in
 //! seconds), runs once across replicas (a Postgres advisory lock, and a

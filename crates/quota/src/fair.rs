@@ -1,4 +1,4 @@
-//! Borrowing and fairness in Redis (DESIGN §7): the platform pool (its own
+//! Borrowing and fairness in Redis (docs/design.md §7): the platform pool (its own
 //! hash tag, touched only when borrowing or reclaiming), model pools'
 //! concurrent slots (each model its own tag), and tenants' day cost for the
 //! daily soft limit.

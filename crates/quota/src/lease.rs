@@ -1,4 +1,4 @@
-//! Leases on this replica (DESIGN §4, "Leases — the fast path"): the
+//! Leases on this replica (docs/design.md §4, "Leases — the fast path"): the
 //! two-level bucket. For each scope chain (tenant, app, key, month) the
 //! replica holds at most one live lease, admits requests from it without a
 //! Redis round trip, and settles them against it in batches (one Lua call

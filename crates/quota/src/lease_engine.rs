@@ -1,4 +1,4 @@
-//! The Redis side of leases (DESIGN §4, "Leases — the fast path"): take or
+//! The Redis side of leases (docs/design.md §4, "Leases — the fast path"): take or
 //! add to a lease, settle a batch of its requests (and optionally return
 //! it), expire a dead replica's lease, list leases for the reconciler.
 //! One Lua call each; every key carries the tenant's hash tag.

@@ -1,4 +1,4 @@
-//! The Redis hold engine (DESIGN §4): hold, settle and release as single Lua
+//! The Redis hold engine (docs/design.md §4): hold, settle and release as single Lua
 //! calls, all-or-nothing across tenant, app and key; rebuild of a tenant's
 //! month from the ledger when Redis has lost it; fail closed on any Redis
 //! error or timeout.

@@ -1,4 +1,4 @@
-//! The command-line verbs (DESIGN §12). Operators script against them: keep
+//! The command-line verbs (docs/design.md §12). Operators script against them: keep
 //! names and flags stable.
 
 use crate::config::Config;

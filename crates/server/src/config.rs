@@ -217,7 +217,7 @@ pub struct GatewayTuning {
     pub orphan_hold_secs: u64,
     /// A replica is dead once its heartbeat is this old.
     pub heartbeat_ttl_secs: u64,
-    /// How requests reserve quota: `lease` (the fast path, DESIGN §4
+    /// How requests reserve quota: `lease` (the fast path, docs/design.md §4
     /// "Leases"), `per_request` (one hold and one settle script each), or
     /// `off` (benchmark ablation only: nothing enforced; refused unless
     /// `bench_unenforced_ok` is also true).

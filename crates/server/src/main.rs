@@ -99,7 +99,7 @@ enum AdminCommand {
     },
     /// Create (or reuse) the `bench` tenant with every limit set high enough
     /// not to run out, a model `gpt-4o-mini` on the given upstream, and print
-    /// a fresh key. Used by scripts/bench.sh and ../shared/bench/peers.sh.
+    /// a fresh key. Used by scripts/bench.sh and bench/peers/peers.sh.
     ///
     /// With `--isolation`: instead, tenants `iso-a` and `iso-b` (in-flight
     /// limit 2 each) for the isolation benchmark; prints A's key, a space

@@ -1,4 +1,4 @@
-//! Borrowing from the platform pool and reclaiming (DESIGN §7), off the
+//! Borrowing from the platform pool and reclaiming (docs/design.md §7), off the
 //! per-request path:
 //!
 //! - on demand: a hold refused for the tenant's monthly budget asks the
@@ -310,7 +310,7 @@ impl Borrowing {
         Ok(granted)
     }
 
-    /// The reclaim job (DESIGN §7): when the pool's free share is below its
+    /// The reclaim job (docs/design.md §7): when the pool's free share is below its
     /// threshold, takes unused borrowed quota back — lowest priority and
     /// longest-held first, at most `reclaim_fraction_ppm` of each borrow per
     /// run, never below what a tenant has used or holds — and records each

@@ -1,4 +1,4 @@
-//! The shared pool (DESIGN §7) through the gateway's borrower
+//! The shared pool (docs/design.md §7) through the gateway's borrower
 //! (`settlement::borrow::Borrowing`): borrows as the on-demand and near-limit
 //! paths take them, borrows a dead replica left between the pool's debit
 //! and their activation, replays of borrow ids, the periodic check that

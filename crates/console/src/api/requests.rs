@@ -1,4 +1,4 @@
-//! Request lookup (DESIGN §10, §11): why was request X refused or degraded,
+//! Request lookup (docs/design.md §10, §11): why was request X refused or degraded,
 //! or what did it cost. Tenant admins see only their tenant's requests:
 //! their scope reads no other tenant's, so another tenant's id answers 404,
 //! like an unknown one.
