@@ -176,8 +176,17 @@ impl TestEnv {
                     output_price_micro_per_mtok: out_price,
                     tokenizer: None,
                     default_max_output_tokens: 256,
+                    profile: domain::provider::ProviderProfile::suggested_for(id),
                 },
             )
+            .await
+            .unwrap();
+    }
+
+    /// Sets a model's provider profile (as `PATCH /api/v1/models/{id}` does).
+    pub async fn profile(&self, id: &str, profile: domain::provider::ProviderProfile) {
+        self.store
+            .set_model_profile("test", id, &profile)
             .await
             .unwrap();
     }

@@ -2,6 +2,7 @@
 //! through the hold engine, forwarding to the provider, metering and settling.
 
 pub mod admission;
+mod anomaly;
 pub mod catalog;
 pub mod decisions;
 mod errors;
@@ -34,6 +35,12 @@ pub struct GatewayConfig {
     pub max_body_bytes: usize,
     /// Whole-request timeout for non-streaming upstream calls.
     pub upstream_timeout: Duration,
+    /// A non-stream upstream answer larger than this is a 502
+    /// (`upstream_response_too_large`), never buffered whole.
+    pub max_upstream_body_bytes: usize,
+    /// A stream event (the SSE buffer between blank lines) larger than this
+    /// ends the stream with `upstream_response_too_large`.
+    pub max_sse_event_bytes: usize,
     pub upstream_connect_timeout: Duration,
     /// This replica's name, recorded on every hold and usage event.
     pub replica: String,

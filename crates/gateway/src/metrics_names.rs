@@ -11,6 +11,8 @@ pub const EXTEND_SECONDS: &str = "tollgate_extend_seconds";
 pub const STREAM_CUTOFFS: &str = "tollgate_stream_cutoffs_total";
 pub const STREAM_TOKENS_COUNTED: &str = "tollgate_stream_output_tokens_counted_total";
 pub const STREAM_TOKENS_REPORTED: &str = "tollgate_stream_output_tokens_reported_total";
+/// Provider usage reports overruled by the sanity bound, by model and kind.
+pub const USAGE_ANOMALIES: &str = "tollgate_usage_anomalies_total";
 /// Admissions by path: `lease` (from a lease, no Redis call) or
 /// `per_request` (a hold script), and `off` (benchmark ablation).
 pub const ADMISSIONS: &str = "tollgate_admissions_total";

@@ -75,6 +75,9 @@ pub struct SettleRequest<'a> {
     pub event_json: &'a str,
     pub status: &'a str,
     pub limits: [&'a Limits; 3],
+    /// The most this settle may book (`domain::usage::Bound`): amounts are
+    /// clamped to it before any script runs.
+    pub bound: domain::usage::Bound,
 }
 
 /// More output for an open hold (a stream past its slice).
@@ -494,15 +497,16 @@ impl QuotaEngine {
     }
 
     pub async fn settle(&self, req: &SettleRequest<'_>) -> Result<SettleOutcome, QuotaError> {
+        let (input_tokens, output_tokens, cost) = req.billable();
         let mut inv = self.hold_script(&self.scripts.settle, req.tenant, req.month, req.request_id);
         inv.key(self.keys.open_holds(req.tenant))
             .key(self.keys.outbox(req.tenant))
             .arg(req.request_id)
             .arg(req.app)
             .arg(req.key)
-            .arg(req.input_tokens)
-            .arg(req.output_tokens)
-            .arg(req.cost)
+            .arg(input_tokens)
+            .arg(output_tokens)
+            .arg(cost)
             .arg(req.event_json)
             .arg(req.status);
         let reply = self.run(inv, req.limits).await?;

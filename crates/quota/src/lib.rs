@@ -9,6 +9,7 @@ mod fair;
 mod keys;
 mod lease;
 mod lease_engine;
+mod settle_bound;
 
 pub use engine::{
     ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, MonthCounters, OpenHold,

@@ -267,6 +267,7 @@ async fn near_the_limit_the_last_tokens_go_per_request_from_any_replica() {
                         event_json: "{}",
                         status: "ok",
                         limits: [&l[0], &l[1], &l[2]],
+                        bound: domain::usage::Bound::SAFE,
                     };
                     qb.settle(&s).await.unwrap();
                     spent_b += 30;

@@ -160,10 +160,13 @@ pub async fn mock_upstream(cfg: &Config, listen: Option<String>) -> anyhow::Resu
         "mock upstream serving on http://{}/v1",
         listener.local_addr()?
     );
+    let personality =
+        mock_upstream::Personality::parse(&cfg.mock.personality).map_err(anyhow::Error::msg)?;
     let mock = mock_upstream::MockConfig {
         latency_ms: cfg.mock.latency_ms,
         output_tokens: cfg.mock.output_tokens,
         chunk_delay_ms: cfg.mock.chunk_delay_ms,
+        personality,
         ..Default::default()
     };
     mock_upstream::serve(listener, mock, Default::default()).await?;

@@ -202,6 +202,10 @@ pub struct PlatformConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct GatewayTuning {
     pub max_body_bytes: usize,
+    /// Largest non-stream upstream answer read (bigger: 502).
+    pub max_upstream_body_bytes: usize,
+    /// Largest single stream event buffered (bigger: the stream ends).
+    pub max_sse_event_bytes: usize,
     pub upstream_timeout_secs: u64,
     pub upstream_connect_timeout_ms: u64,
     pub ledger_batch: usize,
@@ -276,6 +280,10 @@ pub struct MockUpstreamConfig {
     pub latency_ms: u64,
     pub output_tokens: u32,
     pub chunk_delay_ms: u64,
+    /// Provider personality traits, comma-separated (`max_tokens_only`,
+    /// `max_completion_tokens_only`, `hidden_reasoning=N`,
+    /// `absurd_usage=huge`, …; see mock-upstream's personality.rs).
+    pub personality: String,
 }
 
 impl Default for Config {
@@ -324,6 +332,8 @@ impl Default for Config {
             },
             gateway: GatewayTuning {
                 max_body_bytes: 4 << 20,
+                max_upstream_body_bytes: 32 << 20,
+                max_sse_event_bytes: 1 << 20,
                 upstream_timeout_secs: 600,
                 upstream_connect_timeout_ms: 2000,
                 ledger_batch: 500,
@@ -350,6 +360,7 @@ impl Default for Config {
                 latency_ms: 0,
                 output_tokens: 16,
                 chunk_delay_ms: 0,
+                personality: String::new(),
             },
         }
     }
@@ -452,6 +463,11 @@ impl Config {
             .max(self.gateway.upstream_timeout_secs);
         if self.gateway.stale_hold_secs <= longest_request {
             bail!("gateway.stale_hold_secs must exceed the longest request (stream_max_duration_secs, upstream_timeout_secs)");
+        }
+        if self.gateway.max_upstream_body_bytes == 0 || self.gateway.max_sse_event_bytes == 0 {
+            bail!(
+                "gateway.max_upstream_body_bytes and gateway.max_sse_event_bytes must be positive"
+            );
         }
         if self.redis.timeout_ms == 0 || self.gateway.max_body_bytes == 0 {
             bail!("redis.timeout_ms and gateway.max_body_bytes must be positive");

@@ -2,7 +2,7 @@
 
 use crate::{Result, Store, TenantScope};
 use chrono::{DateTime, NaiveDate, Utc};
-use domain::usage::UsageEvent;
+use domain::usage::{UsageAnomaly, UsageEvent};
 use sqlx::Row;
 
 /// Settled usage of one (app, key) of a tenant in a month.
@@ -44,10 +44,12 @@ impl Store {
         let n = sqlx::query(
             "INSERT INTO usage_events (request_id, tenant_id, app_id, key_id, model, period, day,
                 input_tokens, output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens,
-                overrun_cost_micro, status, stream, replica, started_at, settled_at, usage_source)
+                overrun_cost_micro, status, stream, replica, started_at, settled_at, usage_source,
+                usage_anomaly, reported_usage)
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                 $7::date[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[],
-                $14::int8[], $15::text[], $16::bool[], $17::text[], $18::timestamptz[], $19::timestamptz[], $20::text[])
+                $14::int8[], $15::text[], $16::bool[], $17::text[], $18::timestamptz[], $19::timestamptz[], $20::text[],
+                $21::text[], $22::jsonb[])
              ON CONFLICT (request_id) DO NOTHING",
         )
         .bind(col!(|e| e.request_id.clone()))
@@ -70,6 +72,8 @@ impl Store {
         .bind(col!(|e| ts(e.started_at_ms)))
         .bind(col!(|e| ts(e.settled_at_ms)))
         .bind(col!(|e| e.usage_source.clone()))
+        .bind(col!(|e| e.anomaly.as_ref().map(|a| a.kind.clone())))
+        .bind(col!(|e| e.anomaly.as_ref().map(|a| a.reported.clone())))
         .execute(&self.pool)
         .await?
         .rows_affected();
@@ -121,7 +125,8 @@ impl Store {
         let r = sqlx::query(
             "SELECT request_id, tenant_id, app_id, key_id, model, period, day::text AS day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
-                    status, stream, replica, started_at, settled_at, usage_source
+                    status, stream, replica, started_at, settled_at, usage_source, usage_anomaly,
+                    reported_usage
              FROM usage_events WHERE request_id = $1 AND ($2::text IS NULL OR tenant_id = $2)",
         )
         .bind(request_id)
@@ -149,6 +154,14 @@ impl Store {
             replica: r.get("replica"),
             started_at_ms: r.get::<DateTime<Utc>, _>("started_at").timestamp_millis(),
             settled_at_ms: r.get::<DateTime<Utc>, _>("settled_at").timestamp_millis(),
+            anomaly: r
+                .get::<Option<String>, _>("usage_anomaly")
+                .map(|kind| UsageAnomaly {
+                    kind,
+                    reported: r
+                        .get::<Option<serde_json::Value>, _>("reported_usage")
+                        .unwrap_or_default(),
+                }),
         }))
     }
 

@@ -153,6 +153,7 @@ fn usage_event(
         replica: "prop".into(),
         started_at_ms: 0,
         settled_at_ms: 0,
+        anomaly: None,
     }
 }
 
@@ -278,6 +279,7 @@ impl Machine {
             event_json,
             status: "ok",
             limits: self.scopes(lim),
+            bound: domain::usage::Bound::SAFE,
         }
     }
 
