@@ -23,12 +23,46 @@ pub enum QuotaError {
     Ledger(String),
     #[error("unexpected reply from the hold engine: {0}")]
     Protocol(String),
+    /// An amount outside what the counters can hold exactly (see
+    /// `domain::counter`): refused before any Lua runs, and by the scripts.
+    #[error("amount out of range: {0}")]
+    OutOfRange(String),
+    /// Redis is set up so that the books cannot stay exact (an eviction
+    /// policy other than `noeviction`).
+    #[error("{0}")]
+    Misconfigured(String),
 }
 
 impl From<redis::RedisError> for QuotaError {
     fn from(e: redis::RedisError) -> Self {
+        // The prelude's `amount` refuses an argument with this code.
+        if e.code() == Some("TGRANGE") {
+            return QuotaError::OutOfRange(e.detail().unwrap_or_default().to_string());
+        }
         QuotaError::Unavailable(e.to_string())
     }
+}
+
+impl From<domain::counter::OutOfRange> for QuotaError {
+    fn from(e: domain::counter::OutOfRange) -> Self {
+        QuotaError::OutOfRange(e.to_string())
+    }
+}
+
+/// Every amount of a call in the counters' range, or the first one not.
+pub(crate) fn check_amounts(amounts: &[(&'static str, i64)]) -> Result<(), QuotaError> {
+    for (name, v) in amounts {
+        domain::counter::amount(name, *v)?;
+    }
+    Ok(())
+}
+
+/// The helpers every script shares (`lua/prelude.lua`), in front of each
+/// script's own text: one EVALSHA per call still.
+const PRELUDE: &str = include_str!("../lua/prelude.lua");
+
+pub(crate) fn lua_script(body: &str) -> Script {
+    Script::new(&format!("{PRELUDE}\n{body}"))
 }
 
 /// One request's reservation across its three scopes.
@@ -203,7 +237,10 @@ pub struct QuotaEngine {
 }
 
 pub(crate) fn limit_args(limits: [&Limits; 3]) -> impl Iterator<Item = i64> + '_ {
-    limits.into_iter().flat_map(|l| l.hold_args())
+    limits
+        .into_iter()
+        .flat_map(|l| l.hold_args())
+        .map(domain::counter::limit_arg)
 }
 
 impl QuotaEngine {
@@ -248,14 +285,14 @@ impl QuotaEngine {
             turn_wait: DEFAULT_TURN_WAIT,
             replica: replica.to_string(),
             scripts: Scripts {
-                hold: Script::new(include_str!("../lua/hold.lua")),
-                settle: Script::new(include_str!("../lua/settle.lua")),
-                release: Script::new(include_str!("../lua/release.lua")),
-                rebuild: Script::new(include_str!("../lua/rebuild.lua")),
-                extend: Script::new(include_str!("../lua/extend.lua")),
-                lease_acquire: Script::new(include_str!("../lua/lease_acquire.lua")),
-                lease_settle: Script::new(include_str!("../lua/lease_settle.lua")),
-                lease_expire: Script::new(include_str!("../lua/lease_expire.lua")),
+                hold: lua_script(include_str!("../lua/hold.lua")),
+                settle: lua_script(include_str!("../lua/settle.lua")),
+                release: lua_script(include_str!("../lua/release.lua")),
+                rebuild: lua_script(include_str!("../lua/rebuild.lua")),
+                extend: lua_script(include_str!("../lua/extend.lua")),
+                lease_acquire: lua_script(include_str!("../lua/lease_acquire.lua")),
+                lease_settle: lua_script(include_str!("../lua/lease_settle.lua")),
+                lease_expire: lua_script(include_str!("../lua/lease_expire.lua")),
             },
         }
     }
@@ -359,6 +396,12 @@ impl QuotaEngine {
         req: &HoldRequest<'_>,
         ledger: &impl LedgerSource,
     ) -> Result<HoldOutcome, QuotaError> {
+        check_amounts(&[
+            ("est_input", req.est_input),
+            ("est_output", req.est_output),
+            ("est_cost", req.est_cost),
+            ("est_tokens", req.est_input.saturating_add(req.est_output)),
+        ])?;
         for _ in 0..50 {
             let reply: Vec<redis::Value> = self.hold_once(req).await?;
             match int_at(&reply, 0)? {
@@ -442,7 +485,10 @@ impl QuotaEngine {
                         ("ot", r.overrun_tokens),
                         ("oc", r.overrun_cost),
                     ] {
-                        *sums.entry(format!("{scope}:{f}")).or_default() += v;
+                        // Saturating, as the scripts count: a ledger with
+                        // absurd rows must not wrap the rebuilt month.
+                        let e = sums.entry(format!("{scope}:{f}")).or_default();
+                        *e = domain::counter::saturating_sum([*e, v]);
                     }
                 }
             }
@@ -474,6 +520,7 @@ impl QuotaEngine {
     /// Adds output to an open hold, with the same all-or-nothing checks as
     /// a hold for what the extension consumes.
     pub async fn extend(&self, req: &ExtendRequest<'_>) -> Result<ExtendOutcome, QuotaError> {
+        check_amounts(&[("add_output", req.add_output), ("add_cost", req.add_cost)])?;
         let mut inv = self.hold_script(&self.scripts.extend, req.tenant, req.month, req.request_id);
         inv.arg(req.request_id)
             .arg(req.app)
@@ -494,6 +541,11 @@ impl QuotaEngine {
     }
 
     pub async fn settle(&self, req: &SettleRequest<'_>) -> Result<SettleOutcome, QuotaError> {
+        check_amounts(&[
+            ("input_tokens", req.input_tokens),
+            ("output_tokens", req.output_tokens),
+            ("cost", req.cost),
+        ])?;
         let mut inv = self.hold_script(&self.scripts.settle, req.tenant, req.month, req.request_id);
         inv.key(self.keys.open_holds(req.tenant))
             .key(self.keys.outbox(req.tenant))

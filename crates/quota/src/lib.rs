@@ -5,6 +5,7 @@
 
 mod conn;
 mod engine;
+mod eviction;
 mod fair;
 mod keys;
 mod lease;
@@ -14,6 +15,7 @@ pub use engine::{
     ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, MonthCounters, OpenHold,
     QuotaEngine, QuotaError, ScopeUsage, SettleOutcome, SettleRequest,
 };
+pub use eviction::{policy_problem, NodePolicy, REQUIRED_POLICY};
 pub use fair::{BorrowOutcome, SlotOutcome};
 pub use keys::KeySpace;
 pub use lease::{LeaseAdmit, LeaseBook, LeaseTuning};
