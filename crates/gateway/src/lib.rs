@@ -14,10 +14,13 @@ mod models;
 mod proxy;
 pub mod queue;
 pub mod reconcile;
+pub mod replay_check;
 mod settle;
 mod sse;
 mod stream;
 mod upstream;
+
+pub use metrics_names::REDIS_EVICTION_POLICY_OK;
 
 use axum::routing::{get, post};
 use axum::Router;

@@ -3,15 +3,25 @@
 -- KEYS: 1 month hash (of the hold's period, or now when the hold is lost),
 --       2 rate/inflight hash, 3 hold record, 4 open-holds zset, 5 outbox hash
 -- ARGV: 1 request_id, 2 app, 3 key, 4 act_in, 5 act_out, 6 act_cost,
---       7 usage event (JSON, stored verbatim), 8 status, 9..26 limits
+--       7 usage event (JSON, stored verbatim), 8 status, 9..26 limits,
+--       27 lost_ok: 1 when the caller has checked the ledger and the
+--          request is not there (book a hold Redis lost), else 0
 -- Returns: {1, overrun_tokens, overrun_cost}  settled now
 --          {2, state}                          already settled/released: no-op
+--          {3}                                 no hold record: nothing changed;
+--                                              ask the ledger, then call
+--                                              again with lost_ok (a replay
+--                                              after the settled record
+--                                              expired must not book twice)
 -- Reads and writes are batched, as in hold.lua.
 local M, R, H, OPEN, OUTBOX = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
 local h = redis.call('HMGET', H, 'st', 'ei', 'eo', 'ec')
 if h[1] == 'S' or h[1] == 'R' then
   return {2, h[1]}
+end
+if not h[1] and ARGV[27] ~= '1' then
+  return {3}
 end
 local scopes = scopes_of(ARGV[2], ARGV[3])
 local act_in, act_out, act_cost = amount(4), amount(5), amount(6)

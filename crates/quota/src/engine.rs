@@ -1,10 +1,11 @@
-use crate::conn::{Conn, Link};
+use crate::conn::{Conn, Link, Timeouts};
 use crate::keys::KeySpace;
 use domain::limits::{LimitKind, ScopeKind};
 use domain::{Limits, Refusal};
 use redis::{Script, ScriptInvocation};
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Month counters expire this long after their last rebuild; a later request
@@ -184,6 +185,17 @@ pub trait LedgerSource: Send + Sync {
     ) -> impl Future<Output = Result<Vec<ScopeUsage>, String>> + Send;
 }
 
+/// The ledger's answer to "is this request booked already?" — asked only
+/// when a settle finds no hold record. Object-safe (a boxed future) so the
+/// engine can carry one.
+pub trait BookedCheck: Send + Sync {
+    fn is_booked<'a>(
+        &'a self,
+        tenant: &'a str,
+        request_id: &'a str,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<bool, String>> + Send + 'a>>;
+}
+
 /// Raw counters of a tenant's month, by field (`t:ut`, `a:<app>:ht`, …).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MonthCounters(pub HashMap<String, i64>);
@@ -234,6 +246,7 @@ pub struct QuotaEngine {
     turn_wait: Duration,
     pub(crate) replica: String,
     pub(crate) scripts: Scripts,
+    booked: Option<Arc<dyn BookedCheck>>,
 }
 
 pub(crate) fn limit_args(limits: [&Limits; 3]) -> impl Iterator<Item = i64> + '_ {
@@ -252,38 +265,39 @@ impl QuotaEngine {
         timeout: Duration,
         replica: &str,
     ) -> Result<Self, QuotaError> {
-        Ok(Self::with_link(
-            Link::single(url, timeout)?,
-            prefix,
-            timeout,
-            replica,
-        ))
+        Self::new_with(url, prefix, Timeouts::both(timeout), replica)
+    }
+
+    /// One Redis, with separate bounds for dialling and for an answer.
+    pub fn new_with(
+        url: &str,
+        prefix: &str,
+        t: Timeouts,
+        replica: &str,
+    ) -> Result<Self, QuotaError> {
+        Ok(Self::with_link(Link::single(url, t)?, prefix, t, replica))
     }
 
     /// A Redis Cluster, from its seed nodes (`redis://host:port` each).
     pub fn new_cluster(
         nodes: &[String],
         prefix: &str,
-        timeout: Duration,
+        t: Timeouts,
         replica: &str,
     ) -> Result<Self, QuotaError> {
-        Ok(Self::with_link(
-            Link::cluster(nodes, timeout)?,
-            prefix,
-            timeout,
-            replica,
-        ))
+        Ok(Self::with_link(Link::cluster(nodes, t)?, prefix, t, replica))
     }
 
-    fn with_link(conn: Link, prefix: &str, timeout: Duration, replica: &str) -> Self {
+    fn with_link(conn: Link, prefix: &str, t: Timeouts, replica: &str) -> Self {
         Self {
             conn,
             keys: KeySpace::new(prefix),
-            timeout,
+            timeout: t.answer,
             calls: tokio::sync::Semaphore::new(DEFAULT_CALL_LIMIT),
             call_limit: DEFAULT_CALL_LIMIT,
             turn_wait: DEFAULT_TURN_WAIT,
             replica: replica.to_string(),
+            booked: None,
             scripts: Scripts {
                 hold: lua_script(include_str!("../lua/hold.lua")),
                 settle: lua_script(include_str!("../lua/settle.lua")),
@@ -546,6 +560,34 @@ impl QuotaEngine {
             ("output_tokens", req.output_tokens),
             ("cost", req.cost),
         ])?;
+        let mut reply = self.settle_once(req, false).await?;
+        if int_at(&reply, 0)? == 3 {
+            // No hold record: lost with Redis, or a replay after the settled
+            // record expired. The ledger (unique by request id) tells which.
+            if self.booked(req.tenant, req.request_id).await? {
+                return Ok(SettleOutcome::AlreadyClosed {
+                    state: "ledger".into(),
+                });
+            }
+            reply = self.settle_once(req, true).await?;
+        }
+        match int_at(&reply, 0)? {
+            1 => Ok(SettleOutcome::Settled {
+                overrun_tokens: int_at(&reply, 1)?,
+                overrun_cost: int_at(&reply, 2)?,
+            }),
+            2 => Ok(SettleOutcome::AlreadyClosed {
+                state: str_at(&reply, 1),
+            }),
+            _ => Err(QuotaError::Protocol(format!("{reply:?}"))),
+        }
+    }
+
+    async fn settle_once(
+        &self,
+        req: &SettleRequest<'_>,
+        lost_ok: bool,
+    ) -> Result<Vec<redis::Value>, QuotaError> {
         let mut inv = self.hold_script(&self.scripts.settle, req.tenant, req.month, req.request_id);
         inv.key(self.keys.open_holds(req.tenant))
             .key(self.keys.outbox(req.tenant))
@@ -557,17 +599,31 @@ impl QuotaEngine {
             .arg(req.cost)
             .arg(req.event_json)
             .arg(req.status);
-        let reply = self.run(inv, req.limits).await?;
-        match int_at(&reply, 0)? {
-            1 => Ok(SettleOutcome::Settled {
-                overrun_tokens: int_at(&reply, 1)?,
-                overrun_cost: int_at(&reply, 2)?,
-            }),
-            2 => Ok(SettleOutcome::AlreadyClosed {
-                state: str_at(&reply, 1),
-            }),
-            _ => Err(QuotaError::Protocol(format!("{reply:?}"))),
+        for l in limit_args(req.limits) {
+            inv.arg(l);
         }
+        inv.arg(if lost_ok { 1 } else { 0 });
+        let mut conn = self.link().await?;
+        self.bounded(inv.invoke_async(&mut conn)).await
+    }
+
+    /// Whether the ledger already has this request (false without a check:
+    /// tools and tests that have no ledger).
+    async fn booked(&self, tenant: &str, request_id: &str) -> Result<bool, QuotaError> {
+        match &self.booked {
+            Some(check) => check
+                .is_booked(tenant, request_id)
+                .await
+                .map_err(QuotaError::Ledger),
+            None => Ok(false),
+        }
+    }
+
+    /// Where a settle without a hold record checks that its request is not
+    /// in the ledger already (the server passes the Postgres ledger).
+    pub fn with_booked_check(mut self, check: Arc<dyn BookedCheck>) -> Self {
+        self.booked = Some(check);
+        self
     }
 
     /// Gives back a hold that consumed nothing. Returns false when there was

@@ -76,6 +76,27 @@ impl Store {
         Ok(n)
     }
 
+    /// Whether a request's usage event is in the ledger (request ids are
+    /// unique): a settle that finds no hold record in Redis asks this before
+    /// booking, so a replay after the settled record expired books nothing.
+    pub async fn usage_event_exists(
+        &self,
+        scope: &TenantScope,
+        tenant: &str,
+        request_id: &str,
+    ) -> Result<bool> {
+        let found: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM usage_events
+                 WHERE request_id = $1 AND tenant_id = $2 AND ($3::text IS NULL OR tenant_id = $3))",
+        )
+        .bind(request_id)
+        .bind(tenant)
+        .bind(scope.tenant())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(found)
+    }
+
     /// A tenant's settled usage of a month by (app, key): the source a lost
     /// Redis month is rebuilt from.
     pub async fn month_usage(
