@@ -11,11 +11,14 @@ mod metrics_names;
 mod models;
 mod proxy;
 pub mod queue;
+pub mod replay_check;
 mod settle;
 mod sse;
 mod stream;
 mod tenants;
 mod upstream;
+
+pub use metrics_names::REDIS_EVICTION_POLICY_OK;
 
 use axum::routing::{get, post};
 use axum::Router;

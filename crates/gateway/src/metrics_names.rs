@@ -20,3 +20,6 @@ pub const QUEUE_DEPTH: &str = "tollgate_queue_depth";
 pub const QUEUE_WAIT_SECONDS: &str = "tollgate_queue_wait_seconds";
 pub const DECISIONS_STORED: &str = "tollgate_decisions_stored_total";
 pub const DECISIONS_DROPPED: &str = "tollgate_decisions_dropped_total";
+/// 1 while every Redis node runs `maxmemory-policy noeviction`, 0 when one
+/// does not (the books are then at risk: see docs/reliability.md).
+pub const REDIS_EVICTION_POLICY_OK: &str = "tollgate_redis_eviction_policy_ok";

@@ -5,6 +5,7 @@
 
 mod conn;
 mod engine;
+mod eviction;
 mod fair;
 mod keys;
 mod lease;
@@ -12,9 +13,12 @@ mod lease_engine;
 mod settle_bound;
 
 pub use engine::{
+    BookedCheck,
     ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, MonthCounters, OpenHold,
     QuotaEngine, QuotaError, ScopeUsage, SettleOutcome, SettleRequest,
 };
+pub use conn::Timeouts;
+pub use eviction::{policy_problem, NodePolicy, REQUIRED_POLICY};
 pub use fair::{BorrowOutcome, SlotOutcome};
 pub use keys::KeySpace;
 pub use lease::{LeaseAdmit, LeaseBook, LeaseTuning};

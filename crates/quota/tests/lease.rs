@@ -137,6 +137,7 @@ async fn a_replayed_batch_changes_nothing_and_an_expired_lease_books_as_overrun(
         },
         min: Chunk::default(),
         limits: lim,
+        fresh: true,
     };
     let g = q.lease_acquire(&acq, &EmptyLedger).await.unwrap();
     assert!(matches!(g, LeaseGrant::Granted { .. }), "{g:?}");

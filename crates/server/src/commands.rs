@@ -197,10 +197,14 @@ pub async fn job_context(cfg: &Config) -> anyhow::Result<jobs::JobContext> {
         .await
         .context("cannot connect to PostgreSQL")?;
     store.migrate().await?;
-    let quota = cfg.quota_engine(
-        "cli",
-        std::time::Duration::from_millis(cfg.redis.timeout_ms.max(1000)),
-    )?;
+    let quota = cfg
+        .quota_engine(
+            "cli",
+            std::time::Duration::from_millis(cfg.redis.timeout_ms.max(1000)),
+        )?
+        .with_booked_check(std::sync::Arc::new(
+            gateway::replay_check::LedgerBooked(store.clone()),
+        ));
     let clock =
         domain::period::PlatformClock::parse(&cfg.platform.timezone).map_err(anyhow::Error::msg)?;
     Ok(jobs::JobContext::new(

@@ -136,8 +136,12 @@ pub struct DatabaseConfig {
 pub struct RedisConfig {
     pub url: String,
     pub key_prefix: String,
-    /// A hold that takes longer fails closed (503 quota_store_unavailable).
+    /// Dialling Redis that takes longer fails closed (503
+    /// quota_store_unavailable). A Redis that is down refuses at once.
     pub timeout_ms: u64,
+    /// A call on an open connection that takes longer fails closed: the
+    /// bound for a slow but answering Redis (never below `timeout_ms`).
+    pub slow_timeout_ms: u64,
     /// Calls one replica has in flight to Redis at once; more wait their
     /// turn (so `timeout_ms` measures Redis, not a burst queued here).
     pub max_concurrent_calls: usize,
@@ -301,6 +305,7 @@ impl Default for Config {
                 url: "redis://127.0.0.1:6379".into(),
                 key_prefix: "tg".into(),
                 timeout_ms: 50,
+                slow_timeout_ms: 500,
                 max_concurrent_calls: 64,
                 turn_wait_ms: 2000,
                 cluster_nodes: None,
@@ -541,6 +546,10 @@ impl Config {
         timeout: std::time::Duration,
     ) -> anyhow::Result<quota::QuotaEngine> {
         let prefix = &self.redis.key_prefix;
+        let t = quota::Timeouts {
+            connect: timeout,
+            answer: timeout.max(std::time::Duration::from_millis(self.redis.slow_timeout_ms)),
+        };
         let engine = match self
             .redis
             .cluster_nodes
@@ -549,9 +558,9 @@ impl Config {
         {
             Some(nodes) => {
                 let nodes: Vec<String> = nodes.split(',').map(|n| n.trim().to_string()).collect();
-                quota::QuotaEngine::new_cluster(&nodes, prefix, timeout, replica)?
+                quota::QuotaEngine::new_cluster(&nodes, prefix, t, replica)?
             }
-            None => quota::QuotaEngine::new(&self.redis.url, prefix, timeout, replica)?,
+            None => quota::QuotaEngine::new_with(&self.redis.url, prefix, t, replica)?,
         };
         Ok(engine.with_call_limit(
             self.redis.max_concurrent_calls,
@@ -614,6 +623,7 @@ impl fmt::Debug for Config {
                 "redis.max_concurrent_calls",
                 &self.redis.max_concurrent_calls,
             )
+            .field("redis.slow_timeout_ms", &self.redis.slow_timeout_ms)
             .field("redis.turn_wait_ms", &self.redis.turn_wait_ms)
             .field("clickhouse.url", &redact_url(&self.clickhouse.url))
             .field("clickhouse.database", &self.clickhouse.database)

@@ -80,6 +80,27 @@ impl Store {
         Ok(n)
     }
 
+    /// Whether a request's usage event is in the ledger (request ids are
+    /// unique): a settle that finds no hold record in Redis asks this before
+    /// booking, so a replay after the settled record expired books nothing.
+    pub async fn usage_event_exists(
+        &self,
+        scope: &TenantScope,
+        tenant: &str,
+        request_id: &str,
+    ) -> Result<bool> {
+        let found: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM usage_events
+                 WHERE request_id = $1 AND tenant_id = $2 AND ($3::text IS NULL OR tenant_id = $3))",
+        )
+        .bind(request_id)
+        .bind(tenant)
+        .bind(scope.tenant())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(found)
+    }
+
     /// A tenant's settled usage of a month by (app, key): the source a lost
     /// Redis month is rebuilt from.
     pub async fn month_usage(
@@ -88,12 +109,17 @@ impl Store {
         tenant: &str,
         period: &str,
     ) -> Result<Vec<MonthUsageRow>> {
+        // Summed as numeric and capped at 2^53 - 1 (the range the hold
+        // engine counts in, domain::counter): absurd rows, or many large
+        // ones, saturate the rebuilt month instead of failing the query on
+        // `bigint out of range` (which would leave the month unknown and
+        // every request refused).
         let rows = sqlx::query(
             "SELECT app_id, key_id,
-                    COALESCE(SUM(input_tokens + output_tokens), 0)::int8 AS tokens,
-                    COALESCE(SUM(cost_micro), 0)::int8 AS cost,
-                    COALESCE(SUM(overrun_tokens), 0)::int8 AS otok,
-                    COALESCE(SUM(overrun_cost_micro), 0)::int8 AS ocost,
+                    LEAST(COALESCE(SUM(input_tokens::numeric + output_tokens), 0), 9007199254740991)::int8 AS tokens,
+                    LEAST(COALESCE(SUM(cost_micro::numeric), 0), 9007199254740991)::int8 AS cost,
+                    LEAST(COALESCE(SUM(overrun_tokens::numeric), 0), 9007199254740991)::int8 AS otok,
+                    LEAST(COALESCE(SUM(overrun_cost_micro::numeric), 0), 9007199254740991)::int8 AS ocost,
                     COUNT(*) AS requests
              FROM usage_events WHERE tenant_id = $1 AND period = $2 AND ($3::text IS NULL OR tenant_id = $3)
              GROUP BY app_id, key_id",

@@ -9,7 +9,7 @@ mod budget;
 mod machine;
 mod pool;
 
-pub use machine::{run, Op};
+pub use machine::{run, Op, ABSURD_REPORTS};
 
 use budget::Approvers;
 use e2e::{user, RedisProc, TestEnv};
