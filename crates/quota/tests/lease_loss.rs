@@ -147,6 +147,7 @@ impl World {
                 event_json: "{}",
                 status: "ok",
                 limits: [&l[0], &l[1], &l[2]],
+                bound: domain::usage::Bound::SAFE,
             };
             self.q.settle(&req).await.unwrap()
         };

@@ -69,6 +69,7 @@ fn settle<'a>(l: &'a [Limits; 3], rid: &'a str, inp: i64, out: i64) -> SettleReq
         event_json: "{}",
         status: "ok",
         limits: [&l[0], &l[1], &l[2]],
+        bound: domain::usage::Bound::SAFE,
     }
 }
 

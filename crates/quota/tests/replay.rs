@@ -97,6 +97,7 @@ fn settle<'a>(l: &'a [Limits; 3], rid: &'a str) -> SettleRequest<'a> {
         event_json: "{}",
         status: "ok",
         limits: [&l[0], &l[1], &l[2]],
+        bound: domain::usage::Bound::SAFE,
     }
 }
 
