@@ -219,7 +219,12 @@ async fn two_hundred_clients_beside_a_cpu_hog_get_no_503_from_a_healthy_redis() 
         h.join().unwrap();
     }
     let unavailable = statuses.iter().filter(|s| **s == 503).count();
-    assert_eq!(unavailable, 0, "503s from a healthy Redis: {unavailable} of {}", statuses.len());
+    assert_eq!(
+        unavailable,
+        0,
+        "503s from a healthy Redis: {unavailable} of {}",
+        statuses.len()
+    );
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     srv.shutdown().await;
 }
@@ -265,7 +270,10 @@ async fn serve_refuses_a_redis_that_may_evict_and_names_maxmemory_policy() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "serve started: {stderr}");
     assert!(stderr.contains("maxmemory-policy"), "{stderr}");
-    assert!(stderr.contains("allkeys-lru") && stderr.contains("noeviction"), "{stderr}");
+    assert!(
+        stderr.contains("allkeys-lru") && stderr.contains("noeviction"),
+        "{stderr}"
+    );
     // The same server against a Redis that never evicts starts.
     let ok = RedisProc::start();
     let env2 = TestEnv::with_redis(ok.url(), Default::default()).await;

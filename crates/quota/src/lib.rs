@@ -11,12 +11,11 @@ mod keys;
 mod lease;
 mod lease_engine;
 
-pub use engine::{
-    BookedCheck,
-    ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, MonthCounters, OpenHold,
-    QuotaEngine, QuotaError, ScopeUsage, SettleOutcome, SettleRequest,
-};
 pub use conn::Timeouts;
+pub use engine::{
+    BookedCheck, ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource,
+    MonthCounters, OpenHold, QuotaEngine, QuotaError, ScopeUsage, SettleOutcome, SettleRequest,
+};
 pub use eviction::{policy_problem, NodePolicy, REQUIRED_POLICY};
 pub use fair::{BorrowOutcome, SlotOutcome};
 pub use keys::KeySpace;
