@@ -385,3 +385,68 @@ async fn restart_under_load(mode: AdmissionSetting) {
     );
     srv.shutdown().await;
 }
+
+/// A ledger whose sums pass i64 (absurd provider reports stored before any
+/// bound existed): the month a Redis loss rebuilds from it saturates at
+/// 2^53 − 1 instead of failing the query on `bigint out of range` (which
+/// left the month unknown and every request of the tenant refused) or
+/// wrapping; the tenant is refused for its budget, never admitted.
+#[tokio::test]
+async fn a_rebuild_from_a_ledger_summing_past_i64_saturates() {
+    let redis = RedisProc::start();
+    let env = TestEnv::with_redis(redis.url(), Default::default()).await;
+    let (_, key) = env
+        .simple_tenant(Limits {
+            monthly_tokens: Some(1_000),
+            ..Default::default()
+        })
+        .await;
+    let month = this_month();
+    let event = |i: usize| domain::usage::UsageEvent {
+        request_id: format!("absurd-{i}"),
+        tenant_id: "t".into(),
+        app_id: "a".into(),
+        key_id: "k".into(),
+        model: "gpt-4o-mini".into(),
+        period: month.clone(),
+        day: format!("{month}-01"),
+        input_tokens: 1 << 62,
+        output_tokens: 1 << 62,
+        cost_micro: 1 << 62,
+        est_tokens: 10,
+        est_cost_micro: 0,
+        overrun_tokens: 1 << 62,
+        overrun_cost_micro: 0,
+        status: "ok".into(),
+        stream: false,
+        usage_source: "provider".into(),
+        replica: "r".into(),
+        started_at_ms: 0,
+        settled_at_ms: 0,
+    };
+    env.store
+        .insert_usage_events(&[event(1), event(2), event(3)])
+        .await
+        .unwrap();
+    let rows = env
+        .store
+        .month_usage(&store::TenantScope::system(), "t", &month)
+        .await
+        .unwrap();
+    let max = domain::counter::MAX_COUNTER;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!((rows[0].tokens, rows[0].cost_micro), (max, max));
+    assert_eq!(rows[0].overrun_tokens, max);
+
+    let srv = env.server().await;
+    let url = format!("http://{}/v1/chat/completions", srv.addr);
+    let r = post(&url, &key, &chat_body("hello", Some(16))).await;
+    assert_eq!(r.status(), 402);
+    assert_eq!(
+        r.headers()["x-tollgate-reason"],
+        "tenant_monthly_budget_exhausted"
+    );
+    let c = env.counters("t", &month).await;
+    assert_eq!(c.get("t:ut"), Some(&max), "{c:?}");
+    srv.shutdown().await;
+}
