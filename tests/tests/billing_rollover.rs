@@ -656,7 +656,10 @@ async fn a_lease_admitted_request_in_flight_keeps_its_month_open_until_it_settle
     let url = format!("http://{}/v1/chat/completions", srv.addr);
     let period = this_month();
     // One request settled and stored: the month has something to close.
-    assert_eq!(post(&url, &key, &chat_body("hi", Some(8))).await.status(), 200);
+    assert_eq!(
+        post(&url, &key, &chat_body("hi", Some(8))).await.status(),
+        200
+    );
     let stored = || async {
         env.store
             .period_totals(&TenantScope::system(), &period)
@@ -672,7 +675,12 @@ async fn a_lease_admitted_request_in_flight_keeps_its_month_open_until_it_settle
     let slow = {
         let (url, key) = (url.clone(), key.clone());
         tokio::spawn(async move {
-            post(&url, &key, &chat_body("[mock:latency_ms=4000] slow", Some(8))).await
+            post(
+                &url,
+                &key,
+                &chat_body("[mock:latency_ms=4000] slow", Some(8)),
+            )
+            .await
         })
     };
     assert!(
@@ -688,7 +696,10 @@ async fn a_lease_admitted_request_in_flight_keeps_its_month_open_until_it_settle
     let r = jobs::rollover::run(&ctx, now, &Default::default())
         .await
         .unwrap();
-    assert_eq!(r.counts["closed"], 0, "closed under a running request: {r:?} {holds:?}");
+    assert_eq!(
+        r.counts["closed"], 0,
+        "closed under a running request: {r:?} {holds:?}"
+    );
     assert_eq!(r.counts["deferred"], 1, "{r:?}");
     assert!(
         env.store
@@ -717,7 +728,10 @@ async fn a_lease_admitted_request_in_flight_keeps_its_month_open_until_it_settle
     );
     let bill = books.bill(&period, &TenantScope::system()).await.unwrap();
     assert_eq!(bill.state, "closed");
-    assert_eq!(bill.total.requests, 2, "the bill has the slow request: {bill:?}");
+    assert_eq!(
+        bill.total.requests, 2,
+        "the bill has the slow request: {bill:?}"
+    );
     assert_eq!(archive.events_in_period(&period).await.unwrap(), 2);
     srv.shutdown().await;
 }

@@ -106,6 +106,7 @@ fn a_reclaim_after_a_redis_loss_takes_nothing_already_used() {
         borrow_cap: 3000,
         pool_tokens: 2000,
         reclaim_below_ppm: 1_000_000,
+        lease_life_ms: 50,
     };
     // Five chunks of 100 borrowed, 350 of them used, Redis flushed.
     let mut ops = vec![Op::Borrow; 5];
@@ -126,24 +127,27 @@ fn a_reclaim_after_a_redis_loss_takes_nothing_already_used() {
     run(setup, ops).unwrap();
 }
 
-/// A lease Redis lost (FLUSHALL) while its replica still held a grant:
-/// the replica admits until its grant runs out, then tops up. Were the
-/// top-up to re-create the lease, the replica would keep its old grant on
-/// top of the new one, every batch would book the excess as overrun and the
-/// local pool would get it back, admitting past the limit for as long as
-/// the lease lived. Kept as a fixed case: random cases rarely admit this
-/// many times between a flush and the next settle.
+/// Many lease admissions around a Redis loss, each request settling at its
+/// estimate: the machine's own bound allows nothing past the limit here but
+/// what the flush made Redis forget. Kept as a fixed case because it fails
+/// for a replica that admits past what Redis granted it — made to fail by
+/// crediting each grant twice to the local pools, which the earlier bound
+/// (taken from the engine's overrun counter) let pass, since every excess
+/// request was booked as "overrun". (A top-up re-creating a lost lease is
+/// tried in `crates/quota/tests/lease_loss.rs`; random cases here rarely
+/// leave a grant in hand at the flush.)
 #[test]
-fn a_lease_lost_with_redis_is_not_resurrected_by_its_top_up() {
+fn lease_admissions_around_a_flush_spend_no_more_than_redis_granted() {
     let setup = Setup {
         base: 3000,
         borrow_cap: 0,
         pool_tokens: 500,
         reclaim_below_ppm: 200_000,
+        lease_life_ms: 60_000,
     };
     let admit = Op::LeaseAdmit {
-        input: 20,
-        output: 100,
+        input: 5,
+        output: 25,
     };
     let settle = Op::LeaseSettle {
         pick: 0,
@@ -151,10 +155,11 @@ fn a_lease_lost_with_redis_is_not_resurrected_by_its_top_up() {
         in_delta: 0,
         store_now: true,
     };
-    let mut ops = vec![admit.clone(); 4];
-    ops.extend(vec![settle.clone(); 4]);
+    // Enough demand first that the lease holds many requests' worth in hand.
+    let mut ops = vec![admit.clone(); 30];
+    ops.extend(vec![settle.clone(); 30]);
     ops.push(Op::Flush);
-    for _ in 0..3 {
+    for _ in 0..10 {
         ops.extend(vec![admit.clone(); 20]);
         ops.extend(vec![settle.clone(); 20]);
     }

@@ -219,7 +219,12 @@ async fn two_hundred_clients_beside_a_cpu_hog_get_no_503_from_a_healthy_redis() 
         h.join().unwrap();
     }
     let unavailable = statuses.iter().filter(|s| **s == 503).count();
-    assert_eq!(unavailable, 0, "503s from a healthy Redis: {unavailable} of {}", statuses.len());
+    assert_eq!(
+        unavailable,
+        0,
+        "503s from a healthy Redis: {unavailable} of {}",
+        statuses.len()
+    );
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     srv.shutdown().await;
 }
@@ -265,7 +270,10 @@ async fn serve_refuses_a_redis_that_may_evict_and_names_maxmemory_policy() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "serve started: {stderr}");
     assert!(stderr.contains("maxmemory-policy"), "{stderr}");
-    assert!(stderr.contains("allkeys-lru") && stderr.contains("noeviction"), "{stderr}");
+    assert!(
+        stderr.contains("allkeys-lru") && stderr.contains("noeviction"),
+        "{stderr}"
+    );
     // The same server against a Redis that never evicts starts.
     let ok = RedisProc::start();
     let env2 = TestEnv::with_redis(ok.url(), Default::default()).await;
@@ -375,5 +383,70 @@ async fn restart_under_load(mode: AdmissionSetting) {
         used <= ledger && ledger - used <= bound,
         "redis {used} vs ledger {ledger} ({mode:?})"
     );
+    srv.shutdown().await;
+}
+
+/// A ledger whose sums pass i64 (absurd provider reports stored before any
+/// bound existed): the month a Redis loss rebuilds from it saturates at
+/// 2^53 − 1 instead of failing the query on `bigint out of range` (which
+/// left the month unknown and every request of the tenant refused) or
+/// wrapping; the tenant is refused for its budget, never admitted.
+#[tokio::test]
+async fn a_rebuild_from_a_ledger_summing_past_i64_saturates() {
+    let redis = RedisProc::start();
+    let env = TestEnv::with_redis(redis.url(), Default::default()).await;
+    let (_, key) = env
+        .simple_tenant(Limits {
+            monthly_tokens: Some(1_000),
+            ..Default::default()
+        })
+        .await;
+    let month = this_month();
+    let event = |i: usize| domain::usage::UsageEvent {
+        request_id: format!("absurd-{i}"),
+        tenant_id: "t".into(),
+        app_id: "a".into(),
+        key_id: "k".into(),
+        model: "gpt-4o-mini".into(),
+        period: month.clone(),
+        day: format!("{month}-01"),
+        input_tokens: 1 << 62,
+        output_tokens: 1 << 62,
+        cost_micro: 1 << 62,
+        est_tokens: 10,
+        est_cost_micro: 0,
+        overrun_tokens: 1 << 62,
+        overrun_cost_micro: 0,
+        status: "ok".into(),
+        stream: false,
+        usage_source: "provider".into(),
+        replica: "r".into(),
+        started_at_ms: 0,
+        settled_at_ms: 0,
+    };
+    env.store
+        .insert_usage_events(&[event(1), event(2), event(3)])
+        .await
+        .unwrap();
+    let rows = env
+        .store
+        .month_usage(&store::TenantScope::system(), "t", &month)
+        .await
+        .unwrap();
+    let max = domain::counter::MAX_COUNTER;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!((rows[0].tokens, rows[0].cost_micro), (max, max));
+    assert_eq!(rows[0].overrun_tokens, max);
+
+    let srv = env.server().await;
+    let url = format!("http://{}/v1/chat/completions", srv.addr);
+    let r = post(&url, &key, &chat_body("hello", Some(16))).await;
+    assert_eq!(r.status(), 402);
+    assert_eq!(
+        r.headers()["x-tollgate-reason"],
+        "tenant_monthly_budget_exhausted"
+    );
+    let c = env.counters("t", &month).await;
+    assert_eq!(c.get("t:ut"), Some(&max), "{c:?}");
     srv.shutdown().await;
 }

@@ -56,7 +56,9 @@ impl Link {
         let cfg = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(t.connect))
             .set_response_timeout(Some(t.answer))
-            .set_number_of_retries(1)
+            // No retry with backoff inside a call: a refused reconnect must fail
+            // the call at once (down is not slow); the next call dials again.
+            .set_number_of_retries(0)
             .set_max_delay(Duration::from_millis(200));
         Ok(Link::Single(ConnectionManager::new_lazy_with_config(
             client, cfg,

@@ -288,7 +288,12 @@ impl QuotaEngine {
         t: Timeouts,
         replica: &str,
     ) -> Result<Self, QuotaError> {
-        Ok(Self::with_link(Link::cluster(nodes, t)?, prefix, t, replica))
+        Ok(Self::with_link(
+            Link::cluster(nodes, t)?,
+            prefix,
+            t,
+            replica,
+        ))
     }
 
     fn with_link(conn: Link, prefix: &str, t: Timeouts, replica: &str) -> Self {

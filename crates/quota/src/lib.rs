@@ -12,12 +12,11 @@ mod lease;
 mod lease_engine;
 mod settle_bound;
 
-pub use engine::{
-    BookedCheck,
-    ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, MonthCounters, OpenHold,
-    QuotaEngine, QuotaError, ScopeUsage, SettleOutcome, SettleRequest,
-};
 pub use conn::Timeouts;
+pub use engine::{
+    BookedCheck, ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource,
+    MonthCounters, OpenHold, QuotaEngine, QuotaError, ScopeUsage, SettleOutcome, SettleRequest,
+};
 pub use eviction::{policy_problem, NodePolicy, REQUIRED_POLICY};
 pub use fair::{BorrowOutcome, SlotOutcome};
 pub use keys::KeySpace;

@@ -155,7 +155,10 @@ async fn a_hold_lost_with_redis_and_not_in_the_ledger_is_still_booked() {
     assert_eq!(c.used_tokens("t"), 40);
     // Booked once: the record it leaves answers the next replay.
     let again = q.settle(&settle(&l, "r2")).await.unwrap();
-    assert!(matches!(again, SettleOutcome::AlreadyClosed { .. }), "{again:?}");
+    assert!(
+        matches!(again, SettleOutcome::AlreadyClosed { .. }),
+        "{again:?}"
+    );
     assert_eq!(q.month_counters("acme", "2026-11").await.unwrap(), c);
 }
 

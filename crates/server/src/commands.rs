@@ -202,9 +202,9 @@ pub async fn job_context(cfg: &Config) -> anyhow::Result<jobs::JobContext> {
             "cli",
             std::time::Duration::from_millis(cfg.redis.timeout_ms.max(1000)),
         )?
-        .with_booked_check(std::sync::Arc::new(
-            gateway::replay_check::LedgerBooked(store.clone()),
-        ));
+        .with_booked_check(std::sync::Arc::new(gateway::replay_check::LedgerBooked(
+            store.clone(),
+        )));
     let clock =
         domain::period::PlatformClock::parse(&cfg.platform.timezone).map_err(anyhow::Error::msg)?;
     Ok(jobs::JobContext::new(

@@ -215,7 +215,8 @@ impl Machine {
         };
         let (q, engine) = (Arc::new(replica("prop")), Arc::new(replica("prop-lease")));
         let tuning = LeaseTuning {
-            idle: Duration::from_millis(50),
+            idle: Duration::from_millis(setup.lease_life_ms),
+            max_age: Duration::from_millis(setup.lease_life_ms.max(10_000)),
             flush_linger: Duration::ZERO,
             ..Default::default()
         };
