@@ -344,7 +344,8 @@ fn stream_req(model: &str, content: &str, max_tokens: i64) -> Value {
 #[tokio::test]
 async fn an_unterminated_last_event_is_metered_like_any_other() {
     let env = TestEnv::new().await;
-    let model = "sloppy-sse";
+    // An o200k name: counted exactly (other families add 10 %).
+    let model = "gpt-4o-sloppy-sse";
     let key = setup(&env, model, 100_000, None).await;
     let srv = env.server().await;
     let url = format!("http://{}/v1/chat/completions", srv.addr);
