@@ -420,6 +420,7 @@ async fn a_rebuild_from_a_ledger_summing_past_i64_saturates() {
         status: "ok".into(),
         stream: false,
         usage_source: "provider".into(),
+        anomaly: None,
         replica: "r".into(),
         started_at_ms: 0,
         settled_at_ms: 0,
