@@ -6,3 +6,4 @@ pub mod commands;
 pub mod config;
 pub mod demo;
 pub mod metrics_endpoint;
+pub mod redis_policy;
