@@ -70,6 +70,14 @@ impl Web {
         )
     }
 
+    /// Not signed in, holding the login form's CSRF cookie and token (what
+    /// a browser that opened the login page posts with).
+    pub async fn at_login_form(base: &str) -> Web {
+        let mut w = Web::anonymous(base);
+        (w.csrf, w.cookie) = w.login_form().await;
+        w
+    }
+
     /// Signs in through `POST /console/login` (the form fetched first, as a
     /// browser does); panics unless it works.
     pub async fn login(base: &str, email: &str) -> Web {

@@ -1175,6 +1175,8 @@ fn form_cases() -> Vec<FormCase> {
                     ("input_price_per_mtok_usd", "1.5"),
                     ("output_price_per_mtok_usd", "2"),
                     ("default_max_output_tokens", "64"),
+                    ("cap_field", "max_tokens"),
+                    ("hidden_reasoning", "false"),
                 ],
                 &["/console/models"],
             )
@@ -1287,7 +1289,7 @@ impl FormRun<'_> {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let anonymous = Web::anonymous(&self.p.base);
+        let anonymous = Web::at_login_form(&self.p.base).await;
         let web = if c.signed_in { &self.admin } else { &anonymous };
         let answer = if c.method == "get" {
             let url = reqwest::Url::parse_with_params(&format!("{}{action}", self.p.base), &pairs)

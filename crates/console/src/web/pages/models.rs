@@ -78,7 +78,8 @@ impl ModelForm {
             hidden_reasoning: match self.hidden_reasoning.as_str() {
                 "true" => Some(true),
                 "false" => Some(false),
-                _ => None,
+                "" => None,
+                _ => return Err(ApiError::field("hidden_reasoning", "err.yes_no")),
             },
             apis: None,
         })
