@@ -616,6 +616,10 @@ async fn the_openapi_document_names_every_route() {
         ("get", "/api/v1/audit/verify"),
         ("get", "/api/v1/requests/{request_id}"),
         ("post", "/api/v1/users/{id}/role"),
+        ("get", "/api/v1/models/{id}/deployments"),
+        ("put", "/api/v1/models/{id}/deployments/{name}"),
+        ("patch", "/api/v1/models/{id}/deployments/{name}"),
+        ("put", "/api/v1/models/{id}/fallbacks"),
     ];
     for (method, path) in routes {
         assert!(

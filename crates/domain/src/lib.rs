@@ -16,6 +16,7 @@ pub mod pricing;
 pub mod provider;
 pub mod reason;
 pub mod request;
+pub mod routing;
 pub mod roles;
 pub mod secret;
 pub mod tokens;

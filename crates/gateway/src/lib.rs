@@ -14,6 +14,7 @@ mod models;
 mod proxy;
 pub mod queue;
 pub mod reconcile;
+pub mod routing;
 mod settle;
 mod sse;
 mod stream;
@@ -57,6 +58,8 @@ pub struct GatewayConfig {
     pub admission: admission::AdmissionMode,
     pub lease: quota::LeaseTuning,
     pub fair: FairTuning,
+    /// Retries before the first byte and deployment health (docs/routing.md).
+    pub routing: routing::RoutingTuning,
 }
 
 /// Queues, model pools and degrade (DESIGN §7; docs/fair.md).

@@ -31,6 +31,9 @@ pub struct HeldRequest {
     pub provider_usage: Option<(i64, i64)>,
     /// The model-pool slot this request holds (given back on drop).
     pub slot: Option<crate::fair::ModelSlot>,
+    /// The deployment that answered, its in-flight slot held until the
+    /// request is done (given back on drop).
+    pub route: Option<crate::routing::Taken>,
     closed: bool,
 }
 
@@ -71,6 +74,7 @@ impl HeldRequest {
             counted_output: 0,
             provider_usage: None,
             slot: None,
+            route: None,
             closed: false,
         }
     }
@@ -240,6 +244,7 @@ impl SettleJob {
             replica: h.gw.cfg.replica.clone(),
             started_at_ms: h.started_at_ms,
             settled_at_ms: now.timestamp_millis(),
+            deployment: h.route.as_ref().map(|r| r.name.to_string()),
         };
         Self {
             gw: h.gw.clone(),

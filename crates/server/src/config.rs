@@ -23,6 +23,7 @@ pub struct Config {
     pub fair: FairConfig,
     pub mock: MockUpstreamConfig,
     pub billing: BillingConfig,
+    pub routing: crate::routing_config::RoutingConfig,
 }
 
 /// Fair queues, borrowing and degrade (docs/fair.md).
@@ -345,6 +346,7 @@ impl Default for Config {
                 lease_flush_ms: 1,
             },
             fair: FairConfig::default(),
+            routing: Default::default(),
             mock: MockUpstreamConfig {
                 listen: "127.0.0.1:9090".into(),
                 latency_ms: 0,
@@ -433,6 +435,7 @@ impl Config {
     pub fn validate(&self) -> anyhow::Result<()> {
         domain::period::PlatformClock::parse(&self.platform.timezone)
             .map_err(anyhow::Error::msg)?;
+        self.routing.validate()?;
         if let Some(p) = &self.keys.pepper {
             if p.len() < 32 {
                 bail!("keys.pepper must be at least 32 bytes");

@@ -44,10 +44,11 @@ impl Store {
         let n = sqlx::query(
             "INSERT INTO usage_events (request_id, tenant_id, app_id, key_id, model, period, day,
                 input_tokens, output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens,
-                overrun_cost_micro, status, stream, replica, started_at, settled_at, usage_source)
+                overrun_cost_micro, status, stream, replica, started_at, settled_at, usage_source, deployment)
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                 $7::date[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[],
-                $14::int8[], $15::text[], $16::bool[], $17::text[], $18::timestamptz[], $19::timestamptz[], $20::text[])
+                $14::int8[], $15::text[], $16::bool[], $17::text[], $18::timestamptz[], $19::timestamptz[], $20::text[],
+                $21::text[])
              ON CONFLICT (request_id) DO NOTHING",
         )
         .bind(col!(|e| e.request_id.clone()))
@@ -70,6 +71,7 @@ impl Store {
         .bind(col!(|e| ts(e.started_at_ms)))
         .bind(col!(|e| ts(e.settled_at_ms)))
         .bind(col!(|e| e.usage_source.clone()))
+        .bind(col!(|e| e.deployment.clone()))
         .execute(&self.pool)
         .await?
         .rows_affected();
@@ -121,7 +123,7 @@ impl Store {
         let r = sqlx::query(
             "SELECT request_id, tenant_id, app_id, key_id, model, period, day::text AS day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
-                    status, stream, replica, started_at, settled_at, usage_source
+                    status, stream, replica, started_at, settled_at, usage_source, deployment
              FROM usage_events WHERE request_id = $1 AND ($2::text IS NULL OR tenant_id = $2)",
         )
         .bind(request_id)
@@ -149,6 +151,7 @@ impl Store {
             replica: r.get("replica"),
             started_at_ms: r.get::<DateTime<Utc>, _>("started_at").timestamp_millis(),
             settled_at_ms: r.get::<DateTime<Utc>, _>("settled_at").timestamp_millis(),
+            deployment: r.get("deployment"),
         }))
     }
 

@@ -153,6 +153,7 @@ fn usage_event(
         replica: "prop".into(),
         started_at_ms: 0,
         settled_at_ms: 0,
+        deployment: None,
     }
 }
 

@@ -68,6 +68,8 @@ impl ModelForm {
                 "default_max_output_tokens",
                 &self.default_max_output_tokens,
             )?,
+            deployments: Vec::new(),
+            fallbacks: Vec::new(),
         })
     }
 }
