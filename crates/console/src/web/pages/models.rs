@@ -82,6 +82,8 @@ struct ModelsPage {
     can_create: bool,
     form: ModelForm,
     errors: FieldError,
+    /// Platform admins only: every model's deployments and their health.
+    deployments: Vec<super::deployments::DeploymentLine>,
 }
 
 async fn page(
@@ -90,7 +92,7 @@ async fn page(
     form: ModelForm,
     errors: FieldError,
 ) -> Result<ModelsPage, PageError> {
-    let rows = cp
+    let rows: Vec<ModelLine> = cp
         .store
         .models()
         .await?
@@ -111,12 +113,18 @@ async fn page(
             id: m.id,
         })
         .collect();
+    let deployments = if s.actor.is_platform_admin() {
+        super::deployments::lines(cp, rows.iter().map(|r| r.id.as_str())).await?
+    } else {
+        Vec::new()
+    };
     Ok(ModelsPage {
         c: Chrome::new(s, "nav.models", "/console/models"),
         rows,
         can_create: s.actor.is_platform_admin(),
         form,
         errors,
+        deployments,
     })
 }
 
