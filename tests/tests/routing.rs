@@ -400,3 +400,51 @@ async fn the_admin_api_adds_edits_and_disables_deployments_and_shows_their_healt
     assert_eq!((b_row["name"].as_str(), b_row["health"]["state"].as_str()), (Some("b"), Some("healthy")));
     srv.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_models_page_lists_deployments_with_their_health_and_disables_one() {
+    let env = TestEnv::new().await;
+    let dead = dead_url();
+    let (live, _) = mock().await;
+    routed_model(&env, "m-page", (0, 0), &[dep("gone", &dead, 1, 0), dep("here", &live, 1, 0)], &[]).await;
+    let key = tenant_key(&env, None).await;
+    let srv = env.server_with(quick_health(&env, 1, 60_000)).await;
+    let base = format!("http://{}", srv.addr);
+    for _ in 0..4 {
+        let r = post(&format!("{base}/v1/chat/completions"), &key, &body("m-page", "hi")).await;
+        assert_eq!(r.status(), 200);
+    }
+    user(&env, "root@example.com", "platform_admin", None).await;
+    let web = console_web::Web::login(&base, "root@example.com").await;
+    let page = web.get("/console/models").await;
+    assert_eq!(page.status, 200);
+    let table = &page.body[page.body.find("deployments-table").unwrap()..];
+    let row = |name: &str| {
+        let at = table.find(&format!("<td>{name}</td>")).unwrap();
+        table[at..table[at..].find("</tr>").unwrap() + at].to_string()
+    };
+    assert!(row("gone").contains("ejected"), "{}", row("gone"));
+    assert!(row("here").contains("healthy"), "{}", row("here"));
+    assert!(!page.body.contains(PROVIDER_KEY));
+
+    let done = web
+        .post("/console/models/m-page/deployments/here/enabled", &[("enabled", "false")])
+        .await;
+    assert_eq!((done.status, done.location.as_deref()), (303, Some("/console/models")));
+    let rows = env.store.deployments_of("m-page").await.unwrap();
+    assert!(!rows.iter().find(|d| d.name == "here").unwrap().enabled);
+    // Another deployment through the form; its key is stored encrypted.
+    let done = web
+        .post(
+            "/console/models/deployments",
+            &[("model", "m-page"), ("name", "new"), ("upstream_base_url", live.as_str()),
+              ("upstream_model", "gpt-4o-mini"), ("upstream_api_key", "sk-form"), ("weight", "2")],
+        )
+        .await;
+    assert_eq!(done.status, 303, "{}", done.body);
+    let rows = env.store.deployments_of("m-page").await.unwrap();
+    let new = rows.iter().find(|d| d.name == "new").unwrap();
+    assert_eq!(new.weight, 2);
+    assert!(!String::from_utf8_lossy(new.upstream_api_key_enc.as_ref().unwrap()).contains("sk-form"));
+    srv.shutdown().await;
+}

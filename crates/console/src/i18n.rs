@@ -246,7 +246,6 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("models.priority", "Priority (0 = best)", "优先级（0 最高）"),
     ("models.max_inflight", "Max in flight", "最大并发"),
     ("models.health", "Health", "健康状况"),
-    ("models.enabled", "Enabled", "启用"),
     ("models.disable", "Disable", "停用"),
     ("models.enable", "Enable", "启用"),
     ("models.disabled", "disabled", "已停用"),
