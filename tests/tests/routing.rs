@@ -55,7 +55,13 @@ fn dep(name: &str, url: &str, weight: i32, priority: i32) -> DeploymentRow {
 }
 
 /// A chat model `id` (prices per million tokens in micro-USD) served by `deps`.
-async fn routed_model(env: &TestEnv, id: &str, price: (i64, i64), deps: &[DeploymentRow], fallbacks: &[&str]) {
+async fn routed_model(
+    env: &TestEnv,
+    id: &str,
+    price: (i64, i64),
+    deps: &[DeploymentRow],
+    fallbacks: &[&str],
+) {
     env.model(id, "chat", price.0, price.1).await;
     let rows: Vec<DeploymentRow> = deps
         .iter()
@@ -108,7 +114,10 @@ async fn metric(addr: &std::net::SocketAddr, name: &str, model: &str, deployment
         .text()
         .await
         .unwrap();
-    let (m, d) = (format!("model=\"{model}\""), format!("deployment=\"{deployment}\""));
+    let (m, d) = (
+        format!("model=\"{model}\""),
+        format!("deployment=\"{deployment}\""),
+    );
     text.lines()
         .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(&m) && l.contains(&d))
         .find_map(|l| l.rsplit(' ').next()?.parse().ok())
@@ -124,7 +133,10 @@ async fn ledger_rows(env: &TestEnv) -> i64 {
 
 /// Waits until the ledger holds `n` rows, and no more come.
 async fn ledger_settles_at(env: &TestEnv, n: i64) {
-    let reached = eventually(Duration::from_secs(10), || async { ledger_rows(env).await >= n }).await;
+    let reached = eventually(Duration::from_secs(10), || async {
+        ledger_rows(env).await >= n
+    })
+    .await;
     assert!(reached, "ledger never reached {n} rows");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(ledger_rows(env).await, n, "more ledger rows than requests");
@@ -147,7 +159,11 @@ async fn a_dead_deployment_costs_no_request_and_is_ejected() {
         assert_eq!(r.status(), 200);
         ids.push(r.headers()["x-request-id"].to_str().unwrap().to_string());
     }
-    assert_eq!(live_stats.snapshot().chat, 20, "the live upstream saw each request once");
+    assert_eq!(
+        live_stats.snapshot().chat,
+        20,
+        "the live upstream saw each request once"
+    );
     ledger_settles_at(&env, 20).await;
     for id in &ids {
         let e = env.usage_event(id).await.expect("billed");
@@ -166,7 +182,14 @@ async fn a_deployment_that_fails_and_recovers_gets_its_traffic_back_after_the_ba
     let env = TestEnv::new().await;
     let (a, a_stats) = mock().await;
     let (b, b_stats) = mock().await;
-    routed_model(&env, "m-flaky", (1_000_000, 2_000_000), &[dep("a", &a, 1, 0), dep("b", &b, 1, 0)], &[]).await;
+    routed_model(
+        &env,
+        "m-flaky",
+        (1_000_000, 2_000_000),
+        &[dep("a", &a, 1, 0), dep("b", &b, 1, 0)],
+        &[],
+    )
+    .await;
     let key = tenant_key(&env, None).await;
     let srv = env.server_with(quick_health(&env, 2, 1_000)).await; // max ejection 4 s
     let url = format!("http://{}/v1/chat/completions", srv.addr);
@@ -200,7 +223,10 @@ async fn a_deployment_that_fails_and_recovers_gets_its_traffic_back_after_the_ba
         assert_eq!(r.status(), 200);
     }
     let back = a_stats.snapshot().chat - before;
-    assert!((10..=30).contains(&back), "a served {back} of 40 after recovering");
+    assert!(
+        (10..=30).contains(&back),
+        "a served {back} of 40 after recovering"
+    );
     assert_eq!(m("tollgate_deployment_ejected").await, 0.0);
     ledger_settles_at(&env, 60 + probed as i64).await;
     srv.shutdown().await;
@@ -211,7 +237,14 @@ async fn weights_three_to_one_share_the_traffic_within_ten_percent() {
     let env = TestEnv::new().await;
     let (a, a_stats) = mock().await;
     let (b, b_stats) = mock().await;
-    routed_model(&env, "m-weights", (0, 0), &[dep("a", &a, 3, 0), dep("b", &b, 1, 0)], &[]).await;
+    routed_model(
+        &env,
+        "m-weights",
+        (0, 0),
+        &[dep("a", &a, 3, 0), dep("b", &b, 1, 0)],
+        &[],
+    )
+    .await;
     let key = tenant_key(&env, None).await;
     let srv = env.server().await;
     let url = format!("http://{}/v1/chat/completions", srv.addr);
@@ -219,7 +252,12 @@ async fn weights_three_to_one_share_the_traffic_within_ten_percent() {
     let results = futures::stream::iter(0..400)
         .map(|_| {
             let (url, key) = (url.clone(), key.clone());
-            async move { post(&url, &key, &body("m-weights", "hi")).await.status().as_u16() }
+            async move {
+                post(&url, &key, &body("m-weights", "hi"))
+                    .await
+                    .status()
+                    .as_u16()
+            }
         })
         .buffer_unordered(8)
         .collect::<Vec<_>>()
@@ -227,7 +265,10 @@ async fn weights_three_to_one_share_the_traffic_within_ten_percent() {
     assert!(results.iter().all(|s| *s == 200));
     let (na, nb) = (a_stats.snapshot().chat, b_stats.snapshot().chat);
     assert_eq!(na + nb, 400);
-    assert!((270..=330).contains(&na), "a served {na}, b {nb} (expected 300 : 100 ± 10 %)");
+    assert!(
+        (270..=330).contains(&na),
+        "a served {na}, b {nb} (expected 300 : 100 ± 10 %)"
+    );
     srv.shutdown().await;
 }
 
@@ -249,7 +290,14 @@ async fn a_stream_is_retried_before_its_first_byte_and_never_after() {
     let (a, a_stats) = mock().await;
     let (b, b_stats) = mock().await;
     // a is picked first (priority 0) and refuses; b (priority 1) serves.
-    routed_model(&env, "m-stream", (1_000_000, 2_000_000), &[dep("a", &a, 1, 0), dep("b", &b, 1, 1)], &[]).await;
+    routed_model(
+        &env,
+        "m-stream",
+        (1_000_000, 2_000_000),
+        &[dep("a", &a, 1, 0), dep("b", &b, 1, 1)],
+        &[],
+    )
+    .await;
     let key = tenant_key(&env, None).await;
     let srv = env.server().await;
     let url = format!("http://{}/v1/chat/completions", srv.addr);
@@ -262,26 +310,44 @@ async fn a_stream_is_retried_before_its_first_byte_and_never_after() {
     let rid = r.headers()["x-request-id"].to_str().unwrap().to_string();
     let events = sse(r).await;
     assert_eq!(events.last().unwrap(), "data: [DONE]");
-    assert_eq!((a_stats.snapshot().streams, b_stats.snapshot().streams), (1, 1));
-    let e = eventually(Duration::from_secs(5), || async { env.usage_event(&rid).await.is_some() }).await;
+    assert_eq!(
+        (a_stats.snapshot().streams, b_stats.snapshot().streams),
+        (1, 1)
+    );
+    let e = eventually(Duration::from_secs(5), || async {
+        env.usage_event(&rid).await.is_some()
+    })
+    .await;
     assert!(e);
     let e = env.usage_event(&rid).await.unwrap();
-    assert_eq!((e.deployment.as_deref(), e.output_tokens, e.status.as_str()), (Some("b"), 12, "ok"));
+    assert_eq!(
+        (e.deployment.as_deref(), e.output_tokens, e.status.as_str()),
+        (Some("b"), 12, "ok")
+    );
 
     // Broken after its first bytes: not retried, charged for what was delivered.
     force(&a, None).await;
-    let mut s = body("m-stream", "hello [mock:output_tokens=40] [mock:fault=disconnect_after=5]");
+    let mut s = body(
+        "m-stream",
+        "hello [mock:output_tokens=40] [mock:fault=disconnect_after=5]",
+    );
     s["stream"] = json!(true);
     let r = post(&url, &key, &s).await;
     assert_eq!(r.status(), 200);
     let rid = r.headers()["x-request-id"].to_str().unwrap().to_string();
     let events = sse(r).await;
-    assert!(events.iter().any(|e| e.contains("upstream_error")), "{events:?}");
+    assert!(
+        events.iter().any(|e| e.contains("upstream_error")),
+        "{events:?}"
+    );
     let streams = a_stats.snapshot().streams + b_stats.snapshot().streams;
     assert_eq!(streams, 3, "the broken stream went to one deployment only");
     ledger_settles_at(&env, 2).await;
     let e = env.usage_event(&rid).await.unwrap();
-    assert_eq!((e.output_tokens, e.status.as_str(), e.deployment.as_deref()), (5, "upstream_error", Some("a")));
+    assert_eq!(
+        (e.output_tokens, e.status.as_str(), e.deployment.as_deref()),
+        (5, "upstream_error", Some("a"))
+    );
     srv.shutdown().await;
 }
 
@@ -289,13 +355,21 @@ async fn a_stream_is_retried_before_its_first_byte_and_never_after() {
 async fn every_deployment_down_is_a_503_charging_nothing_or_the_fallback_at_its_price() {
     let env = TestEnv::new().await;
     let (backup, backup_stats) = mock().await;
-    routed_model(&env, "m-backup", (3_000_000, 7_000_000), &[dep("only", &backup, 1, 0)], &[]).await;
+    routed_model(
+        &env,
+        "m-backup",
+        (3_000_000, 7_000_000),
+        &[dep("only", &backup, 1, 0)],
+        &[],
+    )
+    .await;
     let deps = [dep("x", &dead_url(), 1, 0), dep("y", &dead_url(), 1, 0)];
     routed_model(&env, "m-main", (1_000_000, 2_000_000), &deps, &["m-backup"]).await;
     routed_model(&env, "m-lonely", (1_000_000, 2_000_000), &deps, &[]).await;
     let key = tenant_key(&env, None).await;
     // A tenant that may not use the fallback.
-    env.tenant("u", Limits::default(), Some(vec!["m-main"])).await;
+    env.tenant("u", Limits::default(), Some(vec!["m-main"]))
+        .await;
     env.app("u", "a", Limits::default()).await;
     let (_, narrow_key) = env.key("u", "a", Limits::default()).await;
     let srv = env.server_with(quick_health(&env, 1, 60_000)).await;
@@ -352,10 +426,10 @@ async fn the_admin_api_adds_edits_and_disables_deployments_and_shows_their_healt
         async move { api(method, &url, Some(&token), body).await }
     };
     let model = json!({"id": "m-api", "input_price_per_mtok_usd": "1", "output_price_per_mtok_usd": "2",
-        "deployments": [
-            {"name": "a", "upstream_base_url": a, "upstream_model": "gpt-4o-mini", "upstream_api_key": PROVIDER_KEY},
-            {"name": "b", "upstream_base_url": b, "upstream_model": "gpt-4o-mini", "weight": 0}
-        ]});
+    "deployments": [
+        {"name": "a", "upstream_base_url": a, "upstream_model": "gpt-4o-mini", "upstream_api_key": PROVIDER_KEY},
+        {"name": "b", "upstream_base_url": b, "upstream_model": "gpt-4o-mini", "weight": 0}
+    ]});
     let (status, _) = call("POST", "/api/v1/models", Some(model)).await;
     assert_eq!(status, 200);
     // Both forms at once are refused.
@@ -379,17 +453,33 @@ async fn the_admin_api_adds_edits_and_disables_deployments_and_shows_their_healt
     let wait_reload = || tokio::time::sleep(Duration::from_millis(500));
     wait_reload().await;
     served(4).await;
-    assert_eq!((a_stats.snapshot().chat, b_stats.snapshot().chat), (4, 0), "weight 0 drains b");
-    assert!(a_stats.snapshot().last_authorization.unwrap().ends_with(PROVIDER_KEY));
+    assert_eq!(
+        (a_stats.snapshot().chat, b_stats.snapshot().chat),
+        (4, 0),
+        "weight 0 drains b"
+    );
+    assert!(a_stats
+        .snapshot()
+        .last_authorization
+        .unwrap()
+        .ends_with(PROVIDER_KEY));
 
     // Edit b to take traffic and disable a.
     let edit = json!({"upstream_base_url": b, "upstream_model": "gpt-4o-mini", "weight": 1});
     let (status, _) = call("PUT", "/api/v1/models/m-api/deployments/b", Some(edit)).await;
     assert_eq!(status, 200);
-    let (status, listed) = call("PATCH", "/api/v1/models/m-api/deployments/a", Some(json!({"enabled": false}))).await;
+    let (status, listed) = call(
+        "PATCH",
+        "/api/v1/models/m-api/deployments/a",
+        Some(json!({"enabled": false})),
+    )
+    .await;
     assert_eq!(status, 200);
     assert_eq!(listed["deployments"][0]["enabled"], false);
-    assert!(!listed.to_string().contains(PROVIDER_KEY), "the key is never returned");
+    assert!(
+        !listed.to_string().contains(PROVIDER_KEY),
+        "the key is never returned"
+    );
     wait_reload().await;
     served(4).await;
     assert_eq!((a_stats.snapshot().chat, b_stats.snapshot().chat), (4, 4));
@@ -397,7 +487,10 @@ async fn the_admin_api_adds_edits_and_disables_deployments_and_shows_their_healt
     let (status, listed) = call("GET", "/api/v1/models/m-api/deployments", None).await;
     assert_eq!(status, 200);
     let b_row = &listed["deployments"][1];
-    assert_eq!((b_row["name"].as_str(), b_row["health"]["state"].as_str()), (Some("b"), Some("healthy")));
+    assert_eq!(
+        (b_row["name"].as_str(), b_row["health"]["state"].as_str()),
+        (Some("b"), Some("healthy"))
+    );
     srv.shutdown().await;
 }
 
@@ -406,12 +499,24 @@ async fn the_models_page_lists_deployments_with_their_health_and_disables_one() 
     let env = TestEnv::new().await;
     let dead = dead_url();
     let (live, _) = mock().await;
-    routed_model(&env, "m-page", (0, 0), &[dep("gone", &dead, 1, 0), dep("here", &live, 1, 0)], &[]).await;
+    routed_model(
+        &env,
+        "m-page",
+        (0, 0),
+        &[dep("gone", &dead, 1, 0), dep("here", &live, 1, 0)],
+        &[],
+    )
+    .await;
     let key = tenant_key(&env, None).await;
     let srv = env.server_with(quick_health(&env, 1, 60_000)).await;
     let base = format!("http://{}", srv.addr);
     for _ in 0..4 {
-        let r = post(&format!("{base}/v1/chat/completions"), &key, &body("m-page", "hi")).await;
+        let r = post(
+            &format!("{base}/v1/chat/completions"),
+            &key,
+            &body("m-page", "hi"),
+        )
+        .await;
         assert_eq!(r.status(), 200);
     }
     user(&env, "root@example.com", "platform_admin", None).await;
@@ -428,23 +533,37 @@ async fn the_models_page_lists_deployments_with_their_health_and_disables_one() 
     assert!(!page.body.contains(PROVIDER_KEY));
 
     let done = web
-        .post("/console/models/m-page/deployments/here/enabled", &[("enabled", "false")])
+        .post(
+            "/console/models/m-page/deployments/here/enabled",
+            &[("enabled", "false")],
+        )
         .await;
-    assert_eq!((done.status, done.location.as_deref()), (303, Some("/console/models")));
+    assert_eq!(
+        (done.status, done.location.as_deref()),
+        (303, Some("/console/models"))
+    );
     let rows = env.store.deployments_of("m-page").await.unwrap();
     assert!(!rows.iter().find(|d| d.name == "here").unwrap().enabled);
     // Another deployment through the form; its key is stored encrypted.
     let done = web
         .post(
             "/console/models/deployments",
-            &[("model", "m-page"), ("name", "new"), ("upstream_base_url", live.as_str()),
-              ("upstream_model", "gpt-4o-mini"), ("upstream_api_key", "sk-form"), ("weight", "2")],
+            &[
+                ("model", "m-page"),
+                ("name", "new"),
+                ("upstream_base_url", live.as_str()),
+                ("upstream_model", "gpt-4o-mini"),
+                ("upstream_api_key", "sk-form"),
+                ("weight", "2"),
+            ],
         )
         .await;
     assert_eq!(done.status, 303, "{}", done.body);
     let rows = env.store.deployments_of("m-page").await.unwrap();
     let new = rows.iter().find(|d| d.name == "new").unwrap();
     assert_eq!(new.weight, 2);
-    assert!(!String::from_utf8_lossy(new.upstream_api_key_enc.as_ref().unwrap()).contains("sk-form"));
+    assert!(
+        !String::from_utf8_lossy(new.upstream_api_key_enc.as_ref().unwrap()).contains("sk-form")
+    );
     srv.shutdown().await;
 }

@@ -74,7 +74,10 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
             "/api/v1/models/{id}/deployments/{name}",
             put(deployments::put).patch(deployments::set_enabled),
         )
-        .route("/api/v1/models/{id}/fallbacks", put(deployments::set_fallbacks))
+        .route(
+            "/api/v1/models/{id}/fallbacks",
+            put(deployments::set_fallbacks),
+        )
         .route("/api/v1/audit", get(audit::list))
         .route("/api/v1/audit/verify", get(audit::verify))
         .route("/api/v1/bills", get(bills::show))

@@ -28,7 +28,12 @@ pub const MAX_DEPLOYMENTS: usize = 64;
 /// `tried` (a bit per index) of the best priority present, one chosen with
 /// probability proportional to its weight, `roll` being a uniform random
 /// number. `None` when no deployment is usable.
-pub fn pick(n: usize, candidate: impl Fn(usize) -> Candidate, tried: u64, roll: u64) -> Option<usize> {
+pub fn pick(
+    n: usize,
+    candidate: impl Fn(usize) -> Candidate,
+    tried: u64,
+    roll: u64,
+) -> Option<usize> {
     let n = n.min(MAX_DEPLOYMENTS);
     let open = |i: usize| tried & (1u64 << i) == 0;
     let mut best: Option<u32> = None;
@@ -308,8 +313,15 @@ impl RetryPolicy {
     /// The per-attempt timeout to response headers: `per_attempt`, cut to
     /// what is left of the total deadline (never below `floor`, so a last
     /// attempt is not doomed from the start).
-    pub fn attempt_timeout(&self, per_attempt: Duration, elapsed: Duration, floor: Duration) -> Duration {
-        per_attempt.min(self.total.saturating_sub(elapsed)).max(floor)
+    pub fn attempt_timeout(
+        &self,
+        per_attempt: Duration,
+        elapsed: Duration,
+        floor: Duration,
+    ) -> Duration {
+        per_attempt
+            .min(self.total.saturating_sub(elapsed))
+            .max(floor)
     }
 }
 
@@ -403,7 +415,10 @@ mod tests {
             h.on_failure(0, &p);
         }
         let ejected = h.state;
-        assert!(!h.on_failure(10, &p), "a late report of a request sent before");
+        assert!(
+            !h.on_failure(10, &p),
+            "a late report of a request sent before"
+        );
         assert_eq!(h.state, ejected);
     }
 
@@ -438,10 +453,21 @@ mod tests {
         let rl = Attempt::RateLimited {
             retry_after_ms: None,
         };
-        for a in [Attempt::ConnectFailed, Attempt::TimedOut, Attempt::Status(500), Attempt::Status(503), rl] {
+        for a in [
+            Attempt::ConnectFailed,
+            Attempt::TimedOut,
+            Attempt::Status(500),
+            Attempt::Status(503),
+            rl,
+        ] {
             assert!(a.retryable(), "{a:?}");
         }
-        for a in [Attempt::Answered, Attempt::Status(400), Attempt::Status(401), Attempt::Status(404)] {
+        for a in [
+            Attempt::Answered,
+            Attempt::Status(400),
+            Attempt::Status(401),
+            Attempt::Status(404),
+        ] {
             assert!(!a.retryable(), "{a:?}");
         }
         assert!(!rl.is_failure());
@@ -459,8 +485,14 @@ mod tests {
         assert!(p.again(2, s(9), Attempt::Status(502)));
         assert!(!p.again(3, s(0), Attempt::ConnectFailed), "tries");
         assert!(!p.again(1, s(10), Attempt::ConnectFailed), "deadline");
-        assert!(!p.again(1, s(0), Attempt::Status(400)), "the request's fault");
-        assert_eq!(p.attempt_timeout(s(5), s(8), Duration::from_millis(100)), s(2));
+        assert!(
+            !p.again(1, s(0), Attempt::Status(400)),
+            "the request's fault"
+        );
+        assert_eq!(
+            p.attempt_timeout(s(5), s(8), Duration::from_millis(100)),
+            s(2)
+        );
         assert_eq!(
             p.attempt_timeout(s(5), s(12), Duration::from_millis(100)),
             Duration::from_millis(100)

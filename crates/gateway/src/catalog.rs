@@ -322,9 +322,9 @@ impl Index {
             models.insert(m.id, Arc::new(entry));
         }
         board.retain(|model, name| {
-            models.get(model).is_some_and(|m: &Arc<ModelEntry>| {
-                m.deployments.iter().any(|d| &*d.name == name)
-            })
+            models
+                .get(model)
+                .is_some_and(|m: &Arc<ModelEntry>| m.deployments.iter().any(|d| &*d.name == name))
         });
         let mut tenant_ids: Vec<String> = tenants.keys().cloned().collect();
         tenant_ids.sort();
@@ -428,7 +428,11 @@ fn deployment(
     secret_key: &[u8; 32],
     board: &crate::routing::Board,
 ) -> Option<crate::routing::Deployment> {
-    let api_key = match d.upstream_api_key_enc.as_deref().map(|b| secret::decrypt(secret_key, b)) {
+    let api_key = match d
+        .upstream_api_key_enc
+        .as_deref()
+        .map(|b| secret::decrypt(secret_key, b))
+    {
         None => None,
         Some(Ok(s)) => Some(s),
         Some(Err(_)) => {

@@ -7,7 +7,9 @@ use crate::catalog::{KeyEntry, ModelEntry};
 use crate::{upstream, Gateway};
 use domain::provider::ProviderProfile;
 use domain::request::Endpoint;
-use domain::routing::{self as rules, Admit, Attempt, Candidate, Health, HealthPolicy, RetryPolicy};
+use domain::routing::{
+    self as rules, Admit, Attempt, Candidate, Health, HealthPolicy, RetryPolicy,
+};
 use domain::secret::Secret;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -106,7 +108,10 @@ impl Live {
 
     fn meters(&self) -> &Meters {
         self.metrics.get_or_init(|| {
-            let l = [("model", self.model.clone()), ("deployment", self.name.clone())];
+            let l = [
+                ("model", self.model.clone()),
+                ("deployment", self.name.clone()),
+            ];
             Meters {
                 requests: metrics::counter!(REQUESTS, &l),
                 errors: metrics::counter!(ERRORS, &l),
@@ -262,7 +267,11 @@ fn report(taken: &Taken, outcome: Attempt, policy: &HealthPolicy) {
     }
     meters
         .ejected
-        .set(if matches!(h.state, rules::State::Healthy) { 0.0 } else { 1.0 });
+        .set(if matches!(h.state, rules::State::Healthy) {
+            0.0
+        } else {
+            1.0
+        });
 }
 
 /// What the routed call came to.
@@ -305,9 +314,9 @@ pub async fn send(
             }
         };
         let floor = Duration::from_millis(100);
-        let within = t
-            .retry
-            .attempt_timeout(header_timeout.min(t.attempt_timeout), t0.elapsed(), floor);
+        let within =
+            t.retry
+                .attempt_timeout(header_timeout.min(t.attempt_timeout), t0.elapsed(), floor);
         let (outcome, resp) = match tokio::time::timeout(within, gw.http.request(req)).await {
             Ok(Ok(r)) => (attempt_of(&r), Some(r)),
             Ok(Err(e)) => {
@@ -428,12 +437,16 @@ pub async fn probe_round(gw: &Gateway) {
                 started: Instant::now(),
             };
             let outcome = match upstream::probe(d) {
-                Some(req) => match tokio::time::timeout(gw.cfg.routing.attempt_timeout, gw.http.request(req)).await {
-                    Ok(Ok(r)) if r.status().is_success() => Attempt::Answered,
-                    Ok(Ok(r)) => attempt_of(&r),
-                    Ok(Err(_)) => Attempt::ConnectFailed,
-                    Err(_) => Attempt::TimedOut,
-                },
+                Some(req) => {
+                    match tokio::time::timeout(gw.cfg.routing.attempt_timeout, gw.http.request(req))
+                        .await
+                    {
+                        Ok(Ok(r)) if r.status().is_success() => Attempt::Answered,
+                        Ok(Ok(r)) => attempt_of(&r),
+                        Ok(Err(_)) => Attempt::ConnectFailed,
+                        Err(_) => Attempt::TimedOut,
+                    }
+                }
                 None => Attempt::ConnectFailed,
             };
             report(&taken, outcome, policy);
@@ -553,6 +566,9 @@ mod tests {
         let three = model(&[(3, 0, None), (1, 0, None), (1, 1, Some(100))]);
         per_request(&one);
         let (a, b) = (per_request(&one), per_request(&three));
-        println!("routing per request: one deployment {a:.0} ns, three {b:.0} ns, difference {:.0} ns", b - a);
+        println!(
+            "routing per request: one deployment {a:.0} ns, three {b:.0} ns, difference {:.0} ns",
+            b - a
+        );
     }
 }

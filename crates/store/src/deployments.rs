@@ -73,19 +73,24 @@ pub(crate) async fn load(tx: &mut Transaction<'_, Postgres>) -> Result<RoutingRo
     .iter()
     .map(row)
     .collect::<Result<Vec<_>>>()?;
-    let fallbacks = sqlx::query("SELECT id, fallbacks FROM models WHERE enabled AND fallbacks <> '{}'")
-        .fetch_all(&mut **tx)
-        .await?
-        .into_iter()
-        .map(|r| (r.get("id"), r.get("fallbacks")))
-        .collect();
+    let fallbacks =
+        sqlx::query("SELECT id, fallbacks FROM models WHERE enabled AND fallbacks <> '{}'")
+            .fetch_all(&mut **tx)
+            .await?
+            .into_iter()
+            .map(|r| (r.get("id"), r.get("fallbacks")))
+            .collect();
     Ok(RoutingRows {
         deployments,
         fallbacks,
     })
 }
 
-async fn insert(tx: &mut Transaction<'_, Postgres>, d: &DeploymentRow, position: i32) -> Result<()> {
+async fn insert(
+    tx: &mut Transaction<'_, Postgres>,
+    d: &DeploymentRow,
+    position: i32,
+) -> Result<()> {
     sqlx::query(
         "INSERT INTO model_deployments (model_id, name, upstream_base_url, upstream_model,
             upstream_api_key_enc, weight, priority, max_inflight, profile, enabled, position)
@@ -123,10 +128,11 @@ async fn mirror_first(tx: &mut Transaction<'_, Postgres>, model: &str) -> Result
 }
 
 async fn lock_model(tx: &mut Transaction<'_, Postgres>, model: &str) -> Result<()> {
-    let found: Option<String> = sqlx::query_scalar("SELECT id FROM models WHERE id = $1 FOR UPDATE")
-        .bind(model)
-        .fetch_optional(&mut **tx)
-        .await?;
+    let found: Option<String> =
+        sqlx::query_scalar("SELECT id FROM models WHERE id = $1 FOR UPDATE")
+            .bind(model)
+            .fetch_optional(&mut **tx)
+            .await?;
     found
         .map(|_| ())
         .ok_or_else(|| StoreError::NotFound(format!("model {model}")))
@@ -148,10 +154,11 @@ impl Store {
 
     /// A model's fallback models, in order.
     pub async fn fallbacks_of(&self, model: &str) -> Result<Vec<String>> {
-        let f: Option<Vec<String>> = sqlx::query_scalar("SELECT fallbacks FROM models WHERE id = $1")
-            .bind(model)
-            .fetch_optional(&self.pool)
-            .await?;
+        let f: Option<Vec<String>> =
+            sqlx::query_scalar("SELECT fallbacks FROM models WHERE id = $1")
+                .bind(model)
+                .fetch_optional(&self.pool)
+                .await?;
         f.ok_or_else(|| StoreError::NotFound(format!("model {model}")))
     }
 

@@ -68,7 +68,10 @@ pub fn check_base_url(field: &'static str, url: &str) -> Result<(), ApiError> {
 fn valid_name(name: &str) -> Result<(), ApiError> {
     let ok = !name.is_empty()
         && name.len() <= 64
-        && name.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
@@ -84,7 +87,12 @@ fn valid_name(name: &str) -> Result<(), ApiError> {
 
 impl DeploymentIn {
     /// The row to store (its key encrypted), or what is wrong with it.
-    pub fn to_row(&self, cp: &ControlPlane, model: &str, name: &str) -> Result<DeploymentRow, ApiError> {
+    pub fn to_row(
+        &self,
+        cp: &ControlPlane,
+        model: &str,
+        name: &str,
+    ) -> Result<DeploymentRow, ApiError> {
         valid_name(name)?;
         check_base_url("upstream_base_url", &self.upstream_base_url)?;
         if self.upstream_model.trim().is_empty() {
@@ -137,7 +145,10 @@ impl DeploymentIn {
         if let Some(apis) = &self.apis {
             p.apis = apis
                 .iter()
-                .map(|a| Dialect::parse(a).ok_or_else(|| ApiError::invalid("apis", "chat, responses or messages")))
+                .map(|a| {
+                    Dialect::parse(a)
+                        .ok_or_else(|| ApiError::invalid("apis", "chat, responses or messages"))
+                })
                 .collect::<Result<_, _>>()?;
         }
         Ok(Some(p))
@@ -145,7 +156,11 @@ impl DeploymentIn {
 }
 
 /// The rows of `deployments: [...]`, named `d1`, `d2`, … where unnamed.
-pub fn rows_of(cp: &ControlPlane, model: &str, deps: &[DeploymentIn]) -> Result<Vec<DeploymentRow>, ApiError> {
+pub fn rows_of(
+    cp: &ControlPlane,
+    model: &str,
+    deps: &[DeploymentIn],
+) -> Result<Vec<DeploymentRow>, ApiError> {
     if deps.len() > MAX_DEPLOYMENTS {
         return Err(ApiError::invalid("deployments", "at most 64 deployments"));
     }
@@ -159,17 +174,27 @@ pub fn rows_of(cp: &ControlPlane, model: &str, deps: &[DeploymentIn]) -> Result<
         .collect::<Result<Vec<_>, _>>()?;
     for (i, r) in rows.iter().enumerate() {
         if rows[..i].iter().any(|o| o.name == r.name) {
-            return Err(ApiError::invalid("deployments", format!("two deployments named {}", r.name)));
+            return Err(ApiError::invalid(
+                "deployments",
+                format!("two deployments named {}", r.name),
+            ));
         }
     }
     Ok(rows)
 }
 
 /// Fallbacks must be other existing models.
-pub async fn check_fallbacks(cp: &ControlPlane, model: &str, fallbacks: &[String]) -> Result<(), ApiError> {
+pub async fn check_fallbacks(
+    cp: &ControlPlane,
+    model: &str,
+    fallbacks: &[String],
+) -> Result<(), ApiError> {
     for f in fallbacks {
         if f == model || !cp.store.model_exists(f).await? {
-            return Err(ApiError::invalid("fallbacks", format!("{f} is not another existing model")));
+            return Err(ApiError::invalid(
+                "fallbacks",
+                format!("{f} is not another existing model"),
+            ));
         }
     }
     Ok(())
@@ -192,7 +217,10 @@ pub async fn list_model(cp: &ControlPlane, model: &str) -> Result<Value, ApiErro
     let find = |name: &str| health.iter().find(|h| h.name == name);
     let deployments: Vec<Value> = if rows.is_empty() {
         // The one-deployment form: the model's own upstream, named `default`.
-        health.iter().map(|h| json!({"name": h.name, "health": h})).collect()
+        health
+            .iter()
+            .map(|h| json!({"name": h.name, "health": h}))
+            .collect()
     } else {
         rows.iter().map(|d| shown(d, find(&d.name))).collect()
     };
