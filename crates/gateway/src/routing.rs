@@ -507,6 +507,7 @@ mod tests {
             guarantees: Vec::new(),
             deployments,
             fallbacks: Vec::new(),
+            profile: ProviderProfile::default(),
         }
     }
 

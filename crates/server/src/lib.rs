@@ -5,4 +5,5 @@ pub mod app;
 pub mod commands;
 pub mod config;
 pub mod demo;
+pub mod redis_policy;
 pub mod routing_config;

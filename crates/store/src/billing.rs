@@ -297,6 +297,9 @@ impl Store {
                 started_at_ms: r.get::<DateTime<Utc>, _>("started_at").timestamp_millis(),
                 settled_at_ms: r.get::<DateTime<Utc>, _>("settled_at").timestamp_millis(),
                 deployment: r.get("deployment"),
+                // The archive keeps the billed amounts; anomalies stay in
+                // Postgres' ledger row (request lookup).
+                anomaly: None,
             })
             .collect())
     }
