@@ -614,6 +614,10 @@ async fn the_openapi_document_names_every_route() {
         ("post", "/api/v1/users/{id}/disable"),
         ("post", "/api/v1/auth/logout"),
         ("post", "/api/v1/auth/password"),
+        ("get", "/api/v1/models/{id}/deployments"),
+        ("put", "/api/v1/models/{id}/deployments/{name}"),
+        ("patch", "/api/v1/models/{id}/deployments/{name}"),
+        ("put", "/api/v1/models/{id}/fallbacks"),
     ];
     for (method, path) in routes {
         assert!(

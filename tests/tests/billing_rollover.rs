@@ -474,6 +474,7 @@ async fn ledger_month(env: &TestEnv, period: &str, n: usize) {
                 .with_ymd_and_hms(y, m, 1, 12, 0, 1)
                 .unwrap()
                 .timestamp_millis(),
+            deployment: None,
             anomaly: None,
         })
         .collect();

@@ -420,6 +420,7 @@ async fn a_rebuild_from_a_ledger_summing_past_i64_saturates() {
         status: "ok".into(),
         stream: false,
         usage_source: "provider".into(),
+        deployment: None,
         anomaly: None,
         replica: "r".into(),
         started_at_ms: 0,

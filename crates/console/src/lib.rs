@@ -43,6 +43,8 @@ pub struct ControlPlane {
     pub client_ip_header: Option<String>,
     /// Single sign-on (config `auth.oidc`), when configured.
     pub sso: Option<Arc<sso::Sso>>,
+    /// The data plane's deployment health, as this replica sees it.
+    pub routes: Arc<dyn domain::routing::HealthView>,
 }
 
 pub fn router(cp: Arc<ControlPlane>) -> Router {
@@ -83,6 +85,15 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/api/v1/pool", get(pool::show).put(pool::update))
         .route("/api/v1/borrows", get(pool::borrows))
         .route("/api/v1/models/{id}/fairness", put(pool::model_fairness))
+        .route("/api/v1/models/{id}/deployments", get(deployments::list))
+        .route(
+            "/api/v1/models/{id}/deployments/{name}",
+            put(deployments::put).patch(deployments::set_enabled),
+        )
+        .route(
+            "/api/v1/models/{id}/fallbacks",
+            put(deployments::set_fallbacks),
+        )
         .route("/api/v1/audit", get(audit::list))
         .route("/api/v1/audit/verify", get(audit::verify))
         .route("/api/v1/bills", get(bills::show))

@@ -19,6 +19,7 @@ pub mod provider;
 pub mod reason;
 pub mod request;
 pub mod roles;
+pub mod routing;
 pub mod secret;
 pub mod sso;
 pub mod tokens;

@@ -31,6 +31,10 @@ pub struct UsageEvent {
     pub replica: String,
     pub started_at_ms: i64,
     pub settled_at_ms: i64,
+    /// The deployment of the model that answered (None before deployments
+    /// existed, and for requests no deployment answered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<String>,
     /// Set when the provider's report was not billed as reported (above
     /// the sanity bound, negative, malformed): what it said, for finance.
     #[serde(default, skip_serializing_if = "Option::is_none")]

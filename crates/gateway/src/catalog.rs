@@ -141,6 +141,11 @@ pub struct ModelEntry {
     pub pool_capacity: Option<i64>,
     /// Core tenants' guaranteed slots of that pool: (tenant, slots).
     pub guarantees: Vec<(String, i64)>,
+    /// The deployments serving it (enabled ones; at least one unless every
+    /// one is disabled). The fields above describe the first.
+    pub deployments: Vec<crate::routing::Deployment>,
+    /// Models tried in order when every deployment is down.
+    pub fallbacks: Vec<String>,
     /// How the provider behaves: the cap field it reads, hidden reasoning,
     /// native dialects (one value, so it can move to a deployment whole).
     pub profile: domain::provider::ProviderProfile,
@@ -161,6 +166,11 @@ fn set(v: Option<Vec<String>>) -> Option<HashSet<String>> {
 
 impl Index {
     pub fn build(c: Catalog, secret_key: &[u8; 32]) -> Index {
+        Self::build_on(c, secret_key, &crate::routing::Board::default())
+    }
+
+    /// As `build`, the deployments' live state taken from (and kept on) `board`.
+    pub fn build_on(c: Catalog, secret_key: &[u8; 32], board: &crate::routing::Board) -> Index {
         let tenants: HashMap<String, Arc<TenantEntry>> = c
             .tenants
             .into_iter()
@@ -221,6 +231,12 @@ impl Index {
                 }),
             );
         }
+        let mut rows_of: HashMap<&str, Vec<&store::DeploymentRow>> = HashMap::new();
+        for d in &c.routing.deployments {
+            rows_of.entry(d.model_id.as_str()).or_default().push(d);
+        }
+        let mut fallbacks_of: HashMap<String, Vec<String>> =
+            c.routing.fallbacks.iter().cloned().collect();
         let mut models = HashMap::new();
         for m in c.models {
             let api_key = match m
@@ -237,7 +253,28 @@ impl Index {
                     continue;
                 }
             };
+            let deployments = match rows_of.get(m.id.as_str()) {
+                None => vec![crate::routing::Deployment {
+                    name: Arc::from("default"),
+                    base_url: m.upstream_base_url.trim_end_matches('/').to_string(),
+                    endpoint_urls: crate::upstream::endpoint_urls(&m.upstream_base_url),
+                    upstream_model: m.upstream_model.clone(),
+                    api_key: api_key.clone(),
+                    weight: 1,
+                    priority: 0,
+                    max_inflight: None,
+                    profile: None,
+                    live: board.live(&m.id, "default"),
+                }],
+                Some(rows) => rows
+                    .iter()
+                    .filter(|d| d.enabled)
+                    .filter_map(|d| deployment(d, secret_key, board))
+                    .collect(),
+            };
             let entry = ModelEntry {
+                deployments,
+                fallbacks: fallbacks_of.remove(&m.id).unwrap_or_default(),
                 tokenizer: TokenizerFamily::for_model(m.tokenizer.as_deref(), &m.upstream_model),
                 id: m.id.clone(),
                 kind: if m.kind == "embedding" {
@@ -266,6 +303,11 @@ impl Index {
             };
             models.insert(m.id, Arc::new(entry));
         }
+        board.retain(|model, name| {
+            models
+                .get(model)
+                .is_some_and(|m: &Arc<ModelEntry>| m.deployments.iter().any(|d| &*d.name == name))
+        });
         let mut tenant_ids: Vec<String> = tenants.keys().cloned().collect();
         tenant_ids.sort();
         Index {
@@ -280,6 +322,8 @@ impl Index {
 pub struct CatalogCache {
     index: ArcSwap<Index>,
     secret_key: [u8; 32],
+    /// Deployments' health and in-flight counts, kept across reloads.
+    pub board: Arc<crate::routing::Board>,
 }
 
 impl CatalogCache {
@@ -287,6 +331,7 @@ impl CatalogCache {
         Self {
             index: ArcSwap::from_pointee(Index::default()),
             secret_key,
+            board: Default::default(),
         }
     }
 
@@ -298,7 +343,7 @@ impl CatalogCache {
         let c = store.load_catalog(&TenantScope::system()).await?;
         let (k, m) = (c.keys.len(), c.models.len());
         self.index
-            .store(Arc::new(Index::build(c, &self.secret_key)));
+            .store(Arc::new(Index::build_on(c, &self.secret_key, &self.board)));
         tracing::debug!(keys = k, models = m, "catalog reloaded");
         Ok(())
     }
@@ -355,4 +400,39 @@ fn grants_of(all: &[store::GrantRow], tenant: &str, app: Option<&str>) -> Vec<Gr
             expires_at: g.expires_at,
         })
         .collect()
+}
+
+/// A deployment row as the hot path reads it; None (logged) when its
+/// provider key cannot be decrypted: served without its key it would only
+/// fail upstream, and skipping it makes the misconfiguration visible.
+fn deployment(
+    d: &store::DeploymentRow,
+    secret_key: &[u8; 32],
+    board: &crate::routing::Board,
+) -> Option<crate::routing::Deployment> {
+    let api_key = match d
+        .upstream_api_key_enc
+        .as_deref()
+        .map(|b| secret::decrypt(secret_key, b))
+    {
+        None => None,
+        Some(Ok(s)) => Some(s),
+        Some(Err(_)) => {
+            tracing::error!(model = %d.model_id, deployment = %d.name,
+                "deployment key cannot be decrypted with the configured key; deployment skipped");
+            return None;
+        }
+    };
+    Some(crate::routing::Deployment {
+        name: Arc::from(d.name.as_str()),
+        base_url: d.upstream_base_url.trim_end_matches('/').to_string(),
+        endpoint_urls: crate::upstream::endpoint_urls(&d.upstream_base_url),
+        upstream_model: d.upstream_model.clone(),
+        api_key,
+        weight: d.weight.max(0) as u32,
+        priority: d.priority.max(0) as u32,
+        max_inflight: d.max_inflight.map(|n| n.max(1) as u32),
+        profile: d.profile.clone(),
+        live: board.live(&d.model_id, &d.name),
+    })
 }

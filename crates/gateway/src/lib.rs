@@ -12,6 +12,7 @@ mod models;
 mod proxy;
 pub mod queue;
 pub mod replay_check;
+pub mod routing;
 mod settle;
 mod sse;
 mod stream;
@@ -65,6 +66,8 @@ pub struct GatewayConfig {
     pub admission: admission::AdmissionMode,
     pub lease: quota::LeaseTuning,
     pub fair: FairTuning,
+    /// Retries before the first byte and deployment health (docs/routing.md).
+    pub routing: routing::RoutingTuning,
 }
 
 /// Queues, model pools and degrade (docs/design.md §7, docs/fair.md).

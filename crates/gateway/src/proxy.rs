@@ -156,6 +156,8 @@ async fn admit_and_forward(
     })?;
     let model = resolve_model(gw, &key, endpoint, &summary, rid)
         .map_err(|e| refuse(e, k, &summary.model))?;
+    // Every deployment down: a fallback model the key may use, at its price.
+    let model = crate::routing::serving_model(gw, &key, model);
     // Past the daily soft limit: the cheaper model and/or a smaller cap.
     let degrade = crate::fair::degrade_step(gw, &key, &model, rid)
         .await
@@ -261,7 +263,6 @@ async fn admit_and_forward(
         s
     });
     rewrite_for_upstream(&mut json, &model, endpoint, &summary, adm.provider_cap);
-    let body = serde_json::to_vec(&json).expect("json serialises");
     let mut out_headers = HeaderMap::new();
     out_headers.insert(
         "x-request-id",
@@ -273,6 +274,9 @@ async fn admit_and_forward(
     );
     if reason != "none" {
         out_headers.insert("x-tollgate-reason", HeaderValue::from_static(reason));
+    }
+    if let Ok(served) = HeaderValue::from_str(&model.id) {
+        out_headers.insert("x-tollgate-model", served);
     }
     if let Some((waited, _)) = fairly.queued {
         out_headers.insert(
@@ -286,7 +290,7 @@ async fn admit_and_forward(
     if let Some(t) = adm.remaining_tokens {
         out_headers.insert("x-ratelimit-remaining-tokens", HeaderValue::from(t));
     }
-    forward(gw, held, endpoint, &summary, body, out_headers)
+    forward(gw, held, endpoint, &summary, json, out_headers)
         .await
         .map_err(|e| refuse(e, k, &model.id))
 }
@@ -595,7 +599,7 @@ async fn forward(
     mut held: HeldRequest,
     endpoint: Endpoint,
     s: &RequestSummary,
-    body: Vec<u8>,
+    mut body: Value,
     mut headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let rid = held.request_id.clone();
@@ -609,16 +613,16 @@ async fn forward(
         } else {
             gw.cfg.upstream_timeout
         };
-    let sent = match upstream::request(&held.model, endpoint, body) {
-        Ok(req) => match tokio::time::timeout_at(deadline, gw.http.request(req)).await {
-            Ok(r) => r.map_err(|e| upstream_error_text(&e)),
-            Err(_) => Err("no response headers within the timeout".to_string()),
-        },
-        Err(why) => Err(why.to_string()),
-    };
+    // Tried on the model's deployments until one answers (docs/routing.md).
+    let model = held.model.clone();
+    let header_timeout = deadline - tokio::time::Instant::now();
+    let sent = crate::routing::send(gw, &model, endpoint, &mut body, header_timeout).await;
     let resp = match sent {
-        Ok(r) => r,
-        Err(e) => {
+        crate::routing::Routed::Response(r, taken) => {
+            held.route = Some(taken);
+            r
+        }
+        crate::routing::Routed::Unreachable(e) => {
             // The error never carries the URL: a base URL may hold credentials.
             tracing::warn!(request_id = %rid, model = %held.model.id, error = %e, "upstream unreachable");
             held.release().await;
@@ -692,7 +696,7 @@ const ERROR_TEXT_LIMIT: usize = 64 * 1024;
 
 /// An upstream error's text, its sources included, never the URL (hyper's
 /// errors do not carry one).
-fn upstream_error_text(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn upstream_error_text(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
     let mut src = e.source();
     while let Some(s) = src {

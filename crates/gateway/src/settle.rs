@@ -31,6 +31,9 @@ pub struct HeldRequest {
     pub provider_usage: Option<Reported>,
     /// The model-pool slot this request holds (given back on drop).
     pub slot: Option<crate::fair::ModelSlot>,
+    /// The deployment that answered, its in-flight slot held until the
+    /// request is done (given back on drop).
+    pub route: Option<crate::routing::Taken>,
     closed: bool,
 }
 
@@ -73,6 +76,7 @@ impl HeldRequest {
             counted_output: 0,
             provider_usage: None,
             slot: None,
+            route: None,
             closed: false,
         }
     }
@@ -277,6 +281,7 @@ impl SettleJob {
             replica: h.gw.cfg.replica.clone(),
             started_at_ms: h.started_at_ms,
             settled_at_ms: now.timestamp_millis(),
+            deployment: h.route.as_ref().map(|r| r.name.to_string()),
             anomaly,
         };
         Self {

@@ -7,7 +7,7 @@
 //! gateway's CPU at 32 connections (docs/benchmarks.md, "Profile"). This
 //! client never follows redirects: it has no redirect layer at all.
 
-use crate::catalog::ModelEntry;
+use crate::routing::Deployment;
 use crate::GatewayConfig;
 use bytes::Bytes;
 use domain::request::Endpoint;
@@ -62,9 +62,12 @@ fn endpoint_index(e: Endpoint) -> usize {
     }
 }
 
-/// Each endpoint's full URL under a model's base URL (see `ModelEntry`);
-/// `None` where the base URL is not an absolute http(s) URL.
-pub fn endpoint_urls(base_url: &str) -> [Option<Uri>; 3] {
+/// Each endpoint's URL under one base URL.
+pub type EndpointUrls = [Option<Uri>; ENDPOINTS.len()];
+
+/// Each endpoint's full URL under a deployment's base URL (see
+/// `Deployment`); `None` where the base URL is not an absolute http(s) URL.
+pub fn endpoint_urls(base_url: &str) -> EndpointUrls {
     let base = base_url.trim_end_matches('/');
     ENDPOINTS.map(|e| {
         let uri: Uri = format!("{base}/{}", e.path()).parse().ok()?;
@@ -76,17 +79,17 @@ pub fn endpoint_urls(base_url: &str) -> [Option<Uri>; 3] {
 
 /// The request to the provider, or why it cannot be made.
 pub fn request(
-    model: &ModelEntry,
+    deployment: &Deployment,
     endpoint: Endpoint,
     body: Vec<u8>,
 ) -> Result<Request<Full<Bytes>>, &'static str> {
-    let uri = model.endpoint_urls[endpoint_index(endpoint)]
+    let uri = deployment.endpoint_urls[endpoint_index(endpoint)]
         .clone()
         .ok_or("the model's upstream URL is not a valid http(s) URL")?;
     let mut rb = Request::post(uri)
         .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
         .header(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
-    if let Some(k) = &model.api_key {
+    if let Some(k) = &deployment.api_key {
         let mut v = HeaderValue::try_from(format!("Bearer {}", k.expose()))
             .map_err(|_| "the model's upstream API key is not a valid header value")?;
         v.set_sensitive(true);
@@ -94,6 +97,18 @@ pub fn request(
     }
     rb.body(Full::new(Bytes::from(body)))
         .map_err(|_| "the upstream request could not be built")
+}
+
+/// The active health probe of a deployment: `GET {base}/models`.
+pub fn probe(d: &Deployment) -> Option<Request<Full<Bytes>>> {
+    let uri: Uri = format!("{}/models", d.base_url).parse().ok()?;
+    let mut rb = Request::get(uri).header(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+    if let Some(k) = &d.api_key {
+        let mut v = HeaderValue::try_from(format!("Bearer {}", k.expose())).ok()?;
+        v.set_sensitive(true);
+        rb = rb.header(AUTHORIZATION, v);
+    }
+    rb.body(Full::new(Bytes::new())).ok()
 }
 
 const USER_AGENT_VALUE: &str = concat!("tollgate/", env!("CARGO_PKG_VERSION"));

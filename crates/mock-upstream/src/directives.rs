@@ -51,7 +51,7 @@ impl Directives {
     }
 }
 
-fn parse_fault(value: &str) -> Option<Fault> {
+pub(crate) fn parse_fault(value: &str) -> Option<Fault> {
     match value {
         "429" => Some(Fault::RateLimit),
         "500" => Some(Fault::Server),

@@ -1,7 +1,9 @@
 //! An OpenAI-compatible fake LLM provider for tollgate's demo, tests and benchmarks.
 //!
 //! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings`,
-//! `GET /v1/models`, plus `GET /mock/stats` and `POST /mock/reset`.
+//! `GET /v1/models`, plus `GET /mock/stats`, `POST /mock/reset` and `POST /mock/fault`
+//! (`{"fault": "500" | "429" | null}`: every request fails so until cleared, as a
+//! deployment that goes bad and recovers).
 //!
 //! Output is `N` tokens of `" hello"` (one token in cl100k and o200k), where `N` is
 //! `[mock:output_tokens=N]` or [`MockConfig::output_tokens`], capped by
@@ -85,6 +87,8 @@ pub(crate) struct App {
     cfg: MockConfig,
     stats: MockStats,
     next_id: AtomicU64,
+    /// A fault every request gets until cleared (`POST /mock/fault`).
+    forced: std::sync::Mutex<Option<Fault>>,
 }
 
 pub(crate) type Shared = Arc<App>;
@@ -94,6 +98,7 @@ pub fn router(cfg: MockConfig, stats: MockStats) -> Router {
         cfg,
         stats,
         next_id: AtomicU64::new(1),
+        forced: std::sync::Mutex::new(None),
     });
     Router::new()
         .route("/v1/chat/completions", post(chat::chat))
@@ -102,6 +107,7 @@ pub fn router(cfg: MockConfig, stats: MockStats) -> Router {
         .route("/v1/models", get(models))
         .route("/mock/stats", get(stats_handler))
         .route("/mock/reset", post(reset))
+        .route("/mock/fault", post(force_fault))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(app)
@@ -156,6 +162,17 @@ async fn reset(State(app): State<Shared>) -> StatusCode {
     StatusCode::NO_CONTENT
 }
 
+#[derive(serde::Deserialize)]
+struct ForcedFault {
+    fault: Option<String>,
+}
+
+async fn force_fault(State(app): State<Shared>, Json(f): Json<ForcedFault>) -> StatusCode {
+    let fault = f.fault.as_deref().and_then(directives::parse_fault);
+    *app.forced.lock().unwrap_or_else(|p| p.into_inner()) = fault;
+    StatusCode::NO_CONTENT
+}
+
 async fn not_found() -> Response {
     error(
         StatusCode::NOT_FOUND,
@@ -190,7 +207,8 @@ pub(crate) async fn latency_and_faults(
     stream: bool,
 ) -> Option<Response> {
     pause(dir.latency_ms.unwrap_or(app.cfg.latency_ms)).await;
-    let fault = dir.fault?;
+    let forced = *app.forced.lock().unwrap_or_else(|p| p.into_inner());
+    let fault = dir.fault.or(forced)?;
     app.stats.fault();
     match fault {
         Fault::RateLimit => {

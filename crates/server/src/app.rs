@@ -140,6 +140,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         fair: cfg.fair.tuning(&cfg.gateway),
         admission: cfg.gateway.admission.mode(),
         lease: cfg.gateway.lease_tuning(),
+        routing: cfg.routing.tuning(),
     };
     // No ClickHouse connection at start: a ClickHouse that is down must not
     // keep the gateway from serving. `migrate` and every rollover apply the
@@ -183,6 +184,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
             password_login: cfg.auth.password_login,
             client_ip_header: cfg.auth.client_ip_header.clone(),
             sso: sso.clone(),
+            routes: catalog.board.clone(),
         })
     });
     if control.is_none() {
@@ -191,6 +193,9 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
     let gw = Arc::new(Gateway::new(gw_cfg, catalog, quota, store, ledger));
     let mut background = background;
     background.push(gw.queue.spawn_dispatcher());
+    if let Some(every) = gw.cfg.routing.probe_every {
+        background.push(gateway::routing::spawn_prober(gw.clone(), every));
+    }
     background.push(spawn_borrow_check(
         gw.borrower.clone(),
         Duration::from_secs(cfg.fair.borrow_check_secs.max(1)),

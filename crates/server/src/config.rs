@@ -24,6 +24,7 @@ pub struct Config {
     pub mock: MockUpstreamConfig,
     pub billing: BillingConfig,
     pub metrics: MetricsConfig,
+    pub routing: crate::routing_config::RoutingConfig,
 }
 
 /// Who may read `/metrics` (every tenant's tokens and costs are in it):
@@ -446,6 +447,7 @@ impl Default for Config {
             },
             fair: FairConfig::default(),
             metrics: MetricsConfig::default(),
+            routing: Default::default(),
             mock: MockUpstreamConfig {
                 listen: "127.0.0.1:9090".into(),
                 latency_ms: 0,
@@ -535,6 +537,7 @@ impl Config {
     pub fn validate(&self) -> anyhow::Result<()> {
         domain::period::PlatformClock::parse(&self.platform.timezone)
             .map_err(anyhow::Error::msg)?;
+        self.routing.validate()?;
         if let Some(p) = &self.keys.pepper {
             if p.len() < 32 {
                 bail!("keys.pepper must be at least 32 bytes");

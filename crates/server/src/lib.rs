@@ -7,3 +7,4 @@ pub mod config;
 pub mod demo;
 pub mod metrics_endpoint;
 pub mod redis_policy;
+pub mod routing_config;

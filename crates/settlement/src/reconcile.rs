@@ -176,6 +176,7 @@ async fn expire(
         replica: h.replica.clone(),
         started_at_ms: h.at_ms,
         settled_at_ms: now_ms,
+        deployment: None,
         anomaly: None,
     };
     let json = serde_json::to_string(&event).expect("event serialises");

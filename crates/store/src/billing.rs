@@ -263,7 +263,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT request_id, tenant_id, app_id, key_id, model, period, day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
-                    status, stream, replica, started_at, settled_at, usage_source
+                    status, stream, replica, started_at, settled_at, usage_source, deployment
              FROM usage_events WHERE period = $1 AND request_id > $2 AND ($4::text IS NULL OR tenant_id = $4)
              ORDER BY request_id LIMIT $3",
         )
@@ -296,6 +296,7 @@ impl Store {
                 replica: r.get("replica"),
                 started_at_ms: r.get::<DateTime<Utc>, _>("started_at").timestamp_millis(),
                 settled_at_ms: r.get::<DateTime<Utc>, _>("settled_at").timestamp_millis(),
+                deployment: r.get("deployment"),
                 // The archive keeps the billed amounts; anomalies stay in
                 // Postgres' ledger row (request lookup).
                 anomaly: None,

@@ -74,6 +74,8 @@ pub struct Catalog {
     pub borrowed: Vec<crate::BorrowedRow>,
     /// Core tenants' guaranteed slots of model pools.
     pub guarantees: Vec<crate::GuaranteeRow>,
+    /// Models' deployments and fallback models.
+    pub routing: crate::RoutingRows,
 }
 
 #[derive(Debug, Clone)]
@@ -239,6 +241,7 @@ impl Store {
             slots: r.get("slots"),
         })
         .collect();
+        let routing = crate::deployments::load(&mut tx).await?;
         tx.commit().await?;
         Ok(Catalog {
             tenants,
@@ -248,6 +251,7 @@ impl Store {
             grants,
             borrowed,
             guarantees,
+            routing,
         })
     }
 

@@ -45,11 +45,11 @@ impl Store {
             "INSERT INTO usage_events (request_id, tenant_id, app_id, key_id, model, period, day,
                 input_tokens, output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens,
                 overrun_cost_micro, status, stream, replica, started_at, settled_at, usage_source,
-                usage_anomaly, reported_usage)
+                usage_anomaly, reported_usage, deployment)
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                 $7::date[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[],
                 $14::int8[], $15::text[], $16::bool[], $17::text[], $18::timestamptz[], $19::timestamptz[], $20::text[],
-                $21::text[], $22::jsonb[])
+                $21::text[], $22::jsonb[], $23::text[])
              ON CONFLICT (request_id) DO NOTHING",
         )
         .bind(col!(|e| e.request_id.clone()))
@@ -74,6 +74,7 @@ impl Store {
         .bind(col!(|e| e.usage_source.clone()))
         .bind(col!(|e| e.anomaly.as_ref().map(|a| a.kind.clone())))
         .bind(col!(|e| e.anomaly.as_ref().map(|a| a.reported.clone())))
+        .bind(col!(|e| e.deployment.clone()))
         .execute(&self.pool)
         .await?
         .rows_affected();
@@ -152,7 +153,7 @@ impl Store {
             "SELECT request_id, tenant_id, app_id, key_id, model, period, day::text AS day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
                     status, stream, replica, started_at, settled_at, usage_source, usage_anomaly,
-                    reported_usage
+                    reported_usage, deployment
              FROM usage_events WHERE request_id = $1 AND ($2::text IS NULL OR tenant_id = $2)",
         )
         .bind(request_id)
@@ -180,6 +181,7 @@ impl Store {
             replica: r.get("replica"),
             started_at_ms: r.get::<DateTime<Utc>, _>("started_at").timestamp_millis(),
             settled_at_ms: r.get::<DateTime<Utc>, _>("settled_at").timestamp_millis(),
+            deployment: r.get("deployment"),
             anomaly: r
                 .get::<Option<String>, _>("usage_anomaly")
                 .map(|kind| UsageAnomaly {

@@ -8,6 +8,7 @@ mod auth;
 mod billing;
 mod catalog;
 mod console;
+mod deployments;
 mod fair;
 mod jobs;
 mod ledger;
@@ -23,6 +24,7 @@ pub use auth::{IssuedSession, Principal, Sessions, SignedInVia, TenantScope, Ver
 pub use billing::{ClosedMonth, VerifiedMonth};
 pub use catalog::{AppRow, Catalog, KeyRow, ModelRow, NewKey, NewModel, TenantRow};
 pub use console::{AuditFilter, KeyListRow, UserListRow};
+pub use deployments::{DeploymentRow, RoutingRows};
 pub use fair::{BorrowRow, BorrowedRow, GuaranteeRow, ReclaimRow};
 pub use jobs::{AlertRow, JobRunRow, NewAlert, NoticeRow};
 pub use ledger::MonthUsageRow;

@@ -181,6 +181,7 @@ fn usage_event(
         replica: "prop".into(),
         started_at_ms: 0,
         settled_at_ms: 0,
+        deployment: None,
         anomaly: None,
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod bills;
+pub mod deployments;
 pub mod extract;
 pub mod keys;
 pub mod models;

@@ -17,7 +17,10 @@ pub struct ModelIn {
     pub id: String,
     #[serde(default = "chat")]
     pub kind: String,
+    /// The one-deployment form; empty when `deployments` is given.
+    #[serde(default)]
     pub upstream_base_url: String,
+    #[serde(default)]
     pub upstream_model: String,
     /// Write-only: stored encrypted, never returned or logged.
     pub upstream_api_key: Option<String>,
@@ -25,6 +28,12 @@ pub struct ModelIn {
     pub output_price_per_mtok_usd: MicroUsd,
     pub tokenizer: Option<String>,
     pub default_max_output_tokens: Option<i64>,
+    /// Several deployments (docs/routing.md), instead of the upstream fields.
+    #[serde(default)]
+    pub deployments: Vec<super::deployments::DeploymentIn>,
+    /// Models tried in order when every deployment is down.
+    #[serde(default)]
+    pub fallbacks: Vec<String>,
     /// Provider profile (docs/providers.md); unset fields take the profile
     /// the upstream model's name suggests.
     #[serde(default)]
@@ -156,7 +165,8 @@ pub async fn create(
         json!({"id": m.id, "kind": m.kind, "upstream_base_url": m.upstream_base_url,
         "upstream_model": m.upstream_model, "has_upstream_api_key": m.upstream_api_key.is_some(),
         "input_price_per_mtok_usd": m.input_price_per_mtok_usd, "output_price_per_mtok_usd": m.output_price_per_mtok_usd,
-        "profile": profile_json(&profile)}),
+        "deployments": m.deployments.iter().enumerate().map(|(i, d)| d.name.clone().unwrap_or_else(|| format!("d{}", i + 1))).collect::<Vec<_>>(),
+        "fallbacks": m.fallbacks, "profile": profile_json(&profile)}),
     ))
 }
 
@@ -168,23 +178,24 @@ pub async fn create_model(
     m: ModelIn,
 ) -> Result<(ModelIn, ProviderProfile), ApiError> {
     require_platform_admin(actor)?;
-    if !(m.upstream_base_url.starts_with("https://") || m.upstream_base_url.starts_with("http://"))
-    {
-        return Err(ApiError::field("upstream_base_url", "err.url"));
+    let deployments = super::deployments::rows_of(cp, &m.id, &m.deployments)?;
+    let mut m = m;
+    let mut key_enc = None;
+    if let Some(first) = deployments.first() {
+        let top = [&m.upstream_base_url, &m.upstream_model];
+        if top.iter().any(|v| !v.is_empty()) || m.upstream_api_key.is_some() {
+            return Err(ApiError::invalid(
+                "deployments",
+                "give either deployments or upstream_base_url/upstream_model/upstream_api_key, not both",
+            ));
+        }
+        // The model's own upstream columns mirror its first deployment.
+        m.upstream_base_url = first.upstream_base_url.clone();
+        m.upstream_model = first.upstream_model.clone();
+        key_enc = first.upstream_api_key_enc.clone();
     }
-    let authority = m
-        .upstream_base_url
-        .split("://")
-        .nth(1)
-        .unwrap_or("")
-        .split('/')
-        .next()
-        .unwrap_or("");
-    if authority.contains('@') {
-        // Credentials in a URL end up in logs and audit rows: they go in
-        // upstream_api_key, which is stored encrypted and never shown.
-        return Err(ApiError::field("upstream_base_url", "err.url"));
-    }
+    super::deployments::check_base_url("upstream_base_url", &m.upstream_base_url)?;
+    super::deployments::check_fallbacks(cp, &m.id, &m.fallbacks).await?;
     if !["chat", "embedding"].contains(&m.kind.as_str()) {
         return Err(ApiError::field("kind", "err.kind"));
     }
@@ -215,10 +226,11 @@ pub async fn create_model(
         kind: m.kind.clone(),
         upstream_base_url: m.upstream_base_url.clone(),
         upstream_model: m.upstream_model.clone(),
-        upstream_api_key_enc: m
-            .upstream_api_key
-            .as_deref()
-            .map(|k| domain::secret::encrypt(&cp.encryption_key, k)),
+        upstream_api_key_enc: key_enc.or_else(|| {
+            m.upstream_api_key
+                .as_deref()
+                .map(|k| domain::secret::encrypt(&cp.encryption_key, k))
+        }),
         input_price_micro_per_mtok: m.input_price_per_mtok_usd.0,
         output_price_micro_per_mtok: m.output_price_per_mtok_usd.0,
         tokenizer: m.tokenizer.clone(),
@@ -226,5 +238,10 @@ pub async fn create_model(
         profile: profile.clone(),
     };
     cp.store.create_model(&actor.label(), &new).await?;
+    if !deployments.is_empty() || !m.fallbacks.is_empty() {
+        cp.store
+            .set_model_routing(&actor.label(), &m.id, &deployments, &m.fallbacks)
+            .await?;
+    }
     Ok((m, profile))
 }

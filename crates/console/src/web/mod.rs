@@ -262,6 +262,11 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/console/quota-requests/{id}/reject", post(quota::reject))
         .route("/console/borrowing", get(borrowing::show))
         .route("/console/models", get(models::list).post(models::create))
+        .route("/console/models/deployments", post(deployments::put))
+        .route(
+            "/console/models/{id}/deployments/{name}/enabled",
+            post(deployments::set_enabled),
+        )
         .route("/console/users", get(users::list).post(users::create))
         .route("/console/users/{id}/role", post(users::set_role))
         .route("/console/audit", get(audit::list))

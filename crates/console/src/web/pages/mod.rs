@@ -6,6 +6,7 @@ pub mod audit;
 pub mod bills;
 pub mod borrowing;
 pub mod dashboard;
+pub mod deployments;
 pub mod models;
 pub mod quota;
 pub mod requests;

@@ -74,6 +74,8 @@ impl ModelForm {
                 "default_max_output_tokens",
                 &self.default_max_output_tokens,
             )?,
+            deployments: Vec::new(),
+            fallbacks: Vec::new(),
             cap_field: Some(self.cap_field.trim().to_string()).filter(|c| !c.is_empty()),
             hidden_reasoning: match self.hidden_reasoning.as_str() {
                 "true" => Some(true),
@@ -94,6 +96,8 @@ struct ModelsPage {
     can_create: bool,
     form: ModelForm,
     errors: FieldError,
+    /// Platform admins only: every model's deployments and their health.
+    deployments: Vec<super::deployments::DeploymentLine>,
 }
 
 async fn page(
@@ -102,7 +106,7 @@ async fn page(
     form: ModelForm,
     errors: FieldError,
 ) -> Result<ModelsPage, PageError> {
-    let rows = cp
+    let rows: Vec<ModelLine> = cp
         .store
         .models()
         .await?
@@ -124,12 +128,18 @@ async fn page(
             id: m.id,
         })
         .collect();
+    let deployments = if s.actor.is_platform_admin() {
+        super::deployments::lines(cp, rows.iter().map(|r| r.id.as_str())).await?
+    } else {
+        Vec::new()
+    };
     Ok(ModelsPage {
         c: Chrome::new(s, "nav.models", "/console/models"),
         rows,
         can_create: s.actor.is_platform_admin(),
         form,
         errors,
+        deployments,
     })
 }
 

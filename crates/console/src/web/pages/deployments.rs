@@ -1,0 +1,163 @@
+//! The deployments part of the models page: every model's deployments with
+//! this replica's view of their health, and the forms that add, edit,
+//! disable and enable one (platform admins). The provider key is write-only.
+
+use super::int;
+use crate::api::deployments::{self as svc, DeploymentIn};
+use crate::error::ApiError;
+use crate::web::{PageError, Session};
+use crate::ControlPlane;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Form;
+use serde::Deserialize;
+use std::sync::Arc;
+
+pub struct DeploymentLine {
+    pub model: String,
+    pub name: String,
+    pub upstream: String,
+    pub upstream_model: String,
+    pub weight: String,
+    pub priority: String,
+    pub max_inflight: String,
+    pub enabled: bool,
+    /// `healthy`, `ejected`, `probing`, `parked`; empty when this replica
+    /// does not route to it (disabled).
+    pub health: String,
+    pub detail: String,
+    /// False for the one-deployment form (the model's own upstream).
+    pub editable: bool,
+}
+
+/// The deployments of `models`, in order.
+pub async fn lines<'a>(
+    cp: &ControlPlane,
+    models: impl Iterator<Item = &'a str>,
+) -> Result<Vec<DeploymentLine>, PageError> {
+    let mut out = Vec::new();
+    for model in models {
+        let health = cp.routes.deployments(model);
+        let of = |name: &str| {
+            let h = health.iter().find(|h| h.name == name);
+            let state = h.map(|h| h.state.to_string()).unwrap_or_default();
+            let detail = h
+                .map(|h| {
+                    format!(
+                        "{} failures, {} ejections, {} in flight{}",
+                        h.consecutive_failures,
+                        h.ejections,
+                        h.inflight,
+                        if h.back_in_ms > 0 {
+                            format!(", back in {} ms", h.back_in_ms)
+                        } else {
+                            String::new()
+                        }
+                    )
+                })
+                .unwrap_or_default();
+            (state, detail)
+        };
+        let rows = cp.store.deployments_of(model).await?;
+        if rows.is_empty() {
+            let (health, detail) = of("default");
+            out.push(DeploymentLine {
+                model: model.to_string(),
+                name: "default".into(),
+                upstream: String::new(),
+                upstream_model: String::new(),
+                weight: "1".into(),
+                priority: "0".into(),
+                max_inflight: String::new(),
+                enabled: true,
+                health,
+                detail,
+                editable: false,
+            });
+        }
+        for d in rows {
+            let (health, detail) = of(&d.name);
+            out.push(DeploymentLine {
+                model: model.to_string(),
+                upstream: d.upstream_base_url,
+                upstream_model: d.upstream_model,
+                weight: d.weight.to_string(),
+                priority: d.priority.to_string(),
+                max_inflight: d.max_inflight.map(|n| n.to_string()).unwrap_or_default(),
+                enabled: d.enabled,
+                health,
+                detail,
+                editable: true,
+                name: d.name,
+            });
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct DeploymentForm {
+    model: String,
+    name: String,
+    upstream_base_url: String,
+    upstream_model: String,
+    upstream_api_key: String,
+    weight: String,
+    priority: String,
+    max_inflight: String,
+}
+
+fn small(field: &'static str, v: &str) -> Result<Option<i32>, ApiError> {
+    int(field, v)?
+        .map(|n| i32::try_from(n).map_err(|_| ApiError::field(field, "err.not_a_number")))
+        .transpose()
+}
+
+impl DeploymentForm {
+    fn to_input(&self) -> Result<DeploymentIn, ApiError> {
+        Ok(DeploymentIn {
+            name: None,
+            upstream_base_url: self.upstream_base_url.trim().to_string(),
+            upstream_model: self.upstream_model.trim().to_string(),
+            upstream_api_key: Some(self.upstream_api_key.trim().to_string())
+                .filter(|k| !k.is_empty()),
+            weight: small("weight", &self.weight)?,
+            priority: small("priority", &self.priority)?,
+            max_inflight: small("max_inflight", &self.max_inflight)?,
+            ..Default::default()
+        })
+    }
+}
+
+/// `POST /console/models/deployments`: adds or edits one deployment.
+pub async fn put(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Form(f): Form<DeploymentForm>,
+) -> Result<Response, PageError> {
+    crate::api::require_platform_admin(&s.actor)?;
+    let d = f.to_input()?;
+    svc::put_deployment(&cp, &s.actor, f.model.trim(), f.name.trim(), &d).await?;
+    Ok(Redirect::to("/console/models").into_response())
+}
+
+#[derive(Deserialize)]
+pub struct EnabledForm {
+    enabled: String,
+}
+
+/// `POST /console/models/{id}/deployments/{name}/enabled`: disable or enable.
+pub async fn set_enabled(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path((model, name)): Path<(String, String)>,
+    Form(f): Form<EnabledForm>,
+) -> Result<Response, PageError> {
+    crate::api::require_platform_admin(&s.actor)?;
+    cp.store
+        .set_deployment_enabled(&s.actor.label(), &model, &name, f.enabled == "true")
+        .await
+        .map_err(ApiError::from)?;
+    Ok(Redirect::to("/console/models").into_response())
+}

@@ -1,0 +1,302 @@
+//! A model's deployments and fallback models (docs/routing.md). A model
+//! without deployment rows is served by its own upstream columns; once it
+//! has rows, by its enabled rows, and its own columns mirror the first.
+
+use crate::audit::{append, NewAudit};
+use crate::{Result, Store, StoreError};
+use domain::provider::ProviderProfile;
+use serde_json::json;
+use sqlx::{Postgres, Row, Transaction};
+
+/// One deployment of a model, as stored (the provider key encrypted).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeploymentRow {
+    pub model_id: String,
+    pub name: String,
+    pub upstream_base_url: String,
+    pub upstream_model: String,
+    pub upstream_api_key_enc: Option<Vec<u8>>,
+    pub weight: i32,
+    pub priority: i32,
+    pub max_inflight: Option<i32>,
+    /// None: the model's own profile.
+    pub profile: Option<ProviderProfile>,
+    pub enabled: bool,
+}
+
+/// Every model's deployments and fallbacks, read with the catalog.
+#[derive(Debug, Clone, Default)]
+pub struct RoutingRows {
+    /// In each model's order (`position`), disabled ones included.
+    pub deployments: Vec<DeploymentRow>,
+    /// (model, its fallback models in order), for models that have any.
+    pub fallbacks: Vec<(String, Vec<String>)>,
+}
+
+const COLUMNS: &str = "model_id, name, upstream_base_url, upstream_model, upstream_api_key_enc,
+    weight, priority, max_inflight, profile, enabled";
+
+fn row(r: &sqlx::postgres::PgRow) -> Result<DeploymentRow> {
+    let profile: Option<serde_json::Value> = r.get("profile");
+    let profile = profile
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(|e| StoreError::Corrupt(format!("deployment profile: {e}")))?;
+    Ok(DeploymentRow {
+        model_id: r.get("model_id"),
+        name: r.get("name"),
+        upstream_base_url: r.get("upstream_base_url"),
+        upstream_model: r.get("upstream_model"),
+        upstream_api_key_enc: r.get("upstream_api_key_enc"),
+        weight: r.get("weight"),
+        priority: r.get("priority"),
+        max_inflight: r.get("max_inflight"),
+        profile,
+        enabled: r.get("enabled"),
+    })
+}
+
+/// What the audit trail records of a deployment: never the key.
+fn audited(d: &DeploymentRow) -> serde_json::Value {
+    json!({"name": d.name, "upstream_base_url": d.upstream_base_url,
+        "upstream_model": d.upstream_model, "has_upstream_api_key": d.upstream_api_key_enc.is_some(),
+        "weight": d.weight, "priority": d.priority, "max_inflight": d.max_inflight,
+        "profile": d.profile, "enabled": d.enabled})
+}
+
+pub(crate) async fn load(tx: &mut Transaction<'_, Postgres>) -> Result<RoutingRows> {
+    let deployments = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM model_deployments ORDER BY model_id, position, name"
+    ))
+    .fetch_all(&mut **tx)
+    .await?
+    .iter()
+    .map(row)
+    .collect::<Result<Vec<_>>>()?;
+    let fallbacks =
+        sqlx::query("SELECT id, fallbacks FROM models WHERE enabled AND fallbacks <> '{}'")
+            .fetch_all(&mut **tx)
+            .await?
+            .into_iter()
+            .map(|r| (r.get("id"), r.get("fallbacks")))
+            .collect();
+    Ok(RoutingRows {
+        deployments,
+        fallbacks,
+    })
+}
+
+async fn insert(
+    tx: &mut Transaction<'_, Postgres>,
+    d: &DeploymentRow,
+    position: i32,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO model_deployments (model_id, name, upstream_base_url, upstream_model,
+            upstream_api_key_enc, weight, priority, max_inflight, profile, enabled, position)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+    )
+    .bind(&d.model_id)
+    .bind(&d.name)
+    .bind(&d.upstream_base_url)
+    .bind(&d.upstream_model)
+    .bind(&d.upstream_api_key_enc)
+    .bind(d.weight)
+    .bind(d.priority)
+    .bind(d.max_inflight)
+    .bind(d.profile.as_ref().map(|p| json!(p)))
+    .bind(d.enabled)
+    .bind(position)
+    .execute(&mut **tx)
+    .await
+    .map_err(crate::conflict(format!("deployment {}", d.name)))?;
+    Ok(())
+}
+
+/// The model's own upstream columns follow its first deployment.
+async fn mirror_first(tx: &mut Transaction<'_, Postgres>, model: &str) -> Result<()> {
+    sqlx::query(
+        "UPDATE models m SET upstream_base_url = d.upstream_base_url, upstream_model = d.upstream_model,
+            upstream_api_key_enc = d.upstream_api_key_enc, updated_at = now()
+         FROM (SELECT * FROM model_deployments WHERE model_id = $1 ORDER BY position, name LIMIT 1) d
+         WHERE m.id = $1",
+    )
+    .bind(model)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn lock_model(tx: &mut Transaction<'_, Postgres>, model: &str) -> Result<()> {
+    let found: Option<String> =
+        sqlx::query_scalar("SELECT id FROM models WHERE id = $1 FOR UPDATE")
+            .bind(model)
+            .fetch_optional(&mut **tx)
+            .await?;
+    found
+        .map(|_| ())
+        .ok_or_else(|| StoreError::NotFound(format!("model {model}")))
+}
+
+impl Store {
+    /// A model's deployments in order, disabled ones included.
+    pub async fn deployments_of(&self, model: &str) -> Result<Vec<DeploymentRow>> {
+        sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM model_deployments WHERE model_id = $1 ORDER BY position, name"
+        ))
+        .bind(model)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(row)
+        .collect()
+    }
+
+    /// A model's fallback models, in order.
+    pub async fn fallbacks_of(&self, model: &str) -> Result<Vec<String>> {
+        let f: Option<Vec<String>> =
+            sqlx::query_scalar("SELECT fallbacks FROM models WHERE id = $1")
+                .bind(model)
+                .fetch_optional(&self.pool)
+                .await?;
+        f.ok_or_else(|| StoreError::NotFound(format!("model {model}")))
+    }
+
+    /// Replaces a model's deployments (when `deployments` is not empty) and
+    /// its fallbacks, in one audited transaction.
+    pub async fn set_model_routing(
+        &self,
+        actor: &str,
+        model: &str,
+        deployments: &[DeploymentRow],
+        fallbacks: &[String],
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        lock_model(&mut tx, model).await?;
+        if !deployments.is_empty() {
+            sqlx::query("DELETE FROM model_deployments WHERE model_id = $1")
+                .bind(model)
+                .execute(&mut *tx)
+                .await?;
+            for (i, d) in deployments.iter().enumerate() {
+                insert(&mut tx, d, i as i32).await?;
+            }
+            mirror_first(&mut tx, model).await?;
+        }
+        sqlx::query("UPDATE models SET fallbacks = $2, updated_at = now() WHERE id = $1")
+            .bind(model)
+            .bind(fallbacks)
+            .execute(&mut *tx)
+            .await?;
+        let after = json!({"deployments": deployments.iter().map(audited).collect::<Vec<_>>(),
+            "fallbacks": fallbacks});
+        append(
+            &mut tx,
+            NewAudit::new(actor, "model.routing", format!("model:{model}")).after(after),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Adds a deployment, or edits the one of that name (an edit without a
+    /// new key keeps the stored one). A model still in its one-deployment
+    /// form first gets that deployment as a row named `default`.
+    pub async fn put_deployment(&self, actor: &str, d: &DeploymentRow) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        lock_model(&mut tx, &d.model_id).await?;
+        sqlx::query(
+            "INSERT INTO model_deployments (model_id, name, upstream_base_url, upstream_model, upstream_api_key_enc)
+             SELECT id, 'default', upstream_base_url, upstream_model, upstream_api_key_enc FROM models
+             WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM model_deployments WHERE model_id = $1)",
+        )
+        .bind(&d.model_id)
+        .execute(&mut *tx)
+        .await?;
+        let before = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM model_deployments WHERE model_id = $1 AND name = $2 FOR UPDATE"
+        ))
+        .bind(&d.model_id)
+        .bind(&d.name)
+        .fetch_optional(&mut *tx)
+        .await?
+        .as_ref()
+        .map(row)
+        .transpose()?;
+        match &before {
+            None => {
+                let position: i32 = sqlx::query_scalar(
+                    "SELECT COALESCE(max(position) + 1, 0) FROM model_deployments WHERE model_id = $1",
+                )
+                .bind(&d.model_id)
+                .fetch_one(&mut *tx)
+                .await?;
+                insert(&mut tx, d, position).await?;
+            }
+            Some(_) => {
+                sqlx::query(
+                    "UPDATE model_deployments SET upstream_base_url = $3, upstream_model = $4,
+                        upstream_api_key_enc = COALESCE($5, upstream_api_key_enc), weight = $6, priority = $7,
+                        max_inflight = $8, profile = $9, enabled = $10, updated_at = now()
+                     WHERE model_id = $1 AND name = $2",
+                )
+                .bind(&d.model_id)
+                .bind(&d.name)
+                .bind(&d.upstream_base_url)
+                .bind(&d.upstream_model)
+                .bind(&d.upstream_api_key_enc)
+                .bind(d.weight)
+                .bind(d.priority)
+                .bind(d.max_inflight)
+                .bind(d.profile.as_ref().map(|p| json!(p)))
+                .bind(d.enabled)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        mirror_first(&mut tx, &d.model_id).await?;
+        let mut audit = NewAudit::new(
+            actor,
+            "model.deployment",
+            format!("model:{}/{}", d.model_id, d.name),
+        )
+        .after(audited(d));
+        if let Some(b) = &before {
+            audit = audit.before(audited(b));
+        }
+        append(&mut tx, audit).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Takes a deployment out of rotation, or puts it back (audited).
+    pub async fn set_deployment_enabled(
+        &self,
+        actor: &str,
+        model: &str,
+        name: &str,
+        enabled: bool,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query(
+            "UPDATE model_deployments SET enabled = $3, updated_at = now() WHERE model_id = $1 AND name = $2",
+        )
+        .bind(model)
+        .bind(name)
+        .bind(enabled)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n == 0 {
+            return Err(StoreError::NotFound(format!("deployment {model}/{name}")));
+        }
+        append(
+            &mut tx,
+            NewAudit::new(actor, "model.deployment", format!("model:{model}/{name}"))
+                .after(json!({"enabled": enabled})),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
