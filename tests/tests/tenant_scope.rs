@@ -253,6 +253,8 @@ async fn a_tenant_admins_scope_reads_nothing_of_another_tenant() {
     assert!(s.request_decision(all, &refused).await.unwrap().is_some());
     assert!(s.usage_event(mine, &rid).await.unwrap().is_none());
     assert!(s.usage_event(all, &rid).await.unwrap().is_some());
+    assert!(!s.usage_event_exists(mine, THEIRS, &rid).await.unwrap());
+    assert!(s.usage_event_exists(all, THEIRS, &rid).await.unwrap());
     assert!(s
         .month_usage(mine, THEIRS, &period)
         .await
