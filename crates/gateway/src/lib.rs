@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod decisions;
 mod errors;
 mod fair;
+pub mod key_index;
 pub mod ledger;
 pub mod ledger_source;
 mod metrics_names;

@@ -20,3 +20,7 @@ pub const QUEUE_DEPTH: &str = "tollgate_queue_depth";
 pub const QUEUE_WAIT_SECONDS: &str = "tollgate_queue_wait_seconds";
 pub const DECISIONS_STORED: &str = "tollgate_decisions_stored_total";
 pub const DECISIONS_DROPPED: &str = "tollgate_decisions_dropped_total";
+/// Keys the index did not know, by `result`: `found`, `unknown`,
+/// `unknown_tenant`, `negative_cache` (no lookup), `refused` (rate bound, no
+/// lookup), `error`.
+pub const KEY_MISSES: &str = "tollgate_key_miss_lookups_total";

@@ -85,7 +85,10 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
     if !quota.warm_up(Duration::from_secs(2)).await {
         tracing::warn!("Redis is not answering yet: requests fail closed (503) until it does");
     }
-    let catalog = Arc::new(CatalogCache::new(cfg.encryption_key()?));
+    let catalog = Arc::new(CatalogCache::with_miss_tuning(
+        cfg.encryption_key()?,
+        cfg.miss_tuning(),
+    ));
     catalog
         .reload(&store)
         .await
