@@ -57,3 +57,30 @@ CREATE INDEX usage_events_log ON usage_events (tenant_id, started_at, request_id
 CREATE INDEX usage_events_log_all ON usage_events (started_at, request_id);
 CREATE INDEX request_decisions_log ON request_decisions (tenant_id, at, request_id);
 CREATE INDEX request_decisions_log_all ON request_decisions (at, request_id);
+
+-- Usage totals per (period, tenant, app, key, model, day): what bills,
+-- usage, dashboards, alerts and forecasts read, instead of summing events.
+-- Written in the same statement as the events they summarise (see
+-- crates/store/src/ledger.rs), so the two never disagree; `reconcile
+-- --check` compares them. Attribution (tags, end users) will add its
+-- columns to this key: the grain is named in one place, `ROLLUP_KEY`.
+CREATE TABLE usage_rollups (
+    period             TEXT NOT NULL CHECK (period ~ '^[0-9]{4}-[0-9]{2}$'),
+    tenant_id          TEXT NOT NULL,
+    app_id             TEXT NOT NULL,
+    key_id             TEXT NOT NULL,
+    model              TEXT NOT NULL,
+    day                DATE NOT NULL,
+    requests           BIGINT NOT NULL CHECK (requests >= 0),
+    input_tokens       BIGINT NOT NULL CHECK (input_tokens >= 0),
+    output_tokens      BIGINT NOT NULL CHECK (output_tokens >= 0),
+    cost_micro         BIGINT NOT NULL CHECK (cost_micro >= 0),
+    overrun_tokens     BIGINT NOT NULL DEFAULT 0,
+    overrun_cost_micro BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (period, tenant_id, app_id, key_id, model, day)
+);
+
+INSERT INTO usage_rollups
+SELECT period, tenant_id, app_id, key_id, model, day, count(*), sum(input_tokens), sum(output_tokens),
+       sum(cost_micro), sum(overrun_tokens), sum(overrun_cost_micro)
+FROM usage_events GROUP BY period, tenant_id, app_id, key_id, model, day;

@@ -111,7 +111,10 @@ async fn pages_walk_the_whole_log_newest_first_without_repeats() {
         .iter()
         .map(|r| r["at"].as_str().unwrap().parse().unwrap())
         .collect();
-    assert!(times.windows(2).all(|w| w[0] >= w[1]), "not newest first: {times:?}");
+    assert!(
+        times.windows(2).all(|w| w[0] >= w[1]),
+        "not newest first: {times:?}"
+    );
     let (status, _) = page(&l, &l.admin, "cursor=garbage").await;
     assert_eq!(status, 400);
     l.srv.shutdown().await;
@@ -133,7 +136,9 @@ async fn filters_select_refusals_models_keys_and_times() {
     assert_eq!(rows(&l, &l.admin, "model=no-such-model").await.len(), 2);
     let ok = rows(&l, &l.admin, "status=ok").await;
     assert_eq!(ok.len(), 6);
-    assert!(ok.iter().all(|r| r["outcome"] == "admitted" && r["output_tokens"].as_i64() > Some(0)));
+    assert!(ok
+        .iter()
+        .all(|r| r["outcome"] == "admitted" && r["output_tokens"].as_i64() > Some(0)));
     let theirs = rows(&l, &l.admin, &format!("key={}", l.other_key_id)).await;
     assert_eq!(theirs.len(), 2);
     assert!(theirs.iter().all(|r| r["tenant_id"] == "other"));
@@ -158,6 +163,11 @@ async fn a_tenant_admin_reads_only_their_tenant() {
     let (status, _) = page(&l, &l.ta, "tenant=other").await;
     assert_eq!(status, 404, "another tenant answers like an unknown one");
     // A filter naming another tenant's key finds nothing of it.
-    assert_eq!(rows(&l, &l.ta, &format!("key={}", l.other_key_id)).await.len(), 0);
+    assert_eq!(
+        rows(&l, &l.ta, &format!("key={}", l.other_key_id))
+            .await
+            .len(),
+        0
+    );
     l.srv.shutdown().await;
 }

@@ -17,6 +17,10 @@ pub struct MonthUsageRow {
     pub requests: i64,
 }
 
+/// The grain of `usage_rollups`, its primary key: one row per
+/// combination. Attribution (tags, end users) extends it here.
+pub(crate) const ROLLUP_KEY: &str = "period, tenant_id, app_id, key_id, model, day";
+
 fn ts(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or_default()
 }
@@ -41,15 +45,35 @@ impl Store {
         }
         let days: Vec<NaiveDate> =
             col!(|e| NaiveDate::parse_from_str(&e.day, "%Y-%m-%d").unwrap_or_default());
-        let n = sqlx::query(
-            "INSERT INTO usage_events (request_id, tenant_id, app_id, key_id, model, period, day,
-                input_tokens, output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens,
-                overrun_cost_micro, status, stream, replica, started_at, settled_at, usage_source)
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                $7::date[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[],
-                $14::int8[], $15::text[], $16::bool[], $17::text[], $18::timestamptz[], $19::timestamptz[], $20::text[])
-             ON CONFLICT (request_id) DO NOTHING",
-        )
+        // One statement: the events that were new, and their sums added to
+        // the rollups, commit together or not at all.
+        let n: i64 = sqlx::query_scalar(&format!(
+            "WITH new_events AS (
+                INSERT INTO usage_events (request_id, tenant_id, app_id, key_id, model, period, day,
+                    input_tokens, output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens,
+                    overrun_cost_micro, status, stream, replica, started_at, settled_at, usage_source)
+                SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                    $7::date[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[],
+                    $14::int8[], $15::text[], $16::bool[], $17::text[], $18::timestamptz[], $19::timestamptz[], $20::text[])
+                ON CONFLICT (request_id) DO NOTHING
+                RETURNING {ROLLUP_KEY}, input_tokens, output_tokens, cost_micro, overrun_tokens, overrun_cost_micro
+             ), rolled AS (
+                INSERT INTO usage_rollups ({ROLLUP_KEY}, requests, input_tokens, output_tokens, cost_micro,
+                    overrun_tokens, overrun_cost_micro)
+                SELECT {ROLLUP_KEY}, count(*), sum(input_tokens), sum(output_tokens), sum(cost_micro),
+                    sum(overrun_tokens), sum(overrun_cost_micro)
+                FROM new_events GROUP BY {ROLLUP_KEY} ORDER BY {ROLLUP_KEY}
+                ON CONFLICT ({ROLLUP_KEY}) DO UPDATE SET
+                    requests = usage_rollups.requests + EXCLUDED.requests,
+                    input_tokens = usage_rollups.input_tokens + EXCLUDED.input_tokens,
+                    output_tokens = usage_rollups.output_tokens + EXCLUDED.output_tokens,
+                    cost_micro = usage_rollups.cost_micro + EXCLUDED.cost_micro,
+                    overrun_tokens = usage_rollups.overrun_tokens + EXCLUDED.overrun_tokens,
+                    overrun_cost_micro = usage_rollups.overrun_cost_micro + EXCLUDED.overrun_cost_micro
+                RETURNING 1
+             )
+             SELECT count(*) FROM new_events"
+        ))
         .bind(col!(|e| e.request_id.clone()))
         .bind(col!(|e| e.tenant_id.clone()))
         .bind(col!(|e| e.app_id.clone()))
@@ -70,10 +94,9 @@ impl Store {
         .bind(col!(|e| ts(e.started_at_ms)))
         .bind(col!(|e| ts(e.settled_at_ms)))
         .bind(col!(|e| e.usage_source.clone()))
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        Ok(n)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n as u64)
     }
 
     /// A tenant's settled usage of a month by (app, key): the source a lost
@@ -90,8 +113,8 @@ impl Store {
                     COALESCE(SUM(cost_micro), 0)::int8 AS cost,
                     COALESCE(SUM(overrun_tokens), 0)::int8 AS otok,
                     COALESCE(SUM(overrun_cost_micro), 0)::int8 AS ocost,
-                    COUNT(*) AS requests
-             FROM usage_events WHERE tenant_id = $1 AND period = $2 AND ($3::text IS NULL OR tenant_id = $3)
+                    COALESCE(SUM(requests), 0)::int8 AS requests
+             FROM usage_rollups WHERE period = $2 AND tenant_id = $1 AND ($3::text IS NULL OR tenant_id = $3)
              GROUP BY app_id, key_id",
         )
         .bind(tenant)

@@ -16,6 +16,7 @@ pub mod passwords;
 mod quota_requests;
 mod request_decisions;
 mod request_log;
+mod rollups;
 mod users;
 
 pub use audit::{AuditRow, NewAudit};
@@ -30,6 +31,7 @@ pub use ledger::MonthUsageRow;
 pub use quota_requests::{GrantRow, NewQuotaRequest, QuotaRequestRow};
 pub use request_decisions::RequestDecisionRow;
 pub use request_log::{RequestCursor, RequestLogFilter, RequestLogRow};
+pub use rollups::RollupDifference;
 pub use users::UserRow;
 
 use sqlx::postgres::{PgListener, PgPoolOptions};
