@@ -1,4 +1,4 @@
-//! Leases through the real server (DESIGN §4, "Leases — the fast path"):
+//! Leases through the real server (docs/design.md §4, "Leases — the fast path"):
 //! the last tokens of a budget stay usable from any replica, a lowered limit
 //! takes effect on a replica that holds a lease, and the books agree with
 //! what the clients were told.
@@ -150,9 +150,9 @@ async fn a_lowered_limit_takes_effect_on_a_replica_holding_a_lease() {
         srv.gateway
             .catalog
             .get()
-            .keys
-            .values()
-            .all(|k| k.tenant.limits.monthly_tokens == Some(new_limit))
+            .tenants
+            .get("t")
+            .is_some_and(|t| t.limits.monthly_tokens == Some(new_limit))
     })
     .await;
     assert!(reloaded, "the catalog never saw the new limit");

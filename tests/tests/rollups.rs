@@ -61,9 +61,21 @@ async fn the_bill_of_a_loaded_month_equals_the_sum_of_its_events() {
     for r in &direct {
         let t: String = r.get("tenant_id");
         let b = billed[&t];
-        assert_eq!(b["requests"].as_i64(), Some(r.get::<i64, _>("n")), "{t}: {b}");
-        assert_eq!(b["input_tokens"].as_i64(), Some(r.get::<i64, _>("i")), "{t}");
-        assert_eq!(b["output_tokens"].as_i64(), Some(r.get::<i64, _>("o")), "{t}");
+        assert_eq!(
+            b["requests"].as_i64(),
+            Some(r.get::<i64, _>("n")),
+            "{t}: {b}"
+        );
+        assert_eq!(
+            b["input_tokens"].as_i64(),
+            Some(r.get::<i64, _>("i")),
+            "{t}"
+        );
+        assert_eq!(
+            b["output_tokens"].as_i64(),
+            Some(r.get::<i64, _>("o")),
+            "{t}"
+        );
         let cost: i64 = r.get("c");
         assert_eq!(
             b["cost_usd"],
@@ -79,8 +91,15 @@ async fn reconcile_passes_then_names_a_tampered_rollup() {
     let env = loaded().await;
     let ctx = env.job_context(None, JobSettings::default());
     let now = chrono::Utc::now();
-    let clean = jobs::reconcile::check(&ctx, now, Some(PERIOD)).await.unwrap();
-    assert!(clean.is_clean(), "{:?} {:?}", clean.differences, clean.rollups);
+    let clean = jobs::reconcile::check(&ctx, now, Some(PERIOD))
+        .await
+        .unwrap();
+    assert!(
+        clean.is_clean(),
+        "{:?} {:?}",
+        clean.differences,
+        clean.rollups
+    );
 
     // Someone adds a micro-dollar to one rollup row.
     let (tenant, app, key, model, day): (String, String, String, String, String) = {
@@ -103,7 +122,9 @@ async fn reconcile_passes_then_names_a_tampered_rollup() {
             r.get("day"),
         )
     };
-    let dirty = jobs::reconcile::check(&ctx, now, Some(PERIOD)).await.unwrap();
+    let dirty = jobs::reconcile::check(&ctx, now, Some(PERIOD))
+        .await
+        .unwrap();
     assert!(!dirty.is_clean());
     assert_eq!(dirty.rollups.len(), 1, "{:?}", dirty.rollups);
     let d = &dirty.rollups[0];
@@ -115,7 +136,9 @@ async fn reconcile_passes_then_names_a_tampered_rollup() {
     assert_eq!(r[3], e[3] + 1, "the rollup's cost is the tampered one");
     assert_eq!(r[..3], e[..3]);
     // The command line says so too, and exits unclean.
-    assert!(!server::commands::reconcile_check(&env.config(), Some(PERIOD))
-        .await
-        .unwrap());
+    assert!(
+        !server::commands::reconcile_check(&env.config(), Some(PERIOD))
+            .await
+            .unwrap()
+    );
 }

@@ -6,3 +6,4 @@ pub mod commands;
 pub mod config;
 pub mod demo;
 pub mod load_ledger;
+pub mod redis_policy;

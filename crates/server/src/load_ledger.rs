@@ -150,11 +150,12 @@ fn event(plan: &LoadPlan, first_day: NaiveDate, days: u32, n: u64, rng: &mut Mix
         overrun_tokens: 0,
         overrun_cost_micro: 0,
         status: "ok".into(),
-        stream: n % 3 == 0,
+        stream: n.is_multiple_of(3),
         usage_source: "provider".into(),
         replica: "load-ledger".into(),
         started_at_ms: started,
         settled_at_ms: started + 500,
+        anomaly: None,
     }
 }
 

@@ -2,7 +2,7 @@
 
 use crate::{Result, Store, TenantScope};
 use chrono::{DateTime, NaiveDate, Utc};
-use domain::usage::UsageEvent;
+use domain::usage::{UsageAnomaly, UsageEvent};
 use sqlx::Row;
 
 /// Settled usage of one (app, key) of a tenant in a month.
@@ -20,6 +20,17 @@ pub struct MonthUsageRow {
 /// The grain of `usage_rollups`, its primary key: one row per
 /// combination. Attribution (tags, end users) extends it here.
 pub(crate) const ROLLUP_KEY: &str = "period, tenant_id, app_id, key_id, model, day";
+
+/// `sum(col)` over events as numeric, saturating at i64::MAX: the one
+/// rule a rollup total (and the events it is checked against) follows.
+pub(crate) fn sat_sum(col: &str) -> String {
+    format!("LEAST(sum({col}::numeric), 9223372036854775807)::int8")
+}
+
+/// A rollup total plus the new rows' total, saturating like [`sat_sum`].
+fn sat_add(col: &str) -> String {
+    format!("LEAST(usage_rollups.{col}::numeric + EXCLUDED.{col}, 9223372036854775807)::int8")
+}
 
 fn ts(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or_default()
@@ -46,33 +57,46 @@ impl Store {
         let days: Vec<NaiveDate> =
             col!(|e| NaiveDate::parse_from_str(&e.day, "%Y-%m-%d").unwrap_or_default());
         // One statement: the events that were new, and their sums added to
-        // the rollups, commit together or not at all.
+        // the rollups, commit together or not at all. Rollup totals saturate
+        // at i64::MAX (summed as numeric) so absurd reports stored before any
+        // bound existed never fail the ledger's writes.
         let n: i64 = sqlx::query_scalar(&format!(
             "WITH new_events AS (
                 INSERT INTO usage_events (request_id, tenant_id, app_id, key_id, model, period, day,
                     input_tokens, output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens,
-                    overrun_cost_micro, status, stream, replica, started_at, settled_at, usage_source)
+                    overrun_cost_micro, status, stream, replica, started_at, settled_at, usage_source,
+                    usage_anomaly, reported_usage)
                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                     $7::date[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[],
-                    $14::int8[], $15::text[], $16::bool[], $17::text[], $18::timestamptz[], $19::timestamptz[], $20::text[])
+                    $14::int8[], $15::text[], $16::bool[], $17::text[], $18::timestamptz[], $19::timestamptz[], $20::text[],
+                    $21::text[], $22::jsonb[])
                 ON CONFLICT (request_id) DO NOTHING
                 RETURNING {ROLLUP_KEY}, input_tokens, output_tokens, cost_micro, overrun_tokens, overrun_cost_micro
              ), rolled AS (
                 INSERT INTO usage_rollups ({ROLLUP_KEY}, requests, input_tokens, output_tokens, cost_micro,
                     overrun_tokens, overrun_cost_micro)
-                SELECT {ROLLUP_KEY}, count(*), sum(input_tokens), sum(output_tokens), sum(cost_micro),
-                    sum(overrun_tokens), sum(overrun_cost_micro)
+                SELECT {ROLLUP_KEY}, count(*), {si}, {so}, {sc}, {sot}, {soc}
                 FROM new_events GROUP BY {ROLLUP_KEY} ORDER BY {ROLLUP_KEY}
                 ON CONFLICT ({ROLLUP_KEY}) DO UPDATE SET
                     requests = usage_rollups.requests + EXCLUDED.requests,
-                    input_tokens = usage_rollups.input_tokens + EXCLUDED.input_tokens,
-                    output_tokens = usage_rollups.output_tokens + EXCLUDED.output_tokens,
-                    cost_micro = usage_rollups.cost_micro + EXCLUDED.cost_micro,
-                    overrun_tokens = usage_rollups.overrun_tokens + EXCLUDED.overrun_tokens,
-                    overrun_cost_micro = usage_rollups.overrun_cost_micro + EXCLUDED.overrun_cost_micro
+                    input_tokens = {ai},
+                    output_tokens = {ao},
+                    cost_micro = {ac},
+                    overrun_tokens = {aot},
+                    overrun_cost_micro = {aoc}
                 RETURNING 1
              )
-             SELECT count(*) FROM new_events"
+             SELECT count(*) FROM new_events",
+            si = sat_sum("input_tokens"),
+            so = sat_sum("output_tokens"),
+            sc = sat_sum("cost_micro"),
+            sot = sat_sum("overrun_tokens"),
+            soc = sat_sum("overrun_cost_micro"),
+            ai = sat_add("input_tokens"),
+            ao = sat_add("output_tokens"),
+            ac = sat_add("cost_micro"),
+            aot = sat_add("overrun_tokens"),
+            aoc = sat_add("overrun_cost_micro"),
         ))
         .bind(col!(|e| e.request_id.clone()))
         .bind(col!(|e| e.tenant_id.clone()))
@@ -94,9 +118,32 @@ impl Store {
         .bind(col!(|e| ts(e.started_at_ms)))
         .bind(col!(|e| ts(e.settled_at_ms)))
         .bind(col!(|e| e.usage_source.clone()))
+        .bind(col!(|e| e.anomaly.as_ref().map(|a| a.kind.clone())))
+        .bind(col!(|e| e.anomaly.as_ref().map(|a| a.reported.clone())))
         .fetch_one(&self.pool)
         .await?;
         Ok(n as u64)
+    }
+
+    /// Whether a request's usage event is in the ledger (request ids are
+    /// unique): a settle that finds no hold record in Redis asks this before
+    /// booking, so a replay after the settled record expired books nothing.
+    pub async fn usage_event_exists(
+        &self,
+        scope: &TenantScope,
+        tenant: &str,
+        request_id: &str,
+    ) -> Result<bool> {
+        let found: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM usage_events
+                 WHERE request_id = $1 AND tenant_id = $2 AND ($3::text IS NULL OR tenant_id = $3))",
+        )
+        .bind(request_id)
+        .bind(tenant)
+        .bind(scope.tenant())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(found)
     }
 
     /// A tenant's settled usage of a month by (app, key): the source a lost
@@ -107,12 +154,17 @@ impl Store {
         tenant: &str,
         period: &str,
     ) -> Result<Vec<MonthUsageRow>> {
+        // Summed as numeric and capped at 2^53 - 1 (the range the hold
+        // engine counts in, domain::counter): absurd rows, or many large
+        // ones, saturate the rebuilt month instead of failing the query on
+        // `bigint out of range` (which would leave the month unknown and
+        // every request refused).
         let rows = sqlx::query(
             "SELECT app_id, key_id,
-                    COALESCE(SUM(input_tokens + output_tokens), 0)::int8 AS tokens,
-                    COALESCE(SUM(cost_micro), 0)::int8 AS cost,
-                    COALESCE(SUM(overrun_tokens), 0)::int8 AS otok,
-                    COALESCE(SUM(overrun_cost_micro), 0)::int8 AS ocost,
+                    LEAST(COALESCE(SUM(input_tokens::numeric + output_tokens), 0), 9007199254740991)::int8 AS tokens,
+                    LEAST(COALESCE(SUM(cost_micro::numeric), 0), 9007199254740991)::int8 AS cost,
+                    LEAST(COALESCE(SUM(overrun_tokens::numeric), 0), 9007199254740991)::int8 AS otok,
+                    LEAST(COALESCE(SUM(overrun_cost_micro::numeric), 0), 9007199254740991)::int8 AS ocost,
                     COALESCE(SUM(requests), 0)::int8 AS requests
              FROM usage_rollups WHERE period = $2 AND tenant_id = $1 AND ($3::text IS NULL OR tenant_id = $3)
              GROUP BY app_id, key_id",
@@ -144,7 +196,8 @@ impl Store {
         let r = sqlx::query(
             "SELECT request_id, tenant_id, app_id, key_id, model, period, day::text AS day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
-                    status, stream, replica, started_at, settled_at, usage_source
+                    status, stream, replica, started_at, settled_at, usage_source, usage_anomaly,
+                    reported_usage
              FROM usage_events WHERE request_id = $1 AND ($2::text IS NULL OR tenant_id = $2)",
         )
         .bind(request_id)
@@ -172,6 +225,14 @@ impl Store {
             replica: r.get("replica"),
             started_at_ms: r.get::<DateTime<Utc>, _>("started_at").timestamp_millis(),
             settled_at_ms: r.get::<DateTime<Utc>, _>("settled_at").timestamp_millis(),
+            anomaly: r
+                .get::<Option<String>, _>("usage_anomaly")
+                .map(|kind| UsageAnomaly {
+                    kind,
+                    reported: r
+                        .get::<Option<serde_json::Value>, _>("reported_usage")
+                        .unwrap_or_default(),
+                }),
         }))
     }
 

@@ -13,6 +13,7 @@ mod fair;
 mod jobs;
 mod ledger;
 pub mod passwords;
+mod provider;
 mod quota_requests;
 mod request_decisions;
 mod request_log;

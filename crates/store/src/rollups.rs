@@ -2,7 +2,7 @@
 //! (period, tenant, app, key, model, day) whose totals differ, or that
 //! exists on one side only.
 
-use crate::ledger::ROLLUP_KEY;
+use crate::ledger::{sat_sum, ROLLUP_KEY};
 use crate::{Result, Store};
 use sqlx::Row;
 
@@ -53,8 +53,8 @@ impl Store {
     ) -> Result<Vec<RollupDifference>> {
         let rows = sqlx::query(&format!(
             "WITH e AS (
-                SELECT {ROLLUP_KEY}, count(*)::int8 AS requests, sum(input_tokens)::int8 AS input_tokens,
-                       sum(output_tokens)::int8 AS output_tokens, sum(cost_micro)::int8 AS cost_micro
+                SELECT {ROLLUP_KEY}, count(*)::int8 AS requests, {si} AS input_tokens,
+                       {so} AS output_tokens, {sc} AS cost_micro
                 FROM usage_events WHERE period = $1 GROUP BY {ROLLUP_KEY}
              ), r AS (SELECT * FROM usage_rollups WHERE period = $1)
              SELECT COALESCE(r.period, e.period) AS period, COALESCE(r.tenant_id, e.tenant_id) AS tenant_id,
@@ -65,7 +65,10 @@ impl Store {
              FROM r FULL JOIN e USING ({ROLLUP_KEY})
              WHERE (r.requests, r.input_tokens, r.output_tokens, r.cost_micro)
                    IS DISTINCT FROM (e.requests, e.input_tokens, e.output_tokens, e.cost_micro)
-             ORDER BY 1, 2, 3, 4, 5, 6 LIMIT $2"
+             ORDER BY 1, 2, 3, 4, 5, 6 LIMIT $2",
+            si = sat_sum("input_tokens"),
+            so = sat_sum("output_tokens"),
+            sc = sat_sum("cost_micro"),
         ))
         .bind(period)
         .bind(limit)
