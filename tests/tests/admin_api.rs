@@ -609,6 +609,7 @@ async fn the_openapi_document_names_every_route() {
         ("post", "/api/v1/quota-requests/{id}/reject"),
         ("get", "/api/v1/audit"),
         ("get", "/api/v1/audit/verify"),
+        ("get", "/api/v1/requests"),
         ("get", "/api/v1/requests/{request_id}"),
         ("post", "/api/v1/users/{id}/role"),
         ("post", "/api/v1/users/{id}/disable"),

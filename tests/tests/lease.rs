@@ -150,9 +150,9 @@ async fn a_lowered_limit_takes_effect_on_a_replica_holding_a_lease() {
         srv.gateway
             .catalog
             .get()
-            .keys
-            .values()
-            .all(|k| k.tenant.limits.monthly_tokens == Some(new_limit))
+            .tenants
+            .get("t")
+            .is_some_and(|t| t.limits.monthly_tokens == Some(new_limit))
     })
     .await;
     assert!(reloaded, "the catalog never saw the new limit");

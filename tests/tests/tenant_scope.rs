@@ -281,6 +281,39 @@ async fn a_tenant_admins_scope_reads_nothing_of_another_tenant() {
     let days = |v: Vec<domain::bill::DayRow>| v.into_iter().map(|r| r.tenant_id).collect();
     assert!(only_mine(days(s.day_rows(mine, &period).await.unwrap())));
     assert!(both(days(s.day_rows(all, &period).await.unwrap())));
+    assert_eq!(
+        keys(s.period_event_totals(mine, &period).await.unwrap()),
+        [MINE]
+    );
+    assert_eq!(
+        keys(s.period_event_totals(all, &period).await.unwrap()),
+        [MINE, THEIRS]
+    );
+
+    // The request log, the ledger's replay check and the catalog's parts.
+    let log = |v: Vec<store::RequestLogRow>| v.into_iter().map(|r| r.tenant_id).collect();
+    let f = store::RequestLogFilter {
+        limit: 100,
+        ..Default::default()
+    };
+    assert!(only_mine(log(s.request_log(mine, &f).await.unwrap())));
+    assert!(both(log(s.request_log(all, &f).await.unwrap())));
+    let theirs_rid = format!("req_{THEIRS}");
+    assert!(!s
+        .usage_event_exists(mine, THEIRS, &theirs_rid)
+        .await
+        .unwrap());
+    assert!(s
+        .usage_event_exists(all, THEIRS, &theirs_rid)
+        .await
+        .unwrap());
+    let cat = |c: store::Catalog| c.tenants.into_iter().map(|t| t.id).collect();
+    let parts = store::CatalogParts::ALL;
+    assert!(only_mine(cat(s
+        .load_catalog_parts(mine, parts)
+        .await
+        .unwrap())));
+    assert!(both(cat(s.load_catalog_parts(all, parts).await.unwrap())));
     let refusals = |v: Vec<domain::bill::RefusalRow>| v.into_iter().map(|r| r.tenant_id).collect();
     assert!(only_mine(refusals(
         s.refusal_rows(mine, &period).await.unwrap()

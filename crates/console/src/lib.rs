@@ -101,6 +101,7 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/api/v1/bills.focus.csv", get(bills::focus_csv))
         .route("/api/v1/job-runs", get(bills::job_runs))
         .route("/api/v1/notices", get(bills::notices))
+        .route("/api/v1/requests", get(request_log::list))
         .route("/api/v1/requests/{request_id}", get(requests::show))
         .route("/api/v1/openapi.json", get(openapi))
         .with_state(cp.clone())

@@ -56,6 +56,44 @@ pub fn keyed_hash(pepper: &[u8], key: &str) -> [u8; 32] {
     mac.finalize().into_bytes().into()
 }
 
+/// How many key-miss lookups (a key the gateway's index does not know, looked
+/// up in Postgres) may start: a token bucket of `per_sec` refilled
+/// continuously, holding at most `burst`. Random keys then cost Postgres at
+/// most `per_sec` queries a second, whatever their rate.
+#[derive(Debug, Clone)]
+pub struct MissBudget {
+    per_sec: f64,
+    burst: f64,
+    tokens: f64,
+    /// Seconds (any monotonic origin) of the last refill.
+    at: f64,
+}
+
+impl MissBudget {
+    /// Full at `now` (seconds, monotonic).
+    pub fn new(per_sec: u32, burst: u32, now: f64) -> MissBudget {
+        MissBudget {
+            per_sec: f64::from(per_sec),
+            burst: f64::from(burst.max(1)),
+            tokens: f64::from(burst.max(1)),
+            at: now,
+        }
+    }
+
+    /// Takes one lookup at `now` if the budget has one.
+    pub fn take(&mut self, now: f64) -> bool {
+        let elapsed = (now - self.at).max(0.0);
+        self.tokens = (self.tokens + elapsed * self.per_sec).min(self.burst);
+        self.at = self.at.max(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,5 +124,27 @@ mod tests {
         let k = generate();
         assert_eq!(keyed_hash(b"p1", &k), keyed_hash(b"p1", &k));
         assert_ne!(keyed_hash(b"p1", &k), keyed_hash(b"p2", &k));
+    }
+
+    #[test]
+    fn miss_budget_allows_the_burst_then_the_rate() {
+        let mut b = MissBudget::new(10, 5, 100.0);
+        let first: usize = (0..20).filter(|_| b.take(100.0)).count();
+        assert_eq!(first, 5, "the burst, then nothing at the same instant");
+        // Half a second later: 5 more (10/s), not more than the burst.
+        let later: usize = (0..20).filter(|_| b.take(100.5)).count();
+        assert_eq!(later, 5);
+        // A long idle period refills to the burst only.
+        let idle: usize = (0..100).filter(|_| b.take(1000.0)).count();
+        assert_eq!(idle, 5);
+        // A clock that steps back grants nothing extra.
+        assert!(!b.take(10.0));
+    }
+
+    #[test]
+    fn a_zero_rate_budget_allows_only_its_burst() {
+        let mut b = MissBudget::new(0, 2, 0.0);
+        assert!(b.take(0.0) && b.take(50.0));
+        assert!(!b.take(1e6));
     }
 }

@@ -1,8 +1,11 @@
-//! The in-memory index the hot path reads: virtual keys by keyed hash, with
-//! their app and tenant limits, and models with prices and upstreams. Rebuilt
-//! from Postgres on every `tollgate_config` notification (and every 30 s as a
-//! safety net), then swapped in atomically.
+//! The in-memory index the hot path reads: tenants and apps with their
+//! limits, models with prices and upstreams (an [`Index`], swapped in
+//! atomically), and virtual keys by keyed hash (a [`KeyIndex`], changed one
+//! key at a time). Loaded whole at start and after the listener was lost;
+//! otherwise each `tollgate_config` notification names what changed and only
+//! that is read again (see docs/scale.md).
 
+use crate::key_index::{KeyIndex, MissTuning, Resolved};
 use arc_swap::ArcSwap;
 use chrono::{DateTime, Utc};
 use domain::fairq::Priority;
@@ -13,7 +16,7 @@ use domain::tokens::TokenizerFamily;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use store::{Catalog, Store, TenantScope};
+use store::{Catalog, CatalogChange, CatalogParts, KeyRow, Store, TenantScope};
 
 #[derive(Debug)]
 pub struct TenantEntry {
@@ -81,6 +84,32 @@ pub struct KeyEntry {
 }
 
 impl KeyEntry {
+    /// The key of `row` joined with its tenant and app in `index` (None when
+    /// the index holds neither).
+    pub(crate) fn from_row(row: &KeyRow, index: &Index) -> Option<KeyEntry> {
+        let (tenant, app) = index.tenant_and_app(&row.tenant_id, &row.app_id)?;
+        Some(KeyEntry {
+            id: row.id.to_string(),
+            tenant,
+            app,
+            limits: row.limits.clone(),
+            allowed_models: set(row.allowed_models.clone()),
+            expires_at: row.expires_at,
+        })
+    }
+
+    /// The same key under a newer tenant or app entry.
+    pub(crate) fn rejoined(&self, tenant: Arc<TenantEntry>, app: Arc<AppEntry>) -> KeyEntry {
+        KeyEntry {
+            id: self.id.clone(),
+            tenant,
+            app,
+            limits: self.limits.clone(),
+            allowed_models: self.allowed_models.clone(),
+            expires_at: self.expires_at,
+        }
+    }
+
     /// Limits of tenant, app and key: the order the hold engine expects.
     pub fn scope_limits(&self) -> [&Limits; 3] {
         [&self.tenant.limits, &self.app.limits, &self.limits]
@@ -153,8 +182,9 @@ pub struct ModelEntry {
 
 #[derive(Default)]
 pub struct Index {
-    pub keys: HashMap<[u8; 32], Arc<KeyEntry>>,
     pub models: HashMap<String, Arc<ModelEntry>>,
+    /// Apps by tenant, then by app id.
+    pub apps: HashMap<String, HashMap<String, Arc<AppEntry>>>,
     pub tenant_ids: Vec<String>,
     /// Tenants by id (the borrower and the reclaim job read these).
     pub tenants: HashMap<String, Arc<TenantEntry>>,
@@ -195,41 +225,17 @@ impl Index {
                 (t.id, Arc::new(e))
             })
             .collect();
-        let apps: HashMap<(String, String), Arc<AppEntry>> = c
-            .apps
-            .into_iter()
-            .map(|a| {
-                let e = AppEntry {
-                    id: a.id.clone(),
-                    limits: a.limits,
-                    allowed_models: set(a.allowed_models),
-                    grants: grants_of(&c.grants, &a.tenant_id, Some(&a.id)),
-                };
-                ((a.tenant_id, a.id), Arc::new(e))
-            })
-            .collect();
-        let mut keys = HashMap::with_capacity(c.keys.len());
-        for k in c.keys {
-            let (Some(tenant), Some(app)) = (
-                tenants.get(&k.tenant_id),
-                apps.get(&(k.tenant_id.clone(), k.app_id.clone())),
-            ) else {
-                continue;
+        let mut apps: HashMap<String, HashMap<String, Arc<AppEntry>>> = HashMap::new();
+        for a in c.apps {
+            let e = AppEntry {
+                id: a.id.clone(),
+                limits: a.limits,
+                allowed_models: set(a.allowed_models),
+                grants: grants_of(&c.grants, &a.tenant_id, Some(&a.id)),
             };
-            let Ok(hash) = <[u8; 32]>::try_from(k.key_hash.as_slice()) else {
-                continue;
-            };
-            keys.insert(
-                hash,
-                Arc::new(KeyEntry {
-                    id: k.id.to_string(),
-                    tenant: tenant.clone(),
-                    app: app.clone(),
-                    limits: k.limits,
-                    allowed_models: set(k.allowed_models),
-                    expires_at: k.expires_at,
-                }),
-            );
+            apps.entry(a.tenant_id)
+                .or_default()
+                .insert(a.id, Arc::new(e));
         }
         let mut rows_of: HashMap<&str, Vec<&store::DeploymentRow>> = HashMap::new();
         for d in &c.routing.deployments {
@@ -311,8 +317,55 @@ impl Index {
         let mut tenant_ids: Vec<String> = tenants.keys().cloned().collect();
         tenant_ids.sort();
         Index {
-            keys,
             models,
+            apps,
+            tenant_ids,
+            tenants,
+        }
+    }
+
+    /// A key's tenant and app entries.
+    pub fn tenant_and_app(
+        &self,
+        tenant: &str,
+        app: &str,
+    ) -> Option<(Arc<TenantEntry>, Arc<AppEntry>)> {
+        let t = self.tenants.get(tenant)?;
+        let a = self.apps.get(tenant)?.get(app)?;
+        Some((t.clone(), a.clone()))
+    }
+
+    /// This index with one tenant (and its apps) replaced by what `part`
+    /// holds of it: nothing when it was deleted.
+    fn with_tenant(&self, tenant: &str, mut part: Index) -> Index {
+        let mut tenants = self.tenants.clone();
+        let mut apps = self.apps.clone();
+        tenants.remove(tenant);
+        apps.remove(tenant);
+        if let Some(t) = part.tenants.remove(tenant) {
+            tenants.insert(tenant.to_string(), t);
+        }
+        if let Some(a) = part.apps.remove(tenant) {
+            apps.insert(tenant.to_string(), a);
+        }
+        Index::assemble(self.models.clone(), apps, tenants)
+    }
+
+    /// This index with every model replaced by `part`'s.
+    fn with_models(&self, part: Index) -> Index {
+        Index::assemble(part.models, self.apps.clone(), self.tenants.clone())
+    }
+
+    fn assemble(
+        models: HashMap<String, Arc<ModelEntry>>,
+        apps: HashMap<String, HashMap<String, Arc<AppEntry>>>,
+        tenants: HashMap<String, Arc<TenantEntry>>,
+    ) -> Index {
+        let mut tenant_ids: Vec<String> = tenants.keys().cloned().collect();
+        tenant_ids.sort();
+        Index {
+            models,
+            apps,
             tenant_ids,
             tenants,
         }
@@ -321,17 +374,31 @@ impl Index {
 
 pub struct CatalogCache {
     index: ArcSwap<Index>,
+    keys: KeyIndex,
     secret_key: [u8; 32],
     /// Deployments' health and in-flight counts, kept across reloads.
     pub board: Arc<crate::routing::Board>,
+    /// Held across each read-and-apply, so a read made earlier is never
+    /// applied over one made later (the listener and a request that met a
+    /// new tenant both apply).
+    updating: tokio::sync::Mutex<()>,
 }
+
+/// A burst of changes larger than this is applied as one full load.
+const MAX_DELTAS: usize = 4096;
 
 impl CatalogCache {
     pub fn new(secret_key: [u8; 32]) -> Self {
+        Self::with_miss_tuning(secret_key, MissTuning::default())
+    }
+
+    pub fn with_miss_tuning(secret_key: [u8; 32], tuning: MissTuning) -> Self {
         Self {
             index: ArcSwap::from_pointee(Index::default()),
+            keys: KeyIndex::new(tuning),
             secret_key,
             board: Default::default(),
+            updating: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -339,45 +406,152 @@ impl CatalogCache {
         self.index.load()
     }
 
+    /// The virtual keys (counts of the miss path in `keys().stats`).
+    pub fn keys(&self) -> &KeyIndex {
+        &self.keys
+    }
+
+    /// The usable key with this keyed hash: from the index, else looked up
+    /// in Postgres (see [`KeyIndex::resolve`]).
+    pub async fn key(&self, store: &Store, hash: &[u8; 32]) -> Option<Arc<KeyEntry>> {
+        match self.keys.resolve(store, &self.get(), hash).await {
+            Resolved::Key(k) => Some(k),
+            Resolved::Unknown => None,
+            Resolved::LoadTenant(t) => {
+                let loaded = {
+                    let _g = self.updating.lock().await;
+                    self.apply_tenant(store, &t).await
+                };
+                if let Err(e) = loaded {
+                    tracing::warn!(error = %e, "tenant load for a new key failed");
+                    return None;
+                }
+                match self.keys.resolve(store, &self.get(), hash).await {
+                    Resolved::Key(k) => Some(k),
+                    _ => None,
+                }
+            }
+        }
+    }
+
+    /// Loads everything again (at start, and after the listener was lost).
     pub async fn reload(&self, store: &Store) -> Result<(), store::StoreError> {
-        let c = store.load_catalog(&TenantScope::system()).await?;
-        let (k, m) = (c.keys.len(), c.models.len());
-        self.index
-            .store(Arc::new(Index::build_on(c, &self.secret_key, &self.board)));
-        tracing::debug!(keys = k, models = m, "catalog reloaded");
+        let _g = self.updating.lock().await;
+        self.reload_locked(store).await
+    }
+
+    async fn reload_locked(&self, store: &Store) -> Result<(), store::StoreError> {
+        let mut c = store.load_catalog(&TenantScope::system()).await?;
+        let keys = std::mem::take(&mut c.keys);
+        let (k, m) = (keys.len(), c.models.len());
+        let index = Arc::new(Index::build_on(c, &self.secret_key, &self.board));
+        self.index.store(index.clone());
+        self.keys.replace_all(&index, keys);
+        tracing::debug!(keys = k, models = m, "catalog loaded");
         Ok(())
     }
 
-    /// Keeps the index current: LISTEN for changes, reload on each, and
-    /// reconnect after a database outage (serving the last index meanwhile).
+    /// Applies a burst of notifications: tenants and models first (keys
+    /// join them), then all key changes in one query.
+    pub async fn apply(
+        &self,
+        store: &Store,
+        changes: Vec<CatalogChange>,
+    ) -> Result<(), store::StoreError> {
+        let _g = self.updating.lock().await;
+        if changes.len() > MAX_DELTAS {
+            return self.reload_locked(store).await;
+        }
+        let mut tenants = HashSet::new();
+        let mut keys = HashSet::new();
+        let (mut models, mut config) = (false, false);
+        for c in changes {
+            match c {
+                CatalogChange::Key(h) => {
+                    keys.insert(h);
+                }
+                CatalogChange::Tenant(t) => {
+                    tenants.insert(t);
+                }
+                CatalogChange::Models => models = true,
+                CatalogChange::Config => config = true,
+            }
+        }
+        if config {
+            let c = store
+                .load_catalog_parts(&TenantScope::system(), CatalogParts::CONFIG)
+                .await?;
+            self.index
+                .store(Arc::new(Index::build_on(c, &self.secret_key, &self.board)));
+        } else {
+            for t in &tenants {
+                self.apply_tenant(store, t).await?;
+            }
+            if models {
+                let c = store
+                    .load_catalog_parts(&TenantScope::system(), CatalogParts::MODELS)
+                    .await?;
+                let part = Index::build_on(c, &self.secret_key, &self.board);
+                let next = self.get().with_models(part);
+                self.index.store(Arc::new(next));
+            }
+        }
+        if !keys.is_empty() {
+            let list: Vec<[u8; 32]> = keys.iter().copied().collect();
+            let usable = store.usable_keys_by_hash(&list).await?;
+            self.keys.apply(&self.get(), &keys, usable);
+        }
+        Ok(())
+    }
+
+    /// Reads one tenant (its apps, grants and borrowed quota) again; the
+    /// caller holds `updating`.
+    async fn apply_tenant(&self, store: &Store, tenant: &str) -> Result<(), store::StoreError> {
+        let Some(scope) = TenantScope::system().narrow_to(tenant) else {
+            return Ok(());
+        };
+        let c = store
+            .load_catalog_parts(&scope, CatalogParts::TENANT)
+            .await?;
+        let part = Index::build_on(c, &self.secret_key, &self.board);
+        let next = self.get().with_tenant(tenant, part);
+        self.index.store(Arc::new(next));
+        Ok(())
+    }
+
+    /// Keeps the index current: LISTEN for changes and apply each burst;
+    /// after the connection is lost, LISTEN again and load everything
+    /// (serving the last index meanwhile).
     pub fn spawn_listener(self: Arc<Self>, store: Store) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             loop {
                 match store.config_listener().await {
                     Ok(mut listener) => {
-                        // Reload after LISTEN is in place so no change is missed.
+                        // Load after LISTEN is in place so no change is missed.
                         if let Err(e) = self.reload(&store).await {
-                            tracing::warn!(error = %e, "catalog reload failed");
+                            tracing::warn!(error = %e, "catalog load failed");
                         }
                         loop {
-                            tokio::select! {
-                                n = listener.recv() => match n {
-                                    Ok(_) => {
-                                        // Coalesce a burst of changes into one reload.
-                                        while listener.next_buffered().is_some() {}
-                                        if let Err(e) = self.reload(&store).await {
-                                            tracing::warn!(error = %e, "catalog reload failed");
-                                        }
-                                    }
-                                    Err(e) => {
-                                        tracing::warn!(error = %e, "config listener lost; reconnecting");
-                                        break;
-                                    }
-                                },
-                                _ = tokio::time::sleep(Duration::from_secs(30)) => {
-                                    if let Err(e) = self.reload(&store).await {
-                                        tracing::warn!(error = %e, "periodic catalog reload failed");
-                                    }
+                            let first = match listener.recv().await {
+                                Ok(n) => n,
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "config listener lost; reconnecting");
+                                    break;
+                                }
+                            };
+                            let mut changes = vec![CatalogChange::parse(first.payload())];
+                            while let Some(n) = listener.next_buffered() {
+                                if changes.len() <= MAX_DELTAS {
+                                    changes.push(CatalogChange::parse(n.payload()));
+                                }
+                            }
+                            if let Err(e) = self.apply(&store, changes).await {
+                                // A change not applied is not retried from the
+                                // notification: load everything instead.
+                                tracing::warn!(error = %e, "catalog change not applied; loading all");
+                                if let Err(e) = self.reload(&store).await {
+                                    tracing::warn!(error = %e, "catalog load failed");
+                                    break;
                                 }
                             }
                         }

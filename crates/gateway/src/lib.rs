@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod decisions;
 mod errors;
 mod fair;
+pub mod key_index;
 mod metrics_names;
 mod models;
 mod proxy;

@@ -20,6 +20,10 @@ pub const QUEUE_DEPTH: &str = "tollgate_queue_depth";
 pub const QUEUE_WAIT_SECONDS: &str = "tollgate_queue_wait_seconds";
 pub const DECISIONS_STORED: &str = "tollgate_decisions_stored_total";
 pub const DECISIONS_DROPPED: &str = "tollgate_decisions_dropped_total";
+/// Keys the index did not know, by `result`: `found`, `unknown`,
+/// `unknown_tenant`, `negative_cache` (no lookup), `refused` (rate bound, no
+/// lookup), `error`.
+pub const KEY_MISSES: &str = "tollgate_key_miss_lookups_total";
 /// 1 while every Redis node runs `maxmemory-policy noeviction`, 0 when one
 /// does not (the books are then at risk: see docs/reliability.md).
 pub const REDIS_EVICTION_POLICY_OK: &str = "tollgate_redis_eviction_policy_ok";

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 pub async fn list(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
     let rid = crate::proxy::new_request_id();
-    let key = match authenticate(&gw, &headers, &rid) {
+    let key = match authenticate(&gw, &headers, &rid).await {
         Ok(k) => k,
         Err(e) => return e.into_response(),
     };

@@ -81,7 +81,7 @@ fn refuse(e: ApiError, key: Option<&Arc<KeyEntry>>, model: &str) -> Refused {
     (e, key.cloned(), model.to_string())
 }
 
-pub fn authenticate(
+pub async fn authenticate(
     gw: &Gateway,
     headers: &HeaderMap,
     rid: &str,
@@ -102,10 +102,8 @@ pub fn authenticate(
     let hash = keys::keyed_hash(&gw.cfg.pepper, raw);
     let key = gw
         .catalog
-        .get()
-        .keys
-        .get(&hash)
-        .cloned()
+        .key(&gw.store, &hash)
+        .await
         .ok_or_else(|| bad("invalid API key"))?;
     if key.expires_at.is_some_and(|t| t <= chrono::Utc::now()) {
         return Err(bad("this API key has expired"));
@@ -120,7 +118,9 @@ async fn admit_and_forward(
     body: Body,
     rid: &str,
 ) -> Result<Response, Refused> {
-    let key = authenticate(gw, headers, rid).map_err(|e| refuse(e, None, ""))?;
+    let key = authenticate(gw, headers, rid)
+        .await
+        .map_err(|e| refuse(e, None, ""))?;
     let k = Some(&key);
     let bytes = axum::body::to_bytes(body, gw.cfg.max_body_bytes)
         .await

@@ -9,13 +9,15 @@ use serde::Serialize;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
-use store::TenantScope;
+use store::{RollupDifference, TenantScope};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ReconcileResult {
     pub periods: Vec<String>,
     pub tenants_checked: usize,
     pub differences: Vec<Difference>,
+    /// Rollup rows that differ from the ledger events they summarise.
+    pub rollups: Vec<RollupDifference>,
     /// What could not be compared, and why (a Redis month that expired…).
     pub notes: Vec<String>,
 }
@@ -36,6 +38,7 @@ struct Sides {
 
 async fn check_once(ctx: &JobContext, periods: &[String]) -> Result<ReconcileResult, JobError> {
     let mut differences = vec![];
+    let mut rollups = vec![];
     let mut notes = vec![];
     let mut tenants_checked = BTreeSet::new();
     let known = ctx.store.tenant_ids(&TenantScope::system()).await?;
@@ -49,8 +52,13 @@ async fn check_once(ctx: &JobContext, periods: &[String]) -> Result<ReconcileRes
         let pg = if purged {
             BTreeMap::new()
         } else {
+            rollups.extend(
+                ctx.store
+                    .rollup_differences(period, MAX_ROLLUP_DIFFERENCES)
+                    .await?,
+            );
             ctx.store
-                .period_totals(&TenantScope::system(), period)
+                .period_event_totals(&TenantScope::system(), period)
                 .await?
         };
         let ch: Option<BTreeMap<String, Totals>> = match &closed {
@@ -185,8 +193,18 @@ async fn check_once(ctx: &JobContext, periods: &[String]) -> Result<ReconcileRes
         periods: periods.to_vec(),
         tenants_checked: tenants_checked.len(),
         differences,
+        rollups,
         notes,
     })
+}
+
+/// Rollup differences named per period (more are one damage, not news).
+const MAX_ROLLUP_DIFFERENCES: i64 = 100;
+
+impl ReconcileResult {
+    pub fn is_clean(&self) -> bool {
+        self.differences.is_empty() && self.rollups.is_empty()
+    }
 }
 
 /// Checks `period` (or this month and the one before). Settled events
@@ -215,7 +233,7 @@ pub async fn check(
             .await
             .map_err(JobError::Failed)?;
         let r = check_once(ctx, &periods).await?;
-        let clean = r.differences.is_empty();
+        let clean = r.is_clean();
         last = Some(r);
         if clean {
             break;
@@ -231,13 +249,15 @@ pub async fn run(
 ) -> Result<JobReport, JobError> {
     let r = check(ctx, now, period).await?;
     Ok(JobReport {
-        clean: r.differences.is_empty(),
-        counts: json!({"periods": r.periods.len(), "tenants": r.tenants_checked, "differences": r.differences.len()}),
+        clean: r.is_clean(),
+        counts: json!({"periods": r.periods.len(), "tenants": r.tenants_checked, "differences": r.differences.len(),
+            "rollup_differences": r.rollups.len()}),
         summary: format!(
-            "reconcile: {} period(s), {} tenants, {} difference(s)",
+            "reconcile: {} period(s), {} tenants, {} difference(s), {} rollup difference(s)",
             r.periods.len(),
             r.tenants_checked,
-            r.differences.len()
+            r.differences.len(),
+            r.rollups.len()
         ),
         detail: serde_json::to_value(&r).unwrap_or_default(),
     })

@@ -91,7 +91,10 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         tracing::warn!("Redis is not answering yet: requests fail closed (503) until it does");
     }
     crate::redis_policy::check_at_start(&quota).await?;
-    let catalog = Arc::new(CatalogCache::new(cfg.encryption_key()?));
+    let catalog = Arc::new(CatalogCache::with_miss_tuning(
+        cfg.encryption_key()?,
+        cfg.miss_tuning(),
+    ));
     catalog
         .reload(&store)
         .await

@@ -261,6 +261,34 @@ pub async fn run_job(
     Ok(r)
 }
 
+/// `tollgate admin load-ledger`: a synthetic month through the ledger path.
+pub async fn load_ledger(
+    cfg: &Config,
+    events: u64,
+    tenants: u32,
+    apps: u32,
+    period: &str,
+) -> anyhow::Result<crate::load_ledger::LoadReport> {
+    let store = Store::connect(&cfg.database.url, 2).await?;
+    store.migrate().await?;
+    let plan = crate::load_ledger::LoadPlan {
+        events,
+        tenants,
+        apps,
+        period: period.to_string(),
+        batch: cfg.gateway.ledger_batch,
+        progress: true,
+    };
+    let r = crate::load_ledger::load(&store, &plan).await?;
+    println!(
+        "load-ledger: {} new events of {events} in {:.1}s: {:.0} events/s",
+        r.events_written,
+        r.seconds,
+        r.events_per_sec()
+    );
+    Ok(r)
+}
+
 /// `tollgate reconcile --check [--period P]`: prints every difference;
 /// Ok(false) when there is any.
 pub async fn reconcile_check(cfg: &Config, period: Option<&str>) -> anyhow::Result<bool> {
@@ -273,14 +301,18 @@ pub async fn reconcile_check(cfg: &Config, period: Option<&str>) -> anyhow::Resu
     for d in &r.differences {
         println!("DIFFERENCE {d}");
     }
+    for d in &r.rollups {
+        println!("DIFFERENCE {d}");
+    }
     println!(
-        "reconcile: {} period(s) [{}], {} tenants, {} difference(s)",
+        "reconcile: {} period(s) [{}], {} tenants, {} difference(s), {} rollup difference(s)",
         r.periods.len(),
         r.periods.join(", "),
         r.tenants_checked,
-        r.differences.len()
+        r.differences.len(),
+        r.rollups.len()
     );
-    Ok(r.differences.is_empty())
+    Ok(r.is_clean())
 }
 
 /// `tollgate jobs run stale-holds [--now T]`: close abandoned holds once.

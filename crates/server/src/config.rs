@@ -277,6 +277,11 @@ pub struct KeysConfig {
     pub pepper: Option<String>,
     /// 64 hex characters: the key that encrypts upstream provider keys.
     pub encryption_key: Option<String>,
+    /// Postgres lookups a second (and burst) for keys a replica's index does
+    /// not know, across all such keys: random keys cannot load Postgres.
+    pub miss_lookups_per_sec: u32,
+    /// An unknown key is answered 401 without a lookup for this long.
+    pub miss_negative_ttl_ms: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -417,6 +422,8 @@ impl Default for Config {
             keys: KeysConfig {
                 pepper: None,
                 encryption_key: None,
+                miss_lookups_per_sec: 100,
+                miss_negative_ttl_ms: 2_000,
             },
             platform: PlatformConfig {
                 timezone: "Asia/Shanghai".into(),
@@ -636,6 +643,16 @@ impl Config {
             .as_ref()
             .map(|p| p.as_bytes().to_vec())
             .context("keys.pepper is not set (TOLLGATE__KEYS__PEPPER, at least 32 bytes)")
+    }
+
+    /// How a replica looks up keys its index does not know.
+    pub fn miss_tuning(&self) -> gateway::key_index::MissTuning {
+        gateway::key_index::MissTuning {
+            lookups_per_sec: self.keys.miss_lookups_per_sec,
+            burst: self.keys.miss_lookups_per_sec.max(1),
+            negative_ttl: std::time::Duration::from_millis(self.keys.miss_negative_ttl_ms),
+            ..Default::default()
+        }
     }
 
     pub fn encryption_key(&self) -> anyhow::Result<[u8; 32]> {

@@ -6,5 +6,6 @@ pub mod commands;
 pub mod config;
 pub mod demo;
 pub mod metrics_endpoint;
+pub mod load_ledger;
 pub mod redis_policy;
 pub mod routing_config;

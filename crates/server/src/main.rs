@@ -115,6 +115,20 @@ enum AdminCommand {
         #[arg(long)]
         isolation: bool,
     },
+    /// Write a synthetic month of usage events (and their rollups) through
+    /// the ledger's own write path, with tenants `load-00000`… and their
+    /// apps; prints events per second. For capacity planning and benchmarks.
+    LoadLedger {
+        #[arg(long)]
+        events: u64,
+        #[arg(long, default_value_t = 100)]
+        tenants: u32,
+        #[arg(long, default_value_t = 5)]
+        apps: u32,
+        /// YYYY-MM
+        #[arg(long)]
+        period: String,
+    },
 }
 
 /// No transparent huge pages for this process. mimalloc asks for them on
@@ -175,6 +189,17 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                     isolation,
                 },
         } => commands::bench_setup(&cfg, &upstream, isolation)
+            .await
+            .map(|_| true),
+        Command::Admin {
+            command:
+                AdminCommand::LoadLedger {
+                    events,
+                    tenants,
+                    apps,
+                    period,
+                },
+        } => commands::load_ledger(&cfg, events, tenants, apps, &period)
             .await
             .map(|_| true),
         Command::AuditVerify => commands::audit_verify(&cfg).await,

@@ -22,7 +22,12 @@ fn totals(r: &PgRow) -> Totals {
     }
 }
 
+/// Sums over ledger events (the truth the rollups are checked against).
 const SUMS: &str = "COUNT(*)::int8 AS requests, COALESCE(SUM(input_tokens), 0)::int8 AS input_tokens,
+     COALESCE(SUM(output_tokens), 0)::int8 AS output_tokens, COALESCE(SUM(cost_micro), 0)::int8 AS cost_micro";
+
+/// The same sums over rollup rows: what bills and charts read.
+const ROLLUP_SUMS: &str = "COALESCE(SUM(requests), 0)::int8 AS requests, COALESCE(SUM(input_tokens), 0)::int8 AS input_tokens,
      COALESCE(SUM(output_tokens), 0)::int8 AS output_tokens, COALESCE(SUM(cost_micro), 0)::int8 AS cost_micro";
 
 /// A month's rollover record (see migrations/0006_billing.sql).
@@ -90,8 +95,24 @@ impl VerifiedMonth {
 }
 
 impl Store {
-    /// Usage of a month per tenant of the scope, straight from the ledger.
+    /// Usage of a month per tenant of the scope, from the rollups.
     pub async fn period_totals(
+        &self,
+        scope: &TenantScope,
+        period: &str,
+    ) -> Result<BTreeMap<String, Totals>> {
+        sums_by_tenant(
+            &self.pool,
+            "usage_rollups",
+            ROLLUP_SUMS,
+            period,
+            scope.tenant(),
+        )
+        .await
+    }
+
+    /// The same, summed over the events themselves.
+    pub async fn period_event_totals(
         &self,
         scope: &TenantScope,
         period: &str,
@@ -101,7 +122,7 @@ impl Store {
 
     pub async fn bill_rows(&self, scope: &TenantScope, period: &str) -> Result<Vec<BillRow>> {
         let rows = sqlx::query(&format!(
-            "SELECT tenant_id, app_id, model, {SUMS} FROM usage_events
+            "SELECT tenant_id, app_id, model, {ROLLUP_SUMS} FROM usage_rollups
              WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
              GROUP BY tenant_id, app_id, model ORDER BY tenant_id, app_id, model"
         ))
@@ -122,7 +143,7 @@ impl Store {
 
     pub async fn day_rows(&self, scope: &TenantScope, period: &str) -> Result<Vec<DayRow>> {
         let rows = sqlx::query(&format!(
-            "SELECT tenant_id, app_id, model, day::text AS day, {SUMS} FROM usage_events
+            "SELECT tenant_id, app_id, model, day::text AS day, {ROLLUP_SUMS} FROM usage_rollups
              WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
              GROUP BY tenant_id, app_id, model, day ORDER BY tenant_id, day, app_id, model"
         ))
@@ -383,6 +404,12 @@ impl Store {
                 "the ledger of {period} changed during its copy"
             )));
         }
+        let rolled = sums_by_tenant(&mut *tx, "usage_rollups", ROLLUP_SUMS, period, None).await?;
+        if rolled != now_totals {
+            return Err(StoreError::Conflict(format!(
+                "the rollups of {period} differ from its events; run reconcile --check"
+            )));
+        }
         let refused: i64 =
             sqlx::query_scalar("SELECT COUNT(*)::int8 FROM request_decisions WHERE period = $1")
                 .bind(period)
@@ -467,6 +494,10 @@ impl Store {
             .execute(&mut *tx)
             .await?
             .rows_affected();
+        sqlx::query("DELETE FROM usage_rollups WHERE period = $1")
+            .bind(&m.period)
+            .execute(&mut *tx)
+            .await?;
         let decisions = sqlx::query("DELETE FROM request_decisions WHERE period = $1")
             .bind(&m.period)
             .execute(&mut *tx)
@@ -490,7 +521,8 @@ impl Store {
     }
 }
 
-/// A month's usage per tenant: of `tenant`, or of every tenant (`None`).
+/// A month's usage per tenant, summed over its events: of `tenant`, or of
+/// every tenant (`None`).
 async fn period_totals<'e, E>(
     ex: E,
     period: &str,
@@ -499,8 +531,21 @@ async fn period_totals<'e, E>(
 where
     E: sqlx::Executor<'e, Database = sqlx::Postgres>,
 {
+    sums_by_tenant(ex, "usage_events", SUMS, period, tenant).await
+}
+
+async fn sums_by_tenant<'e, E>(
+    ex: E,
+    table: &str,
+    sums: &str,
+    period: &str,
+    tenant: Option<&str>,
+) -> Result<BTreeMap<String, Totals>>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Postgres>,
+{
     let rows = sqlx::query(&format!(
-        "SELECT tenant_id, {SUMS} FROM usage_events WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
+        "SELECT tenant_id, {sums} FROM {table} WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
          GROUP BY tenant_id"
     ))
     .bind(period)

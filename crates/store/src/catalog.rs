@@ -2,6 +2,7 @@
 //! is built from, and the writes that change it (each with its audit row).
 
 use crate::audit::{append, NewAudit};
+use crate::CatalogParts;
 use crate::{conflict, Result, Store, StoreError, TenantScope};
 use chrono::{DateTime, Utc};
 use domain::Limits;
@@ -108,6 +109,20 @@ fn limits_of(v: serde_json::Value) -> Result<Limits> {
     serde_json::from_value(v).map_err(|e| StoreError::Corrupt(format!("limits: {e}")))
 }
 
+pub(crate) fn key_row(r: &sqlx::postgres::PgRow) -> Result<KeyRow> {
+    Ok(KeyRow {
+        id: r.get("id"),
+        tenant_id: r.get("tenant_id"),
+        app_id: r.get("app_id"),
+        name: r.get("name"),
+        prefix: r.get("prefix"),
+        key_hash: r.get("key_hash"),
+        limits: limits_of(r.get("limits"))?,
+        allowed_models: r.get("allowed_models"),
+        expires_at: r.get("expires_at"),
+    })
+}
+
 pub(crate) fn app_row(r: &sqlx::postgres::PgRow) -> Result<AppRow> {
     Ok(AppRow {
         tenant_id: r.get("tenant_id"),
@@ -140,7 +155,19 @@ impl Store {
     /// The catalog of the tenants in `scope` (the gateway's is the system
     /// scope's), with every enabled model.
     pub async fn load_catalog(&self, scope: &TenantScope) -> Result<Catalog> {
+        self.load_catalog_parts(scope, CatalogParts::ALL).await
+    }
+
+    /// The parts of the catalog a change touched (see [`CatalogParts`]).
+    pub async fn load_catalog_parts(
+        &self,
+        scope: &TenantScope,
+        p: CatalogParts,
+    ) -> Result<Catalog> {
         let t = scope.tenant();
+        // A part not wanted binds the empty tenant id, which no tenant has:
+        // the query shape stays one, and it returns nothing.
+        let t_or_none = if p.tenants { t } else { Some("") };
         let mut tx = self.pool.begin().await?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .execute(&mut *tx)
@@ -149,7 +176,7 @@ impl Store {
             "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens FROM tenants
              WHERE ($1::text IS NULL OR id = $1)",
         )
-        .bind(t)
+        .bind(t_or_none)
         .fetch_all(&mut *tx)
         .await?
         .into_iter()
@@ -158,7 +185,7 @@ impl Store {
         let apps = sqlx::query(
             "SELECT tenant_id, id, name, limits, allowed_models FROM apps WHERE ($1::text IS NULL OR tenant_id = $1)",
         )
-        .bind(t)
+        .bind(t_or_none)
         .fetch_all(&mut *tx)
         .await?
         .iter()
@@ -169,31 +196,20 @@ impl Store {
              FROM virtual_keys WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
                AND ($1::text IS NULL OR tenant_id = $1)",
         )
-        .bind(t)
+        .bind(if p.keys { t } else { Some("") })
         .fetch_all(&mut *tx)
         .await?
-        .into_iter()
-        .map(|r| {
-            Ok(KeyRow {
-                id: r.get("id"),
-                tenant_id: r.get("tenant_id"),
-                app_id: r.get("app_id"),
-                name: r.get("name"),
-                prefix: r.get("prefix"),
-                key_hash: r.get("key_hash"),
-                limits: limits_of(r.get("limits"))?,
-                allowed_models: r.get("allowed_models"),
-                expires_at: r.get("expires_at"),
-            })
-        })
+        .iter()
+        .map(key_row)
         .collect::<Result<Vec<_>>>()?;
         let models = sqlx::query(
             "SELECT id, kind, upstream_base_url, upstream_model, upstream_api_key_enc,
                     input_price_micro_per_mtok, output_price_micro_per_mtok, tokenizer,
                     default_max_output_tokens, degrade_to, pool_capacity, cap_field,
                     hidden_reasoning, apis
-             FROM models WHERE enabled",
+             FROM models WHERE enabled AND $1",
         )
+        .bind(p.models)
         .fetch_all(&mut *tx)
         .await?
         .into_iter()
@@ -215,23 +231,24 @@ impl Store {
         })
         .collect::<Result<Vec<_>>>()?;
         let grants = sqlx::query(crate::quota_requests::ACTIVE_GRANTS)
-            .bind(t)
+            .bind(t_or_none)
             .fetch_all(&mut *tx)
             .await?
             .iter()
             .map(crate::quota_requests::grant_row)
             .collect();
         let borrowed = sqlx::query(crate::fair::OUTSTANDING)
-            .bind(t)
+            .bind(t_or_none)
             .fetch_all(&mut *tx)
             .await?
             .iter()
             .map(crate::fair::borrowed_row)
             .collect();
         let guarantees = sqlx::query(
-            "SELECT model_id, tenant_id, slots FROM model_guarantees WHERE ($1::text IS NULL OR tenant_id = $1)",
+            "SELECT model_id, tenant_id, slots FROM model_guarantees WHERE ($1::text IS NULL OR tenant_id = $1) AND $2",
         )
         .bind(t)
+        .bind(p.models)
         .fetch_all(&mut *tx)
         .await?
         .into_iter()

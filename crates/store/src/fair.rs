@@ -344,7 +344,7 @@ impl Store {
         Ok(rows.iter().map(reclaim_row).collect())
     }
 
-    /// A tenant's settled cost of one day, from the ledger.
+    /// A tenant's settled cost of one day, from the ledger's rollups.
     pub async fn tenant_day_cost(
         &self,
         scope: &TenantScope,
@@ -354,8 +354,10 @@ impl Store {
         let day = chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d")
             .map_err(|e| StoreError::Corrupt(format!("day {day}: {e}")))?;
         Ok(sqlx::query_scalar(
-            "SELECT COALESCE(sum(cost_micro), 0)::BIGINT FROM usage_events
-             WHERE tenant_id = $1 AND day = $2 AND ($3::text IS NULL OR tenant_id = $3)",
+            "SELECT COALESCE(sum(cost_micro), 0)::BIGINT FROM usage_rollups
+             WHERE tenant_id = $1 AND day = $2
+               -- the hold's month: the settle day's, or the one before it
+               AND period IN (to_char($2, 'YYYY-MM'), to_char($2 - interval '1 month', 'YYYY-MM')) AND ($3::text IS NULL OR tenant_id = $3)",
         )
         .bind(tenant)
         .bind(day)

@@ -17,6 +17,21 @@ pub struct MonthUsageRow {
     pub requests: i64,
 }
 
+/// The grain of `usage_rollups`, its primary key: one row per
+/// combination. Attribution (tags, end users) extends it here.
+pub(crate) const ROLLUP_KEY: &str = "period, tenant_id, app_id, key_id, model, day";
+
+/// `sum(col)` over events as numeric, saturating at i64::MAX: the one
+/// rule a rollup total (and the events it is checked against) follows.
+pub(crate) fn sat_sum(col: &str) -> String {
+    format!("LEAST(sum({col}::numeric), 9223372036854775807)::int8")
+}
+
+/// A rollup total plus the new rows' total, saturating like [`sat_sum`].
+fn sat_add(col: &str) -> String {
+    format!("LEAST(usage_rollups.{col}::numeric + EXCLUDED.{col}, 9223372036854775807)::int8")
+}
+
 fn ts(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or_default()
 }
@@ -41,17 +56,48 @@ impl Store {
         }
         let days: Vec<NaiveDate> =
             col!(|e| NaiveDate::parse_from_str(&e.day, "%Y-%m-%d").unwrap_or_default());
-        let n = sqlx::query(
-            "INSERT INTO usage_events (request_id, tenant_id, app_id, key_id, model, period, day,
-                input_tokens, output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens,
-                overrun_cost_micro, status, stream, replica, started_at, settled_at, usage_source,
-                usage_anomaly, reported_usage, deployment)
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                $7::date[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[],
-                $14::int8[], $15::text[], $16::bool[], $17::text[], $18::timestamptz[], $19::timestamptz[], $20::text[],
-                $21::text[], $22::jsonb[], $23::text[])
-             ON CONFLICT (request_id) DO NOTHING",
-        )
+        // One statement: the events that were new, and their sums added to
+        // the rollups, commit together or not at all. Rollup totals saturate
+        // at i64::MAX (summed as numeric) so absurd reports stored before any
+        // bound existed never fail the ledger's writes.
+        let n: i64 = sqlx::query_scalar(&format!(
+            "WITH new_events AS (
+                INSERT INTO usage_events (request_id, tenant_id, app_id, key_id, model, period, day,
+                    input_tokens, output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens,
+                    overrun_cost_micro, status, stream, replica, started_at, settled_at, usage_source,
+                    usage_anomaly, reported_usage, deployment)
+                SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                    $7::date[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[],
+                    $14::int8[], $15::text[], $16::bool[], $17::text[], $18::timestamptz[], $19::timestamptz[], $20::text[],
+                    $21::text[], $22::jsonb[], $23::text[])
+                ON CONFLICT (request_id) DO NOTHING
+                RETURNING {ROLLUP_KEY}, input_tokens, output_tokens, cost_micro, overrun_tokens, overrun_cost_micro
+             ), rolled AS (
+                INSERT INTO usage_rollups ({ROLLUP_KEY}, requests, input_tokens, output_tokens, cost_micro,
+                    overrun_tokens, overrun_cost_micro)
+                SELECT {ROLLUP_KEY}, count(*), {si}, {so}, {sc}, {sot}, {soc}
+                FROM new_events GROUP BY {ROLLUP_KEY} ORDER BY {ROLLUP_KEY}
+                ON CONFLICT ({ROLLUP_KEY}) DO UPDATE SET
+                    requests = usage_rollups.requests + EXCLUDED.requests,
+                    input_tokens = {ai},
+                    output_tokens = {ao},
+                    cost_micro = {ac},
+                    overrun_tokens = {aot},
+                    overrun_cost_micro = {aoc}
+                RETURNING 1
+             )
+             SELECT count(*) FROM new_events",
+            si = sat_sum("input_tokens"),
+            so = sat_sum("output_tokens"),
+            sc = sat_sum("cost_micro"),
+            sot = sat_sum("overrun_tokens"),
+            soc = sat_sum("overrun_cost_micro"),
+            ai = sat_add("input_tokens"),
+            ao = sat_add("output_tokens"),
+            ac = sat_add("cost_micro"),
+            aot = sat_add("overrun_tokens"),
+            aoc = sat_add("overrun_cost_micro"),
+        ))
         .bind(col!(|e| e.request_id.clone()))
         .bind(col!(|e| e.tenant_id.clone()))
         .bind(col!(|e| e.app_id.clone()))
@@ -75,10 +121,9 @@ impl Store {
         .bind(col!(|e| e.anomaly.as_ref().map(|a| a.kind.clone())))
         .bind(col!(|e| e.anomaly.as_ref().map(|a| a.reported.clone())))
         .bind(col!(|e| e.deployment.clone()))
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        Ok(n)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n as u64)
     }
 
     /// Whether a request's usage event is in the ledger (request ids are
@@ -121,8 +166,8 @@ impl Store {
                     LEAST(COALESCE(SUM(cost_micro::numeric), 0), 9007199254740991)::int8 AS cost,
                     LEAST(COALESCE(SUM(overrun_tokens::numeric), 0), 9007199254740991)::int8 AS otok,
                     LEAST(COALESCE(SUM(overrun_cost_micro::numeric), 0), 9007199254740991)::int8 AS ocost,
-                    COUNT(*) AS requests
-             FROM usage_events WHERE tenant_id = $1 AND period = $2 AND ($3::text IS NULL OR tenant_id = $3)
+                    COALESCE(SUM(requests), 0)::int8 AS requests
+             FROM usage_rollups WHERE period = $2 AND tenant_id = $1 AND ($3::text IS NULL OR tenant_id = $3)
              GROUP BY app_id, key_id",
         )
         .bind(tenant)

@@ -1,0 +1,281 @@
+//! Virtual keys by keyed hash, the part of the catalog that is large (a
+//! million keys) and changes often. It is updated one key at a time from
+//! catalog notifications, never copied whole on a change; a key it does not
+//! know is looked up in Postgres (once per hash at a time, within a global
+//! rate, remembered briefly when unknown), so a key works on every replica
+//! from the moment its create call returns.
+
+use crate::catalog::{Index, KeyEntry};
+use crate::metrics_names as m;
+use domain::keys::MissBudget;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+use store::{KeyRow, Store};
+use tokio::sync::OnceCell;
+
+const SHARDS: usize = 64;
+
+/// Bounds of the lookups made for keys the index does not know.
+#[derive(Debug, Clone)]
+pub struct MissTuning {
+    /// Postgres lookups a second across all unknown keys (a token bucket).
+    pub lookups_per_sec: u32,
+    pub burst: u32,
+    /// An unknown key is answered 401 without a lookup for this long.
+    pub negative_ttl: Duration,
+    /// Most unknown keys remembered; past it the oldest half is forgotten.
+    pub negative_capacity: usize,
+}
+
+impl Default for MissTuning {
+    fn default() -> Self {
+        Self {
+            lookups_per_sec: 100,
+            burst: 100,
+            negative_ttl: Duration::from_secs(2),
+            negative_capacity: 100_000,
+        }
+    }
+}
+
+/// Counts of the miss path since start (also exported as metrics).
+#[derive(Debug, Default)]
+pub struct MissStats {
+    /// Postgres lookups made for keys the index did not know.
+    pub lookups: AtomicU64,
+    /// Of those, keys that were found and usable.
+    pub found: AtomicU64,
+    /// Unknown keys answered from the negative cache.
+    pub negative_hits: AtomicU64,
+    /// Unknown keys refused without a lookup: the rate bound was reached.
+    pub refused: AtomicU64,
+}
+
+#[derive(Debug, Clone)]
+enum Lookup {
+    Found(Arc<KeyEntry>),
+    Unknown,
+    /// A usable key of a tenant or app this replica's index does not hold
+    /// yet (created a moment ago).
+    TenantUnknown(String),
+}
+
+/// What [`KeyIndex::resolve`] found.
+#[derive(Debug)]
+pub enum Resolved {
+    Key(Arc<KeyEntry>),
+    /// Unknown, revoked, expired, or not looked up (rate bound).
+    Unknown,
+    /// Usable, but its tenant (named) must be loaded into the index first.
+    LoadTenant(String),
+}
+
+type Shard = RwLock<HashMap<[u8; 32], Arc<KeyEntry>>>;
+
+pub struct KeyIndex {
+    shards: Box<[Shard]>,
+    /// Bumped by every change applied from Postgres (a key delta, a full
+    /// load). A miss lookup caches its answer only if no change was applied
+    /// while it ran, so a slow lookup cannot put back a key just revoked.
+    epoch: AtomicU64,
+    negative: Mutex<HashMap<[u8; 32], Instant>>,
+    inflight: Mutex<HashMap<[u8; 32], Arc<OnceCell<Lookup>>>>,
+    budget: Mutex<MissBudget>,
+    origin: Instant,
+    tuning: MissTuning,
+    pub stats: MissStats,
+}
+
+fn shard_of(hash: &[u8; 32]) -> usize {
+    // The hash is an HMAC: its bytes are already uniform.
+    hash[0] as usize % SHARDS
+}
+
+impl KeyIndex {
+    pub fn new(tuning: MissTuning) -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
+            epoch: AtomicU64::new(0),
+            negative: Mutex::default(),
+            inflight: Mutex::default(),
+            budget: Mutex::new(MissBudget::new(tuning.lookups_per_sec, tuning.burst, 0.0)),
+            origin: Instant::now(),
+            tuning,
+            stats: MissStats::default(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.read().expect("key shard").len())
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The key if the index knows it, joined with the tenant and app of
+    /// `index` (an entry built against an older tenant or app is rebuilt).
+    pub fn get(&self, index: &Index, hash: &[u8; 32]) -> Option<Arc<KeyEntry>> {
+        let shard = &self.shards[shard_of(hash)];
+        let cur = shard.read().expect("key shard").get(hash).cloned()?;
+        let (tenant, app) = index.tenant_and_app(&cur.tenant.id, &cur.app.id)?;
+        if Arc::ptr_eq(&tenant, &cur.tenant) && Arc::ptr_eq(&app, &cur.app) {
+            return Some(cur);
+        }
+        let fresh = Arc::new(cur.rejoined(tenant, app));
+        let mut w = shard.write().expect("key shard");
+        // Replace only what we read: a key removed meanwhile stays removed.
+        if w.get(hash).is_some_and(|e| Arc::ptr_eq(e, &cur)) {
+            w.insert(*hash, fresh.clone());
+        }
+        Some(fresh)
+    }
+
+    /// The key, from the index or else from Postgres.
+    pub async fn resolve(&self, store: &Store, index: &Index, hash: &[u8; 32]) -> Resolved {
+        if let Some(k) = self.get(index, hash) {
+            return Resolved::Key(k);
+        }
+        if self.negatively_cached(hash) {
+            self.stats.negative_hits.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!(m::KEY_MISSES, "result" => "negative_cache").increment(1);
+            return Resolved::Unknown;
+        }
+        let cell = {
+            let mut f = self.inflight.lock().expect("inflight");
+            f.entry(*hash).or_default().clone()
+        };
+        let answer = cell
+            .get_or_init(|| self.look_up(store, index, hash))
+            .await
+            .clone();
+        {
+            let mut f = self.inflight.lock().expect("inflight");
+            if f.get(hash).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                f.remove(hash);
+            }
+        }
+        match answer {
+            Lookup::Found(k) => Resolved::Key(k),
+            Lookup::Unknown => Resolved::Unknown,
+            Lookup::TenantUnknown(t) => Resolved::LoadTenant(t),
+        }
+    }
+
+    fn negatively_cached(&self, hash: &[u8; 32]) -> bool {
+        let neg = self.negative.lock().expect("negative cache");
+        neg.get(hash)
+            .is_some_and(|t| t.elapsed() < self.tuning.negative_ttl)
+    }
+
+    fn remember_unknown(&self, hash: &[u8; 32]) {
+        let mut neg = self.negative.lock().expect("negative cache");
+        if neg.len() >= self.tuning.negative_capacity {
+            let ttl = self.tuning.negative_ttl;
+            neg.retain(|_, t| t.elapsed() < ttl / 2);
+            if neg.len() >= self.tuning.negative_capacity {
+                neg.clear();
+            }
+        }
+        neg.insert(*hash, Instant::now());
+    }
+
+    /// One Postgres lookup (the single flight of this hash runs it).
+    async fn look_up(&self, store: &Store, index: &Index, hash: &[u8; 32]) -> Lookup {
+        let allowed = {
+            let now = self.origin.elapsed().as_secs_f64();
+            self.budget.lock().expect("miss budget").take(now)
+        };
+        if !allowed {
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!(m::KEY_MISSES, "result" => "refused").increment(1);
+            return Lookup::Unknown;
+        }
+        let epoch = self.epoch.load(Ordering::Acquire);
+        self.stats.lookups.fetch_add(1, Ordering::Relaxed);
+        let rows = match store.usable_keys_by_hash(&[*hash]).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "key lookup failed");
+                metrics::counter!(m::KEY_MISSES, "result" => "error").increment(1);
+                return Lookup::Unknown;
+            }
+        };
+        let Some(row) = rows.into_iter().next() else {
+            metrics::counter!(m::KEY_MISSES, "result" => "unknown").increment(1);
+            self.remember_unknown(hash);
+            return Lookup::Unknown;
+        };
+        // The tenant or app may be newer than this replica's index (created
+        // a moment ago); the caller then loads it and asks again.
+        let Some(entry) = KeyEntry::from_row(&row, index) else {
+            metrics::counter!(m::KEY_MISSES, "result" => "unknown_tenant").increment(1);
+            return Lookup::TenantUnknown(row.tenant_id);
+        };
+        metrics::counter!(m::KEY_MISSES, "result" => "found").increment(1);
+        self.stats.found.fetch_add(1, Ordering::Relaxed);
+        let entry = Arc::new(entry);
+        let mut w = self.shards[shard_of(hash)].write().expect("key shard");
+        if self.epoch.load(Ordering::Acquire) == epoch {
+            w.insert(*hash, entry.clone());
+        }
+        Lookup::Found(entry)
+    }
+
+    /// Applies what Postgres says now of these hashes: `usable` are the
+    /// rows among them still usable; every other hash is removed.
+    pub fn apply(&self, index: &Index, hashes: &HashSet<[u8; 32]>, usable: Vec<KeyRow>) {
+        let mut found: HashMap<[u8; 32], KeyRow> = HashMap::with_capacity(usable.len());
+        for r in usable {
+            if let Ok(h) = <[u8; 32]>::try_from(r.key_hash.as_slice()) {
+                found.insert(h, r);
+            }
+        }
+        {
+            let mut neg = self.negative.lock().expect("negative cache");
+            for h in hashes {
+                neg.remove(h);
+            }
+        }
+        for h in hashes {
+            let entry = found
+                .get(h)
+                .and_then(|r| KeyEntry::from_row(r, index))
+                .map(Arc::new);
+            let mut w = self.shards[shard_of(h)].write().expect("key shard");
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            match entry {
+                Some(e) => w.insert(*h, e),
+                None => w.remove(h),
+            };
+        }
+    }
+
+    /// Replaces every key (a full load: at start and after the listener
+    /// was lost). Each shard is swapped whole, so a key never disappears
+    /// in between.
+    pub fn replace_all(&self, index: &Index, rows: Vec<KeyRow>) {
+        let mut maps: Vec<HashMap<[u8; 32], Arc<KeyEntry>>> =
+            (0..SHARDS).map(|_| HashMap::new()).collect();
+        for r in rows {
+            let Ok(h) = <[u8; 32]>::try_from(r.key_hash.as_slice()) else {
+                continue;
+            };
+            if let Some(e) = KeyEntry::from_row(&r, index) {
+                maps[shard_of(&h)].insert(h, Arc::new(e));
+            }
+        }
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        for (shard, map) in self.shards.iter().zip(maps) {
+            let mut w = shard.write().expect("key shard");
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            *w = map;
+        }
+        self.negative.lock().expect("negative cache").clear();
+    }
+}

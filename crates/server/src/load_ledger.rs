@@ -1,0 +1,201 @@
+//! `tollgate admin load-ledger`: a synthetic month of usage for capacity
+//! planning and benchmarks. Events go through the ledger's own write
+//! (`Store::insert_usage_events`, rollups included) in the batch size the
+//! gateway's ledger writer uses, from a fixed seed, so two runs of the same
+//! arguments write the same books.
+
+use anyhow::Context;
+use chrono::{NaiveDate, TimeZone, Utc};
+use domain::pricing::Price;
+use domain::usage::UsageEvent;
+use domain::Limits;
+use std::io::Write;
+use std::time::Instant;
+use store::{AppRow, Store, TenantRow, TenantScope};
+
+#[derive(Debug, Clone)]
+pub struct LoadPlan {
+    pub events: u64,
+    pub tenants: u32,
+    pub apps: u32,
+    /// `YYYY-MM`.
+    pub period: String,
+    /// Events per insert (the ledger writer's batch).
+    pub batch: usize,
+    /// Print progress to stderr.
+    pub progress: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadReport {
+    pub events_written: u64,
+    pub seconds: f64,
+}
+
+impl LoadReport {
+    pub fn events_per_sec(&self) -> f64 {
+        self.events_written as f64 / self.seconds.max(1e-9)
+    }
+}
+
+const MODELS: [(&str, Price); 2] = [
+    (
+        "gpt-4o-mini",
+        Price {
+            input_micro_per_mtok: 150_000,
+            output_micro_per_mtok: 600_000,
+        },
+    ),
+    (
+        "gpt-4o",
+        Price {
+            input_micro_per_mtok: 2_500_000,
+            output_micro_per_mtok: 10_000_000,
+        },
+    ),
+];
+
+/// A small deterministic generator (SplitMix64): synthetic, not secret.
+struct Mix(u64);
+
+impl Mix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+pub fn tenant_id(i: u32) -> String {
+    format!("load-{i:05}")
+}
+
+/// Creates the plan's tenants and apps that do not exist yet (audited, like
+/// any other creation).
+async fn ensure_scopes(store: &Store, plan: &LoadPlan) -> anyhow::Result<()> {
+    let existing = store.tenant_ids(&TenantScope::system()).await?;
+    for t in 0..plan.tenants {
+        let id = tenant_id(t);
+        if existing.contains(&id) {
+            continue;
+        }
+        store
+            .create_tenant(
+                "load-ledger",
+                &TenantRow {
+                    id: id.clone(),
+                    name: format!("Load tenant {t}"),
+                    cost_center: format!("CC-{t:05}"),
+                    priority: "standard".into(),
+                    limits: Limits::default(),
+                    may_borrow: false,
+                    borrow_cap_tokens: 0,
+                    allowed_models: None,
+                    clamp_max_tokens: false,
+                },
+            )
+            .await?;
+        for a in 0..plan.apps {
+            store
+                .create_app(
+                    "load-ledger",
+                    &AppRow {
+                        tenant_id: id.clone(),
+                        id: format!("app-{a}"),
+                        name: format!("App {a}"),
+                        limits: Limits::default(),
+                        allowed_models: None,
+                    },
+                )
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The `n`-th synthetic event of the plan: spread over tenants, apps, four
+/// keys per app, two models and the month's days.
+fn event(plan: &LoadPlan, first_day: NaiveDate, days: u32, n: u64, rng: &mut Mix) -> UsageEvent {
+    let t = rng.below(u64::from(plan.tenants)) as u32;
+    let a = rng.below(u64::from(plan.apps.max(1)));
+    let k = rng.below(4);
+    let (model, price) = &MODELS[rng.below(MODELS.len() as u64) as usize];
+    let day = first_day + chrono::Days::new(rng.below(u64::from(days)));
+    let input = 20 + rng.below(2000) as i64;
+    let output = 1 + rng.below(800) as i64;
+    let cost = price.cost(input, output).0;
+    let started = Utc
+        .from_utc_datetime(&day.and_hms_opt(0, 0, 0).expect("midnight"))
+        .timestamp_millis()
+        + rng.below(86_400_000) as i64;
+    UsageEvent {
+        request_id: format!("load_{}_{n:012}", plan.period),
+        tenant_id: tenant_id(t),
+        app_id: format!("app-{a}"),
+        key_id: format!("load-key-{t:05}-{a}-{k}"),
+        model: model.to_string(),
+        period: plan.period.clone(),
+        day: day.format("%Y-%m-%d").to_string(),
+        input_tokens: input,
+        output_tokens: output,
+        cost_micro: cost,
+        est_tokens: input + output,
+        est_cost_micro: cost,
+        overrun_tokens: 0,
+        overrun_cost_micro: 0,
+        status: "ok".into(),
+        stream: n.is_multiple_of(3),
+        usage_source: "provider".into(),
+        replica: "load-ledger".into(),
+        started_at_ms: started,
+        settled_at_ms: started + 500,
+        anomaly: None,
+    }
+}
+
+/// Writes the plan's events; returns how many were new and how long it took.
+pub async fn load(store: &Store, plan: &LoadPlan) -> anyhow::Result<LoadReport> {
+    let first_day = domain::period::parse_month(&plan.period)
+        .and_then(|(y, m)| NaiveDate::from_ymd_opt(y, m, 1))
+        .context("--period must be YYYY-MM")?;
+    anyhow::ensure!(plan.tenants > 0, "--tenants must be at least 1");
+    let next_month = first_day + chrono::Months::new(1);
+    let days = (next_month - first_day).num_days() as u32;
+    ensure_scopes(store, plan).await?;
+    let started = Instant::now();
+    let mut rng = Mix(0x7011_6a7e ^ u64::from(plan.tenants) << 32 ^ u64::from(plan.apps));
+    let (mut written, mut n, mut last_print) = (0u64, 0u64, Instant::now());
+    let batch = plan.batch.max(1);
+    while n < plan.events {
+        let take = (plan.events - n).min(batch as u64);
+        let events: Vec<UsageEvent> = (0..take)
+            .map(|i| event(plan, first_day, days, n + i, &mut rng))
+            .collect();
+        written += store.insert_usage_events(&events).await?;
+        n += take;
+        if plan.progress && (last_print.elapsed().as_millis() >= 500 || n == plan.events) {
+            last_print = Instant::now();
+            let rate = n as f64 / started.elapsed().as_secs_f64().max(1e-9);
+            let pct = n * 100 / plan.events.max(1);
+            let bar = "#".repeat((pct / 5) as usize);
+            eprint!(
+                "\r[{bar:<20}] {pct:3}% {n}/{} events, {rate:.0} events/s",
+                plan.events
+            );
+            let _ = std::io::stderr().flush();
+        }
+    }
+    if plan.progress {
+        eprintln!();
+    }
+    Ok(LoadReport {
+        events_written: written,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}

@@ -1,0 +1,128 @@
+//! What a catalog notification says changed, and the narrow reads a replica
+//! makes to apply it (payloads are written by the triggers of
+//! `migrations/0011_scale.sql`).
+
+use crate::catalog::{key_row, KeyRow};
+use crate::{Result, Store};
+
+/// Which parts of the catalog a load reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CatalogParts {
+    /// Tenants, apps, grants and borrowed quota.
+    pub tenants: bool,
+    pub keys: bool,
+    /// Models and their pool guarantees.
+    pub models: bool,
+}
+
+impl CatalogParts {
+    pub const ALL: CatalogParts = CatalogParts {
+        tenants: true,
+        keys: true,
+        models: true,
+    };
+    /// Everything but the keys: small, and what a change of unknown kind
+    /// reloads.
+    pub const CONFIG: CatalogParts = CatalogParts {
+        tenants: true,
+        keys: false,
+        models: true,
+    };
+    pub const TENANT: CatalogParts = CatalogParts {
+        tenants: true,
+        keys: false,
+        models: false,
+    };
+    pub const MODELS: CatalogParts = CatalogParts {
+        tenants: false,
+        keys: false,
+        models: true,
+    };
+}
+
+/// One notification on the config channel.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CatalogChange {
+    /// The key with this keyed hash was created, changed or revoked.
+    Key([u8; 32]),
+    /// A tenant, one of its apps, grants or borrows.
+    Tenant(String),
+    /// A model or a pool guarantee.
+    Models,
+    /// Anything else, including a payload this version does not know (a
+    /// table a later migration added): everything but the keys reloads.
+    Config,
+}
+
+impl CatalogChange {
+    pub fn parse(payload: &str) -> CatalogChange {
+        if let Some(hex) = payload.strip_prefix("key:") {
+            if let Some(h) = decode_hash(hex) {
+                return CatalogChange::Key(h);
+            }
+        } else if let Some(id) = payload.strip_prefix("tenant:") {
+            return CatalogChange::Tenant(id.to_string());
+        } else if payload == "models" {
+            return CatalogChange::Models;
+        }
+        CatalogChange::Config
+    }
+}
+
+fn decode_hash(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+impl Store {
+    /// The usable keys (not revoked, not expired) among these keyed hashes;
+    /// a hash missing from the answer is unknown or no longer usable. Backed
+    /// by the unique index on `key_hash`.
+    pub async fn usable_keys_by_hash(&self, hashes: &[[u8; 32]]) -> Result<Vec<KeyRow>> {
+        let hashes: Vec<&[u8]> = hashes.iter().map(|h| h.as_slice()).collect();
+        sqlx::query(
+            "SELECT id, tenant_id, app_id, name, prefix, key_hash, limits, allowed_models, expires_at
+             FROM virtual_keys WHERE key_hash = ANY($1) AND revoked_at IS NULL
+               AND (expires_at IS NULL OR expires_at > now())",
+        )
+        .bind(hashes)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(key_row)
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_parse_to_what_changed() {
+        let hex = "ab".repeat(32);
+        assert_eq!(
+            CatalogChange::parse(&format!("key:{hex}")),
+            CatalogChange::Key([0xab; 32])
+        );
+        assert_eq!(
+            CatalogChange::parse("tenant:acme"),
+            CatalogChange::Tenant("acme".into())
+        );
+        assert_eq!(CatalogChange::parse("models"), CatalogChange::Models);
+        // The statement-level payload of older triggers is a table name.
+        assert_eq!(CatalogChange::parse("borrow_pool"), CatalogChange::Config);
+        // A malformed hash is not silently some other key.
+        assert_eq!(CatalogChange::parse("key:abc"), CatalogChange::Config);
+        assert_eq!(
+            CatalogChange::parse(&format!("key:{}", "zz".repeat(32))),
+            CatalogChange::Config
+        );
+    }
+}

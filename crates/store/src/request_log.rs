@@ -1,0 +1,213 @@
+//! The request log: admitted requests (usage events, with the reason when
+//! degraded) and refused ones (request decisions), newest first, one page
+//! at a time by keyset (the time and request id of the last row seen).
+//! Each filter that is set adds its own condition, so every query the
+//! planner sees can walk an index from the newest row (migration 0011).
+
+use crate::{Result, Store, TenantScope};
+use chrono::{DateTime, Utc};
+use sqlx::{Postgres, QueryBuilder, Row};
+
+#[derive(Debug, Clone, Default)]
+pub struct RequestLogFilter {
+    pub tenant: Option<String>,
+    pub app: Option<String>,
+    pub key: Option<String>,
+    pub model: Option<String>,
+    /// A usage status (`ok`, `upstream_error`, `client_closed`, `cut_off`,
+    /// `expired`) or `refused`.
+    pub status: Option<String>,
+    /// A reason code (refused and degraded requests have one).
+    pub reason: Option<String>,
+    pub from: Option<DateTime<Utc>>,
+    /// Exclusive.
+    pub to: Option<DateTime<Utc>>,
+    /// Rows strictly older than this one.
+    pub after: Option<RequestCursor>,
+    pub limit: i64,
+}
+
+/// Where a page ended: the time and request id of its last row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestCursor {
+    pub at: DateTime<Utc>,
+    pub request_id: String,
+}
+
+impl RequestCursor {
+    /// `<microseconds since the epoch>.<request id>`: opaque to clients.
+    pub fn encode(&self) -> String {
+        format!("{}.{}", self.at.timestamp_micros(), self.request_id)
+    }
+
+    pub fn decode(s: &str) -> Option<RequestCursor> {
+        let (micros, id) = s.split_once('.')?;
+        if id.is_empty() || id.len() > 128 {
+            return None;
+        }
+        Some(RequestCursor {
+            at: DateTime::from_timestamp_micros(micros.parse().ok()?)?,
+            request_id: id.to_string(),
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestLogRow {
+    pub request_id: String,
+    pub at: DateTime<Utc>,
+    pub tenant_id: String,
+    pub app_id: String,
+    pub key_id: String,
+    pub model: String,
+    /// `admitted`, `degraded` or `refused`.
+    pub outcome: String,
+    /// The usage status, or `refused`.
+    pub status: String,
+    pub reason: Option<String>,
+    /// The HTTP status of a refused request.
+    pub http_status: Option<i16>,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cost_micro: i64,
+}
+
+impl RequestLogRow {
+    pub fn cursor(&self) -> RequestCursor {
+        RequestCursor {
+            at: self.at,
+            request_id: self.request_id.clone(),
+        }
+    }
+}
+
+/// The conditions common to both halves; `at` is the half's time column.
+fn conditions(
+    q: &mut QueryBuilder<'_, Postgres>,
+    tenant: Option<&str>,
+    f: &RequestLogFilter,
+    at: &str,
+    prefix: &str,
+) {
+    q.push(" WHERE true");
+    let eq = |q: &mut QueryBuilder<'_, Postgres>, col: &str, v: &Option<String>| {
+        if let Some(v) = v {
+            q.push(format!(" AND {prefix}{col} = "))
+                .push_bind(v.clone());
+        }
+    };
+    if let Some(t) = tenant {
+        q.push(format!(" AND {prefix}tenant_id = "))
+            .push_bind(t.to_string());
+    }
+    eq(q, "app_id", &f.app);
+    eq(q, "key_id", &f.key);
+    eq(q, "model", &f.model);
+    if let Some(from) = f.from {
+        q.push(format!(" AND {prefix}{at} >= ")).push_bind(from);
+    }
+    if let Some(to) = f.to {
+        q.push(format!(" AND {prefix}{at} < ")).push_bind(to);
+    }
+    if let Some(c) = &f.after {
+        q.push(format!(" AND ({prefix}{at}, {prefix}request_id) < ("))
+            .push_bind(c.at)
+            .push(", ")
+            .push_bind(c.request_id.clone())
+            .push(")");
+    }
+}
+
+impl Store {
+    /// One page of the request log of the tenants in `scope` (narrowed by
+    /// `f.tenant`, which the caller checked is inside it), newest first.
+    pub async fn request_log(
+        &self,
+        scope: &TenantScope,
+        f: &RequestLogFilter,
+    ) -> Result<Vec<RequestLogRow>> {
+        let tenant = scope.tenant().or(f.tenant.as_deref());
+        let limit = f.limit.clamp(1, 1000);
+        let want_admitted = f.status.as_deref() != Some("refused");
+        let want_refused = f.status.is_none() || f.status.as_deref() == Some("refused");
+        let mut q = QueryBuilder::<Postgres>::new("SELECT * FROM (");
+        let mut halves = 0;
+        if want_admitted {
+            q.push(
+                "(SELECT u.request_id, u.started_at AS at, u.tenant_id, u.app_id, u.key_id, u.model,
+                         CASE WHEN d.request_id IS NULL THEN 'admitted' ELSE 'degraded' END AS outcome,
+                         u.status, d.reason, NULL::SMALLINT AS http_status,
+                         u.input_tokens, u.output_tokens, u.cost_micro
+                  FROM usage_events u LEFT JOIN request_decisions d ON d.request_id = u.request_id",
+            );
+            conditions(&mut q, tenant, f, "started_at", "u.");
+            if let Some(s) = &f.status {
+                q.push(" AND u.status = ").push_bind(s.clone());
+            }
+            if let Some(r) = &f.reason {
+                q.push(" AND d.reason = ").push_bind(r.clone());
+            }
+            q.push(" ORDER BY u.started_at DESC, u.request_id DESC LIMIT ")
+                .push_bind(limit)
+                .push(")");
+            halves += 1;
+        }
+        if want_refused {
+            if halves > 0 {
+                q.push(" UNION ALL ");
+            }
+            q.push(
+                "(SELECT r.request_id, r.at, r.tenant_id, r.app_id, r.key_id, r.model,
+                         'refused' AS outcome, 'refused' AS status, r.reason, r.status AS http_status,
+                         0::BIGINT AS input_tokens, 0::BIGINT AS output_tokens, 0::BIGINT AS cost_micro
+                  FROM request_decisions r",
+            );
+            conditions(&mut q, tenant, f, "at", "r.");
+            q.push(" AND r.decision = 'refused'");
+            if let Some(r) = &f.reason {
+                q.push(" AND r.reason = ").push_bind(r.clone());
+            }
+            q.push(" ORDER BY r.at DESC, r.request_id DESC LIMIT ")
+                .push_bind(limit)
+                .push(")");
+        }
+        q.push(") page ORDER BY at DESC, request_id DESC LIMIT ")
+            .push_bind(limit);
+        let rows = q.build().fetch_all(&self.pool).await?;
+        Ok(rows
+            .iter()
+            .map(|r| RequestLogRow {
+                request_id: r.get("request_id"),
+                at: r.get("at"),
+                tenant_id: r.get("tenant_id"),
+                app_id: r.get("app_id"),
+                key_id: r.get("key_id"),
+                model: r.get("model"),
+                outcome: r.get("outcome"),
+                status: r.get("status"),
+                reason: r.get("reason"),
+                http_status: r.get("http_status"),
+                input_tokens: r.get("input_tokens"),
+                output_tokens: r.get("output_tokens"),
+                cost_micro: r.get("cost_micro"),
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_round_trips_and_rejects_garbage() {
+        let c = RequestCursor {
+            at: DateTime::from_timestamp_micros(1_764_000_000_123_456).unwrap(),
+            request_id: "req_01.with.dots".into(),
+        };
+        assert_eq!(RequestCursor::decode(&c.encode()), Some(c));
+        for bad in ["", "x.req", "123.", "123", "9999999999999999999.r"] {
+            assert_eq!(RequestCursor::decode(bad), None, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! The rollups checked against the events they summarise: every grain row
+//! (period, tenant, app, key, model, day) whose totals differ, or that
+//! exists on one side only.
+
+use crate::ledger::{sat_sum, ROLLUP_KEY};
+use crate::{Result, Store};
+use sqlx::Row;
+
+/// A rollup row that does not match its events.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RollupDifference {
+    pub period: String,
+    pub tenant_id: String,
+    pub app_id: String,
+    pub key_id: String,
+    pub model: String,
+    pub day: String,
+    /// (requests, input tokens, output tokens, cost micro-USD) of the
+    /// rollup row, None when it is missing.
+    pub rollup: Option<[i64; 4]>,
+    /// The same summed over the events, None when there are none.
+    pub events: Option<[i64; 4]>,
+}
+
+impl std::fmt::Display for RollupDifference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = |x: &Option<[i64; 4]>| {
+            x.map_or("none".to_string(), |[r, i, o, c]| {
+                format!("requests={r} input={i} output={o} cost_micro={c}")
+            })
+        };
+        write!(
+            f,
+            "rollup period={} tenant={} app={} key={} model={} day={}: rollup {} but events {}",
+            self.period,
+            self.tenant_id,
+            self.app_id,
+            self.key_id,
+            self.model,
+            self.day,
+            v(&self.rollup),
+            v(&self.events)
+        )
+    }
+}
+
+impl Store {
+    /// Up to `limit` rollup rows of `period` that differ from its events.
+    pub async fn rollup_differences(
+        &self,
+        period: &str,
+        limit: i64,
+    ) -> Result<Vec<RollupDifference>> {
+        let rows = sqlx::query(&format!(
+            "WITH e AS (
+                SELECT {ROLLUP_KEY}, count(*)::int8 AS requests, {si} AS input_tokens,
+                       {so} AS output_tokens, {sc} AS cost_micro
+                FROM usage_events WHERE period = $1 GROUP BY {ROLLUP_KEY}
+             ), r AS (SELECT * FROM usage_rollups WHERE period = $1)
+             SELECT COALESCE(r.period, e.period) AS period, COALESCE(r.tenant_id, e.tenant_id) AS tenant_id,
+                    COALESCE(r.app_id, e.app_id) AS app_id, COALESCE(r.key_id, e.key_id) AS key_id,
+                    COALESCE(r.model, e.model) AS model, COALESCE(r.day, e.day)::text AS day,
+                    r.requests AS r_req, r.input_tokens AS r_in, r.output_tokens AS r_out, r.cost_micro AS r_cost,
+                    e.requests AS e_req, e.input_tokens AS e_in, e.output_tokens AS e_out, e.cost_micro AS e_cost
+             FROM r FULL JOIN e USING ({ROLLUP_KEY})
+             WHERE (r.requests, r.input_tokens, r.output_tokens, r.cost_micro)
+                   IS DISTINCT FROM (e.requests, e.input_tokens, e.output_tokens, e.cost_micro)
+             ORDER BY 1, 2, 3, 4, 5, 6 LIMIT $2",
+            si = sat_sum("input_tokens"),
+            so = sat_sum("output_tokens"),
+            sc = sat_sum("cost_micro"),
+        ))
+        .bind(period)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        let quad = |r: &sqlx::postgres::PgRow, p: &str| -> Option<[i64; 4]> {
+            let req: Option<i64> = r.get(format!("{p}_req").as_str());
+            req.map(|req| {
+                [
+                    req,
+                    r.get(format!("{p}_in").as_str()),
+                    r.get(format!("{p}_out").as_str()),
+                    r.get(format!("{p}_cost").as_str()),
+                ]
+            })
+        };
+        Ok(rows
+            .iter()
+            .map(|r| RollupDifference {
+                period: r.get("period"),
+                tenant_id: r.get("tenant_id"),
+                app_id: r.get("app_id"),
+                key_id: r.get("key_id"),
+                model: r.get("model"),
+                day: r.get("day"),
+                rollup: quad(r, "r"),
+                events: quad(r, "e"),
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,186 @@
+//! The key index at scale: a key created through the API works at once on
+//! every replica, a revoked one stops within a second on every replica, and
+//! random keys cannot turn into Postgres load.
+
+use domain::Limits;
+use e2e::*;
+use futures::future::join_all;
+use futures::StreamExt;
+use serde_json::json;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+struct Two {
+    _env: TestEnv,
+    a: server::app::Running,
+    b: server::app::Running,
+    token: String,
+}
+
+async fn two_replicas() -> Two {
+    let env = TestEnv::new().await;
+    env.simple_tenant(Limits::default()).await;
+    user(&env, "admin@x.io", "platform_admin", None).await;
+    let a = env.server().await;
+    let b = env.server().await;
+    let token = login(&format!("http://{}", a.addr), "admin@x.io").await;
+    Two {
+        _env: env,
+        a,
+        b,
+        token,
+    }
+}
+
+async fn chat(addr: std::net::SocketAddr, key: &str) -> u16 {
+    post(
+        &format!("http://{addr}/v1/chat/completions"),
+        key,
+        &chat_body("hello", Some(8)),
+    )
+    .await
+    .status()
+    .as_u16()
+}
+
+/// Creates a key through replica A's admin API; returns (id, key).
+async fn create_key(t: &Two, name: &str) -> (String, String) {
+    let (status, k) = api(
+        "POST",
+        &format!("http://{}/api/v1/tenants/t/apps/a/keys", t.a.addr),
+        Some(&t.token),
+        Some(json!({ "name": name })),
+    )
+    .await;
+    assert_eq!(status, 201, "{k}");
+    (
+        k["id"].as_str().unwrap().to_string(),
+        k["key"].as_str().unwrap().to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hundred_new_keys_work_at_once_on_both_replicas() {
+    let t = two_replicas().await;
+    let calls = (0..100).map(|i| {
+        let t = &t;
+        async move {
+            let (_, key) = create_key(t, &format!("k{i}")).await;
+            // The first call, the moment the create call returned: on the
+            // replica that created it, and on the other.
+            let (on_a, on_b) = tokio::join!(chat(t.a.addr, &key), chat(t.b.addr, &key));
+            [on_a, on_b]
+        }
+    });
+    let statuses: Vec<u16> = join_all(calls).await.into_iter().flatten().collect();
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    assert_eq!(
+        ok, 200,
+        "first calls of 100 new keys on 2 replicas: {statuses:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revoked_key_answers_401_within_a_second_on_both_replicas() {
+    let t = two_replicas().await;
+    let (id, key) = create_key(&t, "doomed").await;
+    // B learns this key by its miss lookup, A by the notification (or the
+    // other way round): both caches must let go of it.
+    assert_eq!(chat(t.b.addr, &key).await, 200);
+    assert_eq!(chat(t.a.addr, &key).await, 200);
+    let (status, _) = api(
+        "DELETE",
+        &format!("http://{}/api/v1/keys/{id}", t.a.addr),
+        Some(&t.token),
+        None,
+    )
+    .await;
+    assert!(status == 200 || status == 204, "revoke: {status}");
+    let revoked = Instant::now();
+    for addr in [t.a.addr, t.b.addr] {
+        let gone = eventually(Duration::from_secs(1), || async {
+            chat(addr, &key).await == 401
+        })
+        .await;
+        assert!(
+            gone && revoked.elapsed() < Duration::from_millis(1500),
+            "revoked key still served on {addr} after {:?}",
+            revoked.elapsed()
+        );
+    }
+    // And it stays revoked: no cache brings it back.
+    for _ in 0..10 {
+        assert_eq!(chat(t.a.addr, &key).await, 401);
+        assert_eq!(chat(t.b.addr, &key).await, 401);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn random_keys_are_all_refused_and_bounded_in_postgres() {
+    let t = two_replicas().await;
+    let (_, known) = create_key(&t, "known").await;
+    assert_eq!(chat(t.a.addr, &known).await, 200);
+    let stats = &t.a.gateway.catalog.keys().stats;
+    let lookups_before = stats.lookups.load(Ordering::Relaxed);
+
+    // One unknown key asked 50 times at once is one lookup (single flight,
+    // then the negative cache).
+    let one = domain::keys::generate();
+    let same = join_all((0..50).map(|_| chat(t.a.addr, &one))).await;
+    assert!(same.iter().all(|s| *s == 401), "{same:?}");
+    assert_eq!(stats.lookups.load(Ordering::Relaxed) - lookups_before, 1);
+
+    let started = Instant::now();
+    let lookups0 = stats.lookups.load(Ordering::Relaxed);
+    let client = reqwest::Client::new();
+    let url = format!("http://{}/v1/chat/completions", t.a.addr);
+    let body = chat_body("hello", Some(8));
+    let attack = futures::stream::iter(0..10_000)
+        .map(|_| {
+            let (client, url, body) = (client.clone(), url.clone(), body.clone());
+            async move {
+                let r = client
+                    .post(url)
+                    .bearer_auth(domain::keys::generate())
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
+                r.status().as_u16()
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<u16>>();
+    // Known keys keep working meanwhile.
+    let known_calls = async {
+        let mut s = Vec::new();
+        for _ in 0..20 {
+            s.push(chat(t.a.addr, &known).await);
+        }
+        s
+    };
+    let (attack, known_statuses) = tokio::join!(attack, known_calls);
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(attack.len(), 10_000);
+    assert!(
+        attack.iter().all(|s| *s == 401),
+        "a random key was not refused"
+    );
+    assert!(
+        known_statuses.iter().all(|s| *s == 200),
+        "{known_statuses:?}"
+    );
+    let lookups = stats.lookups.load(Ordering::Relaxed) - lookups0;
+    let refused = stats.refused.load(Ordering::Relaxed);
+    // The default bound: 100 a second with a burst of 100.
+    let bound = 100.0 + 100.0 * elapsed + 5.0;
+    assert!(
+        (lookups as f64) <= bound,
+        "{lookups} Postgres lookups in {elapsed:.1}s (bound {bound:.0})"
+    );
+    assert!(
+        refused > 0 && lookups + refused >= 9_000,
+        "lookups {lookups}, refused {refused}"
+    );
+}
