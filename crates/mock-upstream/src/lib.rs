@@ -9,6 +9,8 @@
 //! input) may carry directives: `[mock:output_tokens=N]`, `[mock:latency_ms=N]`,
 //! `[mock:chunk_delay_ms=N]`, `[mock:fault=429]`, `[mock:fault=500]`,
 //! `[mock:fault=disconnect_after=N]`.
+// A dependency nothing uses fails CI (clippy -D warnings).
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 mod chat;
 mod directives;
