@@ -293,6 +293,7 @@ async fn the_month_end_forecast_alerts_when_it_exceeds_the_budget() {
             replica: "r".into(),
             started_at_ms: 0,
             settled_at_ms: 0,
+            anomaly: None,
         })
         .collect();
     env.store.insert_usage_events(&events).await.unwrap();

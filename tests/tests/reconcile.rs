@@ -93,6 +93,7 @@ async fn stale_and_orphaned_holds_are_closed_at_their_estimate_once() {
         event_json: "{}",
         status: "ok",
         limits: [&none, &none, &none],
+        bound: domain::usage::Bound::SAFE,
     };
     assert!(matches!(
         dead.settle(&late).await.unwrap(),

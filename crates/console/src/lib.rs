@@ -61,6 +61,7 @@ api_routes! {
     "/api/v1/users" => post(users::create),
     "/api/v1/users/{id}/role" => post(users::set_role),
     "/api/v1/models" => post(models::create),
+    "/api/v1/models/{id}" => get(models::show).patch(models::update),
     "/api/v1/tenants" => post(tenants::create),
     "/api/v1/tenants/{id}" => get(tenants::show).patch(tenants::update),
     "/api/v1/tenants/{id}/apps" => post(tenants::create_app),

@@ -120,12 +120,7 @@ impl Admission {
             });
         }
         if let Some(book) = &self.leases {
-            let actual = domain::lease::Need {
-                input: req.input_tokens,
-                output: req.output_tokens,
-                cost: req.cost,
-            };
-            if let Some(answer) = book.settle(req.request_id, actual, req.event_json.to_string()) {
+            if let Some(answer) = book.settle_request(req) {
                 // The flusher answers once the batch is in Redis; it retries
                 // a batch until Redis takes it, so it never fails. If it is
                 // gone (runtime shutting down), the event may be in the

@@ -141,6 +141,9 @@ pub struct ModelEntry {
     pub pool_capacity: Option<i64>,
     /// Core tenants' guaranteed slots of that pool: (tenant, slots).
     pub guarantees: Vec<(String, i64)>,
+    /// How the provider behaves: the cap field it reads, hidden reasoning,
+    /// native dialects (one value, so it can move to a deployment whole).
+    pub profile: domain::provider::ProviderProfile,
 }
 
 #[derive(Default)]
@@ -259,6 +262,7 @@ impl Index {
                     .filter(|g| g.model_id == m.id)
                     .map(|g| (g.tenant_id.clone(), i64::from(g.slots)))
                     .collect(),
+                profile: m.profile,
             };
             models.insert(m.id, Arc::new(entry));
         }

@@ -4,6 +4,7 @@
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 pub mod admission;
+mod anomaly;
 pub mod catalog;
 pub mod decisions;
 mod errors;
@@ -12,11 +13,14 @@ mod metrics_names;
 mod models;
 mod proxy;
 pub mod queue;
+pub mod replay_check;
 mod settle;
 mod sse;
 mod stream;
 mod tenants;
 mod upstream;
+
+pub use metrics_names::REDIS_EVICTION_POLICY_OK;
 
 use axum::routing::{get, post};
 use axum::Router;
@@ -36,6 +40,12 @@ pub struct GatewayConfig {
     pub max_body_bytes: usize,
     /// Whole-request timeout for non-streaming upstream calls.
     pub upstream_timeout: Duration,
+    /// A non-stream upstream answer larger than this is a 502
+    /// (`upstream_response_too_large`), never buffered whole.
+    pub max_upstream_body_bytes: usize,
+    /// A stream event (the SSE buffer between blank lines) larger than this
+    /// ends the stream with `upstream_response_too_large`.
+    pub max_sse_event_bytes: usize,
     pub upstream_connect_timeout: Duration,
     /// This replica's name, recorded on every hold and usage event.
     pub replica: String,

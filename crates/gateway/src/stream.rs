@@ -117,7 +117,7 @@ fn read_event(
     family: domain::tokens::TokenizerFamily,
     text: &mut String,
     shape: &mut Shape,
-    usage: &mut Option<(i64, i64)>,
+    usage: &mut Option<crate::sse::Usage>,
 ) -> (i64, bool) {
     let Some(data) = data_of(ev) else {
         return (0, false);
@@ -133,7 +133,7 @@ fn read_event(
         Some(chunk) => {
             shape.learn(&chunk);
             if let Some(u) = &chunk.usage {
-                *usage = Some((u.prompt_tokens, u.completion_tokens));
+                *usage = Some(u.clone());
             }
             text.clear();
             chunk.generated_text(text);
@@ -193,6 +193,32 @@ async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<
     Ok(())
 }
 
+/// Makes the hold cover `n` more counted output tokens, keeping a quarter
+/// slice of headroom ahead of the text up to the request's cap; past the
+/// cap (our count can run a little above the provider's) only what the text
+/// needs. Err when the budget cannot cover what was counted: the event must
+/// not be forwarded.
+async fn meter(held: &mut HeldRequest, n: i64, slice: i64) -> Result<(), Cut> {
+    if n <= 0 {
+        return Ok(());
+    }
+    let after = held.counted_output + n;
+    let want = if after > held.est_output {
+        after
+    } else {
+        (after + slice / 4).min(held.max_output)
+    };
+    if want > held.est_output {
+        if let Err(c) = cover(held, want, slice).await {
+            if after > held.est_output {
+                return Err(c);
+            }
+        }
+    }
+    held.counted_output = after;
+    Ok(())
+}
+
 pub fn metered(
     mut held: HeldRequest,
     upstream: crate::upstream::Response,
@@ -208,6 +234,7 @@ pub fn metered(
         let mut text = String::new();
         let mut shape = Shape::default();
         let mut broken = false;
+        let mut oversized = false;
         let mut cut: Option<Cut> = None;
         'read: loop {
             let wait = cfg.stream_idle_timeout.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
@@ -235,60 +262,64 @@ pub fn metered(
             split.push(&bytes);
             while let Some(ev) = split.next_event() {
                 let (n, usage_only) = read_event(&ev, family, &mut text, &mut shape, &mut held.provider_usage);
-                if n > 0 {
-                    let after = held.counted_output + n;
-                    // Keep a quarter slice of headroom ahead of the text, up
-                    // to the request's cap; past the cap (our count can run
-                    // a little above the provider's) only what the text needs.
-                    let want = if after > held.est_output {
-                        after
-                    } else {
-                        (after + slice / 4).min(held.max_output)
-                    };
-                    if want > held.est_output {
-                        if let Err(c) = cover(&mut held, want, slice).await {
-                            if after > held.est_output {
-                                cut = Some(c);
-                                break 'read;
-                            }
-                        }
-                    }
-                    held.counted_output = after;
+                if let Err(c) = meter(&mut held, n, slice).await {
+                    cut = Some(c);
+                    break 'read;
                 }
                 if usage_only && !client_wants_usage {
                     continue;
                 }
                 yield Ok::<Bytes, std::io::Error>(ev);
             }
+            if split.pending() > cfg.max_sse_event_bytes {
+                // One event larger than any real chunk: the buffer is not
+                // allowed to grow without bound. Nothing of it was sent.
+                tracing::warn!(request_id = %held.request_id, limit = cfg.max_sse_event_bytes, "upstream stream event too large; closing it");
+                oversized = true;
+                break 'read;
+            }
         }
         // Stop reading: dropping the body closes the upstream connection.
         drop(up);
+        if cut.is_none() && !oversized {
+            if let Some(rest) = split.rest() {
+                // An unterminated last event (the upstream closed without
+                // the blank line): metered like any other, sent terminated.
+                let (n, usage_only) = read_event(&rest, family, &mut text, &mut shape, &mut held.provider_usage);
+                match meter(&mut held, n, slice).await {
+                    Err(c) => cut = Some(c),
+                    Ok(()) if usage_only && !client_wants_usage => {}
+                    Ok(()) => yield Ok(crate::sse::terminated(rest)),
+                }
+            }
+        }
         let counted = held.counted_output;
         let model = held.model.id.clone();
         if let Some(c) = cut {
             metrics::counter!(m::STREAM_CUTOFFS, "reason" => c.code()).increment(1);
-            let delivered = Actual { input: held.provider_usage.map_or(held.est_input, |u| u.0), output: counted, status: "cut_off", source: "counted" };
+            let input = held.billed_report().map_or(held.est_input, |b| b.input);
+            let delivered = Actual { input, output: counted, status: "cut_off", source: "counted", anomaly: None };
             let usage = client_wants_usage.then_some((delivered.input, delivered.output));
             held.settle(delivered).await;
             yield Ok(cut_events(&shape, &c, usage));
             return;
         }
-                if let Some(rest) = split.rest() {
-            // An unterminated last event: counted like any other.
-            let (n, _) = read_event(&rest, family, &mut text, &mut shape, &mut held.provider_usage);
-            held.counted_output += n;
-            yield Ok(rest);
-        }
-        let actual = held.best_known(if broken { "upstream_error" } else { "ok" });
-        if let (Some((_, reported)), false) = (held.provider_usage, broken) {
+        let failed = broken || oversized;
+        let actual = held.best_known(if failed { "upstream_error" } else { "ok" });
+        if let (Some(b), false) = (held.billed_report(), failed) {
             metrics::counter!(m::STREAM_TOKENS_COUNTED, "model" => model.clone()).increment(counted as u64);
-            metrics::counter!(m::STREAM_TOKENS_REPORTED, "model" => model).increment(reported.max(0) as u64);
+            metrics::counter!(m::STREAM_TOKENS_REPORTED, "model" => model).increment(b.output as u64);
         }
         held.settle(actual).await;
-        if broken {
+        if failed {
+            let (msg, code) = if oversized {
+                ("the upstream provider sent a stream event larger than the gateway accepts",
+                    ReasonCode::UpstreamResponseTooLarge.as_str())
+            } else {
+                ("the upstream provider closed the stream early", ReasonCode::UpstreamError.as_str())
+            };
             let mut e = shape.chunk(json!([]));
-            e["tollgate_error"] = json!({"message": "the upstream provider closed the stream early",
-                "type": "api_error", "code": ReasonCode::UpstreamError.as_str(), "param": null});
+            e["tollgate_error"] = json!({"message": msg, "type": "api_error", "code": code, "param": null});
             yield Ok(Bytes::from(format!("event: error\ndata: {e}\n\ndata: [DONE]\n\n")));
         }
     };

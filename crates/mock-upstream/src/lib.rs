@@ -8,13 +8,17 @@
 //! `max_tokens`/`max_completion_tokens`. The last user message (or prompt / embedding
 //! input) may carry directives: `[mock:output_tokens=N]`, `[mock:latency_ms=N]`,
 //! `[mock:chunk_delay_ms=N]`, `[mock:fault=429]`, `[mock:fault=500]`,
-//! `[mock:fault=disconnect_after=N]`.
+//! `[mock:fault=disconnect_after=N]`, and provider personalities
+//! (`personality.rs`: which cap field is read, hidden reasoning, absurd usage).
+//! `[mock:body_bytes=N]` pads a non-stream answer to N bytes;
+//! `[mock:unterminated]` ends a stream without its final blank line.
 // A dependency nothing uses fails CI (clippy -D warnings).
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 mod chat;
 mod directives;
 mod embeddings;
+mod personality;
 mod stats;
 mod stream;
 #[cfg(test)]
@@ -36,6 +40,7 @@ use bytes::Bytes;
 use serde_json::json;
 
 pub use directives::{Directives, Fault};
+pub use personality::{Absurd, CapReading, Personality};
 pub use stats::{MockStats, StatsSnapshot};
 
 /// Largest request body accepted.
@@ -61,6 +66,9 @@ pub struct MockConfig {
     pub chunk_delay_ms: u64,
     /// Embedding length when the request has no `dimensions`.
     pub embedding_dims: usize,
+    /// How this provider departs from the API (`personality.rs`); requests
+    /// may add traits with directives.
+    pub personality: Personality,
 }
 
 impl Default for MockConfig {
@@ -70,6 +78,7 @@ impl Default for MockConfig {
             output_tokens: 16,
             chunk_delay_ms: 0,
             embedding_dims: 8,
+            personality: Personality::default(),
         }
     }
 }

@@ -7,15 +7,19 @@
 
 mod conn;
 mod engine;
+mod eviction;
 mod fair;
 mod keys;
 mod lease;
 mod lease_engine;
+mod settle_bound;
 
+pub use conn::Timeouts;
 pub use engine::{
-    ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, MonthCounters, OpenHold,
-    QuotaEngine, QuotaError, ScopeUsage, SettleOutcome, SettleRequest,
+    BookedCheck, ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource,
+    MonthCounters, OpenHold, QuotaEngine, QuotaError, ScopeUsage, SettleOutcome, SettleRequest,
 };
+pub use eviction::{policy_problem, NodePolicy, REQUIRED_POLICY};
 pub use fair::{BorrowOutcome, SlotOutcome};
 pub use keys::KeySpace;
 pub use lease::{LeaseAdmit, LeaseBook, LeaseTuning};

@@ -154,7 +154,9 @@ async fn run(c: Case) -> Result<(), TestCaseError> {
             ..Default::default()
         };
         let lease_id = format!("l{i}");
+        // Each acquire is a new lease: Redis may make its record.
         let req = LeaseAcquire {
+            fresh: true,
             lease_id: &lease_id,
             tenant: "acme",
             app,

@@ -81,10 +81,14 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
     let clock =
         domain::period::PlatformClock::parse(&cfg.platform.timezone).map_err(anyhow::Error::msg)?;
     let replica = cfg.replica();
-    let quota = Arc::new(cfg.quota_engine(&replica, Duration::from_millis(cfg.redis.timeout_ms))?);
+    let quota = Arc::new(
+        cfg.quota_engine(&replica, Duration::from_millis(cfg.redis.timeout_ms))?
+            .with_booked_check(Arc::new(gateway::replay_check::LedgerBooked(store.clone()))),
+    );
     if !quota.warm_up(Duration::from_secs(2)).await {
         tracing::warn!("Redis is not answering yet: requests fail closed (503) until it does");
     }
+    crate::redis_policy::check_at_start(&quota).await?;
     let catalog = Arc::new(CatalogCache::new(cfg.encryption_key()?));
     catalog
         .reload(&store)
@@ -110,6 +114,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         ),
         spawn_hold_reconciler(store.clone(), quota.clone(), catalog.clone(), clock, ages),
         catalog.clone().spawn_listener(store.clone()),
+        crate::redis_policy::spawn_watch(store.clone(), quota.clone()),
         settlement::ledger::spawn_sweeper(
             store.clone(),
             quota.clone(),
@@ -119,6 +124,8 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
     ];
     let gw_cfg = GatewayConfig {
         max_body_bytes: cfg.gateway.max_body_bytes,
+        max_upstream_body_bytes: cfg.gateway.max_upstream_body_bytes,
+        max_sse_event_bytes: cfg.gateway.max_sse_event_bytes,
         upstream_timeout: Duration::from_secs(cfg.gateway.upstream_timeout_secs),
         upstream_connect_timeout: Duration::from_millis(cfg.gateway.upstream_connect_timeout_ms),
         replica,

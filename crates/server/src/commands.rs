@@ -160,10 +160,13 @@ pub async fn mock_upstream(cfg: &Config, listen: Option<String>) -> anyhow::Resu
         "mock upstream serving on http://{}/v1",
         listener.local_addr()?
     );
+    let personality =
+        mock_upstream::Personality::parse(&cfg.mock.personality).map_err(anyhow::Error::msg)?;
     let mock = mock_upstream::MockConfig {
         latency_ms: cfg.mock.latency_ms,
         output_tokens: cfg.mock.output_tokens,
         chunk_delay_ms: cfg.mock.chunk_delay_ms,
+        personality,
         ..Default::default()
     };
     mock_upstream::serve(listener, mock, Default::default()).await?;
@@ -194,10 +197,14 @@ pub async fn job_context(cfg: &Config) -> anyhow::Result<jobs::JobContext> {
         .await
         .context("cannot connect to PostgreSQL")?;
     store.migrate().await?;
-    let quota = cfg.quota_engine(
-        "cli",
-        std::time::Duration::from_millis(cfg.redis.timeout_ms.max(1000)),
-    )?;
+    let quota = cfg
+        .quota_engine(
+            "cli",
+            std::time::Duration::from_millis(cfg.redis.timeout_ms.max(1000)),
+        )?
+        .with_booked_check(std::sync::Arc::new(gateway::replay_check::LedgerBooked(
+            store.clone(),
+        )));
     let clock =
         domain::period::PlatformClock::parse(&cfg.platform.timezone).map_err(anyhow::Error::msg)?;
     Ok(jobs::JobContext::new(

@@ -10,3 +10,4 @@ pub mod app;
 pub mod commands;
 pub mod config;
 pub mod demo;
+pub mod redis_policy;

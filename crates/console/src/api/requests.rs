@@ -59,7 +59,8 @@ pub fn render(r: &RequestRecord) -> Value {
             "cost_usd": MicroUsd(u.cost_micro), "status": u.status, "stream": u.stream,
             "model": u.model, "app_id": u.app_id, "key_id": u.key_id, "period": u.period,
             "usage_source": u.usage_source, "est_tokens": u.est_tokens,
-            "overrun_tokens": u.overrun_tokens})
+            "overrun_tokens": u.overrun_tokens,
+            "anomaly": u.anomaly.as_ref().map(|a| json!({"kind": a.kind, "reported": a.reported}))})
     });
     let outcome = match (&r.decision, &r.usage) {
         (Some(d), _) => d.decision.clone(),
