@@ -306,6 +306,7 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("err.own_role", "nobody changes their own role", "不能修改自己的角色"),
     ("err.url", "must be an http(s) URL without credentials", "必须是不含凭据的 http(s) 地址"),
     ("err.kind", "must be chat or embedding", "必须是 chat 或 embedding"),
+    ("err.hidden_reasoning", "must be true, false or empty", "必须是 true、false 或留空"),
     ("err.tokenizer", "must be o200k, cl100k or other", "必须是 o200k、cl100k 或 other"),
     ("err.unknown_model", "unknown model", "未知模型"),
     // billing

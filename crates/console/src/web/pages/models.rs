@@ -76,9 +76,10 @@ impl ModelForm {
             )?,
             cap_field: Some(self.cap_field.trim().to_string()).filter(|c| !c.is_empty()),
             hidden_reasoning: match self.hidden_reasoning.as_str() {
+                "" => None,
                 "true" => Some(true),
                 "false" => Some(false),
-                _ => None,
+                _ => return Err(ApiError::field("hidden_reasoning", "err.hidden_reasoning")),
             },
             apis: None,
         })
