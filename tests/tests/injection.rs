@@ -504,8 +504,16 @@ fn routes() -> Vec<Route> {
             json!({"id": "m-{n}", "kind": "chat", "upstream_base_url": "http://127.0.0.1:9/v1",
                 "upstream_model": "up-{n}", "upstream_api_key": "sk-up-{n}",
                 "input_price_per_mtok_usd": "1.5", "output_price_per_mtok_usd": "2",
-                "tokenizer": "o200k", "default_max_output_tokens": 64}),
+                "tokenizer": "o200k", "default_max_output_tokens": 64,
+                "cap_field": "max_tokens", "hidden_reasoning": false, "apis": ["chat"]}),
             "",
+            &["/console/models"],
+        ),
+        route(
+            "PATCH /api/v1/models/{id}",
+            &[("id", Param::Fixed("gpt-4o-mini"))],
+            json!({"cap_field": "max_tokens", "hidden_reasoning": false, "apis": ["chat"]}),
+            "/api/v1/models/{id}",
             &["/console/models"],
         ),
         route(
@@ -1144,6 +1152,8 @@ fn form_cases() -> Vec<FormCase> {
                     ("input_price_per_mtok_usd", "1.5"),
                     ("output_price_per_mtok_usd", "2"),
                     ("default_max_output_tokens", "64"),
+                    ("cap_field", "max_tokens"),
+                    ("hidden_reasoning", "false"),
                 ],
                 &["/console/models"],
             )

@@ -69,10 +69,10 @@ pub fn profile_with(
     }
     if let Some(apis) = apis {
         let mut out = Vec::new();
-        for a in apis {
+        for (i, a) in apis.iter().enumerate() {
             let d = Dialect::parse(a.trim()).ok_or_else(|| {
                 ApiError::invalid(
-                    "apis",
+                    format!("apis[{i}]"),
                     format!("apis may hold chat, responses and messages, not {a:?}"),
                 )
             })?;
