@@ -3,7 +3,10 @@
 #   1. PostgreSQL, Redis and ClickHouse (scripts/services.sh);
 #   2. a Python venv with the official openai package (TOLLGATE_TEST_PYTHON),
 #      and headless Chromium + chromedriver for the console's browser test;
-#   3. cargo test --workspace (extra arguments pass through, e.g. -p tollgate-quota);
+#   3. cargo clippy --workspace --all-targets -- -D warnings (the lints: every
+#      library crate warns on a dependency it does not use, console/clippy.toml
+#      bans TenantScope::system in the console), then
+#      cargo test --workspace (extra arguments pass through, e.g. -p tollgate-quota);
 #   4. unless SKIP_DEV_SMOKE=1: scripts/dev.sh on a free port, its printed curl
 #      line must return a chat completion;
 #   5. unless SKIP_SECRETS_SCAN=1: everything the suite left behind (server
@@ -53,6 +56,10 @@ for db in $(ch_query "SELECT name FROM system.databases WHERE substring(name, 1,
     ch_query "DROP DATABASE IF EXISTS $db" "$TOLLGATE_TEST_CLICKHOUSE_URL" >/dev/null ||
         log "clickhouse: could not drop $db (continuing)"
 done
+
+# Lints before the tests: a warning fails CI.
+log "+ cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy -q --workspace --all-targets -- -D warnings
 
 # The replica-crash test runs real `tollgate` processes: build the binary
 # first, from this tree.

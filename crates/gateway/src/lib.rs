@@ -1,5 +1,7 @@
 //! The data plane: OpenAI-compatible `/v1/*`, virtual-key auth, admission
 //! through the hold engine, forwarding to the provider, metering and settling.
+// A dependency nothing uses fails CI (clippy -D warnings).
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 pub mod admission;
 mod anomaly;

@@ -3,6 +3,8 @@
 //! check. Every job takes "now" as a parameter (tests run a month in
 //! seconds), runs once across replicas (a Postgres advisory lock, and a
 //! claimed slot for scheduled runs), and is recorded in `job_runs`.
+// A dependency nothing uses fails CI (clippy -D warnings).
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 pub mod alerts;
 pub mod reconcile;

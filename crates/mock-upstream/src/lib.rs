@@ -14,6 +14,8 @@
 //! (`personality.rs`: which cap field is read, hidden reasoning, absurd usage).
 //! `[mock:body_bytes=N]` pads a non-stream answer to N bytes;
 //! `[mock:unterminated]` ends a stream without its final blank line.
+// A dependency nothing uses fails CI (clippy -D warnings).
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 mod chat;
 mod directives;

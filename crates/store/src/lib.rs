@@ -2,6 +2,8 @@
 //! in this crate (and ClickHouse's in `sql/`). Reads of tenant data take a
 //! [`TenantScope`], which only sign-in and session checks (`auth`) or the
 //! explicit [`TenantScope::system`] make.
+// A dependency nothing uses fails CI (clippy -D warnings).
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 mod audit;
 mod auth;

@@ -78,9 +78,9 @@ impl ModelForm {
             fallbacks: Vec::new(),
             cap_field: Some(self.cap_field.trim().to_string()).filter(|c| !c.is_empty()),
             hidden_reasoning: match self.hidden_reasoning.as_str() {
+                "" => None,
                 "true" => Some(true),
                 "false" => Some(false),
-                "" => None,
                 _ => return Err(ApiError::field("hidden_reasoning", "err.yes_no")),
             },
             apis: None,
