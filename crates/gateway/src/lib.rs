@@ -5,6 +5,7 @@ pub mod admission;
 pub mod borrow;
 pub mod catalog;
 pub mod decisions;
+mod dialect;
 mod errors;
 mod fair;
 pub mod ledger;
@@ -57,6 +58,10 @@ pub struct GatewayConfig {
     pub admission: admission::AdmissionMode,
     pub lease: quota::LeaseTuning,
     pub fair: FairTuning,
+    /// Models whose provider serves Responses and/or Messages natively
+    /// (model id → dialects): those requests are passed through, not
+    /// translated to chat completions.
+    pub native_dialects: std::collections::HashMap<String, Vec<domain::provider::Dialect>>,
 }
 
 /// Queues, model pools and degrade (DESIGN §7; docs/fair.md).
@@ -166,6 +171,9 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/v1/chat/completions", post(proxy::chat_completions))
         .route("/v1/completions", post(proxy::completions))
         .route("/v1/embeddings", post(proxy::embeddings))
+        .route("/v1/responses", post(dialect::routes::responses))
+        .route("/v1/messages", post(dialect::routes::messages))
+        .route("/v1/messages/count_tokens", post(dialect::routes::count_tokens))
         .route("/v1/models", get(models::list))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(gw)

@@ -7,7 +7,10 @@
 //! `[DONE]`, and the request settles at what was delivered. The provider's
 //! usage chunk, always requested, is removed when the client did not ask.
 //! A client that goes away drops this stream; `HeldRequest::drop` settles.
+//! A provider's native Responses / Messages stream is metered here too: its
+//! events are read and its cut written by `dialect::native` (the `wire`).
 
+use crate::dialect::{native, Dialect, Edge};
 use crate::metrics_names as m;
 use crate::settle::{Actual, HeldRequest};
 use crate::sse::{data_of, Chunk, SseSplitter};
@@ -197,7 +200,9 @@ pub fn metered(
     mut held: HeldRequest,
     upstream: crate::upstream::Response,
     client_wants_usage: bool,
+    edge: Edge,
 ) -> Body {
+    let wire = edge.wire();
     let family = held.model.tokenizer;
     let cfg = held.gw.cfg.clone();
     let slice = cfg.stream_slice_tokens.max(1);
@@ -207,6 +212,7 @@ pub fn metered(
         let mut split = SseSplitter::default();
         let mut text = String::new();
         let mut shape = Shape::default();
+        let mut native = native::State::default();
         let mut broken = false;
         let mut cut: Option<Cut> = None;
         'read: loop {
@@ -234,7 +240,10 @@ pub fn metered(
             };
             split.push(&bytes);
             while let Some(ev) = split.next_event() {
-                let (n, usage_only) = read_event(&ev, family, &mut text, &mut shape, &mut held.provider_usage);
+                let (n, usage_only) = match wire {
+                    Dialect::Chat => read_event(&ev, family, &mut text, &mut shape, &mut held.provider_usage),
+                    d => (native::read_event(d, &ev, family, &mut native, &mut held.provider_usage), false),
+                };
                 if n > 0 {
                     let after = held.counted_output + n;
                     // Keep a quarter slice of headroom ahead of the text, up
@@ -270,12 +279,18 @@ pub fn metered(
             let delivered = Actual { input: held.provider_usage.map_or(held.est_input, |u| u.0), output: counted, status: "cut_off", source: "counted" };
             let usage = client_wants_usage.then_some((delivered.input, delivered.output));
             held.settle(delivered).await;
-            yield Ok(cut_events(&shape, &c, usage));
+            yield Ok(match wire {
+                Dialect::Chat => cut_events(&shape, &c, usage),
+                d => native::cut_events(d, &native, &edge, c.code(), (delivered.input, delivered.output)),
+            });
             return;
         }
-                if let Some(rest) = split.rest() {
+        if let Some(rest) = split.rest() {
             // An unterminated last event: counted like any other.
-            let (n, _) = read_event(&rest, family, &mut text, &mut shape, &mut held.provider_usage);
+            let n = match wire {
+                Dialect::Chat => read_event(&rest, family, &mut text, &mut shape, &mut held.provider_usage).0,
+                d => native::read_event(d, &rest, family, &mut native, &mut held.provider_usage),
+            };
             held.counted_output += n;
             yield Ok(rest);
         }
@@ -285,7 +300,9 @@ pub fn metered(
             metrics::counter!(m::STREAM_TOKENS_REPORTED, "model" => model).increment(reported.max(0) as u64);
         }
         held.settle(actual).await;
-        if broken {
+        if broken && wire != Dialect::Chat {
+            yield Ok(native::broken_events(wire, &native, &edge));
+        } else if broken {
             let mut e = shape.chunk(json!([]));
             e["tollgate_error"] = json!({"message": "the upstream provider closed the stream early",
                 "type": "api_error", "code": ReasonCode::UpstreamError.as_str(), "param": null});

@@ -10,6 +10,7 @@
 use crate::catalog::ModelEntry;
 use crate::GatewayConfig;
 use bytes::Bytes;
+use domain::provider::Dialect;
 use domain::request::Endpoint;
 use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
 use http::{Request, Uri};
@@ -91,6 +92,41 @@ pub fn request(
             .map_err(|_| "the model's upstream API key is not a valid header value")?;
         v.set_sensitive(true);
         rb = rb.header(AUTHORIZATION, v);
+    }
+    rb.body(Full::new(Bytes::from(body)))
+        .map_err(|_| "the upstream request could not be built")
+}
+
+/// The request to a provider's native endpoint of `dialect` (`responses`
+/// or `messages` under the model's base URL). Anthropic's API reads its
+/// key from `x-api-key` and wants `anthropic-version`; both are sent.
+pub fn native_request(
+    model: &ModelEntry,
+    dialect: Dialect,
+    body: Vec<u8>,
+) -> Result<Request<Full<Bytes>>, &'static str> {
+    let uri: Uri = format!("{}/{}", model.base_url, dialect.as_str())
+        .parse()
+        .ok()
+        .filter(|u: &Uri| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some())
+        .ok_or("the model's upstream URL is not a valid http(s) URL")?;
+    let mut rb = Request::post(uri)
+        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+        .header(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+    if let Some(k) = &model.api_key {
+        let mut v = HeaderValue::try_from(format!("Bearer {}", k.expose()))
+            .map_err(|_| "the model's upstream API key is not a valid header value")?;
+        v.set_sensitive(true);
+        rb = rb.header(AUTHORIZATION, v);
+        if dialect == Dialect::Messages {
+            let mut v = HeaderValue::try_from(k.expose())
+                .map_err(|_| "the model's upstream API key is not a valid header value")?;
+            v.set_sensitive(true);
+            rb = rb.header("x-api-key", v);
+        }
+    }
+    if dialect == Dialect::Messages {
+        rb = rb.header("anthropic-version", HeaderValue::from_static("2023-06-01"));
     }
     rb.body(Full::new(Bytes::from(body)))
         .map_err(|_| "the upstream request could not be built")

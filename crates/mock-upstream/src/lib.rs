@@ -1,18 +1,23 @@
 //! An OpenAI-compatible fake LLM provider for tollgate's demo, tests and benchmarks.
 //!
 //! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings`,
-//! `GET /v1/models`, plus `GET /mock/stats` and `POST /mock/reset`.
+//! `GET /v1/models`, the native `POST /v1/responses` (OpenAI Responses) and
+//! `POST /v1/messages` (Anthropic Messages), plus `GET /mock/stats` and `POST /mock/reset`.
 //!
 //! Output is `N` tokens of `" hello"` (one token in cl100k and o200k), where `N` is
 //! `[mock:output_tokens=N]` or [`MockConfig::output_tokens`], capped by
 //! `max_tokens`/`max_completion_tokens`. The last user message (or prompt / embedding
 //! input) may carry directives: `[mock:output_tokens=N]`, `[mock:latency_ms=N]`,
 //! `[mock:chunk_delay_ms=N]`, `[mock:fault=429]`, `[mock:fault=500]`,
-//! `[mock:fault=disconnect_after=N]`.
+//! `[mock:fault=disconnect_after=N]`, `[mock:tool_call]` (with tools given: call the
+//! first one, until the conversation holds its result).
 
 mod chat;
 mod directives;
 mod embeddings;
+mod messages;
+mod native;
+mod responses;
 mod stats;
 mod stream;
 #[cfg(test)]
@@ -90,6 +95,8 @@ pub fn router(cfg: MockConfig, stats: MockStats) -> Router {
         .route("/v1/chat/completions", post(chat::chat))
         .route("/v1/completions", post(chat::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/responses", post(responses::responses))
+        .route("/v1/messages", post(messages::messages))
         .route("/v1/models", get(models))
         .route("/mock/stats", get(stats_handler))
         .route("/mock/reset", post(reset))

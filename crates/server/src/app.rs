@@ -131,6 +131,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         fair: cfg.fair.tuning(&cfg.gateway),
         admission: cfg.gateway.admission.mode(),
         lease: cfg.gateway.lease_tuning(),
+        native_dialects: cfg.gateway.native_dialects.clone(),
     };
     // No ClickHouse connection at start: a ClickHouse that is down must not
     // keep the gateway from serving. `migrate` and every rollover apply the

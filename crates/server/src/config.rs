@@ -234,6 +234,10 @@ pub struct GatewayTuning {
     pub lease_max_age_ms: u64,
     /// Settles against a lease wait this long to travel in one batch.
     pub lease_flush_ms: u64,
+    /// Models whose provider speaks `responses` and/or `messages` natively
+    /// (model id → dialects); their requests in those dialects are passed
+    /// through instead of translated to chat completions.
+    pub native_dialects: std::collections::HashMap<String, Vec<domain::provider::Dialect>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -343,6 +347,7 @@ impl Default for Config {
                 lease_idle_ms: 1_000,
                 lease_max_age_ms: 10_000,
                 lease_flush_ms: 1,
+                native_dialects: Default::default(),
             },
             fair: FairConfig::default(),
             mock: MockUpstreamConfig {
