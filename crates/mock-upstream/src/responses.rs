@@ -20,6 +20,7 @@ use crate::{bad_request, latency_and_faults, Directives, Fault, Shared};
 
 pub(crate) async fn responses(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     app.stats.request(&headers, Some(&body));
+    app.stats.responses();
     let req: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return bad_request(e),
