@@ -152,9 +152,28 @@ async fn the_official_openai_and_anthropic_clients_speak_their_dialects_through_
             assert_eq!(ev.output_tokens.to_string(), c[2], "the SDK saw what was billed");
             let (used, _) = env.ledger_tokens(&tenant, &month).await;
             assert!(used <= BUDGET, "{tenant} used {used}");
+            // The reason the client's clean ending did not carry as an
+            // error: in the request lookup.
+            let d = decision(&env, &c[0]).await;
+            assert_eq!(d.reason, "tenant_monthly_budget_exhausted");
+            assert_eq!(d.detail["cut_off"], true, "{:?}", d.detail);
+            let dialect = if run.stdout.contains("count_tokens ok") { "messages" } else { "responses" };
+            assert_eq!(d.detail["dialect"], dialect);
         }
     }
     srv.shutdown().await;
+}
+
+async fn decision(env: &TestEnv, rid: &str) -> store::RequestDecisionRow {
+    let t0 = std::time::Instant::now();
+    loop {
+        let scope = store::TenantScope::system();
+        if let Some(d) = env.store.request_decision(&scope, rid).await.unwrap() {
+            return d;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no decision recorded for {rid}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn stored(env: &TestEnv, rid: &str) -> domain::usage::UsageEvent {

@@ -696,7 +696,8 @@ async fn forward(
         );
         let body = if edge.translated() {
             let est_input = held.est_input;
-            let chat = stream::metered(held, resp, s.client_wants_usage, Edge::chat());
+            // The meter reads the provider's chat chunks (`edge.wire()`).
+            let chat = stream::metered(held, resp, s.client_wants_usage, edge.clone());
             crate::dialect::stream::translate(edge, est_input, chat)
         } else {
             stream::metered(held, resp, s.client_wants_usage, edge)

@@ -30,6 +30,14 @@ enum Cut {
 }
 
 impl Cut {
+    fn reason(&self) -> Option<ReasonCode> {
+        match self {
+            Cut::Budget(r) => Some(*r),
+            Cut::TimeLimit => None,
+            Cut::QuotaStoreDown => Some(ReasonCode::QuotaStoreUnavailable),
+        }
+    }
+
     fn code(&self) -> &'static str {
         match self {
             Cut::Budget(r) => r.as_str(),
@@ -276,6 +284,10 @@ pub fn metered(
         let model = held.model.id.clone();
         if let Some(c) = cut {
             metrics::counter!(m::STREAM_CUTOFFS, "reason" => c.code()).increment(1);
+            if let Some(r) = c.reason() {
+                let detail = json!({"delivered_output_tokens": counted, "dialect": edge.dialect.as_str()});
+                held.gw.decisions.cut_off(&held.request_id, &held.key, &model, r, detail);
+            }
             let delivered = Actual { input: held.provider_usage.map_or(held.est_input, |u| u.0), output: counted, status: "cut_off", source: "counted" };
             let usage = client_wants_usage.then_some((delivered.input, delivered.output));
             held.settle(delivered).await;

@@ -84,15 +84,6 @@ pub(crate) struct Edge {
 }
 
 impl Edge {
-    pub fn chat() -> Edge {
-        Edge {
-            dialect: Dialect::Chat,
-            native: false,
-            model: String::new(),
-            request_id: String::new(),
-        }
-    }
-
     /// The stream events are the provider's chat chunks, translated (if
     /// at all) after the meter.
     pub fn translated(&self) -> bool {
