@@ -46,12 +46,14 @@ impl Inbound {
     }
 }
 
-/// Whether `model`'s provider serves `dialect` natively. The one place this
+/// Whether a `dialect` request for `model` is passed through to the
+/// provider's own endpoint of that dialect (chat always goes to chat
+/// completions, the core's own wire). The one place this
 /// is read: today from the gateway's `native_dialects` setting (model id →
 /// dialects); it is the seam where the model's provider profile plugs in.
 pub(crate) fn speaks_natively(gw: &crate::Gateway, model: &ModelEntry, dialect: Dialect) -> bool {
-    dialect == Dialect::Chat
-        || gw
+    dialect != Dialect::Chat
+        && gw
             .cfg
             .native_dialects
             .get(&model.id)
