@@ -8,6 +8,8 @@
 //! (`native::read_event`). Either way the hold, the slices, the cut-off,
 //! the hang-up charge and the settle are the chat path's (docs/clients.md).
 
+#[cfg(test)]
+mod bench;
 pub(crate) mod messages;
 pub(crate) mod native;
 pub(crate) mod responses;
@@ -105,9 +107,11 @@ impl Edge {
     /// in it (input, output) when it reported one.
     pub fn answer(&self, upstream: Bytes) -> (Bytes, Option<(i64, i64)>) {
         if !self.translated() {
-            let usage = serde_json::from_slice::<Value>(&upstream)
+            // Typed, so the rest of the answer is skipped, not built.
+            let usage = serde_json::from_slice::<native::UsageOnly>(&upstream)
                 .ok()
-                .and_then(|v| native::usage_of(self.wire(), &v));
+                .and_then(|u| u.usage)
+                .map(|u| u.pair());
             return (upstream, usage);
         }
         let Ok(chat) = serde_json::from_slice::<Value>(&upstream) else {

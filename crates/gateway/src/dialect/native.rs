@@ -34,6 +34,35 @@ pub fn usage_of(dialect: Dialect, v: &Value) -> Option<(i64, i64)> {
     }
 }
 
+/// The `usage` of a whole answer in any dialect, read without building
+/// the rest of it: chat's `prompt_tokens` / `completion_tokens`, or the
+/// `input_tokens` / `output_tokens` of Responses and Messages (Anthropic's
+/// cached input counted as input).
+#[derive(serde::Deserialize)]
+pub struct UsageOnly {
+    #[serde(default)]
+    pub usage: Option<AnyUsage>,
+}
+
+#[derive(serde::Deserialize)]
+pub struct AnyUsage {
+    #[serde(default, alias = "input_tokens")]
+    prompt_tokens: i64,
+    #[serde(default, alias = "output_tokens")]
+    completion_tokens: i64,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<i64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<i64>,
+}
+
+impl AnyUsage {
+    pub fn pair(&self) -> (i64, i64) {
+        let cached = self.cache_creation_input_tokens.unwrap_or(0) + self.cache_read_input_tokens.unwrap_or(0);
+        (self.prompt_tokens + cached, self.completion_tokens)
+    }
+}
+
 /// What the meter learns of a native stream as it reads it.
 #[derive(Default)]
 pub struct State {
@@ -290,6 +319,15 @@ mod tests {
         let mut v = v;
         v["type"] = json!(ty);
         format!("event: {ty}\ndata: {v}\n\n").into_bytes()
+    }
+
+    #[test]
+    fn whole_answers_give_their_usage_in_every_dialect() {
+        let read = |s: &str| serde_json::from_str::<UsageOnly>(s).unwrap().usage.map(|u| u.pair());
+        assert_eq!(read(r#"{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#), Some((3, 4)));
+        assert_eq!(read(r#"{"usage":{"input_tokens":3,"input_tokens_details":{"cached_tokens":1},"output_tokens":4}}"#), Some((3, 4)));
+        assert_eq!(read(r#"{"usage":{"input_tokens":3,"cache_read_input_tokens":10,"cache_creation_input_tokens":null,"output_tokens":4}}"#), Some((13, 4)));
+        assert_eq!(read(r#"{"id":"x"}"#), None);
     }
 
     #[test]
