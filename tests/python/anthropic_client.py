@@ -69,7 +69,7 @@ for body, param in [
     ({"model": MODEL, "messages": hello}, "max_tokens"),
     ({"model": MODEL, "max_tokens": 5, "messages": []}, "messages"),
     ({"model": MODEL, "max_tokens": 5, "messages": hello, "temperature": 1.5}, "temperature"),
-    ({"model": MODEL, "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+    ({"model": MODEL, "max_tokens": 5, "messages": [{"role": "boss", "content": "x"}]}, "messages[0].role"),
 ]:
     try:
         client.post("/v1/messages", body=body, cast_to=object)

@@ -68,7 +68,7 @@ for kwargs, param in [
     ({"previous_response_id": "resp_123"}, "previous_response_id"),
     ({"store": True}, "store"),
     ({"max_output_tokens": 0}, "max_output_tokens"),
-    ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+    ({"tools": [{"type": "teleport"}]}, "tools[0].type"),
 ]:
     try:
         client.responses.create(model=MODEL, input="hi", **kwargs)

@@ -148,12 +148,13 @@ pub fn to_chat(body: &Value, need_max_tokens: bool) -> Result<Value, InvalidFiel
 /// calls) and `tool_result` blocks (a user's answers to them, which chat
 /// puts in `tool` messages ahead of the user's other content).
 fn message(m: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), InvalidField> {
+    // Claude Code puts `system` turns among the messages too.
     let role = match m.get("role").and_then(Value::as_str) {
-        Some(r @ ("user" | "assistant")) => r,
+        Some(r @ ("user" | "assistant" | "system")) => r,
         _ => {
             return Err(bad(
                 format!("messages[{i}].role"),
-                "role must be user or assistant",
+                "role must be user, assistant or system",
             ))
         }
     };
@@ -251,6 +252,9 @@ fn message(m: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), InvalidField
             msg["tool_calls"] = Value::Array(calls);
         }
         out.push(msg);
+    } else if role == "system" {
+        let text: String = parts.iter().filter_map(|p| p["text"].as_str()).collect();
+        out.push(json!({"role": "system", "content": text}));
     } else if !parts.is_empty() {
         out.push(json!({"role": "user", "content": parts}));
     }
@@ -509,7 +513,7 @@ mod tests {
         for (body, param) in [
             (json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}), "max_tokens"),
             (json!({"model": "m", "max_tokens": 5, "messages": []}), "messages"),
-            (json!({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}), "messages[0].role"),
+            (json!({"model": "m", "max_tokens": 5, "messages": [{"role": "boss", "content": "x"}]}), "messages[0].role"),
             (json!({"model": "m", "max_tokens": 5, "temperature": 1.5, "messages": [{"role": "user", "content": "x"}]}), "temperature"),
             (json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_use"}]}]}), "messages[0].content[0].type"),
             (json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}],

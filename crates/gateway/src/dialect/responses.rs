@@ -165,6 +165,8 @@ fn input_item(item: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), Invali
                     ))
                 }
             };
+            // Most chat providers know `system`, not OpenAI's `developer`.
+            let role = if role == "developer" { "system" } else { role };
             out.push(json!({"role": role, "content": content}));
         }
         Some("function_call") => {
@@ -252,20 +254,49 @@ fn content_part(p: &Value, at: &str) -> Result<Value, InvalidField> {
     }
 }
 
+/// Tools the provider itself runs (OpenAI's hosted tools): a chat provider
+/// has none of them, so a translated request goes without them.
+const HOSTED_TOOLS: &[&str] = &[
+    "web_search",
+    "web_search_preview",
+    "file_search",
+    "code_interpreter",
+    "image_generation",
+    "computer_use_preview",
+    "mcp",
+    "local_shell",
+];
+
 fn tools_to_chat(tools: &Value) -> Result<Value, InvalidField> {
     let Some(list) = tools.as_array() else {
         return Err(bad("tools", "tools must be an array"));
     };
     let mut out = Vec::new();
+    function_tools(list, "tools", &mut out)?;
+    Ok(Value::Array(out))
+}
+
+/// Function tools as chat tools; a `namespace` (Codex groups tools so)
+/// gives its functions; hosted tools are left out; anything else is refused.
+fn function_tools(list: &[Value], at: &str, out: &mut Vec<Value>) -> Result<(), InvalidField> {
     for (i, t) in list.iter().enumerate() {
-        if t.get("type").and_then(Value::as_str) != Some("function") {
-            return Err(bad(
-                format!("tools[{i}].type"),
-                "only function tools are supported (built-in tools are not)",
-            ));
+        match t.get("type").and_then(Value::as_str) {
+            Some("function") => {}
+            Some("namespace") => {
+                let inner = t.get("tools").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+                function_tools(inner, &format!("{at}[{i}].tools"), out)?;
+                continue;
+            }
+            Some(h) if HOSTED_TOOLS.contains(&h) || h.starts_with("web_search") => continue,
+            _ => {
+                return Err(bad(
+                    format!("{at}[{i}].type"),
+                    "tool type must be function (or a hosted tool, which is left out)",
+                ))
+            }
         }
         let Some(name) = t.get("name").and_then(Value::as_str) else {
-            return Err(bad(format!("tools[{i}].name"), "a function tool needs a name"));
+            return Err(bad(format!("{at}[{i}].name"), "a function tool needs a name"));
         };
         let mut f = json!({"name": name});
         for k in ["description", "parameters", "strict"] {
@@ -275,7 +306,7 @@ fn tools_to_chat(tools: &Value) -> Result<Value, InvalidField> {
         }
         out.push(json!({"type": "function", "function": f}));
     }
-    Ok(Value::Array(out))
+    Ok(())
 }
 
 fn tool_choice_to_chat(tc: &Value) -> Result<Value, InvalidField> {
@@ -572,12 +603,24 @@ mod tests {
             (json!({"model": "m"}), "input"),
             (json!({"model": "m", "input": "x", "max_output_tokens": 0}), "max_output_tokens"),
             (json!({"model": "m", "input": [{"role": "boss", "content": "x"}]}), "input[0].role"),
-            (json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}), "tools[0].type"),
+            (json!({"model": "m", "input": "x", "tools": [{"type": "teleport"}]}), "tools[0].type"),
             (json!({"model": "m", "input": [{"type": "item_reference", "id": "x"}]}), "input[0].type"),
         ] {
             assert_eq!(to_chat(&body).unwrap_err().param, param, "{body}");
         }
         assert!(to_chat(&json!({"model": "m", "input": "x", "store": false})).is_ok());
+        // Codex's request shape: a namespace of functions, a hosted tool,
+        // developer messages.
+        let c = to_chat(&json!({"model": "m", "input": [{"type": "message", "role": "developer",
+            "content": [{"type": "input_text", "text": "rules"}]}], "tools": [
+            {"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "inner", "parameters": {}}]},
+            {"type": "web_search", "external_web_access": false},
+            {"type": "function", "name": "outer", "parameters": {}}]}))
+        .unwrap();
+        let names: Vec<&str> = c["tools"].as_array().unwrap().iter()
+            .map(|t| t["function"]["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["inner", "outer"]);
+        assert_eq!(c["messages"][0]["role"], "system");
     }
 
     #[test]
