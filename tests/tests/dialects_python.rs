@@ -47,7 +47,10 @@ impl Run {
     fn tagged(&self, tag: &str) -> Vec<Vec<String>> {
         self.stdout
             .lines()
-            .filter_map(|l| l.strip_prefix(tag).map(|r| r.split_whitespace().map(String::from).collect()))
+            .filter_map(|l| {
+                l.strip_prefix(tag)
+                    .map(|r| r.split_whitespace().map(String::from).collect())
+            })
             .collect()
     }
 }
@@ -77,9 +80,10 @@ async fn the_official_openai_and_anthropic_clients_speak_their_dialects_through_
         .await;
     env.model("native-model", "chat", 150_000, 600_000).await;
     let mut cfg = env.config();
-    cfg.gateway
-        .native_dialects
-        .insert("native-model".into(), vec![Dialect::Responses, Dialect::Messages]);
+    cfg.gateway.native_dialects.insert(
+        "native-model".into(),
+        vec![Dialect::Responses, Dialect::Messages],
+    );
     let srv = env.server_with(cfg).await;
     let base = format!("http://{}", srv.addr);
 
@@ -88,25 +92,47 @@ async fn the_official_openai_and_anthropic_clients_speak_their_dialects_through_
         let tag = if native { "n" } else { "t" };
         let before = env.mock.snapshot();
         let openai_cut = small_tenant(&env, &format!("cut-r-{tag}")).await;
-        let r = run(&python, "responses_client.py", &[
-            ("OPENAI_BASE_URL", format!("{base}/v1")),
-            ("OPENAI_API_KEY", key.clone()),
-            ("CUTOFF_KEY", openai_cut),
-            ("DIALECT_MODEL", model.into()),
-        ])
+        let r = run(
+            &python,
+            "responses_client.py",
+            &[
+                ("OPENAI_BASE_URL", format!("{base}/v1")),
+                ("OPENAI_API_KEY", key.clone()),
+                ("CUTOFF_KEY", openai_cut),
+                ("DIALECT_MODEL", model.into()),
+            ],
+        )
         .await;
-        for l in ["create ok", "stream ok", "cutoff ok", "tools ok", "bad input ok"] {
+        for l in [
+            "create ok",
+            "stream ok",
+            "cutoff ok",
+            "tools ok",
+            "bad input ok",
+        ] {
             r.has(l);
         }
         let anthropic_cut = small_tenant(&env, &format!("cut-m-{tag}")).await;
-        let m = run(&python, "anthropic_client.py", &[
-            ("ANTHROPIC_BASE_URL", base.clone()),
-            ("ANTHROPIC_API_KEY", key.clone()),
-            ("CUTOFF_KEY", anthropic_cut),
-            ("DIALECT_MODEL", model.into()),
-        ])
+        let m = run(
+            &python,
+            "anthropic_client.py",
+            &[
+                ("ANTHROPIC_BASE_URL", base.clone()),
+                ("ANTHROPIC_API_KEY", key.clone()),
+                ("CUTOFF_KEY", anthropic_cut),
+                ("DIALECT_MODEL", model.into()),
+            ],
+        )
         .await;
-        for l in ["create ok", "bearer ok", "stream ok", "count_tokens ok", "cutoff ok", "tools ok", "bad input ok"] {
+        for l in [
+            "create ok",
+            "bearer ok",
+            "stream ok",
+            "count_tokens ok",
+            "cutoff ok",
+            "tools ok",
+            "bad input ok",
+        ] {
             m.has(l);
         }
         let after = env.mock.snapshot();
@@ -125,7 +151,11 @@ async fn the_official_openai_and_anthropic_clients_speak_their_dialects_through_
             assert_eq!((resp, msgs), (0, 0));
         }
         // Both cut streams were dropped upstream long before 5,000 tokens.
-        assert_eq!(after.streams_closed_early - before.streams_closed_early, 2, "{after:?}");
+        assert_eq!(
+            after.streams_closed_early - before.streams_closed_early,
+            2,
+            "{after:?}"
+        );
         assert!(after.completion_tokens - before.completion_tokens < 2 * BUDGET as u64 + 200);
         runs.push((tag, r, m));
     }
@@ -136,7 +166,11 @@ async fn the_official_openai_and_anthropic_clients_speak_their_dialects_through_
             // Billed exactly what the SDK was told.
             for b in run.tagged("BILL ") {
                 let ev = stored(&env, &b[0]).await;
-                assert_eq!((ev.input_tokens.to_string(), ev.output_tokens.to_string()), (b[1].clone(), b[2].clone()), "{b:?}");
+                assert_eq!(
+                    (ev.input_tokens.to_string(), ev.output_tokens.to_string()),
+                    (b[1].clone(), b[2].clone()),
+                    "{b:?}"
+                );
             }
             // Refused and counted requests: nothing in the ledger.
             for b in run.tagged("NOCHARGE ") {
@@ -149,7 +183,11 @@ async fn the_official_openai_and_anthropic_clients_speak_their_dialects_through_
             let ev = stored(&env, &c[0]).await;
             assert_eq!(ev.status, "cut_off", "{c:?}");
             assert!(ev.total_tokens() <= BUDGET, "{ev:?}");
-            assert_eq!(ev.output_tokens.to_string(), c[2], "the SDK saw what was billed");
+            assert_eq!(
+                ev.output_tokens.to_string(),
+                c[2],
+                "the SDK saw what was billed"
+            );
             let (used, _) = env.ledger_tokens(&tenant, &month).await;
             assert!(used <= BUDGET, "{tenant} used {used}");
             // The reason the client's clean ending did not carry as an
@@ -157,7 +195,11 @@ async fn the_official_openai_and_anthropic_clients_speak_their_dialects_through_
             let d = decision(&env, &c[0]).await;
             assert_eq!(d.reason, "tenant_monthly_budget_exhausted");
             assert_eq!(d.detail["cut_off"], true, "{:?}", d.detail);
-            let dialect = if run.stdout.contains("count_tokens ok") { "messages" } else { "responses" };
+            let dialect = if run.stdout.contains("count_tokens ok") {
+                "messages"
+            } else {
+                "responses"
+            };
             assert_eq!(d.detail["dialect"], dialect);
         }
     }
@@ -171,7 +213,10 @@ async fn decision(env: &TestEnv, rid: &str) -> store::RequestDecisionRow {
         if let Some(d) = env.store.request_decision(&scope, rid).await.unwrap() {
             return d;
         }
-        assert!(t0.elapsed() < Duration::from_secs(10), "no decision recorded for {rid}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no decision recorded for {rid}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -182,7 +227,10 @@ async fn stored(env: &TestEnv, rid: &str) -> domain::usage::UsageEvent {
         if let Some(ev) = env.usage_event(rid).await {
             return ev;
         }
-        assert!(t0.elapsed() < Duration::from_secs(10), "no usage event for {rid}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no usage event for {rid}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

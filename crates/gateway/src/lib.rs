@@ -173,7 +173,10 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/v1/embeddings", post(proxy::embeddings))
         .route("/v1/responses", post(dialect::routes::responses))
         .route("/v1/messages", post(dialect::routes::messages))
-        .route("/v1/messages/count_tokens", post(dialect::routes::count_tokens))
+        .route(
+            "/v1/messages/count_tokens",
+            post(dialect::routes::count_tokens),
+        )
         .route("/v1/models", get(models::list))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(gw)

@@ -98,9 +98,12 @@ pub(crate) fn chat_tool_call(
     app.stats.model(model);
     app.stats.prompt_tokens(prompt);
     app.stats.completion_tokens(5);
-    let n = app.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let n = app
+        .next_id
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (id, call_id) = (format!("chatcmpl-mock-{n}"), format!("call_mock_{n}"));
-    let usage = json!({"prompt_tokens": prompt, "completion_tokens": 5, "total_tokens": prompt + 5});
+    let usage =
+        json!({"prompt_tokens": prompt, "completion_tokens": 5, "total_tokens": prompt + 5});
     if !stream {
         let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": TOOL_ARGS}});
         return axum::Json(json!({"id": id, "object": "chat.completion", "created": 0, "model": model,
@@ -115,9 +118,15 @@ pub(crate) fn chat_tool_call(
         Bytes::from(format!("data: {v}\n\n"))
     };
     let mut tail = vec![
-        chunk(json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": call_id,
-            "type": "function", "function": {"name": name, "arguments": ""}}]}), Value::Null),
-        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": TOOL_ARGS}}]}), Value::Null),
+        chunk(
+            json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": call_id,
+            "type": "function", "function": {"name": name, "arguments": ""}}]}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": TOOL_ARGS}}]}),
+            Value::Null,
+        ),
         chunk(json!({}), json!("tool_calls")),
     ];
     if include_usage {
@@ -126,5 +135,15 @@ pub(crate) fn chat_tool_call(
         tail.push(Bytes::from(format!("data: {v}\n\n")));
     }
     tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
-    sse(Sse { head: vec![], token: Bytes::new(), tokens: 0, tail, delay: Duration::ZERO, disconnect_after: None }, app.stats.clone())
+    sse(
+        Sse {
+            head: vec![],
+            token: Bytes::new(),
+            tokens: 0,
+            tail,
+            delay: Duration::ZERO,
+            disconnect_after: None,
+        },
+        app.stats.clone(),
+    )
 }

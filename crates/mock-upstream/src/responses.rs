@@ -18,7 +18,11 @@ use crate::chat::TOKEN;
 use crate::native::{frame, prompt_tokens, sse, texts, Sse, TOOL_ARGS};
 use crate::{bad_request, latency_and_faults, Directives, Fault, Shared};
 
-pub(crate) async fn responses(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+pub(crate) async fn responses(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     app.stats.request(&headers, Some(&body));
     app.stats.responses();
     let req: Value = match serde_json::from_slice(&body) {
@@ -49,7 +53,10 @@ pub(crate) async fn responses(State(app): State<Shared>, headers: HeaderMap, bod
         return r;
     }
     let tool = req["tools"][0]["name"].as_str().filter(|_| {
-        dir.tool_call && items.last().is_some_and(|i| i["type"] != "function_call_output")
+        dir.tool_call
+            && items
+                .last()
+                .is_some_and(|i| i["type"] != "function_call_output")
     });
     let wanted = dir.output_tokens.unwrap_or(app.cfg.output_tokens);
     let cap = req["max_output_tokens"].as_u64().map(|c| c as u32);
@@ -58,8 +65,14 @@ pub(crate) async fn responses(State(app): State<Shared>, headers: HeaderMap, bod
         None => cap.map_or(wanted, |c| c.min(wanted)),
     };
     let id = format!("resp_mock_{}", app.next_id.fetch_add(1, Relaxed));
-    let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let status = if tool.is_none() && n < wanted { "incomplete" } else { "completed" };
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let status = if tool.is_none() && n < wanted {
+        "incomplete"
+    } else {
+        "completed"
+    };
     let usage = json!({"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0},
         "output_tokens": n, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + n});
     let response = |status: &str, output: Value, usage: Value| {
@@ -93,38 +106,73 @@ pub(crate) async fn responses(State(app): State<Shared>, headers: HeaderMap, bod
         frame(ty, &v)
     };
     let mut head = vec![
-        ev("response.created", json!({"response": response("in_progress", json!([]), Value::Null)})),
-        ev("response.in_progress", json!({"response": response("in_progress", json!([]), Value::Null)})),
+        ev(
+            "response.created",
+            json!({"response": response("in_progress", json!([]), Value::Null)}),
+        ),
+        ev(
+            "response.in_progress",
+            json!({"response": response("in_progress", json!([]), Value::Null)}),
+        ),
     ];
     let (token, tokens, mut tail) = match tool {
         Some(_) => {
             let mut added = item("", "in_progress");
             added["arguments"] = json!("");
-            head.push(ev("response.output_item.added", json!({"output_index": 0, "item": added})));
-            head.push(ev("response.function_call_arguments.delta",
-                json!({"item_id": format!("fc_{id}"), "output_index": 0, "delta": TOOL_ARGS})));
-            (Bytes::new(), 0, vec![ev("response.function_call_arguments.done",
-                json!({"item_id": format!("fc_{id}"), "output_index": 0, "arguments": TOOL_ARGS}))])
+            head.push(ev(
+                "response.output_item.added",
+                json!({"output_index": 0, "item": added}),
+            ));
+            head.push(ev(
+                "response.function_call_arguments.delta",
+                json!({"item_id": format!("fc_{id}"), "output_index": 0, "delta": TOOL_ARGS}),
+            ));
+            (
+                Bytes::new(),
+                0,
+                vec![ev(
+                    "response.function_call_arguments.done",
+                    json!({"item_id": format!("fc_{id}"), "output_index": 0, "arguments": TOOL_ARGS}),
+                )],
+            )
         }
         None => {
             let mut added = item("", "in_progress");
             added["content"] = json!([]);
-            head.push(ev("response.output_item.added", json!({"output_index": 0, "item": added})));
+            head.push(ev(
+                "response.output_item.added",
+                json!({"output_index": 0, "item": added}),
+            ));
             head.push(ev("response.content_part.added", json!({"item_id": msg_id, "output_index": 0,
                 "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}})));
             // Every delta event has the same sequence number here: the mock
             // numbers the frames it builds, not the repeated token frame.
-            let token = ev("response.output_text.delta", json!({"item_id": msg_id, "output_index": 0,
-                "content_index": 0, "delta": TOKEN, "logprobs": []}));
-            let text_done = ev("response.output_text.done", json!({"item_id": msg_id, "output_index": 0,
-                "content_index": 0, "text": full, "logprobs": []}));
-            let part_done = ev("response.content_part.done", json!({"item_id": msg_id, "output_index": 0,
-                "content_index": 0, "part": {"type": "output_text", "text": full, "annotations": []}}));
+            let token = ev(
+                "response.output_text.delta",
+                json!({"item_id": msg_id, "output_index": 0,
+                "content_index": 0, "delta": TOKEN, "logprobs": []}),
+            );
+            let text_done = ev(
+                "response.output_text.done",
+                json!({"item_id": msg_id, "output_index": 0,
+                "content_index": 0, "text": full, "logprobs": []}),
+            );
+            let part_done = ev(
+                "response.content_part.done",
+                json!({"item_id": msg_id, "output_index": 0,
+                "content_index": 0, "part": {"type": "output_text", "text": full, "annotations": []}}),
+            );
             (token, n, vec![text_done, part_done])
         }
     };
-    tail.push(ev("response.output_item.done", json!({"output_index": 0, "item": item(&full, "completed")})));
-    tail.push(ev(&format!("response.{status}"), json!({"response": response(status, json!([item(&full, "completed")]), usage)})));
+    tail.push(ev(
+        "response.output_item.done",
+        json!({"output_index": 0, "item": item(&full, "completed")}),
+    ));
+    tail.push(ev(
+        &format!("response.{status}"),
+        json!({"response": response(status, json!([item(&full, "completed")]), usage)}),
+    ));
     if tool.is_some() {
         app.stats.completion_tokens(n);
     }
@@ -132,5 +180,15 @@ pub(crate) async fn responses(State(app): State<Shared>, headers: HeaderMap, bod
         Some(Fault::DisconnectAfter(k)) => Some(k),
         _ => None,
     };
-    sse(Sse { head, token, tokens, tail, delay: Duration::from_millis(dir.chunk_delay_ms.unwrap_or(app.cfg.chunk_delay_ms)), disconnect_after }, app.stats.clone())
+    sse(
+        Sse {
+            head,
+            token,
+            tokens,
+            tail,
+            delay: Duration::from_millis(dir.chunk_delay_ms.unwrap_or(app.cfg.chunk_delay_ms)),
+            disconnect_after,
+        },
+        app.stats.clone(),
+    )
 }

@@ -34,20 +34,28 @@ fn bodies() -> [(Dialect, Value); 3] {
 }
 
 fn chat_answer() -> Bytes {
-    Bytes::from(json!({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+    Bytes::from(
+        json!({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": " hello".repeat(64)},
-        "finish_reason": "stop"}], "usage": {"prompt_tokens": 20, "completion_tokens": 64}}).to_string())
+        "finish_reason": "stop"}], "usage": {"prompt_tokens": 20, "completion_tokens": 64}})
+        .to_string(),
+    )
 }
 
 fn chat_stream() -> Bytes {
     let mut s = String::new();
     for _ in 0..64 {
-        s.push_str(&format!("data: {}\n\n", json!({"id": "c", "object": "chat.completion.chunk",
+        s.push_str(&format!(
+            "data: {}\n\n",
+            json!({"id": "c", "object": "chat.completion.chunk",
             "created": 1, "model": "m", "choices": [{"index": 0, "delta": {"content": " hello"},
-            "finish_reason": null}]})));
+            "finish_reason": null}]})
+        ));
     }
     s.push_str("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n");
-    s.push_str("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":64}}\n\n");
+    s.push_str(
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":64}}\n\n",
+    );
     s.push_str("data: [DONE]\n\n");
     Bytes::from(s)
 }
@@ -74,7 +82,8 @@ async fn translation_cost() {
         for _ in 0..N {
             let v: Value = serde_json::from_slice(body).unwrap();
             let inb = Inbound::read(*dialect, v).unwrap();
-            domain::request::validate(domain::request::Endpoint::ChatCompletions, &inb.chat).unwrap();
+            domain::request::validate(domain::request::Endpoint::ChatCompletions, &inb.chat)
+                .unwrap();
             std::hint::black_box(serde_json::to_vec(&inb.chat).unwrap());
         }
         let req_us = t0.elapsed().as_secs_f64() * 1e6 / f64::from(N);
@@ -91,11 +100,18 @@ async fn translation_cost() {
                 b.collect().await.unwrap().to_bytes()
             } else {
                 // Chat's stream goes to the client as the meter passes it.
-                Body::from(stream.clone()).collect().await.unwrap().to_bytes()
+                Body::from(stream.clone())
+                    .collect()
+                    .await
+                    .unwrap()
+                    .to_bytes()
             };
             std::hint::black_box(out);
         }
         let st_us = t0.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
-        println!("| {} | {req_us:.1} | {ans_us:.1} | {st_us:.1} |", dialect.as_str());
+        println!(
+            "| {} | {req_us:.1} | {ans_us:.1} | {st_us:.1} |",
+            dialect.as_str()
+        );
     }
 }

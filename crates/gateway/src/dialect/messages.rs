@@ -69,12 +69,7 @@ pub fn to_chat(body: &Value, need_max_tokens: bool) -> Result<Value, InvalidFiel
     }
     let msgs = match obj.get("messages") {
         Some(Value::Array(a)) if !a.is_empty() => a,
-        _ => {
-            return Err(bad(
-                "messages",
-                "messages must be a non-empty array",
-            ))
-        }
+        _ => return Err(bad("messages", "messages must be a non-empty array")),
     };
     for (i, m) in msgs.iter().enumerate() {
         message(m, i, &mut messages)?;
@@ -113,7 +108,11 @@ pub fn to_chat(body: &Value, need_max_tokens: bool) -> Result<Value, InvalidFiel
             chat.insert("stream_options".into(), json!({"include_usage": true}));
         }
     }
-    if let Some(u) = obj.get("metadata").and_then(|m| m.get("user_id")).filter(|u| u.is_string()) {
+    if let Some(u) = obj
+        .get("metadata")
+        .and_then(|m| m.get("user_id"))
+        .filter(|u| u.is_string())
+    {
         chat.insert("user".into(), u.clone());
     }
     if let Some(tools) = obj.get("tools").filter(|v| !v.is_null()) {
@@ -202,7 +201,10 @@ fn message(m: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), InvalidField
             }
             Some("tool_use") if role == "assistant" => {
                 let (Some(id), Some(name)) = (b["id"].as_str(), b["name"].as_str()) else {
-                    return Err(bad(format!("{at}.id"), "a tool_use block needs id and name"));
+                    return Err(bad(
+                        format!("{at}.id"),
+                        "a tool_use block needs id and name",
+                    ));
                 };
                 let input = b.get("input").cloned().unwrap_or_else(|| json!({}));
                 calls.push(json!({"id": id, "type": "function",
@@ -279,10 +281,12 @@ fn tools_to_chat(tools: &Value) -> Result<Value, InvalidField> {
         let Some(name) = t.get("name").and_then(Value::as_str) else {
             return Err(bad(format!("tools[{i}].name"), "a tool needs a name"));
         };
-        let schema = t
-            .get("input_schema")
-            .cloned()
-            .ok_or_else(|| bad(format!("tools[{i}].input_schema"), "a tool needs an input_schema"))?;
+        let schema = t.get("input_schema").cloned().ok_or_else(|| {
+            bad(
+                format!("tools[{i}].input_schema"),
+                "a tool needs an input_schema",
+            )
+        })?;
         let mut f = json!({"name": name, "parameters": schema});
         if let Some(d) = t.get("description").filter(|d| !d.is_null()) {
             f["description"] = d.clone();
@@ -326,7 +330,10 @@ pub fn from_chat(chat: &Value, edge: &Edge) -> Value {
 }
 
 fn message_id(edge: &Edge) -> String {
-    let suffix = edge.request_id.strip_prefix("req_").unwrap_or(&edge.request_id);
+    let suffix = edge
+        .request_id
+        .strip_prefix("req_")
+        .unwrap_or(&edge.request_id);
     format!("msg_{suffix}")
 }
 
@@ -383,7 +390,8 @@ impl Out {
 
     fn event(&mut self, ty: &str, mut data: Value) {
         data["type"] = json!(ty);
-        self.events.push_str(&format!("event: {ty}\ndata: {data}\n\n"));
+        self.events
+            .push_str(&format!("event: {ty}\ndata: {data}\n\n"));
     }
 
     pub fn start(&mut self) {
@@ -408,7 +416,10 @@ impl Out {
         let i = self.next_index;
         self.next_index += 1;
         self.open = Some((i, kind));
-        self.event("content_block_start", json!({"index": i, "content_block": block}));
+        self.event(
+            "content_block_start",
+            json!({"index": i, "content_block": block}),
+        );
         i
     }
 
@@ -417,21 +428,34 @@ impl Out {
             Some((i, Block::Text)) => i,
             _ => self.open_block(Block::Text, json!({"type": "text", "text": ""})),
         };
-        self.event("content_block_delta", json!({"index": i, "delta": {"type": "text_delta", "text": text}}));
+        self.event(
+            "content_block_delta",
+            json!({"index": i, "delta": {"type": "text_delta", "text": text}}),
+        );
     }
 
     pub fn tool_delta(&mut self, index: i64, call: &Value) {
         let i = match self.open {
             Some((i, Block::Tool(c))) if c == index => i,
             _ => {
-                let id = call["id"].as_str().map_or_else(|| format!("toolu_{}", self.next_index), str::to_string);
+                let id = call["id"]
+                    .as_str()
+                    .map_or_else(|| format!("toolu_{}", self.next_index), str::to_string);
                 let name = call["function"]["name"].as_str().unwrap_or("");
-                self.open_block(Block::Tool(index), json!({"type": "tool_use", "id": id, "name": name, "input": {}}))
+                self.open_block(
+                    Block::Tool(index),
+                    json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+                )
             }
         };
-        if let Some(args) = call["function"]["arguments"].as_str().filter(|a| !a.is_empty()) {
-            self.event("content_block_delta",
-                json!({"index": i, "delta": {"type": "input_json_delta", "partial_json": args}}));
+        if let Some(args) = call["function"]["arguments"]
+            .as_str()
+            .filter(|a| !a.is_empty())
+        {
+            self.event(
+                "content_block_delta",
+                json!({"index": i, "delta": {"type": "input_json_delta", "partial_json": args}}),
+            );
         }
     }
 
@@ -442,7 +466,10 @@ impl Out {
         self.start();
         self.close_block();
         if let Some(msg) = self.failed.clone() {
-            self.event("error", json!({"error": {"type": "api_error", "message": msg}}));
+            self.event(
+                "error",
+                json!({"error": {"type": "api_error", "message": msg}}),
+            );
             return;
         }
         let reason = if self.cut_reason.is_some() {
@@ -476,16 +503,25 @@ mod tests {
 
     #[test]
     fn system_stop_sequences_and_tools_are_translated() {
-        let c = to_chat(&json!({"model": "m", "max_tokens": 10, "system": [{"type": "text", "text": "sys"}],
+        let c = to_chat(
+            &json!({"model": "m", "max_tokens": 10, "system": [{"type": "text", "text": "sys"}],
             "stop_sequences": ["END"], "messages": [{"role": "user", "content": "hi"}],
             "tools": [{"name": "get", "description": "d", "input_schema": {"type": "object"}}],
-            "tool_choice": {"type": "any"}}), true)
+            "tool_choice": {"type": "any"}}),
+            true,
+        )
         .unwrap();
-        assert_eq!(c["messages"][0], json!({"role": "system", "content": "sys"}));
+        assert_eq!(
+            c["messages"][0],
+            json!({"role": "system", "content": "sys"})
+        );
         assert_eq!(c["messages"][1], json!({"role": "user", "content": "hi"}));
         assert_eq!(c["stop"], json!(["END"]));
         assert_eq!(c["max_tokens"], 10);
-        assert_eq!(c["tools"][0]["function"]["parameters"], json!({"type": "object"}));
+        assert_eq!(
+            c["tools"][0]["function"]["parameters"],
+            json!({"type": "object"})
+        );
         assert_eq!(c["tool_choice"], "required");
         assert!(domain::request::validate(domain::request::Endpoint::ChatCompletions, &c).is_ok());
     }
@@ -503,26 +539,54 @@ mod tests {
         let m = c["messages"].as_array().unwrap();
         assert_eq!(m[1]["content"], "let me");
         assert_eq!(m[1]["tool_calls"][0]["id"], "toolu_1");
-        assert_eq!(m[1]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
-        assert_eq!(m[2], json!({"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"}));
+        assert_eq!(
+            m[1]["tool_calls"][0]["function"]["arguments"],
+            "{\"city\":\"Paris\"}"
+        );
+        assert_eq!(
+            m[2],
+            json!({"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"})
+        );
         assert_eq!(m[3]["role"], "user");
     }
 
     #[test]
     fn bad_requests_name_the_field() {
         for (body, param) in [
-            (json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}), "max_tokens"),
-            (json!({"model": "m", "max_tokens": 5, "messages": []}), "messages"),
-            (json!({"model": "m", "max_tokens": 5, "messages": [{"role": "boss", "content": "x"}]}), "messages[0].role"),
-            (json!({"model": "m", "max_tokens": 5, "temperature": 1.5, "messages": [{"role": "user", "content": "x"}]}), "temperature"),
-            (json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_use"}]}]}), "messages[0].content[0].type"),
-            (json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
-                "tools": [{"type": "web_search_20250305", "name": "w"}]}), "tools[0].type"),
+            (
+                json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}),
+                "max_tokens",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": []}),
+                "messages",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": [{"role": "boss", "content": "x"}]}),
+                "messages[0].role",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "temperature": 1.5, "messages": [{"role": "user", "content": "x"}]}),
+                "temperature",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_use"}]}]}),
+                "messages[0].content[0].type",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
+                "tools": [{"type": "web_search_20250305", "name": "w"}]}),
+                "tools[0].type",
+            ),
         ] {
             assert_eq!(to_chat(&body, true).unwrap_err().param, param, "{body}");
         }
         // count_tokens needs no max_tokens.
-        assert!(to_chat(&json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}), false).is_ok());
+        assert!(to_chat(
+            &json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}),
+            false
+        )
+        .is_ok());
     }
 
     #[test]
@@ -548,9 +612,21 @@ mod tests {
         o.usage = Some((9, 1));
         o.finish_events();
         let ev = o.take_events();
-        let types: Vec<&str> = ev.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
-        assert_eq!(types, ["message_start", "content_block_start", "content_block_delta",
-            "content_block_stop", "message_delta", "message_stop"]);
+        let types: Vec<&str> = ev
+            .lines()
+            .filter_map(|l| l.strip_prefix("event: "))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+        );
         assert!(ev.contains("\"stop_reason\":\"max_tokens\""), "{ev}");
     }
 }

@@ -37,14 +37,22 @@ pub(crate) struct Inbound {
 impl Inbound {
     pub fn read(dialect: Dialect, body: Value) -> Result<Inbound, InvalidField> {
         let chat = match dialect {
-            Dialect::Chat => return Ok(Inbound { chat: body, original: None }),
+            Dialect::Chat => {
+                return Ok(Inbound {
+                    chat: body,
+                    original: None,
+                })
+            }
             Dialect::Responses => responses::to_chat(&body)?,
             Dialect::Messages => messages::to_chat(&body, true)?,
         };
         // The original may be sent as is: the same refusal of client-chosen
         // upstreams and credentials as a chat body.
         domain::request::refuse_upstream_keys(&body)?;
-        Ok(Inbound { chat, original: Some(body) })
+        Ok(Inbound {
+            chat,
+            original: Some(body),
+        })
     }
 }
 
@@ -139,7 +147,9 @@ pub(crate) fn error_response(dialect: Dialect, mut e: ApiError) -> Response {
     }
     let status = e.http_status();
     let message = match &e.param {
-        Some(p) if !p.is_empty() && !e.message.contains(p.as_str()) => format!("{p}: {}", e.message),
+        Some(p) if !p.is_empty() && !e.message.contains(p.as_str()) => {
+            format!("{p}: {}", e.message)
+        }
         _ => e.message.clone(),
     };
     let body = json!({"type": "error", "error": {
@@ -196,8 +206,12 @@ mod tests {
 
     #[tokio::test]
     async fn messages_errors_are_anthropic_shaped_and_keep_status_and_reason() {
-        let e = ApiError::new("req_1", ReasonCode::InvalidRequest, "max_tokens is required")
-            .param("max_tokens");
+        let e = ApiError::new(
+            "req_1",
+            ReasonCode::InvalidRequest,
+            "max_tokens is required",
+        )
+        .param("max_tokens");
         let r = error_response(Dialect::Messages, e);
         assert_eq!(r.status(), 400);
         assert_eq!(r.headers()["x-tollgate-reason"], "invalid_request");

@@ -58,7 +58,8 @@ pub struct AnyUsage {
 
 impl AnyUsage {
     pub fn pair(&self) -> (i64, i64) {
-        let cached = self.cache_creation_input_tokens.unwrap_or(0) + self.cache_read_input_tokens.unwrap_or(0);
+        let cached = self.cache_creation_input_tokens.unwrap_or(0)
+            + self.cache_read_input_tokens.unwrap_or(0);
         (self.prompt_tokens + cached, self.completion_tokens)
     }
 }
@@ -124,7 +125,10 @@ pub fn read_event(
         return 0;
     }
     let single = ev.windows(5).filter(|w| *w == b"data:").count() == 1;
-    let Some(v) = serde_json::from_slice::<Value>(data).ok().filter(|_| single) else {
+    let Some(v) = serde_json::from_slice::<Value>(data)
+        .ok()
+        .filter(|_| single)
+    else {
         return family.count(&String::from_utf8_lossy(ev)) as i64;
     };
     let ty = v["type"].as_str().unwrap_or("");
@@ -185,7 +189,11 @@ fn responses_event<'a>(
             } else if ty == "response.function_call_arguments.delta" {
                 let i = v["output_index"].as_u64().unwrap_or(0) as usize;
                 if let Some(item) = st.output.get_mut(i) {
-                    let a = format!("{}{}", item["arguments"].as_str().unwrap_or(""), d.unwrap_or(""));
+                    let a = format!(
+                        "{}{}",
+                        item["arguments"].as_str().unwrap_or(""),
+                        d.unwrap_or("")
+                    );
                     item["arguments"] = Value::String(a);
                 }
             }
@@ -198,7 +206,9 @@ fn responses_event<'a>(
 /// Keeps the text an item received, for the response a cut ends with.
 fn add_text(st: &mut State, v: &Value, d: &str) {
     let i = v["output_index"].as_u64().unwrap_or(0) as usize;
-    let Some(item) = st.output.get_mut(i) else { return };
+    let Some(item) = st.output.get_mut(i) else {
+        return;
+    };
     if !item["content"].is_array() {
         item["content"] = serde_json::json!([]);
     }
@@ -275,7 +285,12 @@ pub fn cut_events(
         }
         _ => {
             let mut o = responses::Out::new(edge, st.created_at);
-            o.continue_from(st.id.as_deref(), st.model.as_deref(), st.created_at, st.next_seq);
+            o.continue_from(
+                st.id.as_deref(),
+                st.model.as_deref(),
+                st.created_at,
+                st.next_seq,
+            );
             o.output = st.output.iter().filter(|i| !i.is_null()).cloned().collect();
             for item in &mut o.output {
                 item["status"] = Value::String("incomplete".into());
@@ -301,7 +316,12 @@ pub fn broken_events(dialect: Dialect, st: &State, edge: &Edge) -> Bytes {
         }
         _ => {
             let mut o = responses::Out::new(edge, st.created_at);
-            o.continue_from(st.id.as_deref(), st.model.as_deref(), st.created_at, st.next_seq);
+            o.continue_from(
+                st.id.as_deref(),
+                st.model.as_deref(),
+                st.created_at,
+                st.next_seq,
+            );
             o.failed = Some("the upstream provider closed the stream early".into());
             o.finish_events();
             o.take_events()
@@ -323,10 +343,28 @@ mod tests {
 
     #[test]
     fn whole_answers_give_their_usage_in_every_dialect() {
-        let read = |s: &str| serde_json::from_str::<UsageOnly>(s).unwrap().usage.map(|u| u.pair());
-        assert_eq!(read(r#"{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#), Some((3, 4)));
-        assert_eq!(read(r#"{"usage":{"input_tokens":3,"input_tokens_details":{"cached_tokens":1},"output_tokens":4}}"#), Some((3, 4)));
-        assert_eq!(read(r#"{"usage":{"input_tokens":3,"cache_read_input_tokens":10,"cache_creation_input_tokens":null,"output_tokens":4}}"#), Some((13, 4)));
+        let read = |s: &str| {
+            serde_json::from_str::<UsageOnly>(s)
+                .unwrap()
+                .usage
+                .map(|u| u.pair())
+        };
+        assert_eq!(
+            read(r#"{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#),
+            Some((3, 4))
+        );
+        assert_eq!(
+            read(
+                r#"{"usage":{"input_tokens":3,"input_tokens_details":{"cached_tokens":1},"output_tokens":4}}"#
+            ),
+            Some((3, 4))
+        );
+        assert_eq!(
+            read(
+                r#"{"usage":{"input_tokens":3,"cache_read_input_tokens":10,"cache_creation_input_tokens":null,"output_tokens":4}}"#
+            ),
+            Some((13, 4))
+        );
         assert_eq!(read(r#"{"id":"x"}"#), None);
     }
 
@@ -334,18 +372,39 @@ mod tests {
     fn messages_deltas_count_and_usage_comes_at_the_end() {
         let f = TokenizerFamily::O200k;
         let (mut st, mut u) = (State::default(), None);
-        let start = ev("message_start", json!({"message": {"id": "msg_1", "usage": {"input_tokens": 12, "output_tokens": 1}}}));
+        let start = ev(
+            "message_start",
+            json!({"message": {"id": "msg_1", "usage": {"input_tokens": 12, "output_tokens": 1}}}),
+        );
         assert_eq!(read_event(Dialect::Messages, &start, f, &mut st, &mut u), 0);
         assert_eq!(u, None, "message_start's output is not the final count");
-        let b = ev("content_block_start", json!({"index": 0, "content_block": {"type": "text", "text": ""}}));
+        let b = ev(
+            "content_block_start",
+            json!({"index": 0, "content_block": {"type": "text", "text": ""}}),
+        );
         read_event(Dialect::Messages, &b, f, &mut st, &mut u);
-        let d = ev("content_block_delta", json!({"index": 0, "delta": {"type": "text_delta", "text": " hello hello"}}));
+        let d = ev(
+            "content_block_delta",
+            json!({"index": 0, "delta": {"type": "text_delta", "text": " hello hello"}}),
+        );
         assert_eq!(read_event(Dialect::Messages, &d, f, &mut st, &mut u), 2);
-        let t = ev("content_block_delta", json!({"index": 0, "delta": {"type": "input_json_delta", "partial_json": " hello"}}));
+        let t = ev(
+            "content_block_delta",
+            json!({"index": 0, "delta": {"type": "input_json_delta", "partial_json": " hello"}}),
+        );
         assert_eq!(read_event(Dialect::Messages, &t, f, &mut st, &mut u), 1);
-        let odd = ev("content_block_delta", json!({"index": 0, "delta": {"type": "new_delta", "x": " hello"}}));
-        assert!(read_event(Dialect::Messages, &odd, f, &mut st, &mut u) > 1, "unknown deltas count whole");
-        let md = ev("message_delta", json!({"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}));
+        let odd = ev(
+            "content_block_delta",
+            json!({"index": 0, "delta": {"type": "new_delta", "x": " hello"}}),
+        );
+        assert!(
+            read_event(Dialect::Messages, &odd, f, &mut st, &mut u) > 1,
+            "unknown deltas count whole"
+        );
+        let md = ev(
+            "message_delta",
+            json!({"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}),
+        );
         assert_eq!(read_event(Dialect::Messages, &md, f, &mut st, &mut u), 0);
         assert_eq!(u, Some((12, 3)));
     }
@@ -354,26 +413,62 @@ mod tests {
     fn responses_deltas_count_and_done_events_do_not() {
         let f = TokenizerFamily::O200k;
         let (mut st, mut u) = (State::default(), None);
-        let c = ev("response.created", json!({"sequence_number": 0, "response": {"id": "resp_9", "model": "m", "created_at": 3}}));
+        let c = ev(
+            "response.created",
+            json!({"sequence_number": 0, "response": {"id": "resp_9", "model": "m", "created_at": 3}}),
+        );
         read_event(Dialect::Responses, &c, f, &mut st, &mut u);
-        let a = ev("response.output_item.added", json!({"sequence_number": 1, "output_index": 0, "item": {"type": "message", "content": []}}));
+        let a = ev(
+            "response.output_item.added",
+            json!({"sequence_number": 1, "output_index": 0, "item": {"type": "message", "content": []}}),
+        );
         read_event(Dialect::Responses, &a, f, &mut st, &mut u);
-        let d = ev("response.output_text.delta", json!({"sequence_number": 2, "output_index": 0, "content_index": 0, "delta": " hello"}));
+        let d = ev(
+            "response.output_text.delta",
+            json!({"sequence_number": 2, "output_index": 0, "content_index": 0, "delta": " hello"}),
+        );
         assert_eq!(read_event(Dialect::Responses, &d, f, &mut st, &mut u), 1);
-        let done = ev("response.output_text.done", json!({"sequence_number": 3, "text": " hello hello hello"}));
+        let done = ev(
+            "response.output_text.done",
+            json!({"sequence_number": 3, "text": " hello hello hello"}),
+        );
         assert_eq!(read_event(Dialect::Responses, &done, f, &mut st, &mut u), 0);
         let odd = ev("response.future_thing.delta", json!({"delta": " hello"}));
         assert!(read_event(Dialect::Responses, &odd, f, &mut st, &mut u) > 1);
-        let edge = Edge { dialect: Dialect::Responses, native: true, model: "x".into(), request_id: "req_2".into() };
-        let cut = String::from_utf8(cut_events(Dialect::Responses, &st, &edge, "tenant_monthly_budget_exhausted", (4, 1)).to_vec()).unwrap();
+        let edge = Edge {
+            dialect: Dialect::Responses,
+            native: true,
+            model: "x".into(),
+            request_id: "req_2".into(),
+        };
+        let cut = String::from_utf8(
+            cut_events(
+                Dialect::Responses,
+                &st,
+                &edge,
+                "tenant_monthly_budget_exhausted",
+                (4, 1),
+            )
+            .to_vec(),
+        )
+        .unwrap();
         let last = cut.trim_end().rsplit("\n\n").next().unwrap();
         assert!(last.starts_with("event: response.incomplete\n"), "{cut}");
         let data: Value = serde_json::from_str(last.split_once("data: ").unwrap().1).unwrap();
         assert_eq!(data["response"]["id"], "resp_9");
         assert_eq!(data["sequence_number"], 4);
-        assert_eq!(data["response"]["output"][0]["content"][0]["text"], " hello");
-        assert_eq!(data["response"]["incomplete_details"]["reason"], "max_output_tokens");
-        let c = ev("response.completed", json!({"response": {"usage": {"input_tokens": 5, "output_tokens": 2}}}));
+        assert_eq!(
+            data["response"]["output"][0]["content"][0]["text"],
+            " hello"
+        );
+        assert_eq!(
+            data["response"]["incomplete_details"]["reason"],
+            "max_output_tokens"
+        );
+        let c = ev(
+            "response.completed",
+            json!({"response": {"usage": {"input_tokens": 5, "output_tokens": 2}}}),
+        );
         read_event(Dialect::Responses, &c, f, &mut st, &mut u);
         assert_eq!(u, Some((5, 2)));
     }

@@ -18,8 +18,14 @@ fn bad(param: impl Into<String>, message: impl Into<String>) -> InvalidField {
 
 /// Fields a stateless gateway cannot honour.
 const STATEFUL: &[(&str, &str)] = &[
-    ("previous_response_id", "responses are not stored: send the whole conversation in input"),
-    ("conversation", "conversations are not stored: send the whole conversation in input"),
+    (
+        "previous_response_id",
+        "responses are not stored: send the whole conversation in input",
+    ),
+    (
+        "conversation",
+        "conversations are not stored: send the whole conversation in input",
+    ),
     ("background", "background responses are not supported"),
     ("prompt", "stored prompt templates are not supported"),
 ];
@@ -30,7 +36,10 @@ pub fn to_chat(body: &Value) -> Result<Value, InvalidField> {
         .as_object()
         .ok_or_else(|| bad("", "request body must be a JSON object"))?;
     for (field, why) in STATEFUL {
-        if obj.get(*field).is_some_and(|v| !v.is_null() && v != &Value::Bool(false)) {
+        if obj
+            .get(*field)
+            .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
+        {
             return Err(bad(*field, format!("{field} is not supported: {why}")));
         }
     }
@@ -79,7 +88,13 @@ pub fn to_chat(body: &Value) -> Result<Value, InvalidField> {
             }
         },
     }
-    for f in ["temperature", "top_p", "parallel_tool_calls", "user", "stream"] {
+    for f in [
+        "temperature",
+        "top_p",
+        "parallel_tool_calls",
+        "user",
+        "stream",
+    ] {
         if let Some(v) = obj.get(f).filter(|v| !v.is_null()) {
             chat.insert(f.into(), v.clone());
         }
@@ -179,14 +194,15 @@ fn input_item(item: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), Invali
                     "a function_call item needs call_id and name",
                 ));
             };
-            let args = item.get("arguments").and_then(Value::as_str).unwrap_or("{}");
+            let args = item
+                .get("arguments")
+                .and_then(Value::as_str)
+                .unwrap_or("{}");
             let call = json!({"id": call_id, "type": "function",
                 "function": {"name": name, "arguments": args}});
             // Consecutive calls are one assistant turn.
             match out.last_mut() {
-                Some(last)
-                    if last["role"] == "assistant" && last.get("tool_calls").is_some() =>
-                {
+                Some(last) if last["role"] == "assistant" && last.get("tool_calls").is_some() => {
                     last["tool_calls"].as_array_mut().expect("array").push(call);
                 }
                 _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
@@ -205,12 +221,7 @@ fn input_item(item: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), Invali
                     .iter()
                     .filter_map(|p| p.get("text").and_then(Value::as_str))
                     .collect(),
-                _ => {
-                    return Err(bad(
-                        format!("input[{i}].output"),
-                        "output must be a string",
-                    ))
-                }
+                _ => return Err(bad(format!("input[{i}].output"), "output must be a string")),
             };
             out.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
         }
@@ -283,7 +294,10 @@ fn function_tools(list: &[Value], at: &str, out: &mut Vec<Value>) -> Result<(), 
         match t.get("type").and_then(Value::as_str) {
             Some("function") => {}
             Some("namespace") => {
-                let inner = t.get("tools").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+                let inner = t
+                    .get("tools")
+                    .and_then(Value::as_array)
+                    .map_or(&[][..], Vec::as_slice);
                 function_tools(inner, &format!("{at}[{i}].tools"), out)?;
                 continue;
             }
@@ -296,7 +310,10 @@ fn function_tools(list: &[Value], at: &str, out: &mut Vec<Value>) -> Result<(), 
             }
         }
         let Some(name) = t.get("name").and_then(Value::as_str) else {
-            return Err(bad(format!("{at}[{i}].name"), "a function tool needs a name"));
+            return Err(bad(
+                format!("{at}[{i}].name"),
+                "a function tool needs a name",
+            ));
         };
         let mut f = json!({"name": name});
         for k in ["description", "parameters", "strict"] {
@@ -331,7 +348,12 @@ pub fn from_chat(chat: &Value, edge: &Edge) -> Value {
     if let Some(text) = msg["content"].as_str().filter(|t| !t.is_empty()) {
         out.text_delta(text);
     }
-    for (i, call) in msg["tool_calls"].as_array().into_iter().flatten().enumerate() {
+    for (i, call) in msg["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
         out.tool_delta(i as i64, call);
     }
     out.close_items();
@@ -363,7 +385,10 @@ pub struct Out {
 
 impl Out {
     pub fn new(edge: &Edge, created_at: i64) -> Out {
-        let suffix = edge.request_id.strip_prefix("req_").unwrap_or(&edge.request_id);
+        let suffix = edge
+            .request_id
+            .strip_prefix("req_")
+            .unwrap_or(&edge.request_id);
         Out {
             id: format!("resp_{suffix}"),
             model: edge.model.clone(),
@@ -382,7 +407,13 @@ impl Out {
 
     /// Takes up the identity and sequence of a provider's own stream (a
     /// native stream the gateway ends).
-    pub fn continue_from(&mut self, id: Option<&str>, model: Option<&str>, created: i64, next_seq: u64) {
+    pub fn continue_from(
+        &mut self,
+        id: Option<&str>,
+        model: Option<&str>,
+        created: i64,
+        next_seq: u64,
+    ) {
         if let Some(id) = id {
             self.id = id.to_string();
         }
@@ -402,7 +433,8 @@ impl Out {
         data["type"] = json!(ty);
         data["sequence_number"] = json!(self.seq);
         self.seq += 1;
-        self.events.push_str(&format!("event: {ty}\ndata: {data}\n\n"));
+        self.events
+            .push_str(&format!("event: {ty}\ndata: {data}\n\n"));
     }
 
     pub fn start(&mut self) {
@@ -426,8 +458,12 @@ impl Out {
                 self.output.push(item.clone());
                 let i = self.output.len() - 1;
                 self.open_text = Some(i);
-                self.event("response.output_item.added", json!({"output_index": i, "item": item}));
-                let part = json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []});
+                self.event(
+                    "response.output_item.added",
+                    json!({"output_index": i, "item": item}),
+                );
+                let part =
+                    json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []});
                 self.output[i]["content"] = json!([part.clone()]);
                 let item_id = self.output[i]["id"].clone();
                 self.event("response.content_part.added",
@@ -438,49 +474,76 @@ impl Out {
         let item_id = self.output[idx]["id"].clone();
         let t = &mut self.output[idx]["content"][0]["text"];
         *t = json!(format!("{}{text}", t.as_str().unwrap_or("")));
-        self.event("response.output_text.delta", json!({"item_id": item_id, "output_index": idx,
-            "content_index": 0, "delta": text, "logprobs": []}));
+        self.event(
+            "response.output_text.delta",
+            json!({"item_id": item_id, "output_index": idx,
+            "content_index": 0, "delta": text, "logprobs": []}),
+        );
     }
 
     /// A chat tool-call delta (`{index?, id?, function: {name?, arguments?}}`)
     /// at chat index `index`.
     pub fn tool_delta(&mut self, index: i64, call: &Value) {
-        let pos = self.open_calls.iter().find(|(c, _)| *c == index).map(|(_, o)| *o);
+        let pos = self
+            .open_calls
+            .iter()
+            .find(|(c, _)| *c == index)
+            .map(|(_, o)| *o);
         let idx = match pos {
             Some(o) => o,
             None => {
                 self.close_text();
-                let call_id = call["id"].as_str().map_or_else(|| self.item_id("call"), str::to_string);
+                let call_id = call["id"]
+                    .as_str()
+                    .map_or_else(|| self.item_id("call"), str::to_string);
                 let item = json!({"id": self.item_id("fc"), "type": "function_call", "status": "in_progress",
                     "call_id": call_id, "name": call["function"]["name"].as_str().unwrap_or(""),
                     "arguments": ""});
                 self.output.push(item.clone());
                 let o = self.output.len() - 1;
                 self.open_calls.push((index, o));
-                self.event("response.output_item.added", json!({"output_index": o, "item": item}));
+                self.event(
+                    "response.output_item.added",
+                    json!({"output_index": o, "item": item}),
+                );
                 o
             }
         };
-        if let Some(args) = call["function"]["arguments"].as_str().filter(|a| !a.is_empty()) {
+        if let Some(args) = call["function"]["arguments"]
+            .as_str()
+            .filter(|a| !a.is_empty())
+        {
             let item_id = self.output[idx]["id"].clone();
             let a = &mut self.output[idx]["arguments"];
             *a = json!(format!("{}{args}", a.as_str().unwrap_or("")));
-            self.event("response.function_call_arguments.delta",
-                json!({"item_id": item_id, "output_index": idx, "delta": args}));
+            self.event(
+                "response.function_call_arguments.delta",
+                json!({"item_id": item_id, "output_index": idx, "delta": args}),
+            );
         }
     }
 
     fn close_text(&mut self) {
-        let Some(i) = self.open_text.take() else { return };
+        let Some(i) = self.open_text.take() else {
+            return;
+        };
         let item_id = self.output[i]["id"].clone();
         let part = self.output[i]["content"][0].clone();
-        self.event("response.output_text.done", json!({"item_id": item_id, "output_index": i,
-            "content_index": 0, "text": part["text"], "logprobs": []}));
-        self.event("response.content_part.done",
-            json!({"item_id": item_id, "output_index": i, "content_index": 0, "part": part}));
+        self.event(
+            "response.output_text.done",
+            json!({"item_id": item_id, "output_index": i,
+            "content_index": 0, "text": part["text"], "logprobs": []}),
+        );
+        self.event(
+            "response.content_part.done",
+            json!({"item_id": item_id, "output_index": i, "content_index": 0, "part": part}),
+        );
         self.output[i]["status"] = json!("completed");
         let item = self.output[i].clone();
-        self.event("response.output_item.done", json!({"output_index": i, "item": item}));
+        self.event(
+            "response.output_item.done",
+            json!({"output_index": i, "item": item}),
+        );
     }
 
     pub fn close_items(&mut self) {
@@ -489,11 +552,16 @@ impl Out {
             let item_id = self.output[o]["id"].clone();
             let args = self.output[o]["arguments"].clone();
             let name = self.output[o]["name"].clone();
-            self.event("response.function_call_arguments.done",
-                json!({"item_id": item_id, "output_index": o, "arguments": args, "name": name}));
+            self.event(
+                "response.function_call_arguments.done",
+                json!({"item_id": item_id, "output_index": o, "arguments": args, "name": name}),
+            );
             self.output[o]["status"] = json!("completed");
             let item = self.output[o].clone();
-            self.event("response.output_item.done", json!({"output_index": o, "item": item}));
+            self.event(
+                "response.output_item.done",
+                json!({"output_index": o, "item": item}),
+            );
         }
     }
 
@@ -534,7 +602,10 @@ impl Out {
             };
             json!({"reason": reason})
         });
-        let error = self.failed.as_ref().map(|m| json!({"code": "server_error", "message": m}));
+        let error = self
+            .failed
+            .as_ref()
+            .map(|m| json!({"code": "server_error", "message": m}));
         let mut r = json!({
             "id": self.id, "object": "response", "created_at": self.created_at,
             "status": status, "model": self.model, "output": self.output,
@@ -564,10 +635,15 @@ mod tests {
 
     #[test]
     fn a_string_input_with_instructions_becomes_two_messages() {
-        let c = to_chat(&json!({"model": "m", "input": "hi", "instructions": "be brief",
-            "max_output_tokens": 50, "stream": true}))
+        let c = to_chat(
+            &json!({"model": "m", "input": "hi", "instructions": "be brief",
+            "max_output_tokens": 50, "stream": true}),
+        )
         .unwrap();
-        assert_eq!(c["messages"][0], json!({"role": "system", "content": "be brief"}));
+        assert_eq!(
+            c["messages"][0],
+            json!({"role": "system", "content": "be brief"})
+        );
         assert_eq!(c["messages"][1], json!({"role": "user", "content": "hi"}));
         assert_eq!(c["max_tokens"], 50);
         assert_eq!(c["stream_options"]["include_usage"], true);
@@ -586,10 +662,16 @@ mod tests {
         .unwrap();
         let m = c["messages"].as_array().unwrap();
         assert_eq!(m.len(), 3);
-        assert_eq!(m[0]["content"][0], json!({"type": "text", "text": "weather?"}));
+        assert_eq!(
+            m[0]["content"][0],
+            json!({"type": "text", "text": "weather?"})
+        );
         assert_eq!(m[1]["tool_calls"].as_array().unwrap().len(), 2);
         assert_eq!(m[1]["tool_calls"][0]["function"]["arguments"], "{\"q\":1}");
-        assert_eq!(m[2], json!({"role": "tool", "tool_call_id": "c1", "content": "sunny"}));
+        assert_eq!(
+            m[2],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "sunny"})
+        );
         assert_eq!(c["tools"][0]["function"]["name"], "get");
         assert_eq!(c["tool_choice"]["function"]["name"], "get");
     }
@@ -597,14 +679,32 @@ mod tests {
     #[test]
     fn stateful_and_unsupported_fields_are_refused_by_name() {
         for (body, param) in [
-            (json!({"model": "m", "input": "x", "previous_response_id": "resp_1"}), "previous_response_id"),
+            (
+                json!({"model": "m", "input": "x", "previous_response_id": "resp_1"}),
+                "previous_response_id",
+            ),
             (json!({"model": "m", "input": "x", "store": true}), "store"),
-            (json!({"model": "m", "input": "x", "background": true}), "background"),
+            (
+                json!({"model": "m", "input": "x", "background": true}),
+                "background",
+            ),
             (json!({"model": "m"}), "input"),
-            (json!({"model": "m", "input": "x", "max_output_tokens": 0}), "max_output_tokens"),
-            (json!({"model": "m", "input": [{"role": "boss", "content": "x"}]}), "input[0].role"),
-            (json!({"model": "m", "input": "x", "tools": [{"type": "teleport"}]}), "tools[0].type"),
-            (json!({"model": "m", "input": [{"type": "item_reference", "id": "x"}]}), "input[0].type"),
+            (
+                json!({"model": "m", "input": "x", "max_output_tokens": 0}),
+                "max_output_tokens",
+            ),
+            (
+                json!({"model": "m", "input": [{"role": "boss", "content": "x"}]}),
+                "input[0].role",
+            ),
+            (
+                json!({"model": "m", "input": "x", "tools": [{"type": "teleport"}]}),
+                "tools[0].type",
+            ),
+            (
+                json!({"model": "m", "input": [{"type": "item_reference", "id": "x"}]}),
+                "input[0].type",
+            ),
         ] {
             assert_eq!(to_chat(&body).unwrap_err().param, param, "{body}");
         }
@@ -617,8 +717,12 @@ mod tests {
             {"type": "web_search", "external_web_access": false},
             {"type": "function", "name": "outer", "parameters": {}}]}))
         .unwrap();
-        let names: Vec<&str> = c["tools"].as_array().unwrap().iter()
-            .map(|t| t["function"]["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> = c["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap())
+            .collect();
         assert_eq!(names, ["inner", "outer"]);
         assert_eq!(c["messages"][0]["role"], "system");
     }
@@ -652,12 +756,32 @@ mod tests {
         o.usage = Some((2, 2));
         o.finish_events();
         let ev = o.take_events();
-        let types: Vec<&str> = ev.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
-        assert_eq!(types, ["response.created", "response.in_progress", "response.output_item.added",
-            "response.content_part.added", "response.output_text.delta", "response.output_text.delta",
-            "response.output_text.done", "response.content_part.done", "response.output_item.done",
-            "response.incomplete"]);
-        let last: Value = serde_json::from_str(ev.lines().rev().find_map(|l| l.strip_prefix("data: ")).unwrap()).unwrap();
+        let types: Vec<&str> = ev
+            .lines()
+            .filter_map(|l| l.strip_prefix("event: "))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.incomplete"
+            ]
+        );
+        let last: Value = serde_json::from_str(
+            ev.lines()
+                .rev()
+                .find_map(|l| l.strip_prefix("data: "))
+                .unwrap(),
+        )
+        .unwrap();
         assert_eq!(last["sequence_number"], 9);
         assert_eq!(last["response"]["output"][0]["content"][0]["text"], "hello");
         assert_eq!(last["response"]["usage"]["total_tokens"], 4);

@@ -9,17 +9,31 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use domain::request::{self, Endpoint};
 use domain::reason::ReasonCode;
+use domain::request::{self, Endpoint};
 use serde_json::json;
 use std::sync::Arc;
 
 pub async fn responses(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Body) -> Response {
-    proxy::handle(gw, Endpoint::ChatCompletions, Dialect::Responses, headers, body).await
+    proxy::handle(
+        gw,
+        Endpoint::ChatCompletions,
+        Dialect::Responses,
+        headers,
+        body,
+    )
+    .await
 }
 
 pub async fn messages(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Body) -> Response {
-    proxy::handle(gw, Endpoint::ChatCompletions, Dialect::Messages, headers, body).await
+    proxy::handle(
+        gw,
+        Endpoint::ChatCompletions,
+        Dialect::Messages,
+        headers,
+        body,
+    )
+    .await
 }
 
 pub async fn count_tokens(
@@ -40,19 +54,32 @@ pub async fn count_tokens(
     }
 }
 
-async fn count(gw: &Arc<Gateway>, headers: &HeaderMap, body: Body, rid: &str) -> Result<i64, Refused> {
+async fn count(
+    gw: &Arc<Gateway>,
+    headers: &HeaderMap,
+    body: Body,
+    rid: &str,
+) -> Result<i64, Refused> {
     let (key, bytes) = proxy::read_body(gw, headers, body, rid).await?;
     let k = Some(&key);
     let json = proxy::parse_json(&bytes, &key, rid)?;
     let invalid = |f: request::InvalidField| {
-        let e = crate::errors::ApiError::new(rid, ReasonCode::InvalidRequest, f.message).param(f.param);
+        let e =
+            crate::errors::ApiError::new(rid, ReasonCode::InvalidRequest, f.message).param(f.param);
         proxy::refuse(e, k, "")
     };
     let chat = messages::to_chat(&json, false).map_err(invalid)?;
     let summary = request::validate(Endpoint::ChatCompletions, &chat).map_err(invalid)?;
     let model = proxy::resolve_model(gw, &key, Endpoint::ChatCompletions, &summary, rid)
         .map_err(|e| proxy::refuse(e, k, &summary.model))?;
-    let (input, _) = proxy::estimate(&key, &model, Endpoint::ChatCompletions, &summary, &chat, rid)
-        .map_err(|e| proxy::refuse(e, k, &model.id))?;
+    let (input, _) = proxy::estimate(
+        &key,
+        &model,
+        Endpoint::ChatCompletions,
+        &summary,
+        &chat,
+        rid,
+    )
+    .map_err(|e| proxy::refuse(e, k, &model.id))?;
     Ok(input)
 }

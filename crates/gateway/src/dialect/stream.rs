@@ -47,7 +47,10 @@ impl Writer {
             let (cut, failed) = if finished {
                 (Some(code), None)
             } else {
-                (None, Some(e["message"].as_str().unwrap_or("stream failed").to_string()))
+                (
+                    None,
+                    Some(e["message"].as_str().unwrap_or("stream failed").to_string()),
+                )
             };
             match self {
                 Writer::Responses(o) => (o.cut_reason, o.failed) = (cut, failed),
@@ -61,7 +64,9 @@ impl Writer {
                 Writer::Messages(o) => o.usage = Some(u),
             }
         }
-        let Some(choice) = c["choices"].get(0) else { return };
+        let Some(choice) = c["choices"].get(0) else {
+            return;
+        };
         let delta = &choice["delta"];
         if let Some(t) = delta["content"].as_str().filter(|t| !t.is_empty()) {
             match self {
@@ -69,7 +74,12 @@ impl Writer {
                 Writer::Messages(o) => o.text_delta(t),
             }
         }
-        for (k, call) in delta["tool_calls"].as_array().into_iter().flatten().enumerate() {
+        for (k, call) in delta["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
             let index = call["index"].as_i64().unwrap_or(k as i64);
             match self {
                 Writer::Responses(o) => o.tool_delta(index, call),
@@ -175,7 +185,11 @@ mod tests {
     }
 
     async fn out(d: Dialect, body: Body) -> String {
-        let b = translate(edge(d), 4, body).collect().await.unwrap().to_bytes();
+        let b = translate(edge(d), 4, body)
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes();
         String::from_utf8(b.to_vec()).unwrap()
     }
 
@@ -201,7 +215,11 @@ mod tests {
         assert!(!r.contains("event: error"), "{r}");
         let m = out(Dialect::Messages, chat_sse(&ev, true)).await;
         assert!(m.contains("\"stop_reason\":\"max_tokens\""), "{m}");
-        assert!(m.trim_end().ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}"), "{m}");
+        assert!(
+            m.trim_end()
+                .ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}"),
+            "{m}"
+        );
         assert!(!m.contains("event: error"), "{m}");
     }
 
@@ -214,7 +232,10 @@ mod tests {
         ev.push(json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}));
         ev.push(json!({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 5}}));
         let r = out(Dialect::Responses, chat_sse(&ev, false)).await;
-        assert!(r.contains("event: response.function_call_arguments.delta"), "{r}");
+        assert!(
+            r.contains("event: response.function_call_arguments.delta"),
+            "{r}"
+        );
         let last = r.trim_end().rsplit("\n\n").next().unwrap();
         assert!(last.starts_with("event: response.completed\n"), "{last}");
         assert!(last.contains("\"call_id\":\"call_1\""), "{last}");
@@ -223,7 +244,10 @@ mod tests {
         assert!(m.contains("\"type\":\"tool_use\""), "{m}");
         assert!(m.contains("\"partial_json\":\"{}\""), "{m}");
         assert!(m.contains("\"stop_reason\":\"tool_use\""), "{m}");
-        assert!(m.contains("\"usage\":{\"input_tokens\":4,\"output_tokens\":5}"), "{m}");
+        assert!(
+            m.contains("\"usage\":{\"input_tokens\":4,\"output_tokens\":5}"),
+            "{m}"
+        );
     }
 
     #[tokio::test]
@@ -233,7 +257,10 @@ mod tests {
             json!({"choices": [{"delta": {"content": "x"}}]})
         ));
         let m = out(Dialect::Messages, body).await;
-        assert!(m.contains("event: error\ndata: {\"error\":{\"message\":\"closed early\""), "{m}");
+        assert!(
+            m.contains("event: error\ndata: {\"error\":{\"message\":\"closed early\""),
+            "{m}"
+        );
         let body = Body::from("data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n");
         let r = out(Dialect::Responses, body).await;
         assert!(r.contains("event: response.failed"), "{r}");
