@@ -18,7 +18,7 @@
 #      a hot loop that ignores it); B's failures; what A was answered.
 #
 #   ./scripts/bench.sh                  # upstream: `tollgate mock-upstream` (zero delay)
-#   UPSTREAM=nginx ./scripts/bench.sh   # upstream: nginx with ../shared/bench's fixed answer
+#   UPSTREAM=nginx ./scripts/bench.sh   # upstream: nginx with bench/peers' fixed answer
 #   DUR=20 ./scripts/bench.sh           # seconds per load run (default 10)
 #   MODES="lease" SLOW_STREAMS=0 HOLD_BENCH=0 ISOLATION=0 ./scripts/bench.sh   # a quick subset
 #   MODES= CONNS= HOLD_BENCH=0 ./scripts/bench.sh                  # isolation only
@@ -67,7 +67,7 @@ mock)
     ;;
 nginx)
     have nginx || apt_install nginx
-    shared=$TOLLGATE_ROOT/../shared/bench
+    shared=$TOLLGATE_ROOT/bench/peers
     mkdir -p "$work/nginx/body"
     sed "s#__DIR__#$work/nginx#g" "$shared/mock-upstream.nginx.conf" >"$work/nginx/nginx.conf"
     nginx -c "$work/nginx/nginx.conf"

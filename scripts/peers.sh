@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# tollgate beside LiteLLM and Portkey, in one run of ../shared/bench/peers.sh:
+# tollgate beside LiteLLM and Portkey, in one run of bench/peers/peers.sh:
 # the same nginx upstream (a fixed chat completion), the same wrk load at 1
 # and 32 connections. This script builds tollgate (release), starts nginx
-# with ../shared/bench's configuration, seeds the `bench` tenant (every limit
+# with bench/peers' configuration, seeds the `bench` tenant (every limit
 # kind set on tenant, app and key, none reachable during the run) on that
 # upstream, starts `tollgate serve` with full enforcement (admission=lease,
 # the default), and hands over to peers.sh, which installs LiteLLM and
@@ -17,7 +17,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$TOLLGATE_ROOT"
 
-shared=$TOLLGATE_ROOT/../shared/bench
+shared=$TOLLGATE_ROOT/bench/peers
 [[ -x $shared/peers.sh || -f $shared/peers.sh ]] || die "no $shared/peers.sh"
 export PEERS_DIR=${PEERS_DIR:-/tmp/tollgate-peers}
 GW_PORT=${GW_PORT:-18091}

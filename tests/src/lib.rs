@@ -176,8 +176,17 @@ impl TestEnv {
                     output_price_micro_per_mtok: out_price,
                     tokenizer: None,
                     default_max_output_tokens: 256,
+                    profile: domain::provider::ProviderProfile::suggested_for(id),
                 },
             )
+            .await
+            .unwrap();
+    }
+
+    /// Sets a model's provider profile (as `PATCH /api/v1/models/{id}` does).
+    pub async fn profile(&self, id: &str, profile: domain::provider::ProviderProfile) {
+        self.store
+            .set_model_profile("test", id, &profile)
             .await
             .unwrap();
     }
@@ -361,18 +370,34 @@ pub const TEST_REDIS_MARK: &str = "TOLLGATE_TEST_REDIS";
 pub struct RedisProc {
     pub port: u16,
     child: Option<Child>,
+    extra: Vec<String>,
 }
 
 impl RedisProc {
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// With more `redis-server` arguments (`--maxmemory-policy allkeys-lru`).
+    pub fn start_with(extra: &[&str]) -> Self {
         let port = StdListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let mut me = Self { port, child: None };
+        let extra = extra.iter().map(|a| a.to_string()).collect();
+        let mut me = Self {
+            port,
+            child: None,
+            extra,
+        };
         me.spawn();
         me
+    }
+
+    /// The server's process id (to SIGSTOP it: a Redis that is slow, not down).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
     }
 
     fn spawn(&mut self) {
@@ -388,6 +413,7 @@ impl RedisProc {
                 "--appendonly",
                 "no",
             ])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -193,6 +193,61 @@ async fn budget_alerts_reach_the_webhook_once_per_threshold_and_month() {
     srv.shutdown().await;
 }
 
+/// Borrowed quota raises the limit the gateway enforces; the budget alert
+/// must measure against that same limit, not the lower base.
+#[tokio::test]
+async fn budget_alerts_measure_against_the_limit_raised_by_borrowed_quota() {
+    let env = TestEnv::new().await;
+    let (_, key) = env.simple_tenant(Limits::default()).await;
+    let srv = env.server().await;
+    let base = format!("http://{}", srv.addr);
+    spend(&env, &base, &key, 4).await;
+    let month = this_month();
+    let used = env.counters("t", &month).await["t:ut"];
+    assert!(used > 0);
+
+    // 95% of the base budget used, but borrowed quota raises the limit so
+    // that only 70-89% of the effective limit is used.
+    let base_limit = used * 100 / 95;
+    let borrowed = used * 100 / 80 - base_limit;
+    assert!(borrowed > 0);
+    env.store
+        .set_tenant_limits(
+            "test",
+            "t",
+            &Limits {
+                monthly_tokens: Some(base_limit),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let id = uuid::Uuid::now_v7();
+    env.store
+        .begin_borrow(id, "t", &month, borrowed, "near_limit", "replica-a")
+        .await
+        .unwrap();
+    env.store.finish_borrow(id, borrowed, 0).await.unwrap();
+
+    let runner = env
+        .job_runner(None, JobSettings::default(), "replica-a")
+        .await;
+    let r = ran(&runner.run(JobName::Alerts, Utc::now(), None).await.unwrap()).clone();
+    assert_eq!(r.counts["alerts_recorded"].as_i64(), Some(1));
+    let alerts = env
+        .store
+        .alerts(&TenantScope::system().narrow_to("t").unwrap(), None)
+        .await
+        .unwrap();
+    assert_eq!(alerts.len(), 1);
+    assert_eq!(alerts[0].threshold, "used_70");
+    assert_eq!(
+        alerts[0].payload["limit"].as_i64(),
+        Some(base_limit + borrowed),
+        "the limit the gateway enforces"
+    );
+}
+
 #[tokio::test]
 async fn the_month_end_forecast_alerts_when_it_exceeds_the_budget() {
     let env = TestEnv::new().await;
@@ -238,6 +293,7 @@ async fn the_month_end_forecast_alerts_when_it_exceeds_the_budget() {
             replica: "r".into(),
             started_at_ms: 0,
             settled_at_ms: 0,
+            anomaly: None,
         })
         .collect();
     env.store.insert_usage_events(&events).await.unwrap();
@@ -366,7 +422,7 @@ async fn a_hold_left_by_a_killed_gateway_is_expired_by_the_job() {
         model: "gpt-4o-mini",
         limits: [&tenant_limits, &none, &none],
     };
-    let ledger = gateway::ledger_source::StoreLedger {
+    let ledger = settlement::ledger_source::StoreLedger {
         store: &env.store,
         quota: &dead,
     };

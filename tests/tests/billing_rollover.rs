@@ -474,6 +474,7 @@ async fn ledger_month(env: &TestEnv, period: &str, n: usize) {
                 .with_ymd_and_hms(y, m, 1, 12, 0, 1)
                 .unwrap()
                 .timestamp_millis(),
+            anomaly: None,
         })
         .collect();
     for chunk in events.chunks(500) {
@@ -631,4 +632,106 @@ async fn clickhouse_down_keeps_the_month_open_and_a_later_run_closes_it() {
             .unwrap(),
         pg
     );
+}
+
+/// Month end on the lease path: a request admitted from a lease has no hold
+/// record of its own, so rollover also waits for the month's live leases (a
+/// lease stays live until its last request settled, and that settle parks
+/// the event in the outbox in the same Redis call). Admitted before the
+/// month ends, still running at the rollover: the month stays open; once it
+/// settled and its lease went back, the month closes and the bill has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_admitted_request_in_flight_keeps_its_month_open_until_it_settles() {
+    let env = TestEnv::new().await;
+    let archive = test_archive().await;
+    let (_, key) = env
+        .simple_tenant(Limits {
+            monthly_tokens: Some(1_000_000),
+            ..Default::default()
+        })
+        .await;
+    let mut cfg = env.config();
+    cfg.gateway.admission = server::config::AdmissionSetting::Lease;
+    let srv = env.server_with(cfg).await;
+    let url = format!("http://{}/v1/chat/completions", srv.addr);
+    let period = this_month();
+    // One request settled and stored: the month has something to close.
+    assert_eq!(
+        post(&url, &key, &chat_body("hi", Some(8))).await.status(),
+        200
+    );
+    let stored = || async {
+        env.store
+            .period_totals(&TenantScope::system(), &period)
+            .await
+            .unwrap()
+            .values()
+            .map(|t| t.requests)
+            .sum::<i64>()
+    };
+    assert!(eventually(Duration::from_secs(5), || async { stored().await == 1 }).await);
+
+    // The slow one: admitted from the lease, answering in 4 s.
+    let slow = {
+        let (url, key) = (url.clone(), key.clone());
+        tokio::spawn(async move {
+            post(
+                &url,
+                &key,
+                &chat_body("[mock:latency_ms=4000] slow", Some(8)),
+            )
+            .await
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            env.mock.snapshot().requests == 2
+        })
+        .await,
+        "the slow request reached the upstream"
+    );
+    let holds = env.counters("t", &period).await;
+    let ctx = env.job_context(Some(archive.clone()), JobSettings::default());
+    let now = first_of_next_month(&period);
+    let r = jobs::rollover::run(&ctx, now, &Default::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        r.counts["closed"], 0,
+        "closed under a running request: {r:?} {holds:?}"
+    );
+    assert_eq!(r.counts["deferred"], 1, "{r:?}");
+    assert!(
+        env.store
+            .closed_month(&period)
+            .await
+            .unwrap()
+            .is_none_or(|m| !m.is_closed()),
+        "the month stays open"
+    );
+
+    let answer = slow.await.unwrap();
+    assert_eq!(answer.status(), 200);
+    // Settled, its lease idle and returned: the next run closes the month.
+    let closed = eventually(Duration::from_secs(15), || async {
+        let r = jobs::rollover::run(&ctx, now, &Default::default())
+            .await
+            .unwrap();
+        r.counts["closed"] == 1
+    })
+    .await;
+    assert!(closed, "the month never closed");
+    let books = billing::Books::new(
+        env.store.clone(),
+        Some(archive.clone()),
+        domain::period::PlatformClock::parse("UTC").unwrap(),
+    );
+    let bill = books.bill(&period, &TenantScope::system()).await.unwrap();
+    assert_eq!(bill.state, "closed");
+    assert_eq!(
+        bill.total.requests, 2,
+        "the bill has the slow request: {bill:?}"
+    );
+    assert_eq!(archive.events_in_period(&period).await.unwrap(), 2);
+    srv.shutdown().await;
 }

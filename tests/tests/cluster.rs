@@ -74,7 +74,7 @@ async fn the_budget_race_holds_on_a_redis_cluster() {
     let q = quota::QuotaEngine::new_cluster(
         &cluster.nodes,
         &env.prefix,
-        Duration::from_secs(2),
+        quota::Timeouts::both(Duration::from_secs(2)),
         "check",
     )
     .unwrap();

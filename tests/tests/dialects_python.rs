@@ -7,7 +7,7 @@
 //! in the dialect's error shape with nothing charged.
 //! `scripts/test.sh` installs both packages and sets TOLLGATE_TEST_PYTHON.
 
-use domain::provider::Dialect;
+use domain::provider::{Dialect, ProviderProfile};
 use domain::Limits;
 use e2e::*;
 use std::time::Duration;
@@ -79,12 +79,16 @@ async fn the_official_openai_and_anthropic_clients_speak_their_dialects_through_
         })
         .await;
     env.model("native-model", "chat", 150_000, 600_000).await;
-    let mut cfg = env.config();
-    cfg.gateway.native_dialects.insert(
-        "native-model".into(),
-        vec![Dialect::Responses, Dialect::Messages],
-    );
-    let srv = env.server_with(cfg).await;
+    // Its provider serves both dialects natively: its profile says so.
+    env.profile(
+        "native-model",
+        ProviderProfile {
+            apis: vec![Dialect::Chat, Dialect::Responses, Dialect::Messages],
+            ..ProviderProfile::default()
+        },
+    )
+    .await;
+    let srv = env.server().await;
     let base = format!("http://{}", srv.addr);
 
     let mut runs = Vec::new();

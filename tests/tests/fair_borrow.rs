@@ -1,4 +1,4 @@
-//! Borrowing from the shared pool (DESIGN §7): a tenant past its own budget
+//! Borrowing from the shared pool (docs/design.md §7): a tenant past its own budget
 //! keeps working on borrowed quota up to its cap, then gets 402; the pool's
 //! lent total equals the sum of outstanding borrows; every borrow is in
 //! Postgres and the audit log.

@@ -1,4 +1,4 @@
-//! Degrade before reject (DESIGN §3, §5): past its daily cost soft limit a
+//! Degrade before reject (docs/design.md §3, §5): past its daily cost soft limit a
 //! tenant's request goes to the model's cheaper model, says so in headers,
 //! and is billed as the cheaper model; past the hard (monthly cost) limit it
 //! is refused.

@@ -1,4 +1,4 @@
-//! Guarantees (DESIGN §7): with a model pool saturated by standard tenants,
+//! Guarantees (docs/design.md §7): with a model pool saturated by standard tenants,
 //! a core tenant still gets its guaranteed concurrency at once; the others
 //! wait in their queues and are served as slots free.
 

@@ -1,4 +1,4 @@
-//! Isolation (DESIGN §7): tenant A floods at many times its share while
+//! Isolation (docs/design.md §7): tenant A floods at many times its share while
 //! tenant B runs steady traffic; all of B's requests succeed untouched and
 //! A's are queued or refused with reason codes.
 //!

@@ -1,4 +1,4 @@
-//! The reclaim job (DESIGN §7): when the pool's free share falls below its
+//! The reclaim job (docs/design.md §7): when the pool's free share falls below its
 //! threshold, unused borrowed quota is taken back — lowest priority and
 //! longest-held first, a part per run, never below what a tenant used —
 //! and each reclaim is recorded in Postgres and the audit log.

@@ -1,4 +1,4 @@
-//! No starvation (DESIGN §7): under sustained interactive load on a model
+//! No starvation (docs/design.md §7): under sustained interactive load on a model
 //! pool, batch requests still get their turn within their maximum wait.
 
 mod fair_common;

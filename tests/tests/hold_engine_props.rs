@@ -13,15 +13,19 @@
 //!
 //! The limit is the tenant's effective monthly limit, as the gateway
 //! computes it for each request: base + approved grants unexpired at the
-//! clock + outstanding borrowed (DESIGN §3). It falls when the base is
+//! clock + outstanding borrowed (docs/design.md §3). It falls when the base is
 //! lowered, a grant expires or borrowed quota is reclaimed. A lower limit
 //! binds new admissions only: holds admitted under the old one stay valid
-//! and may leave the scope above the new one (DESIGN §4: the limit is an
+//! and may leave the scope above the new one (docs/design.md §4: the limit is an
 //! argument of each script; nothing re-checks open holds). So:
 //!
 //! - right after every admitted hold, extend or lease admission,
-//!   `used + held <= limit + recorded overruns`, for the limit in force at
-//!   that admission;
+//!   `used + held <= limit + bound`, for the limit in force at that
+//!   admission, where the machine computes `bound` itself from what it told
+//!   each request and upstream to do — Σ (actual input − estimate)⁺ +
+//!   (reported output − output held)⁺, plus what a flush or a lease expiry
+//!   made Redis forget (the holds open at that moment) — never from the
+//!   engine's own overrun counters, and leases add nothing;
 //! - after every step: the effective limit is base + unexpired grants + the
 //!   tenant's outstanding borrows in Postgres; the pool has lent exactly
 //!   Σ outstanding borrows (+ what borrows a dead replica left pending
@@ -38,14 +42,24 @@
 
 mod hold_props;
 
-use hold_props::{run, setup, Op, Setup};
+use hold_props::{run, setup, Op, Setup, ABSURD_REPORTS};
 use proptest::prelude::*;
+
+/// Output at this many percent of the hold: 0–160 %, and (behind
+/// `ABSURD_REPORTS`) now and then a report near 2^63.
+fn pct() -> BoxedStrategy<i64> {
+    if ABSURD_REPORTS {
+        prop_oneof![19 => 0i64..160, 1 => Just(i64::MAX / 2)].boxed()
+    } else {
+        (0i64..160).boxed()
+    }
+}
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (1i64..60, 1i64..300).prop_map(|(input, output)| Op::Hold { input, output }),
         2 => (0usize..8, 1i64..300).prop_map(|(pick, add)| Op::Extend { pick, add }),
-        4 => (0usize..8, 0i64..160, -5i64..15, any::<bool>())
+        4 => (0usize..8, pct(), -5i64..15, any::<bool>())
             .prop_map(|(pick, pct, in_delta, store_now)| Op::Settle { pick, pct, in_delta, store_now }),
         1 => (0usize..8).prop_map(|pick| Op::Release { pick }),
         1 => (0usize..8).prop_map(|pick| Op::Replay { pick }),
@@ -53,7 +67,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0i64..4000).prop_map(|limit| Op::SetLimit { limit }),
         1 => Just(Op::Flush),
         4 => (1i64..60, 1i64..300).prop_map(|(input, output)| Op::LeaseAdmit { input, output }),
-        4 => (0usize..8, 0i64..160, -5i64..15, any::<bool>())
+        4 => (0usize..8, pct(), -5i64..15, any::<bool>())
             .prop_map(|(pick, pct, in_delta, store_now)| Op::LeaseSettle { pick, pct, in_delta, store_now }),
         1 => (0usize..8).prop_map(|pick| Op::LeaseRelease { pick }),
         1 => Just(Op::LeaseReturn),
@@ -92,6 +106,7 @@ fn a_reclaim_after_a_redis_loss_takes_nothing_already_used() {
         borrow_cap: 3000,
         pool_tokens: 2000,
         reclaim_below_ppm: 1_000_000,
+        lease_life_ms: 50,
     };
     // Five chunks of 100 borrowed, 350 of them used, Redis flushed.
     let mut ops = vec![Op::Borrow; 5];
@@ -109,5 +124,44 @@ fn a_reclaim_after_a_redis_loss_takes_nothing_already_used() {
         Op::Flush,
         Op::Reclaim,
     ]);
+    run(setup, ops).unwrap();
+}
+
+/// Many lease admissions around a Redis loss, each request settling at its
+/// estimate: the machine's own bound allows nothing past the limit here but
+/// what the flush made Redis forget. Kept as a fixed case because it fails
+/// for a replica that admits past what Redis granted it — made to fail by
+/// crediting each grant twice to the local pools, which the earlier bound
+/// (taken from the engine's overrun counter) let pass, since every excess
+/// request was booked as "overrun". (A top-up re-creating a lost lease is
+/// tried in `crates/quota/tests/lease_loss.rs`; random cases here rarely
+/// leave a grant in hand at the flush.)
+#[test]
+fn lease_admissions_around_a_flush_spend_no_more_than_redis_granted() {
+    let setup = Setup {
+        base: 3000,
+        borrow_cap: 0,
+        pool_tokens: 500,
+        reclaim_below_ppm: 200_000,
+        lease_life_ms: 60_000,
+    };
+    let admit = Op::LeaseAdmit {
+        input: 5,
+        output: 25,
+    };
+    let settle = Op::LeaseSettle {
+        pick: 0,
+        pct: 100,
+        in_delta: 0,
+        store_now: true,
+    };
+    // Enough demand first that the lease holds many requests' worth in hand.
+    let mut ops = vec![admit.clone(); 30];
+    ops.extend(vec![settle.clone(); 30]);
+    ops.push(Op::Flush);
+    for _ in 0..10 {
+        ops.extend(vec![admit.clone(); 20]);
+        ops.extend(vec![settle.clone(); 20]);
+    }
     run(setup, ops).unwrap();
 }

@@ -1,4 +1,4 @@
-//! Leases through the real server (DESIGN §4, "Leases — the fast path"):
+//! Leases through the real server (docs/design.md §4, "Leases — the fast path"):
 //! the last tokens of a budget stay usable from any replica, a lowered limit
 //! takes effect on a replica that holds a lease, and the books agree with
 //! what the clients were told.

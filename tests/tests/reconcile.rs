@@ -25,7 +25,7 @@ async fn hold_as(env: &TestEnv, replica: &str, rid: &str, key_id: &str) -> Quota
     assert!(matches!(
         q.hold(
             &req,
-            &gateway::ledger_source::StoreLedger {
+            &settlement::ledger_source::StoreLedger {
                 store: &env.store,
                 quota: &q
             }
@@ -93,6 +93,7 @@ async fn stale_and_orphaned_holds_are_closed_at_their_estimate_once() {
         event_json: "{}",
         status: "ok",
         limits: [&none, &none, &none],
+        bound: domain::usage::Bound::SAFE,
     };
     assert!(matches!(
         dead.settle(&late).await.unwrap(),

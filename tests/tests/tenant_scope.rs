@@ -38,6 +38,7 @@ fn event(tenant: &str, request_id: &str, period: &str, day: &str) -> UsageEvent 
         replica: "r1".into(),
         started_at_ms: now,
         settled_at_ms: now,
+        anomaly: None,
     }
 }
 

@@ -165,6 +165,7 @@ async fn pair(q: &QuotaEngine, book: Option<&LeaseBook>, rid: &str, l: &Limits) 
         event_json: EVENT,
         status: "ok",
         limits: [l, l, l],
+        bound: domain::usage::Bound::SAFE,
     };
     q.settle(&settle).await.is_ok()
 }

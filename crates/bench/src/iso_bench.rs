@@ -1,4 +1,4 @@
-//! The isolation benchmark for scripts/bench.sh (DESIGN §7, docs/fair.md):
+//! The isolation benchmark for scripts/bench.sh (docs/design.md §7, docs/fair.md):
 //! tenant B sends steady sequential traffic through the gateway, first
 //! alone, then while tenant A floods far past its in-flight limit. Prints
 //! B's latency in both phases, the p99 change, B's failures and what A got

@@ -240,6 +240,11 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("models.default_max_output", "Default max output tokens", "默认最大输出 token"),
     ("models.degrade_to", "Degrades to", "降级到"),
     ("models.pool", "Pool capacity", "池容量"),
+    ("models.profile", "Provider profile", "供应商特性"),
+    ("models.cap_field", "Cap field the provider reads", "供应商读取的输出上限字段"),
+    ("models.hidden_reasoning", "Hidden reasoning", "隐藏推理"),
+    ("models.suggested", "as the upstream name suggests", "按上游模型名推荐"),
+    ("models.profile_note", "The gateway sends the output cap it holds in the field the provider reads; a model with hidden reasoning holds its whole cap for a stream. See docs/providers.md.", "网关把它预留的输出上限写入供应商读取的字段；隐藏推理的模型在流式请求开始时预留全部上限。参见 docs/providers.md。"),
     ("models.price_note", "Prices are per million tokens; cost rounds up to the micro-dollar.", "价格按每百万 token 计；费用向上取整到微美元。"),
     // users
     ("users.new", "New user", "新建用户"),
@@ -278,6 +283,8 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("req.output_tokens", "Output tokens", "输出 token"),
     ("req.cost", "Cost", "费用"),
     ("req.usage_status", "Settled as", "结算状态"),
+    ("req.usage_anomaly", "Usage anomaly (billed at the bound)", "用量异常（按上限计费）"),
+    ("req.reported_usage", "Usage the provider reported", "供应商报告的用量"),
     // field messages (ApiError::Field keys)
     ("err.id_format", "1-64 characters of a-z, 0-9, '-' and '_'", "1-64 个字符，仅限 a-z、0-9、'-' 和 '_'"),
     ("err.required", "required", "必填"),

@@ -43,6 +43,10 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/api/v1/users", post(users::create))
         .route("/api/v1/users/{id}/role", post(users::set_role))
         .route("/api/v1/models", post(models::create))
+        .route(
+            "/api/v1/models/{id}",
+            get(models::show).patch(models::update),
+        )
         .route("/api/v1/tenants", post(tenants::create))
         .route(
             "/api/v1/tenants/{id}",

@@ -1,4 +1,4 @@
-//! Bills (DESIGN §9): what a department spent in a month, from whichever
+//! Bills (docs/design.md §9): what a department spent in a month, from whichever
 //! book holds the month (Postgres while open, ClickHouse once closed). The
 //! books hand over rows at fixed grains; everything a reader sees — tenant
 //! lines, drill-downs, totals, CSV and FOCUS exports, forecasts — is computed
@@ -95,7 +95,7 @@ pub struct TenantBill {
     pub input_tokens: i64,
     pub output_tokens: i64,
     pub cost_usd: MicroUsd,
-    /// Borrowed from the shared pool in the month (DESIGN §7), gross of
+    /// Borrowed from the shared pool in the month (docs/design.md §7), gross of
     /// later reclaims.
     pub borrowed_tokens: i64,
     pub borrowed_cost_usd: MicroUsd,
@@ -474,7 +474,7 @@ pub fn forecast_month_end(
     Some(spent_complete + spent_today.max(avg) + avg * left)
 }
 
-/// The used-share thresholds that alert (DESIGN §9): 70% and 90%.
+/// The used-share thresholds that alert (docs/design.md §9): 70% and 90%.
 pub const ALERT_THRESHOLDS: [u32; 2] = [70, 90];
 
 /// Thresholds reached by `used` of `limit` (limit > 0), lowest first.

@@ -1,4 +1,4 @@
-//! The shared pool (DESIGN §7): how much one borrow may take, what the
+//! The shared pool (docs/design.md §7): how much one borrow may take, what the
 //! reclaim job takes back and from whom, and the model-pool guarantee rule.
 //! Pure arithmetic on integers (tokens, micro-USD, parts per million).
 

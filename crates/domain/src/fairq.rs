@@ -1,5 +1,5 @@
 //! Who waits and who goes next when a tenant's in-flight limit or a model
-//! pool is full (DESIGN §7 "Queues"). Pure scheduling: the gateway keeps one
+//! pool is full (docs/design.md §7 "Queues"). Pure scheduling: the gateway keeps one
 //! `FairScheduler` per replica and asks it, whenever a slot may have freed,
 //! in which order its waiting requests should try again.
 //!

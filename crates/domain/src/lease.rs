@@ -1,4 +1,4 @@
-//! The replica-local half of the two-level bucket (DESIGN §4, "Leases").
+//! The replica-local half of the two-level bucket (docs/design.md §4, "Leases").
 //!
 //! A replica holds a *lease* in Redis: one atomic hold of a chunk of a scope
 //! chain's (tenant, app, key) budget, rate-bucket capacity and in-flight

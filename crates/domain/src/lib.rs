@@ -6,6 +6,7 @@ pub mod audit;
 pub mod bill;
 pub mod borrowing;
 pub mod bpe;
+pub mod counter;
 pub mod fairq;
 pub mod keys;
 pub mod lease;

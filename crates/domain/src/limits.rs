@@ -1,6 +1,7 @@
-//! The limits a scope may carry (DESIGN §3). Absent means unlimited.
+//! The limits a scope may carry (docs/design.md §3). Absent means unlimited.
 
 use crate::money::MicroUsd;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,6 +79,55 @@ impl Limits {
     }
 }
 
+/// An approved temporary grant: it counts until `expires_at`, checked by
+/// time wherever limits are computed (no job is needed for it to stop).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub tokens: i64,
+    pub cost_micro: i64,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Quota a tenant borrowed from the platform pool and still holds in a
+/// month (only tenants borrow; an app's is always zero).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Borrowed {
+    pub tokens: i64,
+    pub cost_micro: i64,
+}
+
+/// The grants unexpired at `now`, summed (tokens, micro-USD); saturating.
+pub fn granted(grants: &[Grant], now: DateTime<Utc>) -> (i64, i64) {
+    grants
+        .iter()
+        .filter(|g| g.expires_at > now)
+        .fold((0, 0), |(t, c), g| {
+            (t.saturating_add(g.tokens), c.saturating_add(g.cost_micro))
+        })
+}
+
+/// What a scope's monthly budgets are checked against at `now`: the base
+/// limits + the grants unexpired at `now` + the quota borrowed in the month.
+/// The gateway enforces it, the console shows it, the budget alerts measure
+/// against it: this is its only copy.
+pub fn effective(
+    base: &Limits,
+    grants: &[Grant],
+    borrowed: Borrowed,
+    now: DateTime<Utc>,
+) -> Limits {
+    let (t, c) = granted(grants, now);
+    let (t, c) = (
+        t.saturating_add(borrowed.tokens),
+        c.saturating_add(borrowed.cost_micro),
+    );
+    if t == 0 && c == 0 {
+        base.clone()
+    } else {
+        base.raised_by(t, c)
+    }
+}
+
 /// The nested scopes a request is held against, outermost first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -133,6 +183,49 @@ impl LimitKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn grant(tokens: i64, cost_micro: i64, expires_at: DateTime<Utc>) -> Grant {
+        Grant {
+            tokens,
+            cost_micro,
+            expires_at,
+        }
+    }
+
+    #[test]
+    fn effective_is_base_plus_unexpired_grants_plus_borrowed() {
+        use chrono::TimeZone;
+        let now = Utc.with_ymd_and_hms(2026, 3, 10, 12, 0, 0).unwrap();
+        let base = Limits {
+            monthly_tokens: Some(1_000),
+            monthly_cost_usd: Some(MicroUsd(5_000_000)),
+            rpm: Some(60),
+            ..Default::default()
+        };
+        let grants = [
+            grant(100, 1_000_000, now + chrono::Duration::hours(1)),
+            // Expired exactly now: no longer counts.
+            grant(10_000, 9_000_000, now),
+        ];
+        let borrowed = Borrowed {
+            tokens: 50,
+            cost_micro: 250_000,
+        };
+        let e = effective(&base, &grants, borrowed, now);
+        assert_eq!(e.monthly_tokens, Some(1_150));
+        assert_eq!(e.monthly_cost_usd, Some(MicroUsd(6_250_000)));
+        assert_eq!(e.rpm, Some(60), "only monthly budgets are raised");
+        assert_eq!(effective(&base, &[], Borrowed::default(), now), base);
+        assert_eq!(
+            effective(&Limits::default(), &grants, borrowed, now),
+            Limits::default(),
+            "an unlimited scope stays unlimited"
+        );
+        let huge = [grant(i64::MAX, i64::MAX, now + chrono::Duration::days(1))];
+        let e = effective(&base, &huge, borrowed, now);
+        assert_eq!(e.monthly_tokens, Some(i64::MAX), "saturates, never wraps");
+        assert_eq!(granted(&huge, now), (i64::MAX, i64::MAX));
+    }
 
     #[test]
     fn limits_parse_from_admin_json() {

@@ -36,6 +36,10 @@ pub enum ReasonCode {
     UpstreamError,
     UpstreamRateLimited,
     UpstreamUnavailable,
+    /// The provider's answer (or one stream event) was larger than the
+    /// gateway reads (`gateway.max_upstream_body_bytes`,
+    /// `gateway.max_sse_event_bytes`).
+    UpstreamResponseTooLarge,
     /// A degrade: the request went through with a smaller max_tokens.
     MaxTokensClampedToBudget,
     /// A degrade: past the tenant's daily cost soft limit, the request went
@@ -81,6 +85,7 @@ impl ReasonCode {
             ReasonCode::UpstreamError => "upstream_error",
             ReasonCode::UpstreamRateLimited => "upstream_rate_limited",
             ReasonCode::UpstreamUnavailable => "upstream_unavailable",
+            ReasonCode::UpstreamResponseTooLarge => "upstream_response_too_large",
             ReasonCode::MaxTokensClampedToBudget => "max_tokens_clamped_to_budget",
             ReasonCode::DailyCostSoftLimit => "daily_cost_soft_limit",
             ReasonCode::QueueTimeout => "queue_timeout",
@@ -99,7 +104,7 @@ impl ReasonCode {
             ReasonCode::ModelNotAllowed => 403,
             ReasonCode::QuotaStoreUnavailable | ReasonCode::UpstreamUnavailable => 503,
             ReasonCode::UpstreamRateLimited => 429,
-            ReasonCode::UpstreamError => 502,
+            ReasonCode::UpstreamError | ReasonCode::UpstreamResponseTooLarge => 502,
             ReasonCode::MaxTokensClampedToBudget | ReasonCode::DailyCostSoftLimit => 200,
             ReasonCode::QueueTimeout => 503,
             ReasonCode::TenantQueueFull => 429,

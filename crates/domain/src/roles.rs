@@ -1,4 +1,4 @@
-//! Who may do what in the control plane (DESIGN §1). Pure rules; the console
+//! Who may do what in the control plane (docs/design.md §1). Pure rules; the console
 //! crate turns a signed session into a `Role` and asks these.
 
 use serde::{Deserialize, Serialize};

@@ -4,7 +4,7 @@
 //! cl100k for gpt-4/3.5 and embeddings). Other families (DeepSeek, Qwen,
 //! MiniMax, Llama…) ship tokenizers we cannot load offline; we count with
 //! cl100k and add a safety margin, because an estimate that is low lets a
-//! request overrun its hold (DESIGN §4 bounds that overrun by this error).
+//! request overrun its hold (docs/design.md §4 bounds that overrun by this error).
 
 use crate::bpe::CountingBpe;
 use serde_json::Value;
@@ -212,24 +212,5 @@ mod tests {
         assert_eq!(prompt_tokens(f, &json!("hello world")), 2);
         assert_eq!(prompt_tokens(f, &json!(["hello world", "hello"])), 3);
         assert_eq!(prompt_tokens(f, &json!([[1, 2, 3], [4]])), 4);
-    }
-}
-
-/// Models that think before answering without streaming their reasoning
-/// (OpenAI's o-series and gpt-5): their output cannot be counted as it
-/// flows, so a stream must hold its whole cap up front.
-pub fn hides_reasoning(upstream_model: &str) -> bool {
-    let m = upstream_model.to_ascii_lowercase();
-    ["o1", "o3", "o4", "gpt-5"].iter().any(|p| m.starts_with(p))
-}
-
-#[cfg(test)]
-mod reasoning_tests {
-    #[test]
-    fn reasoning_models_are_recognised() {
-        assert!(super::hides_reasoning("o3-mini") && super::hides_reasoning("gpt-5"));
-        assert!(
-            !super::hides_reasoning("gpt-4o-mini") && !super::hides_reasoning("deepseek-reasoner")
-        );
     }
 }

@@ -1,12 +1,12 @@
 //! The one place that decides how a request reserves quota
 //! (`gateway.admission`): the hold engine's hold / extend / settle / release,
-//! per request or from this replica's leases (DESIGN §4, "Leases — the fast
+//! per request or from this replica's leases (docs/design.md §4, "Leases — the fast
 //! path", docs/leases.md). Same calls, same outcomes, either way.
 //!
 //! - `per_request`: one Lua hold and one Lua settle per request.
 //! - `lease`: non-stream requests are admitted from a lease held by this
 //!   replica and settled against it in batches; a scope near its limit, and
-//!   every stream (held slice by slice as it flows, DESIGN §6), take the
+//!   every stream (held slice by slice as it flows, docs/design.md §6), take the
 //!   per-request path.
 //! - `off`: no enforcement at all, for the benchmark's ablation only; the
 //!   server refuses it unless `gateway.bench_unenforced_ok` is also set.
@@ -120,12 +120,7 @@ impl Admission {
             });
         }
         if let Some(book) = &self.leases {
-            let actual = domain::lease::Need {
-                input: req.input_tokens,
-                output: req.output_tokens,
-                cost: req.cost,
-            };
-            if let Some(answer) = book.settle(req.request_id, actual, req.event_json.to_string()) {
+            if let Some(answer) = book.settle_request(req) {
                 // The flusher answers once the batch is in Redis; it retries
                 // a batch until Redis takes it, so it never fails. If it is
                 // gone (runtime shutting down), the event may be in the

@@ -6,10 +6,10 @@
 use arc_swap::ArcSwap;
 use chrono::{DateTime, Utc};
 use domain::fairq::Priority;
+use domain::limits::{self, Limits};
 use domain::pricing::Price;
 use domain::secret::{self, Secret};
 use domain::tokens::TokenizerFamily;
-use domain::Limits;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -48,41 +48,19 @@ impl TenantEntry {
     /// The tenant's own effective limits in `month`: base + unexpired
     /// grants + borrowed.
     pub fn effective(&self, now: DateTime<Utc>, month: &str) -> Limits {
-        with_grants(&self.limits, &self.grants, now, self.borrowed_in(month))
+        let (tokens, cost_micro) = self.borrowed_in(month);
+        let borrowed = limits::Borrowed { tokens, cost_micro };
+        limits::effective(&self.limits, &self.grants, borrowed, now)
     }
 
     /// Unexpired grants (tokens, micro-USD).
     pub fn granted(&self, now: DateTime<Utc>) -> (i64, i64) {
-        self.grants
-            .iter()
-            .filter(|g| g.expires_at > now)
-            .fold((0, 0), |(t, c), g| (t + g.tokens, c + g.cost_micro))
+        limits::granted(&self.grants, now)
     }
 }
 
-/// An approved temporary grant: counts until `expires_at`, checked by time
-/// on every request (no job needed for it to stop counting).
-#[derive(Debug, Clone)]
-pub struct Grant {
-    pub tokens: i64,
-    pub cost_micro: i64,
-    pub expires_at: DateTime<Utc>,
-}
-
-/// base + unexpired grants + `extra` (borrowed tokens, micro-USD).
-fn with_grants(base: &Limits, grants: &[Grant], now: DateTime<Utc>, extra: (i64, i64)) -> Limits {
-    let (t, c) = grants
-        .iter()
-        .filter(|g| g.expires_at > now)
-        .fold(extra, |(t, c), g| {
-            (t.saturating_add(g.tokens), c.saturating_add(g.cost_micro))
-        });
-    if t == 0 && c == 0 {
-        base.clone()
-    } else {
-        base.raised_by(t, c)
-    }
-}
+/// An approved temporary grant (counts until it expires).
+pub use domain::limits::Grant;
 
 #[derive(Debug)]
 pub struct AppEntry {
@@ -108,13 +86,13 @@ impl KeyEntry {
         [&self.tenant.limits, &self.app.limits, &self.limits]
     }
 
-    /// What budgets are checked against in `month` (DESIGN §3): base +
+    /// What budgets are checked against in `month` (docs/design.md §3): base +
     /// approved grants unexpired at `now` + the tenant's outstanding
     /// borrowed quota of that month.
     pub fn effective_limits(&self, now: DateTime<Utc>, month: &str) -> [Limits; 3] {
         [
             self.tenant.effective(now, month),
-            with_grants(&self.app.limits, &self.app.grants, now, (0, 0)),
+            limits::effective(&self.app.limits, &self.app.grants, Default::default(), now),
             self.limits.clone(),
         ]
     }
@@ -163,6 +141,9 @@ pub struct ModelEntry {
     pub pool_capacity: Option<i64>,
     /// Core tenants' guaranteed slots of that pool: (tenant, slots).
     pub guarantees: Vec<(String, i64)>,
+    /// How the provider behaves: the cap field it reads, hidden reasoning,
+    /// native dialects (one value, so it can move to a deployment whole).
+    pub profile: domain::provider::ProviderProfile,
 }
 
 #[derive(Default)]
@@ -281,6 +262,7 @@ impl Index {
                     .filter(|g| g.model_id == m.id)
                     .map(|g| (g.tenant_id.clone(), i64::from(g.slots)))
                     .collect(),
+                profile: m.profile,
             };
             models.insert(m.id, Arc::new(entry));
         }

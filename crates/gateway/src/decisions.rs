@@ -1,5 +1,5 @@
 //! The decision writer: every refused request whose key was known, and
-//! every degraded one, recorded for the request lookup (DESIGN §10) and the
+//! every degraded one, recorded for the request lookup (docs/design.md §10) and the
 //! bills' "refused by reason". Same shape as the ledger writer: a bounded
 //! queue drained in batches by one task. It never blocks or fails the
 //! request path: a full queue drops the record and counts it in

@@ -1,4 +1,4 @@
-//! The fairness steps around admission (DESIGN §5, §7): degrade past the
+//! The fairness steps around admission (docs/design.md §5, §7): degrade past the
 //! daily soft limit, the model pool's concurrent slots with guarantees, the
 //! fair queue when a tenant's in-flight limit or a model pool is full, and
 //! one retry after borrowing when the tenant's budget refused.
@@ -274,7 +274,7 @@ pub struct Degrade {
 }
 
 /// Is the tenant past its daily cost soft limit (settled cost of today, in
-/// platform time)? Then the request is degraded (DESIGN §3, §5).
+/// platform time)? Then the request is degraded (docs/design.md §3, §5).
 pub async fn degrade_step(
     gw: &Arc<Gateway>,
     key: &KeyEntry,

@@ -2,23 +2,24 @@
 //! through the hold engine, forwarding to the provider, metering and settling.
 
 pub mod admission;
-pub mod borrow;
+mod anomaly;
 pub mod catalog;
 pub mod decisions;
 mod dialect;
 mod errors;
 mod fair;
-pub mod ledger;
-pub mod ledger_source;
 mod metrics_names;
 mod models;
 mod proxy;
 pub mod queue;
-pub mod reconcile;
+pub mod replay_check;
 mod settle;
 mod sse;
 mod stream;
+mod tenants;
 mod upstream;
+
+pub use metrics_names::REDIS_EVICTION_POLICY_OK;
 
 use axum::routing::{get, post};
 use axum::Router;
@@ -29,7 +30,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use store::Store;
 
-pub use ledger::LedgerWriter;
+// The back office lives in `settlement`; these keep the gateway's paths.
+pub use settlement::{borrow, ledger, ledger_source, reconcile, LedgerWriter};
 
 #[derive(Clone)]
 pub struct GatewayConfig {
@@ -37,6 +39,12 @@ pub struct GatewayConfig {
     pub max_body_bytes: usize,
     /// Whole-request timeout for non-streaming upstream calls.
     pub upstream_timeout: Duration,
+    /// A non-stream upstream answer larger than this is a 502
+    /// (`upstream_response_too_large`), never buffered whole.
+    pub max_upstream_body_bytes: usize,
+    /// A stream event (the SSE buffer between blank lines) larger than this
+    /// ends the stream with `upstream_response_too_large`.
+    pub max_sse_event_bytes: usize,
     pub upstream_connect_timeout: Duration,
     /// This replica's name, recorded on every hold and usage event.
     pub replica: String,
@@ -58,13 +66,9 @@ pub struct GatewayConfig {
     pub admission: admission::AdmissionMode,
     pub lease: quota::LeaseTuning,
     pub fair: FairTuning,
-    /// Models whose provider serves Responses and/or Messages natively
-    /// (model id → dialects): those requests are passed through, not
-    /// translated to chat completions.
-    pub native_dialects: std::collections::HashMap<String, Vec<domain::provider::Dialect>>,
 }
 
-/// Queues, model pools and degrade (DESIGN §7; docs/fair.md).
+/// Queues, model pools and degrade (docs/design.md §7, docs/fair.md).
 #[derive(Debug, Clone)]
 pub struct FairTuning {
     pub queue: domain::fairq::QueuePolicy,

@@ -1,12 +1,12 @@
 //! `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings`: the
-//! request's way through the gateway (DESIGN §5). `/v1/responses` and
+//! request's way through the gateway (docs/design.md §5). `/v1/responses` and
 //! `/v1/messages` take the same way, read into chat at the edge (`dialect`).
 
 use crate::catalog::{KeyEntry, ModelEntry, ModelKind};
 use crate::dialect::{Dialect, Edge, Inbound};
 use crate::errors::ApiError;
 use crate::metrics_names as m;
-use crate::settle::{Actual, HeldRequest, PendingHold};
+use crate::settle::{HeldRequest, PendingHold};
 use crate::{stream, upstream, Gateway};
 use axum::body::Body;
 use axum::extract::State;
@@ -14,6 +14,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use domain::keys;
 use domain::limits::LimitKind;
+use domain::provider::CapField;
 use domain::reason::{Decision, ReasonCode};
 use domain::request::{self, Endpoint, RequestSummary};
 use domain::tokens;
@@ -112,6 +113,9 @@ pub(crate) async fn read_body(
     Ok((key, bytes))
 }
 
+// The refusal type every handler step returns (the async ones are not
+// linted); boxing it here alone would only add a conversion.
+#[allow(clippy::result_large_err)]
 pub(crate) fn parse_json(bytes: &[u8], key: &Arc<KeyEntry>, rid: &str) -> Result<Value, Refused> {
     serde_json::from_slice(bytes).map_err(|e| {
         let msg = format!("body is not valid JSON: {e}");
@@ -222,9 +226,9 @@ async fn admit_and_forward(
         .is_some_and(|d| d.model.is_some() || per_choice < asked_per_choice);
     let max_out = per_choice * summary.choices;
     // A stream holds one slice of output at a time, extended as it flows.
-    // Reasoning models do not stream their hidden reasoning: nothing to
-    // count, so they hold their whole cap up front.
-    let first_out = if summary.stream && !domain::tokens::hides_reasoning(&model.upstream_model) {
+    // A provider that hides its reasoning streams nothing to count for it,
+    // so its streams hold their whole cap up front.
+    let first_out = if summary.stream && !model.profile.hidden_reasoning {
         max_out.min(gw.cfg.stream_slice_tokens)
     } else {
         max_out
@@ -294,7 +298,7 @@ async fn admit_and_forward(
     });
     let edge = Edge {
         dialect,
-        native: crate::dialect::speaks_natively(gw, &model, dialect),
+        native: crate::dialect::speaks_natively(&model, dialect),
         model: summary.model.clone(),
         request_id: rid.to_string(),
     };
@@ -601,8 +605,10 @@ pub(crate) fn estimate(
     Ok((input.max(1), per_choice))
 }
 
-/// The upstream's model name; usage always requested on streams; an explicit
-/// output cap so the provider cannot generate past the hold.
+/// The upstream's model name; usage always requested on streams; the cap
+/// held, in the field(s) the provider reads (its profile), whatever field
+/// the client used: a provider that ignores the field it was sent would
+/// generate its own default length past the hold.
 fn rewrite_for_upstream(
     body: &mut Value,
     model: &ModelEntry,
@@ -617,22 +623,26 @@ fn rewrite_for_upstream(
     if endpoint == Endpoint::Embeddings {
         return;
     }
-    let cap = json!(per_choice);
-    let mut capped = false;
+    set_cap(body, model.profile.cap_field, per_choice);
+}
+
+/// Sends `per_choice` in exactly the fields `cap_field` names and drops the
+/// other cap field (a provider refusing `max_tokens` must not see it).
+fn set_cap(body: &mut Value, cap_field: CapField, per_choice: i64) {
+    let Some(obj) = body.as_object_mut() else {
+        return;
+    };
     for field in ["max_tokens", "max_completion_tokens"] {
-        if body.get(field).is_some_and(|v| !v.is_null()) {
-            body[field] = cap.clone();
-            capped = true;
-        }
+        obj.remove(field);
     }
-    if !capped {
-        body["max_tokens"] = cap;
+    for field in cap_field.fields() {
+        obj.insert((*field).to_string(), json!(per_choice));
     }
 }
 
 async fn forward(
     gw: &Arc<Gateway>,
-    held: HeldRequest,
+    mut held: HeldRequest,
     endpoint: Endpoint,
     s: &RequestSummary,
     body: Vec<u8>,
@@ -704,32 +714,27 @@ async fn forward(
         };
         return Ok((StatusCode::OK, headers, body).into_response());
     }
-    let read = tokio::time::timeout_at(deadline, resp.into_body().collect()).await;
+    let limit = gw.cfg.max_upstream_body_bytes;
+    let body = http_body_util::Limited::new(resp.into_body(), limit);
+    let read = tokio::time::timeout_at(deadline, body.collect()).await;
     let bytes = match read {
         Ok(Ok(b)) => b.to_bytes(),
-        Ok(Err(e)) => return Err(broken_answer(held, &rid, &upstream_error_text(&e)).await),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            return Err(oversized_answer(held, &rid, limit).await)
+        }
+        Ok(Err(e)) => return Err(broken_answer(held, &rid, &upstream_error_text(&*e)).await),
         Err(_) => {
             return Err(broken_answer(held, &rid, "no whole answer within the timeout").await)
         }
     };
     metrics::histogram!(m::UPSTREAM_SECONDS, "model" => held.model.id.clone())
         .record(t0.elapsed().as_secs_f64());
+    // No usage from the provider: charged the estimate (what was held);
+    // usage it sent (in the dialect the provider answered in): billed
+    // within the sanity bound.
     let (bytes, usage) = edge.answer(bytes);
-    let actual = match usage {
-        Some((input, output)) => Actual {
-            input,
-            output,
-            status: "ok",
-            source: "provider",
-        },
-        // No usage from the provider: charge the estimate (what was held).
-        None => Actual {
-            input: held.est_input,
-            output: held.est_output,
-            status: "ok",
-            source: "estimated",
-        },
-    };
+    held.provider_usage = usage;
+    let actual = held.best_known("ok");
     // The answer does not wait for the settle: the settle command is queued
     // on this replica's Redis connection before the answer is written, so
     // this client's next request (on this replica) is held after it.
@@ -770,6 +775,22 @@ async fn broken_answer(held: HeldRequest, rid: &str, error: &str) -> ApiError {
     )
 }
 
+/// The provider's answer is larger than the gateway reads: a clean 502.
+/// Nothing was counted of an answer not read, and the provider generated
+/// (and bills) it whole: settled at the estimate, like a broken answer.
+async fn oversized_answer(held: HeldRequest, rid: &str, limit: usize) -> ApiError {
+    tracing::warn!(request_id = %rid, model = %held.model.id, limit, "upstream answer too large");
+    let actual = held.best_known("upstream_error");
+    held.settle(actual).await;
+    ApiError::new(
+        rid,
+        ReasonCode::UpstreamResponseTooLarge,
+        format!(
+            "the upstream provider's answer is larger than the gateway accepts ({limit} bytes)"
+        ),
+    )
+}
+
 /// The provider refused before generating: tell the client why without
 /// passing on anything about our own credentials.
 fn upstream_refusal(
@@ -807,5 +828,37 @@ fn upstream_refusal(
             ReasonCode::UpstreamError,
             format!("the upstream provider failed with status {s}"),
         ),
+    }
+}
+
+#[cfg(test)]
+mod cap_tests {
+    use super::*;
+
+    #[test]
+    fn the_held_cap_goes_in_the_profiles_fields_only() {
+        let cases = [
+            (CapField::MaxTokens, json!({"max_tokens": 7})),
+            (
+                CapField::MaxCompletionTokens,
+                json!({"max_completion_tokens": 7}),
+            ),
+            (
+                CapField::Both,
+                json!({"max_tokens": 7, "max_completion_tokens": 7}),
+            ),
+        ];
+        for client in [
+            json!({"max_completion_tokens": 40}),
+            json!({"max_tokens": 40}),
+            json!({"max_tokens": 40, "max_completion_tokens": 50}),
+            json!({}),
+        ] {
+            for (field, want) in &cases {
+                let mut body = client.clone();
+                set_cap(&mut body, *field, 7);
+                assert_eq!(&body, want, "{client} with {field:?}");
+            }
+        }
     }
 }

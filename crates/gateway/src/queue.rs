@@ -1,4 +1,4 @@
-//! Fair queues (DESIGN §5 "queue", §7): when a tenant's in-flight limit or a
+//! Fair queues (docs/design.md §5 "queue", §7): when a tenant's in-flight limit or a
 //! model pool is full, the request waits in its tenant's queue on this
 //! replica instead of failing. `domain::fairq` decides the order; this file
 //! is the plumbing: a dispatcher task offers turns to waiting requests in

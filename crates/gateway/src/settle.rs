@@ -6,7 +6,7 @@
 use crate::catalog::{KeyEntry, ModelEntry};
 use crate::metrics_names as m;
 use crate::Gateway;
-use domain::usage::UsageEvent;
+use domain::usage::{AnomalyKind, Billed, Bound, Reported, UsageAnomaly, UsageEvent};
 use quota::{SettleOutcome, SettleRequest};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,8 +27,8 @@ pub struct HeldRequest {
     pub started_at_ms: i64,
     /// Output tokens counted from stream deltas so far.
     pub counted_output: i64,
-    /// The provider's own usage, once seen.
-    pub provider_usage: Option<(i64, i64)>,
+    /// The provider's own usage, as reported, once seen.
+    pub provider_usage: Option<Reported>,
     /// The model-pool slot this request holds (given back on drop).
     pub slot: Option<crate::fair::ModelSlot>,
     closed: bool,
@@ -42,6 +42,8 @@ pub struct Actual {
     pub status: &'static str,
     /// `provider`, `counted` or `estimated` (recorded on the usage event).
     pub source: &'static str,
+    /// Set when the provider's report was overruled by the sanity bound.
+    pub anomaly: Option<AnomalyKind>,
 }
 
 impl HeldRequest {
@@ -86,22 +88,43 @@ impl HeldRequest {
                 output: self.est_output,
                 status,
                 source: "estimated",
+                anomaly: None,
             };
         }
-        match self.provider_usage {
-            Some((input, output)) => Actual {
-                input,
-                output,
+        match self.billed_report() {
+            Some(b) => Actual {
+                input: b.input,
+                output: b.output,
                 status,
                 source: "provider",
+                anomaly: b.anomaly,
             },
             None => Actual {
                 input: self.est_input,
                 output: self.counted_output,
                 status,
                 source: "counted",
+                anomaly: None,
             },
         }
+    }
+
+    /// The most this request may be billed: the input estimate plus its
+    /// documented error, and the output cap the provider was sent.
+    pub fn bound(&self) -> Bound {
+        let price = self.model.price;
+        Bound::for_request(self.est_input, self.max_output, |i, o| price.cost(i, o).0)
+    }
+
+    /// The provider's report, once seen, as the sanity bound bills it.
+    pub fn billed_report(&self) -> Option<Billed> {
+        let fallback = if self.stream {
+            (self.est_input, self.counted_output)
+        } else {
+            (self.est_input, self.est_output)
+        };
+        let r = self.provider_usage.as_ref()?;
+        Some(domain::usage::bill(r, &self.bound(), fallback))
     }
 
     /// Settles in a task of its own: if the caller is cancelled (the client
@@ -213,11 +236,25 @@ struct SettleJob {
     key: Arc<KeyEntry>,
     month: String,
     event: UsageEvent,
+    bound: Bound,
 }
 
 impl SettleJob {
     fn from(h: &HeldRequest, a: Actual) -> Self {
-        let cost = h.model.price.cost(a.input, a.output).0;
+        // Every amount within the request's bound, whatever its source.
+        let bound = h.bound();
+        let (input, output, _) = bound.clamp(a.input, a.output, 0);
+        let cost = h.model.price.cost(input, output).0;
+        let (_, _, cost) = bound.clamp(0, 0, cost);
+        let anomaly = a.anomaly.map(|k| UsageAnomaly {
+            kind: k.as_str().to_string(),
+            reported: h
+                .provider_usage
+                .as_ref()
+                .map(|r| r.raw.clone())
+                .unwrap_or_default(),
+        });
+        let est_tokens = h.est_input.saturating_add(h.est_output);
         let now = chrono::Utc::now();
         let event = UsageEvent {
             request_id: h.request_id.clone(),
@@ -227,25 +264,27 @@ impl SettleJob {
             model: h.model.id.clone(),
             period: h.month.clone(),
             day: h.gw.cfg.clock.day(now),
-            input_tokens: a.input.max(0),
-            output_tokens: a.output.max(0),
+            input_tokens: input,
+            output_tokens: output,
             cost_micro: cost,
-            est_tokens: h.est_input + h.est_output,
+            est_tokens,
             est_cost_micro: h.est_cost,
-            overrun_tokens: (a.input + a.output - h.est_input - h.est_output).max(0),
-            overrun_cost_micro: (cost - h.est_cost).max(0),
+            overrun_tokens: (input + output).saturating_sub(est_tokens).max(0),
+            overrun_cost_micro: cost.saturating_sub(h.est_cost).max(0),
             status: a.status.to_string(),
             stream: h.stream,
             usage_source: a.source.to_string(),
             replica: h.gw.cfg.replica.clone(),
             started_at_ms: h.started_at_ms,
             settled_at_ms: now.timestamp_millis(),
+            anomaly,
         };
         Self {
             gw: h.gw.clone(),
             key: h.key.clone(),
             month: h.month.clone(),
             event,
+            bound,
         }
     }
 
@@ -264,6 +303,7 @@ impl SettleJob {
             event_json: &json,
             status: &e.status,
             limits: self.key.scope_limits(),
+            bound: self.bound,
         };
         // Redis may be down for a while: keep retrying (backoff capped at
         // 5 s, for up to half an hour) so the hold does not wait for the
@@ -298,6 +338,9 @@ impl SettleJob {
         metrics::counter!(m::COST, &labels).increment(e.cost_micro as u64);
         if overrun_tokens > 0 {
             metrics::counter!(m::OVERRUN_TOKENS, &labels).increment(overrun_tokens as u64);
+        }
+        if let Some(a) = &e.anomaly {
+            crate::anomaly::report(&self.gw, e, a);
         }
         self.gw.queue.slot_freed();
         crate::fair::count_day_cost(&self.gw, &self.key, &e.day, e.cost_micro).await;

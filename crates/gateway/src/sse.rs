@@ -35,6 +35,22 @@ impl SseSplitter {
     pub fn rest(&mut self) -> Option<Bytes> {
         (!self.buf.is_empty()).then(|| self.buf.split().freeze())
     }
+
+    /// Bytes buffered that are not yet a whole event.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+/// An event with its terminating blank line, adding what is missing (an
+/// upstream that closed without it), so the client parses it as an event.
+pub fn terminated(ev: Bytes) -> Bytes {
+    if ev.ends_with(b"\n\n") || ev.ends_with(b"\n\r\n") {
+        return ev;
+    }
+    let mut out = BytesMut::from(&ev[..]);
+    out.extend_from_slice(if ev.ends_with(b"\n") { b"\n" } else { b"\n\n" });
+    out.freeze()
 }
 
 /// The `data:` payload of an event; None for comments and other fields.
@@ -51,13 +67,10 @@ pub fn data_of(event: &[u8]) -> Option<&[u8]> {
     Some(d.strip_suffix(b"\r").unwrap_or(d))
 }
 
-#[derive(Debug, Default, Deserialize)]
-pub struct Usage {
-    #[serde(default)]
-    pub prompt_tokens: i64,
-    #[serde(default)]
-    pub completion_tokens: i64,
-}
+/// A provider's usage, read leniently: any JSON it sends is kept and
+/// bounded at the settle (`domain::usage::bill`), never dropped for being
+/// absurd.
+pub type Usage = domain::usage::Reported;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct Chunk {
@@ -162,6 +175,31 @@ mod tests {
         )
         .unwrap();
         assert!(u.is_usage_only());
-        assert_eq!(u.usage.unwrap().completion_tokens, 5);
+        assert_eq!(u.usage.unwrap().output, domain::usage::Count::Number(5));
+        // Usage no integer type holds still parses (and is bounded later).
+        let huge: Chunk = serde_json::from_str(
+            r#"{"choices":[],"usage":{"prompt_tokens":-3,"completion_tokens":9223372036854775808}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            huge.usage.unwrap().output,
+            domain::usage::Count::Number(1 << 63)
+        );
+    }
+
+    #[test]
+    fn an_unterminated_event_is_terminated() {
+        assert_eq!(
+            &terminated(Bytes::from_static(b"data: x"))[..],
+            b"data: x\n\n"
+        );
+        assert_eq!(
+            &terminated(Bytes::from_static(b"data: x\n"))[..],
+            b"data: x\n\n"
+        );
+        assert_eq!(
+            &terminated(Bytes::from_static(b"data: x\n\n"))[..],
+            b"data: x\n\n"
+        );
     }
 }

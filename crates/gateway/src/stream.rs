@@ -1,4 +1,4 @@
-//! Streams metered as they flow (DESIGN §6). The first hold covers the input
+//! Streams metered as they flow (docs/design.md §6). The first hold covers the input
 //! and one slice of output; output is counted from the deltas (text,
 //! reasoning, tool-call arguments) and the hold is extended a slice ahead.
 //! When an extension is refused — or the stream's wall-clock cap passes — the
@@ -128,7 +128,7 @@ fn read_event(
     family: domain::tokens::TokenizerFamily,
     text: &mut String,
     shape: &mut Shape,
-    usage: &mut Option<(i64, i64)>,
+    usage: &mut Option<crate::sse::Usage>,
 ) -> (i64, bool) {
     let Some(data) = data_of(ev) else {
         return (0, false);
@@ -144,7 +144,7 @@ fn read_event(
         Some(chunk) => {
             shape.learn(&chunk);
             if let Some(u) = &chunk.usage {
-                *usage = Some((u.prompt_tokens, u.completion_tokens));
+                *usage = Some(u.clone());
             }
             text.clear();
             chunk.generated_text(text);
@@ -204,6 +204,49 @@ async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<
     Ok(())
 }
 
+/// Makes the hold cover `n` more counted output tokens, keeping a quarter
+/// slice of headroom ahead of the text up to the request's cap; past the
+/// cap (our count can run a little above the provider's) only what the text
+/// needs. Err when the budget cannot cover what was counted: the event must
+/// not be forwarded.
+async fn meter(held: &mut HeldRequest, n: i64, slice: i64) -> Result<(), Cut> {
+    if n <= 0 {
+        return Ok(());
+    }
+    let after = held.counted_output + n;
+    let want = if after > held.est_output {
+        after
+    } else {
+        (after + slice / 4).min(held.max_output)
+    };
+    if want > held.est_output {
+        if let Err(c) = cover(held, want, slice).await {
+            if after > held.est_output {
+                return Err(c);
+            }
+        }
+    }
+    held.counted_output = after;
+    Ok(())
+}
+
+/// One event of the provider's stream in the dialect it speaks (`wire`):
+/// its output tokens, and whether it carries only the usage.
+fn read_wire(
+    wire: Dialect,
+    ev: &[u8],
+    family: domain::tokens::TokenizerFamily,
+    text: &mut String,
+    shape: &mut Shape,
+    native: &mut native::State,
+    usage: &mut Option<crate::sse::Usage>,
+) -> (i64, bool) {
+    match wire {
+        Dialect::Chat => read_event(ev, family, text, shape, usage),
+        d => (native::read_event(d, ev, family, native, usage), false),
+    }
+}
+
 pub fn metered(
     mut held: HeldRequest,
     upstream: crate::upstream::Response,
@@ -222,6 +265,7 @@ pub fn metered(
         let mut shape = Shape::default();
         let mut native = native::State::default();
         let mut broken = false;
+        let mut oversized = false;
         let mut cut: Option<Cut> = None;
         'read: loop {
             let wait = cfg.stream_idle_timeout.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
@@ -248,38 +292,38 @@ pub fn metered(
             };
             split.push(&bytes);
             while let Some(ev) = split.next_event() {
-                let (n, usage_only) = match wire {
-                    Dialect::Chat => read_event(&ev, family, &mut text, &mut shape, &mut held.provider_usage),
-                    d => (native::read_event(d, &ev, family, &mut native, &mut held.provider_usage), false),
-                };
-                if n > 0 {
-                    let after = held.counted_output + n;
-                    // Keep a quarter slice of headroom ahead of the text, up
-                    // to the request's cap; past the cap (our count can run
-                    // a little above the provider's) only what the text needs.
-                    let want = if after > held.est_output {
-                        after
-                    } else {
-                        (after + slice / 4).min(held.max_output)
-                    };
-                    if want > held.est_output {
-                        if let Err(c) = cover(&mut held, want, slice).await {
-                            if after > held.est_output {
-                                cut = Some(c);
-                                break 'read;
-                            }
-                        }
-                    }
-                    held.counted_output = after;
+                let (n, usage_only) = read_wire(wire, &ev, family, &mut text, &mut shape, &mut native, &mut held.provider_usage);
+                if let Err(c) = meter(&mut held, n, slice).await {
+                    cut = Some(c);
+                    break 'read;
                 }
                 if usage_only && !client_wants_usage {
                     continue;
                 }
                 yield Ok::<Bytes, std::io::Error>(ev);
             }
+            if split.pending() > cfg.max_sse_event_bytes {
+                // One event larger than any real chunk: the buffer is not
+                // allowed to grow without bound. Nothing of it was sent.
+                tracing::warn!(request_id = %held.request_id, limit = cfg.max_sse_event_bytes, "upstream stream event too large; closing it");
+                oversized = true;
+                break 'read;
+            }
         }
         // Stop reading: dropping the body closes the upstream connection.
         drop(up);
+        if cut.is_none() && !oversized {
+            if let Some(rest) = split.rest() {
+                // An unterminated last event (the upstream closed without
+                // the blank line): metered like any other, sent terminated.
+                let (n, usage_only) = read_wire(wire, &rest, family, &mut text, &mut shape, &mut native, &mut held.provider_usage);
+                match meter(&mut held, n, slice).await {
+                    Err(c) => cut = Some(c),
+                    Ok(()) if usage_only && !client_wants_usage => {}
+                    Ok(()) => yield Ok(crate::sse::terminated(rest)),
+                }
+            }
+        }
         let counted = held.counted_output;
         let model = held.model.id.clone();
         if let Some(c) = cut {
@@ -288,7 +332,8 @@ pub fn metered(
                 let detail = json!({"delivered_output_tokens": counted, "dialect": edge.dialect.as_str()});
                 held.gw.decisions.cut_off(&held.request_id, &held.key, &model, r, detail);
             }
-            let delivered = Actual { input: held.provider_usage.map_or(held.est_input, |u| u.0), output: counted, status: "cut_off", source: "counted" };
+            let input = held.billed_report().map_or(held.est_input, |b| b.input);
+            let delivered = Actual { input, output: counted, status: "cut_off", source: "counted", anomaly: None };
             let usage = client_wants_usage.then_some((delivered.input, delivered.output));
             held.settle(delivered).await;
             yield Ok(match wire {
@@ -297,27 +342,26 @@ pub fn metered(
             });
             return;
         }
-        if let Some(rest) = split.rest() {
-            // An unterminated last event: counted like any other.
-            let n = match wire {
-                Dialect::Chat => read_event(&rest, family, &mut text, &mut shape, &mut held.provider_usage).0,
-                d => native::read_event(d, &rest, family, &mut native, &mut held.provider_usage),
-            };
-            held.counted_output += n;
-            yield Ok(rest);
-        }
-        let actual = held.best_known(if broken { "upstream_error" } else { "ok" });
-        if let (Some((_, reported)), false) = (held.provider_usage, broken) {
+        let failed = broken || oversized;
+        let actual = held.best_known(if failed { "upstream_error" } else { "ok" });
+        if let (Some(b), false) = (held.billed_report(), failed) {
             metrics::counter!(m::STREAM_TOKENS_COUNTED, "model" => model.clone()).increment(counted as u64);
-            metrics::counter!(m::STREAM_TOKENS_REPORTED, "model" => model).increment(reported.max(0) as u64);
+            metrics::counter!(m::STREAM_TOKENS_REPORTED, "model" => model).increment(b.output as u64);
         }
         held.settle(actual).await;
-        if broken && wire != Dialect::Chat {
-            yield Ok(native::broken_events(wire, &native, &edge));
-        } else if broken {
+        if failed {
+            let (msg, code) = if oversized {
+                ("the upstream provider sent a stream event larger than the gateway accepts",
+                    ReasonCode::UpstreamResponseTooLarge.as_str())
+            } else {
+                ("the upstream provider closed the stream early", ReasonCode::UpstreamError.as_str())
+            };
+            if wire != Dialect::Chat {
+                yield Ok(native::broken_events(wire, &native, &edge, msg));
+                return;
+            }
             let mut e = shape.chunk(json!([]));
-            e["tollgate_error"] = json!({"message": "the upstream provider closed the stream early",
-                "type": "api_error", "code": ReasonCode::UpstreamError.as_str(), "param": null});
+            e["tollgate_error"] = json!({"message": msg, "type": "api_error", "code": code, "param": null});
             yield Ok(Bytes::from(format!("event: error\ndata: {e}\n\ndata: [DONE]\n\n")));
         }
     };

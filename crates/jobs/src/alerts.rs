@@ -6,6 +6,7 @@
 use crate::{JobContext, JobError, JobReport};
 use chrono::{DateTime, Utc};
 use domain::bill::{forecast_month_end, thresholds_reached};
+use domain::limits;
 use domain::{Limits, MicroUsd};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -29,8 +30,8 @@ fn measure_value(measure: &str, amount: i64) -> Value {
     }
 }
 
-/// Every tenant and app with a monthly budget, with grants active at `now`
-/// and what it used this month (the hold engine's live counters; the
+/// Every tenant and app with a monthly budget, with its effective limits
+/// at `now` (what the gateway enforces: base + grants + borrowed) and what it used this month (the hold engine's live counters; the
 /// ledger when Redis cannot answer).
 async fn budgeted_scopes(
     ctx: &JobContext,
@@ -38,11 +39,22 @@ async fn budgeted_scopes(
     now: DateTime<Utc>,
 ) -> Result<Vec<Budgeted>, JobError> {
     let cat = ctx.store.load_catalog(&TenantScope::system()).await?;
-    let grant = |t: &str, app: Option<&str>| {
+    let borrowed = ctx.store.borrowed(&TenantScope::system()).await?;
+    let grants = |t: &str, app: Option<&str>| -> Vec<limits::Grant> {
         cat.grants
             .iter()
-            .filter(|g| g.tenant_id == t && g.app_id.as_deref() == app && g.expires_at > now)
-            .fold((0i64, 0i64), |(a, b), g| (a + g.tokens, b + g.cost_micro))
+            .filter(|g| g.tenant_id == t && g.app_id.as_deref() == app)
+            .map(|g| g.grant())
+            .collect()
+    };
+    let borrowed_by = |t: &str| {
+        borrowed
+            .iter()
+            .find(|b| b.tenant_id == t && b.period == period)
+            .map_or_else(limits::Borrowed::default, |b| limits::Borrowed {
+                tokens: b.tokens,
+                cost_micro: b.cost_micro,
+            })
     };
     let has_budget = |l: &Limits| l.monthly_tokens.is_some() || l.monthly_cost_usd.is_some();
     let mut out = vec![];
@@ -72,23 +84,22 @@ async fn budgeted_scopes(
                 .fold((0, 0), |(a, b), r| (a + r.tokens, b + r.cost_micro)),
         };
         if has_budget(&t.limits) {
-            let (gt, gc) = grant(&t.id, None);
             let (ut, uc) = used("t", None);
             out.push(Budgeted {
                 tenant: t.id.clone(),
                 scope: format!("tenant:{}", t.id),
-                limits: t.limits.raised_by(gt, gc),
+                limits: limits::effective(&t.limits, &grants(&t.id, None), borrowed_by(&t.id), now),
                 used_tokens: ut,
                 used_cost: uc,
             });
         }
         for a in apps {
-            let (gt, gc) = grant(&t.id, Some(&a.id));
             let (ut, uc) = used(&format!("a:{}", a.id), Some(&a.id));
+            let app_grants = grants(&t.id, Some(&a.id));
             out.push(Budgeted {
                 tenant: t.id.clone(),
                 scope: format!("app:{}/{}", t.id, a.id),
-                limits: a.limits.raised_by(gt, gc),
+                limits: limits::effective(&a.limits, &app_grants, Default::default(), now),
                 used_tokens: ut,
                 used_cost: uc,
             });

@@ -1,4 +1,4 @@
-//! The calendar's background jobs (DESIGN §9): stale holds, monthly
+//! The calendar's background jobs (docs/design.md §9): stale holds, monthly
 //! rollover, grant expiry, budget alerts, month-end forecast, reconcile
 //! check. Every job takes "now" as a parameter (tests run a month in
 //! seconds), runs once across replicas (a Postgres advisory lock, and a
@@ -16,9 +16,9 @@ pub use runner::{JobRunner, RunResult};
 use billing::Archive;
 use chrono::{DateTime, Utc};
 use domain::period::PlatformClock;
-use gateway::reconcile::HoldAges;
 use quota::QuotaEngine;
 use serde_json::Value;
+use settlement::reconcile::HoldAges;
 use std::sync::Arc;
 use std::time::Duration;
 use store::{Store, TenantScope};
@@ -203,7 +203,7 @@ pub async fn execute(
 
 async fn stale_holds(ctx: &JobContext, now: DateTime<Utc>) -> Result<JobReport, JobError> {
     let tenants = ctx.store.tenant_ids(&TenantScope::system()).await?;
-    let r = gateway::reconcile::close_abandoned_holds(
+    let r = settlement::reconcile::close_abandoned_holds(
         &ctx.store,
         &ctx.quota,
         &tenants,

@@ -211,7 +211,7 @@ pub async fn check(
         if attempt > 0 {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
-        gateway::ledger::sweep_outboxes(&ctx.store, &ctx.quota, &tenants)
+        settlement::ledger::sweep_outboxes(&ctx.store, &ctx.quota, &tenants)
             .await
             .map_err(JobError::Failed)?;
         let r = check_once(ctx, &periods).await?;

@@ -28,26 +28,50 @@ pub struct RolloverOptions {
 
 const PAGE: i64 = 5_000;
 
-/// Holds and outbox events of `period` that have not reached the ledger.
-async fn pending_in_redis(ctx: &JobContext, period: &str) -> Result<(usize, usize), JobError> {
+/// What of `period` is still open in Redis: requests held per request,
+/// live leases of the month (a lease-admitted request has no hold of its
+/// own; its lease stays live until its last request settled, and that
+/// settle writes its event to the outbox in the same call), and settled
+/// events that have not reached the ledger.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Pending {
+    holds: usize,
+    leases: usize,
+    outbox: usize,
+}
+
+impl Pending {
+    fn any(&self) -> bool {
+        self.holds + self.leases + self.outbox > 0
+    }
+}
+
+async fn pending_in_redis(ctx: &JobContext, period: &str) -> Result<Pending, JobError> {
     let tenants = ctx.store.tenant_ids(&TenantScope::system()).await?;
     // Store whatever settled events are waiting first.
-    gateway::ledger::sweep_outboxes(&ctx.store, &ctx.quota, &tenants)
+    settlement::ledger::sweep_outboxes(&ctx.store, &ctx.quota, &tenants)
         .await
         .map_err(JobError::Failed)?;
-    let (mut holds, mut outbox) = (0, 0);
+    let mut p = Pending::default();
     for t in &tenants {
         let mut offset = 0;
         loop {
             let (open, gone) = ctx.quota.open_holds(t, i64::MAX, offset, 500).await?;
-            holds += open.iter().filter(|h| h.month == period).count();
+            p.holds += open.iter().filter(|h| h.month == period).count();
             let seen = open.len() + gone.len();
             if seen < 500 {
                 break;
             }
             offset += seen;
         }
-        outbox += ctx
+        p.leases += ctx
+            .quota
+            .open_leases(t, i64::MAX)
+            .await?
+            .iter()
+            .filter(|l| l.month == period)
+            .count();
+        p.outbox += ctx
             .quota
             .outbox_peek(t, 10_000)
             .await?
@@ -59,7 +83,7 @@ async fn pending_in_redis(ctx: &JobContext, period: &str) -> Result<(usize, usiz
             })
             .count();
     }
-    Ok((holds, outbox))
+    Ok(p)
 }
 
 fn mismatch(what: &str, pg: &BTreeMap<String, Totals>, ch: &BTreeMap<String, Totals>) -> JobError {
@@ -168,11 +192,13 @@ pub async fn run(
 
     let (mut closed, mut deferred, mut purged) = (vec![], vec![], vec![]);
     for period in &due {
-        let (holds, outbox) = pending_in_redis(ctx, period).await?;
-        if holds + outbox > 0 {
-            // Requests held in the month are still running (or waiting for
-            // the stale-hold job): they belong to it, so it cannot close yet.
-            deferred.push(json!({"period": period, "open_holds": holds, "outbox_events": outbox}));
+        let p = pending_in_redis(ctx, period).await?;
+        if p.any() {
+            // Requests admitted in the month are still running (or waiting
+            // for the stale-hold job or the lease reconciler): they belong
+            // to it, so it cannot close yet.
+            deferred.push(json!({"period": period, "open_holds": p.holds,
+                "live_leases": p.leases, "outbox_events": p.outbox}));
             continue;
         }
         let v = close_month(ctx, archive, period, now, opts).await?;

@@ -11,7 +11,9 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::{approx_tokens, bad_request, latency_and_faults, stream, Directives, Fault, Shared};
+use crate::{
+    approx_tokens, bad_request, latency_and_faults, stream, Directives, Fault, Personality, Shared,
+};
 
 /// One output token: a single BPE token in both cl100k and o200k.
 pub(crate) const TOKEN: &str = " hello";
@@ -125,15 +127,18 @@ pub(crate) struct Plan {
     pub chunk_delay: Duration,
     pub disconnect_after: Option<u32>,
     pub include_usage: bool,
+    /// Hidden reasoning tokens: generated and billed, never sent.
+    pub reasoning_tokens: u32,
+    pub personality: Personality,
 }
 
 impl Plan {
     pub fn usage(&self) -> Value {
-        json!({
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-        })
+        self.personality.usage(
+            self.prompt_tokens,
+            self.completion_tokens,
+            self.reasoning_tokens,
+        )
     }
 }
 
@@ -156,13 +161,14 @@ pub(crate) async fn chat(State(app): State<Shared>, headers: HeaderMap, body: By
         prompt_tokens += (chars as u32).div_ceil(4) + 3;
     }
     let mut dir = Directives::default();
+    let mut personality = app.cfg.personality;
     if let Some(m) = req.messages.iter().rev().find(|m| m.role == "user") {
-        m.content
-            .iter()
-            .flat_map(Content::texts)
-            .for_each(|t| dir.scan(t));
+        m.content.iter().flat_map(Content::texts).for_each(|t| {
+            dir.scan(t);
+            personality.scan(t);
+        });
     }
-    let cap = req.max_completion_tokens.or(req.max_tokens);
+    let cap = personality.cap(req.max_tokens, req.max_completion_tokens);
     let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
     let answered = req.messages.last().is_some_and(|m| m.role == "tool");
     let tool = req
@@ -187,6 +193,7 @@ pub(crate) async fn chat(State(app): State<Shared>, headers: HeaderMap, body: By
         cap,
         stream: req.stream == Some(true),
         include_usage,
+        personality,
     };
     answer(&app, spec, dir).await
 }
@@ -207,6 +214,10 @@ pub(crate) async fn completions(
         .last_text()
         .map(Directives::parse)
         .unwrap_or_default();
+    let mut personality = app.cfg.personality;
+    if let Some(t) = prompt.last_text() {
+        personality.scan(t);
+    }
     let prompt_tokens = prompt.item_tokens().iter().sum();
     let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
     let spec = Spec {
@@ -216,6 +227,7 @@ pub(crate) async fn completions(
         cap: req.max_tokens,
         stream: req.stream == Some(true),
         include_usage,
+        personality,
     };
     answer(&app, spec, dir).await
 }
@@ -227,6 +239,7 @@ struct Spec {
     cap: Option<u32>,
     stream: bool,
     include_usage: bool,
+    personality: Personality,
 }
 
 async fn answer(app: &crate::App, spec: Spec, dir: Directives) -> Response {
@@ -238,7 +251,7 @@ async fn answer(app: &crate::App, spec: Spec, dir: Directives) -> Response {
         return r;
     }
     let wanted = dir.output_tokens.unwrap_or(app.cfg.output_tokens);
-    let n = spec.cap.map_or(wanted, |c| c.min(wanted));
+    let (reasoning, n) = spec.personality.split(spec.cap, wanted);
     let n_id = app.next_id.fetch_add(1, Relaxed);
     let plan = Plan {
         kind: spec.kind,
@@ -259,6 +272,8 @@ async fn answer(app: &crate::App, spec: Spec, dir: Directives) -> Response {
             _ => None,
         },
         include_usage: spec.include_usage && !dir.no_usage,
+        reasoning_tokens: reasoning,
+        personality: spec.personality,
     };
     app.stats.prompt_tokens(plan.prompt_tokens);
     if spec.stream {
@@ -293,6 +308,9 @@ async fn answer(app: &crate::App, spec: Spec, dir: Directives) -> Response {
     let mut body = body;
     if dir.no_usage {
         body.as_object_mut().expect("object").remove("usage");
+    }
+    if let Some(n) = plan.personality.body_bytes {
+        body["padding"] = Value::String("x".repeat(n as usize));
     }
     Json(body).into_response()
 }

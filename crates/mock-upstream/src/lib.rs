@@ -10,13 +10,17 @@
 //! input) may carry directives: `[mock:output_tokens=N]`, `[mock:latency_ms=N]`,
 //! `[mock:chunk_delay_ms=N]`, `[mock:fault=429]`, `[mock:fault=500]`,
 //! `[mock:fault=disconnect_after=N]`, `[mock:tool_call]` (with tools given: call the
-//! first one, until the conversation holds its result).
+//! first one, until the conversation holds its result), and provider personalities
+//! (`personality.rs`: which cap field is read, hidden reasoning, absurd usage).
+//! `[mock:body_bytes=N]` pads a non-stream answer to N bytes;
+//! `[mock:unterminated]` ends a stream without its final blank line.
 
 mod chat;
 mod directives;
 mod embeddings;
 mod messages;
 mod native;
+mod personality;
 mod responses;
 mod stats;
 mod stream;
@@ -39,6 +43,7 @@ use bytes::Bytes;
 use serde_json::json;
 
 pub use directives::{Directives, Fault};
+pub use personality::{Absurd, CapReading, Personality};
 pub use stats::{MockStats, StatsSnapshot};
 
 /// Largest request body accepted.
@@ -64,6 +69,9 @@ pub struct MockConfig {
     pub chunk_delay_ms: u64,
     /// Embedding length when the request has no `dimensions`.
     pub embedding_dims: usize,
+    /// How this provider departs from the API (`personality.rs`); requests
+    /// may add traits with directives.
+    pub personality: Personality,
 }
 
 impl Default for MockConfig {
@@ -73,6 +81,7 @@ impl Default for MockConfig {
             output_tokens: 16,
             chunk_delay_ms: 0,
             embedding_dims: 8,
+            personality: Personality::default(),
         }
     }
 }

@@ -37,6 +37,14 @@ pub(crate) fn sse(plan: Plan, stats: MockStats) -> Response {
         if plan.kind == Kind::Chat {
             yield Ok::<Bytes, io::Error>(plan.chunk(json!({"role": "assistant", "content": ""}), None, None));
         }
+        if plan.personality.unterminated {
+            let all = TOKEN.repeat(plan.completion_tokens as usize);
+            stats.completion_tokens(plan.completion_tokens);
+            let ev = plan.chunk(json!({"content": all}), Some(&all), None);
+            guard.finished = true;
+            yield Ok(ev.slice(..ev.len() - 2));
+            return;
+        }
         let token = plan.chunk(json!({"content": TOKEN}), Some(TOKEN), None);
         let sent = match plan.disconnect_after {
             Some(k) => k.min(plan.completion_tokens),

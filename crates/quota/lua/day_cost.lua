@@ -8,10 +8,10 @@
 --          counter (the caller rebuilds it from the ledger plus its event);
 --          rebuild: {1, cost} started now, {0, cost} it existed (unchanged)
 local D = KEYS[1]
-local v = tonumber(ARGV[2])
+local v = amount(2)
 if ARGV[1] == 'rebuild' then
   if redis.call('HEXISTS', D, '_rb') == 0 then
-    redis.call('HSET', D, 'uc', string.format('%d', v), '_rb', '1')
+    redis.call('HSET', D, 'uc', int(v), '_rb', '1')
     redis.call('EXPIRE', D, tonumber(ARGV[3]))
     return {1, v}
   end
@@ -20,4 +20,6 @@ end
 if redis.call('HEXISTS', D, '_rb') == 0 then
   return -1
 end
-return redis.call('HINCRBY', D, 'uc', v)
+local total = clamp(n(redis.call('HGET', D, 'uc')) + v)
+redis.call('HSET', D, 'uc', int(total))
+return total

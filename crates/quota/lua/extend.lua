@@ -12,26 +12,24 @@ local st = redis.call('HGET', H, 'st')
 if st ~= 'H' then
   return {2, st or 'none'}
 end
-local scopes = {'t', 'a:' .. ARGV[2], 'k:' .. ARGV[3]}
-local add_out, add_cost = tonumber(ARGV[4]), tonumber(ARGV[5])
-local function limit(s, l) return tonumber(ARGV[5 + (s - 1) * 6 + l]) end
-local function num(h, f) return tonumber(redis.call('HGET', h, f) or '0') end
-
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local scopes = scopes_of(ARGV[2], ARGV[3])
+local add_out, add_cost = amount(4), amount(5)
+local limit = limits_at(5)
+local mon = read_month(M, scopes) or function() return 0 end
+local now = now_ms()
 
 local rem_tok = -1
 for s = 1, 3 do
   local L = limit(s, 1)
   if L >= 0 then
-    local left = L - num(M, scopes[s] .. ':ut') - num(M, scopes[s] .. ':ht')
+    local left = L - mon(s, 1) - mon(s, 2)
     if left < add_out then return {0, s, 1, -1} end
     if rem_tok < 0 or left - add_out < rem_tok then rem_tok = left - add_out end
   end
 end
 for s = 1, 3 do
   local L = limit(s, 2)
-  if L >= 0 and num(M, scopes[s] .. ':uc') + num(M, scopes[s] .. ':hc') + add_cost > L then
+  if L >= 0 and mon(s, 3) + mon(s, 4) + add_cost > L then
     return {0, s, 2, -1}
   end
 end
@@ -41,26 +39,22 @@ for s = 1, 3 do
   if L >= 0 then
     local f = scopes[s] .. ':otpm'
     local v = redis.call('HMGET', R, f, f .. ':ts')
-    local cur, ts = tonumber(v[1]), tonumber(v[2])
-    if cur == nil then cur = L; ts = now end
-    local rate = L / 60000
-    cur = math.min(L, cur + math.max(0, now - ts) * rate)
-    if cur < add_out then
-      local wait = 60000
-      if add_out <= L and rate > 0 then wait = math.ceil((add_out - cur) / rate) end
-      return {0, s, 6, wait}
-    end
+    local cur = refill(v[1], v[2], L, now)
+    if cur < add_out then return {0, s, 6, refill_wait(cur, add_out, L)} end
     buckets[#buckets + 1] = {f, cur - add_out}
   end
 end
 
+local mw = {}
 for s = 1, 3 do
-  redis.call('HINCRBY', M, scopes[s] .. ':ht', add_out)
-  redis.call('HINCRBY', M, scopes[s] .. ':hc', add_cost)
+  local p = scopes[s]
+  mw[#mw + 1] = p .. ':ht'; mw[#mw + 1] = int(mon(s, 2) + add_out)
+  mw[#mw + 1] = p .. ':hc'; mw[#mw + 1] = int(mon(s, 4) + add_cost)
 end
+redis.call('HSET', M, unpack(mw))
 for _, b in ipairs(buckets) do
-  redis.call('HSET', R, b[1], tostring(b[2]), b[1] .. ':ts', now)
+  redis.call('HSET', R, b[1], string.format('%.6f', b[2]), b[1] .. ':ts', int(now))
 end
-redis.call('HINCRBY', H, 'eo', add_out)
-redis.call('HINCRBY', H, 'ec', add_cost)
+local h = redis.call('HMGET', H, 'eo', 'ec')
+redis.call('HSET', H, 'eo', int(n(h[1]) + add_out), 'ec', int(n(h[2]) + add_cost))
 return {1, rem_tok}

@@ -18,34 +18,16 @@ if st then
   return {2, st}
 end
 
-local scopes = {'t', 'a:' .. ARGV[2], 'k:' .. ARGV[3]}
-local function n(v) return tonumber(v) or 0 end
-local function int(v) return string.format('%d', v) end
-local function limit(s, l) return tonumber(ARGV[9 + (s - 1) * 6 + l]) end
+local scopes = scopes_of(ARGV[2], ARGV[3])
+local limit = limits_at(9)
+local est_in, est_out, est_cost = amount(4), amount(5), amount(6)
+local est_tok = est_in + est_out
 
--- Month: the marker, then per scope used/held tokens and cost.
-local mf = {'_rb'}
-for s = 1, 3 do
-  local p = scopes[s]
-  mf[#mf + 1] = p .. ':ut'; mf[#mf + 1] = p .. ':ht'; mf[#mf + 1] = p .. ':uc'; mf[#mf + 1] = p .. ':hc'
-end
-local mv = redis.call('HMGET', M, unpack(mf))
-if not mv[1] then
+local mon = read_month(M, scopes) -- i: 1 ut, 2 ht, 3 uc, 4 hc
+if not mon then
   return {-1}
 end
-local function mon(s, i) return n(mv[1 + (s - 1) * 4 + i]) end -- i: 1 ut, 2 ht, 3 uc, 4 hc
-
--- Rates: per scope in-flight, then value and timestamp of three buckets.
-local RF = {':if', ':rpm', ':rpm:ts', ':itpm', ':itpm:ts', ':otpm', ':otpm:ts'}
-local rf = {}
-for s = 1, 3 do
-  for _, f in ipairs(RF) do rf[#rf + 1] = scopes[s] .. f end
-end
-local rv = redis.call('HMGET', R, unpack(rf))
-local function rate(s, i) return rv[(s - 1) * 7 + i] end
-
-local est_in, est_out, est_cost = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local est_tok = est_in + est_out
+local rate = read_rates(R, scopes)
 
 -- Phase 1: check everything, write nothing. Budgets first; a budget refusal
 -- returns the tightest headroom so the caller can offer a clamped request.
@@ -72,8 +54,7 @@ for s = 1, 3 do
   if L >= 0 and n(rate(s, 1)) + 1 > L then return {0, s, 3, 1000} end
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 
 -- Token buckets: capacity = the per-minute limit, refilled continuously.
 local buckets = {}
@@ -83,17 +64,10 @@ for _, d in ipairs(dims) do
   for s = 1, 3 do
     local L = limit(s, d[1])
     if L >= 0 then
-      local cur, ts = tonumber(rate(s, d[2])), tonumber(rate(s, d[2] + 1))
-      if cur == nil then cur = L; ts = now end
-      local r = L / 60000
-      cur = math.min(L, cur + math.max(0, now - (ts or now)) * r)
+      local cur = refill(rate(s, d[2]), rate(s, d[2] + 1), L, now)
       local need = d[3]
-      if cur < need then
-        local wait = 60000
-        if need <= L and r > 0 then wait = math.ceil((need - cur) / r) end
-        return {0, s, d[1], wait}
-      end
-      buckets[#buckets + 1] = {scopes[s] .. RF[d[2]], cur - need}
+      if cur < need then return {0, s, d[1], refill_wait(cur, need, L)} end
+      buckets[#buckets + 1] = {scopes[s] .. RATE_FIELDS[d[2]], cur - need}
       if d[1] == 4 and (rem_req < 0 or cur - need < rem_req) then rem_req = math.floor(cur - need) end
     end
   end
@@ -114,7 +88,7 @@ end
 redis.call('HSET', M, unpack(mw))
 redis.call('HSET', R, unpack(rw))
 redis.call('HSET', H, 'st', 'H', 'p', ARGV[9], 'a', ARGV[2], 'k', ARGV[3],
-  'ei', est_in, 'eo', est_out, 'ec', est_cost, 'm', ARGV[7], 'r', ARGV[8], 'at', now)
+  'ei', int(est_in), 'eo', int(est_out), 'ec', int(est_cost), 'm', ARGV[7], 'r', ARGV[8], 'at', now)
 redis.call('ZADD', OPEN, now, ARGV[1])
 if rem_tok >= 0 then rem_tok = rem_tok - est_tok end
 return {1, rem_req, rem_tok}

@@ -12,8 +12,14 @@
 --       12..17 min  (same order)
 --       18 budget share divisor, 19 rate share divisor,
 --       20..37 limits (3 scopes x 6, -1 = none), order as in hold.lua
+--       38 fresh: 1 when the replica has never been granted anything on
+--          this lease (the record may be made), 0 for a top-up (it must be
+--          live here already)
 -- Returns: {1, g_tok, g_cost, g_slots, g_req, g_in, g_out, rem_req, rem_tok}
---          {2, state}                    the lease is closed: make a new one
+--          {2, state}                    the lease is closed, or unknown
+--                                        ('none': Redis lost it): the
+--                                        replica drops what it holds of it
+--                                        and makes a new one
 --          {3, scope_index, limit_index} near the limit: per-request path
 --          {-1}                          month unknown: rebuild first
 local M, R, L, LZ = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -22,37 +28,29 @@ local st = redis.call('HGET', L, 'st')
 if st and st ~= 'L' then
   return {2, st}
 end
+-- A top-up of a lease Redis does not know: Redis lost it (a flush, a
+-- failover) with the hold it was. Re-creating it here would leave the
+-- replica its old local grant on top of the new one, admitting beyond the
+-- budget for as long as the lease lives; so the replica is told instead.
+if not st and ARGV[38] ~= '1' then
+  return {2, 'none'}
+end
 
-local scopes = {'t', 'a:' .. ARGV[2], 'k:' .. ARGV[3]}
-local function n(v) return tonumber(v) or 0 end
-local function int(v) return string.format('%d', v) end
-local function limit(s, l) return tonumber(ARGV[19 + (s - 1) * 6 + l]) end
+local scopes = scopes_of(ARGV[2], ARGV[3])
+local limit = limits_at(19)
 local want, min = {}, {}
 for i = 1, 6 do
-  want[i] = tonumber(ARGV[5 + i]); min[i] = tonumber(ARGV[11 + i])
+  want[i] = amount(5 + i); min[i] = amount(11 + i)
 end
-local bdiv, rdiv = tonumber(ARGV[18]), tonumber(ARGV[19])
+local bdiv, rdiv = amount(18), amount(19)
 -- The same rule as domain::lease::grant.
 local function grant(w, headroom, div) return math.min(w, math.floor(math.max(0, headroom) / div)) end
 
-local mf = {'_rb'}
-for s = 1, 3 do
-  local p = scopes[s]
-  mf[#mf + 1] = p .. ':ut'; mf[#mf + 1] = p .. ':ht'; mf[#mf + 1] = p .. ':uc'; mf[#mf + 1] = p .. ':hc'
-end
-local mv = redis.call('HMGET', M, unpack(mf))
-if not mv[1] then
+local mon = read_month(M, scopes)
+if not mon then
   return {-1}
 end
-local function mon(s, i) return n(mv[1 + (s - 1) * 4 + i]) end
-
-local RF = {':if', ':rpm', ':rpm:ts', ':itpm', ':itpm:ts', ':otpm', ':otpm:ts'}
-local rf = {}
-for s = 1, 3 do
-  for _, f in ipairs(RF) do rf[#rf + 1] = scopes[s] .. f end
-end
-local rv = redis.call('HMGET', R, unpack(rf))
-local function rate(s, i) return rv[(s - 1) * 7 + i] end
+local rate = read_rates(R, scopes)
 
 -- Budgets: tokens (dimension 1, limit 1), cost (dimension 2, limit 2).
 local g = {want[1], want[2], want[3], want[4], want[5], want[6]}
@@ -77,8 +75,7 @@ for s = 1, 3 do
   end
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 
 -- Buckets: requests (dim 4, limit 4), input (dim 5, limit 5), output (dim 6, limit 6).
 local cur = {}
@@ -88,9 +85,7 @@ for d = 4, 6 do
   for s = 1, 3 do
     local lim = limit(s, d)
     if lim >= 0 then
-      local c, ts = tonumber(rate(s, off)), tonumber(rate(s, off + 1))
-      if c == nil then c = lim; ts = now end
-      c = math.min(lim, c + math.max(0, now - (ts or now)) * lim / 60000)
+      local c = refill(rate(s, off), rate(s, off + 1), lim, now)
       cur[#cur + 1] = {s, d, off, c}
       g[d] = grant(g[d], math.floor(c), rdiv)
       if g[d] < min[d] then return {3, s, d} end
@@ -109,8 +104,8 @@ end
 for _, b in ipairs(cur) do
   local s, d, off, c = b[1], b[2], b[3], b[4]
   local left = c - g[d]
-  rw[#rw + 1] = scopes[s] .. RF[off]; rw[#rw + 1] = string.format('%.6f', left)
-  rw[#rw + 1] = scopes[s] .. RF[off] .. ':ts'; rw[#rw + 1] = int(now)
+  rw[#rw + 1] = scopes[s] .. RATE_FIELDS[off]; rw[#rw + 1] = string.format('%.6f', left)
+  rw[#rw + 1] = scopes[s] .. RATE_FIELDS[off] .. ':ts'; rw[#rw + 1] = int(now)
   if d == 4 and (rem_req < 0 or left < rem_req) then rem_req = math.floor(left) end
 end
 redis.call('HSET', M, unpack(mw))
@@ -122,4 +117,4 @@ redis.call('HSETNX', L, 'at', now)
 redis.call('EXPIRE', L, 172800)
 redis.call('ZADD', LZ, now, ARGV[1])
 if rem_tok >= 0 then rem_tok = rem_tok - g[1] end
-return {1, g[1], g[2], g[3], g[4], g[5], g[6], rem_req, rem_tok}
+return {1, g[1], g[2], g[3], g[4], g[5], g[6], rem_req, clamp(rem_tok)}

@@ -14,8 +14,6 @@ if h[1] ~= 'L' then
   redis.call('ZREM', LZ, ARGV[1])
   return {2, h[1] or 'none'}
 end
-local function n(v) return tonumber(v) or 0 end
-local function int(v) return string.format('%d', v) end
 local lt, lc, ls = n(h[4]), n(h[5]), n(h[6])
 for _, p in ipairs({'t', 'a:' .. h[2], 'k:' .. h[3]}) do
   local v = redis.call('HMGET', M, p .. ':ht', p .. ':hc')

@@ -28,25 +28,24 @@ local seq = tonumber(ARGV[4])
 if tonumber(h[2] or '0') >= seq then
   return {2, h[1] or 'none'}
 end
-local scopes = {'t', 'a:' .. ARGV[2], 'k:' .. ARGV[3]}
-local function n(v) return tonumber(v) or 0 end
-local function int(v) return string.format('%d', v) end
+local scopes = scopes_of(ARGV[2], ARGV[3])
+local limit = limits_at(11)
 local live = h[1] == 'L'
 local lt, lc, ls = 0, 0, 0
 if live then lt, lc, ls = n(h[3]), n(h[4]), n(h[5]) end
 
-local count = tonumber(ARGV[30])
+local count = amount(30)
 local sum_tok, sum_cost, ovr_tok, ovr_cost = 0, 0, 0, 0
 local ob, per = {}, {}
 for i = 1, count do
   local b = 30 + (i - 1) * 4
-  local tok, cost = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  local tok, cost = amount(b + 2), amount(b + 3)
   local take_t, take_c = math.min(tok, lt), math.min(cost, lc)
   lt = lt - take_t; lc = lc - take_c
   sum_tok = sum_tok + tok; sum_cost = sum_cost + cost
   local ot, oc = tok - take_t, cost - take_c
   ovr_tok = ovr_tok + ot; ovr_cost = ovr_cost + oc
-  if ot > 0 or oc > 0 then per[#per + 1] = i; per[#per + 1] = ot; per[#per + 1] = oc end
+  if ot > 0 or oc > 0 then per[#per + 1] = i; per[#per + 1] = clamp(ot); per[#per + 1] = clamp(oc) end
   ob[#ob + 1] = ARGV[b + 1]; ob[#ob + 1] = ARGV[b + 4]
 end
 
@@ -56,8 +55,8 @@ if live then
   if close then
     free_t, free_c, free_s = lt, lc, ls
   else
-    free_t = math.min(lt, tonumber(ARGV[6])); free_c = math.min(lc, tonumber(ARGV[7]))
-    free_s = math.min(ls, tonumber(ARGV[8]))
+    free_t = math.min(lt, amount(6)); free_c = math.min(lc, amount(7))
+    free_s = math.min(ls, amount(8))
   end
   lt, lc, ls = lt - free_t, lc - free_c, ls - free_s
 end
@@ -85,7 +84,7 @@ end
 if #mw > 0 then redis.call('HSET', M, unpack(mw)) end
 if #ob > 0 then redis.call('HSET', OUTBOX, unpack(ob)) end
 
-local give = {tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])}
+local give = {amount(9), amount(10), amount(11)}
 if live and (free_s > 0 or give[1] > 0 or give[2] > 0 or give[3] > 0) then
   -- Slots back, and the rate capacity the lease did not use (a bucket
   -- never above its capacity).
@@ -99,7 +98,7 @@ if live and (free_s > 0 or give[1] > 0 or give[2] > 0 or give[3] > 0) then
     local b = (s - 1) * 4
     if free_s > 0 then put(rw, scopes[s] .. ':if', int(math.max(0, n(rv[b + 1]) - free_s))) end
     for d = 1, 3 do
-      local lim = tonumber(ARGV[11 + (s - 1) * 6 + 3 + d])
+      local lim = limit(s, 3 + d)
       local cur = tonumber(rv[b + 1 + d])
       if lim >= 0 and cur and give[d] > 0 then
         put(rw, rf[b + 1 + d], string.format('%.6f', math.min(lim, cur + give[d])))
@@ -109,13 +108,12 @@ if live and (free_s > 0 or give[1] > 0 or give[2] > 0 or give[3] > 0) then
   if #rw > 0 then redis.call('HSET', R, unpack(rw)) end
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local state = h[1] or 'X'
 if close and live then state = 'C' end
-redis.call('HSET', L, 'st', state, 'seq', seq, 'lt', int(lt), 'lc', int(lc), 'ls', int(ls), 'ts', now)
+redis.call('HSET', L, 'st', state, 'seq', int(seq), 'lt', int(lt), 'lc', int(lc), 'ls', int(ls), 'ts', now)
 redis.call('EXPIRE', L, 172800)
 if state == 'L' then redis.call('ZADD', LZ, now, ARGV[1]) else redis.call('ZREM', LZ, ARGV[1]) end
-local reply = {1, live and not close and 1 or 0, lt, lc, ls, ovr_tok, ovr_cost}
+local reply = {1, live and not close and 1 or 0, lt, lc, ls, clamp(ovr_tok), clamp(ovr_cost)}
 for _, v in ipairs(per) do reply[#reply + 1] = v end
 return reply

@@ -12,8 +12,7 @@
 local Z, BY = KEYS[1], KEYS[2]
 local member, tenant = ARGV[1], ARGV[2]
 local capacity, life = tonumber(ARGV[3]), tonumber(ARGV[4])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 
 local old = redis.call('ZRANGEBYSCORE', Z, '-inf', now)
 for _, m in ipairs(old) do

@@ -12,7 +12,7 @@
 --          {-1}                                     pool unknown: rebuild first
 local P = KEYS[1]
 local id, tenant = ARGV[1], ARGV[2]
-local chunk, total, cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local chunk, total, cap = amount(3), amount(4), amount(5)
 
 local seen = redis.call('HGET', P, 'b:' .. id)
 if seen then
@@ -26,6 +26,5 @@ local lent, out = tonumber(v[1]) or 0, tonumber(v[2]) or 0
 local grant = math.min(chunk, total - lent, cap - out)
 if grant < 0 then grant = 0 end
 lent, out = lent + grant, out + grant
-local function int(x) return string.format('%d', x) end
 redis.call('HSET', P, 'lent', int(lent), 'o:' .. tenant, int(out), 'b:' .. id, int(grant))
 return {1, grant, lent, out}

@@ -13,13 +13,13 @@ redis.call('DEL', P)
 local n = tonumber(ARGV[2])
 local lent = 0
 for i = 0, n - 1 do
-  local t, o = ARGV[3 + i * 2], tonumber(ARGV[4 + i * 2])
-  redis.call('HSET', P, 'o:' .. t, string.format('%d', o))
+  local t, o = ARGV[3 + i * 2], amount(4 + i * 2)
+  redis.call('HSET', P, 'o:' .. t, int(o))
   lent = lent + o
 end
 for i = 3 + n * 2, #ARGV do
   redis.call('HSET', P, 'r:' .. ARGV[i], '1')
 end
-redis.call('HSET', P, 'lent', string.format('%d', lent), '_rb', '1')
+redis.call('HSET', P, 'lent', int(lent), '_rb', '1')
 redis.call('EXPIRE', P, tonumber(ARGV[1]))
 return 1

@@ -4,7 +4,7 @@
 -- Returns: {1, lent} returned now, {2} this reclaim id was applied before,
 --          {-1} pool unknown (a rebuild from Postgres already counts it)
 local P = KEYS[1]
-local id, tenant, tokens = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local id, tenant, tokens = ARGV[1], ARGV[2], amount(3)
 if redis.call('HEXISTS', P, 'r:' .. id) == 1 then
   return {2}
 end
@@ -14,6 +14,5 @@ end
 local v = redis.call('HMGET', P, 'lent', 'o:' .. tenant)
 local lent = math.max(0, (tonumber(v[1]) or 0) - tokens)
 local out = math.max(0, (tonumber(v[2]) or 0) - tokens)
-local function int(x) return string.format('%d', x) end
 redis.call('HSET', P, 'lent', int(lent), 'o:' .. tenant, int(out), 'r:' .. id, '1')
 return {1, lent}

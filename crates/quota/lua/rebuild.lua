@@ -11,7 +11,7 @@ if redis.call('HEXISTS', M, '_rb') == 1 then
 end
 redis.call('DEL', M)
 for i = 2, #ARGV, 2 do
-  redis.call('HSET', M, ARGV[i], ARGV[i + 1])
+  redis.call('HSET', M, ARGV[i], int(amount(i + 1)))
 end
 redis.call('HSET', M, '_rb', '1')
 redis.call('EXPIRE', M, tonumber(ARGV[1]))

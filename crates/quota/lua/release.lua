@@ -9,20 +9,21 @@ local h = redis.call('HMGET', H, 'st', 'ei', 'eo', 'ec')
 if h[1] ~= 'H' then
   return {2, h[1] or 'none'}
 end
-local scopes = {'t', 'a:' .. ARGV[2], 'k:' .. ARGV[3]}
-local est_in, est_out, est_cost = tonumber(h[2]), tonumber(h[3]), tonumber(h[4])
+local scopes = scopes_of(ARGV[2], ARGV[3])
+local limit = limits_at(3)
+local est_in, est_out, est_cost = n(h[2]), n(h[3]), n(h[4])
 for s = 1, 3 do
   local p = scopes[s]
-  if redis.call('HINCRBY', M, p .. ':ht', 0 - (est_in + est_out)) < 0 then redis.call('HSET', M, p .. ':ht', 0) end
-  if redis.call('HINCRBY', M, p .. ':hc', 0 - est_cost) < 0 then redis.call('HSET', M, p .. ':hc', 0) end
+  if redis.call('HINCRBY', M, p .. ':ht', int(0 - (est_in + est_out))) < 0 then redis.call('HSET', M, p .. ':ht', 0) end
+  if redis.call('HINCRBY', M, p .. ':hc', int(0 - est_cost)) < 0 then redis.call('HSET', M, p .. ':hc', 0) end
   if redis.call('HINCRBY', R, p .. ':if', -1) < 0 then redis.call('HSET', R, p .. ':if', 0) end
   local dims = {{5, 'itpm', est_in}, {6, 'otpm', est_out}}
   for _, d in ipairs(dims) do
-    local L = tonumber(ARGV[3 + (s - 1) * 6 + d[1]])
+    local L = limit(s, d[1])
     local f = p .. ':' .. d[2]
     if L >= 0 then
       local cur = tonumber(redis.call('HGET', R, f) or '')
-      if cur then redis.call('HSET', R, f, tostring(math.min(L, cur + d[3]))) end
+      if cur then redis.call('HSET', R, f, string.format('%.6f', math.min(L, cur + d[3]))) end
     end
   end
 end

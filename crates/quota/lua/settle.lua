@@ -3,9 +3,16 @@
 -- KEYS: 1 month hash (of the hold's period, or now when the hold is lost),
 --       2 rate/inflight hash, 3 hold record, 4 open-holds zset, 5 outbox hash
 -- ARGV: 1 request_id, 2 app, 3 key, 4 act_in, 5 act_out, 6 act_cost,
---       7 usage event (JSON, stored verbatim), 8 status, 9..26 limits
+--       7 usage event (JSON, stored verbatim), 8 status, 9..26 limits,
+--       27 lost_ok: 1 when the caller has checked the ledger and the
+--          request is not there (book a hold Redis lost), else 0
 -- Returns: {1, overrun_tokens, overrun_cost}  settled now
 --          {2, state}                          already settled/released: no-op
+--          {3}                                 no hold record: nothing changed;
+--                                              ask the ledger, then call
+--                                              again with lost_ok (a replay
+--                                              after the settled record
+--                                              expired must not book twice)
 -- Reads and writes are batched, as in hold.lua.
 local M, R, H, OPEN, OUTBOX = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
@@ -13,16 +20,18 @@ local h = redis.call('HMGET', H, 'st', 'ei', 'eo', 'ec')
 if h[1] == 'S' or h[1] == 'R' then
   return {2, h[1]}
 end
-local scopes = {'t', 'a:' .. ARGV[2], 'k:' .. ARGV[3]}
-local function n(v) return tonumber(v) or 0 end
-local function int(v) return string.format('%d', v) end
-local act_in, act_out, act_cost = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+if not h[1] and ARGV[27] ~= '1' then
+  return {3}
+end
+local scopes = scopes_of(ARGV[2], ARGV[3])
+local act_in, act_out, act_cost = amount(4), amount(5), amount(6)
+local limit = limits_at(8)
 local act_tok = act_in + act_out
 local held = h[1] == 'H'
 local est_in, est_out, est_cost = 0, 0, 0
 local ovr_tok, ovr_cost
 if held then
-  est_in, est_out, est_cost = tonumber(h[2]), tonumber(h[3]), tonumber(h[4])
+  est_in, est_out, est_cost = n(h[2]), n(h[3]), n(h[4])
   ovr_tok = math.max(0, act_tok - est_in - est_out)
   ovr_cost = math.max(0, act_cost - est_cost)
 else
@@ -59,7 +68,7 @@ for s = 1, 3 do
     -- use (or take the excess when the estimate was low).
     local adj = {{5, 2, est_in - act_in}, {6, 3, est_out - act_out}}
     for _, d in ipairs(adj) do
-      local L = tonumber(ARGV[8 + (s - 1) * 6 + d[1]])
+      local L = limit(s, d[1])
       local cur = tonumber(rv[r + d[2]])
       if L >= 0 and cur and d[3] ~= 0 then
         put(rw, p .. RF[d[2]], string.format('%.6f', math.min(L, cur + d[3])))
@@ -70,7 +79,7 @@ end
 redis.call('HSET', M, unpack(mw))
 if #rw > 0 then redis.call('HSET', R, unpack(rw)) end
 redis.call('HSET', OUTBOX, ARGV[1], ARGV[7])
-redis.call('HSET', H, 'st', 'S', 'ai', act_in, 'ao', act_out, 'ac', act_cost, 'x', ARGV[8])
+redis.call('HSET', H, 'st', 'S', 'ai', int(act_in), 'ao', int(act_out), 'ac', int(act_cost), 'x', ARGV[8])
 redis.call('EXPIRE', H, 86400)
 redis.call('ZREM', OPEN, ARGV[1])
-return {1, ovr_tok, ovr_cost}
+return {1, clamp(ovr_tok), clamp(ovr_cost)}

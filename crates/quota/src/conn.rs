@@ -27,14 +27,38 @@ pub(crate) enum Conn {
     Cluster(ClusterConnection),
 }
 
+/// How long Redis may take. A Redis that is down refuses or resets the
+/// connection, which fails at once whatever these are; `connect` bounds
+/// dialling one that does not answer the handshake; `answer` bounds a call
+/// on an established connection — a slow but answering Redis (a loaded
+/// host, a long script ahead in its queue) gets this longer bound before
+/// the request fails closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub answer: Duration,
+}
+
+impl Timeouts {
+    /// One bound for both (tests, tools).
+    pub fn both(t: Duration) -> Self {
+        Self {
+            connect: t,
+            answer: t,
+        }
+    }
+}
+
 impl Link {
     /// Lazy: nothing is dialled until the first command.
-    pub fn single(url: &str, timeout: Duration) -> RedisResult<Self> {
+    pub fn single(url: &str, t: Timeouts) -> RedisResult<Self> {
         let client = redis::Client::open(url)?;
         let cfg = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(1)
+            .set_connection_timeout(Some(t.connect))
+            .set_response_timeout(Some(t.answer))
+            // No retry with backoff inside a call: a refused reconnect must fail
+            // the call at once (down is not slow); the next call dials again.
+            .set_number_of_retries(0)
             .set_max_delay(Duration::from_millis(200));
         Ok(Link::Single(ConnectionManager::new_lazy_with_config(
             client, cfg,
@@ -43,10 +67,10 @@ impl Link {
 
     /// Lazy too: the cluster connection is made on first use, and again on
     /// the next use after a failed attempt.
-    pub fn cluster(nodes: &[String], timeout: Duration) -> RedisResult<Self> {
+    pub fn cluster(nodes: &[String], t: Timeouts) -> RedisResult<Self> {
         let client = ClusterClient::builder(nodes.to_vec())
-            .connection_timeout(timeout)
-            .response_timeout(timeout)
+            .connection_timeout(t.connect)
+            .response_timeout(t.answer)
             .retries(1)
             .build()?;
         Ok(Link::Cluster(Arc::new(ClusterLink {

@@ -1,10 +1,11 @@
-use crate::conn::{Conn, Link};
+use crate::conn::{Conn, Link, Timeouts};
 use crate::keys::KeySpace;
 use domain::limits::{LimitKind, ScopeKind};
 use domain::{Limits, Refusal};
 use redis::{Script, ScriptInvocation};
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Month counters expire this long after their last rebuild; a later request
@@ -23,12 +24,46 @@ pub enum QuotaError {
     Ledger(String),
     #[error("unexpected reply from the hold engine: {0}")]
     Protocol(String),
+    /// An amount outside what the counters can hold exactly (see
+    /// `domain::counter`): refused before any Lua runs, and by the scripts.
+    #[error("amount out of range: {0}")]
+    OutOfRange(String),
+    /// Redis is set up so that the books cannot stay exact (an eviction
+    /// policy other than `noeviction`).
+    #[error("{0}")]
+    Misconfigured(String),
 }
 
 impl From<redis::RedisError> for QuotaError {
     fn from(e: redis::RedisError) -> Self {
+        // The prelude's `amount` refuses an argument with this code.
+        if e.code() == Some("TGRANGE") {
+            return QuotaError::OutOfRange(e.detail().unwrap_or_default().to_string());
+        }
         QuotaError::Unavailable(e.to_string())
     }
+}
+
+impl From<domain::counter::OutOfRange> for QuotaError {
+    fn from(e: domain::counter::OutOfRange) -> Self {
+        QuotaError::OutOfRange(e.to_string())
+    }
+}
+
+/// Every amount of a call in the counters' range, or the first one not.
+pub(crate) fn check_amounts(amounts: &[(&'static str, i64)]) -> Result<(), QuotaError> {
+    for (name, v) in amounts {
+        domain::counter::amount(name, *v)?;
+    }
+    Ok(())
+}
+
+/// The helpers every script shares (`lua/prelude.lua`), in front of each
+/// script's own text: one EVALSHA per call still.
+const PRELUDE: &str = include_str!("../lua/prelude.lua");
+
+pub(crate) fn lua_script(body: &str) -> Script {
+    Script::new(&format!("{PRELUDE}\n{body}"))
 }
 
 /// One request's reservation across its three scopes.
@@ -75,6 +110,9 @@ pub struct SettleRequest<'a> {
     pub event_json: &'a str,
     pub status: &'a str,
     pub limits: [&'a Limits; 3],
+    /// The most this settle may book (`domain::usage::Bound`): amounts are
+    /// clamped to it before any script runs.
+    pub bound: domain::usage::Bound,
 }
 
 /// More output for an open hold (a stream past its slice).
@@ -150,6 +188,17 @@ pub trait LedgerSource: Send + Sync {
     ) -> impl Future<Output = Result<Vec<ScopeUsage>, String>> + Send;
 }
 
+/// The ledger's answer to "is this request booked already?" — asked only
+/// when a settle finds no hold record. Object-safe (a boxed future) so the
+/// engine can carry one.
+pub trait BookedCheck: Send + Sync {
+    fn is_booked<'a>(
+        &'a self,
+        tenant: &'a str,
+        request_id: &'a str,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<bool, String>> + Send + 'a>>;
+}
+
 /// Raw counters of a tenant's month, by field (`t:ut`, `a:<app>:ht`, …).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MonthCounters(pub HashMap<String, i64>);
@@ -200,10 +249,14 @@ pub struct QuotaEngine {
     turn_wait: Duration,
     pub(crate) replica: String,
     pub(crate) scripts: Scripts,
+    booked: Option<Arc<dyn BookedCheck>>,
 }
 
 pub(crate) fn limit_args(limits: [&Limits; 3]) -> impl Iterator<Item = i64> + '_ {
-    limits.into_iter().flat_map(|l| l.hold_args())
+    limits
+        .into_iter()
+        .flat_map(|l| l.hold_args())
+        .map(domain::counter::limit_arg)
 }
 
 impl QuotaEngine {
@@ -215,47 +268,53 @@ impl QuotaEngine {
         timeout: Duration,
         replica: &str,
     ) -> Result<Self, QuotaError> {
-        Ok(Self::with_link(
-            Link::single(url, timeout)?,
-            prefix,
-            timeout,
-            replica,
-        ))
+        Self::new_with(url, prefix, Timeouts::both(timeout), replica)
+    }
+
+    /// One Redis, with separate bounds for dialling and for an answer.
+    pub fn new_with(
+        url: &str,
+        prefix: &str,
+        t: Timeouts,
+        replica: &str,
+    ) -> Result<Self, QuotaError> {
+        Ok(Self::with_link(Link::single(url, t)?, prefix, t, replica))
     }
 
     /// A Redis Cluster, from its seed nodes (`redis://host:port` each).
     pub fn new_cluster(
         nodes: &[String],
         prefix: &str,
-        timeout: Duration,
+        t: Timeouts,
         replica: &str,
     ) -> Result<Self, QuotaError> {
         Ok(Self::with_link(
-            Link::cluster(nodes, timeout)?,
+            Link::cluster(nodes, t)?,
             prefix,
-            timeout,
+            t,
             replica,
         ))
     }
 
-    fn with_link(conn: Link, prefix: &str, timeout: Duration, replica: &str) -> Self {
+    fn with_link(conn: Link, prefix: &str, t: Timeouts, replica: &str) -> Self {
         Self {
             conn,
             keys: KeySpace::new(prefix),
-            timeout,
+            timeout: t.answer,
             calls: tokio::sync::Semaphore::new(DEFAULT_CALL_LIMIT),
             call_limit: DEFAULT_CALL_LIMIT,
             turn_wait: DEFAULT_TURN_WAIT,
             replica: replica.to_string(),
+            booked: None,
             scripts: Scripts {
-                hold: Script::new(include_str!("../lua/hold.lua")),
-                settle: Script::new(include_str!("../lua/settle.lua")),
-                release: Script::new(include_str!("../lua/release.lua")),
-                rebuild: Script::new(include_str!("../lua/rebuild.lua")),
-                extend: Script::new(include_str!("../lua/extend.lua")),
-                lease_acquire: Script::new(include_str!("../lua/lease_acquire.lua")),
-                lease_settle: Script::new(include_str!("../lua/lease_settle.lua")),
-                lease_expire: Script::new(include_str!("../lua/lease_expire.lua")),
+                hold: lua_script(include_str!("../lua/hold.lua")),
+                settle: lua_script(include_str!("../lua/settle.lua")),
+                release: lua_script(include_str!("../lua/release.lua")),
+                rebuild: lua_script(include_str!("../lua/rebuild.lua")),
+                extend: lua_script(include_str!("../lua/extend.lua")),
+                lease_acquire: lua_script(include_str!("../lua/lease_acquire.lua")),
+                lease_settle: lua_script(include_str!("../lua/lease_settle.lua")),
+                lease_expire: lua_script(include_str!("../lua/lease_expire.lua")),
             },
         }
     }
@@ -359,6 +418,12 @@ impl QuotaEngine {
         req: &HoldRequest<'_>,
         ledger: &impl LedgerSource,
     ) -> Result<HoldOutcome, QuotaError> {
+        check_amounts(&[
+            ("est_input", req.est_input),
+            ("est_output", req.est_output),
+            ("est_cost", req.est_cost),
+            ("est_tokens", req.est_input.saturating_add(req.est_output)),
+        ])?;
         for _ in 0..50 {
             let reply: Vec<redis::Value> = self.hold_once(req).await?;
             match int_at(&reply, 0)? {
@@ -442,7 +507,10 @@ impl QuotaEngine {
                         ("ot", r.overrun_tokens),
                         ("oc", r.overrun_cost),
                     ] {
-                        *sums.entry(format!("{scope}:{f}")).or_default() += v;
+                        // Saturating, as the scripts count: a ledger with
+                        // absurd rows must not wrap the rebuilt month.
+                        let e = sums.entry(format!("{scope}:{f}")).or_default();
+                        *e = domain::counter::saturating_sum([*e, v]);
                     }
                 }
             }
@@ -474,6 +542,7 @@ impl QuotaEngine {
     /// Adds output to an open hold, with the same all-or-nothing checks as
     /// a hold for what the extension consumes.
     pub async fn extend(&self, req: &ExtendRequest<'_>) -> Result<ExtendOutcome, QuotaError> {
+        check_amounts(&[("add_output", req.add_output), ("add_cost", req.add_cost)])?;
         let mut inv = self.hold_script(&self.scripts.extend, req.tenant, req.month, req.request_id);
         inv.arg(req.request_id)
             .arg(req.app)
@@ -494,18 +563,26 @@ impl QuotaEngine {
     }
 
     pub async fn settle(&self, req: &SettleRequest<'_>) -> Result<SettleOutcome, QuotaError> {
-        let mut inv = self.hold_script(&self.scripts.settle, req.tenant, req.month, req.request_id);
-        inv.key(self.keys.open_holds(req.tenant))
-            .key(self.keys.outbox(req.tenant))
-            .arg(req.request_id)
-            .arg(req.app)
-            .arg(req.key)
-            .arg(req.input_tokens)
-            .arg(req.output_tokens)
-            .arg(req.cost)
-            .arg(req.event_json)
-            .arg(req.status);
-        let reply = self.run(inv, req.limits).await?;
+        // The provider's report is bounded first (an absurd report is billed
+        // at the bound), then checked against the Lua-safe range.
+        let billable = req.billable();
+        let (input_tokens, output_tokens, cost) = billable;
+        check_amounts(&[
+            ("input_tokens", input_tokens),
+            ("output_tokens", output_tokens),
+            ("cost", cost),
+        ])?;
+        let mut reply = self.settle_once(req, billable, false).await?;
+        if int_at(&reply, 0)? == 3 {
+            // No hold record: lost with Redis, or a replay after the settled
+            // record expired. The ledger (unique by request id) tells which.
+            if self.booked(req.tenant, req.request_id).await? {
+                return Ok(SettleOutcome::AlreadyClosed {
+                    state: "ledger".into(),
+                });
+            }
+            reply = self.settle_once(req, billable, true).await?;
+        }
         match int_at(&reply, 0)? {
             1 => Ok(SettleOutcome::Settled {
                 overrun_tokens: int_at(&reply, 1)?,
@@ -516,6 +593,50 @@ impl QuotaEngine {
             }),
             _ => Err(QuotaError::Protocol(format!("{reply:?}"))),
         }
+    }
+
+    async fn settle_once(
+        &self,
+        req: &SettleRequest<'_>,
+        (input_tokens, output_tokens, cost): (i64, i64, i64),
+        lost_ok: bool,
+    ) -> Result<Vec<redis::Value>, QuotaError> {
+        let mut inv = self.hold_script(&self.scripts.settle, req.tenant, req.month, req.request_id);
+        inv.key(self.keys.open_holds(req.tenant))
+            .key(self.keys.outbox(req.tenant))
+            .arg(req.request_id)
+            .arg(req.app)
+            .arg(req.key)
+            .arg(input_tokens)
+            .arg(output_tokens)
+            .arg(cost)
+            .arg(req.event_json)
+            .arg(req.status);
+        for l in limit_args(req.limits) {
+            inv.arg(l);
+        }
+        inv.arg(if lost_ok { 1 } else { 0 });
+        let mut conn = self.link().await?;
+        self.bounded(inv.invoke_async(&mut conn)).await
+    }
+
+    /// Whether the ledger already has this request (false without a check:
+    /// tools and tests that have no ledger).
+    async fn booked(&self, tenant: &str, request_id: &str) -> Result<bool, QuotaError> {
+        match &self.booked {
+            Some(check) => check
+                .is_booked(tenant, request_id)
+                .await
+                .map_err(QuotaError::Ledger),
+            None => Ok(false),
+        }
+    }
+
+    /// Where a settle without a hold record checks that its request is not
+    /// in the ledger already (the server passes the Postgres ledger).
+    pub fn with_booked_check(mut self, check: Arc<dyn BookedCheck>) -> Self {
+        self.booked = Some(check);
+        self
     }
 
     /// Gives back a hold that consumed nothing. Returns false when there was

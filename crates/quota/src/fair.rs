@@ -1,9 +1,9 @@
-//! Borrowing and fairness in Redis (DESIGN §7): the platform pool (its own
+//! Borrowing and fairness in Redis (docs/design.md §7): the platform pool (its own
 //! hash tag, touched only when borrowing or reclaiming), model pools'
 //! concurrent slots (each model its own tag), and tenants' day cost for the
 //! daily soft limit.
 
-use crate::engine::{int_at, QuotaEngine, QuotaError};
+use crate::engine::{int_at, lua_script, QuotaEngine, QuotaError};
 use redis::Script;
 use std::sync::LazyLock;
 
@@ -22,12 +22,12 @@ struct FairScripts {
 }
 
 static SCRIPTS: LazyLock<FairScripts> = LazyLock::new(|| FairScripts {
-    borrow: Script::new(include_str!("../lua/pool_borrow.lua")),
-    give_back: Script::new(include_str!("../lua/pool_return.lua")),
-    rebuild: Script::new(include_str!("../lua/pool_rebuild.lua")),
-    acquire: Script::new(include_str!("../lua/model_acquire.lua")),
-    release: Script::new(include_str!("../lua/model_release.lua")),
-    day_cost: Script::new(include_str!("../lua/day_cost.lua")),
+    borrow: lua_script(include_str!("../lua/pool_borrow.lua")),
+    give_back: lua_script(include_str!("../lua/pool_return.lua")),
+    rebuild: lua_script(include_str!("../lua/pool_rebuild.lua")),
+    acquire: lua_script(include_str!("../lua/model_acquire.lua")),
+    release: lua_script(include_str!("../lua/model_release.lua")),
+    day_cost: lua_script(include_str!("../lua/day_cost.lua")),
 });
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -42,7 +42,7 @@ impl KeySpace {
         format!("{}:ob", self.tag(tenant))
     }
 
-    /// A replica's lease on one scope chain (DESIGN §4, "Leases").
+    /// A replica's lease on one scope chain (docs/design.md §4, "Leases").
     pub fn lease(&self, tenant: &str, lease_id: &str) -> String {
         format!("{}:l:{}", self.tag(tenant), lease_id)
     }

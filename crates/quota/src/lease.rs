@@ -1,4 +1,4 @@
-//! Leases on this replica (DESIGN §4, "Leases — the fast path"): the
+//! Leases on this replica (docs/design.md §4, "Leases — the fast path"): the
 //! two-level bucket. For each scope chain (tenant, app, key, month) the
 //! replica holds at most one live lease, admits requests from it without a
 //! Redis round trip, and settles them against it in batches (one Lua call
@@ -114,6 +114,9 @@ struct LeaseState {
     /// admits nothing (fail closed, as the per-request path does), since
     /// Redis may have lost it.
     unreachable: bool,
+    /// Redis granted this lease something: a later acquire is a top-up,
+    /// which Redis must know already (it never re-creates a lost lease).
+    granted: bool,
     remaining_requests: Option<i64>,
     remaining_tokens: Option<i64>,
 }
@@ -234,7 +237,9 @@ impl LeaseBook {
                 return Ok(LeaseAdmit::PerRequest);
             }
             let (lease, want, min) = self.prepare_top_up(&chain, req, &need);
+            let fresh = !lease.state.lock().expect("lease lock").granted;
             let acq = LeaseAcquire {
+                fresh,
                 lease_id: &lease.id,
                 tenant: req.tenant,
                 app: req.app,
@@ -251,14 +256,20 @@ impl LeaseBook {
                     remaining_tokens,
                 } => {
                     let mut ls = lease.state.lock().expect("lease lock");
+                    ls.granted = true;
                     ls.pools.grant(&chunk);
                     ls.remaining_requests = remaining_requests;
                     ls.remaining_tokens = remaining_tokens;
                 }
-                LeaseGrant::Closed { .. } => {
+                LeaseGrant::Closed { state } => {
                     // Expired under us (the reconciler thought this replica
-                    // dead): retire it; the next round makes a new one.
+                    // dead), or lost with Redis: what it held there is gone,
+                    // so what this replica holds of it goes too (admitting
+                    // from it would spend budget Redis no longer reserves);
+                    // the next round makes a new one.
+                    tracing::warn!(lease = %lease.id, state, "lease closed or unknown in Redis; dropping its local grant");
                     self.retire_current(&chain, &lease);
+                    drop_grant(&lease);
                 }
                 LeaseGrant::NearLimit { .. } => {
                     let shrunk = {
@@ -392,6 +403,7 @@ impl LeaseBook {
                 close_sent: false,
                 last_admit: Instant::now(),
                 unreachable: false,
+                granted: false,
                 remaining_requests: None,
                 remaining_tokens: None,
             }),
@@ -435,13 +447,22 @@ impl LeaseBook {
             .lock()
             .expect("tickets lock")
             .remove(request_id)?;
+        // A batch cannot refuse one item without the others, so amounts
+        // outside the counters' range are saturated here (the gateway bounds
+        // what a provider reports before it gets this far).
+        let sat = |v: i64| domain::counter::saturating_sum([v]);
+        let actual = Need {
+            input: sat(actual.input),
+            output: sat(actual.output),
+            cost: sat(actual.cost),
+        };
         let (tx, rx) = oneshot::channel();
         let mut ls = t.lease.state.lock().expect("lease lock");
         ls.pools.settle(&t.need, &actual);
         ls.inflight -= 1;
         let item = LeaseItem {
             request_id: request_id.to_string(),
-            tokens: actual.tokens(),
+            tokens: domain::counter::saturating_sum([actual.input, actual.output]),
             cost: actual.cost,
             event_json,
         };
@@ -553,6 +574,16 @@ fn shrink_and_retire(lease: &Arc<Lease>) -> oneshot::Receiver<()> {
     rx
 }
 
+/// Redis no longer holds this lease: nothing more is admitted from it and
+/// its pools are emptied (its open requests still settle, booked as
+/// overrun by the script).
+fn drop_grant(lease: &Lease) {
+    let mut ls = lease.state.lock().expect("lease lock");
+    ls.retiring = true;
+    ls.pools = Pools::default();
+    close_if_drained(lease, &mut ls);
+}
+
 fn close_if_drained(lease: &Lease, ls: &mut LeaseState) {
     if ls.retiring && ls.inflight == 0 && !ls.close_sent {
         ls.close_sent = true;
@@ -641,6 +672,14 @@ impl Flusher {
                     Ok(LeaseBatchOutcome::Duplicate { state }) if attempt == 0 => {
                         // Only a retry can find its batch applied already.
                         tracing::error!(lease = %l.id, seq, state, "a new lease batch was seen before; its settles are not booked");
+                        break LeaseBatchOutcome::Duplicate { state };
+                    }
+                    Ok(LeaseBatchOutcome::Duplicate { state }) if state != "L" && !close => {
+                        // A retry whose first try was applied: the lease's
+                        // liveness still counts (it may have been expired
+                        // or lost since).
+                        tracing::warn!(lease = %l.id, seq, state, "lease no longer live in Redis; retiring it");
+                        drop_grant(l);
                         break LeaseBatchOutcome::Duplicate { state };
                     }
                     Ok(o) => break o,

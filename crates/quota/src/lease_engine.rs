@@ -1,9 +1,11 @@
-//! The Redis side of leases (DESIGN §4, "Leases — the fast path"): take or
+//! The Redis side of leases (docs/design.md §4, "Leases — the fast path"): take or
 //! add to a lease, settle a batch of its requests (and optionally return
 //! it), expire a dead replica's lease, list leases for the reconciler.
 //! One Lua call each; every key carries the tenant's hash tag.
 
-use crate::engine::{int_at, str_at, LedgerSource, QuotaEngine, QuotaError};
+use crate::engine::{check_amounts, int_at, str_at, LedgerSource, QuotaEngine, QuotaError};
+
+const CHUNK_FIELDS: [&str; 6] = ["tokens", "cost", "slots", "requests", "input", "output"];
 use domain::lease::{Chunk, BUDGET_SHARE_DIVISOR, RATE_SHARE_DIVISOR};
 use domain::limits::{LimitKind, ScopeKind};
 use domain::Limits;
@@ -22,6 +24,10 @@ pub struct LeaseAcquire<'a> {
     /// would still not fit): then the per-request path.
     pub min: Chunk,
     pub limits: [&'a Limits; 3],
+    /// Nothing was ever granted on this lease here: Redis may make its
+    /// record. A top-up (false) of a lease Redis does not know is refused
+    /// (`Closed { state: "none" }`), never re-created.
+    pub fresh: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +39,9 @@ pub enum LeaseGrant {
         remaining_requests: Option<i64>,
         remaining_tokens: Option<i64>,
     },
-    /// The lease was closed (returned, or expired by the reconciler).
+    /// The lease was closed (returned, or expired by the reconciler), or
+    /// Redis does not know it (`state` "none": lost with Redis). The
+    /// replica drops what it holds of it.
     Closed { state: String },
     /// A scope is too near this limit to lease from: per-request path.
     NearLimit { scope: ScopeKind, limit: LimitKind },
@@ -107,6 +115,9 @@ impl QuotaEngine {
         req: &LeaseAcquire<'_>,
         ledger: &impl LedgerSource,
     ) -> Result<LeaseGrant, QuotaError> {
+        for (i, v) in req.want.as_array().into_iter().enumerate() {
+            check_amounts(&[(CHUNK_FIELDS[i], v)])?;
+        }
         for _ in 0..50 {
             let k = &self.keys;
             let mut inv = self.scripts.lease_acquire.prepare_invoke();
@@ -123,7 +134,12 @@ impl QuotaEngine {
                 inv.arg(v);
             }
             inv.arg(BUDGET_SHARE_DIVISOR).arg(RATE_SHARE_DIVISOR);
-            let reply = self.run(inv, req.limits).await?;
+            for l in crate::engine::limit_args(req.limits) {
+                inv.arg(l);
+            }
+            inv.arg(if req.fresh { 1 } else { 0 });
+            let mut conn = self.link().await?;
+            let reply: Vec<redis::Value> = self.bounded(inv.invoke_async(&mut conn)).await?;
             match int_at(&reply, 0)? {
                 1 => {
                     let mut a = [0i64; 6];
@@ -162,6 +178,9 @@ impl QuotaEngine {
     /// Settles a batch against its lease (and returns the lease with
     /// `close`), writing each request's usage event to the outbox.
     pub async fn lease_settle(&self, b: &LeaseBatch<'_>) -> Result<LeaseBatchOutcome, QuotaError> {
+        for it in b.items {
+            check_amounts(&[("tokens", it.tokens), ("cost", it.cost)])?;
+        }
         let k = &self.keys;
         let mut inv = self.scripts.lease_settle.prepare_invoke();
         inv.key(k.month(b.tenant, b.month))

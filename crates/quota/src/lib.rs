@@ -1,19 +1,23 @@
-//! The Redis hold engine (DESIGN §4): hold, settle and release as single Lua
+//! The Redis hold engine (docs/design.md §4): hold, settle and release as single Lua
 //! calls, all-or-nothing across tenant, app and key; rebuild of a tenant's
 //! month from the ledger when Redis has lost it; fail closed on any Redis
 //! error or timeout.
 
 mod conn;
 mod engine;
+mod eviction;
 mod fair;
 mod keys;
 mod lease;
 mod lease_engine;
+mod settle_bound;
 
+pub use conn::Timeouts;
 pub use engine::{
-    ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource, MonthCounters, OpenHold,
-    QuotaEngine, QuotaError, ScopeUsage, SettleOutcome, SettleRequest,
+    BookedCheck, ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource,
+    MonthCounters, OpenHold, QuotaEngine, QuotaError, ScopeUsage, SettleOutcome, SettleRequest,
 };
+pub use eviction::{policy_problem, NodePolicy, REQUIRED_POLICY};
 pub use fair::{BorrowOutcome, SlotOutcome};
 pub use keys::KeySpace;
 pub use lease::{LeaseAdmit, LeaseBook, LeaseTuning};

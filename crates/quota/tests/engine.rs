@@ -65,6 +65,7 @@ fn settle<'a>(s: &'a Scopes, rid: &'a str, inp: i64, out: i64) -> SettleRequest<
         event_json: "{}",
         status: "ok",
         limits: [&s.tenant, &s.app, &s.key],
+        bound: domain::usage::Bound::SAFE,
     }
 }
 

@@ -137,6 +137,7 @@ async fn a_replayed_batch_changes_nothing_and_an_expired_lease_books_as_overrun(
         },
         min: Chunk::default(),
         limits: lim,
+        fresh: true,
     };
     let g = q.lease_acquire(&acq, &EmptyLedger).await.unwrap();
     assert!(matches!(g, LeaseGrant::Granted { .. }), "{g:?}");
@@ -267,6 +268,7 @@ async fn near_the_limit_the_last_tokens_go_per_request_from_any_replica() {
                         event_json: "{}",
                         status: "ok",
                         limits: [&l[0], &l[1], &l[2]],
+                        bound: domain::usage::Bound::SAFE,
                     };
                     qb.settle(&s).await.unwrap();
                     spent_b += 30;

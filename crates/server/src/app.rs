@@ -81,10 +81,14 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
     let clock =
         domain::period::PlatformClock::parse(&cfg.platform.timezone).map_err(anyhow::Error::msg)?;
     let replica = cfg.replica();
-    let quota = Arc::new(cfg.quota_engine(&replica, Duration::from_millis(cfg.redis.timeout_ms))?);
+    let quota = Arc::new(
+        cfg.quota_engine(&replica, Duration::from_millis(cfg.redis.timeout_ms))?
+            .with_booked_check(Arc::new(gateway::replay_check::LedgerBooked(store.clone()))),
+    );
     if !quota.warm_up(Duration::from_secs(2)).await {
         tracing::warn!("Redis is not answering yet: requests fail closed (503) until it does");
     }
+    crate::redis_policy::check_at_start(&quota).await?;
     let catalog = Arc::new(CatalogCache::new(cfg.encryption_key()?));
     catalog
         .reload(&store)
@@ -99,7 +103,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         cfg.gateway.ledger_batch,
         Duration::from_millis(cfg.gateway.ledger_linger_ms),
     );
-    let ages = Arc::new(gateway::reconcile::HoldAges {
+    let ages = Arc::new(settlement::reconcile::HoldAges {
         stale_after: Duration::from_secs(cfg.gateway.stale_hold_secs),
         orphan_after: Duration::from_secs(cfg.gateway.orphan_hold_secs),
     });
@@ -110,7 +114,8 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         ),
         spawn_hold_reconciler(store.clone(), quota.clone(), catalog.clone(), clock, ages),
         catalog.clone().spawn_listener(store.clone()),
-        gateway::ledger::spawn_sweeper(
+        crate::redis_policy::spawn_watch(store.clone(), quota.clone()),
+        settlement::ledger::spawn_sweeper(
             store.clone(),
             quota.clone(),
             catalog.clone(),
@@ -119,6 +124,8 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
     ];
     let gw_cfg = GatewayConfig {
         max_body_bytes: cfg.gateway.max_body_bytes,
+        max_upstream_body_bytes: cfg.gateway.max_upstream_body_bytes,
+        max_sse_event_bytes: cfg.gateway.max_sse_event_bytes,
         upstream_timeout: Duration::from_secs(cfg.gateway.upstream_timeout_secs),
         upstream_connect_timeout: Duration::from_millis(cfg.gateway.upstream_connect_timeout_ms),
         replica,
@@ -131,7 +138,6 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         fair: cfg.fair.tuning(&cfg.gateway),
         admission: cfg.gateway.admission.mode(),
         lease: cfg.gateway.lease_tuning(),
-        native_dialects: cfg.gateway.native_dialects.clone(),
     };
     // No ClickHouse connection at start: a ClickHouse that is down must not
     // keep the gateway from serving. `migrate` and every rollover apply the
@@ -264,7 +270,7 @@ fn spawn_hold_reconciler(
     quota: Arc<QuotaEngine>,
     catalog: Arc<CatalogCache>,
     clock: domain::period::PlatformClock,
-    ages: Arc<gateway::reconcile::HoldAges>,
+    ages: Arc<settlement::reconcile::HoldAges>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(60));
@@ -278,7 +284,7 @@ fn spawn_hold_reconciler(
                 continue;
             };
             let tenants = catalog.get().tenant_ids.clone();
-            match gateway::reconcile::close_abandoned_holds(
+            match settlement::reconcile::close_abandoned_holds(
                 &store, &quota, &tenants, &clock, now, &ages,
             )
             .await
@@ -292,7 +298,7 @@ fn spawn_hold_reconciler(
 }
 
 /// Near-limit borrowing and pending-borrow recovery, on one replica at a time.
-fn spawn_borrow_check(b: Arc<gateway::borrow::Borrowing>, every: Duration) -> JoinHandle<()> {
+fn spawn_borrow_check(b: Arc<settlement::borrow::Borrowing>, every: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -310,7 +316,7 @@ fn spawn_borrow_check(b: Arc<gateway::borrow::Borrowing>, every: Duration) -> Jo
 
 /// The reclaim job (the lead hooks `run_reclaim` into the scheduler; until
 /// then this periodic task runs it), on one replica at a time.
-fn spawn_reclaim(b: Arc<gateway::borrow::Borrowing>, every: Duration) -> JoinHandle<()> {
+fn spawn_reclaim(b: Arc<settlement::borrow::Borrowing>, every: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -1,4 +1,4 @@
-//! The command-line verbs (DESIGN §12). Operators script against them: keep
+//! The command-line verbs (docs/design.md §12). Operators script against them: keep
 //! names and flags stable.
 
 use crate::config::Config;
@@ -160,10 +160,13 @@ pub async fn mock_upstream(cfg: &Config, listen: Option<String>) -> anyhow::Resu
         "mock upstream serving on http://{}/v1",
         listener.local_addr()?
     );
+    let personality =
+        mock_upstream::Personality::parse(&cfg.mock.personality).map_err(anyhow::Error::msg)?;
     let mock = mock_upstream::MockConfig {
         latency_ms: cfg.mock.latency_ms,
         output_tokens: cfg.mock.output_tokens,
         chunk_delay_ms: cfg.mock.chunk_delay_ms,
+        personality,
         ..Default::default()
     };
     mock_upstream::serve(listener, mock, Default::default()).await?;
@@ -194,10 +197,14 @@ pub async fn job_context(cfg: &Config) -> anyhow::Result<jobs::JobContext> {
         .await
         .context("cannot connect to PostgreSQL")?;
     store.migrate().await?;
-    let quota = cfg.quota_engine(
-        "cli",
-        std::time::Duration::from_millis(cfg.redis.timeout_ms.max(1000)),
-    )?;
+    let quota = cfg
+        .quota_engine(
+            "cli",
+            std::time::Duration::from_millis(cfg.redis.timeout_ms.max(1000)),
+        )?
+        .with_booked_check(std::sync::Arc::new(gateway::replay_check::LedgerBooked(
+            store.clone(),
+        )));
     let clock =
         domain::period::PlatformClock::parse(&cfg.platform.timezone).map_err(anyhow::Error::msg)?;
     Ok(jobs::JobContext::new(
@@ -277,7 +284,7 @@ pub async fn reconcile_check(cfg: &Config, period: Option<&str>) -> anyhow::Resu
 pub async fn stale_holds(
     cfg: &Config,
     now: Option<&str>,
-) -> anyhow::Result<gateway::reconcile::ReconcileReport> {
+) -> anyhow::Result<settlement::reconcile::ReconcileReport> {
     let store = Store::connect(&cfg.database.url, 2)
         .await
         .context("cannot connect to PostgreSQL")?;
@@ -297,15 +304,16 @@ pub async fn stale_holds(
         .try_job_lock("hold-reconciler")
         .await?
         .context("another replica is running this job")?;
-    let ages = gateway::reconcile::HoldAges {
+    let ages = settlement::reconcile::HoldAges {
         stale_after: std::time::Duration::from_secs(cfg.gateway.stale_hold_secs),
         orphan_after: std::time::Duration::from_secs(cfg.gateway.orphan_hold_secs),
     };
     let tenants = store.tenant_ids(&TenantScope::system()).await?;
-    let r =
-        gateway::reconcile::close_abandoned_holds(&store, &quota, &tenants, &clock, now_ms, &ages)
-            .await
-            .map_err(anyhow::Error::msg)?;
+    let r = settlement::reconcile::close_abandoned_holds(
+        &store, &quota, &tenants, &clock, now_ms, &ages,
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
     println!(
         "stale-holds: {} tenants, closed {} stale and {} orphaned holds, stored {} outbox events",
         tenants.len(),
@@ -320,7 +328,7 @@ pub async fn stale_holds(
 pub async fn reclaim(
     cfg: &Config,
     now: Option<&str>,
-) -> anyhow::Result<gateway::borrow::ReclaimReport> {
+) -> anyhow::Result<settlement::borrow::ReclaimReport> {
     let store = Store::connect(&cfg.database.url, 2)
         .await
         .context("cannot connect to PostgreSQL")?;
@@ -342,7 +350,7 @@ pub async fn reclaim(
         .try_job_lock("reclaim")
         .await?
         .context("another replica is running this job")?;
-    let b = gateway::borrow::Borrowing::new(
+    let b = settlement::borrow::Borrowing::new(
         store,
         quota,
         catalog,

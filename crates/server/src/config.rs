@@ -106,7 +106,7 @@ impl FairConfig {
             ),
             degrade_max_output_tokens: (self.degrade_max_output_tokens > 0)
                 .then_some(self.degrade_max_output_tokens),
-            borrow: gateway::borrow::BorrowTuning {
+            borrow: settlement::borrow::BorrowTuning {
                 wait: std::time::Duration::from_millis(self.borrow_wait_ms),
                 near_limit_ppm: share_ppm(self.near_limit_share).unwrap_or(900_000),
                 reclaim_fraction_ppm: share_ppm(self.reclaim_fraction).unwrap_or(500_000),
@@ -136,8 +136,12 @@ pub struct DatabaseConfig {
 pub struct RedisConfig {
     pub url: String,
     pub key_prefix: String,
-    /// A hold that takes longer fails closed (503 quota_store_unavailable).
+    /// Dialling Redis that takes longer fails closed (503
+    /// quota_store_unavailable). A Redis that is down refuses at once.
     pub timeout_ms: u64,
+    /// A call on an open connection that takes longer fails closed: the
+    /// bound for a slow but answering Redis (never below `timeout_ms`).
+    pub slow_timeout_ms: u64,
     /// Calls one replica has in flight to Redis at once; more wait their
     /// turn (so `timeout_ms` measures Redis, not a burst queued here).
     pub max_concurrent_calls: usize,
@@ -202,6 +206,10 @@ pub struct PlatformConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct GatewayTuning {
     pub max_body_bytes: usize,
+    /// Largest non-stream upstream answer read (bigger: 502).
+    pub max_upstream_body_bytes: usize,
+    /// Largest single stream event buffered (bigger: the stream ends).
+    pub max_sse_event_bytes: usize,
     pub upstream_timeout_secs: u64,
     pub upstream_connect_timeout_ms: u64,
     pub ledger_batch: usize,
@@ -217,7 +225,7 @@ pub struct GatewayTuning {
     pub orphan_hold_secs: u64,
     /// A replica is dead once its heartbeat is this old.
     pub heartbeat_ttl_secs: u64,
-    /// How requests reserve quota: `lease` (the fast path, DESIGN §4
+    /// How requests reserve quota: `lease` (the fast path, docs/design.md §4
     /// "Leases"), `per_request` (one hold and one settle script each), or
     /// `off` (benchmark ablation only: nothing enforced; refused unless
     /// `bench_unenforced_ok` is also true).
@@ -234,10 +242,6 @@ pub struct GatewayTuning {
     pub lease_max_age_ms: u64,
     /// Settles against a lease wait this long to travel in one batch.
     pub lease_flush_ms: u64,
-    /// Models whose provider speaks `responses` and/or `messages` natively
-    /// (model id → dialects); their requests in those dialects are passed
-    /// through instead of translated to chat completions.
-    pub native_dialects: std::collections::HashMap<String, Vec<domain::provider::Dialect>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -280,6 +284,10 @@ pub struct MockUpstreamConfig {
     pub latency_ms: u64,
     pub output_tokens: u32,
     pub chunk_delay_ms: u64,
+    /// Provider personality traits, comma-separated (`max_tokens_only`,
+    /// `max_completion_tokens_only`, `hidden_reasoning=N`,
+    /// `absurd_usage=huge`, …; see mock-upstream's personality.rs).
+    pub personality: String,
 }
 
 impl Default for Config {
@@ -297,6 +305,7 @@ impl Default for Config {
                 url: "redis://127.0.0.1:6379".into(),
                 key_prefix: "tg".into(),
                 timeout_ms: 50,
+                slow_timeout_ms: 500,
                 max_concurrent_calls: 64,
                 turn_wait_ms: 2000,
                 cluster_nodes: None,
@@ -328,6 +337,8 @@ impl Default for Config {
             },
             gateway: GatewayTuning {
                 max_body_bytes: 4 << 20,
+                max_upstream_body_bytes: 32 << 20,
+                max_sse_event_bytes: 1 << 20,
                 upstream_timeout_secs: 600,
                 upstream_connect_timeout_ms: 2000,
                 ledger_batch: 500,
@@ -347,7 +358,6 @@ impl Default for Config {
                 lease_idle_ms: 1_000,
                 lease_max_age_ms: 10_000,
                 lease_flush_ms: 1,
-                native_dialects: Default::default(),
             },
             fair: FairConfig::default(),
             mock: MockUpstreamConfig {
@@ -355,6 +365,7 @@ impl Default for Config {
                 latency_ms: 0,
                 output_tokens: 16,
                 chunk_delay_ms: 0,
+                personality: String::new(),
             },
         }
     }
@@ -458,6 +469,11 @@ impl Config {
         if self.gateway.stale_hold_secs <= longest_request {
             bail!("gateway.stale_hold_secs must exceed the longest request (stream_max_duration_secs, upstream_timeout_secs)");
         }
+        if self.gateway.max_upstream_body_bytes == 0 || self.gateway.max_sse_event_bytes == 0 {
+            bail!(
+                "gateway.max_upstream_body_bytes and gateway.max_sse_event_bytes must be positive"
+            );
+        }
         if self.redis.timeout_ms == 0 || self.gateway.max_body_bytes == 0 {
             bail!("redis.timeout_ms and gateway.max_body_bytes must be positive");
         }
@@ -530,6 +546,10 @@ impl Config {
         timeout: std::time::Duration,
     ) -> anyhow::Result<quota::QuotaEngine> {
         let prefix = &self.redis.key_prefix;
+        let t = quota::Timeouts {
+            connect: timeout,
+            answer: timeout.max(std::time::Duration::from_millis(self.redis.slow_timeout_ms)),
+        };
         let engine = match self
             .redis
             .cluster_nodes
@@ -538,9 +558,9 @@ impl Config {
         {
             Some(nodes) => {
                 let nodes: Vec<String> = nodes.split(',').map(|n| n.trim().to_string()).collect();
-                quota::QuotaEngine::new_cluster(&nodes, prefix, timeout, replica)?
+                quota::QuotaEngine::new_cluster(&nodes, prefix, t, replica)?
             }
-            None => quota::QuotaEngine::new(&self.redis.url, prefix, timeout, replica)?,
+            None => quota::QuotaEngine::new_with(&self.redis.url, prefix, t, replica)?,
         };
         Ok(engine.with_call_limit(
             self.redis.max_concurrent_calls,
@@ -567,7 +587,7 @@ impl Config {
                 self.billing.webhook_timeout_ms.max(1),
             ),
             webhook_max_attempts: self.billing.webhook_max_attempts.max(1),
-            hold_ages: std::sync::Arc::new(gateway::reconcile::HoldAges {
+            hold_ages: std::sync::Arc::new(settlement::reconcile::HoldAges {
                 stale_after: std::time::Duration::from_secs(self.gateway.stale_hold_secs),
                 orphan_after: std::time::Duration::from_secs(self.gateway.orphan_hold_secs),
             }),
@@ -603,6 +623,7 @@ impl fmt::Debug for Config {
                 "redis.max_concurrent_calls",
                 &self.redis.max_concurrent_calls,
             )
+            .field("redis.slow_timeout_ms", &self.redis.slow_timeout_ms)
             .field("redis.turn_wait_ms", &self.redis.turn_wait_ms)
             .field("clickhouse.url", &redact_url(&self.clickhouse.url))
             .field("clickhouse.database", &self.clickhouse.database)

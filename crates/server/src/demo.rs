@@ -242,6 +242,7 @@ async fn ensure_model(
         output_price_micro_per_mtok: prices.1,
         tokenizer: None,
         default_max_output_tokens: 1024,
+        profile: domain::provider::ProviderProfile::suggested_for(upstream_model),
     };
     store.create_model(actor, &m).await?;
     Ok(())

@@ -5,3 +5,4 @@ pub mod app;
 pub mod commands;
 pub mod config;
 pub mod demo;
+pub mod redis_policy;

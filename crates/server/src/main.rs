@@ -66,6 +66,11 @@ enum Command {
         output_tokens: Option<u32>,
         #[arg(long)]
         chunk_delay_ms: Option<u64>,
+        /// Behave like a real provider: `max_tokens_only`,
+        /// `max_completion_tokens_only`, `hidden_reasoning=N`,
+        /// `absurd_usage=huge|max|negative|float|text`, comma-separated.
+        #[arg(long)]
+        personality: Option<String>,
     },
 }
 
@@ -99,7 +104,7 @@ enum AdminCommand {
     },
     /// Create (or reuse) the `bench` tenant with every limit set high enough
     /// not to run out, a model `gpt-4o-mini` on the given upstream, and print
-    /// a fresh key. Used by scripts/bench.sh and ../shared/bench/peers.sh.
+    /// a fresh key. Used by scripts/bench.sh and bench/peers/peers.sh.
     ///
     /// With `--isolation`: instead, tenants `iso-a` and `iso-b` (in-flight
     /// limit 2 each) for the isolation benchmark; prints A's key, a space
@@ -192,7 +197,11 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             latency_ms,
             output_tokens,
             chunk_delay_ms,
+            personality,
         } => {
+            if let Some(v) = personality {
+                cfg.mock.personality = v;
+            }
             if let Some(v) = latency_ms {
                 cfg.mock.latency_ms = v;
             }

@@ -1,4 +1,4 @@
-//! Who is asking, and which tenants' data they may read (DESIGN §1).
+//! Who is asking, and which tenants' data they may read (docs/design.md §1).
 //!
 //! Every store function that reads tenant data takes a [`TenantScope`] and
 //! filters by it in SQL, so a tenant admin's question about another tenant

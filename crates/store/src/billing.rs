@@ -296,6 +296,9 @@ impl Store {
                 replica: r.get("replica"),
                 started_at_ms: r.get::<DateTime<Utc>, _>("started_at").timestamp_millis(),
                 settled_at_ms: r.get::<DateTime<Utc>, _>("settled_at").timestamp_millis(),
+                // The archive keeps the billed amounts; anomalies stay in
+                // Postgres' ledger row (request lookup).
+                anomaly: None,
             })
             .collect())
     }

@@ -59,6 +59,7 @@ pub struct ModelRow {
     pub default_max_output_tokens: i64,
     pub degrade_to: Option<String>,
     pub pool_capacity: Option<i32>,
+    pub profile: domain::provider::ProviderProfile,
 }
 
 /// Everything the data plane needs, read in one consistent snapshot.
@@ -98,6 +99,7 @@ pub struct NewModel {
     pub output_price_micro_per_mtok: i64,
     pub tokenizer: Option<String>,
     pub default_max_output_tokens: i64,
+    pub profile: domain::provider::ProviderProfile,
 }
 
 fn limits_of(v: serde_json::Value) -> Result<Limits> {
@@ -186,26 +188,30 @@ impl Store {
         let models = sqlx::query(
             "SELECT id, kind, upstream_base_url, upstream_model, upstream_api_key_enc,
                     input_price_micro_per_mtok, output_price_micro_per_mtok, tokenizer,
-                    default_max_output_tokens, degrade_to, pool_capacity
+                    default_max_output_tokens, degrade_to, pool_capacity, cap_field,
+                    hidden_reasoning, apis
              FROM models WHERE enabled",
         )
         .fetch_all(&mut *tx)
         .await?
         .into_iter()
-        .map(|r| ModelRow {
-            id: r.get("id"),
-            kind: r.get("kind"),
-            upstream_base_url: r.get("upstream_base_url"),
-            upstream_model: r.get("upstream_model"),
-            upstream_api_key_enc: r.get("upstream_api_key_enc"),
-            input_price_micro_per_mtok: r.get("input_price_micro_per_mtok"),
-            output_price_micro_per_mtok: r.get("output_price_micro_per_mtok"),
-            tokenizer: r.get("tokenizer"),
-            default_max_output_tokens: r.get("default_max_output_tokens"),
-            degrade_to: r.get("degrade_to"),
-            pool_capacity: r.get("pool_capacity"),
+        .map(|r| {
+            Ok(ModelRow {
+                id: r.get("id"),
+                kind: r.get("kind"),
+                upstream_base_url: r.get("upstream_base_url"),
+                upstream_model: r.get("upstream_model"),
+                upstream_api_key_enc: r.get("upstream_api_key_enc"),
+                input_price_micro_per_mtok: r.get("input_price_micro_per_mtok"),
+                output_price_micro_per_mtok: r.get("output_price_micro_per_mtok"),
+                tokenizer: r.get("tokenizer"),
+                default_max_output_tokens: r.get("default_max_output_tokens"),
+                degrade_to: r.get("degrade_to"),
+                pool_capacity: r.get("pool_capacity"),
+                profile: crate::provider::profile_of(&r)?,
+            })
         })
-        .collect();
+        .collect::<Result<Vec<_>>>()?;
         let grants = sqlx::query(crate::quota_requests::ACTIVE_GRANTS)
             .bind(t)
             .fetch_all(&mut *tx)
@@ -375,8 +381,9 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         sqlx::query(
             "INSERT INTO models (id, kind, upstream_base_url, upstream_model, upstream_api_key_enc,
-                input_price_micro_per_mtok, output_price_micro_per_mtok, tokenizer, default_max_output_tokens)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                input_price_micro_per_mtok, output_price_micro_per_mtok, tokenizer, default_max_output_tokens,
+                cap_field, hidden_reasoning, apis)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         )
         .bind(&m.id)
         .bind(&m.kind)
@@ -387,6 +394,9 @@ impl Store {
         .bind(m.output_price_micro_per_mtok)
         .bind(&m.tokenizer)
         .bind(m.default_max_output_tokens)
+        .bind(m.profile.cap_field.as_str())
+        .bind(m.profile.hidden_reasoning)
+        .bind(crate::provider::apis_of(&m.profile))
         .execute(&mut *tx)
         .await
         .map_err(conflict(format!("model {}", m.id)))?;
@@ -394,7 +404,8 @@ impl Store {
         let after = json!({"id": m.id, "kind": m.kind, "upstream_base_url": m.upstream_base_url,
             "upstream_model": m.upstream_model, "has_upstream_api_key": m.upstream_api_key_enc.is_some(),
             "input_price_micro_per_mtok": m.input_price_micro_per_mtok,
-            "output_price_micro_per_mtok": m.output_price_micro_per_mtok});
+            "output_price_micro_per_mtok": m.output_price_micro_per_mtok,
+            "profile": crate::provider::profile_json(&m.profile)});
         append(
             &mut tx,
             NewAudit::new(actor, "model.create", format!("model:{}", m.id)).after(after),

@@ -111,27 +111,30 @@ impl Store {
     pub async fn models(&self) -> Result<Vec<ModelRow>> {
         let rows = sqlx::query(
             "SELECT id, kind, upstream_base_url, upstream_model, input_price_micro_per_mtok,
-                    output_price_micro_per_mtok, tokenizer, default_max_output_tokens, degrade_to, pool_capacity
+                    output_price_micro_per_mtok, tokenizer, default_max_output_tokens, degrade_to, pool_capacity,
+                    cap_field, hidden_reasoning, apis
              FROM models ORDER BY id",
         )
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| ModelRow {
-                id: r.get("id"),
-                kind: r.get("kind"),
-                upstream_base_url: r.get("upstream_base_url"),
-                upstream_model: r.get("upstream_model"),
-                upstream_api_key_enc: None,
-                input_price_micro_per_mtok: r.get("input_price_micro_per_mtok"),
-                output_price_micro_per_mtok: r.get("output_price_micro_per_mtok"),
-                tokenizer: r.get("tokenizer"),
-                default_max_output_tokens: r.get("default_max_output_tokens"),
-                degrade_to: r.get("degrade_to"),
-                pool_capacity: r.get("pool_capacity"),
+        rows.into_iter()
+            .map(|r| {
+                Ok(ModelRow {
+                    id: r.get("id"),
+                    kind: r.get("kind"),
+                    upstream_base_url: r.get("upstream_base_url"),
+                    upstream_model: r.get("upstream_model"),
+                    upstream_api_key_enc: None,
+                    input_price_micro_per_mtok: r.get("input_price_micro_per_mtok"),
+                    output_price_micro_per_mtok: r.get("output_price_micro_per_mtok"),
+                    tokenizer: r.get("tokenizer"),
+                    default_max_output_tokens: r.get("default_max_output_tokens"),
+                    degrade_to: r.get("degrade_to"),
+                    pool_capacity: r.get("pool_capacity"),
+                    profile: crate::provider::profile_of(&r)?,
+                })
             })
-            .collect())
+            .collect()
     }
 
     pub async fn users(&self) -> Result<Vec<UserListRow>> {

@@ -1,5 +1,5 @@
 //! The shared pool, borrows and reclaims (the record the Redis pool is
-//! rebuilt from), model guarantees and degrade targets (DESIGN §7).
+//! rebuilt from), model guarantees and degrade targets (docs/design.md §7).
 
 use crate::audit::{append, NewAudit};
 use crate::{Result, Store, StoreError, TenantScope};

@@ -2,7 +2,7 @@
 
 use crate::{Result, Store, TenantScope};
 use chrono::{DateTime, NaiveDate, Utc};
-use domain::usage::UsageEvent;
+use domain::usage::{UsageAnomaly, UsageEvent};
 use sqlx::Row;
 
 /// Settled usage of one (app, key) of a tenant in a month.
@@ -44,10 +44,12 @@ impl Store {
         let n = sqlx::query(
             "INSERT INTO usage_events (request_id, tenant_id, app_id, key_id, model, period, day,
                 input_tokens, output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens,
-                overrun_cost_micro, status, stream, replica, started_at, settled_at, usage_source)
+                overrun_cost_micro, status, stream, replica, started_at, settled_at, usage_source,
+                usage_anomaly, reported_usage)
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                 $7::date[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[],
-                $14::int8[], $15::text[], $16::bool[], $17::text[], $18::timestamptz[], $19::timestamptz[], $20::text[])
+                $14::int8[], $15::text[], $16::bool[], $17::text[], $18::timestamptz[], $19::timestamptz[], $20::text[],
+                $21::text[], $22::jsonb[])
              ON CONFLICT (request_id) DO NOTHING",
         )
         .bind(col!(|e| e.request_id.clone()))
@@ -70,10 +72,33 @@ impl Store {
         .bind(col!(|e| ts(e.started_at_ms)))
         .bind(col!(|e| ts(e.settled_at_ms)))
         .bind(col!(|e| e.usage_source.clone()))
+        .bind(col!(|e| e.anomaly.as_ref().map(|a| a.kind.clone())))
+        .bind(col!(|e| e.anomaly.as_ref().map(|a| a.reported.clone())))
         .execute(&self.pool)
         .await?
         .rows_affected();
         Ok(n)
+    }
+
+    /// Whether a request's usage event is in the ledger (request ids are
+    /// unique): a settle that finds no hold record in Redis asks this before
+    /// booking, so a replay after the settled record expired books nothing.
+    pub async fn usage_event_exists(
+        &self,
+        scope: &TenantScope,
+        tenant: &str,
+        request_id: &str,
+    ) -> Result<bool> {
+        let found: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM usage_events
+                 WHERE request_id = $1 AND tenant_id = $2 AND ($3::text IS NULL OR tenant_id = $3))",
+        )
+        .bind(request_id)
+        .bind(tenant)
+        .bind(scope.tenant())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(found)
     }
 
     /// A tenant's settled usage of a month by (app, key): the source a lost
@@ -84,12 +109,17 @@ impl Store {
         tenant: &str,
         period: &str,
     ) -> Result<Vec<MonthUsageRow>> {
+        // Summed as numeric and capped at 2^53 - 1 (the range the hold
+        // engine counts in, domain::counter): absurd rows, or many large
+        // ones, saturate the rebuilt month instead of failing the query on
+        // `bigint out of range` (which would leave the month unknown and
+        // every request refused).
         let rows = sqlx::query(
             "SELECT app_id, key_id,
-                    COALESCE(SUM(input_tokens + output_tokens), 0)::int8 AS tokens,
-                    COALESCE(SUM(cost_micro), 0)::int8 AS cost,
-                    COALESCE(SUM(overrun_tokens), 0)::int8 AS otok,
-                    COALESCE(SUM(overrun_cost_micro), 0)::int8 AS ocost,
+                    LEAST(COALESCE(SUM(input_tokens::numeric + output_tokens), 0), 9007199254740991)::int8 AS tokens,
+                    LEAST(COALESCE(SUM(cost_micro::numeric), 0), 9007199254740991)::int8 AS cost,
+                    LEAST(COALESCE(SUM(overrun_tokens::numeric), 0), 9007199254740991)::int8 AS otok,
+                    LEAST(COALESCE(SUM(overrun_cost_micro::numeric), 0), 9007199254740991)::int8 AS ocost,
                     COUNT(*) AS requests
              FROM usage_events WHERE tenant_id = $1 AND period = $2 AND ($3::text IS NULL OR tenant_id = $3)
              GROUP BY app_id, key_id",
@@ -121,7 +151,8 @@ impl Store {
         let r = sqlx::query(
             "SELECT request_id, tenant_id, app_id, key_id, model, period, day::text AS day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
-                    status, stream, replica, started_at, settled_at, usage_source
+                    status, stream, replica, started_at, settled_at, usage_source, usage_anomaly,
+                    reported_usage
              FROM usage_events WHERE request_id = $1 AND ($2::text IS NULL OR tenant_id = $2)",
         )
         .bind(request_id)
@@ -149,6 +180,14 @@ impl Store {
             replica: r.get("replica"),
             started_at_ms: r.get::<DateTime<Utc>, _>("started_at").timestamp_millis(),
             settled_at_ms: r.get::<DateTime<Utc>, _>("settled_at").timestamp_millis(),
+            anomaly: r
+                .get::<Option<String>, _>("usage_anomaly")
+                .map(|kind| UsageAnomaly {
+                    kind,
+                    reported: r
+                        .get::<Option<serde_json::Value>, _>("reported_usage")
+                        .unwrap_or_default(),
+                }),
         }))
     }
 

@@ -12,6 +12,7 @@ mod fair;
 mod jobs;
 mod ledger;
 pub mod passwords;
+mod provider;
 mod quota_requests;
 mod request_decisions;
 mod users;

@@ -46,6 +46,16 @@ pub struct GrantRow {
     pub expires_at: DateTime<Utc>,
 }
 
+impl GrantRow {
+    pub fn grant(&self) -> domain::limits::Grant {
+        domain::limits::Grant {
+            tokens: self.tokens,
+            cost_micro: self.cost_micro,
+            expires_at: self.expires_at,
+        }
+    }
+}
+
 /// Approved unexpired grants of the tenant `$1` (NULL: every tenant).
 pub(crate) const ACTIVE_GRANTS: &str =
     "SELECT tenant_id, app_id, tokens, cost_micro, expires_at FROM quota_requests

@@ -1,5 +1,5 @@
 //! Refused and degraded requests (migration 0005): written in batches by the
-//! gateway's decision writer, read by the request lookup (DESIGN §10, §11).
+//! gateway's decision writer, read by the request lookup (docs/design.md §10, §11).
 
 use crate::{Result, Store, TenantScope};
 use chrono::{DateTime, NaiveDate, Utc};

@@ -4,7 +4,7 @@
 //! borrowed. The clock is simulated so that grants expire mid-case. The
 //! index is reloaded where the gateway reloads it on NOTIFY (a base change,
 //! an approved grant) and deliberately not when a grant expires: that must
-//! take effect by time alone (DESIGN §3).
+//! take effect by time alone (docs/design.md §3).
 
 use super::Setup;
 use chrono::{DateTime, Duration, TimeZone, Utc};

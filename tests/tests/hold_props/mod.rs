@@ -9,7 +9,7 @@ mod budget;
 mod machine;
 mod pool;
 
-pub use machine::{run, Op};
+pub use machine::{run, Op, ABSURD_REPORTS};
 
 use budget::Approvers;
 use e2e::{user, RedisProc, TestEnv};
@@ -28,6 +28,9 @@ pub struct Setup {
     pub pool_tokens: i64,
     /// The reclaim job runs while the pool's free share is below this.
     pub reclaim_below_ppm: i64,
+    /// A lease idle (or old) this long goes back: short in random cases,
+    /// so leases come and go; long where a case needs one to live.
+    pub lease_life_ms: u64,
 }
 
 pub fn setup() -> impl Strategy<Value = Setup> {
@@ -44,6 +47,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
             borrow_cap,
             pool_tokens,
             reclaim_below_ppm,
+            lease_life_ms: 50,
         })
 }
 

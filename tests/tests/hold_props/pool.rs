@@ -1,5 +1,5 @@
-//! The shared pool (DESIGN §7) through the gateway's borrower
-//! (`gateway::borrow::Borrowing`): borrows as the on-demand and near-limit
+//! The shared pool (docs/design.md §7) through the gateway's borrower
+//! (`settlement::borrow::Borrowing`): borrows as the on-demand and near-limit
 //! paths take them, borrows a dead replica left between the pool's debit
 //! and their activation, replays of borrow ids, the periodic check that
 //! drives stuck borrows again, the reclaim job, and the pool's rebuild from
@@ -8,9 +8,9 @@
 use super::budget::Budget;
 use super::{fail, Setup};
 use domain::borrowing::PoolPolicy;
-use gateway::borrow::{BorrowTuning, Borrowing};
 use proptest::prelude::*;
 use quota::{BorrowOutcome, QuotaEngine};
+use settlement::borrow::{BorrowTuning, Borrowing};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -80,7 +80,10 @@ impl Pool {
     /// near-limit path run.
     pub async fn borrow(&self, b: &Budget) -> Result<(), TestCaseError> {
         let tenant = b.entry();
-        let got = self.borrowing.borrow(&tenant, &b.month, "near_limit").await;
+        let got = self
+            .borrowing
+            .borrow(tenant.as_ref(), &b.month, "near_limit")
+            .await;
         self.within_a_chunk(got.map_err(fail)?)
     }
 

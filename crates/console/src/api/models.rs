@@ -1,9 +1,10 @@
-use super::extract::Body;
+use super::extract::{Body, Params};
 use super::require_platform_admin;
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
 use axum::extract::State;
 use axum::Json;
+use domain::provider::{CapField, Dialect, ProviderProfile};
 use domain::MicroUsd;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -24,10 +25,125 @@ pub struct ModelIn {
     pub output_price_per_mtok_usd: MicroUsd,
     pub tokenizer: Option<String>,
     pub default_max_output_tokens: Option<i64>,
+    /// Provider profile (docs/providers.md); unset fields take the profile
+    /// the upstream model's name suggests.
+    #[serde(default)]
+    pub cap_field: Option<String>,
+    #[serde(default)]
+    pub hidden_reasoning: Option<bool>,
+    #[serde(default)]
+    pub apis: Option<Vec<String>>,
 }
 
 fn chat() -> String {
     "chat".into()
+}
+
+/// A change to a model's provider profile: only the fields given change.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPatch {
+    pub cap_field: Option<String>,
+    pub hidden_reasoning: Option<bool>,
+    pub apis: Option<Vec<String>>,
+}
+
+/// `base` with the given fields applied; an unknown cap field or dialect
+/// is refused with a 400 naming the field.
+pub fn profile_with(
+    mut base: ProviderProfile,
+    cap_field: Option<&str>,
+    hidden_reasoning: Option<bool>,
+    apis: Option<&[String]>,
+) -> Result<ProviderProfile, ApiError> {
+    if let Some(c) = cap_field {
+        base.cap_field = CapField::parse(c.trim()).ok_or_else(|| {
+            ApiError::invalid(
+                "cap_field",
+                format!("cap_field must be max_tokens, max_completion_tokens or both, not {c:?}"),
+            )
+        })?;
+    }
+    if let Some(h) = hidden_reasoning {
+        base.hidden_reasoning = h;
+    }
+    if let Some(apis) = apis {
+        let mut out = Vec::new();
+        for a in apis {
+            let d = Dialect::parse(a.trim()).ok_or_else(|| {
+                ApiError::invalid(
+                    "apis",
+                    format!("apis may hold chat, responses and messages, not {a:?}"),
+                )
+            })?;
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
+        base.apis = out;
+    }
+    Ok(base)
+}
+
+pub fn profile_json(p: &ProviderProfile) -> Value {
+    json!({"cap_field": p.cap_field.as_str(), "hidden_reasoning": p.hidden_reasoning,
+        "apis": p.apis.iter().map(|a| a.as_str()).collect::<Vec<_>>()})
+}
+
+fn model_json(m: &store::ModelRow, platform_admin: bool) -> Value {
+    let mut v = json!({"id": m.id, "kind": m.kind, "upstream_model": m.upstream_model,
+        "input_price_per_mtok_usd": MicroUsd(m.input_price_micro_per_mtok),
+        "output_price_per_mtok_usd": MicroUsd(m.output_price_micro_per_mtok),
+        "default_max_output_tokens": m.default_max_output_tokens,
+        "degrade_to": m.degrade_to, "pool_capacity": m.pool_capacity,
+        "profile": profile_json(&m.profile)});
+    // Where a model goes is for the platform's staff.
+    if platform_admin {
+        v["upstream_base_url"] = json!(m.upstream_base_url);
+    }
+    v
+}
+
+async fn find(cp: &ControlPlane, id: &str) -> Result<store::ModelRow, ApiError> {
+    cp.store
+        .models()
+        .await?
+        .into_iter()
+        .find(|m| m.id == id)
+        .ok_or_else(|| ApiError::NotFound(format!("model {id}")))
+}
+
+/// `GET /api/v1/models/{id}`: the model, its prices and provider profile.
+pub async fn show(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Params(id): Params<String>,
+) -> Result<Json<Value>, ApiError> {
+    let m = find(&cp, &id).await?;
+    Ok(Json(model_json(&m, actor.is_platform_admin())))
+}
+
+/// `PATCH /api/v1/models/{id}`: changes the provider profile (platform
+/// admins only, audited).
+pub async fn update(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Params(id): Params<String>,
+    Body(p): Body<ModelPatch>,
+) -> Result<Json<Value>, ApiError> {
+    require_platform_admin(&actor)?;
+    let m = find(&cp, &id).await?;
+    let profile = profile_with(
+        m.profile.clone(),
+        p.cap_field.as_deref(),
+        p.hidden_reasoning,
+        p.apis.as_deref(),
+    )?;
+    cp.store
+        .set_model_profile(&actor.label(), &id, &profile)
+        .await?;
+    let m = find(&cp, &id).await?;
+    Ok(Json(model_json(&m, true)))
 }
 
 pub async fn create(
@@ -35,11 +151,12 @@ pub async fn create(
     Authed(actor): Authed,
     Body(m): Body<ModelIn>,
 ) -> Result<Json<Value>, ApiError> {
-    let m = create_model(&cp, &actor, m).await?;
+    let (m, profile) = create_model(&cp, &actor, m).await?;
     Ok(Json(
         json!({"id": m.id, "kind": m.kind, "upstream_base_url": m.upstream_base_url,
         "upstream_model": m.upstream_model, "has_upstream_api_key": m.upstream_api_key.is_some(),
-        "input_price_per_mtok_usd": m.input_price_per_mtok_usd, "output_price_per_mtok_usd": m.output_price_per_mtok_usd}),
+        "input_price_per_mtok_usd": m.input_price_per_mtok_usd, "output_price_per_mtok_usd": m.output_price_per_mtok_usd,
+        "profile": profile_json(&profile)}),
     ))
 }
 
@@ -49,7 +166,7 @@ pub async fn create_model(
     cp: &ControlPlane,
     actor: &domain::roles::Actor,
     m: ModelIn,
-) -> Result<ModelIn, ApiError> {
+) -> Result<(ModelIn, ProviderProfile), ApiError> {
     require_platform_admin(actor)?;
     if !(m.upstream_base_url.starts_with("https://") || m.upstream_base_url.starts_with("http://"))
     {
@@ -87,6 +204,12 @@ pub async fn create_model(
     if m.output_price_per_mtok_usd.0 < 0 {
         return Err(ApiError::field("output_price_per_mtok_usd", "err.negative"));
     }
+    let profile = profile_with(
+        ProviderProfile::suggested_for(&m.upstream_model),
+        m.cap_field.as_deref(),
+        m.hidden_reasoning,
+        m.apis.as_deref(),
+    )?;
     let new = NewModel {
         id: m.id.clone(),
         kind: m.kind.clone(),
@@ -100,7 +223,8 @@ pub async fn create_model(
         output_price_micro_per_mtok: m.output_price_per_mtok_usd.0,
         tokenizer: m.tokenizer.clone(),
         default_max_output_tokens: m.default_max_output_tokens.unwrap_or(4096).max(1),
+        profile: profile.clone(),
     };
     cp.store.create_model(&actor.label(), &new).await?;
-    Ok(m)
+    Ok((m, profile))
 }

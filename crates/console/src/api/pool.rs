@@ -1,4 +1,4 @@
-//! The shared pool, borrows and reclaims (DESIGN §7, §11), and a model's
+//! The shared pool, borrows and reclaims (docs/design.md §7, §11), and a model's
 //! fairness settings (cheaper model, pool capacity, guarantees).
 
 use super::extract::{Body, Params};

@@ -1,4 +1,4 @@
-//! Request lookup (DESIGN §10, §11): why was request X refused or degraded,
+//! Request lookup (docs/design.md §10, §11): why was request X refused or degraded,
 //! or what did it cost. Tenant admins see only their tenant's requests:
 //! their scope reads no other tenant's, so another tenant's id answers 404,
 //! like an unknown one.
@@ -59,7 +59,8 @@ pub fn render(r: &RequestRecord) -> Value {
             "cost_usd": MicroUsd(u.cost_micro), "status": u.status, "stream": u.stream,
             "model": u.model, "app_id": u.app_id, "key_id": u.key_id, "period": u.period,
             "usage_source": u.usage_source, "est_tokens": u.est_tokens,
-            "overrun_tokens": u.overrun_tokens})
+            "overrun_tokens": u.overrun_tokens,
+            "anomaly": u.anomaly.as_ref().map(|a| json!({"kind": a.kind, "reported": a.reported}))})
     });
     let outcome = match (&r.decision, &r.usage) {
         (Some(d), _) => d.decision.clone(),

@@ -3,6 +3,7 @@ use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
 use axum::extract::{Query, State};
 use axum::Json;
+use domain::limits;
 use domain::MicroUsd;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -15,7 +16,7 @@ pub struct Period {
 }
 
 /// A tenant's month: effective limits (base + active grants + borrowed,
-/// DESIGN §3), used and held live from the hold engine.
+/// `domain::limits::effective`), used and held live from the hold engine.
 #[derive(Debug, Clone)]
 pub struct MonthUsage {
     pub tenant_id: String,
@@ -49,15 +50,20 @@ pub async fn month_usage(
         .tenant(scope, id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("tenant {id}")))?;
-    let period = period.unwrap_or_else(|| cp.clock.month(chrono::Utc::now()));
+    let now = chrono::Utc::now();
+    let period = period.unwrap_or_else(|| cp.clock.month(now));
     if domain::period::parse_month(&period).is_none() {
         return Err(ApiError::field("period", "err.bad_time"));
     }
-    let grants = cp.store.active_grants(scope).await?;
-    let (granted_tokens, granted_cost) = grants
+    let grants: Vec<_> = cp
+        .store
+        .active_grants(scope)
+        .await?
         .iter()
         .filter(|g| g.tenant_id == id && g.app_id.is_none())
-        .fold((0i64, 0i64), |(a, b), g| (a + g.tokens, b + g.cost_micro));
+        .map(|g| g.grant())
+        .collect();
+    let (granted_tokens, granted_cost) = limits::granted(&grants, now);
     let c = cp.quota.month_counters(id, &period).await.map_err(|e| {
         tracing::warn!(error = %e, "usage: quota store unavailable");
         ApiError::Internal
@@ -69,10 +75,11 @@ pub async fn month_usage(
         .iter()
         .find(|b| b.tenant_id == id && b.period == period)
         .map_or((0, 0), |b| (b.tokens, b.cost_micro));
-    let eff = t.limits.raised_by(
-        granted_tokens.saturating_add(borrowed_tokens),
-        granted_cost.saturating_add(borrowed_cost),
-    );
+    let borrowed = limits::Borrowed {
+        tokens: borrowed_tokens,
+        cost_micro: borrowed_cost,
+    };
+    let eff = limits::effective(&t.limits, &grants, borrowed, now);
     Ok(MonthUsage {
         tenant_id: id.to_string(),
         period,

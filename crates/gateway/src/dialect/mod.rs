@@ -57,17 +57,11 @@ impl Inbound {
 }
 
 /// Whether a `dialect` request for `model` is passed through to the
-/// provider's own endpoint of that dialect (chat always goes to chat
-/// completions, the core's own wire). The one place this
-/// is read: today from the gateway's `native_dialects` setting (model id →
-/// dialects); it is the seam where the model's provider profile plugs in.
-pub(crate) fn speaks_natively(gw: &crate::Gateway, model: &ModelEntry, dialect: Dialect) -> bool {
-    dialect != Dialect::Chat
-        && gw
-            .cfg
-            .native_dialects
-            .get(&model.id)
-            .is_some_and(|apis| apis.contains(&dialect))
+/// provider's own endpoint of that dialect: the model's provider profile
+/// lists it (`apis`). Chat always goes to chat completions, the core's own
+/// wire.
+pub(crate) fn speaks_natively(model: &ModelEntry, dialect: Dialect) -> bool {
+    dialect != Dialect::Chat && model.profile.speaks(dialect)
 }
 
 /// A native body for the provider: its model name, and the held output
@@ -112,20 +106,20 @@ impl Edge {
     }
 
     /// A whole (non-stream) answer for the client, and the provider's usage
-    /// in it (input, output) when it reported one.
-    pub fn answer(&self, upstream: Bytes) -> (Bytes, Option<(i64, i64)>) {
+    /// in it (as the settle bills it) when it reported one.
+    pub fn answer(&self, upstream: Bytes) -> (Bytes, Option<domain::usage::Reported>) {
         if !self.translated() {
             // Typed, so the rest of the answer is skipped, not built.
-            let usage = serde_json::from_slice::<native::UsageOnly>(&upstream)
-                .ok()
-                .and_then(|u| u.usage)
-                .map(|u| u.pair());
+            let usage = native::answer_usage(self.wire(), &upstream);
             return (upstream, usage);
         }
         let Ok(chat) = serde_json::from_slice::<Value>(&upstream) else {
             return (upstream, None);
         };
-        let usage = native::usage_of(Dialect::Chat, &chat);
+        let usage = chat
+            .get("usage")
+            .filter(|u| u.is_object())
+            .map(|u| native::reported(Dialect::Chat, u.clone()));
         let out = match self.dialect {
             Dialect::Responses => responses::from_chat(&chat, self),
             _ => messages::from_chat(&chat, self),

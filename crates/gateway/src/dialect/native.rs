@@ -10,6 +10,7 @@ use super::{messages, responses, Dialect, Edge};
 use crate::sse::data_of;
 use bytes::Bytes;
 use domain::tokens::TokenizerFamily;
+use domain::usage::{Count, Reported};
 use serde_json::Value;
 
 /// The provider's usage (input, output) in a whole answer or a usage
@@ -34,34 +35,54 @@ pub fn usage_of(dialect: Dialect, v: &Value) -> Option<(i64, i64)> {
     }
 }
 
-/// The `usage` of a whole answer in any dialect, read without building
-/// the rest of it: chat's `prompt_tokens` / `completion_tokens`, or the
-/// `input_tokens` / `output_tokens` of Responses and Messages (Anthropic's
-/// cached input counted as input).
+/// The provider's usage object as the settle bills it (`Reported`, read
+/// leniently so the sanity bound sees an absurd report): chat's
+/// `prompt_tokens` / `completion_tokens`, or the `input_tokens` /
+/// `output_tokens` of Responses and Messages (Anthropic's cached input
+/// counted as input).
+pub fn reported(dialect: Dialect, u: Value) -> Reported {
+    match dialect {
+        Dialect::Chat => Reported::from_json(u),
+        Dialect::Responses => Reported {
+            input: Count::of(u.get("input_tokens")),
+            output: Count::of(u.get("output_tokens")),
+            raw: u,
+        },
+        Dialect::Messages => Reported {
+            input: [
+                "input_tokens",
+                "cache_creation_input_tokens",
+                "cache_read_input_tokens",
+            ]
+            .iter()
+            .map(|k| Count::of(u.get(*k)))
+            .fold(Count::Missing, add_counts),
+            output: Count::of(u.get("output_tokens")),
+            raw: u,
+        },
+    }
+}
+
+/// Two counts added: malformed wins, missing is nothing.
+fn add_counts(a: Count, b: Count) -> Count {
+    match (a, b) {
+        (Count::Malformed, _) | (_, Count::Malformed) => Count::Malformed,
+        (Count::Missing, x) | (x, Count::Missing) => x,
+        (Count::Number(x), Count::Number(y)) => Count::Number(x.saturating_add(y)),
+    }
+}
+
+/// The `usage` of a whole answer, read without building the rest of it.
 #[derive(serde::Deserialize)]
 pub struct UsageOnly {
     #[serde(default)]
-    pub usage: Option<AnyUsage>,
+    pub usage: Option<Value>,
 }
 
-#[derive(serde::Deserialize)]
-pub struct AnyUsage {
-    #[serde(default, alias = "input_tokens")]
-    prompt_tokens: i64,
-    #[serde(default, alias = "output_tokens")]
-    completion_tokens: i64,
-    #[serde(default)]
-    cache_creation_input_tokens: Option<i64>,
-    #[serde(default)]
-    cache_read_input_tokens: Option<i64>,
-}
-
-impl AnyUsage {
-    pub fn pair(&self) -> (i64, i64) {
-        let cached = self.cache_creation_input_tokens.unwrap_or(0)
-            + self.cache_read_input_tokens.unwrap_or(0);
-        (self.prompt_tokens + cached, self.completion_tokens)
-    }
+/// The provider's usage in a whole answer in `dialect`, if it sent one.
+pub fn answer_usage(dialect: Dialect, body: &[u8]) -> Option<Reported> {
+    let u = serde_json::from_slice::<UsageOnly>(body).ok()?.usage?;
+    u.is_object().then(|| reported(dialect, u))
 }
 
 /// What the meter learns of a native stream as it reads it.
@@ -71,9 +92,9 @@ pub struct State {
     model: Option<String>,
     created_at: i64,
     next_seq: u64,
-    /// Messages: input tokens from `message_start` (the output comes in
-    /// `message_delta`, the provider's usage only then).
-    input: Option<i64>,
+    /// Messages: the usage of `message_start` (the input; the output comes
+    /// in `message_delta`, the provider's usage only then).
+    start_usage: Option<serde_json::Map<String, Value>>,
     open_block: Option<usize>,
     /// Responses: the response's output items as they were built.
     output: Vec<Value>,
@@ -118,7 +139,7 @@ pub fn read_event(
     ev: &[u8],
     family: TokenizerFamily,
     st: &mut State,
-    usage: &mut Option<(i64, i64)>,
+    usage: &mut Option<Reported>,
 ) -> i64 {
     let Some(data) = data_of(ev) else { return 0 };
     if data == b"[DONE]" {
@@ -148,7 +169,7 @@ fn responses_event<'a>(
     ty: &str,
     v: &'a Value,
     st: &mut State,
-    usage: &mut Option<(i64, i64)>,
+    usage: &mut Option<Reported>,
 ) -> Option<&'a str> {
     if let Some(n) = v["sequence_number"].as_u64() {
         st.next_seq = n + 1;
@@ -168,8 +189,8 @@ fn responses_event<'a>(
             st.output[i] = v["item"].clone();
         }
         "response.completed" | "response.incomplete" | "response.failed" => {
-            if let Some(u) = usage_of(Dialect::Responses, v) {
-                *usage = Some(u);
+            if let Some(u) = v["response"]["usage"].as_object() {
+                *usage = Some(reported(Dialect::Responses, Value::Object(u.clone())));
             }
         }
         _ => {}
@@ -225,24 +246,25 @@ fn messages_event<'a>(
     ty: &str,
     v: &'a Value,
     st: &mut State,
-    usage: &mut Option<(i64, i64)>,
+    usage: &mut Option<Reported>,
 ) -> Option<&'a str> {
     match ty {
         "message_start" => {
-            st.input = usage_of(Dialect::Messages, v).map(|u| u.0);
+            st.start_usage = v["message"]["usage"].as_object().cloned();
             st.id = v["message"]["id"].as_str().map(str::to_string);
         }
         "content_block_start" => st.open_block = v["index"].as_u64().map(|i| i as usize),
         "content_block_stop" => st.open_block = None,
         "message_delta" => {
-            let u = &v["usage"];
-            let input = u["input_tokens"]
-                .as_i64()
-                .map(|_| usage_of(Dialect::Messages, v).map_or(0, |x| x.0))
-                .or(st.input)
-                .unwrap_or(0);
-            if let Some(out) = u["output_tokens"].as_i64() {
-                *usage = Some((input, out));
+            // The final count: message_start's usage (the input) with the
+            // delta's own fields over it.
+            if let Some(d) = v["usage"]
+                .as_object()
+                .filter(|d| d.contains_key("output_tokens"))
+            {
+                let mut u = st.start_usage.clone().unwrap_or_default();
+                u.extend(d.iter().map(|(k, x)| (k.clone(), x.clone())));
+                *usage = Some(reported(Dialect::Messages, Value::Object(u)));
             }
         }
         _ => {}
@@ -305,12 +327,12 @@ pub fn cut_events(
 }
 
 /// The ending of a native stream whose provider broke off.
-pub fn broken_events(dialect: Dialect, st: &State, edge: &Edge) -> Bytes {
+pub fn broken_events(dialect: Dialect, st: &State, edge: &Edge, msg: &str) -> Bytes {
     let text = match dialect {
         Dialect::Messages => {
             let mut o = messages::Out::new(edge, 0);
             o.continue_from(None);
-            o.failed = Some("the upstream provider closed the stream early".into());
+            o.failed = Some(msg.into());
             o.finish_events();
             o.take_events()
         }
@@ -322,7 +344,7 @@ pub fn broken_events(dialect: Dialect, st: &State, edge: &Edge) -> Bytes {
                 st.created_at,
                 st.next_seq,
             );
-            o.failed = Some("the upstream provider closed the stream early".into());
+            o.failed = Some(msg.into());
             o.finish_events();
             o.take_events()
         }
@@ -343,29 +365,41 @@ mod tests {
 
     #[test]
     fn whole_answers_give_their_usage_in_every_dialect() {
-        let read = |s: &str| {
-            serde_json::from_str::<UsageOnly>(s)
-                .unwrap()
-                .usage
-                .map(|u| u.pair())
+        let read = |d: Dialect, s: &str| {
+            answer_usage(d, s.as_bytes()).map(|r| match (r.input, r.output) {
+                (Count::Number(i), Count::Number(o)) => (i as i64, o as i64),
+                other => panic!("{other:?}"),
+            })
         };
         assert_eq!(
-            read(r#"{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#),
+            read(
+                Dialect::Chat,
+                r#"{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#
+            ),
             Some((3, 4))
         );
         assert_eq!(
             read(
+                Dialect::Responses,
                 r#"{"usage":{"input_tokens":3,"input_tokens_details":{"cached_tokens":1},"output_tokens":4}}"#
             ),
             Some((3, 4))
         );
         assert_eq!(
             read(
+                Dialect::Messages,
                 r#"{"usage":{"input_tokens":3,"cache_read_input_tokens":10,"cache_creation_input_tokens":null,"output_tokens":4}}"#
             ),
             Some((13, 4))
         );
-        assert_eq!(read(r#"{"id":"x"}"#), None);
+        // An absurd count is kept for the sanity bound, not dropped.
+        let r = answer_usage(
+            Dialect::Messages,
+            br#"{"usage":{"input_tokens":"lots","output_tokens":4}}"#,
+        )
+        .unwrap();
+        assert_eq!(r.input, Count::Malformed);
+        assert_eq!(read(Dialect::Chat, r#"{"id":"x"}"#), None);
     }
 
     #[test]
@@ -406,7 +440,8 @@ mod tests {
             json!({"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}),
         );
         assert_eq!(read_event(Dialect::Messages, &md, f, &mut st, &mut u), 0);
-        assert_eq!(u, Some((12, 3)));
+        let u = u.unwrap();
+        assert_eq!((u.input, u.output), (Count::Number(12), Count::Number(3)));
     }
 
     #[test]
@@ -470,6 +505,7 @@ mod tests {
             json!({"response": {"usage": {"input_tokens": 5, "output_tokens": 2}}}),
         );
         read_event(Dialect::Responses, &c, f, &mut st, &mut u);
-        assert_eq!(u, Some((5, 2)));
+        let u = u.unwrap();
+        assert_eq!((u.input, u.output), (Count::Number(5), Count::Number(2)));
     }
 }

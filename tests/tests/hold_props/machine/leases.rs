@@ -50,6 +50,7 @@ impl Machine {
         };
         let (book, rid, input, output) = self.m.leased.remove(i);
         let (ai, ao) = actual((input, output), pct, in_delta);
+        self.m.overrun_of((input, output), (ai, ao));
         let event = usage_event(self.tenant(), &rid, self.month(), (input, output), (ai, ao));
         let json = serde_json::to_string(&event).unwrap();
         let used = domain::lease::Need {
@@ -92,6 +93,8 @@ impl Machine {
     }
 
     pub(super) async fn lease_expire(&mut self) -> Result<(), TestCaseError> {
+        let lost = self.forgotten(false).await;
+        self.m.bound = self.m.bound.saturating_add(lost);
         for l in self.q.open_leases(self.tenant(), i64::MAX).await.unwrap() {
             self.q.lease_expire(self.tenant(), &l).await.unwrap();
         }

@@ -73,6 +73,7 @@ impl Machine {
         };
         let (rid, input, output) = self.m.open.remove(i);
         let act = actual((input, output), pct, in_delta);
+        self.m.overrun_of((input, output), act);
         let event = usage_event(self.tenant(), &rid, self.month(), (input, output), act);
         let json = serde_json::to_string(&event).unwrap();
         let req = self.settle_request(&rid, act, &json, lim);

@@ -1,4 +1,4 @@
-//! Borrowing (DESIGN §7, §10): the shared pool, what each tenant has
+//! Borrowing (docs/design.md §7, §10): the shared pool, what each tenant has
 //! borrowed and still owes, the month's borrows and the reclaims that took
 //! quota back. Read-only; the pool is set with `PUT /api/v1/pool`.
 

@@ -25,7 +25,7 @@ pub struct UsageLine {
     pub cost: String,
     pub limit_cost: String,
     pub granted: String,
-    /// Effective limit = base + grants + borrowed (DESIGN §3).
+    /// Effective limit = base + grants + borrowed (docs/design.md §3).
     pub base: String,
     pub borrowed: String,
 }

@@ -24,6 +24,8 @@ pub struct ModelLine {
     pub output_price: String,
     pub degrade_to: String,
     pub pool: String,
+    /// The provider profile, e.g. `max_completion_tokens · hidden reasoning`.
+    pub profile: String,
 }
 
 #[derive(Deserialize, Default, Clone)]
@@ -37,6 +39,10 @@ pub struct ModelForm {
     input_price_per_mtok_usd: String,
     output_price_per_mtok_usd: String,
     default_max_output_tokens: String,
+    /// Empty: the profile the upstream name suggests.
+    cap_field: String,
+    /// "", "true" or "false".
+    hidden_reasoning: String,
 }
 
 impl ModelForm {
@@ -68,6 +74,13 @@ impl ModelForm {
                 "default_max_output_tokens",
                 &self.default_max_output_tokens,
             )?,
+            cap_field: Some(self.cap_field.trim().to_string()).filter(|c| !c.is_empty()),
+            hidden_reasoning: match self.hidden_reasoning.as_str() {
+                "true" => Some(true),
+                "false" => Some(false),
+                _ => None,
+            },
+            apis: None,
         })
     }
 }
@@ -98,6 +111,7 @@ async fn page(
             output_price: format!("${}", MicroUsd(m.output_price_micro_per_mtok)),
             degrade_to: m.degrade_to.unwrap_or_default(),
             pool: m.pool_capacity.map(|p| p.to_string()).unwrap_or_default(),
+            profile: profile_text(&m.profile),
             // Platform admins see where a model goes; others only its name.
             upstream: if s.actor.is_platform_admin() {
                 m.upstream_base_url
@@ -116,6 +130,18 @@ async fn page(
         form,
         errors,
     })
+}
+
+fn profile_text(p: &domain::provider::ProviderProfile) -> String {
+    let mut t = p.cap_field.as_str().to_string();
+    if p.hidden_reasoning {
+        t.push_str(" · hidden reasoning");
+    }
+    let apis: Vec<&str> = p.apis.iter().map(|a| a.as_str()).collect();
+    if apis != ["chat"] {
+        t.push_str(&format!(" · {}", apis.join(", ")));
+    }
+    t
 }
 
 pub async fn list(

@@ -101,6 +101,12 @@ fn format(r: &requests::RequestRecord) -> Found {
         facts.push(("req.output_tokens", u.output_tokens.to_string()));
         facts.push(("req.cost", format!("${}", MicroUsd(u.cost_micro))));
         facts.push(("req.usage_status", u.status.clone()));
+        if let Some(a) = &u.anomaly {
+            // The provider's report, overruled by the sanity bound: the
+            // row above is billed at the bound.
+            facts.push(("req.usage_anomaly", a.kind.clone()));
+            facts.push(("req.reported_usage", a.reported.to_string()));
+        }
     }
     Found {
         request_id: r.request_id.clone(),

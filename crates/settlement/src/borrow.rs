@@ -1,4 +1,4 @@
-//! Borrowing from the platform pool and reclaiming (DESIGN §7), off the
+//! Borrowing from the platform pool and reclaiming (docs/design.md §7), off the
 //! per-request path:
 //!
 //! - on demand: a hold refused for the tenant's monthly budget asks the
@@ -16,8 +16,8 @@
 //! Postgres first (the limit drops at once), then the pool is given the
 //! amount back, idempotently by reclaim id.
 
-use crate::catalog::{CatalogCache, TenantEntry};
 use crate::ledger_source::StoreLedger;
+use crate::{Tenant, Tenants};
 use chrono::{DateTime, Utc};
 use domain::borrowing::{plan_reclaim, PoolPolicy, ReclaimCandidate};
 use domain::period::PlatformClock;
@@ -57,7 +57,7 @@ impl Default for BorrowTuning {
 pub struct Borrowing {
     pub store: Store,
     pub quota: Arc<QuotaEngine>,
-    pub catalog: Arc<CatalogCache>,
+    pub catalog: Arc<dyn Tenants>,
     pub clock: PlatformClock,
     pub replica: String,
     pub tuning: BorrowTuning,
@@ -79,7 +79,7 @@ impl Borrowing {
     pub fn new(
         store: Store,
         quota: Arc<QuotaEngine>,
-        catalog: Arc<CatalogCache>,
+        catalog: Arc<dyn Tenants>,
         clock: PlatformClock,
         replica: String,
         tuning: BorrowTuning,
@@ -104,8 +104,8 @@ impl Borrowing {
     /// chunk (unless one landed meanwhile) and waits up to `tuning.wait`:
     /// true when the tenant's effective limit grew, so the hold is worth
     /// one retry.
-    pub async fn borrow_for(self: &Arc<Self>, tenant: Arc<TenantEntry>, month: &str) -> bool {
-        if !tenant.may_borrow || tenant.borrowed_in(month).0 >= tenant.borrow_cap_tokens {
+    pub async fn borrow_for(self: &Arc<Self>, tenant: Arc<dyn Tenant>, month: &str) -> bool {
+        if !tenant.may_borrow() || tenant.borrowed_in(month).0 >= tenant.borrow_cap_tokens() {
             return false;
         }
         let before = tenant.borrowed_in(month).0;
@@ -113,7 +113,7 @@ impl Borrowing {
         let month = month.to_string();
         let t = tenant.clone();
         let job = tokio::spawn(async move {
-            let lock = me.lock_of(&t.id);
+            let lock = me.lock_of(t.id());
             let mut last_empty = lock.lock().await;
             if t.borrowed_in(&month).0 > before {
                 return true;
@@ -121,7 +121,7 @@ impl Borrowing {
             if last_empty.is_some_and(|at| at.elapsed() < EMPTY_BACKOFF) {
                 return false;
             }
-            match me.borrow(&t, &month, "hold_refused").await {
+            match me.borrow(t.as_ref(), &month, "hold_refused").await {
                 Ok(n) if n > 0 => true,
                 Ok(_) if t.borrowed_in(&month).0 > before => true,
                 Ok(_) => {
@@ -129,7 +129,7 @@ impl Borrowing {
                     false
                 }
                 Err(e) => {
-                    tracing::warn!(tenant = %t.id, error = %e, "borrow failed");
+                    tracing::warn!(tenant = %t.id(), error = %e, "borrow failed");
                     false
                 }
             }
@@ -144,18 +144,18 @@ impl Borrowing {
     /// granted (0 when the pool or the tenant's cap had no room).
     pub async fn borrow(
         &self,
-        tenant: &TenantEntry,
+        tenant: &dyn Tenant,
         month: &str,
         trigger: &str,
     ) -> Result<i64, String> {
         let pool = self.store.pool_policy().await.map_err(|e| e.to_string())?;
         let chunk = pool.chunk_tokens();
-        if chunk == 0 || !tenant.may_borrow {
+        if chunk == 0 || !tenant.may_borrow() {
             return Ok(0);
         }
         let id = Uuid::now_v7();
         self.store
-            .begin_borrow(id, &tenant.id, month, chunk, trigger, &self.replica)
+            .begin_borrow(id, tenant.id(), month, chunk, trigger, &self.replica)
             .await
             .map_err(|e| e.to_string())?;
         self.drive(id, tenant, month, chunk, &pool).await
@@ -166,7 +166,7 @@ impl Borrowing {
     async fn drive(
         &self,
         id: Uuid,
-        tenant: &TenantEntry,
+        tenant: &dyn Tenant,
         month: &str,
         chunk: i64,
         pool: &PoolPolicy,
@@ -179,10 +179,10 @@ impl Borrowing {
                 .pool_borrow(
                     month,
                     &id.to_string(),
-                    &tenant.id,
+                    tenant.id(),
                     chunk,
                     total,
-                    tenant.borrow_cap_tokens,
+                    tenant.borrow_cap_tokens(),
                 )
                 .await
                 .map_err(|e| e.to_string())?;
@@ -201,7 +201,7 @@ impl Borrowing {
             .await
             .map_err(|e| e.to_string())?;
         if tokens > 0 {
-            tracing::info!(tenant = %tenant.id, month, tokens, cost, "borrowed from the pool");
+            tracing::info!(tenant = %tenant.id(), month, tokens, cost, "borrowed from the pool");
         }
         // Always: an index reloaded while an earlier borrow was landing may
         // show this tenant without it (then the cap left nothing to grant).
@@ -211,16 +211,16 @@ impl Borrowing {
 
     /// Sets the tenant's in-memory borrowed amount from Postgres, on the
     /// entry the caller holds and on the index's current one.
-    async fn refresh_borrowed(&self, tenant: &TenantEntry, month: &str) {
+    async fn refresh_borrowed(&self, tenant: &dyn Tenant, month: &str) {
         let Ok(rows) = self.store.borrowed(&TenantScope::system()).await else {
             return;
         };
         let (t, c) = rows
             .iter()
-            .find(|r| r.tenant_id == tenant.id && r.period == month)
+            .find(|r| r.tenant_id == tenant.id() && r.period == month)
             .map_or((0, 0), |r| (r.tokens, r.cost_micro));
         tenant.set_borrowed(month, t, c);
-        if let Some(cur) = self.catalog.get().tenants.get(&tenant.id) {
+        if let Some(cur) = self.catalog.tenant(tenant.id()) {
             cur.set_borrowed(month, t, c);
         }
     }
@@ -266,7 +266,7 @@ impl Borrowing {
     pub async fn run_borrow_check(&self, now: DateTime<Utc>) -> Result<usize, String> {
         let month = self.clock.month(now);
         let pool = self.store.pool_policy().await.map_err(|e| e.to_string())?;
-        let index = self.catalog.get();
+        let index = self.catalog.tenants();
         let mut granted = 0;
         let stuck = self
             .store
@@ -274,11 +274,11 @@ impl Borrowing {
             .await
             .map_err(|e| e.to_string())?;
         for b in stuck {
-            let Some(t) = index.tenants.get(&b.tenant_id) else {
+            let Some(t) = index.get(&b.tenant_id) else {
                 continue;
             };
             if self
-                .drive(b.id, t, &b.period, b.asked_tokens, &pool)
+                .drive(b.id, t.as_ref(), &b.period, b.asked_tokens, &pool)
                 .await?
                 > 0
             {
@@ -288,8 +288,8 @@ impl Borrowing {
         if pool.chunk_tokens() == 0 {
             return Ok(granted);
         }
-        for t in index.tenants.values() {
-            if !t.may_borrow || t.borrowed_in(&month).0 >= t.borrow_cap_tokens {
+        for t in index.values() {
+            if !t.may_borrow() || t.borrowed_in(&month).0 >= t.borrow_cap_tokens() {
                 continue;
             }
             let Some(limit) = t.effective(now, &month).monthly_tokens else {
@@ -297,12 +297,12 @@ impl Borrowing {
             };
             let c = self
                 .quota
-                .month_counters(&t.id, &month)
+                .month_counters(t.id(), &month)
                 .await
                 .map_err(|e| e.to_string())?;
             let busy = c.used_tokens("t") + c.held_tokens("t");
             if (busy as i128) * 1_000_000 >= limit as i128 * self.tuning.near_limit_ppm as i128
-                && self.borrow(t, &month, "near_limit").await? > 0
+                && self.borrow(t.as_ref(), &month, "near_limit").await? > 0
             {
                 granted += 1;
             }
@@ -310,7 +310,7 @@ impl Borrowing {
         Ok(granted)
     }
 
-    /// The reclaim job (DESIGN §7): when the pool's free share is below its
+    /// The reclaim job (docs/design.md §7): when the pool's free share is below its
     /// threshold, takes unused borrowed quota back — lowest priority and
     /// longest-held first, at most `reclaim_fraction_ppm` of each borrow per
     /// run, never below what a tenant has used or holds — and records each
@@ -353,7 +353,7 @@ impl Borrowing {
         if need == 0 {
             return Ok(report);
         }
-        let index = self.catalog.get();
+        let index = self.catalog.tenants();
         let borrows: Vec<_> = self
             .store
             .borrows(&TenantScope::system(), &month)
@@ -369,7 +369,7 @@ impl Borrowing {
         let mut headroom: HashMap<String, i64> = HashMap::new();
         let mut candidates = Vec::new();
         for b in &borrows {
-            let t = index.tenants.get(&b.tenant_id);
+            let t = index.get(&b.tenant_id);
             if !headroom.contains_key(&b.tenant_id) {
                 let room = match t.and_then(|t| t.effective(now, &month).monthly_tokens) {
                     Some(limit) => {
@@ -390,7 +390,7 @@ impl Borrowing {
             candidates.push(ReclaimCandidate {
                 borrow: b.id.to_string(),
                 tenant: b.tenant_id.clone(),
-                priority: t.map_or(domain::fairq::Priority::Standard, |t| t.priority),
+                priority: t.map_or(domain::fairq::Priority::Standard, |t| t.priority()),
                 borrowed_at_ms: b.created_at.timestamp_millis(),
                 outstanding_tokens: b.outstanding_tokens,
             });
@@ -421,8 +421,8 @@ impl Borrowing {
                 .await
                 .map_err(|x| e(&x))?;
             self.store.finish_reclaim(r.id).await.map_err(|x| e(&x))?;
-            if let Some(t) = index.tenants.get(&b.tenant_id) {
-                self.refresh_borrowed(t, &month).await;
+            if let Some(t) = index.get(&b.tenant_id) {
+                self.refresh_borrowed(t.as_ref(), &month).await;
             }
             report.reclaimed_tokens += s.tokens;
             report.reclaims += 1;

@@ -176,6 +176,7 @@ async fn expire(
         replica: h.replica.clone(),
         started_at_ms: h.at_ms,
         settled_at_ms: now_ms,
+        anomaly: None,
     };
     let json = serde_json::to_string(&event).expect("event serialises");
     // Settling at the estimate moves no token bucket: the limits only bound
@@ -193,6 +194,8 @@ async fn expire(
         event_json: &json,
         status: "expired",
         limits: [&none, &none, &none],
+        // The hold's own estimate: nothing a provider reported.
+        bound: domain::usage::Bound::SAFE,
     };
     match quota.settle(&req).await.map_err(|e| e.to_string())? {
         SettleOutcome::Settled { .. } => {

@@ -4,8 +4,8 @@
 //! crash, Postgres down) is found and stored by the outbox sweeper. Inserts
 //! are idempotent by request_id, so storing an event twice counts it once.
 
-use crate::catalog::CatalogCache;
 use crate::metrics_names as m;
+use crate::Tenants;
 use domain::usage::UsageEvent;
 use quota::QuotaEngine;
 use std::sync::Arc;
@@ -176,7 +176,7 @@ pub async fn sweep_outboxes(
 pub fn spawn_sweeper(
     store: Store,
     quota: Arc<QuotaEngine>,
-    catalog: Arc<CatalogCache>,
+    catalog: Arc<dyn Tenants>,
     every: Duration,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
@@ -184,7 +184,7 @@ pub fn spawn_sweeper(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let tenants = catalog.get().tenant_ids.clone();
+            let tenants = catalog.tenant_ids();
             match sweep_outboxes(&store, &quota, &tenants).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(events = n, "outbox sweeper stored events"),
