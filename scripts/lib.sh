@@ -367,13 +367,13 @@ ensure_services() {
 
 # --- Python for the openai client tests -------------------------------------
 
-# ensure_test_python : venv with the official openai package and the
-# oidc-provider-mock OpenID provider; exports
+# ensure_test_python : venv with the official openai and anthropic packages and
+# the oidc-provider-mock OpenID provider; exports
 # TOLLGATE_TEST_PYTHON.
 ensure_test_python() {
     local venv=${TOLLGATE_VENV:-$HOME/.cache/tollgate/venv}
     local py=$venv/bin/python base
-    if ! "$py" -c 'import openai' >/dev/null 2>&1; then
+    if ! "$py" -c 'import openai, anthropic' >/dev/null 2>&1; then
         if [[ -e $venv ]] && ! "$py" -c 'import sys' >/dev/null 2>&1; then
             log "python: removing broken venv $venv"
             rm -rf "$venv"
@@ -384,10 +384,10 @@ ensure_test_python() {
             mkdir -p "$(dirname "$venv")"
             "$base" -m venv "$venv" || die "python: '$base -m venv $venv' failed"
         fi
-        log "python: installing openai into $venv"
-        "$py" -m pip install -q --disable-pip-version-check openai </dev/null ||
-            die "python: pip install openai failed"
-        "$py" -c 'import openai' || die "python: openai still not importable from $py"
+        log "python: installing openai and anthropic into $venv"
+        "$py" -m pip install -q --disable-pip-version-check openai anthropic </dev/null ||
+            die "python: pip install openai anthropic failed"
+        "$py" -c 'import openai, anthropic' || die "python: openai/anthropic still not importable from $py"
     fi
     # The OpenID provider the SSO tests start (tests/src/oidc.rs).
     if ! "$py" -c 'import oidc_provider_mock' >/dev/null 2>&1; then

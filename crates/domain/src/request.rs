@@ -160,6 +160,15 @@ pub fn validate(endpoint: Endpoint, body: &Value) -> Result<RequestSummary, Inva
     })
 }
 
+/// The refusal of client-chosen upstreams and credentials, for a body that
+/// is sent on as it is (a dialect passed through to its provider).
+pub fn refuse_upstream_keys(body: &Value) -> Result<(), InvalidField> {
+    match body.as_object() {
+        Some(obj) => reject_upstream_keys(obj, ""),
+        None => Ok(()),
+    }
+}
+
 fn reject_upstream_keys(obj: &Map<String, Value>, path: &str) -> Result<(), InvalidField> {
     for (k, v) in obj {
         let here = if path.is_empty() {

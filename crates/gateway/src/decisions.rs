@@ -78,6 +78,21 @@ impl DecisionWriter {
         self.submit(row);
     }
 
+    /// Records a stream the gateway cut short (budget, quota store): the
+    /// client saw a clean ending, the lookup says why.
+    pub fn cut_off(
+        &self,
+        request_id: &str,
+        key: &KeyEntry,
+        model: &str,
+        reason: ReasonCode,
+        detail: Value,
+    ) {
+        let mut detail = detail;
+        detail["cut_off"] = json!(true);
+        self.degraded(request_id, key, model, reason, detail);
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn row(
         &self,

@@ -7,6 +7,7 @@ pub mod admission;
 mod anomaly;
 pub mod catalog;
 pub mod decisions;
+mod dialect;
 mod errors;
 mod fair;
 pub mod key_index;
@@ -180,6 +181,12 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/v1/chat/completions", post(proxy::chat_completions))
         .route("/v1/completions", post(proxy::completions))
         .route("/v1/embeddings", post(proxy::embeddings))
+        .route("/v1/responses", post(dialect::routes::responses))
+        .route("/v1/messages", post(dialect::routes::messages))
+        .route(
+            "/v1/messages/count_tokens",
+            post(dialect::routes::count_tokens),
+        )
         .route("/v1/models", get(models::list))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(gw)

@@ -1,11 +1,12 @@
 //! `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings`: the
-//! request's way through the gateway (docs/design.md §5).
+//! request's way through the gateway (docs/design.md §5). `/v1/responses` and
+//! `/v1/messages` take the same way, read into chat at the edge (`dialect`).
 
 use crate::catalog::{KeyEntry, ModelEntry, ModelKind};
+use crate::dialect::{Dialect, Edge, Inbound};
 use crate::errors::ApiError;
 use crate::metrics_names as m;
 use crate::settle::{HeldRequest, PendingHold};
-use crate::sse::Usage;
 use crate::{stream, upstream, Gateway};
 use axum::body::Body;
 use axum::extract::State;
@@ -28,7 +29,7 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(gw, Endpoint::ChatCompletions, headers, body).await
+    handle(gw, Endpoint::ChatCompletions, Dialect::Chat, headers, body).await
 }
 
 pub async fn completions(
@@ -36,7 +37,7 @@ pub async fn completions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(gw, Endpoint::Completions, headers, body).await
+    handle(gw, Endpoint::Completions, Dialect::Chat, headers, body).await
 }
 
 pub async fn embeddings(
@@ -44,7 +45,7 @@ pub async fn embeddings(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(gw, Endpoint::Embeddings, headers, body).await
+    handle(gw, Endpoint::Embeddings, Dialect::Chat, headers, body).await
 }
 
 /// Bodies above this are tokenized on the blocking pool.
@@ -54,9 +55,15 @@ pub fn new_request_id() -> String {
     format!("req_{}", uuid::Uuid::now_v7().simple())
 }
 
-async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
+pub(crate) async fn handle(
+    gw: Arc<Gateway>,
+    endpoint: Endpoint,
+    dialect: Dialect,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let rid = new_request_id();
-    match admit_and_forward(&gw, endpoint, &headers, body, &rid).await {
+    match admit_and_forward(&gw, endpoint, dialect, &headers, body, &rid).await {
         Ok(r) => r,
         Err((e, key, model)) => {
             let tenant = key.as_ref().map_or("unknown", |k| k.tenant.id.as_str());
@@ -70,15 +77,56 @@ async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: 
                 // Paces a flood that ignores Retry-After (docs/fair.md).
                 tokio::time::sleep(gw.cfg.fair.queue_full_delay).await;
             }
-            e.into_response()
+            crate::dialect::error_response(dialect, e)
         }
     }
 }
 
-type Refused = (ApiError, Option<Arc<KeyEntry>>, String);
+pub(crate) type Refused = (ApiError, Option<Arc<KeyEntry>>, String);
 
-fn refuse(e: ApiError, key: Option<&Arc<KeyEntry>>, model: &str) -> Refused {
+pub(crate) fn refuse(e: ApiError, key: Option<&Arc<KeyEntry>>, model: &str) -> Refused {
     (e, key.cloned(), model.to_string())
+}
+
+/// The request's key and body (413 above the size cap).
+pub(crate) async fn read_body(
+    gw: &Arc<Gateway>,
+    headers: &HeaderMap,
+    body: Body,
+    rid: &str,
+) -> Result<(Arc<KeyEntry>, bytes::Bytes), Refused> {
+    let key = authenticate(gw, headers, rid)
+        .await
+        .map_err(|e| refuse(e, None, ""))?;
+    let k = Some(&key);
+    let bytes = axum::body::to_bytes(body, gw.cfg.max_body_bytes)
+        .await
+        .map_err(|_| {
+            let msg = format!(
+                "request body is larger than {} bytes",
+                gw.cfg.max_body_bytes
+            );
+            refuse(
+                ApiError::new(rid, ReasonCode::InvalidRequest, msg).status(413),
+                k,
+                "",
+            )
+        })?;
+    Ok((key, bytes))
+}
+
+// The refusal type every handler step returns (the async ones are not
+// linted); boxing it here alone would only add a conversion.
+#[allow(clippy::result_large_err)]
+pub(crate) fn parse_json(bytes: &[u8], key: &Arc<KeyEntry>, rid: &str) -> Result<Value, Refused> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        let msg = format!("body is not valid JSON: {e}");
+        refuse(
+            ApiError::new(rid, ReasonCode::InvalidRequest, msg),
+            Some(key),
+            "",
+        )
+    })
 }
 
 pub async fn authenticate(
@@ -87,6 +135,7 @@ pub async fn authenticate(
     rid: &str,
 ) -> Result<Arc<KeyEntry>, ApiError> {
     let bad = |msg: &str| ApiError::new(rid, ReasonCode::InvalidApiKey, msg);
+    // Anthropic clients send their key in `x-api-key`.
     let raw = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -94,8 +143,11 @@ pub async fn authenticate(
             v.strip_prefix("Bearer ")
                 .or_else(|| v.strip_prefix("bearer "))
         })
+        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
         .map(str::trim)
-        .ok_or_else(|| bad("missing API key: send Authorization: Bearer tg-..."))?;
+        .ok_or_else(|| {
+            bad("missing API key: send Authorization: Bearer tg-... (or x-api-key: tg-...)")
+        })?;
     if !keys::is_well_formed(raw) {
         return Err(bad("invalid API key"));
     }
@@ -114,39 +166,23 @@ pub async fn authenticate(
 async fn admit_and_forward(
     gw: &Arc<Gateway>,
     endpoint: Endpoint,
+    dialect: Dialect,
     headers: &HeaderMap,
     body: Body,
     rid: &str,
 ) -> Result<Response, Refused> {
-    let key = authenticate(gw, headers, rid)
-        .await
-        .map_err(|e| refuse(e, None, ""))?;
+    let (key, bytes) = read_body(gw, headers, body, rid).await?;
     let k = Some(&key);
-    let bytes = axum::body::to_bytes(body, gw.cfg.max_body_bytes)
-        .await
-        .map_err(|_| {
-            let msg = format!(
-                "request body is larger than {} bytes",
-                gw.cfg.max_body_bytes
-            );
-            refuse(
-                ApiError::new(rid, ReasonCode::InvalidRequest, msg).status(413),
-                k,
-                "",
-            )
-        })?;
     crate::fair::refuse_if_queue_full(gw, &key, rid).map_err(|e| refuse(e, k, ""))?;
-    let json: Value = serde_json::from_slice(&bytes).map_err(|e| {
+    let json = parse_json(&bytes, &key, rid)?;
+    let inbound = Inbound::read(dialect, json).map_err(|f| {
         refuse(
-            ApiError::new(
-                rid,
-                ReasonCode::InvalidRequest,
-                format!("body is not valid JSON: {e}"),
-            ),
+            ApiError::new(rid, ReasonCode::InvalidRequest, f.message).param(f.param),
             k,
             "",
         )
     })?;
+    let json = inbound.chat;
     let summary = request::validate(endpoint, &json).map_err(|f| {
         refuse(
             ApiError::new(rid, ReasonCode::InvalidRequest, f.message).param(f.param),
@@ -262,7 +298,22 @@ async fn admit_and_forward(
         s.mark_used();
         s
     });
-    rewrite_for_upstream(&mut json, &model, endpoint, &summary, adm.provider_cap);
+    let edge = Edge {
+        dialect,
+        native: crate::dialect::speaks_natively(&model, dialect),
+        model: summary.model.clone(),
+        request_id: rid.to_string(),
+    };
+    let body = match inbound.original {
+        Some(mut native) if edge.native => {
+            crate::dialect::rewrite_native(&mut native, &model, dialect, adm.provider_cap);
+            native
+        }
+        _ => {
+            rewrite_for_upstream(&mut json, &model, endpoint, &summary, adm.provider_cap);
+            json
+        }
+    };
     let mut out_headers = HeaderMap::new();
     out_headers.insert(
         "x-request-id",
@@ -290,7 +341,7 @@ async fn admit_and_forward(
     if let Some(t) = adm.remaining_tokens {
         out_headers.insert("x-ratelimit-remaining-tokens", HeaderValue::from(t));
     }
-    forward(gw, held, endpoint, &summary, json, out_headers)
+    forward(gw, held, endpoint, &summary, body, out_headers, edge)
         .await
         .map_err(|e| refuse(e, k, &model.id))
 }
@@ -472,7 +523,7 @@ async fn hold(
     })
 }
 
-fn resolve_model(
+pub(crate) fn resolve_model(
     gw: &Gateway,
     key: &KeyEntry,
     endpoint: Endpoint,
@@ -511,7 +562,7 @@ fn resolve_model(
 
 /// Input tokens with the family's tokenizer, and the output cap per choice
 /// (requested or the model default). Per-request caps of every scope apply.
-fn estimate(
+pub(crate) fn estimate(
     key: &KeyEntry,
     model: &ModelEntry,
     endpoint: Endpoint,
@@ -601,6 +652,7 @@ async fn forward(
     s: &RequestSummary,
     mut body: Value,
     mut headers: HeaderMap,
+    edge: Edge,
 ) -> Result<Response, ApiError> {
     let rid = held.request_id.clone();
     let t0 = Instant::now();
@@ -616,7 +668,15 @@ async fn forward(
     // Tried on the model's deployments until one answers (docs/routing.md).
     let model = held.model.clone();
     let header_timeout = deadline - tokio::time::Instant::now();
-    let sent = crate::routing::send(gw, &model, endpoint, &mut body, header_timeout).await;
+    let sent = crate::routing::send(
+        gw,
+        &model,
+        endpoint,
+        &mut body,
+        header_timeout,
+        edge.native.then_some(edge.dialect),
+    )
+    .await;
     let resp = match sent {
         crate::routing::Routed::Response(r, taken) => {
             held.route = Some(taken);
@@ -652,12 +712,15 @@ async fn forward(
             axum::http::header::CACHE_CONTROL,
             HeaderValue::from_static("no-cache"),
         );
-        return Ok((
-            StatusCode::OK,
-            headers,
-            stream::metered(held, resp, s.client_wants_usage),
-        )
-            .into_response());
+        let body = if edge.translated() {
+            let est_input = held.est_input;
+            // The meter reads the provider's chat chunks (`edge.wire()`).
+            let chat = stream::metered(held, resp, s.client_wants_usage, edge.clone());
+            crate::dialect::stream::translate(edge, est_input, chat)
+        } else {
+            stream::metered(held, resp, s.client_wants_usage, edge)
+        };
+        return Ok((StatusCode::OK, headers, body).into_response());
     }
     let limit = gw.cfg.max_upstream_body_bytes;
     let body = http_body_util::Limited::new(resp.into_body(), limit);
@@ -675,10 +738,10 @@ async fn forward(
     metrics::histogram!(m::UPSTREAM_SECONDS, "model" => held.model.id.clone())
         .record(t0.elapsed().as_secs_f64());
     // No usage from the provider: charged the estimate (what was held);
-    // usage it sent: billed within the sanity bound.
-    held.provider_usage = serde_json::from_slice::<UsageOnly>(&bytes)
-        .ok()
-        .and_then(|u| u.usage);
+    // usage it sent (in the dialect the provider answered in): billed
+    // within the sanity bound.
+    let (bytes, usage) = edge.answer(bytes);
+    held.provider_usage = usage;
     let actual = held.best_known("ok");
     // The answer does not wait for the settle: the settle command is queued
     // on this replica's Redis connection before the answer is written, so
@@ -734,12 +797,6 @@ async fn oversized_answer(held: HeldRequest, rid: &str, limit: usize) -> ApiErro
             "the upstream provider's answer is larger than the gateway accepts ({limit} bytes)"
         ),
     )
-}
-
-#[derive(serde::Deserialize)]
-struct UsageOnly {
-    #[serde(default)]
-    usage: Option<Usage>,
 }
 
 /// The provider refused before generating: tell the client why without

@@ -293,6 +293,7 @@ pub async fn send(
     endpoint: Endpoint,
     body: &mut Value,
     header_timeout: Duration,
+    native: Option<domain::provider::Dialect>,
 ) -> Routed {
     let t = &gw.cfg.routing;
     let t0 = Instant::now();
@@ -305,7 +306,16 @@ pub async fn send(
         if tries > 1 {
             metrics::counter!(RETRIES, "model" => model.id.clone()).increment(1);
         }
-        let req = match upstream::request(d, endpoint, for_deployment(body, d)) {
+        let req = match native {
+            // The provider's own dialect: its model name, the body as is.
+            Some(dialect) => {
+                body["model"] = Value::String(d.upstream_model.clone());
+                let bytes = serde_json::to_vec(body).expect("json serialises");
+                upstream::native_request(d, dialect, bytes)
+            }
+            None => upstream::request(d, endpoint, for_deployment(body, d)),
+        };
+        let req = match req {
             Ok(r) => r,
             Err(why) => {
                 report(&taken, Attempt::ConnectFailed, &t.health);

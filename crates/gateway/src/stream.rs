@@ -7,7 +7,10 @@
 //! `[DONE]`, and the request settles at what was delivered. The provider's
 //! usage chunk, always requested, is removed when the client did not ask.
 //! A client that goes away drops this stream; `HeldRequest::drop` settles.
+//! A provider's native Responses / Messages stream is metered here too: its
+//! events are read and its cut written by `dialect::native` (the `wire`).
 
+use crate::dialect::{native, Dialect, Edge};
 use crate::metrics_names as m;
 use crate::settle::{Actual, HeldRequest};
 use crate::sse::{data_of, Chunk, SseSplitter};
@@ -27,6 +30,14 @@ enum Cut {
 }
 
 impl Cut {
+    fn reason(&self) -> Option<ReasonCode> {
+        match self {
+            Cut::Budget(r) => Some(*r),
+            Cut::TimeLimit => None,
+            Cut::QuotaStoreDown => Some(ReasonCode::QuotaStoreUnavailable),
+        }
+    }
+
     fn code(&self) -> &'static str {
         match self {
             Cut::Budget(r) => r.as_str(),
@@ -219,11 +230,30 @@ async fn meter(held: &mut HeldRequest, n: i64, slice: i64) -> Result<(), Cut> {
     Ok(())
 }
 
+/// One event of the provider's stream in the dialect it speaks (`wire`):
+/// its output tokens, and whether it carries only the usage.
+fn read_wire(
+    wire: Dialect,
+    ev: &[u8],
+    family: domain::tokens::TokenizerFamily,
+    text: &mut String,
+    shape: &mut Shape,
+    native: &mut native::State,
+    usage: &mut Option<crate::sse::Usage>,
+) -> (i64, bool) {
+    match wire {
+        Dialect::Chat => read_event(ev, family, text, shape, usage),
+        d => (native::read_event(d, ev, family, native, usage), false),
+    }
+}
+
 pub fn metered(
     mut held: HeldRequest,
     upstream: crate::upstream::Response,
     client_wants_usage: bool,
+    edge: Edge,
 ) -> Body {
+    let wire = edge.wire();
     let family = held.model.tokenizer;
     let cfg = held.gw.cfg.clone();
     let slice = cfg.stream_slice_tokens.max(1);
@@ -233,6 +263,7 @@ pub fn metered(
         let mut split = SseSplitter::default();
         let mut text = String::new();
         let mut shape = Shape::default();
+        let mut native = native::State::default();
         let mut broken = false;
         let mut oversized = false;
         let mut cut: Option<Cut> = None;
@@ -261,7 +292,7 @@ pub fn metered(
             };
             split.push(&bytes);
             while let Some(ev) = split.next_event() {
-                let (n, usage_only) = read_event(&ev, family, &mut text, &mut shape, &mut held.provider_usage);
+                let (n, usage_only) = read_wire(wire, &ev, family, &mut text, &mut shape, &mut native, &mut held.provider_usage);
                 if let Err(c) = meter(&mut held, n, slice).await {
                     cut = Some(c);
                     break 'read;
@@ -285,7 +316,7 @@ pub fn metered(
             if let Some(rest) = split.rest() {
                 // An unterminated last event (the upstream closed without
                 // the blank line): metered like any other, sent terminated.
-                let (n, usage_only) = read_event(&rest, family, &mut text, &mut shape, &mut held.provider_usage);
+                let (n, usage_only) = read_wire(wire, &rest, family, &mut text, &mut shape, &mut native, &mut held.provider_usage);
                 match meter(&mut held, n, slice).await {
                     Err(c) => cut = Some(c),
                     Ok(()) if usage_only && !client_wants_usage => {}
@@ -297,11 +328,18 @@ pub fn metered(
         let model = held.model.id.clone();
         if let Some(c) = cut {
             metrics::counter!(m::STREAM_CUTOFFS, "reason" => c.code()).increment(1);
+            if let Some(r) = c.reason() {
+                let detail = json!({"delivered_output_tokens": counted, "dialect": edge.dialect.as_str()});
+                held.gw.decisions.cut_off(&held.request_id, &held.key, &model, r, detail);
+            }
             let input = held.billed_report().map_or(held.est_input, |b| b.input);
             let delivered = Actual { input, output: counted, status: "cut_off", source: "counted", anomaly: None };
             let usage = client_wants_usage.then_some((delivered.input, delivered.output));
             held.settle(delivered).await;
-            yield Ok(cut_events(&shape, &c, usage));
+            yield Ok(match wire {
+                Dialect::Chat => cut_events(&shape, &c, usage),
+                d => native::cut_events(d, &native, &edge, c.code(), (delivered.input, delivered.output)),
+            });
             return;
         }
         let failed = broken || oversized;
@@ -318,6 +356,10 @@ pub fn metered(
             } else {
                 ("the upstream provider closed the stream early", ReasonCode::UpstreamError.as_str())
             };
+            if wire != Dialect::Chat {
+                yield Ok(native::broken_events(wire, &native, &edge, msg));
+                return;
+            }
             let mut e = shape.chunk(json!([]));
             e["tollgate_error"] = json!({"message": msg, "type": "api_error", "code": code, "param": null});
             yield Ok(Bytes::from(format!("event: error\ndata: {e}\n\ndata: [DONE]\n\n")));

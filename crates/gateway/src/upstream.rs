@@ -10,6 +10,7 @@
 use crate::routing::Deployment;
 use crate::GatewayConfig;
 use bytes::Bytes;
+use domain::provider::Dialect;
 use domain::request::Endpoint;
 use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
 use http::{Request, Uri};
@@ -109,6 +110,41 @@ pub fn probe(d: &Deployment) -> Option<Request<Full<Bytes>>> {
         rb = rb.header(AUTHORIZATION, v);
     }
     rb.body(Full::new(Bytes::new())).ok()
+}
+
+/// The request to a provider's native endpoint of `dialect` (`responses`
+/// or `messages` under the model's base URL). Anthropic's API reads its
+/// key from `x-api-key` and wants `anthropic-version`; both are sent.
+pub fn native_request(
+    deployment: &Deployment,
+    dialect: Dialect,
+    body: Vec<u8>,
+) -> Result<Request<Full<Bytes>>, &'static str> {
+    let uri: Uri = format!("{}/{}", deployment.base_url, dialect.as_str())
+        .parse()
+        .ok()
+        .filter(|u: &Uri| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some())
+        .ok_or("the deployment's upstream URL is not a valid http(s) URL")?;
+    let mut rb = Request::post(uri)
+        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+        .header(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+    if let Some(k) = &deployment.api_key {
+        let mut v = HeaderValue::try_from(format!("Bearer {}", k.expose()))
+            .map_err(|_| "the deployment's upstream API key is not a valid header value")?;
+        v.set_sensitive(true);
+        rb = rb.header(AUTHORIZATION, v);
+        if dialect == Dialect::Messages {
+            let mut v = HeaderValue::try_from(k.expose())
+                .map_err(|_| "the deployment's upstream API key is not a valid header value")?;
+            v.set_sensitive(true);
+            rb = rb.header("x-api-key", v);
+        }
+    }
+    if dialect == Dialect::Messages {
+        rb = rb.header("anthropic-version", HeaderValue::from_static("2023-06-01"));
+    }
+    rb.body(Full::new(Bytes::from(body)))
+        .map_err(|_| "the upstream request could not be built")
 }
 
 const USER_AGENT_VALUE: &str = concat!("tollgate/", env!("CARGO_PKG_VERSION"));

@@ -28,6 +28,8 @@ struct ChatRequest {
     stream_options: Option<StreamOptions>,
     max_tokens: Option<u32>,
     max_completion_tokens: Option<u32>,
+    #[serde(default)]
+    tools: Vec<Value>,
 }
 
 #[derive(Deserialize)]
@@ -168,6 +170,22 @@ pub(crate) async fn chat(State(app): State<Shared>, headers: HeaderMap, body: By
     }
     let cap = personality.cap(req.max_tokens, req.max_completion_tokens);
     let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
+    let answered = req.messages.last().is_some_and(|m| m.role == "tool");
+    let tool = req
+        .tools
+        .first()
+        .and_then(|t| t["function"]["name"].as_str());
+    if let Some(name) = tool.filter(|_| dir.tool_call && !answered) {
+        let stream = req.stream == Some(true);
+        return crate::native::chat_tool_call(
+            &app,
+            &req.model,
+            name,
+            prompt_tokens,
+            stream,
+            include_usage,
+        );
+    }
     let spec = Spec {
         kind: Kind::Chat,
         model: req.model,

@@ -20,6 +20,8 @@ pub struct Directives {
     pub fault: Option<Fault>,
     /// Behave like a provider that never reports usage (`[mock:no_usage]`).
     pub no_usage: bool,
+    /// Answer with a call of the request's first tool (`[mock:tool_call]`).
+    pub tool_call: bool,
 }
 
 impl Directives {
@@ -44,6 +46,7 @@ impl Directives {
                 }
                 "fault" => self.fault = parse_fault(value).or(self.fault),
                 "no_usage" => self.no_usage = true,
+                "tool_call" => self.tool_call = true,
                 _ => {}
             }
             text = &text[end + 1..];
@@ -80,6 +83,7 @@ mod tests {
                 chunk_delay_ms: Some(5),
                 fault: Some(Fault::DisconnectAfter(10)),
                 no_usage: false,
+                tool_call: false,
             }
         );
     }

@@ -1,16 +1,18 @@
 //! An OpenAI-compatible fake LLM provider for tollgate's demo, tests and benchmarks.
 //!
 //! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings`,
-//! `GET /v1/models`, plus `GET /mock/stats`, `POST /mock/reset` and `POST /mock/fault`
-//! (`{"fault": "500" | "429" | null}`: every request fails so until cleared, as a
-//! deployment that goes bad and recovers).
+//! `GET /v1/models`, the native `POST /v1/responses` (OpenAI Responses) and
+//! `POST /v1/messages` (Anthropic Messages), plus `GET /mock/stats`, `POST /mock/reset`
+//! and `POST /mock/fault` (`{"fault": "500" | "429" | null}`: every request fails so
+//! until cleared, as a deployment that goes bad and recovers).
 //!
 //! Output is `N` tokens of `" hello"` (one token in cl100k and o200k), where `N` is
 //! `[mock:output_tokens=N]` or [`MockConfig::output_tokens`], capped by
 //! `max_tokens`/`max_completion_tokens`. The last user message (or prompt / embedding
 //! input) may carry directives: `[mock:output_tokens=N]`, `[mock:latency_ms=N]`,
 //! `[mock:chunk_delay_ms=N]`, `[mock:fault=429]`, `[mock:fault=500]`,
-//! `[mock:fault=disconnect_after=N]`, and provider personalities
+//! `[mock:fault=disconnect_after=N]`, `[mock:tool_call]` (with tools given: call the
+//! first one, until the conversation holds its result), and provider personalities
 //! (`personality.rs`: which cap field is read, hidden reasoning, absurd usage).
 //! `[mock:body_bytes=N]` pads a non-stream answer to N bytes;
 //! `[mock:unterminated]` ends a stream without its final blank line.
@@ -20,7 +22,10 @@
 mod chat;
 mod directives;
 mod embeddings;
+mod messages;
+mod native;
 mod personality;
+mod responses;
 mod stats;
 mod stream;
 #[cfg(test)]
@@ -106,6 +111,8 @@ pub fn router(cfg: MockConfig, stats: MockStats) -> Router {
         .route("/v1/chat/completions", post(chat::chat))
         .route("/v1/completions", post(chat::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/responses", post(responses::responses))
+        .route("/v1/messages", post(messages::messages))
         .route("/v1/models", get(models))
         .route("/mock/stats", get(stats_handler))
         .route("/mock/reset", post(reset))

@@ -19,6 +19,8 @@ struct Inner {
     completions: AtomicU64,
     streams: AtomicU64,
     embeddings: AtomicU64,
+    responses: AtomicU64,
+    messages: AtomicU64,
     streams_completed: AtomicU64,
     streams_closed_early: AtomicU64,
     faults: AtomicU64,
@@ -46,6 +48,12 @@ pub struct StatsSnapshot {
     /// Requests that asked for `"stream": true`.
     pub streams: u64,
     pub embeddings: u64,
+    /// Native `POST /v1/responses` requests.
+    #[serde(default)]
+    pub responses: u64,
+    /// Native `POST /v1/messages` requests.
+    #[serde(default)]
+    pub messages: u64,
     /// Streams that sent `data: [DONE]`.
     pub streams_completed: u64,
     /// Streams whose body was dropped before finishing (the peer went away).
@@ -74,6 +82,8 @@ impl MockStats {
             completions: s.completions.load(Relaxed),
             streams: s.streams.load(Relaxed),
             embeddings: s.embeddings.load(Relaxed),
+            responses: s.responses.load(Relaxed),
+            messages: s.messages.load(Relaxed),
             streams_completed: s.streams_completed.load(Relaxed),
             streams_closed_early: s.streams_closed_early.load(Relaxed),
             faults: s.faults.load(Relaxed),
@@ -96,6 +106,8 @@ impl MockStats {
             &s.completions,
             &s.streams,
             &s.embeddings,
+            &s.responses,
+            &s.messages,
             &s.streams_completed,
             &s.streams_closed_early,
             &s.faults,
@@ -131,6 +143,12 @@ impl MockStats {
     }
     pub(crate) fn embedding(&self) {
         self.0.embeddings.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn responses(&self) {
+        self.0.responses.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn messages(&self) {
+        self.0.messages.fetch_add(1, Relaxed);
     }
     pub(crate) fn stream(&self) {
         self.0.streams.fetch_add(1, Relaxed);

@@ -12,9 +12,9 @@ use crate::chat::{Kind, Plan, TOKEN};
 use crate::{aborted, pause, MockStats};
 
 /// Counts `streams_closed_early` if the body is dropped before it finished.
-struct Guard {
-    stats: MockStats,
-    finished: bool,
+pub(crate) struct Guard {
+    pub(crate) stats: MockStats,
+    pub(crate) finished: bool,
 }
 
 impl Drop for Guard {

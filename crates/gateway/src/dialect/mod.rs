@@ -1,0 +1,238 @@
+//! Three dialects at the edge, one metering core. A request in the OpenAI
+//! Responses or the Anthropic Messages dialect is read into a chat
+//! completions request — which is what is validated, estimated, held and
+//! (for a chat-only provider) sent — and its answer is written back in the
+//! client's dialect: the whole answer, or the metered chat stream event by
+//! event. A provider that speaks the dialect natively gets the original
+//! body instead (`native`), and the meter reads its native events
+//! (`native::read_event`). Either way the hold, the slices, the cut-off,
+//! the hang-up charge and the settle are the chat path's (docs/clients.md).
+
+#[cfg(test)]
+mod bench;
+pub(crate) mod messages;
+pub(crate) mod native;
+pub(crate) mod responses;
+pub(crate) mod routes;
+pub(crate) mod stream;
+
+use crate::catalog::ModelEntry;
+use crate::errors::ApiError;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+pub(crate) use domain::provider::Dialect;
+use domain::request::InvalidField;
+use serde_json::{json, Value};
+
+/// A request as received, read into the chat request the core works on.
+pub(crate) struct Inbound {
+    /// The request as chat completions.
+    pub chat: Value,
+    /// The client's own body (Responses / Messages), kept for a provider
+    /// that speaks the dialect natively.
+    pub original: Option<Value>,
+}
+
+impl Inbound {
+    pub fn read(dialect: Dialect, body: Value) -> Result<Inbound, InvalidField> {
+        let chat = match dialect {
+            Dialect::Chat => {
+                return Ok(Inbound {
+                    chat: body,
+                    original: None,
+                })
+            }
+            Dialect::Responses => responses::to_chat(&body)?,
+            Dialect::Messages => messages::to_chat(&body, true)?,
+        };
+        // The original may be sent as is: the same refusal of client-chosen
+        // upstreams and credentials as a chat body.
+        domain::request::refuse_upstream_keys(&body)?;
+        Ok(Inbound {
+            chat,
+            original: Some(body),
+        })
+    }
+}
+
+/// Whether a `dialect` request for `model` is passed through to the
+/// provider's own endpoint of that dialect: the model's provider profile
+/// lists it (`apis`). Chat always goes to chat completions, the core's own
+/// wire.
+pub(crate) fn speaks_natively(model: &ModelEntry, dialect: Dialect) -> bool {
+    dialect != Dialect::Chat && model.profile.speaks(dialect)
+}
+
+/// A native body for the provider: its model name, and the held output
+/// cap in the dialect's cap field so the provider cannot generate past the
+/// hold; a Responses request is never stored upstream either.
+pub(crate) fn rewrite_native(body: &mut Value, model: &ModelEntry, dialect: Dialect, cap: i64) {
+    body["model"] = Value::String(model.upstream_model.clone());
+    match dialect {
+        Dialect::Responses => {
+            body["max_output_tokens"] = json!(cap);
+            body["store"] = Value::Bool(false);
+        }
+        _ => body["max_tokens"] = json!(cap),
+    }
+}
+
+/// How an admitted request talks to its client and its provider.
+#[derive(Debug, Clone)]
+pub(crate) struct Edge {
+    pub dialect: Dialect,
+    /// The provider speaks `dialect` natively: the body goes through as is.
+    pub native: bool,
+    /// The model as the client named it (translated answers carry it).
+    pub model: String,
+    pub request_id: String,
+}
+
+impl Edge {
+    /// The stream events are the provider's chat chunks, translated (if
+    /// at all) after the meter.
+    pub fn translated(&self) -> bool {
+        self.dialect != Dialect::Chat && !self.native
+    }
+
+    /// The meter reads events in this dialect.
+    pub fn wire(&self) -> Dialect {
+        if self.native {
+            self.dialect
+        } else {
+            Dialect::Chat
+        }
+    }
+
+    /// A whole (non-stream) answer for the client, and the provider's usage
+    /// in it (as the settle bills it) when it reported one.
+    pub fn answer(&self, upstream: Bytes) -> (Bytes, Option<domain::usage::Reported>) {
+        if !self.translated() {
+            // Typed, so the rest of the answer is skipped, not built.
+            let usage = native::answer_usage(self.wire(), &upstream);
+            return (upstream, usage);
+        }
+        let Ok(chat) = serde_json::from_slice::<Value>(&upstream) else {
+            return (upstream, None);
+        };
+        let usage = chat
+            .get("usage")
+            .filter(|u| u.is_object())
+            .map(|u| native::reported(Dialect::Chat, u.clone()));
+        let out = match self.dialect {
+            Dialect::Responses => responses::from_chat(&chat, self),
+            _ => messages::from_chat(&chat, self),
+        };
+        (Bytes::from(out.to_string()), usage)
+    }
+}
+
+/// A refusal in the client's dialect: OpenAI's shape for chat and
+/// Responses, Anthropic's `{"type":"error","error":{type,message}}` for
+/// Messages. Status and headers (`x-tollgate-reason`, `retry-after`) are the
+/// same in every dialect.
+pub(crate) fn error_response(dialect: Dialect, mut e: ApiError) -> Response {
+    if let Some(p) = e.param.take() {
+        e.param = Some(client_field(dialect, &p).to_string());
+    }
+    if dialect != Dialect::Messages {
+        return e.into_response();
+    }
+    let status = e.http_status();
+    let message = match &e.param {
+        Some(p) if !p.is_empty() && !e.message.contains(p.as_str()) => {
+            format!("{p}: {}", e.message)
+        }
+        _ => e.message.clone(),
+    };
+    let body = json!({"type": "error", "error": {
+        "type": anthropic_error_type(status),
+        "message": message,
+        "code": e.reason.as_str(),
+    }, "request_id": e.request_id});
+    let mut r = e.into_response();
+    *r.body_mut() = axum::body::Body::from(body.to_string());
+    r.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut().remove(axum::http::header::CONTENT_LENGTH);
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r
+}
+
+/// Anthropic's error `type` for an HTTP status.
+fn anthropic_error_type(status: u16) -> &'static str {
+    match status {
+        400 | 422 => "invalid_request_error",
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        504 => "timeout_error",
+        _ => "api_error",
+    }
+}
+
+/// The client's name for a field the core names in chat terms.
+fn client_field(dialect: Dialect, chat_field: &str) -> &str {
+    match (dialect, chat_field) {
+        (Dialect::Responses, "max_tokens") => "max_output_tokens",
+        (Dialect::Responses, "messages") => "input",
+        _ => chat_field,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::reason::ReasonCode;
+    use http_body_util::BodyExt;
+
+    async fn body_of(r: Response) -> Value {
+        let b = r.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&b).unwrap()
+    }
+
+    #[tokio::test]
+    async fn messages_errors_are_anthropic_shaped_and_keep_status_and_reason() {
+        let e = ApiError::new(
+            "req_1",
+            ReasonCode::InvalidRequest,
+            "max_tokens is required",
+        )
+        .param("max_tokens");
+        let r = error_response(Dialect::Messages, e);
+        assert_eq!(r.status(), 400);
+        assert_eq!(r.headers()["x-tollgate-reason"], "invalid_request");
+        let v = body_of(r).await;
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["message"], "max_tokens is required");
+        let e = ApiError::new(
+            "req_2",
+            ReasonCode::Limit(
+                domain::limits::ScopeKind::Tenant,
+                domain::limits::LimitKind::MonthlyTokens,
+            ),
+            "budget",
+        );
+        let r = error_response(Dialect::Messages, e);
+        assert_eq!(r.status(), 402);
+        let v = body_of(r).await;
+        assert_eq!(v["error"]["type"], "billing_error");
+        assert_eq!(v["error"]["code"], "tenant_monthly_budget_exhausted");
+    }
+
+    #[tokio::test]
+    async fn responses_errors_name_the_responses_field() {
+        let e = ApiError::new("r", ReasonCode::InvalidRequest, "too many").param("max_tokens");
+        let v = body_of(error_response(Dialect::Responses, e)).await;
+        assert_eq!(v["error"]["param"], "max_output_tokens");
+        assert_eq!(v["error"]["code"], "invalid_request");
+    }
+}

@@ -1,0 +1,511 @@
+//! What the meter reads from a provider's native Responses or Messages
+//! stream (pass-through): the output text of each event, the provider's
+//! usage, and enough of the stream's identity to end it the dialect's own
+//! clean way when the gateway cuts it. Events that repeat text already
+//! counted (`*.done`, `response.completed`, `content_block_stop`) count
+//! nothing; an event the reader does not know is counted whole, as text:
+//! better to overcount than to let output through unmetered.
+
+use super::{messages, responses, Dialect, Edge};
+use crate::sse::data_of;
+use bytes::Bytes;
+use domain::tokens::TokenizerFamily;
+use domain::usage::{Count, Reported};
+use serde_json::Value;
+
+/// The provider's usage (input, output) in a whole answer or a usage
+/// event of `dialect`. Anthropic's cached input counts as input.
+pub fn usage_of(dialect: Dialect, v: &Value) -> Option<(i64, i64)> {
+    let u = match dialect {
+        Dialect::Responses if v.get("response").is_some() => &v["response"]["usage"],
+        Dialect::Messages if v.get("message").is_some() => &v["message"]["usage"],
+        _ => &v["usage"],
+    };
+    if !u.is_object() {
+        return None;
+    }
+    let n = |k: &str| u[k].as_i64().unwrap_or(0);
+    match dialect {
+        Dialect::Chat => Some((n("prompt_tokens"), n("completion_tokens"))),
+        Dialect::Responses => Some((n("input_tokens"), n("output_tokens"))),
+        Dialect::Messages => Some((
+            n("input_tokens") + n("cache_creation_input_tokens") + n("cache_read_input_tokens"),
+            n("output_tokens"),
+        )),
+    }
+}
+
+/// The provider's usage object as the settle bills it (`Reported`, read
+/// leniently so the sanity bound sees an absurd report): chat's
+/// `prompt_tokens` / `completion_tokens`, or the `input_tokens` /
+/// `output_tokens` of Responses and Messages (Anthropic's cached input
+/// counted as input).
+pub fn reported(dialect: Dialect, u: Value) -> Reported {
+    match dialect {
+        Dialect::Chat => Reported::from_json(u),
+        Dialect::Responses => Reported {
+            input: Count::of(u.get("input_tokens")),
+            output: Count::of(u.get("output_tokens")),
+            raw: u,
+        },
+        Dialect::Messages => Reported {
+            input: [
+                "input_tokens",
+                "cache_creation_input_tokens",
+                "cache_read_input_tokens",
+            ]
+            .iter()
+            .map(|k| Count::of(u.get(*k)))
+            .fold(Count::Missing, add_counts),
+            output: Count::of(u.get("output_tokens")),
+            raw: u,
+        },
+    }
+}
+
+/// Two counts added: malformed wins, missing is nothing.
+fn add_counts(a: Count, b: Count) -> Count {
+    match (a, b) {
+        (Count::Malformed, _) | (_, Count::Malformed) => Count::Malformed,
+        (Count::Missing, x) | (x, Count::Missing) => x,
+        (Count::Number(x), Count::Number(y)) => Count::Number(x.saturating_add(y)),
+    }
+}
+
+/// The `usage` of a whole answer, read without building the rest of it.
+#[derive(serde::Deserialize)]
+pub struct UsageOnly {
+    #[serde(default)]
+    pub usage: Option<Value>,
+}
+
+/// The provider's usage in a whole answer in `dialect`, if it sent one.
+pub fn answer_usage(dialect: Dialect, body: &[u8]) -> Option<Reported> {
+    let u = serde_json::from_slice::<UsageOnly>(body).ok()?.usage?;
+    u.is_object().then(|| reported(dialect, u))
+}
+
+/// What the meter learns of a native stream as it reads it.
+#[derive(Default)]
+pub struct State {
+    id: Option<String>,
+    model: Option<String>,
+    created_at: i64,
+    next_seq: u64,
+    /// Messages: the usage of `message_start` (the input; the output comes
+    /// in `message_delta`, the provider's usage only then).
+    start_usage: Option<serde_json::Map<String, Value>>,
+    open_block: Option<usize>,
+    /// Responses: the response's output items as they were built.
+    output: Vec<Value>,
+}
+
+const RESPONSES_SILENT: &[&str] = &[
+    "response.created",
+    "response.in_progress",
+    "response.queued",
+    "response.output_item.added",
+    "response.output_item.done",
+    "response.content_part.added",
+    "response.content_part.done",
+    "response.output_text.done",
+    "response.output_text.annotation.added",
+    "response.function_call_arguments.done",
+    "response.reasoning_summary_part.added",
+    "response.reasoning_summary_part.done",
+    "response.reasoning_summary_text.done",
+    "response.reasoning_text.done",
+    "response.refusal.done",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "error",
+];
+
+const MESSAGES_SILENT: &[&str] = &[
+    "message_start",
+    "content_block_start",
+    "content_block_stop",
+    "message_delta",
+    "message_stop",
+    "ping",
+    "error",
+];
+
+/// Output tokens in one native event; the provider's usage is set when the
+/// event carries the final count.
+pub fn read_event(
+    dialect: Dialect,
+    ev: &[u8],
+    family: TokenizerFamily,
+    st: &mut State,
+    usage: &mut Option<Reported>,
+) -> i64 {
+    let Some(data) = data_of(ev) else { return 0 };
+    if data == b"[DONE]" {
+        return 0;
+    }
+    let single = ev.windows(5).filter(|w| *w == b"data:").count() == 1;
+    let Some(v) = serde_json::from_slice::<Value>(data)
+        .ok()
+        .filter(|_| single)
+    else {
+        return family.count(&String::from_utf8_lossy(ev)) as i64;
+    };
+    let ty = v["type"].as_str().unwrap_or("");
+    let text = match dialect {
+        Dialect::Responses => responses_event(ty, &v, st, usage),
+        _ => messages_event(ty, &v, st, usage),
+    };
+    match text {
+        Some(t) => family.count(t) as i64,
+        None => family.count(&String::from_utf8_lossy(ev)) as i64,
+    }
+}
+
+/// The generated text of a Responses event: `Some("")` for an event that
+/// generates nothing, None for one not known.
+fn responses_event<'a>(
+    ty: &str,
+    v: &'a Value,
+    st: &mut State,
+    usage: &mut Option<Reported>,
+) -> Option<&'a str> {
+    if let Some(n) = v["sequence_number"].as_u64() {
+        st.next_seq = n + 1;
+    }
+    match ty {
+        "response.created" => {
+            let r = &v["response"];
+            st.id = r["id"].as_str().map(str::to_string);
+            st.model = r["model"].as_str().map(str::to_string);
+            st.created_at = r["created_at"].as_i64().unwrap_or(0);
+        }
+        "response.output_item.added" | "response.output_item.done" => {
+            let i = v["output_index"].as_u64().unwrap_or(0) as usize;
+            if st.output.len() <= i {
+                st.output.resize(i + 1, Value::Null);
+            }
+            st.output[i] = v["item"].clone();
+        }
+        "response.completed" | "response.incomplete" | "response.failed" => {
+            if let Some(u) = v["response"]["usage"].as_object() {
+                *usage = Some(reported(Dialect::Responses, Value::Object(u.clone())));
+            }
+        }
+        _ => {}
+    }
+    if RESPONSES_SILENT.contains(&ty) {
+        return Some("");
+    }
+    match ty {
+        "response.output_text.delta"
+        | "response.refusal.delta"
+        | "response.function_call_arguments.delta"
+        | "response.reasoning_text.delta"
+        | "response.reasoning_summary_text.delta" => {
+            let d = v["delta"].as_str();
+            if ty == "response.output_text.delta" {
+                add_text(st, v, d.unwrap_or(""));
+            } else if ty == "response.function_call_arguments.delta" {
+                let i = v["output_index"].as_u64().unwrap_or(0) as usize;
+                if let Some(item) = st.output.get_mut(i) {
+                    let a = format!(
+                        "{}{}",
+                        item["arguments"].as_str().unwrap_or(""),
+                        d.unwrap_or("")
+                    );
+                    item["arguments"] = Value::String(a);
+                }
+            }
+            d
+        }
+        _ => None,
+    }
+}
+
+/// Keeps the text an item received, for the response a cut ends with.
+fn add_text(st: &mut State, v: &Value, d: &str) {
+    let i = v["output_index"].as_u64().unwrap_or(0) as usize;
+    let Some(item) = st.output.get_mut(i) else {
+        return;
+    };
+    if !item["content"].is_array() {
+        item["content"] = serde_json::json!([]);
+    }
+    let c = item["content"].as_array_mut().expect("array");
+    let j = v["content_index"].as_u64().unwrap_or(0) as usize;
+    while c.len() <= j {
+        c.push(serde_json::json!({"type": "output_text", "text": "", "annotations": []}));
+    }
+    let t = format!("{}{d}", c[j]["text"].as_str().unwrap_or(""));
+    c[j]["text"] = Value::String(t);
+}
+
+fn messages_event<'a>(
+    ty: &str,
+    v: &'a Value,
+    st: &mut State,
+    usage: &mut Option<Reported>,
+) -> Option<&'a str> {
+    match ty {
+        "message_start" => {
+            st.start_usage = v["message"]["usage"].as_object().cloned();
+            st.id = v["message"]["id"].as_str().map(str::to_string);
+        }
+        "content_block_start" => st.open_block = v["index"].as_u64().map(|i| i as usize),
+        "content_block_stop" => st.open_block = None,
+        "message_delta" => {
+            // The final count: message_start's usage (the input) with the
+            // delta's own fields over it.
+            if let Some(d) = v["usage"]
+                .as_object()
+                .filter(|d| d.contains_key("output_tokens"))
+            {
+                let mut u = st.start_usage.clone().unwrap_or_default();
+                u.extend(d.iter().map(|(k, x)| (k.clone(), x.clone())));
+                *usage = Some(reported(Dialect::Messages, Value::Object(u)));
+            }
+        }
+        _ => {}
+    }
+    if MESSAGES_SILENT.contains(&ty) {
+        return Some("");
+    }
+    if ty != "content_block_delta" {
+        return None;
+    }
+    let d = &v["delta"];
+    match d["type"].as_str() {
+        Some("text_delta") => d["text"].as_str(),
+        Some("input_json_delta") => d["partial_json"].as_str(),
+        Some("thinking_delta") => d["thinking"].as_str(),
+        // An opaque signature of the thinking already counted.
+        Some("signature_delta") => Some(""),
+        _ => None,
+    }
+}
+
+/// The clean ending of a native stream the gateway cut: Responses
+/// `response.incomplete` (with the items so far closed), Messages the open
+/// block closed, `message_delta` (`max_tokens`) and `message_stop`.
+pub fn cut_events(
+    dialect: Dialect,
+    st: &State,
+    edge: &Edge,
+    reason: &str,
+    usage: (i64, i64),
+) -> Bytes {
+    let text = match dialect {
+        Dialect::Messages => {
+            let mut o = messages::Out::new(edge, usage.0);
+            o.continue_from(st.open_block);
+            o.usage = Some(usage);
+            o.cut_reason = Some(reason.to_string());
+            o.finish_events();
+            o.take_events()
+        }
+        _ => {
+            let mut o = responses::Out::new(edge, st.created_at);
+            o.continue_from(
+                st.id.as_deref(),
+                st.model.as_deref(),
+                st.created_at,
+                st.next_seq,
+            );
+            o.output = st.output.iter().filter(|i| !i.is_null()).cloned().collect();
+            for item in &mut o.output {
+                item["status"] = Value::String("incomplete".into());
+            }
+            o.usage = Some(usage);
+            o.cut_reason = Some(reason.to_string());
+            o.finish_events();
+            o.take_events()
+        }
+    };
+    Bytes::from(text)
+}
+
+/// The ending of a native stream whose provider broke off.
+pub fn broken_events(dialect: Dialect, st: &State, edge: &Edge, msg: &str) -> Bytes {
+    let text = match dialect {
+        Dialect::Messages => {
+            let mut o = messages::Out::new(edge, 0);
+            o.continue_from(None);
+            o.failed = Some(msg.into());
+            o.finish_events();
+            o.take_events()
+        }
+        _ => {
+            let mut o = responses::Out::new(edge, st.created_at);
+            o.continue_from(
+                st.id.as_deref(),
+                st.model.as_deref(),
+                st.created_at,
+                st.next_seq,
+            );
+            o.failed = Some(msg.into());
+            o.finish_events();
+            o.take_events()
+        }
+    };
+    Bytes::from(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(ty: &str, v: Value) -> Vec<u8> {
+        let mut v = v;
+        v["type"] = json!(ty);
+        format!("event: {ty}\ndata: {v}\n\n").into_bytes()
+    }
+
+    #[test]
+    fn whole_answers_give_their_usage_in_every_dialect() {
+        let read = |d: Dialect, s: &str| {
+            answer_usage(d, s.as_bytes()).map(|r| match (r.input, r.output) {
+                (Count::Number(i), Count::Number(o)) => (i as i64, o as i64),
+                other => panic!("{other:?}"),
+            })
+        };
+        assert_eq!(
+            read(
+                Dialect::Chat,
+                r#"{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#
+            ),
+            Some((3, 4))
+        );
+        assert_eq!(
+            read(
+                Dialect::Responses,
+                r#"{"usage":{"input_tokens":3,"input_tokens_details":{"cached_tokens":1},"output_tokens":4}}"#
+            ),
+            Some((3, 4))
+        );
+        assert_eq!(
+            read(
+                Dialect::Messages,
+                r#"{"usage":{"input_tokens":3,"cache_read_input_tokens":10,"cache_creation_input_tokens":null,"output_tokens":4}}"#
+            ),
+            Some((13, 4))
+        );
+        // An absurd count is kept for the sanity bound, not dropped.
+        let r = answer_usage(
+            Dialect::Messages,
+            br#"{"usage":{"input_tokens":"lots","output_tokens":4}}"#,
+        )
+        .unwrap();
+        assert_eq!(r.input, Count::Malformed);
+        assert_eq!(read(Dialect::Chat, r#"{"id":"x"}"#), None);
+    }
+
+    #[test]
+    fn messages_deltas_count_and_usage_comes_at_the_end() {
+        let f = TokenizerFamily::O200k;
+        let (mut st, mut u) = (State::default(), None);
+        let start = ev(
+            "message_start",
+            json!({"message": {"id": "msg_1", "usage": {"input_tokens": 12, "output_tokens": 1}}}),
+        );
+        assert_eq!(read_event(Dialect::Messages, &start, f, &mut st, &mut u), 0);
+        assert_eq!(u, None, "message_start's output is not the final count");
+        let b = ev(
+            "content_block_start",
+            json!({"index": 0, "content_block": {"type": "text", "text": ""}}),
+        );
+        read_event(Dialect::Messages, &b, f, &mut st, &mut u);
+        let d = ev(
+            "content_block_delta",
+            json!({"index": 0, "delta": {"type": "text_delta", "text": " hello hello"}}),
+        );
+        assert_eq!(read_event(Dialect::Messages, &d, f, &mut st, &mut u), 2);
+        let t = ev(
+            "content_block_delta",
+            json!({"index": 0, "delta": {"type": "input_json_delta", "partial_json": " hello"}}),
+        );
+        assert_eq!(read_event(Dialect::Messages, &t, f, &mut st, &mut u), 1);
+        let odd = ev(
+            "content_block_delta",
+            json!({"index": 0, "delta": {"type": "new_delta", "x": " hello"}}),
+        );
+        assert!(
+            read_event(Dialect::Messages, &odd, f, &mut st, &mut u) > 1,
+            "unknown deltas count whole"
+        );
+        let md = ev(
+            "message_delta",
+            json!({"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}),
+        );
+        assert_eq!(read_event(Dialect::Messages, &md, f, &mut st, &mut u), 0);
+        let u = u.unwrap();
+        assert_eq!((u.input, u.output), (Count::Number(12), Count::Number(3)));
+    }
+
+    #[test]
+    fn responses_deltas_count_and_done_events_do_not() {
+        let f = TokenizerFamily::O200k;
+        let (mut st, mut u) = (State::default(), None);
+        let c = ev(
+            "response.created",
+            json!({"sequence_number": 0, "response": {"id": "resp_9", "model": "m", "created_at": 3}}),
+        );
+        read_event(Dialect::Responses, &c, f, &mut st, &mut u);
+        let a = ev(
+            "response.output_item.added",
+            json!({"sequence_number": 1, "output_index": 0, "item": {"type": "message", "content": []}}),
+        );
+        read_event(Dialect::Responses, &a, f, &mut st, &mut u);
+        let d = ev(
+            "response.output_text.delta",
+            json!({"sequence_number": 2, "output_index": 0, "content_index": 0, "delta": " hello"}),
+        );
+        assert_eq!(read_event(Dialect::Responses, &d, f, &mut st, &mut u), 1);
+        let done = ev(
+            "response.output_text.done",
+            json!({"sequence_number": 3, "text": " hello hello hello"}),
+        );
+        assert_eq!(read_event(Dialect::Responses, &done, f, &mut st, &mut u), 0);
+        let odd = ev("response.future_thing.delta", json!({"delta": " hello"}));
+        assert!(read_event(Dialect::Responses, &odd, f, &mut st, &mut u) > 1);
+        let edge = Edge {
+            dialect: Dialect::Responses,
+            native: true,
+            model: "x".into(),
+            request_id: "req_2".into(),
+        };
+        let cut = String::from_utf8(
+            cut_events(
+                Dialect::Responses,
+                &st,
+                &edge,
+                "tenant_monthly_budget_exhausted",
+                (4, 1),
+            )
+            .to_vec(),
+        )
+        .unwrap();
+        let last = cut.trim_end().rsplit("\n\n").next().unwrap();
+        assert!(last.starts_with("event: response.incomplete\n"), "{cut}");
+        let data: Value = serde_json::from_str(last.split_once("data: ").unwrap().1).unwrap();
+        assert_eq!(data["response"]["id"], "resp_9");
+        assert_eq!(data["sequence_number"], 4);
+        assert_eq!(
+            data["response"]["output"][0]["content"][0]["text"],
+            " hello"
+        );
+        assert_eq!(
+            data["response"]["incomplete_details"]["reason"],
+            "max_output_tokens"
+        );
+        let c = ev(
+            "response.completed",
+            json!({"response": {"usage": {"input_tokens": 5, "output_tokens": 2}}}),
+        );
+        read_event(Dialect::Responses, &c, f, &mut st, &mut u);
+        let u = u.unwrap();
+        assert_eq!((u.input, u.output), (Count::Number(5), Count::Number(2)));
+    }
+}

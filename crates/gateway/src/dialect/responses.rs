@@ -1,0 +1,789 @@
+//! The OpenAI Responses dialect (`POST /v1/responses`): a request read into
+//! chat completions, a chat answer written back as a Response object, and
+//! the Response object and events themselves (`Out`), built the same way
+//! for a translated stream and for the end of a native one the gateway cut.
+//! Stateless: `previous_response_id`, `conversation`, `background` and
+//! `store: true` are refused, naming the field.
+
+use super::Edge;
+use domain::request::InvalidField;
+use serde_json::{json, Map, Value};
+
+fn bad(param: impl Into<String>, message: impl Into<String>) -> InvalidField {
+    InvalidField {
+        param: param.into(),
+        message: message.into(),
+    }
+}
+
+/// Fields a stateless gateway cannot honour.
+const STATEFUL: &[(&str, &str)] = &[
+    (
+        "previous_response_id",
+        "responses are not stored: send the whole conversation in input",
+    ),
+    (
+        "conversation",
+        "conversations are not stored: send the whole conversation in input",
+    ),
+    ("background", "background responses are not supported"),
+    ("prompt", "stored prompt templates are not supported"),
+];
+
+/// The chat completions request a Responses request asks for.
+pub fn to_chat(body: &Value) -> Result<Value, InvalidField> {
+    let obj = body
+        .as_object()
+        .ok_or_else(|| bad("", "request body must be a JSON object"))?;
+    for (field, why) in STATEFUL {
+        if obj
+            .get(*field)
+            .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
+        {
+            return Err(bad(*field, format!("{field} is not supported: {why}")));
+        }
+    }
+    if obj.get("store") == Some(&Value::Bool(true)) {
+        return Err(bad(
+            "store",
+            "store: true is not supported: responses are not stored (send store: false or omit it)",
+        ));
+    }
+    let mut chat = Map::new();
+    if let Some(m) = obj.get("model") {
+        chat.insert("model".into(), m.clone());
+    }
+    let mut messages = Vec::new();
+    match obj.get("instructions") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => messages.push(json!({"role": "system", "content": s})),
+        Some(_) => return Err(bad("instructions", "instructions must be a string")),
+    }
+    match obj.get("input") {
+        Some(Value::String(s)) => messages.push(json!({"role": "user", "content": s})),
+        Some(Value::Array(items)) if !items.is_empty() => {
+            for (i, item) in items.iter().enumerate() {
+                input_item(item, i, &mut messages)?;
+            }
+        }
+        _ => {
+            return Err(bad(
+                "input",
+                "input must be a string or a non-empty array of input items",
+            ))
+        }
+    }
+    chat.insert("messages".into(), Value::Array(messages));
+    match obj.get("max_output_tokens") {
+        None | Some(Value::Null) => {}
+        Some(v) => match v.as_i64() {
+            Some(n) if (1..=1_000_000).contains(&n) => {
+                chat.insert("max_tokens".into(), json!(n));
+            }
+            _ => {
+                return Err(bad(
+                    "max_output_tokens",
+                    "max_output_tokens must be an integer from 1 to 1000000",
+                ))
+            }
+        },
+    }
+    for f in [
+        "temperature",
+        "top_p",
+        "parallel_tool_calls",
+        "user",
+        "stream",
+    ] {
+        if let Some(v) = obj.get(f).filter(|v| !v.is_null()) {
+            chat.insert(f.into(), v.clone());
+        }
+    }
+    if obj.get("stream") == Some(&Value::Bool(true)) {
+        chat.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    if let Some(e) = obj.get("reasoning").and_then(|r| r.get("effort")) {
+        chat.insert("reasoning_effort".into(), e.clone());
+    }
+    if let Some(tools) = obj.get("tools").filter(|v| !v.is_null()) {
+        chat.insert("tools".into(), tools_to_chat(tools)?);
+    }
+    if let Some(tc) = obj.get("tool_choice").filter(|v| !v.is_null()) {
+        chat.insert("tool_choice".into(), tool_choice_to_chat(tc)?);
+    }
+    if let Some(format) = obj.get("text").and_then(|t| t.get("format")) {
+        match format["type"].as_str() {
+            Some("text") | None => {}
+            Some("json_object") => {
+                chat.insert("response_format".into(), json!({"type": "json_object"}));
+            }
+            Some("json_schema") => {
+                let mut schema = format.clone();
+                if let Some(o) = schema.as_object_mut() {
+                    o.remove("type");
+                }
+                chat.insert(
+                    "response_format".into(),
+                    json!({"type": "json_schema", "json_schema": schema}),
+                );
+            }
+            Some(other) => {
+                return Err(bad(
+                    "text.format.type",
+                    format!("text format {other:?} is not supported"),
+                ))
+            }
+        }
+    }
+    Ok(Value::Object(chat))
+}
+
+/// One input item: a message, a function call the model made earlier, or
+/// a function call's output.
+fn input_item(item: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), InvalidField> {
+    let kind = item.get("type").and_then(Value::as_str);
+    match kind {
+        None | Some("message") => {
+            let role = item.get("role").and_then(Value::as_str);
+            let role = match role {
+                Some(r @ ("user" | "assistant" | "system" | "developer")) => r,
+                _ => {
+                    return Err(bad(
+                        format!("input[{i}].role"),
+                        "role must be one of user, assistant, system, developer",
+                    ))
+                }
+            };
+            let content = match item.get("content") {
+                Some(Value::String(s)) => Value::String(s.clone()),
+                Some(Value::Array(parts)) => {
+                    let mut chat_parts = Vec::new();
+                    for (j, p) in parts.iter().enumerate() {
+                        chat_parts.push(content_part(p, &format!("input[{i}].content[{j}]"))?);
+                    }
+                    if role == "assistant" {
+                        // Chat assistant messages take text only.
+                        Value::String(
+                            chat_parts
+                                .iter()
+                                .filter_map(|p| p["text"].as_str())
+                                .collect(),
+                        )
+                    } else {
+                        Value::Array(chat_parts)
+                    }
+                }
+                _ => {
+                    return Err(bad(
+                        format!("input[{i}].content"),
+                        "content must be a string or an array of content parts",
+                    ))
+                }
+            };
+            // Most chat providers know `system`, not OpenAI's `developer`.
+            let role = if role == "developer" { "system" } else { role };
+            out.push(json!({"role": role, "content": content}));
+        }
+        Some("function_call") => {
+            let (Some(call_id), Some(name)) = (
+                item.get("call_id").and_then(Value::as_str),
+                item.get("name").and_then(Value::as_str),
+            ) else {
+                return Err(bad(
+                    format!("input[{i}].call_id"),
+                    "a function_call item needs call_id and name",
+                ));
+            };
+            let args = item
+                .get("arguments")
+                .and_then(Value::as_str)
+                .unwrap_or("{}");
+            let call = json!({"id": call_id, "type": "function",
+                "function": {"name": name, "arguments": args}});
+            // Consecutive calls are one assistant turn.
+            match out.last_mut() {
+                Some(last) if last["role"] == "assistant" && last.get("tool_calls").is_some() => {
+                    last["tool_calls"].as_array_mut().expect("array").push(call);
+                }
+                _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+            }
+        }
+        Some("function_call_output") => {
+            let Some(call_id) = item.get("call_id").and_then(Value::as_str) else {
+                return Err(bad(
+                    format!("input[{i}].call_id"),
+                    "a function_call_output item needs call_id",
+                ));
+            };
+            let output = match item.get("output") {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .collect(),
+                _ => return Err(bad(format!("input[{i}].output"), "output must be a string")),
+            };
+            out.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
+        }
+        // The model's earlier reasoning: nothing a chat provider can take.
+        Some("reasoning") => {}
+        Some(other) => {
+            return Err(bad(
+                format!("input[{i}].type"),
+                format!("input item type {other:?} is not supported"),
+            ))
+        }
+    }
+    Ok(())
+}
+
+fn content_part(p: &Value, at: &str) -> Result<Value, InvalidField> {
+    match p.get("type").and_then(Value::as_str) {
+        Some("input_text" | "output_text" | "text" | "refusal") => {
+            let text = p
+                .get("text")
+                .or_else(|| p.get("refusal"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad(format!("{at}.text"), "text must be a string"))?;
+            Ok(json!({"type": "text", "text": text}))
+        }
+        Some("input_image") => {
+            let url = p
+                .get("image_url")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad(format!("{at}.image_url"), "image_url must be a string"))?;
+            let mut img = json!({"url": url});
+            if let Some(d) = p.get("detail") {
+                img["detail"] = d.clone();
+            }
+            Ok(json!({"type": "image_url", "image_url": img}))
+        }
+        _ => Err(bad(
+            format!("{at}.type"),
+            "content part type must be input_text, output_text or input_image",
+        )),
+    }
+}
+
+/// Tools the provider itself runs (OpenAI's hosted tools): a chat provider
+/// has none of them, so a translated request goes without them.
+const HOSTED_TOOLS: &[&str] = &[
+    "web_search",
+    "web_search_preview",
+    "file_search",
+    "code_interpreter",
+    "image_generation",
+    "computer_use_preview",
+    "mcp",
+    "local_shell",
+];
+
+fn tools_to_chat(tools: &Value) -> Result<Value, InvalidField> {
+    let Some(list) = tools.as_array() else {
+        return Err(bad("tools", "tools must be an array"));
+    };
+    let mut out = Vec::new();
+    function_tools(list, "tools", &mut out)?;
+    Ok(Value::Array(out))
+}
+
+/// Function tools as chat tools; a `namespace` (Codex groups tools so)
+/// gives its functions; hosted tools are left out; anything else is refused.
+fn function_tools(list: &[Value], at: &str, out: &mut Vec<Value>) -> Result<(), InvalidField> {
+    for (i, t) in list.iter().enumerate() {
+        match t.get("type").and_then(Value::as_str) {
+            Some("function") => {}
+            Some("namespace") => {
+                let inner = t
+                    .get("tools")
+                    .and_then(Value::as_array)
+                    .map_or(&[][..], Vec::as_slice);
+                function_tools(inner, &format!("{at}[{i}].tools"), out)?;
+                continue;
+            }
+            Some(h) if HOSTED_TOOLS.contains(&h) || h.starts_with("web_search") => continue,
+            _ => {
+                return Err(bad(
+                    format!("{at}[{i}].type"),
+                    "tool type must be function (or a hosted tool, which is left out)",
+                ))
+            }
+        }
+        let Some(name) = t.get("name").and_then(Value::as_str) else {
+            return Err(bad(
+                format!("{at}[{i}].name"),
+                "a function tool needs a name",
+            ));
+        };
+        let mut f = json!({"name": name});
+        for k in ["description", "parameters", "strict"] {
+            if let Some(v) = t.get(k).filter(|v| !v.is_null()) {
+                f[k] = v.clone();
+            }
+        }
+        out.push(json!({"type": "function", "function": f}));
+    }
+    Ok(())
+}
+
+fn tool_choice_to_chat(tc: &Value) -> Result<Value, InvalidField> {
+    match tc {
+        Value::String(s) if ["auto", "none", "required"].contains(&s.as_str()) => Ok(tc.clone()),
+        Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("function") => {
+            let name = o.get("name").and_then(Value::as_str).unwrap_or_default();
+            Ok(json!({"type": "function", "function": {"name": name}}))
+        }
+        _ => Err(bad(
+            "tool_choice",
+            "tool_choice must be auto, none, required or a function",
+        )),
+    }
+}
+
+/// A chat completion answer as a Response object.
+pub fn from_chat(chat: &Value, edge: &Edge) -> Value {
+    let mut out = Out::new(edge, chat["created"].as_i64().unwrap_or(0));
+    let choice = &chat["choices"][0];
+    let msg = &choice["message"];
+    if let Some(text) = msg["content"].as_str().filter(|t| !t.is_empty()) {
+        out.text_delta(text);
+    }
+    for (i, call) in msg["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        out.tool_delta(i as i64, call);
+    }
+    out.close_items();
+    out.finish = choice["finish_reason"].as_str().map(str::to_string);
+    out.usage = super::native::usage_of(super::Dialect::Chat, chat);
+    out.response(out.status())
+}
+
+/// A Response being written: its items, usage and ending, and the events
+/// announcing each change (with their sequence numbers).
+pub struct Out {
+    id: String,
+    model: String,
+    created_at: i64,
+    seq: u64,
+    pub output: Vec<Value>,
+    /// Output index of the message item still receiving text.
+    open_text: Option<usize>,
+    /// Chat tool-call index → output index, for calls still open.
+    open_calls: Vec<(i64, usize)>,
+    pub usage: Option<(i64, i64)>,
+    pub finish: Option<String>,
+    /// The stream broke: the response failed.
+    pub failed: Option<String>,
+    /// The gateway stopped the stream: the reason code.
+    pub cut_reason: Option<String>,
+    events: String,
+}
+
+impl Out {
+    pub fn new(edge: &Edge, created_at: i64) -> Out {
+        let suffix = edge
+            .request_id
+            .strip_prefix("req_")
+            .unwrap_or(&edge.request_id);
+        Out {
+            id: format!("resp_{suffix}"),
+            model: edge.model.clone(),
+            created_at,
+            seq: 0,
+            output: Vec::new(),
+            open_text: None,
+            open_calls: Vec::new(),
+            usage: None,
+            finish: None,
+            failed: None,
+            cut_reason: None,
+            events: String::new(),
+        }
+    }
+
+    /// Takes up the identity and sequence of a provider's own stream (a
+    /// native stream the gateway ends).
+    pub fn continue_from(
+        &mut self,
+        id: Option<&str>,
+        model: Option<&str>,
+        created: i64,
+        next_seq: u64,
+    ) {
+        if let Some(id) = id {
+            self.id = id.to_string();
+        }
+        if let Some(m) = model {
+            self.model = m.to_string();
+        }
+        self.created_at = created;
+        self.seq = next_seq;
+    }
+
+    /// The events written since the last call.
+    pub fn take_events(&mut self) -> String {
+        std::mem::take(&mut self.events)
+    }
+
+    fn event(&mut self, ty: &str, mut data: Value) {
+        data["type"] = json!(ty);
+        data["sequence_number"] = json!(self.seq);
+        self.seq += 1;
+        self.events
+            .push_str(&format!("event: {ty}\ndata: {data}\n\n"));
+    }
+
+    pub fn start(&mut self) {
+        let r = self.response("in_progress");
+        self.event("response.created", json!({"response": r}));
+        let r = self.response("in_progress");
+        self.event("response.in_progress", json!({"response": r}));
+    }
+
+    fn item_id(&self, prefix: &str) -> String {
+        let base = self.id.strip_prefix("resp_").unwrap_or(&self.id);
+        format!("{prefix}_{base}_{}", self.output.len())
+    }
+
+    pub fn text_delta(&mut self, text: &str) {
+        let idx = match self.open_text {
+            Some(i) => i,
+            None => {
+                let item = json!({"id": self.item_id("msg"), "type": "message", "status": "in_progress",
+                    "role": "assistant", "content": []});
+                self.output.push(item.clone());
+                let i = self.output.len() - 1;
+                self.open_text = Some(i);
+                self.event(
+                    "response.output_item.added",
+                    json!({"output_index": i, "item": item}),
+                );
+                let part =
+                    json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []});
+                self.output[i]["content"] = json!([part.clone()]);
+                let item_id = self.output[i]["id"].clone();
+                self.event("response.content_part.added",
+                    json!({"item_id": item_id, "output_index": i, "content_index": 0, "part": part}));
+                i
+            }
+        };
+        let item_id = self.output[idx]["id"].clone();
+        let t = &mut self.output[idx]["content"][0]["text"];
+        *t = json!(format!("{}{text}", t.as_str().unwrap_or("")));
+        self.event(
+            "response.output_text.delta",
+            json!({"item_id": item_id, "output_index": idx,
+            "content_index": 0, "delta": text, "logprobs": []}),
+        );
+    }
+
+    /// A chat tool-call delta (`{index?, id?, function: {name?, arguments?}}`)
+    /// at chat index `index`.
+    pub fn tool_delta(&mut self, index: i64, call: &Value) {
+        let pos = self
+            .open_calls
+            .iter()
+            .find(|(c, _)| *c == index)
+            .map(|(_, o)| *o);
+        let idx = match pos {
+            Some(o) => o,
+            None => {
+                self.close_text();
+                let call_id = call["id"]
+                    .as_str()
+                    .map_or_else(|| self.item_id("call"), str::to_string);
+                let item = json!({"id": self.item_id("fc"), "type": "function_call", "status": "in_progress",
+                    "call_id": call_id, "name": call["function"]["name"].as_str().unwrap_or(""),
+                    "arguments": ""});
+                self.output.push(item.clone());
+                let o = self.output.len() - 1;
+                self.open_calls.push((index, o));
+                self.event(
+                    "response.output_item.added",
+                    json!({"output_index": o, "item": item}),
+                );
+                o
+            }
+        };
+        if let Some(args) = call["function"]["arguments"]
+            .as_str()
+            .filter(|a| !a.is_empty())
+        {
+            let item_id = self.output[idx]["id"].clone();
+            let a = &mut self.output[idx]["arguments"];
+            *a = json!(format!("{}{args}", a.as_str().unwrap_or("")));
+            self.event(
+                "response.function_call_arguments.delta",
+                json!({"item_id": item_id, "output_index": idx, "delta": args}),
+            );
+        }
+    }
+
+    fn close_text(&mut self) {
+        let Some(i) = self.open_text.take() else {
+            return;
+        };
+        let item_id = self.output[i]["id"].clone();
+        let part = self.output[i]["content"][0].clone();
+        self.event(
+            "response.output_text.done",
+            json!({"item_id": item_id, "output_index": i,
+            "content_index": 0, "text": part["text"], "logprobs": []}),
+        );
+        self.event(
+            "response.content_part.done",
+            json!({"item_id": item_id, "output_index": i, "content_index": 0, "part": part}),
+        );
+        self.output[i]["status"] = json!("completed");
+        let item = self.output[i].clone();
+        self.event(
+            "response.output_item.done",
+            json!({"output_index": i, "item": item}),
+        );
+    }
+
+    pub fn close_items(&mut self) {
+        self.close_text();
+        for (_, o) in std::mem::take(&mut self.open_calls) {
+            let item_id = self.output[o]["id"].clone();
+            let args = self.output[o]["arguments"].clone();
+            let name = self.output[o]["name"].clone();
+            self.event(
+                "response.function_call_arguments.done",
+                json!({"item_id": item_id, "output_index": o, "arguments": args, "name": name}),
+            );
+            self.output[o]["status"] = json!("completed");
+            let item = self.output[o].clone();
+            self.event(
+                "response.output_item.done",
+                json!({"output_index": o, "item": item}),
+            );
+        }
+    }
+
+    /// `completed`, or `incomplete` when the output ran into its cap (the
+    /// provider's, or the budget's), or `failed`.
+    pub fn status(&self) -> &'static str {
+        if self.failed.is_some() {
+            "failed"
+        } else if matches!(self.finish.as_deref(), Some("length" | "content_filter"))
+            || self.cut_reason.is_some()
+        {
+            "incomplete"
+        } else {
+            "completed"
+        }
+    }
+
+    /// The closing event: `response.completed`, `response.incomplete`
+    /// (reason `max_output_tokens`) or `response.failed`.
+    pub fn finish_events(&mut self) {
+        self.close_items();
+        let status = self.status();
+        let r = self.response(status);
+        self.event(&format!("response.{status}"), json!({"response": r}));
+    }
+
+    pub fn response(&self, status: &str) -> Value {
+        let usage = self.usage.map(|(i, o)| {
+            json!({"input_tokens": i, "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": o, "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": i + o})
+        });
+        let incomplete = (status == "incomplete").then(|| {
+            let reason = if self.finish.as_deref() == Some("content_filter") {
+                "content_filter"
+            } else {
+                "max_output_tokens"
+            };
+            json!({"reason": reason})
+        });
+        let error = self
+            .failed
+            .as_ref()
+            .map(|m| json!({"code": "server_error", "message": m}));
+        let mut r = json!({
+            "id": self.id, "object": "response", "created_at": self.created_at,
+            "status": status, "model": self.model, "output": self.output,
+            "usage": usage, "incomplete_details": incomplete, "error": error,
+            "parallel_tool_calls": true, "tool_choice": "auto", "tools": [],
+            "text": {"format": {"type": "text"}}, "store": false, "metadata": {},
+        });
+        if let Some(reason) = &self.cut_reason {
+            r["tollgate_reason"] = json!(reason);
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edge() -> Edge {
+        Edge {
+            dialect: super::super::Dialect::Responses,
+            native: false,
+            model: "m".into(),
+            request_id: "req_abc".into(),
+        }
+    }
+
+    #[test]
+    fn a_string_input_with_instructions_becomes_two_messages() {
+        let c = to_chat(
+            &json!({"model": "m", "input": "hi", "instructions": "be brief",
+            "max_output_tokens": 50, "stream": true}),
+        )
+        .unwrap();
+        assert_eq!(
+            c["messages"][0],
+            json!({"role": "system", "content": "be brief"})
+        );
+        assert_eq!(c["messages"][1], json!({"role": "user", "content": "hi"}));
+        assert_eq!(c["max_tokens"], 50);
+        assert_eq!(c["stream_options"]["include_usage"], true);
+        assert!(domain::request::validate(domain::request::Endpoint::ChatCompletions, &c).is_ok());
+    }
+
+    #[test]
+    fn function_calls_and_outputs_become_tool_messages() {
+        let c = to_chat(&json!({"model": "m", "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "weather?"}]},
+            {"type": "function_call", "call_id": "c1", "name": "get", "arguments": "{\"q\":1}"},
+            {"type": "function_call", "call_id": "c2", "name": "get", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        ], "tools": [{"type": "function", "name": "get", "parameters": {"type": "object"}}],
+           "tool_choice": {"type": "function", "name": "get"}}))
+        .unwrap();
+        let m = c["messages"].as_array().unwrap();
+        assert_eq!(m.len(), 3);
+        assert_eq!(
+            m[0]["content"][0],
+            json!({"type": "text", "text": "weather?"})
+        );
+        assert_eq!(m[1]["tool_calls"].as_array().unwrap().len(), 2);
+        assert_eq!(m[1]["tool_calls"][0]["function"]["arguments"], "{\"q\":1}");
+        assert_eq!(
+            m[2],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "sunny"})
+        );
+        assert_eq!(c["tools"][0]["function"]["name"], "get");
+        assert_eq!(c["tool_choice"]["function"]["name"], "get");
+    }
+
+    #[test]
+    fn stateful_and_unsupported_fields_are_refused_by_name() {
+        for (body, param) in [
+            (
+                json!({"model": "m", "input": "x", "previous_response_id": "resp_1"}),
+                "previous_response_id",
+            ),
+            (json!({"model": "m", "input": "x", "store": true}), "store"),
+            (
+                json!({"model": "m", "input": "x", "background": true}),
+                "background",
+            ),
+            (json!({"model": "m"}), "input"),
+            (
+                json!({"model": "m", "input": "x", "max_output_tokens": 0}),
+                "max_output_tokens",
+            ),
+            (
+                json!({"model": "m", "input": [{"role": "boss", "content": "x"}]}),
+                "input[0].role",
+            ),
+            (
+                json!({"model": "m", "input": "x", "tools": [{"type": "teleport"}]}),
+                "tools[0].type",
+            ),
+            (
+                json!({"model": "m", "input": [{"type": "item_reference", "id": "x"}]}),
+                "input[0].type",
+            ),
+        ] {
+            assert_eq!(to_chat(&body).unwrap_err().param, param, "{body}");
+        }
+        assert!(to_chat(&json!({"model": "m", "input": "x", "store": false})).is_ok());
+        // Codex's request shape: a namespace of functions, a hosted tool,
+        // developer messages.
+        let c = to_chat(&json!({"model": "m", "input": [{"type": "message", "role": "developer",
+            "content": [{"type": "input_text", "text": "rules"}]}], "tools": [
+            {"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "inner", "parameters": {}}]},
+            {"type": "web_search", "external_web_access": false},
+            {"type": "function", "name": "outer", "parameters": {}}]}))
+        .unwrap();
+        let names: Vec<&str> = c["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["inner", "outer"]);
+        assert_eq!(c["messages"][0]["role"], "system");
+    }
+
+    #[test]
+    fn a_chat_answer_becomes_a_response_with_usage_and_items() {
+        let chat = json!({"created": 5, "choices": [{"message": {"content": "hello",
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get", "arguments": "{}"}}]},
+            "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 3, "completion_tokens": 4}});
+        let r = from_chat(&chat, &edge());
+        assert_eq!(r["id"], "resp_abc");
+        assert_eq!(r["status"], "completed");
+        assert_eq!(r["output"][0]["content"][0]["text"], "hello");
+        assert_eq!(r["output"][1]["type"], "function_call");
+        assert_eq!(r["output"][1]["call_id"], "call_1");
+        assert_eq!(r["usage"]["input_tokens"], 3);
+        assert_eq!(r["usage"]["output_tokens"], 4);
+        let cut = json!({"choices": [{"message": {"content": "x"}, "finish_reason": "length"}]});
+        let r = from_chat(&cut, &edge());
+        assert_eq!(r["status"], "incomplete");
+        assert_eq!(r["incomplete_details"]["reason"], "max_output_tokens");
+    }
+
+    #[test]
+    fn events_are_numbered_and_items_closed_before_the_end() {
+        let mut o = Out::new(&edge(), 1);
+        o.start();
+        o.text_delta("he");
+        o.text_delta("llo");
+        o.finish = Some("length".into());
+        o.usage = Some((2, 2));
+        o.finish_events();
+        let ev = o.take_events();
+        let types: Vec<&str> = ev
+            .lines()
+            .filter_map(|l| l.strip_prefix("event: "))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.incomplete"
+            ]
+        );
+        let last: Value = serde_json::from_str(
+            ev.lines()
+                .rev()
+                .find_map(|l| l.strip_prefix("data: "))
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(last["sequence_number"], 9);
+        assert_eq!(last["response"]["output"][0]["content"][0]["text"], "hello");
+        assert_eq!(last["response"]["usage"]["total_tokens"], 4);
+    }
+}

@@ -1,0 +1,140 @@
+//! `POST /v1/messages`, natively (Anthropic's Messages API): `N` tokens of
+//! `" hello"` as a Message, or as its event stream (`message_start`,
+//! `content_block_*`, `message_delta` with usage, `message_stop`).
+//! `[mock:tool_call]` with tools given (and no tool result yet) answers
+//! with a `tool_use` block for the first tool.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use crate::chat::TOKEN;
+use crate::native::{frame, prompt_tokens, sse, texts, Sse, TOOL_ARGS};
+use crate::{bad_request, latency_and_faults, Directives, Fault, Shared};
+
+pub(crate) async fn messages(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    app.stats.request(&headers, Some(&body));
+    app.stats.messages();
+    let req: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return bad_request(e),
+    };
+    let model = req["model"].as_str().unwrap_or("").to_string();
+    app.stats.model(&model);
+    let msgs = req["messages"].as_array().cloned().unwrap_or_default();
+    let mut all: Vec<Vec<&str>> = msgs.iter().map(|m| texts(&m["content"])).collect();
+    if let Some(s) = req["system"].as_str() {
+        all.push(vec![s]);
+    }
+    let prompt = prompt_tokens(all.into_iter());
+    let mut dir = Directives::default();
+    if let Some(u) = msgs.iter().rev().find(|m| m["role"] == "user") {
+        texts(&u["content"]).into_iter().for_each(|t| dir.scan(t));
+    }
+    let stream = req["stream"] == true;
+    if stream {
+        app.stats.stream();
+    }
+    if let Some(r) = latency_and_faults(&app, &dir, stream).await {
+        return r;
+    }
+    let answered = msgs
+        .last()
+        .and_then(|m| m["content"].as_array())
+        .is_some_and(|b| b.iter().any(|b| b["type"] == "tool_result"));
+    let tool = req["tools"][0]["name"]
+        .as_str()
+        .filter(|_| dir.tool_call && !answered);
+    let wanted = dir.output_tokens.unwrap_or(app.cfg.output_tokens);
+    let cap = req["max_tokens"].as_u64().map(|c| c as u32);
+    let n = match tool {
+        Some(_) => 5,
+        None => cap.map_or(wanted, |c| c.min(wanted)),
+    };
+    let id = format!("msg_mock_{}", app.next_id.fetch_add(1, Relaxed));
+    let stop = match tool {
+        Some(_) => "tool_use",
+        None if n < wanted => "max_tokens",
+        None => "end_turn",
+    };
+    app.stats.prompt_tokens(prompt);
+    let block = |full: bool| match tool {
+        Some(name) => json!({"type": "tool_use", "id": format!("toolu_{id}"), "name": name,
+            "input": if full { serde_json::from_str::<Value>(TOOL_ARGS).expect("json") } else { json!({}) }}),
+        None => {
+            json!({"type": "text", "text": if full { TOKEN.repeat(n as usize) } else { String::new() }})
+        }
+    };
+    if !stream {
+        app.stats.completion_tokens(n);
+        return Json(
+            json!({"id": id, "type": "message", "role": "assistant", "model": model,
+            "content": [block(true)], "stop_reason": stop, "stop_sequence": null,
+            "usage": {"input_tokens": prompt, "output_tokens": n}}),
+        )
+        .into_response();
+    }
+    let ev = |ty: &str, mut v: Value| {
+        v["type"] = json!(ty);
+        frame(ty, &v)
+    };
+    let start = json!({"id": id, "type": "message", "role": "assistant", "model": model, "content": [],
+        "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": prompt, "output_tokens": 1}});
+    let mut head = vec![
+        ev("message_start", json!({"message": start})),
+        ev(
+            "content_block_start",
+            json!({"index": 0, "content_block": block(false)}),
+        ),
+        ev("ping", json!({})),
+    ];
+    let token = match tool {
+        Some(_) => {
+            head.push(ev(
+                "content_block_delta",
+                json!({"index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": TOOL_ARGS}}),
+            ));
+            app.stats.completion_tokens(n);
+            Bytes::new()
+        }
+        None => ev(
+            "content_block_delta",
+            json!({"index": 0, "delta": {"type": "text_delta", "text": TOKEN}}),
+        ),
+    };
+    let tail = vec![
+        ev("content_block_stop", json!({"index": 0})),
+        ev(
+            "message_delta",
+            json!({"delta": {"stop_reason": stop, "stop_sequence": null},
+            "usage": {"output_tokens": n}}),
+        ),
+        ev("message_stop", json!({})),
+    ];
+    let disconnect_after = match dir.fault {
+        Some(Fault::DisconnectAfter(k)) => Some(k),
+        _ => None,
+    };
+    sse(
+        Sse {
+            head,
+            token,
+            tokens: if tool.is_some() { 0 } else { n },
+            tail,
+            delay: Duration::from_millis(dir.chunk_delay_ms.unwrap_or(app.cfg.chunk_delay_ms)),
+            disconnect_after,
+        },
+        app.stats.clone(),
+    )
+}

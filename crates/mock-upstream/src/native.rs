@@ -1,0 +1,149 @@
+//! What the native Responses and Messages endpoints share: directives and
+//! the prompt estimate from a list of messages, the tool call a
+//! `[mock:tool_call]` directive asks for, and a token-by-token SSE body.
+
+use std::io;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::{aborted, pause, MockStats};
+
+/// The texts of a message's `content` (a string, or parts / blocks with `text`).
+pub(crate) fn texts(content: &Value) -> Vec<&str> {
+    match content {
+        Value::String(s) => vec![s.as_str()],
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        _ => vec![],
+    }
+}
+
+/// `sum(ceil(chars/4) + 3) + 3` over the texts of each message, as the chat mock counts.
+pub(crate) fn prompt_tokens<'a>(messages: impl Iterator<Item = Vec<&'a str>>) -> u32 {
+    3 + messages
+        .map(|t| (t.iter().map(|s| s.chars().count()).sum::<usize>() as u32).div_ceil(4) + 3)
+        .sum::<u32>()
+}
+
+/// One `event: NAME` + `data: JSON` frame.
+pub(crate) fn frame(ty: &str, data: &Value) -> Bytes {
+    Bytes::from(format!("event: {ty}\ndata: {data}\n\n"))
+}
+
+/// The mock's tool-call arguments.
+pub(crate) const TOOL_ARGS: &str = "{\"arg\":\"hello\"}";
+
+/// Plays `head`, then `tokens` × `token` (each after `delay`), then `tail`.
+/// With `disconnect_after`, stops after that many tokens and aborts.
+pub(crate) struct Sse {
+    pub head: Vec<Bytes>,
+    pub token: Bytes,
+    pub tokens: u32,
+    pub tail: Vec<Bytes>,
+    pub delay: Duration,
+    pub disconnect_after: Option<u32>,
+}
+
+pub(crate) fn sse(s: Sse, stats: MockStats) -> Response {
+    let guard = crate::stream::Guard {
+        stats: stats.clone(),
+        finished: false,
+    };
+    let body = async_stream::stream! {
+        let mut guard = guard;
+        for h in s.head {
+            yield Ok::<Bytes, io::Error>(h);
+        }
+        let sent = s.disconnect_after.map_or(s.tokens, |k| k.min(s.tokens));
+        for _ in 0..sent {
+            pause(s.delay.as_millis() as u64).await;
+            stats.completion_tokens(1);
+            yield Ok(s.token.clone());
+        }
+        if s.disconnect_after.is_some() {
+            guard.finished = true;
+            tokio::task::yield_now().await;
+            yield Err(aborted());
+            return;
+        }
+        for t in s.tail {
+            yield Ok(t);
+        }
+        guard.finished = true;
+        stats.stream_completed();
+    };
+    Response::builder()
+        .header(CONTENT_TYPE, "text/event-stream")
+        .header(CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(body))
+        .expect("static headers")
+}
+
+/// A chat completion (or stream) calling tool `name` with [`TOOL_ARGS`]
+/// (5 completion tokens), finish reason `tool_calls`.
+pub(crate) fn chat_tool_call(
+    app: &crate::App,
+    model: &str,
+    name: &str,
+    prompt: u32,
+    stream: bool,
+    include_usage: bool,
+) -> Response {
+    use axum::response::IntoResponse;
+    use serde_json::json;
+    app.stats.model(model);
+    app.stats.prompt_tokens(prompt);
+    app.stats.completion_tokens(5);
+    let n = app
+        .next_id
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (id, call_id) = (format!("chatcmpl-mock-{n}"), format!("call_mock_{n}"));
+    let usage =
+        json!({"prompt_tokens": prompt, "completion_tokens": 5, "total_tokens": prompt + 5});
+    if !stream {
+        let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": TOOL_ARGS}});
+        return axum::Json(json!({"id": id, "object": "chat.completion", "created": 0, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [call]},
+            "finish_reason": "tool_calls"}], "usage": usage}))
+        .into_response();
+    }
+    app.stats.stream();
+    let chunk = |delta: Value, finish: Value| {
+        let v = json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        Bytes::from(format!("data: {v}\n\n"))
+    };
+    let mut tail = vec![
+        chunk(
+            json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": call_id,
+            "type": "function", "function": {"name": name, "arguments": ""}}]}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": TOOL_ARGS}}]}),
+            Value::Null,
+        ),
+        chunk(json!({}), json!("tool_calls")),
+    ];
+    if include_usage {
+        let v = json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model,
+            "choices": [], "usage": usage});
+        tail.push(Bytes::from(format!("data: {v}\n\n")));
+    }
+    tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    sse(
+        Sse {
+            head: vec![],
+            token: Bytes::new(),
+            tokens: 0,
+            tail,
+            delay: Duration::ZERO,
+            disconnect_after: None,
+        },
+        app.stats.clone(),
+    )
+}

@@ -1,0 +1,194 @@
+//! `POST /v1/responses`, natively: `N` tokens of `" hello"` as a Response
+//! object, or as the Responses event stream (`response.created` …
+//! `response.output_text.delta` × N … `response.completed` with usage).
+//! `[mock:tool_call]` with tools given (and no function output yet) calls
+//! the first tool instead.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use crate::chat::TOKEN;
+use crate::native::{frame, prompt_tokens, sse, texts, Sse, TOOL_ARGS};
+use crate::{bad_request, latency_and_faults, Directives, Fault, Shared};
+
+pub(crate) async fn responses(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    app.stats.request(&headers, Some(&body));
+    app.stats.responses();
+    let req: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return bad_request(e),
+    };
+    let model = req["model"].as_str().unwrap_or("").to_string();
+    app.stats.model(&model);
+    let items: Vec<Value> = match &req["input"] {
+        Value::String(s) => vec![json!({"role": "user", "content": s})],
+        Value::Array(a) => a.clone(),
+        _ => vec![],
+    };
+    let mut msgs: Vec<Vec<&str>> = items.iter().map(|i| texts(&i["content"])).collect();
+    if let Some(s) = req["instructions"].as_str() {
+        msgs.push(vec![s]);
+    }
+    let prompt = prompt_tokens(msgs.into_iter());
+    let mut dir = Directives::default();
+    if let Some(u) = items.iter().rev().find(|i| i["role"] == "user") {
+        texts(&u["content"]).into_iter().for_each(|t| dir.scan(t));
+    }
+    let stream = req["stream"] == true;
+    if stream {
+        app.stats.stream();
+    }
+    if let Some(r) = latency_and_faults(&app, &dir, stream).await {
+        return r;
+    }
+    let tool = req["tools"][0]["name"].as_str().filter(|_| {
+        dir.tool_call
+            && items
+                .last()
+                .is_some_and(|i| i["type"] != "function_call_output")
+    });
+    let wanted = dir.output_tokens.unwrap_or(app.cfg.output_tokens);
+    let cap = req["max_output_tokens"].as_u64().map(|c| c as u32);
+    let n = match tool {
+        Some(_) => 5,
+        None => cap.map_or(wanted, |c| c.min(wanted)),
+    };
+    let id = format!("resp_mock_{}", app.next_id.fetch_add(1, Relaxed));
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let status = if tool.is_none() && n < wanted {
+        "incomplete"
+    } else {
+        "completed"
+    };
+    let usage = json!({"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": n, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + n});
+    let response = |status: &str, output: Value, usage: Value| {
+        let incomplete = (status == "incomplete").then(|| json!({"reason": "max_output_tokens"}));
+        json!({"id": id, "object": "response", "created_at": created, "status": status, "model": model,
+            "output": output, "usage": usage, "error": null, "incomplete_details": incomplete,
+            "parallel_tool_calls": true, "tool_choice": "auto", "tools": [], "store": false,
+            "text": {"format": {"type": "text"}}, "metadata": {}})
+    };
+    app.stats.prompt_tokens(prompt);
+    let msg_id = format!("msg_{id}");
+    let item = |text: &str, status: &str| match tool {
+        Some(name) => json!({"id": format!("fc_{id}"), "type": "function_call", "status": status,
+            "call_id": format!("call_{id}"), "name": name, "arguments": text}),
+        None => json!({"id": msg_id, "type": "message", "status": status, "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}),
+    };
+    let full = match tool {
+        Some(_) => TOOL_ARGS.to_string(),
+        None => TOKEN.repeat(n as usize),
+    };
+    if !stream {
+        app.stats.completion_tokens(n);
+        return Json(response(status, json!([item(&full, "completed")]), usage)).into_response();
+    }
+    let seq = std::cell::Cell::new(0u64);
+    let ev = |ty: &str, mut v: Value| {
+        v["type"] = json!(ty);
+        v["sequence_number"] = json!(seq.get());
+        seq.set(seq.get() + 1);
+        frame(ty, &v)
+    };
+    let mut head = vec![
+        ev(
+            "response.created",
+            json!({"response": response("in_progress", json!([]), Value::Null)}),
+        ),
+        ev(
+            "response.in_progress",
+            json!({"response": response("in_progress", json!([]), Value::Null)}),
+        ),
+    ];
+    let (token, tokens, mut tail) = match tool {
+        Some(_) => {
+            let mut added = item("", "in_progress");
+            added["arguments"] = json!("");
+            head.push(ev(
+                "response.output_item.added",
+                json!({"output_index": 0, "item": added}),
+            ));
+            head.push(ev(
+                "response.function_call_arguments.delta",
+                json!({"item_id": format!("fc_{id}"), "output_index": 0, "delta": TOOL_ARGS}),
+            ));
+            (
+                Bytes::new(),
+                0,
+                vec![ev(
+                    "response.function_call_arguments.done",
+                    json!({"item_id": format!("fc_{id}"), "output_index": 0, "arguments": TOOL_ARGS}),
+                )],
+            )
+        }
+        None => {
+            let mut added = item("", "in_progress");
+            added["content"] = json!([]);
+            head.push(ev(
+                "response.output_item.added",
+                json!({"output_index": 0, "item": added}),
+            ));
+            head.push(ev("response.content_part.added", json!({"item_id": msg_id, "output_index": 0,
+                "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}})));
+            // Every delta event has the same sequence number here: the mock
+            // numbers the frames it builds, not the repeated token frame.
+            let token = ev(
+                "response.output_text.delta",
+                json!({"item_id": msg_id, "output_index": 0,
+                "content_index": 0, "delta": TOKEN, "logprobs": []}),
+            );
+            let text_done = ev(
+                "response.output_text.done",
+                json!({"item_id": msg_id, "output_index": 0,
+                "content_index": 0, "text": full, "logprobs": []}),
+            );
+            let part_done = ev(
+                "response.content_part.done",
+                json!({"item_id": msg_id, "output_index": 0,
+                "content_index": 0, "part": {"type": "output_text", "text": full, "annotations": []}}),
+            );
+            (token, n, vec![text_done, part_done])
+        }
+    };
+    tail.push(ev(
+        "response.output_item.done",
+        json!({"output_index": 0, "item": item(&full, "completed")}),
+    ));
+    tail.push(ev(
+        &format!("response.{status}"),
+        json!({"response": response(status, json!([item(&full, "completed")]), usage)}),
+    ));
+    if tool.is_some() {
+        app.stats.completion_tokens(n);
+    }
+    let disconnect_after = match dir.fault {
+        Some(Fault::DisconnectAfter(k)) => Some(k),
+        _ => None,
+    };
+    sse(
+        Sse {
+            head,
+            token,
+            tokens,
+            tail,
+            delay: Duration::from_millis(dir.chunk_delay_ms.unwrap_or(app.cfg.chunk_delay_ms)),
+            disconnect_after,
+        },
+        app.stats.clone(),
+    )
+}
