@@ -156,6 +156,7 @@ fn event(plan: &LoadPlan, first_day: NaiveDate, days: u32, n: u64, rng: &mut Mix
         started_at_ms: started,
         settled_at_ms: started + 500,
         anomaly: None,
+        deployment: None,
     }
 }
 
