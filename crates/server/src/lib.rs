@@ -10,7 +10,7 @@ pub mod app;
 pub mod commands;
 pub mod config;
 pub mod demo;
-pub mod metrics_endpoint;
 pub mod load_ledger;
+pub mod metrics_endpoint;
 pub mod redis_policy;
 pub mod routing_config;

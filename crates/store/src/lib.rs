@@ -19,9 +19,9 @@ pub mod passwords;
 mod provider;
 mod quota_requests;
 mod request_decisions;
-mod sso;
 mod request_log;
 mod rollups;
+mod sso;
 mod users;
 
 pub use audit::{AuditRow, NewAudit};
@@ -36,9 +36,9 @@ pub use jobs::{AlertRow, JobRunRow, NewAlert, NoticeRow};
 pub use ledger::MonthUsageRow;
 pub use quota_requests::{GrantRow, NewQuotaRequest, QuotaRequestRow};
 pub use request_decisions::RequestDecisionRow;
-pub use sso::{SsoIdentity, SsoRefusal};
 pub use request_log::{RequestCursor, RequestLogFilter, RequestLogRow};
 pub use rollups::RollupDifference;
+pub use sso::{SsoIdentity, SsoRefusal};
 pub use users::UserRow;
 
 use sqlx::postgres::{PgListener, PgPoolOptions};
