@@ -140,25 +140,10 @@ async fn month_as_seen(base: &str, token: &str, period: &str) -> Value {
     out
 }
 
-/// Signs in to the HTML console; returns the session cookie.
+/// Signs in to the HTML console (the login form first, as a browser does);
+/// returns the session cookie.
 async fn console_cookie(base: &str, email: &str) -> String {
-    let r = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-        .post(format!("{base}/console/login"))
-        .form(&[("email", email), ("password", PASSWORD)])
-        .send()
-        .await
-        .unwrap();
-    let c = r
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find(|v| v.starts_with("tg_session="))
-        .expect("session cookie");
-    c.split(';').next().unwrap().to_string()
+    e2e::console_web::Web::login(base, email).await.cookie
 }
 
 async fn console_get(url: &str, cookie: &str) -> (u16, String) {

@@ -453,6 +453,19 @@ struct Route {
     login: bool,
 }
 
+/// The table's request for `op` that carries `field` (an operation may have
+/// several: a model is created with top-level upstream fields or with
+/// `deployments`, never both).
+fn route_for<'a>(routes: &'a [Route], op: &str, field: &ApiField) -> Option<&'a Route> {
+    routes
+        .iter()
+        .filter(|r| r.op == op)
+        .find(|r| match &field.at {
+            At::Body(at) => get(&r.body, at).is_some_and(Value::is_string),
+            At::Path(name) => r.params.iter().any(|(p, _)| p == name),
+        })
+}
+
 /// Logging out and changing one's password end the caller's sessions.
 const ENDS_SESSION: [&str; 2] = ["POST /api/v1/auth/logout", "POST /api/v1/auth/password"];
 
@@ -524,6 +537,48 @@ fn routes() -> Vec<Route> {
                 "input_price_per_mtok_usd": "1.5", "output_price_per_mtok_usd": "2",
                 "tokenizer": "o200k", "default_max_output_tokens": 64,
                 "cap_field": "max_tokens", "hidden_reasoning": false, "apis": ["chat"]}),
+            "",
+            &["/console/models"],
+        ),
+        route(
+            "POST /api/v1/models",
+            &[],
+            json!({"id": "md-{n}", "kind": "chat",
+                "input_price_per_mtok_usd": "1.5", "output_price_per_mtok_usd": "2",
+                "deployments": [{"name": "d{n}", "upstream_base_url": "http://127.0.0.1:9/v1",
+                    "upstream_model": "up-{n}", "upstream_api_key": "sk-dep-{n}", "weight": 1,
+                    "priority": 0, "cap_field": "max_tokens", "hidden_reasoning": false,
+                    "apis": ["chat"]}],
+                "fallbacks": ["cheap"]}),
+            "",
+            &["/console/models"],
+        ),
+        route(
+            "PUT /api/v1/models/{id}/deployments/{name}",
+            &[
+                ("id", Param::Fixed("gpt-4o-mini")),
+                ("name", Param::Fixed("inj")),
+            ],
+            json!({"name": "inj", "upstream_base_url": "http://127.0.0.1:9/v1", "upstream_model": "up-{n}",
+                "upstream_api_key": "sk-dep-{n}", "weight": 1, "priority": 5,
+                "cap_field": "max_tokens", "hidden_reasoning": false, "apis": ["chat"]}),
+            "",
+            &["/console/models"],
+        ),
+        route(
+            "PATCH /api/v1/models/{id}/deployments/{name}",
+            &[
+                ("id", Param::Fixed("gpt-4o-mini")),
+                ("name", Param::Fixed("inj")),
+            ],
+            json!({"enabled": true}),
+            "",
+            &["/console/models"],
+        ),
+        route(
+            "PUT /api/v1/models/{id}/fallbacks",
+            &[("id", Param::Fixed("gpt-4o-mini"))],
+            json!({"fallbacks": ["cheap"]}),
             "",
             &["/console/models"],
         ),
@@ -827,14 +882,18 @@ async fn every_api_string_field_is_stored_inert_or_refused_by_name() {
         assert!(documented.contains(r.op), "{}: not in the document", r.op);
     }
     for op in &ops {
-        let route = routes.iter().find(|r| r.op == op.id);
-        let route = route.unwrap_or_else(|| panic!("{}: no valid request in the table", op.id));
+        assert!(
+            routes.iter().any(|r| r.op == op.id),
+            "{}: no valid request in the table",
+            op.id
+        );
         for f in &op.fields {
-            let covered = match &f.at {
-                At::Body(at) => get(&route.body, at).is_some_and(Value::is_string),
-                At::Path(name) => route.params.iter().any(|(p, _)| p == name),
-            };
-            assert!(covered, "{} {}: no valid value in the table", op.id, f.name);
+            assert!(
+                route_for(&routes, &op.id, f).is_some(),
+                "{} {}: no valid value in the table",
+                op.id,
+                f.name
+            );
         }
     }
     let fields: usize = ops.iter().map(|o| o.fields.len()).sum();
@@ -847,18 +906,33 @@ async fn every_api_string_field_is_stored_inert_or_refused_by_name() {
         p: &p,
         found: Findings::default(),
     };
+    // The deployment the PATCH of the table enables (made before the sweep:
+    // operations run in the document's order).
+    let (status, made) = api(
+        "PUT",
+        &format!("{}/api/v1/models/gpt-4o-mini/deployments/inj", p.base),
+        Some(&p.admin),
+        Some(
+            json!({"upstream_base_url": "http://127.0.0.1:9/v1", "upstream_model": "up-inj",
+            "priority": 5}),
+        ),
+    )
+    .await;
+    assert!((200..300).contains(&status), "{made}");
     let mut n = 0;
     for op in &ops {
-        let route = routes.iter().find(|r| r.op == op.id).unwrap();
-        n += 1;
-        let mut vars = run.params(route).await;
-        let (status, resp) = run.send(route, None, "", n, &mut vars).await;
-        assert!(
-            (200..300).contains(&status),
-            "{}: the table's request is refused: {resp}",
-            op.id
-        );
+        for route in routes.iter().filter(|r| r.op == op.id) {
+            n += 1;
+            let mut vars = run.params(route).await;
+            let (status, resp) = run.send(route, None, "", n, &mut vars).await;
+            assert!(
+                (200..300).contains(&status),
+                "{}: the table's request is refused: {resp}",
+                op.id
+            );
+        }
         for field in &op.fields {
+            let route = route_for(&routes, &op.id, field).unwrap();
             let template = match &field.at {
                 At::Body(at) => get(&route.body, at).unwrap().as_str().unwrap(),
                 At::Path(_) => "",
@@ -1019,6 +1093,8 @@ enum Target {
     Request,
     /// The victim user.
     Victim,
+    /// Model gpt-4o-mini's deployment `inj` (made by the form before it).
+    ModelDeployment,
 }
 
 struct FormCase {
@@ -1182,6 +1258,32 @@ fn form_cases() -> Vec<FormCase> {
             )
         },
         FormCase {
+            shown: &[("upstream_api_key", Shown::Never)],
+            ..case(
+                "/console/models/deployments",
+                &[
+                    ("model", "gpt-4o-mini"),
+                    ("name", "inj"),
+                    ("upstream_base_url", "http://127.0.0.1:9/v1"),
+                    ("upstream_model", "up-{n}"),
+                    ("upstream_api_key", "sk-dep-{n}"),
+                    ("weight", "1"),
+                    ("priority", "5"),
+                    ("max_inflight", "4"),
+                ],
+                &["/console/models"],
+            )
+        },
+        FormCase {
+            target: Target::ModelDeployment,
+            shown: &[("enabled", Shown::Never)],
+            ..case(
+                "/console/models/{}/deployments/{}/enabled",
+                &[("enabled", "true")],
+                &["/console/models"],
+            )
+        },
+        FormCase {
             shown: &[("email", Shown::Lower), ("password", Shown::Never)],
             ..case(
                 "/console/users",
@@ -1264,6 +1366,7 @@ impl FormRun<'_> {
             Target::TenantApp => vec!["t".to_string(), "a".into()],
             Target::Request => vec![self.p.pending_request().await],
             Target::Victim => vec![self.p.victim.clone()],
+            Target::ModelDeployment => vec!["gpt-4o-mini".to_string(), "inj".into()],
         };
         ids.iter()
             .fold(c.pattern.to_string(), |a, id| a.replacen("{}", id, 1))
@@ -1441,6 +1544,22 @@ async fn every_console_form_field_is_stored_inert_or_refused_next_to_the_field()
     // The forms the console serves: a platform admin's (with a pending
     // request of someone else's to decide) and the login form.
     p.pending_request().await;
+    // A deployment of gpt-4o-mini of its own, so its enable/disable form
+    // is on the models page.
+    let made = admin
+        .post(
+            "/console/models/deployments",
+            &[
+                ("model", "gpt-4o-mini"),
+                ("name", "inj"),
+                ("upstream_base_url", "http://127.0.0.1:9/v1"),
+                ("upstream_model", "up-inj"),
+                ("weight", "1"),
+                ("priority", "5"),
+            ],
+        )
+        .await;
+    assert!(made.status < 400, "{} {}", made.status, made.body);
     let mut forms = crawl(&admin).await.forms;
     forms.extend(forms_of(
         &Web::anonymous(&p.base).get("/console/login").await.body,

@@ -202,16 +202,6 @@ async fn concurrent_streams_of_a_hidden_reasoning_model_stay_within_the_budget()
     srv.shutdown().await;
 }
 
-/// `/metrics` of the in-process server.
-async fn metrics(addr: &std::net::SocketAddr) -> String {
-    reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn absurd_usage_is_billed_at_the_bound_and_shown_as_an_anomaly() {
     let env = TestEnv::new().await;
@@ -267,7 +257,7 @@ async fn absurd_usage_is_billed_at_the_bound_and_shown_as_an_anomaly() {
     assert_eq!(neg.anomaly.as_ref().unwrap().kind, "negative");
     assert!(neg.input_tokens > 0 && neg.input_tokens < 100, "{neg:?}");
     // In metrics, request lookup and the notices.
-    let m = metrics(&srv.addr).await;
+    let m = metrics(srv.addr).await;
     let line = m
         .lines()
         .find(|l| {

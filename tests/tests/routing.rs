@@ -108,12 +108,7 @@ fn body(model: &str, content: &str) -> Value {
 
 /// A deployment's counter or gauge in /metrics (0 when absent).
 async fn metric(addr: &std::net::SocketAddr, name: &str, model: &str, deployment: &str) -> f64 {
-    let text = reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = e2e::metrics(*addr).await;
     let (m, d) = (
         format!("model=\"{model}\""),
         format!("deployment=\"{deployment}\""),

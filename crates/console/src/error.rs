@@ -43,6 +43,22 @@ impl ApiError {
         ApiError::Field { field, key }
     }
 
+    /// The same refusal about a field nested under `prefix` (e.g.
+    /// `deployments[0].`), so the client learns which element was wrong.
+    pub fn within(self, prefix: &str) -> Self {
+        match self {
+            ApiError::Field { field, key } => ApiError::Invalid {
+                param: format!("{prefix}{field}"),
+                message: crate::i18n::english(key).to_string(),
+            },
+            ApiError::Invalid { param, message } => ApiError::Invalid {
+                param: format!("{prefix}{param}"),
+                message,
+            },
+            other => other,
+        }
+    }
+
     pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
         ApiError::Invalid {
             param: param.into(),

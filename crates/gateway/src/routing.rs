@@ -181,12 +181,12 @@ pub fn now_ms() -> u64 {
 
 static ROLLS: AtomicU64 = AtomicU64::new(0);
 
-fn candidate(d: &Deployment, now: u64) -> Candidate {
+fn candidate(d: &Deployment, now: u64, panic: bool) -> Candidate {
     let under_cap = d.max_inflight.is_none_or(|cap| d.live.inflight() < cap);
     Candidate {
         weight: d.weight,
         priority: d.priority,
-        usable: under_cap && d.live.health().admits(now) != Admit::No,
+        usable: under_cap && (panic || d.live.health().admits(now) != Admit::No),
     }
 }
 
@@ -196,7 +196,7 @@ pub fn any_usable(model: &ModelEntry) -> bool {
     model
         .deployments
         .iter()
-        .any(|d| d.weight > 0 && candidate(d, now).usable)
+        .any(|d| d.weight > 0 && candidate(d, now, false).usable)
 }
 
 /// A deployment taken for one attempt: its in-flight slot, given back on drop.
@@ -212,13 +212,27 @@ impl Drop for Taken {
     }
 }
 
-/// Picks a deployment not yet tried and takes an in-flight slot on it.
-fn take(model: &ModelEntry, tried: &mut u64, policy: &HealthPolicy) -> Option<(usize, Taken)> {
+/// Picks a deployment not yet tried and takes an in-flight slot on it. In
+/// `panic` (no deployment of the model is healthy and it has no usable
+/// fallback) health is ignored: an ejected or parked deployment is still
+/// tried rather than refusing without asking anyone, as Envoy's panic
+/// routing does; one that is really down fails at once anyway.
+fn take(
+    model: &ModelEntry,
+    tried: &mut u64,
+    policy: &HealthPolicy,
+    panic: bool,
+) -> Option<(usize, Taken)> {
     let deps = &model.deployments;
     loop {
         let now = now_ms();
         let roll = rules::spread(ROLLS.fetch_add(1, Ordering::Relaxed));
-        let i = rules::pick(deps.len(), |i| candidate(&deps[i], now), *tried, roll)?;
+        let i = rules::pick(
+            deps.len(),
+            |i| candidate(&deps[i], now, panic),
+            *tried,
+            roll,
+        )?;
         *tried |= 1u64 << i;
         let d = &deps[i];
         let n = d.live.inflight.fetch_add(1, Ordering::Relaxed);
@@ -234,6 +248,7 @@ fn take(model: &ModelEntry, tried: &mut u64, policy: &HealthPolicy) -> Option<(u
         match h.admits(now) {
             Admit::Yes => {}
             Admit::Probe if h.begin_probe(now, policy) => {}
+            _ if panic => {}
             _ => continue,
         }
         return Some((i, taken));
@@ -300,7 +315,8 @@ pub async fn send(
     let mut tried = 0u64;
     let mut tries = 0u32;
     let mut last = String::from("no deployment of the model is available");
-    while let Some((i, taken)) = take(model, &mut tried, &t.health) {
+    let panic = !any_usable(model);
+    while let Some((i, taken)) = take(model, &mut tried, &t.health, panic) {
         let d = &model.deployments[i];
         tries += 1;
         if tries > 1 {
@@ -342,7 +358,7 @@ pub async fn send(
         let again = t.retry.again(tries, t0.elapsed(), outcome)
             && rules::pick(
                 model.deployments.len(),
-                |j| candidate(&model.deployments[j], now_ms()),
+                |j| candidate(&model.deployments[j], now_ms(), panic),
                 tried,
                 0,
             )

@@ -75,6 +75,9 @@ impl Running {
 }
 
 pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Running> {
+    // The recorder first: whatever is counted before it exists is lost
+    // (metrics' default recorder drops everything).
+    metrics_handle();
     let addr = listener.local_addr()?;
     let store = Store::connect(&cfg.database.url, cfg.database.max_connections)
         .await

@@ -145,9 +145,11 @@ impl DeploymentIn {
         if let Some(apis) = &self.apis {
             p.apis = apis
                 .iter()
-                .map(|a| {
-                    Dialect::parse(a)
-                        .ok_or_else(|| ApiError::invalid("apis", "chat, responses or messages"))
+                .enumerate()
+                .map(|(j, a)| {
+                    Dialect::parse(a).ok_or_else(|| {
+                        ApiError::invalid(format!("apis[{j}]"), "chat, responses or messages")
+                    })
                 })
                 .collect::<Result<_, _>>()?;
         }
@@ -170,6 +172,7 @@ pub fn rows_of(
         .map(|(i, d)| {
             let name = d.name.clone().unwrap_or_else(|| format!("d{}", i + 1));
             d.to_row(cp, model, &name)
+                .map_err(|e| e.within(&format!("deployments[{i}].")))
         })
         .collect::<Result<Vec<_>, _>>()?;
     for (i, r) in rows.iter().enumerate() {
@@ -189,10 +192,10 @@ pub async fn check_fallbacks(
     model: &str,
     fallbacks: &[String],
 ) -> Result<(), ApiError> {
-    for f in fallbacks {
+    for (i, f) in fallbacks.iter().enumerate() {
         if f == model || !cp.store.model_exists(f).await? {
             return Err(ApiError::invalid(
-                "fallbacks",
+                format!("fallbacks[{i}]"),
                 format!("{f} is not another existing model"),
             ));
         }
@@ -260,6 +263,14 @@ pub async fn put(
     Params((id, name)): Params<(String, String)>,
     Body(d): Body<DeploymentIn>,
 ) -> Result<Json<Value>, ApiError> {
+    // The path names the deployment; a different name in the body would
+    // otherwise be silently dropped.
+    if d.name.as_deref().is_some_and(|n| n != name) {
+        return Err(ApiError::invalid(
+            "name",
+            "the path names the deployment: leave name out or give the same",
+        ));
+    }
     put_deployment(&cp, &actor, &id, &name, &d).await?;
     Ok(Json(list_model(&cp, &id).await?))
 }
