@@ -541,12 +541,16 @@ mod tests {
     fn the_in_flight_cap_is_held_until_the_request_is_done() {
         let m = model(&[(1, 0, Some(1)), (1, 1, None)]);
         let p = HealthPolicy::default();
-        let (i, first) = take(&m, &mut 0, &p).unwrap();
+        let (i, first) = take(&m, &mut 0, &p, false).unwrap();
         assert_eq!(i, 0);
-        let (j, _second) = take(&m, &mut 0, &p).unwrap();
+        let (j, _second) = take(&m, &mut 0, &p, false).unwrap();
         assert_eq!(j, 1, "d0 is at its cap: the fallback priority serves");
         drop(first);
-        assert_eq!(take(&m, &mut 0, &p).unwrap().0, 0, "the slot came back");
+        assert_eq!(
+            take(&m, &mut 0, &p, false).unwrap().0,
+            0,
+            "the slot came back"
+        );
         assert_eq!(m.deployments[0].live.inflight(), 0);
     }
 
@@ -555,22 +559,22 @@ mod tests {
         let m = model(&[(1, 0, None), (1, 0, None)]);
         let p = HealthPolicy::default();
         let mut tried = 0;
-        let (i, t) = take(&m, &mut tried, &p).unwrap();
+        let (i, t) = take(&m, &mut tried, &p, false).unwrap();
         for _ in 0..p.eject_after {
             report(&t, Attempt::ConnectFailed, &p);
         }
         drop(t);
         assert!(any_usable(&m));
         for _ in 0..50 {
-            assert_ne!(take(&m, &mut 0, &p).unwrap().0, i, "ejected");
+            assert_ne!(take(&m, &mut 0, &p, false).unwrap().0, i, "ejected");
         }
-        let (_, t) = take(&m, &mut 0, &p).unwrap();
+        let (_, t) = take(&m, &mut 0, &p, false).unwrap();
         report(&t, Attempt::Status(503), &p);
         report(&t, Attempt::Status(503), &p);
         report(&t, Attempt::Status(503), &p);
         drop(t);
         assert!(!any_usable(&m), "every deployment ejected");
-        assert!(take(&m, &mut 0, &p).is_none());
+        assert!(take(&m, &mut 0, &p, false).is_none());
     }
 
     /// Routing's CPU per request (pick + slot + health report), one
@@ -584,7 +588,7 @@ mod tests {
             let n = 500_000u32;
             let t0 = Instant::now();
             for _ in 0..n {
-                let (_, t) = take(m, &mut 0, &p).unwrap();
+                let (_, t) = take(m, &mut 0, &p, false).unwrap();
                 report(&t, Attempt::Answered, &p);
             }
             t0.elapsed().as_nanos() as f64 / f64::from(n)
