@@ -165,6 +165,21 @@ async fn a_dead_deployment_costs_no_request_and_is_ejected() {
         assert_eq!(e.deployment.as_deref(), Some("live"), "{id}");
         assert_eq!(e.status, "ok");
     }
+    // The request log names the deployment that answered, too.
+    let base = format!("http://{}", srv.addr);
+    user(&env, "root@example.com", "platform_admin", None).await;
+    let token = login(&base, "root@example.com").await;
+    let (status, log) = api(
+        "GET",
+        &format!("{base}/api/v1/requests?model=m-dead"),
+        Some(&token),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{log}");
+    let rows = log["data"].as_array().expect("rows");
+    assert_eq!(rows.len(), 20, "{log}");
+    assert!(rows.iter().all(|r| r["deployment"] == "live"), "{log}");
     let m = |name| metric(&srv.addr, name, "m-dead", "dead");
     assert_eq!(m("tollgate_deployment_ejections_total").await, 1.0);
     assert_eq!(m("tollgate_deployment_errors_total").await, 3.0);

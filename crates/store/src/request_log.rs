@@ -70,6 +70,8 @@ pub struct RequestLogRow {
     pub input_tokens: i64,
     pub output_tokens: i64,
     pub cost_micro: i64,
+    /// The deployment that answered (none for refusals and estimates).
+    pub deployment: Option<String>,
 }
 
 impl RequestLogRow {
@@ -137,7 +139,7 @@ impl Store {
                 "(SELECT u.request_id, u.started_at AS at, u.tenant_id, u.app_id, u.key_id, u.model,
                          CASE WHEN d.request_id IS NULL THEN 'admitted' ELSE 'degraded' END AS outcome,
                          u.status, d.reason, NULL::SMALLINT AS http_status,
-                         u.input_tokens, u.output_tokens, u.cost_micro
+                         u.input_tokens, u.output_tokens, u.cost_micro, u.deployment
                   FROM usage_events u LEFT JOIN request_decisions d ON d.request_id = u.request_id",
             );
             conditions(&mut q, tenant, f, "started_at", "u.");
@@ -159,7 +161,8 @@ impl Store {
             q.push(
                 "(SELECT r.request_id, r.at, r.tenant_id, r.app_id, r.key_id, r.model,
                          'refused' AS outcome, 'refused' AS status, r.reason, r.status AS http_status,
-                         0::BIGINT AS input_tokens, 0::BIGINT AS output_tokens, 0::BIGINT AS cost_micro
+                         0::BIGINT AS input_tokens, 0::BIGINT AS output_tokens, 0::BIGINT AS cost_micro,
+                         NULL::TEXT AS deployment
                   FROM request_decisions r",
             );
             conditions(&mut q, tenant, f, "at", "r.");
@@ -190,6 +193,7 @@ impl Store {
                 input_tokens: r.get("input_tokens"),
                 output_tokens: r.get("output_tokens"),
                 cost_micro: r.get("cost_micro"),
+                deployment: r.get("deployment"),
             })
             .collect())
     }
