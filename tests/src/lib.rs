@@ -334,6 +334,20 @@ pub async fn metrics(addr: std::net::SocketAddr) -> String {
     r.text().await.unwrap()
 }
 
+/// A whole SSE answer's events (the blank-line-separated blocks, trimmed).
+pub async fn sse_events(r: reqwest::Response) -> Vec<String> {
+    use futures::StreamExt;
+    let mut body = String::new();
+    let mut s = r.bytes_stream();
+    while let Some(b) = s.next().await {
+        body.push_str(&String::from_utf8_lossy(&b.unwrap()));
+    }
+    body.split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| e.trim().to_string())
+        .collect()
+}
+
 pub fn this_month() -> String {
     chrono_month(chrono_now())
 }

@@ -282,18 +282,6 @@ async fn weights_three_to_one_share_the_traffic_within_ten_percent() {
     srv.shutdown().await;
 }
 
-async fn sse(r: reqwest::Response) -> Vec<String> {
-    let mut body = String::new();
-    let mut s = r.bytes_stream();
-    while let Some(b) = s.next().await {
-        body.push_str(&String::from_utf8_lossy(&b.unwrap()));
-    }
-    body.split("\n\n")
-        .filter(|e| !e.trim().is_empty())
-        .map(|e| e.trim().to_string())
-        .collect()
-}
-
 #[tokio::test]
 async fn a_stream_is_retried_before_its_first_byte_and_never_after() {
     let env = TestEnv::new().await;
@@ -318,7 +306,7 @@ async fn a_stream_is_retried_before_its_first_byte_and_never_after() {
     let r = post(&url, &key, &s).await;
     assert_eq!(r.status(), 200);
     let rid = r.headers()["x-request-id"].to_str().unwrap().to_string();
-    let events = sse(r).await;
+    let events = sse_events(r).await;
     assert_eq!(events.last().unwrap(), "data: [DONE]");
     assert_eq!(
         (a_stats.snapshot().streams, b_stats.snapshot().streams),
@@ -345,7 +333,7 @@ async fn a_stream_is_retried_before_its_first_byte_and_never_after() {
     let r = post(&url, &key, &s).await;
     assert_eq!(r.status(), 200);
     let rid = r.headers()["x-request-id"].to_str().unwrap().to_string();
-    let events = sse(r).await;
+    let events = sse_events(r).await;
     assert!(
         events.iter().any(|e| e.contains("upstream_error")),
         "{events:?}"

@@ -6,18 +6,6 @@ use futures::StreamExt;
 use serde_json::json;
 use std::time::Duration;
 
-async fn read_stream(r: reqwest::Response) -> Vec<String> {
-    let mut body = String::new();
-    let mut s = r.bytes_stream();
-    while let Some(b) = s.next().await {
-        body.push_str(&String::from_utf8_lossy(&b.unwrap()));
-    }
-    body.split("\n\n")
-        .filter(|e| !e.trim().is_empty())
-        .map(|e| e.trim().to_string())
-        .collect()
-}
-
 #[tokio::test]
 async fn a_stream_settles_on_the_providers_final_usage() {
     let env = TestEnv::new().await;
@@ -37,7 +25,7 @@ async fn a_stream_settles_on_the_providers_final_usage() {
     let r = post(&url, &key, &body).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-type"], "text/event-stream");
-    let events = read_stream(r).await;
+    let events = sse_events(r).await;
     assert_eq!(events.last().unwrap(), "data: [DONE]");
     let usage: serde_json::Value =
         serde_json::from_str(events[events.len() - 2].strip_prefix("data: ").unwrap()).unwrap();
@@ -47,7 +35,7 @@ async fn a_stream_settles_on_the_providers_final_usage() {
     // Client does not ask: tollgate still asks the provider, and strips the chunk.
     let mut body = chat_body("hello [mock:output_tokens=10]", None);
     body["stream"] = json!(true);
-    let events = read_stream(post(&url, &key, &body).await).await;
+    let events = sse_events(post(&url, &key, &body).await).await;
     assert!(
         events.iter().all(|e| !e.contains("\"usage\":{")),
         "{events:?}"

@@ -86,16 +86,29 @@ pub(crate) async fn load(tx: &mut Transaction<'_, Postgres>) -> Result<RoutingRo
     })
 }
 
-async fn insert(
+/// Writes one deployment row. `replace`: an existing row of that name is
+/// edited in place (its position kept, its key kept when none is given);
+/// otherwise a duplicate name is a conflict.
+async fn write(
     tx: &mut Transaction<'_, Postgres>,
     d: &DeploymentRow,
     position: i32,
+    replace: bool,
 ) -> Result<()> {
-    sqlx::query(
+    let on_conflict = if replace {
+        " ON CONFLICT (model_id, name) DO UPDATE SET upstream_base_url = EXCLUDED.upstream_base_url,
+            upstream_model = EXCLUDED.upstream_model,
+            upstream_api_key_enc = COALESCE(EXCLUDED.upstream_api_key_enc, model_deployments.upstream_api_key_enc),
+            weight = EXCLUDED.weight, priority = EXCLUDED.priority, max_inflight = EXCLUDED.max_inflight,
+            profile = EXCLUDED.profile, enabled = EXCLUDED.enabled, updated_at = now()"
+    } else {
+        ""
+    };
+    sqlx::query(&format!(
         "INSERT INTO model_deployments (model_id, name, upstream_base_url, upstream_model,
             upstream_api_key_enc, weight, priority, max_inflight, profile, enabled, position)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-    )
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11){on_conflict}"
+    ))
     .bind(&d.model_id)
     .bind(&d.name)
     .bind(&d.upstream_base_url)
@@ -179,7 +192,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
             for (i, d) in deployments.iter().enumerate() {
-                insert(&mut tx, d, i as i32).await?;
+                write(&mut tx, d, i as i32, false).await?;
             }
             mirror_first(&mut tx, model).await?;
         }
@@ -223,37 +236,14 @@ impl Store {
         .as_ref()
         .map(row)
         .transpose()?;
-        match &before {
-            None => {
-                let position: i32 = sqlx::query_scalar(
-                    "SELECT COALESCE(max(position) + 1, 0) FROM model_deployments WHERE model_id = $1",
-                )
-                .bind(&d.model_id)
-                .fetch_one(&mut *tx)
-                .await?;
-                insert(&mut tx, d, position).await?;
-            }
-            Some(_) => {
-                sqlx::query(
-                    "UPDATE model_deployments SET upstream_base_url = $3, upstream_model = $4,
-                        upstream_api_key_enc = COALESCE($5, upstream_api_key_enc), weight = $6, priority = $7,
-                        max_inflight = $8, profile = $9, enabled = $10, updated_at = now()
-                     WHERE model_id = $1 AND name = $2",
-                )
-                .bind(&d.model_id)
-                .bind(&d.name)
-                .bind(&d.upstream_base_url)
-                .bind(&d.upstream_model)
-                .bind(&d.upstream_api_key_enc)
-                .bind(d.weight)
-                .bind(d.priority)
-                .bind(d.max_inflight)
-                .bind(d.profile.as_ref().map(|p| json!(p)))
-                .bind(d.enabled)
-                .execute(&mut *tx)
-                .await?;
-            }
-        }
+        // A new row goes last; an edited one keeps its place.
+        let position: i32 = sqlx::query_scalar(
+            "SELECT COALESCE(max(position) + 1, 0) FROM model_deployments WHERE model_id = $1",
+        )
+        .bind(&d.model_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        write(&mut tx, d, position, true).await?;
         mirror_first(&mut tx, &d.model_id).await?;
         let mut audit = NewAudit::new(
             actor,
