@@ -41,7 +41,15 @@ async fn a_flooding_tenant_is_queued_or_refused_while_another_is_untouched() {
             (r.status().as_u16(), decision(&r), reason(&r))
         }));
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Until A's queue is full (2 in flight, 8 waiting): on a loaded machine
+    // the 40 requests take a while to arrive.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            srv.gateway.queue.full_for("a").is_some()
+        })
+        .await,
+        "A's queue fills"
+    );
     // A's queue is full now: A's next request is refused before its body
     // is even parsed (this one is not JSON), and the answer is paced by
     // fair.queue_full_delay_ms (100 ms by default) so that a client that

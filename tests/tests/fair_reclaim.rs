@@ -131,3 +131,108 @@ async fn reclaim_takes_from_the_longest_held_lowest_priority_first_never_below_u
     assert_eq!((r.need, r.reclaims), (0, 0));
     srv.shutdown().await;
 }
+
+/// Borrowing and reclaim are scheduled jobs (crates/jobs/src/schedule.rs):
+/// every run that changed something is in `job_runs`; runs with nothing to
+/// do are counted in `/metrics`, not kept.
+#[tokio::test]
+async fn the_schedule_borrows_and_reclaims_and_records_both_in_job_runs() {
+    let env = TestEnv::new().await;
+    env.model("gpt-4o-mini", "chat", 150_000, 600_000).await;
+    let limits = Limits {
+        monthly_tokens: Some(1_000),
+        ..Default::default()
+    };
+    let key = tenant(&env, "t", "standard", limits, Some(500)).await;
+    let mut cfg = config(&env);
+    cfg.fair.borrow_check_secs = 1;
+    cfg.fair.reclaim_secs = 1;
+    cfg.fair.near_limit_share = 0.01;
+    let srv = env.server_with(cfg).await;
+    let base = format!("http://{}", srv.addr);
+    let token = admin(&env, &base).await;
+    set_pool(&base, &token, 10_000, 0.05, 0.0).await;
+    let runs = |job: &'static str| {
+        let store = env.store.clone();
+        async move {
+            store
+                .job_runs(&store::TenantScope::system(), Some(job), 100)
+                .await
+                .unwrap()
+        }
+    };
+    let idle = |job: &'static str| {
+        let addr = srv.addr;
+        async move {
+            let text = metrics(addr).await;
+            let series = format!("tollgate_job_runs_total{{job=\"{job}\",outcome=\"idle\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&series))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        }
+    };
+
+    // Nothing used, nothing lent: both jobs run and find nothing to do.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            idle("borrow-check").await >= 2.0 && idle("reclaim").await >= 2.0
+        })
+        .await,
+        "both jobs run every second"
+    );
+    assert!(runs("borrow-check").await.is_empty());
+    assert!(runs("reclaim").await.is_empty());
+
+    // Used past 1 % of the limit: the next borrow-check lends, and says so.
+    let r = post(&format!("{base}/v1/chat/completions"), &key, &body("", 10)).await;
+    assert_eq!(r.status(), 200, "{}", reason(&r));
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            runs("borrow-check").await.iter().any(|r| r.outcome == "ok")
+        })
+        .await,
+        "a borrow-check that lent is recorded"
+    );
+    let recorded = runs("borrow-check").await;
+    assert!(
+        recorded
+            .iter()
+            .all(|r| r.outcome == "ok" && r.counts["borrows_granted"].as_i64() >= Some(1)),
+        "only runs that lent are kept: {:?}",
+        recorded.iter().map(|r| &r.counts).collect::<Vec<_>>()
+    );
+    let month = this_month();
+    let b = get(&base, &token, &format!("/api/v1/borrows?period={month}")).await;
+    assert!(
+        b["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["tenant_id"] == "t"),
+        "{b}"
+    );
+
+    // The pool wants almost everything back: the scheduled reclaim takes it.
+    set_pool(&base, &token, 10_000, 0.05, 0.9999).await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            runs("reclaim")
+                .await
+                .iter()
+                .any(|r| r.outcome == "ok" && r.counts["reclaimed_tokens"].as_i64() > Some(0))
+        })
+        .await,
+        "a reclaim that took quota back is recorded"
+    );
+    let b = get(&base, &token, &format!("/api/v1/borrows?period={month}")).await;
+    assert!(
+        b["reclaims"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["tenant_id"] == "t"),
+        "{b}"
+    );
+    srv.shutdown().await;
+}

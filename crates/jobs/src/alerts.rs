@@ -250,6 +250,7 @@ pub async fn forecast(ctx: &JobContext, now: DateTime<Utc>) -> Result<JobReport,
     }
     let (delivered, failed) = deliver_due(ctx, now).await?;
     Ok(JobReport {
+        idle: false,
         clean: true,
         counts: json!({"forecasts": detail.len(), "over_budget": over, "delivered": delivered, "delivery_failures": failed}),
         detail: json!(detail),

@@ -1,8 +1,12 @@
-//! The calendar's background jobs (docs/design.md §9): stale holds, monthly
-//! rollover, grant expiry, budget alerts, month-end forecast, reconcile
-//! check. Every job takes "now" as a parameter (tests run a month in
-//! seconds), runs once across replicas (a Postgres advisory lock, and a
-//! claimed slot for scheduled runs), and is recorded in `job_runs`.
+//! Every background job that runs once across replicas: the housekeeping
+//! that keeps holds and borrowing right (abandoned holds, near-limit
+//! borrowing, reclaim: every few seconds, on every replica's schedule) and
+//! the calendar (monthly rollover, grant expiry, budget alerts, month-end
+//! forecast, reconcile check). Every job takes "now" as a parameter (tests
+//! run a month in seconds), runs once across replicas (a Postgres advisory
+//! lock, and a claimed slot for scheduled runs), and is recorded in
+//! `job_runs` — except a scheduled housekeeping run that found nothing to
+//! do, which only counts in `tollgate_job_runs_total{outcome="idle"}`.
 // A dependency nothing uses fails CI (clippy -D warnings).
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
@@ -20,6 +24,7 @@ use chrono::{DateTime, Utc};
 use domain::period::PlatformClock;
 use quota::QuotaEngine;
 use serde_json::Value;
+use settlement::borrow::Borrowing;
 use settlement::reconcile::HoldAges;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,16 +38,20 @@ pub enum JobName {
     Alerts,
     Forecast,
     Reconcile,
+    BorrowCheck,
+    Reclaim,
 }
 
 impl JobName {
-    pub const ALL: [JobName; 6] = [
+    pub const ALL: [JobName; 8] = [
         JobName::StaleHolds,
         JobName::Rollover,
         JobName::GrantExpiry,
         JobName::Alerts,
         JobName::Forecast,
         JobName::Reconcile,
+        JobName::BorrowCheck,
+        JobName::Reclaim,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -53,15 +62,27 @@ impl JobName {
             JobName::Alerts => "alerts",
             JobName::Forecast => "forecast",
             JobName::Reconcile => "reconcile",
+            JobName::BorrowCheck => "borrow-check",
+            JobName::Reclaim => "reclaim",
         }
+    }
+
+    /// Housekeeping runs every few seconds on every replica, whether or not
+    /// the calendar (`billing.scheduler`) is on: without it abandoned holds
+    /// keep quota locked and borrowed quota is never lent or taken back.
+    pub fn is_housekeeping(self) -> bool {
+        matches!(
+            self,
+            JobName::StaleHolds | JobName::BorrowCheck | JobName::Reclaim
+        )
     }
 
     pub fn parse(s: &str) -> Option<JobName> {
         JobName::ALL.into_iter().find(|j| j.as_str() == s)
     }
 
-    /// The advisory lock a run holds. Stale holds share the lock of the
-    /// every-minute orphan sweep, so the two never overlap.
+    /// The advisory lock a run holds (stale holds keep the lock name the
+    /// orphan sweep had before it was a job, so mixed versions never overlap).
     pub fn lock_name(self) -> &'static str {
         match self {
             JobName::StaleHolds => "hold-reconciler",
@@ -112,6 +133,9 @@ pub struct JobContext {
     pub clock: PlatformClock,
     pub settings: JobSettings,
     pub http: reqwest::Client,
+    /// Borrowing and reclaim work on the gateway's in-memory tenants; None
+    /// where no catalog is loaded (those two jobs then fail, saying so).
+    pub borrowing: Option<Arc<Borrowing>>,
 }
 
 impl JobContext {
@@ -134,7 +158,22 @@ impl JobContext {
             clock,
             settings,
             http,
+            borrowing: None,
         }
+    }
+
+    pub fn with_borrowing(mut self, borrowing: Arc<Borrowing>) -> Self {
+        self.borrowing = Some(borrowing);
+        self
+    }
+
+    fn borrowing(&self, job: JobName) -> Result<&Borrowing, JobError> {
+        self.borrowing.as_deref().ok_or_else(|| {
+            JobError::Failed(format!(
+                "{} needs the tenants' catalog, which this process did not load",
+                job.as_str()
+            ))
+        })
     }
 
     pub fn books(&self) -> billing::Books {
@@ -150,6 +189,8 @@ pub enum JobError {
     Billing(#[from] billing::BillingError),
     #[error("quota store: {0}")]
     Quota(#[from] quota::QuotaError),
+    #[error(transparent)]
+    Settlement(#[from] settlement::Error),
     #[error("{0}")]
     Failed(String),
     #[error("failpoint: crashed after the ClickHouse insert, before closing the month")]
@@ -161,6 +202,9 @@ pub enum JobError {
 pub struct JobReport {
     /// False when the run found something wrong (reconcile differences).
     pub clean: bool,
+    /// Nothing to do (a housekeeping run that changed nothing): a scheduled
+    /// run like this is counted, not kept in `job_runs`.
+    pub idle: bool,
     pub counts: Value,
     pub detail: Value,
     /// One line for logs and the command line.
@@ -171,9 +215,18 @@ impl JobReport {
     pub fn ok(counts: Value, summary: impl Into<String>) -> Self {
         Self {
             clean: true,
+            idle: false,
             counts,
             detail: Value::Null,
             summary: summary.into(),
+        }
+    }
+
+    /// `ok`, marked idle when `changed` is false.
+    fn housekeeping(counts: Value, changed: bool, summary: impl Into<String>) -> Self {
+        Self {
+            idle: !changed,
+            ..Self::ok(counts, summary)
         }
     }
 }
@@ -200,7 +253,39 @@ pub async fn execute(
         JobName::Alerts => alerts::budget_alerts(ctx, now).await,
         JobName::Forecast => alerts::forecast(ctx, now).await,
         JobName::Reconcile => reconcile::run(ctx, now, None).await,
+        JobName::BorrowCheck => borrow_check(ctx, now).await,
+        JobName::Reclaim => reclaim(ctx, now).await,
     }
+}
+
+async fn borrow_check(ctx: &JobContext, now: DateTime<Utc>) -> Result<JobReport, JobError> {
+    let granted = ctx
+        .borrowing(JobName::BorrowCheck)?
+        .run_borrow_check(now)
+        .await?;
+    Ok(JobReport::housekeeping(
+        serde_json::json!({"borrows_granted": granted}),
+        granted > 0,
+        format!("borrow-check: {granted} borrows granted to tenants near their limit"),
+    ))
+}
+
+async fn reclaim(ctx: &JobContext, now: DateTime<Utc>) -> Result<JobReport, JobError> {
+    let r = ctx.borrowing(JobName::Reclaim)?.run_reclaim(now).await?;
+    Ok(JobReport::housekeeping(
+        serde_json::json!({
+            "period": r.period,
+            "lent_before": r.lent_before,
+            "need": r.need,
+            "reclaimed_tokens": r.reclaimed_tokens,
+            "reclaims": r.reclaims,
+        }),
+        r.reclaims > 0,
+        format!(
+            "reclaim {}: {} tokens lent, {} needed back, reclaimed {} tokens in {} reclaims",
+            r.period, r.lent_before, r.need, r.reclaimed_tokens, r.reclaims
+        ),
+    ))
 }
 
 async fn stale_holds(ctx: &JobContext, now: DateTime<Utc>) -> Result<JobReport, JobError> {
@@ -213,15 +298,17 @@ async fn stale_holds(ctx: &JobContext, now: DateTime<Utc>) -> Result<JobReport, 
         now.timestamp_millis(),
         &ctx.settings.hold_ages,
     )
-    .await
-    .map_err(JobError::Failed)?;
-    Ok(JobReport::ok(
+    .await?;
+    let changed = r != Default::default();
+    Ok(JobReport::housekeeping(
         serde_json::json!({
             "tenants": tenants.len(),
             "closed_stale": r.closed_stale,
             "closed_orphaned": r.closed_orphaned,
             "outbox_stored": r.outbox_stored,
+            "leases_expired": r.leases_expired,
         }),
+        changed,
         format!(
             "stale-holds: {} tenants, closed {} stale and {} orphaned holds, stored {} outbox events",
             tenants.len(),

@@ -229,9 +229,7 @@ pub async fn check(
         if attempt > 0 {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
-        settlement::ledger::sweep_outboxes(&ctx.store, &ctx.quota, &tenants)
-            .await
-            .map_err(JobError::Failed)?;
+        settlement::ledger::sweep_outboxes(&ctx.store, &ctx.quota, &tenants).await?;
         let r = check_once(ctx, &periods).await?;
         let clean = r.is_clean();
         last = Some(r);
@@ -249,6 +247,7 @@ pub async fn run(
 ) -> Result<JobReport, JobError> {
     let r = check(ctx, now, period).await?;
     Ok(JobReport {
+        idle: false,
         clean: r.is_clean(),
         counts: json!({"periods": r.periods.len(), "tenants": r.tenants_checked, "differences": r.differences.len(),
             "rollup_differences": r.rollups.len()}),

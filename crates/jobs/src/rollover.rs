@@ -49,9 +49,7 @@ impl Pending {
 async fn pending_in_redis(ctx: &JobContext, period: &str) -> Result<Pending, JobError> {
     let tenants = ctx.store.tenant_ids(&TenantScope::system()).await?;
     // Store whatever settled events are waiting first.
-    settlement::ledger::sweep_outboxes(&ctx.store, &ctx.quota, &tenants)
-        .await
-        .map_err(JobError::Failed)?;
+    settlement::ledger::sweep_outboxes(&ctx.store, &ctx.quota, &tenants).await?;
     let mut p = Pending::default();
     for t in &tenants {
         let mut offset = 0;
@@ -234,6 +232,7 @@ pub async fn run(
         purged.len()
     );
     Ok(JobReport {
+        idle: false,
         clean: true,
         counts: json!({"closed": closed.len(), "deferred": deferred.len(), "purged": purged.len()}),
         detail: json!({"closed": closed, "deferred": deferred, "purged": purged}),

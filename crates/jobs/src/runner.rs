@@ -1,7 +1,15 @@
 //! Runs a job once across replicas and records the run: take the job's
 //! advisory lock (another replica running it: skip), claim the run's slot
 //! (a scheduled instant another replica already ran: skip), execute, record
-//! outcome, counts and error.
+//! outcome, counts and error. A scheduled housekeeping run that found
+//! nothing to do gives its row back (every few seconds on every replica, it
+//! would otherwise be most of `job_runs`); every run is counted in
+//! `tollgate_job_runs_total{job,outcome}`.
+
+/// Runs by job and outcome: `ok`, `idle`, `differences`, `failed`, `skipped`.
+pub const JOB_RUNS: &str = "tollgate_job_runs_total";
+/// When each job last finished a run on this replica (Unix seconds).
+pub const JOB_LAST_RUN: &str = "tollgate_job_last_run_timestamp_seconds";
 
 use crate::{execute, JobContext, JobError, JobName, JobReport};
 use chrono::{DateTime, Utc};
@@ -41,6 +49,7 @@ impl JobRunner {
         slot: Option<DateTime<Utc>>,
     ) -> Result<RunResult, JobError> {
         let Some(lock) = self.ctx.store.try_job_lock(job.lock_name()).await? else {
+            count(job, "skipped");
             return Ok(RunResult::Skipped);
         };
         let Some(run_id) = self
@@ -50,6 +59,7 @@ impl JobRunner {
             .await?
         else {
             lock.release().await?;
+            count(job, "skipped");
             return Ok(RunResult::Skipped);
         };
         self.ctx
@@ -58,6 +68,7 @@ impl JobRunner {
             .await?;
         let result = execute(&self.ctx, job, now).await;
         let recorded = match &result {
+            Ok(r) if r.idle && slot.is_some() => self.ctx.store.discard_job_run(run_id).await,
             Ok(r) => {
                 let outcome = if r.clean { "ok" } else { "differences" };
                 self.ctx
@@ -89,6 +100,16 @@ impl JobRunner {
         let released = lock.release().await;
         recorded?;
         released?;
+        count(
+            job,
+            match &result {
+                Ok(r) if !r.clean => "differences",
+                Ok(r) if r.idle => "idle",
+                Ok(_) => "ok",
+                Err(_) => "failed",
+            },
+        );
+        metrics::gauge!(JOB_LAST_RUN, "job" => job.as_str()).set(Utc::now().timestamp() as f64);
         Ok(match result {
             Ok(report) => RunResult::Ran { run_id, report },
             Err(e) => RunResult::Failed {
@@ -97,4 +118,8 @@ impl JobRunner {
             },
         })
     }
+}
+
+fn count(job: JobName, outcome: &'static str) {
+    metrics::counter!(JOB_RUNS, "job" => job.as_str(), "outcome" => outcome).increment(1);
 }

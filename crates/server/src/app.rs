@@ -48,16 +48,14 @@ pub struct Running {
     server: JoinHandle<()>,
     ledger_task: JoinHandle<()>,
     background: Vec<JoinHandle<()>>,
-    schedule: Option<jobs::schedule::Schedule>,
+    schedule: jobs::schedule::Schedule,
 }
 
 impl Running {
     /// Stops accepting, finishes in-flight requests, drains the ledger.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
-        if let Some(s) = self.schedule {
-            s.shutdown().await;
-        }
+        self.schedule.shutdown().await;
         let _ = tokio::time::timeout(Duration::from_secs(10), self.server).await;
         // Leases go back to the scopes before the process ends.
         self.gateway
@@ -111,16 +109,11 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         cfg.gateway.ledger_batch,
         Duration::from_millis(cfg.gateway.ledger_linger_ms),
     );
-    let ages = Arc::new(settlement::reconcile::HoldAges {
-        stale_after: Duration::from_secs(cfg.gateway.stale_hold_secs),
-        orphan_after: Duration::from_secs(cfg.gateway.orphan_hold_secs),
-    });
     let background = vec![
         spawn_heartbeat(
             quota.clone(),
             Duration::from_secs(cfg.gateway.heartbeat_ttl_secs.max(1)),
         ),
-        spawn_hold_reconciler(store.clone(), quota.clone(), catalog.clone(), clock, ages),
         catalog.clone().spawn_listener(store.clone()),
         crate::redis_policy::spawn_watch(store.clone(), quota.clone()),
         settlement::ledger::spawn_sweeper(
@@ -152,24 +145,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
     // keep the gateway from serving. `migrate` and every rollover apply the
     // archive's schema; only closed months' bills read it.
     let archive = cfg.archive()?;
-    let schedule = if cfg.billing.scheduler {
-        let ctx = jobs::JobContext::new(
-            store.clone(),
-            quota.clone(),
-            Some(archive.clone()),
-            clock,
-            cfg.job_settings(),
-        );
-        let runner = jobs::JobRunner::new(ctx, gw_cfg.replica.clone());
-        Some(
-            jobs::schedule::Schedule::start(runner)
-                .await
-                .context("cannot start the job scheduler")?,
-        )
-    } else {
-        None
-    };
-    let books = billing::Books::new(store.clone(), Some(archive), clock);
+    let books = billing::Books::new(store.clone(), Some(archive.clone()), clock);
     let sso = match &cfg.auth.oidc {
         Some(o) => Some(Arc::new(
             console::sso::Sso::new(o.settings()).map_err(anyhow::Error::msg)?,
@@ -196,21 +172,27 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
     if control.is_none() {
         tracing::warn!("auth.jwt_secret is not set: the admin API (/api/v1) is off");
     }
-    let gw = Arc::new(Gateway::new(gw_cfg, catalog, quota, store, ledger));
+    let gw = Arc::new(Gateway::new(
+        gw_cfg,
+        catalog,
+        quota.clone(),
+        store.clone(),
+        ledger,
+    ));
+    // Housekeeping (abandoned holds, borrowing, reclaim) always; the
+    // calendar when `billing.scheduler` is on. Each fire runs once across
+    // replicas and is recorded in `job_runs` (crates/jobs/src/schedule.rs).
+    let ctx = jobs::JobContext::new(store, quota, Some(archive), clock, cfg.job_settings())
+        .with_borrowing(gw.borrower.clone());
+    let plan = jobs::schedule::plan(cfg.billing.scheduler, cfg.housekeeping());
+    let schedule =
+        jobs::schedule::Schedule::start(jobs::JobRunner::new(ctx, gw.cfg.replica.clone()), plan)
+            .await
+            .context("cannot start the job scheduler")?;
     let mut background = background;
     background.push(gw.queue.spawn_dispatcher());
     if let Some(every) = gw.cfg.routing.probe_every {
         background.push(gateway::routing::spawn_prober(gw.clone(), every));
-    }
-    background.push(spawn_borrow_check(
-        gw.borrower.clone(),
-        Duration::from_secs(cfg.fair.borrow_check_secs.max(1)),
-    ));
-    if cfg.fair.reclaim_secs > 0 {
-        background.push(spawn_reclaim(
-            gw.borrower.clone(),
-            Duration::from_secs(cfg.fair.reclaim_secs),
-        ));
     }
     let metrics_addr = match &cfg.metrics.listen {
         Some(at) => Some(crate::metrics_endpoint::serve_own_listener(at).await?),
@@ -287,74 +269,6 @@ fn spawn_heartbeat(quota: Arc<QuotaEngine>, ttl: Duration) -> JoinHandle<()> {
                 }
             };
             tokio::time::sleep(pause).await;
-        }
-    })
-}
-
-/// Every minute, on one replica at a time: close abandoned holds.
-fn spawn_hold_reconciler(
-    store: Store,
-    quota: Arc<QuotaEngine>,
-    catalog: Arc<CatalogCache>,
-    clock: domain::period::PlatformClock,
-    ages: Arc<settlement::reconcile::HoldAges>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(60));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let Ok(Some(_lock)) = store.try_job_lock("hold-reconciler").await else {
-                continue;
-            };
-            let Ok(now) = quota.now_ms().await else {
-                continue;
-            };
-            let tenants = catalog.get().tenant_ids.clone();
-            match settlement::reconcile::close_abandoned_holds(
-                &store, &quota, &tenants, &clock, now, &ages,
-            )
-            .await
-            {
-                Ok(r) if r == Default::default() => {}
-                Ok(r) => tracing::info!(?r, "hold reconciler"),
-                Err(e) => tracing::warn!(error = %e, "hold reconciler failed; will retry"),
-            }
-        }
-    })
-}
-
-/// Near-limit borrowing and pending-borrow recovery, on one replica at a time.
-fn spawn_borrow_check(b: Arc<settlement::borrow::Borrowing>, every: Duration) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let Ok(Some(_lock)) = b.store.try_job_lock("borrow-check").await else {
-                continue;
-            };
-            if let Err(e) = b.run_borrow_check(chrono::Utc::now()).await {
-                tracing::warn!(error = %e, "borrow check failed; will retry");
-            }
-        }
-    })
-}
-
-/// The reclaim job (the lead hooks `run_reclaim` into the scheduler; until
-/// then this periodic task runs it), on one replica at a time.
-fn spawn_reclaim(b: Arc<settlement::borrow::Borrowing>, every: Duration) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let Ok(Some(_lock)) = b.store.try_job_lock("reclaim").await else {
-                continue;
-            };
-            if let Err(e) = b.run_reclaim(chrono::Utc::now()).await {
-                tracing::warn!(error = %e, "reclaim failed; will retry");
-            }
         }
     })
 }

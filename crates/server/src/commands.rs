@@ -243,7 +243,22 @@ pub async fn run_job(
     now: Option<&str>,
 ) -> anyhow::Result<jobs::RunResult> {
     let job = jobs::JobName::parse(job).with_context(|| format!("unknown job {job:?}"))?;
-    let ctx = job_context(cfg).await?;
+    let mut ctx = job_context(cfg).await?;
+    if matches!(job, jobs::JobName::BorrowCheck | jobs::JobName::Reclaim) {
+        // Borrowing works on the tenants' catalog: load it for this run.
+        let catalog =
+            std::sync::Arc::new(gateway::catalog::CatalogCache::new(cfg.encryption_key()?));
+        catalog.reload(&ctx.store).await?;
+        let b = settlement::borrow::Borrowing::new(
+            ctx.store.clone(),
+            ctx.quota.clone(),
+            catalog,
+            ctx.clock,
+            "cli".into(),
+            cfg.fair.tuning(&cfg.gateway).borrow,
+        );
+        ctx = ctx.with_borrowing(std::sync::Arc::new(b));
+    }
     let now = parse_now(&ctx, now).await?;
     let runner = jobs::JobRunner::new(ctx, "cli");
     let r = runner.run(job, now, None).await?;
@@ -347,56 +362,13 @@ pub async fn stale_holds(
     let r = settlement::reconcile::close_abandoned_holds(
         &store, &quota, &tenants, &clock, now_ms, &ages,
     )
-    .await
-    .map_err(anyhow::Error::msg)?;
+    .await?;
     println!(
         "stale-holds: {} tenants, closed {} stale and {} orphaned holds, stored {} outbox events",
         tenants.len(),
         r.closed_stale,
         r.closed_orphaned,
         r.outbox_stored
-    );
-    Ok(r)
-}
-
-/// `tollgate jobs run reclaim [--now T]`: one reclaim run now.
-pub async fn reclaim(
-    cfg: &Config,
-    now: Option<&str>,
-) -> anyhow::Result<settlement::borrow::ReclaimReport> {
-    let store = Store::connect(&cfg.database.url, 2)
-        .await
-        .context("cannot connect to PostgreSQL")?;
-    let quota = std::sync::Arc::new(cfg.quota_engine(
-        "cli",
-        std::time::Duration::from_millis(cfg.redis.timeout_ms.max(1000)),
-    )?);
-    let clock =
-        domain::period::PlatformClock::parse(&cfg.platform.timezone).map_err(anyhow::Error::msg)?;
-    let now = match now {
-        Some(t) => chrono::DateTime::parse_from_rfc3339(t)
-            .context("--now must be RFC 3339")?
-            .with_timezone(&chrono::Utc),
-        None => chrono::Utc::now(),
-    };
-    let catalog = std::sync::Arc::new(gateway::catalog::CatalogCache::new(cfg.encryption_key()?));
-    catalog.reload(&store).await?;
-    let _lock = store
-        .try_job_lock("reclaim")
-        .await?
-        .context("another replica is running this job")?;
-    let b = settlement::borrow::Borrowing::new(
-        store,
-        quota,
-        catalog,
-        clock,
-        "cli".into(),
-        cfg.fair.tuning(&cfg.gateway).borrow,
-    );
-    let r = b.run_reclaim(now).await.map_err(anyhow::Error::msg)?;
-    println!(
-        "reclaim {}: {} tokens lent, {} needed back, reclaimed {} tokens in {} reclaims",
-        r.period, r.lent_before, r.need, r.reclaimed_tokens, r.reclaims
     );
     Ok(r)
 }

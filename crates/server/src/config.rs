@@ -718,6 +718,16 @@ impl Config {
         }
     }
 
+    /// How often the housekeeping jobs run.
+    pub fn housekeeping(&self) -> jobs::schedule::Housekeeping {
+        jobs::schedule::Housekeeping {
+            stale_holds: std::time::Duration::from_secs(60),
+            borrow_check: std::time::Duration::from_secs(self.fair.borrow_check_secs.max(1)),
+            reclaim: (self.fair.reclaim_secs > 0)
+                .then(|| std::time::Duration::from_secs(self.fair.reclaim_secs)),
+        }
+    }
+
     pub fn replica(&self) -> String {
         let base = self.server.replica.clone().unwrap_or_else(|| {
             let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());

@@ -80,9 +80,10 @@ enum JobsCommand {
         /// stale-holds: close abandoned holds; rollover: archive closed months
         /// to ClickHouse and close them; grant-expiry: audit expired grants;
         /// alerts: budget alerts; forecast: month-end forecast; reconcile:
-        /// compare the books; reclaim: take unused borrowed quota back when
-        /// the pool runs low.
-        #[arg(value_parser = ["stale-holds", "rollover", "grant-expiry", "alerts", "forecast", "reconcile", "reclaim"])]
+        /// compare the books; borrow-check: lend pool quota to tenants near
+        /// their limit; reclaim: take unused borrowed quota back when the
+        /// pool runs low.
+        #[arg(value_parser = ["stale-holds", "rollover", "grant-expiry", "alerts", "forecast", "reconcile", "borrow-check", "reclaim"])]
         job: String,
         /// Run as if at this time (RFC 3339), e.g. to test month ends.
         #[arg(long)]
@@ -203,9 +204,6 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             .await
             .map(|_| true),
         Command::AuditVerify => commands::audit_verify(&cfg).await,
-        Command::Jobs {
-            command: JobsCommand::Run { job, now },
-        } if job == "reclaim" => commands::reclaim(&cfg, now.as_deref()).await.map(|_| true),
         Command::Jobs {
             command: JobsCommand::Run { job, now },
         } => commands::run_job(&cfg, &job, now.as_deref())

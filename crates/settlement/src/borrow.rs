@@ -147,8 +147,8 @@ impl Borrowing {
         tenant: &dyn Tenant,
         month: &str,
         trigger: &str,
-    ) -> Result<i64, String> {
-        let pool = self.store.pool_policy().await.map_err(|e| e.to_string())?;
+    ) -> crate::Result<i64> {
+        let pool = self.store.pool_policy().await?;
         let chunk = pool.chunk_tokens();
         if chunk == 0 || !tenant.may_borrow() {
             return Ok(0);
@@ -156,8 +156,7 @@ impl Borrowing {
         let id = Uuid::now_v7();
         self.store
             .begin_borrow(id, tenant.id(), month, chunk, trigger, &self.replica)
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         self.drive(id, tenant, month, chunk, &pool).await
     }
 
@@ -170,7 +169,7 @@ impl Borrowing {
         month: &str,
         chunk: i64,
         pool: &PoolPolicy,
-    ) -> Result<i64, String> {
+    ) -> crate::Result<i64> {
         let total = pool.monthly_tokens.unwrap_or(0);
         let mut granted = None;
         for _ in 0..3 {
@@ -184,8 +183,7 @@ impl Borrowing {
                     total,
                     tenant.borrow_cap_tokens(),
                 )
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
             match out {
                 BorrowOutcome::Granted { tokens, .. } | BorrowOutcome::Seen { tokens } => {
                     granted = Some(tokens);
@@ -194,12 +192,11 @@ impl Borrowing {
                 BorrowOutcome::Unknown => self.rebuild_pool(month).await?,
             }
         }
-        let tokens = granted.ok_or("pool rebuild did not complete")?;
+        let tokens = granted.ok_or_else(|| crate::Error::PoolRebuildIncomplete {
+            month: month.to_string(),
+        })?;
         let cost = pool.cost_for(tokens);
-        self.store
-            .finish_borrow(id, tokens, cost)
-            .await
-            .map_err(|e| e.to_string())?;
+        self.store.finish_borrow(id, tokens, cost).await?;
         if tokens > 0 {
             tracing::info!(tenant = %tenant.id(), month, tokens, cost, "borrowed from the pool");
         }
@@ -226,12 +223,8 @@ impl Borrowing {
     }
 
     /// Restores the pool's month in Redis from Postgres.
-    pub async fn rebuild_pool(&self, month: &str) -> Result<(), String> {
-        let rows = self
-            .store
-            .borrowed(&TenantScope::system())
-            .await
-            .map_err(|e| e.to_string())?;
+    pub async fn rebuild_pool(&self, month: &str) -> crate::Result<()> {
+        let rows = self.store.borrowed(&TenantScope::system()).await?;
         let outstanding: Vec<(String, i64)> = rows
             .into_iter()
             .filter(|r| r.period == month)
@@ -240,16 +233,14 @@ impl Borrowing {
         let pending: Vec<String> = self
             .store
             .reclaims(&TenantScope::system(), month, true)
-            .await
-            .map_err(|e| e.to_string())?
+            .await?
             .into_iter()
             .map(|r| r.id.to_string())
             .collect();
         let rebuilt = self
             .quota
             .pool_rebuild(month, &outstanding, &pending)
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         if rebuilt {
             tracing::info!(
                 month,
@@ -263,16 +254,15 @@ impl Borrowing {
     /// The periodic check: drives borrows left pending, and borrows ahead
     /// for tenants whose used + held reached `near_limit_ppm` of their
     /// effective token limit. Returns the number of borrows granted.
-    pub async fn run_borrow_check(&self, now: DateTime<Utc>) -> Result<usize, String> {
+    pub async fn run_borrow_check(&self, now: DateTime<Utc>) -> crate::Result<usize> {
         let month = self.clock.month(now);
-        let pool = self.store.pool_policy().await.map_err(|e| e.to_string())?;
+        let pool = self.store.pool_policy().await?;
         let index = self.catalog.tenants();
         let mut granted = 0;
         let stuck = self
             .store
             .pending_borrows(&TenantScope::system(), now - chrono::Duration::seconds(30))
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         for b in stuck {
             let Some(t) = index.get(&b.tenant_id) else {
                 continue;
@@ -295,11 +285,7 @@ impl Borrowing {
             let Some(limit) = t.effective(now, &month).monthly_tokens else {
                 continue;
             };
-            let c = self
-                .quota
-                .month_counters(t.id(), &month)
-                .await
-                .map_err(|e| e.to_string())?;
+            let c = self.quota.month_counters(t.id(), &month).await?;
             let busy = c.used_tokens("t") + c.held_tokens("t");
             if (busy as i128) * 1_000_000 >= limit as i128 * self.tuning.near_limit_ppm as i128
                 && self.borrow(t.as_ref(), &month, "near_limit").await? > 0
@@ -315,32 +301,25 @@ impl Borrowing {
     /// longest-held first, at most `reclaim_fraction_ppm` of each borrow per
     /// run, never below what a tenant has used or holds — and records each
     /// reclaim in Postgres and the audit log.
-    pub async fn run_reclaim(&self, now: DateTime<Utc>) -> Result<ReclaimReport, String> {
+    pub async fn run_reclaim(&self, now: DateTime<Utc>) -> crate::Result<ReclaimReport> {
         let month = self.clock.month(now);
-        let e = |e: &dyn std::fmt::Display| e.to_string();
         // Reclaims a crash left half-done give the pool its amount first.
         for r in self
             .store
             .reclaims(&TenantScope::system(), &month, true)
-            .await
-            .map_err(|x| e(&x))?
+            .await?
         {
             self.quota
                 .pool_return(&month, &r.id.to_string(), &r.tenant_id, r.tokens)
-                .await
-                .map_err(|x| e(&x))?;
-            self.store.finish_reclaim(r.id).await.map_err(|x| e(&x))?;
+                .await?;
+            self.store.finish_reclaim(r.id).await?;
         }
-        let pool = self.store.pool_policy().await.map_err(|x| e(&x))?;
-        let lent = match self.quota.pool_state(&month).await.map_err(|x| e(&x))? {
+        let pool = self.store.pool_policy().await?;
+        let lent = match self.quota.pool_state(&month).await? {
             Some((lent, _)) => lent,
             None => {
                 self.rebuild_pool(&month).await?;
-                self.quota
-                    .pool_state(&month)
-                    .await
-                    .map_err(|x| e(&x))?
-                    .map_or(0, |s| s.0)
+                self.quota.pool_state(&month).await?.map_or(0, |s| s.0)
             }
         };
         let need = pool.reclaim_need(lent);
@@ -357,8 +336,7 @@ impl Borrowing {
         let borrows: Vec<_> = self
             .store
             .borrows(&TenantScope::system(), &month)
-            .await
-            .map_err(|x| e(&x))?
+            .await?
             .into_iter()
             .filter(|b| b.state == "active" && b.outstanding_tokens > 0)
             .collect();
@@ -378,8 +356,7 @@ impl Borrowing {
                         let c = self
                             .quota
                             .month_counters_rebuilt(&b.tenant_id, &month, &ledger)
-                            .await
-                            .map_err(|x| e(&x))?;
+                            .await?;
                         limit - c.used_tokens("t") - c.held_tokens("t")
                     }
                     // No token budget: borrowed tokens raise nothing; all of it is unused.
@@ -414,13 +391,11 @@ impl Borrowing {
             let r = self
                 .store
                 .reclaim("job:reclaim", b.id, s.tokens, cost, &reason)
-                .await
-                .map_err(|x| e(&x))?;
+                .await?;
             self.quota
                 .pool_return(&month, &r.id.to_string(), &r.tenant_id, r.tokens)
-                .await
-                .map_err(|x| e(&x))?;
-            self.store.finish_reclaim(r.id).await.map_err(|x| e(&x))?;
+                .await?;
+            self.store.finish_reclaim(r.id).await?;
             if let Some(t) = index.get(&b.tenant_id) {
                 self.refresh_borrowed(t.as_ref(), &month).await;
             }

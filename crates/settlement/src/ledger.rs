@@ -133,11 +133,11 @@ pub async fn sweep_outboxes(
     store: &Store,
     quota: &QuotaEngine,
     tenants: &[String],
-) -> Result<u64, String> {
+) -> crate::Result<u64> {
     let mut new = 0;
     for t in tenants {
         loop {
-            let raw = quota.outbox_peek(t, 500).await.map_err(|e| e.to_string())?;
+            let raw = quota.outbox_peek(t, 500).await?;
             if raw.is_empty() {
                 break;
             }
@@ -153,18 +153,12 @@ pub async fn sweep_outboxes(
             if events.is_empty() {
                 break;
             }
-            new += store
-                .insert_usage_events(&events)
-                .await
-                .map_err(|e| e.to_string())?;
+            new += store.insert_usage_events(&events).await?;
             let stored: Vec<(&str, &str)> = events
                 .iter()
                 .map(|e| (e.tenant_id.as_str(), e.request_id.as_str()))
                 .collect();
-            quota
-                .outbox_remove(&stored)
-                .await
-                .map_err(|e| e.to_string())?;
+            quota.outbox_remove(&stored).await?;
             if raw.len() < 500 {
                 break;
             }

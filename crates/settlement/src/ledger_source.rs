@@ -12,7 +12,10 @@ impl LedgerSource for StoreLedger<'_> {
     async fn month_usage(&self, tenant: &str, month: &str) -> Result<Vec<ScopeUsage>, String> {
         // Events settled but not yet stored are part of the month too: store
         // them first (idempotent), so the rebuild reads one complete source.
-        crate::ledger::sweep_outboxes(self.store, self.quota, &[tenant.to_string()]).await?;
+        // (The hold engine's trait speaks strings: its errors end in a log.)
+        crate::ledger::sweep_outboxes(self.store, self.quota, &[tenant.to_string()])
+            .await
+            .map_err(|e| e.to_string())?;
         let rows = self
             .store
             .month_usage(&TenantScope::system(), tenant, month)

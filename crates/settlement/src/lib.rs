@@ -14,6 +14,20 @@ pub mod reconcile;
 
 pub use ledger::LedgerWriter;
 
+/// What can go wrong in settlement: the stores it works on.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("postgres: {0}")]
+    Store(#[from] store::StoreError),
+    #[error("quota store: {0}")]
+    Quota(#[from] quota::QuotaError),
+    /// The pool kept answering "unknown" although it was rebuilt each time.
+    #[error("the pool of {month} was rebuilt but still does not know the borrow")]
+    PoolRebuildIncomplete { month: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
 use chrono::{DateTime, Utc};
 use domain::fairq::Priority;
 use domain::Limits;

@@ -36,14 +36,11 @@ async fn replica_alive(
     quota: &QuotaEngine,
     cache: &mut HashMap<String, bool>,
     replica: &str,
-) -> Result<bool, String> {
+) -> crate::Result<bool> {
     if let Some(v) = cache.get(replica) {
         return Ok(*v);
     }
-    let v = quota
-        .replica_alive(replica)
-        .await
-        .map_err(|e| e.to_string())?;
+    let v = quota.replica_alive(replica).await?;
     cache.insert(replica.to_string(), v);
     Ok(v)
 }
@@ -55,7 +52,7 @@ pub async fn close_abandoned_holds(
     clock: &PlatformClock,
     now_ms: i64,
     ages: &HoldAges,
-) -> Result<ReconcileReport, String> {
+) -> crate::Result<ReconcileReport> {
     let mut report = ReconcileReport::default();
     let mut alive: HashMap<String, bool> = HashMap::new();
     let stale_before = now_ms - ages.stale_after.as_millis() as i64;
@@ -120,7 +117,7 @@ async fn expire_abandoned_leases(
     alive: &mut HashMap<String, bool>,
     now_ms: i64,
     ages: &HoldAges,
-) -> Result<u64, String> {
+) -> crate::Result<u64> {
     let before = now_ms - ages.orphan_after.as_millis() as i64;
     let stale_before = now_ms - ages.stale_after.as_millis() as i64;
     let leases = match quota.open_leases(tenant, before).await {
@@ -136,11 +133,7 @@ async fn expire_abandoned_leases(
         if !stale && replica_alive(quota, alive, &l.replica).await? {
             continue;
         }
-        if quota
-            .lease_expire(tenant, &l)
-            .await
-            .map_err(|e| e.to_string())?
-        {
+        if quota.lease_expire(tenant, &l).await? {
             tracing::warn!(tenant, lease = %l.lease_id, replica = %l.replica, tokens = l.tokens, slots = l.slots, "abandoned lease freed");
             n += 1;
         }
@@ -154,7 +147,7 @@ async fn expire(
     h: &OpenHold,
     clock: &PlatformClock,
     now_ms: i64,
-) -> Result<bool, String> {
+) -> crate::Result<bool> {
     let event = UsageEvent {
         request_id: h.request_id.clone(),
         tenant_id: tenant.to_string(),
@@ -198,7 +191,7 @@ async fn expire(
         // The hold's own estimate: nothing a provider reported.
         bound: domain::usage::Bound::SAFE,
     };
-    match quota.settle(&req).await.map_err(|e| e.to_string())? {
+    match quota.settle(&req).await? {
         SettleOutcome::Settled { .. } => {
             tracing::warn!(tenant, request_id = %h.request_id, replica = %h.replica, "abandoned hold closed at its estimate");
             Ok(true)

@@ -143,6 +143,16 @@ impl Store {
         .rows_affected())
     }
 
+    /// Gives back the row of a claimed run that is not worth keeping (a
+    /// scheduled housekeeping run with nothing to do).
+    pub async fn discard_job_run(&self, id: i64) -> Result<()> {
+        sqlx::query("DELETE FROM job_runs WHERE id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     pub async fn finish_job_run(
         &self,
         id: i64,
