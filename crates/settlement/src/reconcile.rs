@@ -177,6 +177,7 @@ async fn expire(
         started_at_ms: h.at_ms,
         settled_at_ms: now_ms,
         deployment: None,
+        attribution: Default::default(),
         anomaly: None,
     };
     let json = serde_json::to_string(&event).expect("event serialises");
@@ -198,7 +199,10 @@ async fn expire(
         // The hold's own estimate: nothing a provider reported.
         bound: domain::usage::Bound::SAFE,
     };
-    match quota.settle(&req).await.map_err(|e| e.to_string())? {
+    let settled = quota
+        .settle_digest(&req, h.end_user_digest.as_deref())
+        .await;
+    match settled.map_err(|e| e.to_string())? {
         SettleOutcome::Settled { .. } => {
             tracing::warn!(tenant, request_id = %h.request_id, replica = %h.replica, "abandoned hold closed at its estimate");
             Ok(true)
