@@ -67,3 +67,25 @@ CREATE TABLE IF NOT EXISTS {db}.refusals (
 ) ENGINE = MergeTree
 PARTITION BY period
 ORDER BY (tenant_id, app_id, model, decision, reason);
+
+-- The tags and end user of each closed-month request that had any (an
+-- event without either has no row). A table of its own rather than columns
+-- of usage_events: ClickHouse 18.16 has no ADD COLUMN IF NOT EXISTS, and
+-- this file must stay idempotent for archives created before attribution.
+-- `tags` is the JSON object the ledger stored (`{"project":"apollo"}`).
+CREATE TABLE IF NOT EXISTS {db}.usage_attribution (
+    period        String,
+    batch_id      String,
+    request_id    String,
+    tenant_id     String,
+    app_id        String,
+    model         String,
+    day           Date,
+    tags          String,
+    end_user      String,
+    input_tokens  Int64,
+    output_tokens Int64,
+    cost_micro    Int64
+) ENGINE = MergeTree
+PARTITION BY period
+ORDER BY (tenant_id, day, request_id);

@@ -235,6 +235,7 @@ impl TestEnv {
             name: id.into(),
             limits,
             allowed_models: None,
+            attribution: Default::default(),
         };
         self.store.create_app("test", &a).await.unwrap();
     }

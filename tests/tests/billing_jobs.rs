@@ -294,6 +294,7 @@ async fn the_month_end_forecast_alerts_when_it_exceeds_the_budget() {
             started_at_ms: 0,
             settled_at_ms: 0,
             deployment: None,
+            attribution: Default::default(),
             anomaly: None,
         })
         .collect();

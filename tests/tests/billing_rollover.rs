@@ -475,6 +475,7 @@ async fn ledger_month(env: &TestEnv, period: &str, n: usize) {
                 .unwrap()
                 .timestamp_millis(),
             deployment: None,
+            attribution: Default::default(),
             anomaly: None,
         })
         .collect();

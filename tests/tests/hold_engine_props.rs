@@ -38,7 +38,13 @@
 //! - the reclaim job takes from the tenant at most its headroom: never so
 //!   much that the limit falls below what it has used (the ledger's count)
 //!   and holds;
-//! - a replayed request id (hold, settle or release) changes nothing.
+//! - a replayed request id (hold, settle or release) changes nothing;
+//! - the same for each end user, the fourth scope: every per-request hold
+//!   names one of two end users with a monthly token budget of their own,
+//!   and right after each admission `used + held <= budget + bound` for
+//!   each, the bound computed here from that end user's requests alone;
+//!   `used` equals what that end user settled whenever Redis knows its
+//!   month (short by the rebuild bound after a FLUSHALL).
 
 mod hold_props;
 
@@ -107,6 +113,7 @@ fn a_reclaim_after_a_redis_loss_takes_nothing_already_used() {
         pool_tokens: 2000,
         reclaim_below_ppm: 1_000_000,
         lease_life_ms: 50,
+        end_user_budget: 1_000_000,
     };
     // Five chunks of 100 borrowed, 350 of them used, Redis flushed.
     let mut ops = vec![Op::Borrow; 5];
@@ -144,6 +151,7 @@ fn lease_admissions_around_a_flush_spend_no_more_than_redis_granted() {
         pool_tokens: 500,
         reclaim_below_ppm: 200_000,
         lease_life_ms: 60_000,
+        end_user_budget: 1_000_000,
     };
     let admit = Op::LeaseAdmit {
         input: 5,

@@ -610,7 +610,9 @@ fn routes() -> Vec<Route> {
             ..route(
                 "POST /api/v1/tenants/{id}/apps",
                 &[("id", Param::Fixed("t"))],
-                json!({"id": "app-{n}", "name": "App {n}", "limits": limits, "allowed_models": ["gpt-4o-mini"]}),
+                json!({"id": "app-{n}", "name": "App {n}", "limits": limits, "allowed_models": ["gpt-4o-mini"],
+                    "attribution": {"default_tags": {"env": "prod"}, "required_tags": ["project"],
+                        "end_user_limits": {"rpm": 5, "monthly_cost_usd": "1.5"}}}),
                 "",
                 &["/console/tenants/{id}/apps"],
             )

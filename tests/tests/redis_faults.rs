@@ -421,6 +421,7 @@ async fn a_rebuild_from_a_ledger_summing_past_i64_saturates() {
         stream: false,
         usage_source: "provider".into(),
         deployment: None,
+        attribution: Default::default(),
         anomaly: None,
         replica: "r".into(),
         started_at_ms: 0,

@@ -39,6 +39,7 @@ fn event(tenant: &str, request_id: &str, period: &str, day: &str) -> UsageEvent 
         started_at_ms: now,
         settled_at_ms: now,
         deployment: None,
+        attribution: Default::default(),
         anomaly: None,
     }
 }

@@ -11,7 +11,8 @@ pub use archive::Archive;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use domain::bill::{
-    self, Bill, BillRow, BillSource, DayRow, DrillBy, DrillLine, FocusPeriod, MonthRows, TenantInfo,
+    self, AttributedRow, Bill, BillRow, BillSource, DayRow, DrillBy, DrillLine, FocusPeriod,
+    GroupBy, MonthRows, TenantInfo,
 };
 use domain::period::PlatformClock;
 use store::{ClosedMonth, Store, StoreError, TenantScope};
@@ -149,6 +150,35 @@ impl Books {
             _ => (self.rows(period, scope).await?.1.bill_rows, vec![]),
         };
         Ok(bill::drill_down(by, &bill_rows, &day_rows))
+    }
+
+    /// The month's usage per value of a tag or per end user, from the
+    /// ledger's rollups (open) or the archive (closed).
+    pub async fn attributed(
+        &self,
+        period: &str,
+        scope: &TenantScope,
+        by: &GroupBy,
+    ) -> Result<Vec<AttributedRow>> {
+        Ok(match self.book(period).await?.0 {
+            MonthBook::Ledger => self.store.attributed_rows(scope, period, by).await?,
+            MonthBook::Archive(batch) => {
+                self.archive(period)?
+                    .attributed_rows(period, batch, scope.tenant(), by)
+                    .await?
+            }
+        })
+    }
+
+    pub async fn attributed_csv(
+        &self,
+        period: &str,
+        scope: &TenantScope,
+        by: &GroupBy,
+    ) -> Result<String> {
+        let rows = self.attributed(period, scope, by).await?;
+        let tenants = self.store.tenant_infos(scope).await?;
+        Ok(bill::attributed_csv(period, by, &rows, &tenants))
     }
 
     pub async fn csv(&self, period: &str, scope: &TenantScope) -> Result<String> {

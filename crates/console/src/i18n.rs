@@ -372,6 +372,12 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("jobs.replica", "Replica", "副本"),
     ("notices.kind", "Kind", "类型"),
     ("notices.message", "Message", "内容"),
+    // Cost attribution: the bills drill-down by request tag and end user.
+    ("bills.by_tag", "by tag", "按标签"),
+    ("bills.by_end_user", "by end user", "按终端用户"),
+    ("bills.tag_value", "Tag value", "标签值"),
+    ("bills.end_user", "End user", "终端用户"),
+    ("bills.untagged", "(none)", "（无）"),
 ];
 
 #[cfg(test)]

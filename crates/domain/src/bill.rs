@@ -47,6 +47,9 @@ pub struct DayRow {
     pub model: String,
     /// `YYYY-MM-DD`, platform time.
     pub day: String,
+    /// The requests' tags (FOCUS `Tags`); rows differing only in tags are
+    /// separate rows.
+    pub tags: crate::attribution::Tags,
     pub totals: Totals,
 }
 
@@ -348,7 +351,7 @@ pub fn bill_csv(period: &str, rows: &[BillRow], tenants: &[TenantInfo]) -> Strin
 
 /// FOCUS (FinOps Open Cost and Usage Specification) columns this export
 /// fills, in order. One row per tenant × app × model × day.
-pub const FOCUS_COLUMNS: [&str; 27] = [
+pub const FOCUS_COLUMNS: [&str; 28] = [
     "BillingAccountId",
     "BillingAccountName",
     "BillingCurrency",
@@ -376,6 +379,7 @@ pub const FOCUS_COLUMNS: [&str; 27] = [
     "ResourceId",
     "SubAccountId",
     "SubAccountName",
+    "Tags",
 ];
 
 /// Extra columns (FOCUS allows `x_` prefixed custom columns).
@@ -406,11 +410,12 @@ pub fn focus_csv(p: &FocusPeriod<'_>, rows: &[DayRow], tenants: &[TenantInfo]) -
     let mut out = csv_line(&header);
     let mut rows: Vec<&DayRow> = rows.iter().collect();
     rows.sort_by(|a, b| {
-        (&a.tenant_id, &a.day, &a.app_id, &a.model).cmp(&(
+        (&a.tenant_id, &a.day, &a.app_id, &a.model, &a.tags).cmp(&(
             &b.tenant_id,
             &b.day,
             &b.app_id,
             &b.model,
+            &b.tags,
         ))
     });
     for r in rows {
@@ -446,11 +451,154 @@ pub fn focus_csv(p: &FocusPeriod<'_>, rows: &[DayRow], tenants: &[TenantInfo]) -
             format!("{}/{}/{}", r.tenant_id, r.app_id, r.model),
             r.tenant_id.clone(),
             t.map(|t| t.name.clone()).unwrap_or_default(),
+            focus_tags(&r.tags),
             t.map(|t| t.cost_center.clone()).unwrap_or_default(),
             r.app_id.clone(),
             r.totals.requests.to_string(),
             r.totals.input_tokens.to_string(),
             r.totals.output_tokens.to_string(),
+        ]));
+    }
+    out
+}
+
+/// FOCUS `Tags`: a JSON object of the row's tags (`{}` for none).
+fn focus_tags(tags: &crate::attribution::Tags) -> String {
+    crate::attribution::tags_json(tags)
+}
+
+/// What a bill is grouped by below the app (`group_by=`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupBy {
+    /// One tag key's values (`tag:project`).
+    Tag(String),
+    /// The end users (`end_user`).
+    EndUser,
+}
+
+impl GroupBy {
+    pub fn parse(s: &str) -> Option<GroupBy> {
+        match s {
+            "end_user" => Some(GroupBy::EndUser),
+            _ => {
+                let key = s.strip_prefix("tag:")?;
+                crate::attribution::parse_header(&format!("{key}=x"))
+                    .ok()
+                    .filter(|t| t.len() == 1)
+                    .map(|_| GroupBy::Tag(key.to_string()))
+            }
+        }
+    }
+
+    pub fn as_param(&self) -> String {
+        match self {
+            GroupBy::Tag(k) => format!("tag:{k}"),
+            GroupBy::EndUser => "end_user".into(),
+        }
+    }
+}
+
+/// A month's usage of one tenant for one value of the grouping (None: the
+/// requests without that tag, or without an end user).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttributedRow {
+    pub tenant_id: String,
+    pub value: Option<String>,
+    pub totals: Totals,
+}
+
+/// One line of a bill grouped by a tag or by end user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttributedLine {
+    pub tenant_id: String,
+    pub value: Option<String>,
+    pub requests: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cost_usd: MicroUsd,
+    pub cost_micro: i64,
+}
+
+/// `valued` (rows of one value each) completed with each tenant's rest:
+/// its total minus its valued rows, as the row without a value (omitted
+/// when nothing is left).
+pub fn with_rest(
+    totals: &BTreeMap<String, Totals>,
+    mut valued: Vec<AttributedRow>,
+) -> Vec<AttributedRow> {
+    for (tenant, total) in totals {
+        let mut rest = *total;
+        for r in valued.iter().filter(|r| &r.tenant_id == tenant) {
+            rest.requests -= r.totals.requests;
+            rest.input_tokens -= r.totals.input_tokens;
+            rest.output_tokens -= r.totals.output_tokens;
+            rest.cost_micro -= r.totals.cost_micro;
+        }
+        if rest != Totals::default() {
+            valued.push(AttributedRow {
+                tenant_id: tenant.clone(),
+                value: None,
+                totals: rest,
+            });
+        }
+    }
+    valued
+}
+
+/// The lines in (tenant, value) order, rows of one pair merged; the costs
+/// sum to the tenants' bills.
+pub fn attributed_lines(rows: &[AttributedRow]) -> Vec<AttributedLine> {
+    let mut m: BTreeMap<(&str, Option<&str>), Totals> = BTreeMap::new();
+    for r in rows {
+        m.entry((r.tenant_id.as_str(), r.value.as_deref()))
+            .or_default()
+            .add(&r.totals);
+    }
+    m.into_iter()
+        .map(|((t, v), x)| AttributedLine {
+            tenant_id: t.to_string(),
+            value: v.map(str::to_string),
+            requests: x.requests,
+            input_tokens: x.input_tokens,
+            output_tokens: x.output_tokens,
+            cost_usd: MicroUsd(x.cost_micro),
+            cost_micro: x.cost_micro,
+        })
+        .collect()
+}
+
+/// A bill grouped by a tag or by end user, as CSV: the grouping's column
+/// is named after it (`tag:project`, `end_user`); an empty cell is the
+/// requests without a value.
+pub fn attributed_csv(
+    period: &str,
+    by: &GroupBy,
+    rows: &[AttributedRow],
+    tenants: &[TenantInfo],
+) -> String {
+    let mut out = csv_line(&[
+        "period".into(),
+        "tenant_id".into(),
+        "tenant_name".into(),
+        "cost_center".into(),
+        by.as_param(),
+        "requests".into(),
+        "input_tokens".into(),
+        "output_tokens".into(),
+        "cost_usd".into(),
+    ]);
+    for l in attributed_lines(rows) {
+        let t = tenants.iter().find(|t| t.id == l.tenant_id);
+        out.push_str(&csv_line(&[
+            period.to_string(),
+            l.tenant_id.clone(),
+            t.map(|t| t.name.clone()).unwrap_or_default(),
+            t.map(|t| t.cost_center.clone()).unwrap_or_default(),
+            l.value.clone().unwrap_or_default(),
+            l.requests.to_string(),
+            l.input_tokens.to_string(),
+            l.output_tokens.to_string(),
+            l.cost_usd.to_string(),
         ]));
     }
     out
@@ -651,6 +799,7 @@ mod tests {
             app_id: "x".into(),
             model: "m1".into(),
             day: "2026-11-02".into(),
+            tags: [("project".to_string(), "apollo".to_string())].into(),
             totals: Totals {
                 requests: 2,
                 input_tokens: 10,
@@ -675,6 +824,60 @@ mod tests {
         assert_eq!(col("ConsumedQuantity"), "15");
         assert_eq!(col("SubAccountId"), "a");
         assert_eq!(col("ChargePeriodStart"), "2026-11-02T00:00:00Z");
+        assert_eq!(col("Tags"), "\"{\"\"project\"\":\"\"apollo\"\"}\"");
+    }
+
+    #[test]
+    fn group_by_reads_a_tag_key_or_end_user() {
+        assert_eq!(
+            GroupBy::parse("tag:project"),
+            Some(GroupBy::Tag("project".into()))
+        );
+        assert_eq!(GroupBy::parse("end_user"), Some(GroupBy::EndUser));
+        for bad in ["tag:", "tag:Project", "tag:a,b", "tag:a=b", "project", ""] {
+            assert_eq!(GroupBy::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn attributed_lines_merge_and_sum_to_the_bill() {
+        let r = |t: &str, v: Option<&str>, c: i64| AttributedRow {
+            tenant_id: t.into(),
+            value: v.map(str::to_string),
+            totals: Totals {
+                requests: 1,
+                input_tokens: 2,
+                output_tokens: 3,
+                cost_micro: c,
+            },
+        };
+        let rows = [
+            r("a", Some("apollo"), 10),
+            r("a", None, 1),
+            r("a", Some("apollo"), 5),
+            r("a", Some("gemini"), 7),
+        ];
+        let lines = attributed_lines(&rows);
+        let got: Vec<_> = lines
+            .iter()
+            .map(|l| (l.value.as_deref(), l.requests, l.cost_micro))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (None, 1, 1),
+                (Some("apollo"), 2, 15),
+                (Some("gemini"), 1, 7)
+            ]
+        );
+        let csv = attributed_csv("2026-11", &GroupBy::Tag("project".into()), &rows, &[]);
+        let mut l = csv.lines();
+        assert_eq!(
+            l.next().unwrap(),
+            "period,tenant_id,tenant_name,cost_center,tag:project,requests,input_tokens,output_tokens,cost_usd"
+        );
+        assert_eq!(l.next().unwrap(), "2026-11,a,,,,1,2,3,0.000001");
+        assert_eq!(l.next().unwrap(), "2026-11,a,,,apollo,2,4,6,0.000015");
     }
 
     #[test]

@@ -135,9 +135,13 @@ pub enum ScopeKind {
     Tenant,
     App,
     Key,
+    /// The request's end user, within its app (docs/billing.md): a fourth
+    /// scope, held only when the app limits its end users.
+    EndUser,
 }
 
 impl ScopeKind {
+    /// The scopes every request is held against (the end user's is extra).
     pub const ALL: [ScopeKind; 3] = [ScopeKind::Tenant, ScopeKind::App, ScopeKind::Key];
 
     pub fn as_str(self) -> &'static str {
@@ -145,11 +149,16 @@ impl ScopeKind {
             ScopeKind::Tenant => "tenant",
             ScopeKind::App => "app",
             ScopeKind::Key => "key",
+            ScopeKind::EndUser => "end_user",
         }
     }
 
+    /// The scripts' scope index (0-based): 0-2 as `ALL`, 3 the end user.
     pub fn from_index(i: usize) -> Option<Self> {
-        Self::ALL.get(i).copied()
+        match i {
+            3 => Some(ScopeKind::EndUser),
+            _ => Self::ALL.get(i).copied(),
+        }
     }
 }
 
@@ -163,6 +172,9 @@ pub enum LimitKind {
     Rpm,
     InputTpm,
     OutputTpm,
+    /// The cap on distinct end users an app admits per minute (what keeps
+    /// the end-user counters' memory bounded).
+    EndUsersPerMinute,
 }
 
 impl LimitKind {
@@ -175,8 +187,12 @@ impl LimitKind {
         LimitKind::OutputTpm,
     ];
 
+    /// The scripts' limit index (0-based): 0-5 as `ALL`, 6 the end-user cap.
     pub fn from_index(i: usize) -> Option<Self> {
-        Self::ALL.get(i).copied()
+        match i {
+            6 => Some(LimitKind::EndUsersPerMinute),
+            _ => Self::ALL.get(i).copied(),
+        }
     }
 }
 

@@ -49,6 +49,12 @@ pub enum ReasonCode {
     QueueTimeout,
     /// The tenant's queue (on this replica) is full.
     TenantQueueFull,
+    /// A tag of the request is malformed, too long, repeated, or one too many.
+    InvalidTag,
+    /// The app or key requires a tag the request does not carry.
+    MissingRequiredTag,
+    /// The end user identifier is too long or has control characters.
+    InvalidEndUser,
 }
 
 impl ReasonCode {
@@ -75,6 +81,14 @@ impl ReasonCode {
                 (Tenant, OutputTpm) => "tenant_output_tpm_exceeded",
                 (App, OutputTpm) => "app_output_tpm_exceeded",
                 (Key, OutputTpm) => "key_output_tpm_exceeded",
+                (EndUser, MonthlyTokens) => "end_user_monthly_budget_exhausted",
+                (EndUser, MonthlyCost) => "end_user_monthly_cost_exhausted",
+                (EndUser, Rpm) => "end_user_rpm_exceeded",
+                // End users carry budgets and an rpm only.
+                (EndUser, MaxInflight) => "end_user_inflight_exceeded",
+                (EndUser, InputTpm) => "end_user_input_tpm_exceeded",
+                (EndUser, OutputTpm) => "end_user_output_tpm_exceeded",
+                (_, EndUsersPerMinute) => "app_end_users_per_minute_exceeded",
             },
             ReasonCode::InvalidApiKey => "invalid_api_key",
             ReasonCode::InvalidRequest => "invalid_request",
@@ -90,6 +104,9 @@ impl ReasonCode {
             ReasonCode::DailyCostSoftLimit => "daily_cost_soft_limit",
             ReasonCode::QueueTimeout => "queue_timeout",
             ReasonCode::TenantQueueFull => "tenant_queue_full",
+            ReasonCode::InvalidTag => "invalid_tag",
+            ReasonCode::MissingRequiredTag => "missing_required_tag",
+            ReasonCode::InvalidEndUser => "invalid_end_user",
         }
     }
 
@@ -99,7 +116,11 @@ impl ReasonCode {
             ReasonCode::Limit(_, LimitKind::MonthlyTokens | LimitKind::MonthlyCost) => 402,
             ReasonCode::Limit(_, _) => 429,
             ReasonCode::InvalidApiKey => 401,
-            ReasonCode::InvalidRequest | ReasonCode::ContextTooLong => 400,
+            ReasonCode::InvalidRequest
+            | ReasonCode::ContextTooLong
+            | ReasonCode::InvalidTag
+            | ReasonCode::MissingRequiredTag
+            | ReasonCode::InvalidEndUser => 400,
             ReasonCode::ModelNotFound => 404,
             ReasonCode::ModelNotAllowed => 403,
             ReasonCode::QuotaStoreUnavailable | ReasonCode::UpstreamUnavailable => 503,
@@ -177,6 +198,34 @@ mod tests {
             ("queue_timeout", 503)
         );
         assert_eq!(ReasonCode::TenantQueueFull.http_status(), 429);
+    }
+
+    #[test]
+    fn end_user_refusals_have_their_own_codes() {
+        let r = |s, l| ReasonCode::Limit(s, l);
+        use LimitKind::*;
+        use ScopeKind::EndUser;
+        assert_eq!(
+            (r(EndUser, Rpm).as_str(), r(EndUser, Rpm).http_status()),
+            ("end_user_rpm_exceeded", 429)
+        );
+        assert_eq!(
+            (
+                r(EndUser, MonthlyTokens).as_str(),
+                r(EndUser, MonthlyTokens).http_status()
+            ),
+            ("end_user_monthly_budget_exhausted", 402)
+        );
+        assert_eq!(
+            (
+                r(EndUser, EndUsersPerMinute).as_str(),
+                r(EndUser, EndUsersPerMinute).http_status()
+            ),
+            ("app_end_users_per_minute_exceeded", 429)
+        );
+        assert_eq!(ScopeKind::from_index(3), Some(EndUser));
+        assert_eq!(LimitKind::from_index(6), Some(EndUsersPerMinute));
+        assert_eq!(ScopeKind::from_index(4), None);
     }
 
     #[test]

@@ -39,6 +39,9 @@ pub struct UsageEvent {
     /// the sanity bound, negative, malformed): what it said, for finance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anomaly: Option<UsageAnomaly>,
+    /// Tags and end user (absent in events stored before attribution).
+    #[serde(default, flatten)]
+    pub attribution: crate::attribution::Attribution,
 }
 
 /// A provider report the sanity bound overruled.

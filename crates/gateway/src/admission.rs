@@ -13,8 +13,8 @@
 
 use crate::metrics_names as m;
 use quota::{
-    ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LeaseAdmit, LeaseBook, LeaseTuning,
-    LedgerSource, QuotaEngine, QuotaError, SettleOutcome, SettleRequest,
+    EndUserScope, ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LeaseAdmit, LeaseBook,
+    LeaseTuning, LedgerSource, QuotaEngine, QuotaError, SettleOutcome, SettleRequest,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,6 +72,20 @@ impl Admission {
         ledger: &impl LedgerSource,
         stream: bool,
     ) -> Result<HoldOutcome, QuotaError> {
+        self.hold_with(req, None, ledger, stream).await
+    }
+
+    /// A hold with the end user's scope. A lease carries the tenant, app
+    /// and key chain only, so a request whose app limits its end users is
+    /// held per request even in `lease` mode (docs/leases.md).
+    pub async fn hold_with(
+        &self,
+        req: &HoldRequest<'_>,
+        end_user: Option<EndUserScope<'_>>,
+        ledger: &impl LedgerSource,
+        stream: bool,
+    ) -> Result<HoldOutcome, QuotaError> {
+        let leasable = !stream && end_user.is_none();
         match (&self.leases, self.mode) {
             (_, AdmissionMode::Off) => {
                 metrics::counter!(m::ADMISSIONS, "path" => "off").increment(1);
@@ -80,7 +94,7 @@ impl Admission {
                     remaining_tokens: None,
                 });
             }
-            (Some(book), _) if !stream => {
+            (Some(book), _) if leasable => {
                 if let LeaseAdmit::Admitted {
                     remaining_requests,
                     remaining_tokens,
@@ -95,7 +109,7 @@ impl Admission {
             }
             _ => {}
         }
-        let out = self.quota.hold(req, ledger).await;
+        let out = self.quota.hold_with(req, end_user, ledger).await;
         if let Ok(HoldOutcome::Admitted { .. }) = out {
             metrics::counter!(m::ADMISSIONS, "path" => "per_request").increment(1);
         }
@@ -103,16 +117,26 @@ impl Admission {
     }
 
     /// Streams are always held per request, so extends are too.
-    pub async fn extend(&self, req: &ExtendRequest<'_>) -> Result<ExtendOutcome, QuotaError> {
+    pub async fn extend(
+        &self,
+        req: &ExtendRequest<'_>,
+        end_user: Option<EndUserScope<'_>>,
+    ) -> Result<ExtendOutcome, QuotaError> {
         if self.mode == AdmissionMode::Off {
             return Ok(ExtendOutcome::Extended {
                 remaining_tokens: None,
             });
         }
-        self.quota.extend(req).await
+        self.quota.extend_with(req, end_user).await
     }
 
-    pub async fn settle(&self, req: &SettleRequest<'_>) -> Result<SettleOutcome, QuotaError> {
+    /// `end_user`: the request's end user, if any (its scope is booked
+    /// when the hold took it).
+    pub async fn settle(
+        &self,
+        req: &SettleRequest<'_>,
+        end_user: Option<&str>,
+    ) -> Result<SettleOutcome, QuotaError> {
         if self.mode == AdmissionMode::Off {
             return Ok(SettleOutcome::Settled {
                 overrun_tokens: 0,
@@ -130,7 +154,7 @@ impl Admission {
                 }));
             }
         }
-        self.quota.settle(req).await
+        self.quota.settle_with(req, end_user).await
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -142,6 +166,7 @@ impl Admission {
         month: &str,
         request_id: &str,
         limits: [&domain::Limits; 3],
+        end_user: Option<&str>,
     ) -> Result<bool, QuotaError> {
         if self.mode == AdmissionMode::Off {
             return Ok(true);
@@ -152,7 +177,7 @@ impl Admission {
             }
         }
         self.quota
-            .release(tenant, app, key, month, request_id, limits)
+            .release_with(tenant, app, key, month, request_id, limits, end_user)
             .await
     }
 

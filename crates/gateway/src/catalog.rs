@@ -71,6 +71,8 @@ pub struct AppEntry {
     pub limits: Limits,
     pub allowed_models: Option<HashSet<String>>,
     pub grants: Vec<Grant>,
+    /// Default tags and required tag keys (docs/billing.md).
+    pub attribution: domain::attribution::Policy,
 }
 
 #[derive(Debug)]
@@ -232,6 +234,7 @@ impl Index {
                 limits: a.limits,
                 allowed_models: set(a.allowed_models),
                 grants: grants_of(&c.grants, &a.tenant_id, Some(&a.id)),
+                attribution: a.attribution,
             };
             apps.entry(a.tenant_id)
                 .or_default()

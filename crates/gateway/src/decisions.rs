@@ -149,6 +149,7 @@ fn scope_label(key: &KeyEntry, s: ScopeKind) -> String {
         ScopeKind::Tenant => format!("tenant:{}", key.tenant.id),
         ScopeKind::App => format!("app:{}/{}", key.tenant.id, key.app.id),
         ScopeKind::Key => format!("key:{}", key.id),
+        ScopeKind::EndUser => format!("end_user:{}/{}", key.tenant.id, key.app.id),
     }
 }
 
@@ -165,6 +166,16 @@ fn limit_value(
         ScopeKind::Tenant => &limits[0],
         ScopeKind::App => &limits[1],
         ScopeKind::Key => &limits[2],
+        ScopeKind::EndUser => {
+            let e = key.app.attribution.end_user_limits.as_ref()?;
+            return match l {
+                LimitKind::MonthlyTokens => e.monthly_tokens.map(|v| json!(v)),
+                LimitKind::MonthlyCost => e.monthly_cost_usd.map(|v| json!(v)),
+                LimitKind::Rpm => e.rpm.map(|v| json!(v)),
+                LimitKind::EndUsersPerMinute => Some(json!(e.end_users_per_minute())),
+                _ => None,
+            };
+        }
     };
     match l {
         LimitKind::MonthlyTokens => lim.monthly_tokens.map(|v| json!(v)),
@@ -173,6 +184,7 @@ fn limit_value(
         LimitKind::Rpm => lim.rpm.map(|v| json!(v)),
         LimitKind::InputTpm => lim.input_tpm.map(|v| json!(v)),
         LimitKind::OutputTpm => lim.output_tpm.map(|v| json!(v)),
+        LimitKind::EndUsersPerMinute => None,
     }
 }
 

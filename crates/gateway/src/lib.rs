@@ -5,6 +5,7 @@
 
 pub mod admission;
 mod anomaly;
+pub mod attribution;
 pub mod catalog;
 pub mod decisions;
 mod dialect;

@@ -175,6 +175,8 @@ async fn admit_and_forward(
     let k = Some(&key);
     crate::fair::refuse_if_queue_full(gw, &key, rid).map_err(|e| refuse(e, k, ""))?;
     let json = parse_json(&bytes, &key, rid)?;
+    let attribution =
+        crate::attribution::read(headers, &json, &key, rid).map_err(|e| refuse(e, k, ""))?;
     let inbound = Inbound::read(dialect, json).map_err(|f| {
         refuse(
             ApiError::new(rid, ReasonCode::InvalidRequest, f.message).param(f.param),
@@ -243,6 +245,7 @@ async fn admit_and_forward(
         est_in,
         est_out: first_out,
         per_choice,
+        end_user: attribution.end_user.as_deref(),
     };
     let fairly = crate::fair::admit_fairly(gw, &key, &model, &month, rid, || {
         admit(gw, &key, &model, &month, rid, want)
@@ -293,6 +296,7 @@ async fn admit_and_forward(
         summary.stream,
         now.timestamp_millis(),
     );
+    held.attribution = attribution;
     held.max_output = if adm.degraded { adm.est_out } else { max_out };
     held.slot = fairly.slot.map(|mut s| {
         s.mark_used();
@@ -356,6 +360,8 @@ struct Want<'a> {
     est_out: i64,
     /// Output cap per choice sent to the provider.
     per_choice: i64,
+    /// The request's end user (a fourth scope when its app limits them).
+    end_user: Option<&'a str>,
 }
 
 struct Admission {
@@ -387,6 +393,7 @@ async fn admit(
         want.est_in,
         want.est_out,
         stream,
+        want.end_user,
     )
     .await?
     {
@@ -440,7 +447,18 @@ async fn admit(
         if let HoldOutcome::Admitted {
             remaining_requests,
             remaining_tokens,
-        } = hold(gw, key, model, month, rid, want.est_in, est_out, stream).await?
+        } = hold(
+            gw,
+            key,
+            model,
+            month,
+            rid,
+            want.est_in,
+            est_out,
+            stream,
+            want.end_user,
+        )
+        .await?
         {
             return Ok(Admission {
                 est_out,
@@ -477,6 +495,7 @@ async fn hold(
     est_in: i64,
     est_out: i64,
     stream: bool,
+    end_user: Option<&str>,
 ) -> Result<HoldOutcome, ApiError> {
     let limits = key.effective_limits(chrono::Utc::now(), month);
     let req = HoldRequest {
@@ -496,6 +515,7 @@ async fn hold(
         key: key.clone(),
         month: month.to_string(),
         request_id: rid.to_string(),
+        end_user: end_user.map(str::to_string),
         armed: true,
     };
     let t0 = Instant::now();
@@ -503,7 +523,8 @@ async fn hold(
         store: &gw.store,
         quota: &gw.quota,
     };
-    let outcome = gw.admission.hold(&req, &ledger, stream).await;
+    let eu = crate::attribution::end_user_scope(key, end_user);
+    let outcome = gw.admission.hold_with(&req, eu, &ledger, stream).await;
     pending.armed = outcome.is_err();
     metrics::histogram!(m::HOLD_SECONDS).record(t0.elapsed().as_secs_f64());
     outcome.map_err(|err| {

@@ -34,6 +34,8 @@ pub struct HeldRequest {
     /// The deployment that answered, its in-flight slot held until the
     /// request is done (given back on drop).
     pub route: Option<crate::routing::Taken>,
+    /// Tags and end user, booked with the usage event.
+    pub attribution: domain::attribution::Attribution,
     closed: bool,
 }
 
@@ -77,6 +79,7 @@ impl HeldRequest {
             provider_usage: None,
             slot: None,
             route: None,
+            attribution: Default::default(),
             closed: false,
         }
     }
@@ -153,6 +156,7 @@ impl HeldRequest {
             self.key.clone(),
             self.month.clone(),
             self.request_id.clone(),
+            self.attribution.end_user.clone(),
         );
         let _ = tokio::spawn(release).await;
     }
@@ -160,7 +164,13 @@ impl HeldRequest {
 
 /// Gives back a hold; harmless when there is none (already closed, or the
 /// hold never landed).
-pub async fn release_hold(gw: Arc<Gateway>, key: Arc<KeyEntry>, month: String, request_id: String) {
+pub async fn release_hold(
+    gw: Arc<Gateway>,
+    key: Arc<KeyEntry>,
+    month: String,
+    request_id: String,
+    end_user: Option<String>,
+) {
     let k = &key;
     for attempt in 0..RETRIES {
         let r = gw
@@ -172,6 +182,7 @@ pub async fn release_hold(gw: Arc<Gateway>, key: Arc<KeyEntry>, month: String, r
                 &month,
                 &request_id,
                 k.scope_limits(),
+                end_user.as_deref(),
             )
             .await;
         match r {
@@ -203,6 +214,8 @@ pub struct PendingHold {
     pub key: Arc<KeyEntry>,
     pub month: String,
     pub request_id: String,
+    /// The request's end user (its scope is given back too).
+    pub end_user: Option<String>,
     pub armed: bool,
 }
 
@@ -217,6 +230,7 @@ impl Drop for PendingHold {
                 self.key.clone(),
                 std::mem::take(&mut self.month),
                 std::mem::take(&mut self.request_id),
+                self.end_user.take(),
             ));
         }
     }
@@ -283,6 +297,7 @@ impl SettleJob {
             settled_at_ms: now.timestamp_millis(),
             deployment: h.route.as_ref().map(|r| r.name.to_string()),
             anomaly,
+            attribution: h.attribution.clone(),
         };
         Self {
             gw: h.gw.clone(),
@@ -314,7 +329,8 @@ impl SettleJob {
         // 5 s, for up to half an hour) so the hold does not wait for the
         // stale-hold reconciler's day; then leave it to that reconciler.
         for attempt in 0..RETRIES {
-            match self.gw.admission.settle(&req).await {
+            let end_user = e.attribution.end_user.as_deref();
+            match self.gw.admission.settle(&req, end_user).await {
                 Ok(SettleOutcome::Settled { overrun_tokens, .. }) => {
                     self.settled(overrun_tokens).await;
                     return;

@@ -177,7 +177,8 @@ async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<
                 limits: [&limits[0], &limits[1], &limits[2]],
             };
             let t0 = Instant::now();
-            let out = held.gw.admission.extend(&req).await;
+            let eu = crate::attribution::end_user_scope(&k, held.attribution.end_user.as_deref());
+            let out = held.gw.admission.extend(&req, eu).await;
             metrics::histogram!(m::EXTEND_SECONDS).record(t0.elapsed().as_secs_f64());
             match out {
                 Ok(ExtendOutcome::Extended { .. }) => {

@@ -3,6 +3,8 @@
 -- monthly tokens and cost, and the output-tokens-per-minute bucket.
 -- KEYS: 1 month hash (of the hold's period), 2 rate/inflight hash, 3 hold record
 -- ARGV: 1 request_id, 2 app, 3 key, 4 add_out, 5 add_cost, 6..23 limits (3 x 6)
+-- KEYS 4 (optional): the end user's month hash; ARGV 24 its monthly_tokens,
+--       25 its monthly_cost (checked when the hold took the end user's scope)
 -- Returns: {1, remaining_tokens}                   extended
 --          {2, state}                              no open hold: nothing changed
 --          {0, scope_index, limit_index, retry_ms}  refused, nothing changed
@@ -33,6 +35,19 @@ for s = 1, 3 do
     return {0, s, 2, -1}
   end
 end
+local EUM = KEYS[4]
+local eu = nil
+if EUM and redis.call('HEXISTS', H, 'u') == 1 then
+  eu = redis.call('HMGET', EUM, 'ut', 'ht', 'uc', 'hc')
+  local L = amount(24, -1)
+  if L >= 0 then
+    local left = L - n(eu[1]) - n(eu[2])
+    if left < add_out then return {0, 4, 1, -1} end
+    if rem_tok < 0 or left - add_out < rem_tok then rem_tok = left - add_out end
+  end
+  L = amount(25, -1)
+  if L >= 0 and n(eu[3]) + n(eu[4]) + add_cost > L then return {0, 4, 2, -1} end
+end
 local buckets = {}
 for s = 1, 3 do
   local L = limit(s, 6)
@@ -52,6 +67,9 @@ for s = 1, 3 do
   mw[#mw + 1] = p .. ':hc'; mw[#mw + 1] = int(mon(s, 4) + add_cost)
 end
 redis.call('HSET', M, unpack(mw))
+if eu then
+  redis.call('HSET', EUM, 'ht', int(n(eu[2]) + add_out), 'hc', int(n(eu[4]) + add_cost))
+end
 for _, b in ipairs(buckets) do
   redis.call('HSET', R, b[1], string.format('%.6f', b[2]), b[1] .. ':ts', int(now))
 end

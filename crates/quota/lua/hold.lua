@@ -4,6 +4,13 @@
 --       7 model, 8 replica, 9 period, 10..27 limits (3 scopes x 6), -1 = none
 --       limit order per scope: monthly_tokens, monthly_cost, max_inflight,
 --       rpm, input_tpm, output_tpm
+-- The end user's scope, only when the app limits its end users:
+-- KEYS: 5 end user's month hash, 6 end user's rate hash, 7 the app's recent
+--       end users (zset: digest -> last admission, Redis time)
+-- ARGV: 28 end-user digest, 29 monthly_tokens, 30 monthly_cost, 31 rpm,
+--       32 distinct end users per minute, 33 month ttl seconds
+--          {-2}                                        end user's month unknown:
+--                                                      rebuild it first
 -- Returns: {1, remaining_requests, remaining_tokens}  admitted
 --          {2, state}                                  duplicate (first answer)
 --          {0, scope_index, limit_index, retry_ms[, headroom_tokens, headroom_cost]}
@@ -73,6 +80,46 @@ for _, d in ipairs(dims) do
   end
 end
 
+-- The end user: budgets, rpm, and the app's cap on distinct end users in
+-- the last minute (counted, not pruned: a refusal writes nothing).
+local EUM, EUR, EUS = KEYS[5], KEYS[6], KEYS[7]
+local eu = nil
+if EUM then
+  local who = ARGV[28]
+  local eL = function(i) return amount(28 + i, -1) end
+  local since = now - 60000
+  local last = tonumber(redis.call('ZSCORE', EUS, who) or '')
+  if not last or last <= since then
+    local cap = eL(4)
+    if cap >= 0 and redis.call('ZCOUNT', EUS, '(' .. int(since), '+inf') >= cap then
+      local first = redis.call('ZRANGEBYSCORE', EUS, '(' .. int(since), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      local wait = 1000
+      if first[2] then wait = math.max(1, tonumber(first[2]) - since) end
+      return {0, 4, 7, wait}
+    end
+  end
+  local m = redis.call('HMGET', EUM, 'ut', 'ht', 'uc', 'hc', '_rb')
+  if not m[5] then return {-2} end
+  local L = eL(1)
+  if L >= 0 and L - n(m[1]) - n(m[2]) < est_tok then
+    return {0, 4, 1, -1, math.max(0, L - n(m[1]) - n(m[2])), -1}
+  end
+  L = eL(2)
+  if L >= 0 and L - n(m[3]) - n(m[4]) < est_cost then
+    return {0, 4, 2, -1, -1, math.max(0, L - n(m[3]) - n(m[4]))}
+  end
+  L = eL(3)
+  local left = nil
+  if L >= 0 then
+    local r = redis.call('HMGET', EUR, 'rpm', 'rpm:ts')
+    local cur = refill(r[1], r[2], L, now)
+    if cur < 1 then return {0, 4, 4, refill_wait(cur, 1, L)} end
+    left = cur - 1
+    if rem_req < 0 or left < rem_req then rem_req = math.floor(left) end
+  end
+  eu = {m = m, left = left, who = who}
+end
+
 -- Phase 2: every check passed; take.
 local mw, rw = {}, {}
 for s = 1, 3 do
@@ -90,5 +137,18 @@ redis.call('HSET', R, unpack(rw))
 redis.call('HSET', H, 'st', 'H', 'p', ARGV[9], 'a', ARGV[2], 'k', ARGV[3],
   'ei', int(est_in), 'eo', int(est_out), 'ec', int(est_cost), 'm', ARGV[7], 'r', ARGV[8], 'at', now)
 redis.call('ZADD', OPEN, now, ARGV[1])
+if eu then
+  redis.call('HSET', EUM, 'ht', int(n(eu.m[2]) + est_tok), 'hc', int(n(eu.m[4]) + est_cost))
+  redis.call('EXPIRE', EUM, tonumber(ARGV[33]))
+  if eu.left then
+    redis.call('HSET', EUR, 'rpm', string.format('%.6f', eu.left), 'rpm:ts', int(now))
+  end
+  -- A full bucket is what a missing one reads as: idle end users vanish.
+  redis.call('PEXPIRE', EUR, 120000)
+  redis.call('ZADD', EUS, now, eu.who)
+  redis.call('ZREMRANGEBYSCORE', EUS, '-inf', now - 60000)
+  redis.call('PEXPIRE', EUS, 120000)
+  redis.call('HSET', H, 'u', eu.who)
+end
 if rem_tok >= 0 then rem_tok = rem_tok - est_tok end
 return {1, rem_req, rem_tok}

@@ -2,10 +2,11 @@
 -- before generating). The request still counted against its RPM.
 -- KEYS: 1 month hash, 2 rate/inflight hash, 3 hold record, 4 open-holds zset
 -- ARGV: 1 request_id, 2 app, 3 key, 4..21 limits
+-- KEYS 5 (optional): the end user's month hash (when the hold took it)
 -- Returns: {1} released now, {2, state} no open hold: no-op
 local M, R, H, OPEN = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
-local h = redis.call('HMGET', H, 'st', 'ei', 'eo', 'ec')
+local h = redis.call('HMGET', H, 'st', 'ei', 'eo', 'ec', 'u')
 if h[1] ~= 'H' then
   return {2, h[1] or 'none'}
 end
@@ -26,6 +27,11 @@ for s = 1, 3 do
       if cur then redis.call('HSET', R, f, string.format('%.6f', math.min(L, cur + d[3]))) end
     end
   end
+end
+local EUM = KEYS[5]
+if EUM and h[5] then
+  if redis.call('HINCRBY', EUM, 'ht', int(0 - (est_in + est_out))) < 0 then redis.call('HSET', EUM, 'ht', 0) end
+  if redis.call('HINCRBY', EUM, 'hc', int(0 - est_cost)) < 0 then redis.call('HSET', EUM, 'hc', 0) end
 end
 redis.call('HSET', H, 'st', 'R')
 redis.call('EXPIRE', H, 86400)

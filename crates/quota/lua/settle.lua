@@ -6,6 +6,9 @@
 --       7 usage event (JSON, stored verbatim), 8 status, 9..26 limits,
 --       27 lost_ok: 1 when the caller has checked the ledger and the
 --          request is not there (book a hold Redis lost), else 0
+-- KEYS 6 (optional): the end user's month hash; booked when the hold took
+--       the end user's scope (its record carries `u`), or, for a hold Redis
+--       lost, when that month is known (carries `_rb`)
 -- Returns: {1, overrun_tokens, overrun_cost}  settled now
 --          {2, state}                          already settled/released: no-op
 --          {3}                                 no hold record: nothing changed;
@@ -16,7 +19,7 @@
 -- Reads and writes are batched, as in hold.lua.
 local M, R, H, OPEN, OUTBOX = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
-local h = redis.call('HMGET', H, 'st', 'ei', 'eo', 'ec')
+local h = redis.call('HMGET', H, 'st', 'ei', 'eo', 'ec', 'u')
 if h[1] == 'S' or h[1] == 'R' then
   return {2, h[1]}
 end
@@ -78,6 +81,15 @@ for s = 1, 3 do
 end
 redis.call('HSET', M, unpack(mw))
 if #rw > 0 then redis.call('HSET', R, unpack(rw)) end
+local EUM = KEYS[6]
+if EUM and held and h[5] then
+  local e = redis.call('HMGET', EUM, 'ut', 'ht', 'uc', 'hc')
+  redis.call('HSET', EUM, 'ut', int(n(e[1]) + act_tok), 'uc', int(n(e[3]) + act_cost),
+    'ht', int(math.max(0, n(e[2]) - est_in - est_out)), 'hc', int(math.max(0, n(e[4]) - est_cost)))
+elseif EUM and not held and redis.call('HEXISTS', EUM, '_rb') == 1 then
+  local e = redis.call('HMGET', EUM, 'ut', 'uc')
+  redis.call('HSET', EUM, 'ut', int(n(e[1]) + act_tok), 'uc', int(n(e[2]) + act_cost))
+end
 redis.call('HSET', OUTBOX, ARGV[1], ARGV[7])
 redis.call('HSET', H, 'st', 'S', 'ai', int(act_in), 'ao', int(act_out), 'ac', int(act_cost), 'x', ARGV[8])
 redis.call('EXPIRE', H, 86400)

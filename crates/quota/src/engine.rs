@@ -82,6 +82,21 @@ pub struct HoldRequest<'a> {
     pub limits: [&'a Limits; 3],
 }
 
+/// The fourth scope of a hold: the request's end user, under its app, when
+/// the app limits its end users (docs/billing.md).
+#[derive(Debug, Clone, Copy)]
+pub struct EndUserScope<'a> {
+    /// As the client sent it (the ledger rebuild looks it up).
+    pub id: &'a str,
+    pub limits: &'a domain::attribution::EndUserLimits,
+}
+
+impl EndUserScope<'_> {
+    pub fn digest(&self) -> String {
+        domain::attribution::end_user_digest(self.id)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HoldOutcome {
     Admitted {
@@ -165,6 +180,8 @@ pub struct OpenHold {
     pub replica: String,
     /// Redis time of the hold, ms since the epoch.
     pub at_ms: i64,
+    /// The end user's digest when the hold took the end user's scope.
+    pub end_user_digest: Option<String>,
 }
 
 /// Settled usage of one (app, key) pair in a month, as the ledger has it.
@@ -186,6 +203,18 @@ pub trait LedgerSource: Send + Sync {
         tenant: &str,
         month: &str,
     ) -> impl Future<Output = Result<Vec<ScopeUsage>, String>> + Send;
+
+    /// One end user's settled (tokens, cost) of an app in a month. Sources
+    /// that never see end users (tools, most tests) keep this default.
+    fn end_user_month_usage(
+        &self,
+        _tenant: &str,
+        _app: &str,
+        _end_user: &str,
+        _month: &str,
+    ) -> impl Future<Output = Result<(i64, i64), String>> + Send {
+        async { Ok((0, 0)) }
+    }
 }
 
 /// The ledger's answer to "is this request booked already?" — asked only
@@ -418,6 +447,18 @@ impl QuotaEngine {
         req: &HoldRequest<'_>,
         ledger: &impl LedgerSource,
     ) -> Result<HoldOutcome, QuotaError> {
+        self.hold_with(req, None, ledger).await
+    }
+
+    /// A hold that also takes the end user's scope, when given.
+    pub async fn hold_with(
+        &self,
+        req: &HoldRequest<'_>,
+        end_user: Option<EndUserScope<'_>>,
+        ledger: &impl LedgerSource,
+    ) -> Result<HoldOutcome, QuotaError> {
+        let digest = end_user.map(|e| e.digest());
+        let eu = end_user.zip(digest.as_deref());
         check_amounts(&[
             ("est_input", req.est_input),
             ("est_output", req.est_output),
@@ -425,7 +466,7 @@ impl QuotaEngine {
             ("est_tokens", req.est_input.saturating_add(req.est_output)),
         ])?;
         for _ in 0..50 {
-            let reply: Vec<redis::Value> = self.hold_once(req).await?;
+            let reply: Vec<redis::Value> = self.hold_once(req, eu).await?;
             match int_at(&reply, 0)? {
                 1 => {
                     let opt = |v: i64| (v >= 0).then_some(v);
@@ -441,6 +482,13 @@ impl QuotaEngine {
                 }
                 0 => return Ok(HoldOutcome::Refused(refusal_from(&reply)?)),
                 -1 => self.rebuild_month(req.tenant, req.month, ledger).await?,
+                -2 => match eu {
+                    Some((e, d)) => {
+                        self.rebuild_end_user(req.tenant, req.app, e.id, d, req.month, ledger)
+                            .await?
+                    }
+                    None => return Err(QuotaError::Protocol(format!("{reply:?}"))),
+                },
                 _ => return Err(QuotaError::Protocol(format!("{reply:?}"))),
             }
         }
@@ -449,7 +497,11 @@ impl QuotaEngine {
         ))
     }
 
-    async fn hold_once(&self, req: &HoldRequest<'_>) -> Result<Vec<redis::Value>, QuotaError> {
+    async fn hold_once(
+        &self,
+        req: &HoldRequest<'_>,
+        eu: Option<(EndUserScope<'_>, &str)>,
+    ) -> Result<Vec<redis::Value>, QuotaError> {
         let mut inv = self.hold_script(&self.scripts.hold, req.tenant, req.month, req.request_id);
         inv.key(self.keys.open_holds(req.tenant))
             .arg(req.request_id)
@@ -461,7 +513,76 @@ impl QuotaEngine {
             .arg(req.model)
             .arg(&self.replica)
             .arg(req.month);
-        self.run(inv, req.limits).await
+        for l in limit_args(req.limits) {
+            inv.arg(l);
+        }
+        if let Some((e, digest)) = eu {
+            let k = &self.keys;
+            inv.key(k.end_user_month(req.tenant, req.app, digest, req.month))
+                .key(k.end_user_rates(req.tenant, req.app, digest))
+                .key(k.end_users_seen(req.tenant, req.app))
+                .arg(digest);
+            for l in e.limits.hold_args() {
+                inv.arg(domain::counter::limit_arg(l));
+            }
+            inv.arg(MONTH_TTL_SECS);
+        }
+        let mut conn = self.link().await?;
+        self.bounded(inv.invoke_async(&mut conn)).await
+    }
+
+    /// Restores one end user's month from the ledger (a new end user, or
+    /// Redis lost it), once, under a lock, like [`Self::rebuild_month`].
+    async fn rebuild_end_user(
+        &self,
+        tenant: &str,
+        app: &str,
+        end_user: &str,
+        digest: &str,
+        month: &str,
+        ledger: &impl LedgerSource,
+    ) -> Result<(), QuotaError> {
+        let lock = self
+            .keys
+            .rebuild_lock(tenant, &format!("{month}:eu:{app}:{digest}"));
+        let mut conn = self.link().await?;
+        let got: Option<String> = self
+            .bounded(
+                redis::cmd("SET")
+                    .arg(&lock)
+                    .arg(&self.replica)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(REBUILD_LOCK_MS)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        if got.is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            return Ok(());
+        }
+        let result = async {
+            let (tokens, cost) = ledger
+                .end_user_month_usage(tenant, app, end_user, month)
+                .await
+                .map_err(QuotaError::Ledger)?;
+            let mut inv = self.scripts.rebuild.prepare_invoke();
+            inv.key(self.keys.end_user_month(tenant, app, digest, month))
+                .arg(MONTH_TTL_SECS)
+                .arg("ut")
+                .arg(tokens.clamp(0, domain::usage::MAX_SETTLE_AMOUNT))
+                .arg("uc")
+                .arg(cost.clamp(0, domain::usage::MAX_SETTLE_AMOUNT));
+            let mut conn = self.link().await?;
+            let _: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
+            Ok(())
+        }
+        .await;
+        let mut conn = self.link().await?;
+        let _: Result<i64, _> = self
+            .bounded(redis::cmd("DEL").arg(&lock).query_async(&mut conn))
+            .await;
+        result
     }
 
     /// Restores a tenant's month from the ledger, once, under a lock; other
@@ -542,6 +663,16 @@ impl QuotaEngine {
     /// Adds output to an open hold, with the same all-or-nothing checks as
     /// a hold for what the extension consumes.
     pub async fn extend(&self, req: &ExtendRequest<'_>) -> Result<ExtendOutcome, QuotaError> {
+        self.extend_with(req, None).await
+    }
+
+    /// An extension that also checks and takes the end user's scope (when
+    /// the hold took it).
+    pub async fn extend_with(
+        &self,
+        req: &ExtendRequest<'_>,
+        end_user: Option<EndUserScope<'_>>,
+    ) -> Result<ExtendOutcome, QuotaError> {
         check_amounts(&[("add_output", req.add_output), ("add_cost", req.add_cost)])?;
         let mut inv = self.hold_script(&self.scripts.extend, req.tenant, req.month, req.request_id);
         inv.arg(req.request_id)
@@ -549,7 +680,20 @@ impl QuotaEngine {
             .arg(req.key)
             .arg(req.add_output)
             .arg(req.add_cost);
-        let reply = self.run(inv, req.limits).await?;
+        for l in limit_args(req.limits) {
+            inv.arg(l);
+        }
+        if let Some(e) = end_user {
+            let [tokens, cost, _, _] = e.limits.hold_args();
+            inv.key(
+                self.keys
+                    .end_user_month(req.tenant, req.app, &e.digest(), req.month),
+            )
+            .arg(domain::counter::limit_arg(tokens))
+            .arg(domain::counter::limit_arg(cost));
+        }
+        let mut conn = self.link().await?;
+        let reply: Vec<redis::Value> = self.bounded(inv.invoke_async(&mut conn)).await?;
         match int_at(&reply, 0)? {
             1 => Ok(ExtendOutcome::Extended {
                 remaining_tokens: Some(int_at(&reply, 1)?).filter(|v| *v >= 0),
@@ -563,6 +707,29 @@ impl QuotaEngine {
     }
 
     pub async fn settle(&self, req: &SettleRequest<'_>) -> Result<SettleOutcome, QuotaError> {
+        self.settle_with(req, None).await
+    }
+
+    /// A settle that also books the end user's scope (`end_user`: the id as
+    /// sent), when the hold took it.
+    pub async fn settle_with(
+        &self,
+        req: &SettleRequest<'_>,
+        end_user: Option<&str>,
+    ) -> Result<SettleOutcome, QuotaError> {
+        let digest = end_user.map(domain::attribution::end_user_digest);
+        self.settle_digest(req, digest.as_deref()).await
+    }
+
+    /// [`Self::settle_with`] for a caller that has the end user's digest
+    /// only (the hold record's `u`: the stale-hold reconciler).
+    pub async fn settle_digest(
+        &self,
+        req: &SettleRequest<'_>,
+        end_user_digest: Option<&str>,
+    ) -> Result<SettleOutcome, QuotaError> {
+        let eu_month =
+            end_user_digest.map(|d| self.keys.end_user_month(req.tenant, req.app, d, req.month));
         // The provider's report is bounded first (an absurd report is billed
         // at the bound), then checked against the Lua-safe range.
         let billable = req.billable();
@@ -572,7 +739,8 @@ impl QuotaEngine {
             ("output_tokens", output_tokens),
             ("cost", cost),
         ])?;
-        let mut reply = self.settle_once(req, billable, false).await?;
+        let eu = eu_month.as_deref();
+        let mut reply = self.settle_once(req, billable, false, eu).await?;
         if int_at(&reply, 0)? == 3 {
             // No hold record: lost with Redis, or a replay after the settled
             // record expired. The ledger (unique by request id) tells which.
@@ -581,7 +749,7 @@ impl QuotaEngine {
                     state: "ledger".into(),
                 });
             }
-            reply = self.settle_once(req, billable, true).await?;
+            reply = self.settle_once(req, billable, true, eu).await?;
         }
         match int_at(&reply, 0)? {
             1 => Ok(SettleOutcome::Settled {
@@ -600,11 +768,15 @@ impl QuotaEngine {
         req: &SettleRequest<'_>,
         (input_tokens, output_tokens, cost): (i64, i64, i64),
         lost_ok: bool,
+        end_user_month: Option<&str>,
     ) -> Result<Vec<redis::Value>, QuotaError> {
         let mut inv = self.hold_script(&self.scripts.settle, req.tenant, req.month, req.request_id);
         inv.key(self.keys.open_holds(req.tenant))
-            .key(self.keys.outbox(req.tenant))
-            .arg(req.request_id)
+            .key(self.keys.outbox(req.tenant));
+        if let Some(k) = end_user_month {
+            inv.key(k);
+        }
+        inv.arg(req.request_id)
             .arg(req.app)
             .arg(req.key)
             .arg(input_tokens)
@@ -650,11 +822,30 @@ impl QuotaEngine {
         request_id: &str,
         limits: [&Limits; 3],
     ) -> Result<bool, QuotaError> {
+        self.release_with(tenant, app, key, month, request_id, limits, None)
+            .await
+    }
+
+    /// A release that also gives back the end user's scope (`end_user`: the
+    /// id as sent), when the hold took it.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn release_with(
+        &self,
+        tenant: &str,
+        app: &str,
+        key: &str,
+        month: &str,
+        request_id: &str,
+        limits: [&Limits; 3],
+        end_user: Option<&str>,
+    ) -> Result<bool, QuotaError> {
         let mut inv = self.hold_script(&self.scripts.release, tenant, month, request_id);
-        inv.key(self.keys.open_holds(tenant))
-            .arg(request_id)
-            .arg(app)
-            .arg(key);
+        inv.key(self.keys.open_holds(tenant));
+        if let Some(u) = end_user {
+            let d = domain::attribution::end_user_digest(u);
+            inv.key(self.keys.end_user_month(tenant, app, &d, month));
+        }
+        inv.arg(request_id).arg(app).arg(key);
         let reply = self.run(inv, limits).await?;
         Ok(int_at(&reply, 0)? == 1)
     }
@@ -791,7 +982,7 @@ impl QuotaEngine {
         for id in &ids {
             pipe.cmd("HMGET")
                 .arg(self.keys.hold(tenant, id))
-                .arg(&["st", "a", "k", "p", "ei", "eo", "ec", "m", "r", "at"]);
+                .arg(&["st", "a", "k", "p", "ei", "eo", "ec", "m", "r", "at", "u"]);
         }
         let rows: Vec<Vec<Option<String>>> = self.bounded(pipe.query_async(&mut conn)).await?;
         let num = |v: &Option<String>| v.as_deref().and_then(|s| s.parse().ok()).unwrap_or(0);
@@ -814,6 +1005,7 @@ impl QuotaEngine {
                 model: txt(&f[7]),
                 replica: txt(&f[8]),
                 at_ms: num(&f[9]),
+                end_user_digest: f[10].clone(),
             })
             .collect();
         Ok((open, gone))

@@ -83,6 +83,22 @@ impl KeySpace {
         format!("{}:{{m:{}}}:by", self.prefix, model)
     }
 
+    /// An end user's used/held tokens and cost in a month (`digest`:
+    /// `domain::attribution::end_user_digest`); expires with the month.
+    pub fn end_user_month(&self, tenant: &str, app: &str, digest: &str, month: &str) -> String {
+        format!("{}:eu:{app}:{digest}:m:{month}", self.tag(tenant))
+    }
+
+    /// An end user's rpm bucket; expires two idle minutes after its last use.
+    pub fn end_user_rates(&self, tenant: &str, app: &str, digest: &str) -> String {
+        format!("{}:eu:{app}:{digest}:rt", self.tag(tenant))
+    }
+
+    /// The app's end users of the last minute (for its distinct cap).
+    pub fn end_users_seen(&self, tenant: &str, app: &str) -> String {
+        format!("{}:eus:{app}", self.tag(tenant))
+    }
+
     pub fn rebuild_lock(&self, tenant: &str, month: &str) -> String {
         format!("{}:rblock:{}", self.tag(tenant), month)
     }
@@ -104,6 +120,9 @@ mod tests {
             k.day("sales", "2026-11-29"),
             k.lease("sales", "l1"),
             k.leases("sales"),
+            k.end_user_month("sales", "a", "00ff", "2026-11"),
+            k.end_user_rates("sales", "a", "00ff"),
+            k.end_users_seen("sales", "a"),
         ] {
             assert!(key.starts_with("tg:{t:sales}:"), "{key}");
         }

@@ -17,8 +17,9 @@ mod settle_bound;
 
 pub use conn::Timeouts;
 pub use engine::{
-    BookedCheck, ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LedgerSource,
-    MonthCounters, OpenHold, QuotaEngine, QuotaError, ScopeUsage, SettleOutcome, SettleRequest,
+    BookedCheck, EndUserScope, ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest,
+    LedgerSource, MonthCounters, OpenHold, QuotaEngine, QuotaError, ScopeUsage, SettleOutcome,
+    SettleRequest,
 };
 pub use eviction::{policy_problem, NodePolicy, REQUIRED_POLICY};
 pub use fair::{BorrowOutcome, SlotOutcome};

@@ -98,6 +98,7 @@ pub async fn seed(store: &Store, mock_base_url: &str, pepper: &[u8]) -> anyhow::
                         ..Default::default()
                     },
                     allowed_models: None,
+                    attribution: Default::default(),
                 };
                 store.create_app(ACTOR, &a).await?;
             }
@@ -205,6 +206,7 @@ async fn load_tenant(
             name: "load".into(),
             limits: bench_limits(),
             allowed_models: None,
+            attribution: Default::default(),
         };
         store.create_app(BENCH_ACTOR, &a).await?;
     }

@@ -111,6 +111,7 @@ async fn ensure_scopes(store: &Store, plan: &LoadPlan) -> anyhow::Result<()> {
                         name: format!("App {a}"),
                         limits: Limits::default(),
                         allowed_models: None,
+                        attribution: Default::default(),
                     },
                 )
                 .await?;
@@ -157,6 +158,7 @@ fn event(plan: &LoadPlan, first_day: NaiveDate, days: u32, n: u64, rng: &mut Mix
         settled_at_ms: started + 500,
         anomaly: None,
         deployment: None,
+        attribution: Default::default(),
     }
 }
 

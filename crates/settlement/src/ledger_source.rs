@@ -33,4 +33,18 @@ impl LedgerSource for StoreLedger<'_> {
             })
             .collect())
     }
+
+    async fn end_user_month_usage(
+        &self,
+        tenant: &str,
+        app: &str,
+        end_user: &str,
+        month: &str,
+    ) -> Result<(i64, i64), String> {
+        crate::ledger::sweep_outboxes(self.store, self.quota, &[tenant.to_string()]).await?;
+        self.store
+            .end_user_month_usage(&TenantScope::system(), tenant, app, end_user, month)
+            .await
+            .map_err(|e| e.to_string())
+    }
 }

@@ -170,6 +170,7 @@ async fn expire(
         started_at_ms: h.at_ms,
         settled_at_ms: now_ms,
         deployment: None,
+        attribution: Default::default(),
         anomaly: None,
     };
     let json = serde_json::to_string(&event).expect("event serialises");
@@ -191,7 +192,10 @@ async fn expire(
         // The hold's own estimate: nothing a provider reported.
         bound: domain::usage::Bound::SAFE,
     };
-    match quota.settle(&req).await? {
+    let settled = quota
+        .settle_digest(&req, h.end_user_digest.as_deref())
+        .await;
+    match settled? {
         SettleOutcome::Settled { .. } => {
             tracing::warn!(tenant, request_id = %h.request_id, replica = %h.replica, "abandoned hold closed at its estimate");
             Ok(true)

@@ -5,7 +5,9 @@
 use crate::audit::{append, NewAudit};
 use crate::{Result, Store, StoreError, TenantScope};
 use chrono::{DateTime, NaiveDate, Utc};
-use domain::bill::{BillRow, DayRow, QuotaAmount, RefusalRow, TenantInfo, Totals};
+use domain::bill::{
+    AttributedRow, BillRow, DayRow, GroupBy, QuotaAmount, RefusalRow, TenantInfo, Totals,
+};
 use domain::usage::UsageEvent;
 use serde_json::json;
 use sqlx::postgres::PgRow;
@@ -143,9 +145,9 @@ impl Store {
 
     pub async fn day_rows(&self, scope: &TenantScope, period: &str) -> Result<Vec<DayRow>> {
         let rows = sqlx::query(&format!(
-            "SELECT tenant_id, app_id, model, day::text AS day, {ROLLUP_SUMS} FROM usage_rollups
+            "SELECT tenant_id, app_id, model, day::text AS day, tags, {ROLLUP_SUMS} FROM usage_rollups
              WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
-             GROUP BY tenant_id, app_id, model, day ORDER BY tenant_id, day, app_id, model"
+             GROUP BY tenant_id, app_id, model, day, tags ORDER BY tenant_id, day, app_id, model"
         ))
         .bind(period)
         .bind(scope.tenant())
@@ -158,6 +160,52 @@ impl Store {
                 app_id: r.get("app_id"),
                 model: r.get("model"),
                 day: r.get("day"),
+                tags: crate::ledger::tags_of(r.get("tags")),
+                totals: totals(r),
+            })
+            .collect())
+    }
+
+    /// The tag keys a month's requests carry (at most 20, in order).
+    pub async fn tag_keys(&self, scope: &TenantScope, period: &str) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT DISTINCT jsonb_object_keys(tags) AS k FROM usage_rollups
+             WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2) AND tags <> '{}'::jsonb
+             ORDER BY k LIMIT 20",
+        )
+        .bind(period)
+        .bind(scope.tenant())
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// A month's usage per tenant and value of one tag, or per end user
+    /// (None: requests without one), from the rollups.
+    pub async fn attributed_rows(
+        &self,
+        scope: &TenantScope,
+        period: &str,
+        by: &GroupBy,
+    ) -> Result<Vec<AttributedRow>> {
+        let (value, key) = match by {
+            GroupBy::Tag(k) => ("tags ->> $3", k.as_str()),
+            GroupBy::EndUser => ("NULLIF(end_user, '')", ""),
+        };
+        let rows = sqlx::query(&format!(
+            "SELECT tenant_id, {value} AS value, {ROLLUP_SUMS} FROM usage_rollups
+             WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2) AND ($3::text IS NOT NULL)
+             GROUP BY 1, 2 ORDER BY 1, 2"
+        ))
+        .bind(period)
+        .bind(scope.tenant())
+        .bind(key)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| AttributedRow {
+                tenant_id: r.get("tenant_id"),
+                value: r.get("value"),
                 totals: totals(r),
             })
             .collect())
@@ -284,7 +332,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT request_id, tenant_id, app_id, key_id, model, period, day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
-                    status, stream, replica, started_at, settled_at, usage_source, deployment
+                    status, stream, replica, started_at, settled_at, usage_source, deployment, tags, end_user
              FROM usage_events WHERE period = $1 AND request_id > $2 AND ($4::text IS NULL OR tenant_id = $4)
              ORDER BY request_id LIMIT $3",
         )
@@ -318,6 +366,7 @@ impl Store {
                 started_at_ms: r.get::<DateTime<Utc>, _>("started_at").timestamp_millis(),
                 settled_at_ms: r.get::<DateTime<Utc>, _>("settled_at").timestamp_millis(),
                 deployment: r.get("deployment"),
+                attribution: crate::ledger::attribution_of(&r),
                 // The archive keeps the billed amounts; anomalies stay in
                 // Postgres' ledger row (request lookup).
                 anomaly: None,

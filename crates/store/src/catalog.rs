@@ -32,6 +32,8 @@ pub struct AppRow {
     pub name: String,
     pub limits: Limits,
     pub allowed_models: Option<Vec<String>>,
+    /// Default tags and required tag keys of the app's requests.
+    pub attribution: domain::attribution::Policy,
 }
 
 #[derive(Debug, Clone)]
@@ -130,6 +132,8 @@ pub(crate) fn app_row(r: &sqlx::postgres::PgRow) -> Result<AppRow> {
         name: r.get("name"),
         limits: limits_of(r.get("limits"))?,
         allowed_models: r.get("allowed_models"),
+        attribution: serde_json::from_value(r.get("attribution"))
+            .map_err(|e| StoreError::Corrupt(format!("app attribution: {e}")))?,
     })
 }
 
@@ -183,7 +187,7 @@ impl Store {
         .map(|r| tenant_row(&r))
         .collect::<Result<Vec<_>>>()?;
         let apps = sqlx::query(
-            "SELECT tenant_id, id, name, limits, allowed_models FROM apps WHERE ($1::text IS NULL OR tenant_id = $1)",
+            "SELECT tenant_id, id, name, limits, allowed_models, attribution FROM apps WHERE ($1::text IS NULL OR tenant_id = $1)",
         )
         .bind(t_or_none)
         .fetch_all(&mut *tx)
@@ -325,17 +329,18 @@ impl Store {
 
     pub async fn create_app(&self, actor: &str, a: &AppRow) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("INSERT INTO apps (tenant_id, id, name, limits, allowed_models) VALUES ($1, $2, $3, $4, $5)")
+        sqlx::query("INSERT INTO apps (tenant_id, id, name, limits, allowed_models, attribution) VALUES ($1, $2, $3, $4, $5, $6)")
             .bind(&a.tenant_id)
             .bind(&a.id)
             .bind(&a.name)
             .bind(limits_json(&a.limits))
             .bind(&a.allowed_models)
+            .bind(serde_json::to_value(&a.attribution).expect("policy serialises"))
             .execute(&mut *tx)
             .await
             .map_err(conflict(format!("app {}/{}", a.tenant_id, a.id)))?;
         let after = json!({"tenant_id": a.tenant_id, "id": a.id, "name": a.name, "limits": a.limits,
-            "allowed_models": a.allowed_models});
+            "allowed_models": a.allowed_models, "attribution": a.attribution});
         append(
             &mut tx,
             NewAudit::new(actor, "app.create", format!("app:{}/{}", a.tenant_id, a.id))

@@ -72,7 +72,7 @@ impl Store {
 
     pub async fn apps_of(&self, scope: &TenantScope, tenant: &str) -> Result<Vec<AppRow>> {
         let rows = sqlx::query(
-            "SELECT tenant_id, id, name, limits, allowed_models FROM apps
+            "SELECT tenant_id, id, name, limits, allowed_models, attribution FROM apps
              WHERE tenant_id = $1 AND ($2::text IS NULL OR tenant_id = $2) ORDER BY id",
         )
         .bind(tenant)

@@ -2,6 +2,7 @@
 
 use crate::{Result, Store, TenantScope};
 use chrono::{DateTime, NaiveDate, Utc};
+use domain::attribution::{Attribution, Tags};
 use domain::usage::{UsageAnomaly, UsageEvent};
 use sqlx::Row;
 
@@ -18,8 +19,8 @@ pub struct MonthUsageRow {
 }
 
 /// The grain of `usage_rollups`, its primary key: one row per
-/// combination. Attribution (tags, end users) extends it here.
-pub(crate) const ROLLUP_KEY: &str = "period, tenant_id, app_id, key_id, model, day";
+/// combination, tags and end user included (migration 0013).
+pub(crate) const ROLLUP_KEY: &str = "period, tenant_id, app_id, key_id, model, day, tags, end_user";
 
 /// `sum(col)` over events as numeric, saturating at i64::MAX: the one
 /// rule a rollup total (and the events it is checked against) follows.
@@ -30,6 +31,40 @@ pub(crate) fn sat_sum(col: &str) -> String {
 /// A rollup total plus the new rows' total, saturating like [`sat_sum`].
 fn sat_add(col: &str) -> String {
     format!("LEAST(usage_rollups.{col}::numeric + EXCLUDED.{col}, 9223372036854775807)::int8")
+}
+
+/// A request's tags as the ledger stores them: a JSON object of strings.
+pub(crate) fn tags_json(tags: &Tags) -> serde_json::Value {
+    serde_json::Value::Object(
+        tags.iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect(),
+    )
+}
+
+/// The end user as the ledger stores it: '' for none (it is in a key).
+pub(crate) fn end_user_col(u: &Option<String>) -> String {
+    u.clone().unwrap_or_default()
+}
+
+/// A stored tags object back into tags (non-string entries skipped).
+pub(crate) fn tags_of(v: serde_json::Value) -> Tags {
+    v.as_object()
+        .map(|o| {
+            o.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The ledger's columns back into a request's attribution.
+pub(crate) fn attribution_of(r: &sqlx::postgres::PgRow) -> Attribution {
+    let end_user: String = r.get("end_user");
+    Attribution {
+        tags: tags_of(r.get("tags")),
+        end_user: (!end_user.is_empty()).then_some(end_user),
+    }
 }
 
 fn ts(ms: i64) -> DateTime<Utc> {
@@ -65,11 +100,11 @@ impl Store {
                 INSERT INTO usage_events (request_id, tenant_id, app_id, key_id, model, period, day,
                     input_tokens, output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens,
                     overrun_cost_micro, status, stream, replica, started_at, settled_at, usage_source,
-                    usage_anomaly, reported_usage, deployment)
+                    usage_anomaly, reported_usage, deployment, tags, end_user)
                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                     $7::date[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[],
                     $14::int8[], $15::text[], $16::bool[], $17::text[], $18::timestamptz[], $19::timestamptz[], $20::text[],
-                    $21::text[], $22::jsonb[], $23::text[])
+                    $21::text[], $22::jsonb[], $23::text[], $24::jsonb[], $25::text[])
                 ON CONFLICT (request_id) DO NOTHING
                 RETURNING {ROLLUP_KEY}, input_tokens, output_tokens, cost_micro, overrun_tokens, overrun_cost_micro
              ), rolled AS (
@@ -121,6 +156,8 @@ impl Store {
         .bind(col!(|e| e.anomaly.as_ref().map(|a| a.kind.clone())))
         .bind(col!(|e| e.anomaly.as_ref().map(|a| a.reported.clone())))
         .bind(col!(|e| e.deployment.clone()))
+        .bind(col!(|e| tags_json(&e.attribution.tags)))
+        .bind(col!(|e| end_user_col(&e.attribution.end_user)))
         .fetch_one(&self.pool)
         .await?;
         Ok(n as u64)
@@ -189,6 +226,32 @@ impl Store {
             .collect())
     }
 
+    /// One end user's settled (tokens, cost) of an app in a month, capped
+    /// like [`Self::month_usage`].
+    pub async fn end_user_month_usage(
+        &self,
+        scope: &TenantScope,
+        tenant: &str,
+        app: &str,
+        end_user: &str,
+        period: &str,
+    ) -> Result<(i64, i64)> {
+        let r = sqlx::query(
+            "SELECT LEAST(COALESCE(SUM(input_tokens::numeric + output_tokens), 0), 9007199254740991)::int8 AS tokens,
+                    LEAST(COALESCE(SUM(cost_micro::numeric), 0), 9007199254740991)::int8 AS cost
+             FROM usage_rollups WHERE period = $1 AND tenant_id = $2 AND app_id = $3 AND end_user = $4
+               AND ($5::text IS NULL OR tenant_id = $5)",
+        )
+        .bind(period)
+        .bind(tenant)
+        .bind(app)
+        .bind(end_user)
+        .bind(scope.tenant())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((r.get("tokens"), r.get("cost")))
+    }
+
     pub async fn usage_event(
         &self,
         scope: &TenantScope,
@@ -198,7 +261,7 @@ impl Store {
             "SELECT request_id, tenant_id, app_id, key_id, model, period, day::text AS day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
                     status, stream, replica, started_at, settled_at, usage_source, usage_anomaly,
-                    reported_usage, deployment
+                    reported_usage, deployment, tags, end_user
              FROM usage_events WHERE request_id = $1 AND ($2::text IS NULL OR tenant_id = $2)",
         )
         .bind(request_id)
@@ -235,6 +298,7 @@ impl Store {
                         .get::<Option<serde_json::Value>, _>("reported_usage")
                         .unwrap_or_default(),
                 }),
+            attribution: attribution_of(&r),
         }))
     }
 

@@ -72,6 +72,8 @@ pub struct RequestLogRow {
     pub cost_micro: i64,
     /// The deployment that answered (none for refusals and estimates).
     pub deployment: Option<String>,
+    /// Tags and end user (none for refusals: they were never booked).
+    pub attribution: domain::attribution::Attribution,
 }
 
 impl RequestLogRow {
@@ -139,7 +141,8 @@ impl Store {
                 "(SELECT u.request_id, u.started_at AS at, u.tenant_id, u.app_id, u.key_id, u.model,
                          CASE WHEN d.request_id IS NULL THEN 'admitted' ELSE 'degraded' END AS outcome,
                          u.status, d.reason, NULL::SMALLINT AS http_status,
-                         u.input_tokens, u.output_tokens, u.cost_micro, u.deployment
+                         u.input_tokens, u.output_tokens, u.cost_micro, u.deployment,
+                         u.tags, u.end_user
                   FROM usage_events u LEFT JOIN request_decisions d ON d.request_id = u.request_id",
             );
             conditions(&mut q, tenant, f, "started_at", "u.");
@@ -162,7 +165,7 @@ impl Store {
                 "(SELECT r.request_id, r.at, r.tenant_id, r.app_id, r.key_id, r.model,
                          'refused' AS outcome, 'refused' AS status, r.reason, r.status AS http_status,
                          0::BIGINT AS input_tokens, 0::BIGINT AS output_tokens, 0::BIGINT AS cost_micro,
-                         NULL::TEXT AS deployment
+                         NULL::TEXT AS deployment, '{}'::jsonb AS tags, ''::TEXT AS end_user
                   FROM request_decisions r",
             );
             conditions(&mut q, tenant, f, "at", "r.");
@@ -194,6 +197,7 @@ impl Store {
                 output_tokens: r.get("output_tokens"),
                 cost_micro: r.get("cost_micro"),
                 deployment: r.get("deployment"),
+                attribution: crate::ledger::attribution_of(r),
             })
             .collect())
     }

@@ -9,15 +9,18 @@ mod requests;
 use super::budget::{Approvers, Budget};
 use super::pool::Pool;
 use super::{rt, world, Setup};
+use domain::attribution::EndUserLimits;
 use domain::limits::LimitKind;
 use domain::usage::UsageEvent;
 use domain::{Limits, ScopeKind};
 use e2e::TestEnv;
 use proptest::prelude::*;
 use quota::{
-    HoldOutcome, HoldRequest, LeaseBook, LeaseTuning, MonthCounters, QuotaEngine, SettleRequest,
+    EndUserScope, HoldOutcome, HoldRequest, LeaseBook, LeaseTuning, MonthCounters, QuotaEngine,
+    SettleRequest,
 };
 use settlement::ledger_source::StoreLedger;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -125,6 +128,24 @@ struct Model {
     ///   requests admitted under those holds settle later, in full) — at
     ///   most the tokens those holds and leases held at that moment.
     bound: i64,
+    /// Per end user: tokens settled, the rebuild's undercount, and the
+    /// bound, as above but from that end user's requests only.
+    eu_used: HashMap<&'static str, i64>,
+    eu_undercount: HashMap<&'static str, i64>,
+    eu_bound: HashMap<&'static str, i64>,
+}
+
+/// The two end users of per-request holds.
+pub(super) const END_USERS: [&str; 2] = ["alice", "bob@example.com"];
+
+/// The end user a per-request hold names: by its request number.
+pub(super) fn end_user_of(rid: &str) -> &'static str {
+    let n: u32 = rid
+        .rsplit('r')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    END_USERS[(n % 2) as usize]
 }
 
 /// Reports far beyond any cap (near 2^63, as a broken provider sends) are
@@ -139,6 +160,13 @@ impl Model {
     fn overrun_of(&mut self, (input, output): (i64, i64), (ai, ao): (i64, i64)) {
         let over = (ai - input).max(0).saturating_add((ao - output).max(0));
         self.bound = self.bound.saturating_add(over);
+    }
+
+    /// The same for a per-request hold's end user.
+    fn eu_overrun_of(&mut self, rid: &str, (input, output): (i64, i64), (ai, ao): (i64, i64)) {
+        let over = (ai - input).max(0).saturating_add((ao - output).max(0));
+        let b = self.eu_bound.entry(end_user_of(rid)).or_default();
+        *b = b.saturating_add(over);
     }
 }
 
@@ -159,6 +187,7 @@ fn usage_event(
     month: &str,
     (input, output): (i64, i64),
     (ai, ao): (i64, i64),
+    end_user: Option<&str>,
 ) -> UsageEvent {
     UsageEvent {
         request_id: rid.into(),
@@ -182,6 +211,10 @@ fn usage_event(
         started_at_ms: 0,
         settled_at_ms: 0,
         deployment: None,
+        attribution: domain::attribution::Attribution {
+            tags: Default::default(),
+            end_user: end_user.map(str::to_string),
+        },
         anomaly: None,
     }
 }
@@ -204,6 +237,7 @@ struct Machine {
     budget: Budget,
     pool: Pool,
     none: Limits,
+    eu_limits: EndUserLimits,
 }
 
 impl Machine {
@@ -235,7 +269,47 @@ impl Machine {
             budget,
             pool,
             none: Limits::default(),
+            eu_limits: EndUserLimits {
+                monthly_tokens: Some(setup.end_user_budget),
+                ..Default::default()
+            },
         }
+    }
+
+    /// The end-user scope of a per-request hold.
+    pub(super) fn eu(&self, rid: &str) -> Option<EndUserScope<'_>> {
+        Some(EndUserScope {
+            id: end_user_of(rid),
+            limits: &self.eu_limits,
+        })
+    }
+
+    /// An end user's month counters (fields `ut`, `ht`, `_rb`, …).
+    async fn eu_counters(&self, end_user: &str) -> HashMap<String, i64> {
+        let key = self.q.keys().end_user_month(
+            self.tenant(),
+            "a",
+            &domain::attribution::end_user_digest(end_user),
+            self.month(),
+        );
+        let mut c = self.env.redis().await;
+        let raw: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(key)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        raw.into_iter()
+            .filter_map(|(k, v)| v.parse().ok().map(|v| (k, v)))
+            .collect()
+    }
+
+    /// Which end users' months Redis knows.
+    pub(super) async fn eu_known(&self) -> [bool; 2] {
+        let mut k = [false; 2];
+        for (i, u) in END_USERS.iter().enumerate() {
+            k[i] = self.eu_counters(u).await.contains_key("_rb");
+        }
+        k
     }
 
     fn tenant(&self) -> &str {
@@ -284,10 +358,14 @@ impl Machine {
         }
     }
 
-    /// One per-request hold, rebuilding a lost month first.
+    /// One per-request hold (with its end user's scope), rebuilding a lost
+    /// month first.
     async fn hold_once(&self, rid: &str, est: (i64, i64), lim: &Limits) -> HoldOutcome {
         let req = self.hold_request(rid, est, lim);
-        self.q.hold(&req, &self.ledger()).await.unwrap()
+        self.q
+            .hold_with(&req, self.eu(rid), &self.ledger())
+            .await
+            .unwrap()
     }
 
     fn settle_request<'a>(
@@ -331,6 +409,24 @@ impl Machine {
             limit,
             self.m.bound
         );
+        let eu_limit = self.eu_limits.monthly_tokens.expect("an end-user budget");
+        for u in END_USERS {
+            let c = self.eu_counters(u).await;
+            let bound = self.m.eu_bound.get(u).copied().unwrap_or(0);
+            let (used, held) = (
+                c.get("ut").copied().unwrap_or(0),
+                c.get("ht").copied().unwrap_or(0),
+            );
+            prop_assert!(
+                used + held <= eu_limit + bound,
+                "{} pushed end user {} past its limit: {:?} limit {} bound {}",
+                what,
+                u,
+                c,
+                eu_limit,
+                bound
+            );
+        }
         Ok(())
     }
 
@@ -351,10 +447,22 @@ impl Machine {
         leases + if holds_too { holds } else { 0 }
     }
 
+    /// Settled tokens of one end user, for the model.
+    fn eu_book(&mut self, event: &UsageEvent) {
+        if let Some(u) = event.attribution.end_user.as_deref() {
+            let u = END_USERS
+                .into_iter()
+                .find(|x| *x == u)
+                .expect("a known end user");
+            *self.m.eu_used.entry(u).or_default() += event.total_tokens();
+        }
+    }
+
     /// A settled event: stored by the ledger writer now, or left waiting in
     /// the outbox.
     async fn book(&mut self, event: UsageEvent, store_now: bool) {
         self.m.used += event.total_tokens();
+        self.eu_book(&event);
         if store_now {
             let events = std::slice::from_ref(&event);
             self.env.store.insert_usage_events(events).await.unwrap();
@@ -425,6 +533,11 @@ impl Machine {
     async fn flush(&mut self) -> Result<(), TestCaseError> {
         let lost = self.forgotten(true).await;
         self.m.bound = self.m.bound.saturating_add(lost);
+        // Each end user's open holds are forgotten with the rest.
+        for (rid, i, o) in &self.m.open {
+            let b = self.m.eu_bound.entry(end_user_of(rid)).or_default();
+            *b = b.saturating_add(i + o);
+        }
         let mut c = self.env.redis().await;
         let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await.unwrap();
         // The next rebuild reads every stored event; the pending ones lost
@@ -440,7 +553,24 @@ impl Machine {
     /// After every step: the counters agree with what was settled whenever
     /// the month is known (short by exactly the documented bound of a
     /// rebuild), and the pool and the effective limit with Postgres.
-    async fn check(&mut self, was_rebuilt: bool) -> Result<(), TestCaseError> {
+    async fn check(&mut self, was_rebuilt: bool, eu_was: [bool; 2]) -> Result<(), TestCaseError> {
+        // An end user's month rebuilt in this step read the ledger after
+        // storing the outbox (pending events), and before this check stores
+        // the late ones: those are its undercount.
+        let eu_now = self.eu_known().await;
+        for (i, u) in END_USERS.into_iter().enumerate() {
+            if eu_now[i] && !eu_was[i] {
+                self.m.pending.clear();
+                let late: i64 = self
+                    .m
+                    .late
+                    .iter()
+                    .filter(|e| e.attribution.end_user.as_deref() == Some(u))
+                    .map(|e| e.total_tokens())
+                    .sum();
+                self.m.eu_undercount.insert(u, late);
+            }
+        }
         let c = self.counters().await;
         if c.is_rebuilt() {
             if !was_rebuilt {
@@ -464,6 +594,22 @@ impl Machine {
             );
             prop_assert!(c.held_tokens("t") >= 0);
         }
+        for (i, u) in END_USERS.into_iter().enumerate() {
+            if !eu_now[i] {
+                continue;
+            }
+            let c = self.eu_counters(u).await;
+            let settled = self.m.eu_used.get(u).copied().unwrap_or(0);
+            let under = self.m.eu_undercount.get(u).copied().unwrap_or(0);
+            prop_assert_eq!(
+                c.get("ut").copied().unwrap_or(0),
+                settled - under,
+                "redis used vs settled of end user {}: {:?}",
+                u,
+                c
+            );
+            prop_assert!(c.get("ht").copied().unwrap_or(0) >= 0);
+        }
         let borrowed = self.pool.check(&self.budget).await?;
         self.budget.check(borrowed)
     }
@@ -483,8 +629,9 @@ async fn run_case(tenant: &str, setup: Setup, ops: Vec<Op>) -> Result<(), TestCa
     let mut machine = Machine::start(tenant, &setup).await;
     for op in ops {
         let was_rebuilt = machine.counters().await.is_rebuilt();
+        let eu_was = machine.eu_known().await;
         machine.step(op).await?;
-        machine.check(was_rebuilt).await?;
+        machine.check(was_rebuilt, eu_was).await?;
     }
     Ok(())
 }

@@ -31,6 +31,9 @@ pub struct Setup {
     /// A lease idle (or old) this long goes back: short in random cases,
     /// so leases come and go; long where a case needs one to live.
     pub lease_life_ms: u64,
+    /// Each end user's monthly token budget (per-request holds name one of
+    /// two end users; requests admitted from a lease name none).
+    pub end_user_budget: i64,
 }
 
 pub fn setup() -> impl Strategy<Value = Setup> {
@@ -41,14 +44,18 @@ pub fn setup() -> impl Strategy<Value = Setup> {
         // The default threshold, and two under which almost every run has
         // something to take back.
         prop_oneof![Just(200_000), Just(900_000), Just(1_000_000)],
+        0i64..2000,
     )
-        .prop_map(|(base, borrow_cap, pool_tokens, reclaim_below_ppm)| Setup {
-            base,
-            borrow_cap,
-            pool_tokens,
-            reclaim_below_ppm,
-            lease_life_ms: 50,
-        })
+        .prop_map(
+            |(base, borrow_cap, pool_tokens, reclaim_below_ppm, end_user_budget)| Setup {
+                base,
+                borrow_cap,
+                pool_tokens,
+                reclaim_below_ppm,
+                lease_life_ms: 50,
+                end_user_budget,
+            },
+        )
 }
 
 /// An infrastructure error (Postgres, Redis) as a failed case.

@@ -9,7 +9,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use billing::BillingError;
-use domain::bill::DrillBy;
+use domain::bill::{DrillBy, GroupBy};
 use domain::roles::Role;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -21,6 +21,18 @@ pub struct BillQuery {
     period: Option<String>,
     tenant: Option<String>,
     by: Option<String>,
+    /// `tag:<key>` or `end_user`.
+    group_by: Option<String>,
+}
+
+/// The `group_by` asked for, if any (400 when it is not one).
+fn group_by_of(q: &BillQuery) -> Result<Option<GroupBy>, ApiError> {
+    match q.group_by.as_deref() {
+        None | Some("") => Ok(None),
+        Some(g) => GroupBy::parse(g).map(Some).ok_or_else(|| {
+            ApiError::BadRequest("group_by must be tag:<key> (a tag key) or end_user".into())
+        }),
+    }
 }
 
 /// A bills endpoint's failure: the admin API's errors, or the archive of a
@@ -93,7 +105,7 @@ fn period_of(cp: &ControlPlane, q: &BillQuery) -> Result<String, ApiError> {
         .ok_or_else(|| ApiError::BadRequest("period must be YYYY-MM".into()))
 }
 
-/// `GET /api/v1/bills?period=YYYY-MM[&tenant=T][&by=app|model|day]`
+/// `GET /api/v1/bills?period=YYYY-MM[&tenant=T][&by=app|model|day][&group_by=tag:K|end_user]`
 pub async fn show(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
@@ -108,8 +120,17 @@ pub async fn show(
                 .ok_or_else(|| ApiError::BadRequest("by must be app, model or day".into()))?,
         ),
     };
+    let group_by = group_by_of(&q)?;
+    if by.is_some() && group_by.is_some() {
+        return Err(ApiError::BadRequest("give by or group_by, not both".into()).into());
+    }
     let bill = cp.books.bill(&period, &scope).await?;
     let mut v = serde_json::to_value(&bill).map_err(|_| ApiError::Internal)?;
+    if let Some(g) = group_by {
+        let rows = cp.books.attributed(&period, &scope, &g).await?;
+        v["group_by"] = json!(g.as_param());
+        v["lines"] = json!(domain::bill::attributed_lines(&rows));
+    }
     if let Some(by) = by {
         let lines = cp.books.drill_down(&period, &scope, by).await?;
         v["by"] = json!(by);
@@ -132,7 +153,7 @@ fn csv_response(name: String, body: String) -> Response {
         .into_response()
 }
 
-/// `GET /api/v1/bills.csv?period=YYYY-MM[&tenant=T]`: tenant × app × model.
+/// `GET /api/v1/bills.csv?period=YYYY-MM[&tenant=T][&group_by=tag:K|end_user]`: tenant × app × model, or tenant × tag value / end user.
 pub async fn csv(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
@@ -140,7 +161,10 @@ pub async fn csv(
 ) -> Result<Response, BillsError> {
     let period = period_of(&cp, &q)?;
     let scope = bill_scope(&actor, q.tenant.as_deref())?;
-    let body = cp.books.csv(&period, &scope).await?;
+    let body = match group_by_of(&q)? {
+        Some(g) => cp.books.attributed_csv(&period, &scope, &g).await?,
+        None => cp.books.csv(&period, &scope).await?,
+    };
     Ok(csv_response(format!("tollgate-bill-{period}.csv"), body))
 }
 

@@ -95,7 +95,8 @@ pub fn render(r: &RequestLogRow) -> Value {
         "key_id": r.key_id, "model": r.model, "outcome": r.outcome, "status": r.status,
         "reason": r.reason, "http_status": r.http_status, "input_tokens": r.input_tokens,
         "output_tokens": r.output_tokens, "cost_usd": MicroUsd(r.cost_micro),
-        "deployment": r.deployment})
+        "deployment": r.deployment, "tags": r.attribution.tags,
+        "end_user": r.attribution.end_user})
 }
 
 pub async fn list(

@@ -60,6 +60,7 @@ pub fn render(r: &RequestRecord) -> Value {
             "model": u.model, "app_id": u.app_id, "key_id": u.key_id, "period": u.period,
             "usage_source": u.usage_source, "est_tokens": u.est_tokens,
             "overrun_tokens": u.overrun_tokens, "deployment": u.deployment,
+            "tags": u.attribution.tags, "end_user": u.attribution.end_user,
             "anomaly": u.anomaly.as_ref().map(|a| json!({"kind": a.kind, "reported": a.reported}))})
     });
     let outcome = match (&r.decision, &r.usage) {

@@ -185,6 +185,29 @@ pub struct AppIn {
     #[serde(default)]
     pub limits: Limits,
     pub allowed_models: Option<Vec<String>>,
+    /// Default tags and required tag keys of the app's requests.
+    #[serde(default)]
+    pub attribution: domain::attribution::Policy,
+}
+
+/// The policy obeys the request rules; a refusal names the field at fault
+/// (`attribution.required_tags[1]`, `attribution.default_tags.env`).
+fn valid_attribution(p: &domain::attribution::Policy) -> Result<(), ApiError> {
+    use domain::attribution::TagError;
+    p.validate().map_err(|e| {
+        let param = match &e {
+            TagError::BadKey { key } | TagError::BadValue { key } => {
+                match p.required_tags.iter().position(|k| k == key) {
+                    Some(i) if !p.default_tags.contains_key(key) => {
+                        format!("attribution.required_tags[{i}]")
+                    }
+                    _ => format!("attribution.default_tags.{key}"),
+                }
+            }
+            _ => "attribution".to_string(),
+        };
+        ApiError::invalid(param, e.message())
+    })
 }
 
 /// Creates an app in a tenant the actor manages.
@@ -200,6 +223,7 @@ pub async fn create_app_in(
         return Err(ApiError::field("name", "err.required"));
     }
     valid_limits(&a.limits)?;
+    valid_attribution(&a.attribution)?;
     if !cp.store.tenant_exists(actor.scope(), tenant).await? {
         return Err(ApiError::NotFound(format!("tenant {tenant}")));
     }
@@ -209,6 +233,7 @@ pub async fn create_app_in(
         name: a.name,
         limits: a.limits,
         allowed_models: a.allowed_models,
+        attribution: a.attribution,
     };
     cp.store.create_app(&actor.label(), &row).await?;
     Ok(row)
@@ -223,6 +248,6 @@ pub async fn create_app(
     let row = create_app_in(&cp, &actor, &tenant, a).await?;
     Ok(Json(
         json!({"tenant_id": row.tenant_id, "id": row.id, "name": row.name, "limits": row.limits,
-        "allowed_models": row.allowed_models}),
+        "allowed_models": row.allowed_models, "attribution": row.attribution}),
     ))
 }

@@ -74,7 +74,14 @@ pub(crate) fn rewrite_native(body: &mut Value, model: &ModelEntry, dialect: Dial
             body["max_output_tokens"] = json!(cap);
             body["store"] = Value::Bool(false);
         }
-        _ => body["max_tokens"] = json!(cap),
+        _ => {
+            body["max_tokens"] = json!(cap);
+            // Anthropic's `metadata` takes `user_id` only: the entries a
+            // client sent as tollgate tags stop here.
+            if let Some(m) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.retain(|k, _| k == "user_id");
+            }
+        }
     }
 }
 

@@ -51,7 +51,14 @@ impl Machine {
         let (book, rid, input, output) = self.m.leased.remove(i);
         let (ai, ao) = actual((input, output), pct, in_delta);
         self.m.overrun_of((input, output), (ai, ao));
-        let event = usage_event(self.tenant(), &rid, self.month(), (input, output), (ai, ao));
+        let event = usage_event(
+            self.tenant(),
+            &rid,
+            self.month(),
+            (input, output),
+            (ai, ao),
+            None,
+        );
         let json = serde_json::to_string(&event).unwrap();
         let used = domain::lease::Need {
             input: ai,

@@ -1,7 +1,7 @@
 //! Per-request operations: hold (with the gateway's on-demand borrow),
 //! extend, settle, release, and replays of open and closed request ids.
 
-use super::{actual, budget_refusal, pick_in, usage_event, Machine};
+use super::{actual, budget_refusal, end_user_of, pick_in, usage_event, Machine};
 use domain::Limits;
 use proptest::prelude::*;
 use quota::{ExtendOutcome, ExtendRequest, HoldOutcome, SettleOutcome};
@@ -49,7 +49,7 @@ impl Machine {
             add_cost: 0,
             limits: self.scopes(lim),
         };
-        match self.q.extend(&req).await.unwrap() {
+        match self.q.extend_with(&req, self.eu(&rid)).await.unwrap() {
             ExtendOutcome::Extended { .. } => {
                 self.m.open[i].2 += add;
                 self.assert_within(lim, "extend").await?;
@@ -74,13 +74,22 @@ impl Machine {
         let (rid, input, output) = self.m.open.remove(i);
         let act = actual((input, output), pct, in_delta);
         self.m.overrun_of((input, output), act);
-        let event = usage_event(self.tenant(), &rid, self.month(), (input, output), act);
+        self.m.eu_overrun_of(&rid, (input, output), act);
+        let u = end_user_of(&rid);
+        let event = usage_event(
+            self.tenant(),
+            &rid,
+            self.month(),
+            (input, output),
+            act,
+            Some(u),
+        );
         let json = serde_json::to_string(&event).unwrap();
         let req = self.settle_request(&rid, act, &json, lim);
-        let first = self.q.settle(&req).await.unwrap();
+        let first = self.q.settle_with(&req, Some(u)).await.unwrap();
         prop_assert!(matches!(first, SettleOutcome::Settled { .. }), "{first:?}");
         // A replayed settle charges nothing more.
-        let again = self.q.settle(&req).await.unwrap();
+        let again = self.q.settle_with(&req, Some(u)).await.unwrap();
         prop_assert!(
             matches!(again, SettleOutcome::AlreadyClosed { .. }),
             "{again:?}"
@@ -97,7 +106,10 @@ impl Machine {
         };
         let (rid, input, output) = self.m.open.remove(i);
         let (t, m) = (self.tenant(), self.month());
-        let released = self.q.release(t, "a", "k", m, &rid, self.scopes(lim));
+        let u = Some(end_user_of(&rid));
+        let released = self
+            .q
+            .release_with(t, "a", "k", m, &rid, self.scopes(lim), u);
         // A hold a flush lost leaves no record to answer a replay.
         if released.await.unwrap() {
             self.m.closed.push((rid, input, output));
@@ -111,10 +123,12 @@ impl Machine {
         };
         let (rid, input, output) = self.m.open[i].clone();
         let before = self.counters().await;
+        let eu_before = self.eu_counters(end_user_of(&rid)).await;
         let r = self.hold_once(&rid, (input, output), lim).await;
         // A replay is a no-op (or a fresh hold, if Redis lost the record).
         if matches!(r, HoldOutcome::Duplicate { .. }) {
             prop_assert_eq!(self.counters().await, before);
+            prop_assert_eq!(self.eu_counters(end_user_of(&rid)).await, eu_before);
         }
         if let HoldOutcome::Admitted { .. } = r {
             self.assert_within(lim, "a replayed hold").await?;
@@ -133,16 +147,21 @@ impl Machine {
             return Ok(());
         };
         let (rid, input, output) = self.m.closed[i].clone();
+        let u = end_user_of(&rid);
         let before = self.counters().await;
+        let eu_before = self.eu_counters(u).await;
         let r = self.hold_once(&rid, (input, output), lim).await;
         prop_assert!(matches!(r, HoldOutcome::Duplicate { .. }), "{r:?}");
         let (t, m) = (self.tenant(), self.month());
-        let released = self.q.release(t, "a", "k", m, &rid, self.scopes(lim));
+        let released = self
+            .q
+            .release_with(t, "a", "k", m, &rid, self.scopes(lim), Some(u));
         prop_assert!(!released.await.unwrap(), "released a closed request");
         let settle = self.settle_request(&rid, (input, output), "{}", lim);
-        let s = self.q.settle(&settle).await.unwrap();
+        let s = self.q.settle_with(&settle, Some(u)).await.unwrap();
         prop_assert!(matches!(s, SettleOutcome::AlreadyClosed { .. }), "{s:?}");
         prop_assert_eq!(self.counters().await, before);
+        prop_assert_eq!(self.eu_counters(u).await, eu_before);
         Ok(())
     }
 }

@@ -142,6 +142,7 @@ pub async fn create(
         name: f.name.trim().to_string(),
         limits,
         allowed_models: None,
+        attribution: Default::default(),
     });
     let result = match input {
         Ok(a) => svc::create_app_in(&cp, &s.actor, &tenant, a)

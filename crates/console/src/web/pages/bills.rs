@@ -12,7 +12,7 @@ use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
 use billing::BillingError;
-use domain::bill::{forecast_month_end, DayRow, DrillBy};
+use domain::bill::{attributed_lines, forecast_month_end, DayRow, DrillBy, GroupBy};
 use domain::roles::Role;
 use domain::MicroUsd;
 use serde::Deserialize;
@@ -36,6 +36,8 @@ pub struct BillForm {
     period: String,
     tenant: String,
     by: String,
+    /// `tag:<key>` or `end_user` (anything else: no such drill-down).
+    group_by: String,
 }
 
 pub struct TenantLine {
@@ -53,6 +55,16 @@ pub struct TenantLine {
 pub struct DrillRow {
     pub tenant: String,
     pub key: String,
+    pub requests: String,
+    pub input: String,
+    pub output: String,
+    pub cost: String,
+}
+
+/// A line of the drill-down by tag value or end user (None: without one).
+pub struct AttributedRow {
+    pub tenant: String,
+    pub value: Option<String>,
     pub requests: String,
     pub input: String,
     pub output: String,
@@ -221,6 +233,12 @@ struct BillsPage {
     total: TenantLine,
     by: String,
     drill: Vec<DrillRow>,
+    /// `tag`, `end_user` or empty; its label (`tag:project`) and lines.
+    group_by: String,
+    group_label: String,
+    attributed: Vec<AttributedRow>,
+    /// Tag keys the month's requests carry (links to their drill-down).
+    tag_keys: Vec<String>,
     query: String,
     daily: LineChart,
     burndown: Option<LineChart>,
@@ -265,6 +283,21 @@ pub async fn show(
         .day_rows(&period, &scope)
         .await
         .map_err(books_error)?;
+    let group_by = if by.is_none() {
+        GroupBy::parse(f.group_by.trim())
+    } else {
+        None
+    };
+    let attributed = match &group_by {
+        Some(g) => attributed_lines(
+            &cp.books
+                .attributed(&period, &scope, g)
+                .await
+                .map_err(books_error)?,
+        ),
+        None => vec![],
+    };
+    let tag_keys = cp.store.tag_keys(&scope, &period).await?;
     let days = domain::period::days_in_month(&period).unwrap_or(30);
     let lines = bill
         .tenants
@@ -369,6 +402,24 @@ pub async fn show(
                 cost: money(l.cost_usd),
             })
             .collect(),
+        group_by: match &group_by {
+            Some(GroupBy::EndUser) => "end_user".into(),
+            Some(GroupBy::Tag(_)) => "tag".into(),
+            None => String::new(),
+        },
+        group_label: group_by.as_ref().map(GroupBy::as_param).unwrap_or_default(),
+        attributed: attributed
+            .iter()
+            .map(|l| AttributedRow {
+                tenant: l.tenant_id.clone(),
+                value: l.value.clone(),
+                requests: thousands(l.requests),
+                input: thousands(l.input_tokens),
+                output: thousands(l.output_tokens),
+                cost: money(l.cost_usd),
+            })
+            .collect(),
+        tag_keys,
         query,
         daily: daily_spend_chart(&day_rows, days),
         burndown,
