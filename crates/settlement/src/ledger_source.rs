@@ -41,7 +41,9 @@ impl LedgerSource for StoreLedger<'_> {
         end_user: &str,
         month: &str,
     ) -> Result<(i64, i64), String> {
-        crate::ledger::sweep_outboxes(self.store, self.quota, &[tenant.to_string()]).await?;
+        crate::ledger::sweep_outboxes(self.store, self.quota, &[tenant.to_string()])
+            .await
+            .map_err(|e| e.to_string())?;
         self.store
             .end_user_month_usage(&TenantScope::system(), tenant, app, end_user, month)
             .await
