@@ -131,9 +131,9 @@ async fn the_key_table_follows_an_issue_and_a_revoke_and_the_key_can_be_copied()
         .unwrap();
     ui.click("#keys-a button.danger").await;
     ui.wait("#keys-a tr[data-state=revoked]").await;
-    let state = ui
-        .text("#keys-a tr[data-state=revoked] td:nth-child(5)")
-        .await;
+    // The table's own row changed (not a row pasted inside a cell).
+    assert_eq!(count(&ui, "#keys-a tr").await, 2, "the head and one key");
+    let state = ui.text("#keys-a tbody > tr > td:nth-child(5)").await;
     assert_eq!(state, "revoked");
     assert_eq!(count(&ui, "#keys-a button.danger").await, 0);
     assert_eq!(count(&ui, "header.top").await, 1);

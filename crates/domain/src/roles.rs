@@ -129,9 +129,7 @@ pub fn may_decide(
     if decider.user_id == requested_by {
         return Err(DecisionRefusal::OwnRequest);
     }
-    if decider_line.iter().any(|u| u == requested_by)
-        || requester_line.iter().any(|u| *u == decider.user_id)
-    {
+    if decider_line.iter().any(|u| u == requested_by) || requester_line.contains(&decider.user_id) {
         return Err(DecisionRefusal::SameLine);
     }
     Ok(())

@@ -64,9 +64,11 @@ pub async fn lines(
     let mut out = Vec::with_capacity(rows.len());
     for q in rows {
         let mut line = QuotaLine::of(q, now);
-        let email = |u: &Uuid| people.get(u).cloned().unwrap_or_default();
-        line.requested_by = email(&q.requested_by);
-        line.decided_by = q.decided_by.as_ref().map(email).unwrap_or_default();
+        line.requested_by = people.get(&q.requested_by).cloned().unwrap_or_default();
+        line.decided_by = q
+            .decided_by
+            .and_then(|u| people.get(&u).cloned())
+            .unwrap_or_default();
         if line.state == "pending" {
             match quota_requests::may_decide_request(cp, viewer, q.requested_by).await? {
                 Ok(()) => line.can_decide = true,
