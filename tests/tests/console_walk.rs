@@ -187,24 +187,25 @@ async fn request_as(base: &str, email: &str, reason: &str) {
 async fn four_eyes_shows_no_buttons_to_who_may_not_decide_and_says_why() {
     let env = TestEnv::new().await;
     env.tenant("t", Limits::default(), None).await;
-    // root (the first admin) made a, a made b, b made c.
+    // root (the first admin) made a, a made b, b made c; ops is a second
+    // admin the operator made.
     let root = admin_by(&env, "root@x.io", None).await;
     let a = admin_by(&env, "a@x.io", Some(&root)).await;
     let b = admin_by(&env, "b@x.io", Some(&a)).await;
     admin_by(&env, "c@x.io", Some(&b)).await;
+    admin_by(&env, "ops@x.io", None).await;
     let (srv, _driver, ui) = walk(&env).await;
     request_as(&ui.base, "a@x.io", "from a").await;
     request_as(&ui.base, "root@x.io", "from root").await;
 
-    // c is two creations below a: no buttons on a's request, the reason in
-    // Chinese; root's request c may decide.
+    // c is below a and root, at any depth: no buttons on either request,
+    // the reason in Chinese, the requester named.
     ui.login("c@x.io", None).await;
     ui.click("button[name=lang][value=zh]").await;
     ui.wait("html[lang=zh]").await;
     ui.go("/console/quota-requests").await;
     let rows = ui.c.find_all(Locator::Css("#quota-rows tr")).await.unwrap();
     assert_eq!(rows.len(), 2);
-    let mut seen = 0;
     for r in rows {
         let text = r.text().await.unwrap();
         let buttons = r
@@ -212,21 +213,18 @@ async fn four_eyes_shows_no_buttons_to_who_may_not_decide_and_says_why() {
             .await
             .unwrap()
             .len();
-        if text.contains("from a") {
-            seen += 1;
-            assert_eq!(buttons, 0, "c may not decide a's request: {text}");
-            assert!(text.contains("a@x.io"), "requested by a: {text}");
-            assert!(
-                text.contains("同一账号创建链"),
-                "the reason in 中文: {text}"
-            );
+        assert_eq!(buttons, 0, "c may not decide: {text}");
+        assert!(
+            text.contains("同一账号创建链"),
+            "the reason in 中文: {text}"
+        );
+        let by = if text.contains("from a") {
+            "a@x.io"
         } else {
-            seen += 1;
-            assert!(text.contains("from root"), "{text}");
-            assert_eq!(buttons, 2, "c may decide the first admin's request");
-        }
+            "root@x.io"
+        };
+        assert!(text.contains(by), "requested by {by}: {text}");
     }
-    assert_eq!(seen, 2);
     ui.shot("walk-04-four-eyes-refused-zh").await;
     // The rule the page shows is the rule the decision enforces.
     let token = login(&ui.base, "c@x.io").await;
@@ -248,25 +246,33 @@ async fn four_eyes_shows_no_buttons_to_who_may_not_decide_and_says_why() {
     ui.wait("html[lang=en]").await;
     ui.logout().await;
 
-    // a may not decide its own request (and says so), but decides root's;
-    // the decided row names the decider.
+    // a may not decide its own request, and says so.
     ui.login("a@x.io", None).await;
     ui.go("/console/quota-requests").await;
     let page = ui.text("#quota-rows").await;
     assert!(page.contains("You made this request"), "{page}");
-    assert_eq!(count(&ui, "#quota-rows button.approve").await, 1);
-    ui.fill("#quota-rows input[name=note]", "fine").await;
-    ui.click("#quota-rows button.approve").await;
-    ui.wait("#quota-rows .pill[data-state=active]").await;
-    let page = ui.text("#quota-rows").await;
-    let decided = page
-        .lines()
-        .find(|l| l.contains("from root"))
-        .unwrap_or_default()
-        .to_string();
+    assert_eq!(count(&ui, "#quota-rows button.approve").await, 0);
+    ui.logout().await;
+
+    // ops, outside root's line, decides the first admin's request; the row
+    // names requester and decider.
+    ui.login("ops@x.io", None).await;
+    ui.go("/console/quota-requests").await;
+    assert_eq!(count(&ui, "#quota-rows button.approve").await, 2);
+    let root_row = ui.c.find_all(Locator::Css("#quota-rows tr")).await.unwrap();
+    let mut id = String::new();
+    for r in root_row {
+        if r.text().await.unwrap().contains("from root") {
+            id = r.attr("id").await.unwrap().unwrap();
+        }
+    }
+    ui.fill(&format!("#{id} input[name=note]"), "fine").await;
+    ui.click(&format!("#{id} button.approve")).await;
+    ui.wait(&format!("#{id} .pill[data-state=active]")).await;
+    let decided = ui.text(&format!("#{id}")).await;
     assert!(
-        decided.contains("root@x.io") && decided.contains("a@x.io"),
-        "requested by root, decided by a: {page}"
+        decided.contains("root@x.io") && decided.contains("ops@x.io"),
+        "requested by root, decided by ops: {decided}"
     );
     ui.shot("walk-05-four-eyes-decided").await;
 
@@ -354,6 +360,56 @@ async fn an_audit_entry_reads_as_field_changes_and_exports_as_csv() {
     assert!(
         rows.iter().all(|l| l.contains("tenant.update")),
         "{rows:#?}"
+    );
+
+    ui.c.close().await.unwrap();
+    srv.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_too_large_number_and_a_negative_default_max_output_are_refused_by_name() {
+    let env = TestEnv::new().await;
+    env.tenant("t", Limits::default(), None).await;
+    user(&env, "admin@x.io", "platform_admin", None).await;
+    let (srv, _driver, ui) = walk(&env).await;
+    ui.login("admin@x.io", None).await;
+
+    // 23 digits: "too large", not "not a whole number".
+    ui.go("/console/tenants/t").await;
+    ui.fill("#tenant-form input[name=rpm]", "12345678901234567890123")
+        .await;
+    ui.click("#tenant-submit").await;
+    assert_eq!(
+        ui.text("#tenant-form .field-error[data-field=rpm]").await,
+        "too large"
+    );
+
+    // A negative default max output is refused, not stored as 1.
+    ui.go("/console/models").await;
+    ui.fill("#model-form input[name=id]", "neg-model").await;
+    ui.fill(
+        "#model-form input[name=upstream_base_url]",
+        "https://api.example.com/v1",
+    )
+    .await;
+    ui.fill("#model-form input[name=upstream_model]", "gpt-4o-mini")
+        .await;
+    ui.fill("#model-form input[name=input_price_per_mtok_usd]", "1")
+        .await;
+    ui.fill("#model-form input[name=output_price_per_mtok_usd]", "2")
+        .await;
+    ui.fill("#model-form input[name=default_max_output_tokens]", "-5")
+        .await;
+    ui.click("#model-form button[type=submit]").await;
+    assert_eq!(
+        ui.text("#model-form .field-error[data-field=default_max_output_tokens]")
+            .await,
+        "must be at least 1"
+    );
+    let models = env.store.models().await.unwrap();
+    assert!(
+        models.iter().all(|m| m.id != "neg-model"),
+        "the model was not created"
     );
 
     ui.c.close().await.unwrap();

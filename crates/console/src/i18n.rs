@@ -376,6 +376,8 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("apps.copy", "Copy", "复制"),
     ("apps.copied", "Copied", "已复制"),
     ("audit.export_csv", "Export CSV", "导出 CSV"),
+    ("err.too_large", "too large", "数值过大"),
+    ("err.at_least_one", "must be at least 1", "不能小于 1"),
     ("quota.requested_by", "Requested by", "申请人"),
     ("quota.decided_by", "Decided by", "审批人"),
     ("quota.refuse_not_admin", "Only a platform admin decides quota requests.", "只有平台管理员可以审批额度申请。"),

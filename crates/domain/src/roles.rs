@@ -97,26 +97,20 @@ impl DecisionRefusal {
 }
 
 /// A person's creation line: their creator, that one's creator, and so on
-/// up — stopping before the first admin (an account created by nobody: the
-/// operator's, from `tollgate admin create-user` or the seed), whose
-/// creations each start a line of their own. `chain` runs from the person
-/// upwards as (account, created by), as `Store::creation_chain` reads it.
+/// up to an account created by nobody (the operator's, from `tollgate admin
+/// create-user`, or the seed). `chain` runs from the person upwards as
+/// (account, created by), as `Store::creation_chain` reads it.
 pub fn creation_line(chain: &[(String, Option<String>)]) -> Vec<String> {
-    chain
-        .iter()
-        .skip(1)
-        .take_while(|(_, created_by)| created_by.is_some())
-        .map(|(id, _)| id.clone())
-        .collect()
+    chain.iter().skip(1).map(|(id, _)| id.clone()).collect()
 }
 
 /// Four eyes: a quota request is decided by a platform admin who did not
 /// make it and is not in one creation line with the requester, in either
 /// direction and at any depth (A creates B creates C: C decides nothing of
 /// A's, A nothing of C's) — a second account made for the purpose is not a
-/// second pair of eyes. The first admin's creations start lines of their
-/// own (`creation_line`), so the first admin's requests can be decided by
-/// another platform admin.
+/// second pair of eyes. The first admin's requests are decided by another
+/// platform admin outside its line: one the operator made
+/// (`tollgate admin create-user`), or one created by such an admin.
 pub fn may_decide(
     decider: &Actor,
     requested_by: &str,
@@ -186,28 +180,30 @@ mod tests {
     }
 
     #[test]
-    fn a_creation_line_stops_before_the_first_admin() {
+    fn a_creation_line_runs_up_to_an_account_made_by_nobody() {
         let chain = |c: &[(&str, Option<&str>)]| {
             c.iter()
                 .map(|(a, b)| (a.to_string(), b.map(String::from)))
                 .collect::<Vec<_>>()
         };
-        // root made a, a made b, b made c: c's line is b, a (not root).
+        // root made a, a made b, b made c: c's line is b, a, root.
         let c = chain(&[
             ("c", Some("b")),
             ("b", Some("a")),
             ("a", Some("root")),
             ("root", None),
         ]);
-        assert_eq!(creation_line(&c), vec!["b", "a"]);
-        // The first admin itself, and its direct creations, have no line:
-        // root's requests are decidable by a, and a's by root.
+        assert_eq!(creation_line(&c), vec!["b", "a", "root"]);
         assert!(creation_line(&chain(&[("root", None)])).is_empty());
-        assert!(creation_line(&chain(&[("a", Some("root")), ("root", None)])).is_empty());
-        // An account whose creator is gone (deleted): the line ends there.
-        assert_eq!(
-            creation_line(&chain(&[("b", Some("a")), ("a", Some("x"))])),
-            vec!["a"]
-        );
+        // So c decides nothing of root's; another root (ops) decides both.
+        let admin = |id: &str| Actor {
+            user_id: id.into(),
+            email: format!("{id}@x.io"),
+            role: Role::PlatformAdmin,
+            tenant: None,
+        };
+        assert!(may_decide(&admin("c"), "root", &creation_line(&c), &[]).is_err());
+        assert!(may_decide(&admin("ops"), "root", &[], &[]).is_ok());
+        assert!(may_decide(&admin("ops"), "c", &[], &creation_line(&c)).is_ok());
     }
 }

@@ -65,9 +65,15 @@ pub fn int(field: &'static str, v: &str) -> Result<Option<i64>, ApiError> {
     if v.is_empty() {
         return Ok(None);
     }
-    v.parse()
-        .map(Some)
-        .map_err(|_| ApiError::field(field, "err.not_a_number"))
+    v.parse().map(Some).map_err(|_| {
+        // All digits but past i64: too large, not "not a number".
+        let digits = v.strip_prefix('-').unwrap_or(&v);
+        if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+            ApiError::field(field, "err.too_large")
+        } else {
+            ApiError::field(field, "err.not_a_number")
+        }
+    })
 }
 
 /// An optional amount of USD ("12.50"); empty means absent.
@@ -250,6 +256,13 @@ mod tests {
     fn numbers_and_money_parse_with_field_errors() {
         assert_eq!(int("rpm", " 1,000 ").unwrap(), Some(1000));
         assert_eq!(int("rpm", "").unwrap(), None);
+        assert!(matches!(
+            int("rpm", "12345678901234567890123"),
+            Err(ApiError::Field {
+                field: "rpm",
+                key: "err.too_large"
+            })
+        ));
         assert!(matches!(
             int("rpm", "ten"),
             Err(ApiError::Field {
