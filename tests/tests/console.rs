@@ -131,6 +131,14 @@ async fn every_role_against_every_console_route() {
             "/console/audit/verify",
             [Ok, Is(403), Is(403), Is(403), Ok, Login],
         ),
+        (
+            "/console/audit.csv",
+            [Ok, Is(403), Is(403), Is(403), Ok, Login],
+        ),
+        (
+            "/console/no-such-page",
+            [Is(404), Is(404), Is(404), Is(404), Is(404), Login],
+        ),
         (&lookup, [Ok, Ok, Ok, Ok, Ok, Login]),
     ];
     for (path, want) in &gets {

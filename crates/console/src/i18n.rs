@@ -378,6 +378,17 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("bills.tag_value", "Tag value", "标签值"),
     ("bills.end_user", "End user", "终端用户"),
     ("bills.untagged", "(none)", "（无）"),
+    // the browser walk's fixes (console2)
+    ("apps.copy", "Copy", "复制"),
+    ("apps.copied", "Copied", "已复制"),
+    ("audit.export_csv", "Export CSV", "导出 CSV"),
+    ("err.too_large", "too large", "数值过大"),
+    ("err.at_least_one", "must be at least 1", "不能小于 1"),
+    ("quota.requested_by", "Requested by", "申请人"),
+    ("quota.decided_by", "Decided by", "审批人"),
+    ("quota.refuse_not_admin", "Only a platform admin decides quota requests.", "只有平台管理员可以审批额度申请。"),
+    ("quota.refuse_own", "You made this request: another platform admin decides it.", "这是您本人的申请，需由另一位平台管理员审批。"),
+    ("quota.refuse_same_line", "You and the requester are in one line of account creation (one created the other, directly or through others): another platform admin decides it.", "您与申请人处于同一账号创建链（一方直接或间接创建了另一方），需由另一位平台管理员审批。"),
 ];
 
 #[cfg(test)]

@@ -45,6 +45,78 @@ pub fn first_broken(rows: &[(AuditEntry, Vec<u8>, Vec<u8>)]) -> Option<usize> {
     None
 }
 
+/// One field an audited change touched: its path (`limits.monthly_tokens`)
+/// and the value before and after, as text ("" where there was none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldChange {
+    pub field: String,
+    pub before: String,
+    pub after: String,
+}
+
+/// The fields that differ between an entry's `before` and `after`, nested
+/// objects flattened to dotted paths, in path order. A creation (no
+/// `before`) lists every field it set; a deletion every field it removed.
+pub fn field_changes(before: &Value, after: &Value) -> Vec<FieldChange> {
+    let (mut b, mut a) = (Vec::new(), Vec::new());
+    flatten("", before, &mut b);
+    flatten("", after, &mut a);
+    let b: std::collections::BTreeMap<String, String> = b.into_iter().collect();
+    let a: std::collections::BTreeMap<String, String> = a.into_iter().collect();
+    let mut fields: Vec<&String> = b.keys().chain(a.keys()).collect();
+    fields.sort();
+    fields.dedup();
+    fields
+        .into_iter()
+        .filter_map(|f| {
+            let (was, now) = (b.get(f).cloned(), a.get(f).cloned());
+            (was != now).then(|| FieldChange {
+                field: f.clone(),
+                before: was.unwrap_or_default(),
+                after: now.unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+fn flatten(path: &str, v: &Value, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Object(m) => {
+            for (k, v) in m {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                flatten(&p, v, out);
+            }
+        }
+        // A JSON null is "no value": the field is absent.
+        Value::Null => {}
+        Value::String(s) => out.push((path_or_value(path), s.clone())),
+        Value::Array(items) => {
+            let texts: Vec<String> = items
+                .iter()
+                .map(|i| match i {
+                    Value::String(s) => s.clone(),
+                    i => i.to_string(),
+                })
+                .collect();
+            out.push((path_or_value(path), texts.join(", ")));
+        }
+        v => out.push((path_or_value(path), v.to_string())),
+    }
+}
+
+/// A bare value (not an object) is the field "value".
+fn path_or_value(path: &str) -> String {
+    if path.is_empty() {
+        "value".into()
+    } else {
+        path.into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +163,39 @@ mod tests {
     #[test]
     fn canonical_form_sorts_keys() {
         assert!(entry("x").canonical().contains(r#"{"a":2,"b":1}"#));
+    }
+
+    #[test]
+    fn field_changes_name_each_changed_field_once() {
+        use serde_json::json;
+        let before = json!({"name": "Acme", "limits": {"rpm": 60, "monthly_tokens": 1000},
+            "allowed_models": ["a", "b"], "may_borrow": false, "note": null});
+        let after = json!({"name": "Acme", "limits": {"rpm": 120, "monthly_tokens": 1000},
+            "allowed_models": ["a"], "may_borrow": true, "cost_center": "CC-9"});
+        let ch = field_changes(&before, &after);
+        let c = |f: &str, b: &str, a: &str| FieldChange {
+            field: f.into(),
+            before: b.into(),
+            after: a.into(),
+        };
+        assert_eq!(
+            ch,
+            vec![
+                c("allowed_models", "a, b", "a"),
+                c("cost_center", "", "CC-9"),
+                c("limits.rpm", "60", "120"),
+                c("may_borrow", "false", "true"),
+            ]
+        );
+        // A creation lists what it set; nothing to nothing is no change.
+        assert_eq!(
+            field_changes(&Value::Null, &json!({"state": "pending"})),
+            vec![c("state", "", "pending")]
+        );
+        assert!(field_changes(&Value::Null, &Value::Null).is_empty());
+        assert_eq!(
+            field_changes(&json!("x"), &json!("y")),
+            vec![c("value", "x", "y")]
+        );
     }
 }

@@ -58,6 +58,37 @@ impl MicroUsd {
     pub fn checked_add(self, o: MicroUsd) -> Option<MicroUsd> {
         self.0.checked_add(o.0).map(MicroUsd)
     }
+
+    /// The amount as people read it: "$125,000.00", "-$3.50". Cents always;
+    /// more decimals only for what lies below a cent, and then exactly
+    /// ("$0.0042", "$1.234567"): a shown amount is never rounded, so a sum
+    /// of shown amounts is the shown sum. The one rule every page uses.
+    pub fn shown(self) -> String {
+        let sign = if self.0 < 0 { "-" } else { "" };
+        let a = self.0.unsigned_abs();
+        let whole = a / 1_000_000;
+        let frac = format!("{:06}", a % 1_000_000);
+        let frac = frac.trim_end_matches('0');
+        let frac = if frac.len() < 2 {
+            &format!("{:06}", a % 1_000_000)[..2]
+        } else {
+            frac
+        };
+        format!("{sign}${}.{frac}", group_thousands(whole))
+    }
+}
+
+/// 1234567 → "1,234,567".
+pub fn group_thousands(v: u64) -> String {
+    let s = v.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
 }
 
 impl fmt::Display for MicroUsd {
@@ -94,6 +125,31 @@ mod tests {
         assert_eq!(MicroUsd::from_usd_str("0.000001").unwrap(), MicroUsd(1));
         assert_eq!(MicroUsd::from_usd_str("3").unwrap().to_string(), "3.000000");
         assert_eq!(MicroUsd(-1_500_000).to_string(), "-1.500000");
+    }
+
+    #[test]
+    fn shown_with_separators_and_cents_and_sub_cent_digits_only_when_there() {
+        let cases = [
+            (125_000_000_000, "$125,000.00"),
+            (50_000_000, "$50.00"),
+            (0, "$0.00"),
+            (1_500_000, "$1.50"),
+            (1_230_000, "$1.23"),
+            (1_234_567, "$1.234567"),
+            (4_200, "$0.0042"),
+            (1, "$0.000001"),
+            (75_000, "$0.075"),
+            (999_999_999_990_000, "$999,999,999.99"),
+            (-3_500_000, "-$3.50"),
+            (-1, "-$0.000001"),
+            (i64::MIN, "-$9,223,372,036,854.775808"),
+        ];
+        for (micro, want) in cases {
+            assert_eq!(MicroUsd(micro).shown(), want, "{micro}");
+        }
+        assert_eq!(group_thousands(999), "999");
+        assert_eq!(group_thousands(1_000), "1,000");
+        assert_eq!(group_thousands(12_345_678), "12,345,678");
     }
 
     #[test]

@@ -92,15 +92,39 @@ pub(crate) fn user_row(r: sqlx::postgres::PgRow) -> UserRow {
 }
 
 impl Store {
-    /// Who created a user (None: the CLI, the demo seed, or unknown).
-    pub async fn user_created_by(&self, id: Uuid) -> Result<Option<Uuid>> {
-        Ok(
-            sqlx::query_scalar::<_, Option<Uuid>>("SELECT created_by FROM users WHERE id = $1")
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await?
-                .flatten(),
+    /// A user's creation chain, from the user upwards: (account, created
+    /// by), ending at an account created by nobody (the CLI, the demo seed)
+    /// or whose creator no longer exists. At most 64 deep (`created_by`
+    /// cannot form a cycle, but a bound costs nothing).
+    pub async fn creation_chain(&self, id: Uuid) -> Result<Vec<(Uuid, Option<Uuid>)>> {
+        let rows = sqlx::query(
+            "WITH RECURSIVE up(id, created_by, depth) AS (
+                 SELECT id, created_by, 0 FROM users WHERE id = $1
+                 UNION ALL
+                 SELECT u.id, u.created_by, up.depth + 1
+                 FROM users u JOIN up ON u.id = up.created_by
+                 WHERE up.depth < 64)
+             SELECT id, created_by FROM up ORDER BY depth",
         )
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.get("id"), r.get("created_by")))
+            .collect())
+    }
+
+    /// The emails of these users (ids not found are left out).
+    pub async fn user_emails(&self, ids: &[Uuid]) -> Result<Vec<(Uuid, String)>> {
+        let rows = sqlx::query("SELECT id, email FROM users WHERE id = ANY($1)")
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.get("id"), r.get("email")))
+            .collect())
     }
 }
 

@@ -215,6 +215,12 @@ pub async fn create_model(
     if m.output_price_per_mtok_usd.0 < 0 {
         return Err(ApiError::field("output_price_per_mtok_usd", "err.negative"));
     }
+    if m.default_max_output_tokens.is_some_and(|v| v < 1) {
+        return Err(ApiError::field(
+            "default_max_output_tokens",
+            "err.at_least_one",
+        ));
+    }
     let profile = profile_with(
         ProviderProfile::suggested_for(&m.upstream_model),
         m.cap_field.as_deref(),

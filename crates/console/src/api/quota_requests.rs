@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use domain::roles::{may_decide, Access, Role};
+use domain::roles::{self, may_decide, Access, DecisionRefusal, Role};
 use domain::MicroUsd;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -141,27 +141,61 @@ pub async fn decide_request(
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("quota request {id}")))?;
     let decider: Uuid = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
-    let decider_creator = cp
-        .store
-        .user_created_by(decider)
+    may_decide_request(cp, actor, q.requested_by)
         .await?
-        .map(|u| u.to_string());
-    let requester_creator = cp
-        .store
-        .user_created_by(q.requested_by)
-        .await?
-        .map(|u| u.to_string());
-    may_decide(
-        actor,
-        &q.requested_by.to_string(),
-        decider_creator.as_deref(),
-        requester_creator.as_deref(),
-    )
-    .map_err(|m| ApiError::Forbidden(m.into()))?;
+        .map_err(|r| ApiError::Forbidden(r.message().into()))?;
     Ok(cp
         .store
         .decide_quota_request(&actor.label(), id, decider, approve, note)
         .await?)
+}
+
+/// A person's creation line (`domain::roles::creation_line`).
+async fn creation_line(cp: &ControlPlane, user: Uuid) -> Result<Vec<String>, ApiError> {
+    let chain: Vec<(String, Option<String>)> = cp
+        .store
+        .creation_chain(user)
+        .await?
+        .into_iter()
+        .map(|(id, by)| (id.to_string(), by.map(|b| b.to_string())))
+        .collect();
+    Ok(roles::creation_line(&chain))
+}
+
+/// Whether `actor` may decide a request made by `requested_by`: the rule
+/// the decision enforces, asked beforehand so a page shows no button that
+/// would be refused.
+pub async fn may_decide_request(
+    cp: &ControlPlane,
+    actor: &Principal,
+    requested_by: Uuid,
+) -> Result<Result<(), DecisionRefusal>, ApiError> {
+    if !actor.is_platform_admin() {
+        return Ok(Err(DecisionRefusal::NotPlatformAdmin));
+    }
+    let decider: Uuid = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
+    let decider_line = creation_line(cp, decider).await?;
+    let requester_line = creation_line(cp, requested_by).await?;
+    Ok(may_decide(
+        actor,
+        &requested_by.to_string(),
+        &decider_line,
+        &requester_line,
+    ))
+}
+
+/// Who asked and who decided, by email, for the requests' table.
+pub async fn people_of(
+    cp: &ControlPlane,
+    rows: &[QuotaRequestRow],
+) -> Result<std::collections::HashMap<Uuid, String>, ApiError> {
+    let mut ids: Vec<Uuid> = rows
+        .iter()
+        .flat_map(|q| std::iter::once(q.requested_by).chain(q.decided_by))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    Ok(cp.store.user_emails(&ids).await?.into_iter().collect())
 }
 
 pub async fn approve(

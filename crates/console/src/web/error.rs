@@ -5,12 +5,14 @@
 
 use crate::error::ApiError;
 use crate::i18n::Lang;
-use crate::web::Chrome;
+use crate::web::{Chrome, Session};
+use crate::ControlPlane;
 use askama::Template;
-use axum::extract::Request;
-use axum::http::{HeaderValue, StatusCode};
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
+use std::sync::Arc;
 
 #[derive(Debug)]
 pub enum PageError {
@@ -84,6 +86,24 @@ fn login_redirect() -> Response {
     r
 }
 
+/// The signed-in layout when the request has a valid session, else the
+/// anonymous one (also when the session cannot be read: the database down).
+async fn chrome_of(cp: &Arc<ControlPlane>, uri: Uri, headers: HeaderMap, lang: Lang) -> Chrome {
+    let mut req = Request::new(());
+    *req.uri_mut() = uri;
+    *req.headers_mut() = headers;
+    let (mut parts, ()) = req.into_parts();
+    match Session::from_request_parts(&mut parts, cp).await {
+        Ok(s) => Chrome::new(&s, "error.title", ""),
+        Err(_) => Chrome::anonymous(lang, "error.title"),
+    }
+}
+
+/// An unknown `/console/…` address: the console's own 404 page.
+pub async fn not_found(_s: Session) -> PageError {
+    PageError::Api(ApiError::NotFound("page".into()))
+}
+
 #[derive(Template)]
 #[template(path = "pages/error.html")]
 struct ErrorPage {
@@ -100,11 +120,18 @@ struct Flash {
     detail: Option<String>,
 }
 
-/// Renders failures in the reader's language, and sets the headers every
+/// Renders failures in the reader's language — a signed-in person's error
+/// page keeps the navigation and Log out — and sets the headers every
 /// console answer carries.
-pub async fn render_failures(req: Request, next: Next) -> Response {
+pub async fn render_failures(
+    State(cp): State<Arc<ControlPlane>>,
+    req: Request,
+    next: Next,
+) -> Response {
     let lang = Lang::from_headers(req.headers());
     let htmx = req.headers().contains_key("hx-request");
+    // Kept to find the session again, only when something failed.
+    let (uri, headers) = (req.uri().clone(), req.headers().clone());
     let mut resp = next.run(req).await;
     if let Some(Failure(status, key, detail)) = resp.extensions_mut().remove::<Failure>() {
         let message = lang.t(key);
@@ -112,7 +139,7 @@ pub async fn render_failures(req: Request, next: Next) -> Response {
             Flash { message, detail }.render()
         } else {
             ErrorPage {
-                c: Chrome::anonymous(lang, "error.title"),
+                c: chrome_of(&cp, uri, headers, lang).await,
                 message,
                 detail,
                 status: status.as_u16(),

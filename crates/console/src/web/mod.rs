@@ -217,6 +217,7 @@ struct Wrapped {
 }
 
 const HTMX_JS: &[u8] = include_bytes!("../../../../static/htmx.min.js");
+const CONSOLE_JS: &[u8] = include_bytes!("../../../../static/console.js");
 const CONSOLE_CSS: &[u8] = include_bytes!("../../../../static/console.css");
 
 fn asset(content_type: &'static str, bytes: &'static [u8]) -> impl IntoResponse {
@@ -271,23 +272,32 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/console/users/{id}/role", post(users::set_role))
         .route("/console/audit", get(audit::list))
         .route("/console/audit/verify", get(audit::verify))
+        .route("/console/audit.csv", get(audit::csv_export))
         .route("/console/requests", get(requests::lookup))
         .route("/console/bills", get(bills::show))
         .route("/console/bills.csv", get(bills::csv_export))
         .route("/console/bills.focus.csv", get(bills::focus_export))
         .route("/console/jobs", get(bills::jobs))
         .route("/console/notices", get(bills::notices))
+        .route("/console/{*rest}", get(error::not_found))
         .layer(axum::middleware::from_fn_with_state(
             cp.clone(),
             session::require_csrf,
         ))
-        .layer(axum::middleware::from_fn(error::render_failures))
+        .layer(axum::middleware::from_fn_with_state(
+            cp.clone(),
+            error::render_failures,
+        ))
         .with_state(cp);
     Router::new()
         .route("/", get(|| async { Redirect::to("/console") }))
         .route(
             "/static/htmx.min.js",
             get(|| async { asset("text/javascript; charset=utf-8", HTMX_JS) }),
+        )
+        .route(
+            "/static/console.js",
+            get(|| async { asset("text/javascript; charset=utf-8", CONSOLE_JS) }),
         )
         .route(
             "/static/console.css",

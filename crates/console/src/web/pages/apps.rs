@@ -33,6 +33,27 @@ pub struct KeyLine {
     pub revoked: bool,
 }
 
+impl KeyLine {
+    fn of(k: &store::KeyListRow) -> KeyLine {
+        KeyLine {
+            id: k.id.to_string(),
+            name: k.name.clone(),
+            prefix: k.prefix.clone(),
+            created: when(k.created_at),
+            expires: k.expires_at.map(when).unwrap_or_default(),
+            revoked: k.revoked_at.is_some(),
+        }
+    }
+}
+
+/// The keys of one app, as its table shows them.
+fn key_lines(keys: &[store::KeyListRow], app: &str) -> Vec<KeyLine> {
+    keys.iter()
+        .filter(|k| k.app_id == app)
+        .map(KeyLine::of)
+        .collect()
+}
+
 /// Tenant admins go straight to their tenant; others pick one.
 pub async fn pick(State(cp): State<Arc<ControlPlane>>, s: Session) -> Result<Response, PageError> {
     if s.actor.role == Role::TenantAdmin {
@@ -94,18 +115,7 @@ async fn apps_page(
         .await?
         .into_iter()
         .map(|a| AppLine {
-            keys: keys
-                .iter()
-                .filter(|k| k.app_id == a.id)
-                .map(|k| KeyLine {
-                    id: k.id.to_string(),
-                    name: k.name.clone(),
-                    prefix: k.prefix.clone(),
-                    created: when(k.created_at),
-                    expires: k.expires_at.map(when).unwrap_or_default(),
-                    revoked: k.revoked_at.is_some(),
-                })
-                .collect(),
+            keys: key_lines(&keys, &a.id),
             limits: limits_summary(&a.limits),
             id: a.id,
             name: a.name,
@@ -171,6 +181,9 @@ pub struct KeyForm {
 #[template(path = "partials/key_issued.html")]
 struct Issued {
     c: Chrome,
+    /// The app's key table, new key included (swapped in out of band).
+    keys: Vec<KeyLine>,
+    can_manage: bool,
     app: String,
     name: String,
     prefix: String,
@@ -206,19 +219,24 @@ pub async fn issue_key(
         Err(e) => Err(e),
     };
     let html = match result {
-        Ok(k) => fragment_or_page(
-            &s,
-            "nav.apps",
-            "/console/apps",
-            Issued {
-                c: Chrome::new(&s, "nav.apps", "/console/apps"),
-                app: k.app_id,
-                name: k.name,
-                prefix: k.prefix,
-                key: k.key,
-                expires: k.expires_at.map(when).unwrap_or_default(),
-            },
-        )?,
+        Ok(k) => {
+            let keys = cp.store.keys_of(s.actor.scope(), &tenant).await?;
+            fragment_or_page(
+                &s,
+                "nav.apps",
+                "/console/apps",
+                Issued {
+                    c: Chrome::new(&s, "nav.apps", "/console/apps"),
+                    keys: key_lines(&keys, &k.app_id),
+                    can_manage: true,
+                    app: k.app_id,
+                    name: k.name,
+                    prefix: k.prefix,
+                    key: k.key,
+                    expires: k.expires_at.map(when).unwrap_or_default(),
+                },
+            )?
+        }
         Err(e) => {
             let frag = KeyFormFragment {
                 c: Chrome::new(&s, "nav.apps", "/console/apps"),
@@ -234,10 +252,13 @@ pub async fn issue_key(
     Ok(([(axum::http::header::CACHE_CONTROL, "no-store")], html).into_response())
 }
 
+/// The revoked key's row, as it is now (htmx swaps it in place).
 #[derive(Template)]
-#[template(path = "partials/key_revoked.html")]
-struct Revoked {
+#[template(path = "partials/key_row.html")]
+struct RevokedRow {
     c: Chrome,
+    k: KeyLine,
+    can_manage: bool,
 }
 
 pub async fn revoke_key(
@@ -249,8 +270,16 @@ pub async fn revoke_key(
     if !s.htmx {
         return Ok(Redirect::to(&format!("/console/tenants/{tenant}/apps")).into_response());
     }
-    Ok(render(Revoked {
+    let keys = cp.store.keys_of(s.actor.scope(), &tenant).await?;
+    let k = keys
+        .iter()
+        .find(|k| k.id == id)
+        .map(KeyLine::of)
+        .ok_or_else(|| ApiError::NotFound(format!("key {id}")))?;
+    Ok(render(RevokedRow {
         c: Chrome::new(&s, "nav.apps", "/console/apps"),
+        k,
+        can_manage: true,
     })?
     .into_response())
 }

@@ -9,7 +9,11 @@ use crate::web::{render, Chrome, PageError, Session};
 use crate::ControlPlane;
 use askama::Template;
 use axum::extract::{Query, State};
+use axum::http::header;
 use axum::response::Html;
+use axum::response::{IntoResponse, Response};
+use domain::audit::{field_changes, FieldChange};
+use domain::bill::csv_field;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use store::{AuditFilter, AuditRow};
@@ -21,18 +25,13 @@ pub struct AuditLine {
     pub action: String,
     pub target: String,
     pub reason: String,
-    /// before → after, compact JSON.
-    pub change: String,
+    /// Each field the entry changed, before → after.
+    pub changes: Vec<FieldChange>,
 }
 
 impl AuditLine {
     pub fn of(r: &AuditRow) -> AuditLine {
         let e = &r.entry;
-        let change = match (&e.before, &e.after) {
-            (serde_json::Value::Null, serde_json::Value::Null) => String::new(),
-            (serde_json::Value::Null, a) => a.to_string(),
-            (b, a) => format!("{b} → {a}"),
-        };
         AuditLine {
             id: r.id,
             at: format!("{} UTC", e.at.get(..19).unwrap_or(&e.at).replace('T', " ")),
@@ -40,7 +39,7 @@ impl AuditLine {
             action: e.action.clone(),
             target: e.target.clone(),
             reason: e.reason.clone(),
-            change: change.chars().take(400).collect(),
+            changes: field_changes(&e.before, &e.after),
         }
     }
 }
@@ -87,6 +86,24 @@ struct AuditPage {
     newest: Option<String>,
     /// Query of the next (older) page, when there is one.
     older: Option<String>,
+    /// Query of the CSV export of this filter.
+    csv: String,
+}
+
+/// The store's filter for a page of this filter (`None`: a bad time).
+fn store_filter(f: &Filter, limit: i64) -> Option<AuditFilter> {
+    let (Ok(from), Ok(to)) = (time("from", &f.from), time("to", &f.to)) else {
+        return None;
+    };
+    Some(AuditFilter {
+        actor: f.actor.trim().to_string(),
+        action: f.action.trim().to_string(),
+        target: f.target.trim().to_string(),
+        from,
+        to,
+        before: f.before.trim().parse().ok(),
+        limit,
+    })
 }
 
 pub async fn list(
@@ -95,30 +112,74 @@ pub async fn list(
     Query(f): Query<Filter>,
 ) -> Result<Html<String>, PageError> {
     audit::may_audit(&s.actor)?;
-    let times = (time("from", &f.from), time("to", &f.to));
-    let (from, to, bad_time) = match times {
-        (Ok(a), Ok(b)) => (a, b, false),
-        _ => (None, None, true),
+    let (filter, bad_time) = match store_filter(&f, PAGE) {
+        Some(filter) => (filter, false),
+        None => (
+            store_filter(&Filter::default(), PAGE).expect("no times"),
+            true,
+        ),
     };
-    let before = f.before.trim().parse().ok();
-    let filter = AuditFilter {
-        actor: f.actor.trim().to_string(),
-        action: f.action.trim().to_string(),
-        target: f.target.trim().to_string(),
-        from,
-        to,
-        before,
-        limit: PAGE,
-    };
+    let before = filter.before;
     let (rows, next) = audit::page(&cp, &s.actor, &filter).await?;
     render(AuditPage {
         c: Chrome::new(&s, "nav.audit", "/console/audit"),
         newest: before.map(|_| f.with_before(None)),
         older: next.map(|n| f.with_before(Some(n))),
+        csv: f.with_before(None),
         f,
         rows: rows.iter().map(AuditLine::of).collect(),
         bad_time,
     })
+}
+
+/// Rows one export reads at most.
+const EXPORT_ROWS: i64 = 10_000;
+
+/// The filtered log as CSV, one line per field change (times in UTC).
+pub async fn csv_export(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Query(f): Query<Filter>,
+) -> Result<Response, PageError> {
+    audit::may_audit(&s.actor)?;
+    let filter = store_filter(&f, EXPORT_ROWS)
+        .ok_or_else(|| crate::error::ApiError::field("from", "err.bad_time"))?;
+    let (rows, _) = audit::page(&cp, &s.actor, &filter).await?;
+    let mut body = String::from("id,at_utc,actor,action,target,field,before,after,reason\n");
+    for r in &rows {
+        let l = AuditLine::of(r);
+        let head = [l.id.to_string(), l.at.clone(), l.actor, l.action, l.target];
+        let changes = if l.changes.is_empty() {
+            vec![FieldChange {
+                field: String::new(),
+                before: String::new(),
+                after: String::new(),
+            }]
+        } else {
+            l.changes
+        };
+        for ch in changes {
+            let line: Vec<String> = head
+                .iter()
+                .cloned()
+                .chain([ch.field, ch.before, ch.after, l.reason.clone()])
+                .map(|v| csv_field(&v))
+                .collect();
+            body.push_str(&line.join(","));
+            body.push('\n');
+        }
+    }
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
+            (
+                header::CONTENT_DISPOSITION,
+                "attachment; filename=\"tollgate-audit.csv\"",
+            ),
+        ],
+        body,
+    )
+        .into_response())
 }
 
 #[derive(Template)]

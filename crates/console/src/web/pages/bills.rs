@@ -155,8 +155,8 @@ pub fn daily_spend_chart(rows: &[DayRow], days: u32) -> LineChart {
         height: H,
         series,
         x_labels: x_labels(days),
-        y_top: format!("${}", MicroUsd(max)),
-        y_bottom: "$0".into(),
+        y_top: MicroUsd(max).shown(),
+        y_bottom: MicroUsd::ZERO.shown(),
     }
 }
 
@@ -216,8 +216,8 @@ pub fn burndown_chart(daily: &BTreeMap<u32, i64>, budget: i64, today: u32, days:
         height: H,
         series,
         x_labels: x_labels(days),
-        y_top: format!("${}", MicroUsd(budget)),
-        y_bottom: format!("${}", MicroUsd(lo)),
+        y_top: MicroUsd(budget).shown(),
+        y_bottom: MicroUsd(lo).shown(),
     }
 }
 
@@ -248,7 +248,7 @@ struct BillsPage {
 }
 
 fn money(m: MicroUsd) -> String {
-    format!("${m}")
+    m.shown()
 }
 
 pub async fn show(

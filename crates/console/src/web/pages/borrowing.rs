@@ -85,7 +85,7 @@ pub async fn show(
         tokens: p.monthly_tokens.map(thousands).unwrap_or_default(),
         cost: p
             .monthly_cost_micro
-            .map(|c| format!("${}", MicroUsd(c)))
+            .map(|c| MicroUsd(c).shown())
             .unwrap_or_default(),
         lent: thousands(v.lent_tokens),
         free: thousands((total - v.lent_tokens).max(0)),
@@ -108,7 +108,7 @@ pub async fn show(
             .map(|(t, tok, c)| OwedLine {
                 tenant: t.clone(),
                 tokens: thousands(*tok),
-                cost: format!("${}", MicroUsd(*c)),
+                cost: MicroUsd(*c).shown(),
             })
             .collect(),
         borrows: borrows
@@ -120,7 +120,7 @@ pub async fn show(
                 state: b.state.clone(),
                 tokens: thousands(b.tokens),
                 outstanding: thousands(b.outstanding_tokens),
-                cost: format!("${}", MicroUsd(b.cost_micro)),
+                cost: MicroUsd(b.cost_micro).shown(),
                 trigger: b.trigger.clone(),
             })
             .collect(),
@@ -130,7 +130,7 @@ pub async fn show(
                 at: time(r.at),
                 tenant: r.tenant_id.clone(),
                 tokens: thousands(r.tokens),
-                cost: format!("${}", MicroUsd(r.cost_micro)),
+                cost: MicroUsd(r.cost_micro).shown(),
                 state: r.state.clone(),
                 reason: r.reason.clone(),
             })

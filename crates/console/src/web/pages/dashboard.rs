@@ -1,7 +1,7 @@
 //! The start page, one per role: what that person looks at first.
 
 use super::audit::AuditLine;
-use super::quota::QuotaLine;
+use super::quota::{self, QuotaLine};
 use super::thousands;
 use crate::api::{audit, quota_requests, tenants, usage};
 use crate::web::{render, Chrome, PageError, Session};
@@ -43,8 +43,8 @@ impl UsageLine {
             held: thousands(u.held_tokens),
             limit: u.limit_tokens.map(thousands).unwrap_or_default(),
             pct,
-            cost: format!("${}", u.cost),
-            limit_cost: u.limit_cost.map(|c| format!("${c}")).unwrap_or_default(),
+            cost: u.cost.shown(),
+            limit_cost: u.limit_cost.map(|c| c.shown()).unwrap_or_default(),
             granted: thousands(u.granted_tokens),
             base: u.base_limit_tokens.map(thousands).unwrap_or_default(),
             borrowed: thousands(u.borrowed_tokens),
@@ -103,12 +103,13 @@ pub async fn show(
                     "/console/users",
                 ),
             ];
-            d.requests = requests
+            let pending: Vec<_> = requests
                 .iter()
                 .filter(|q| q.state == "pending")
                 .take(5)
-                .map(|q| QuotaLine::of(q, a, now))
+                .cloned()
                 .collect();
+            d.requests = quota::lines(&cp, a, &pending, now).await?;
             d.audit = recent_audit(&cp, a, 5).await?;
         }
         Role::TenantAdmin => {
@@ -126,11 +127,8 @@ pub async fn show(
                     "/console/quota-requests",
                 ),
             ];
-            d.requests = requests
-                .iter()
-                .take(5)
-                .map(|q| QuotaLine::of(q, a, now))
-                .collect();
+            let recent: Vec<_> = requests.iter().take(5).cloned().collect();
+            d.requests = quota::lines(&cp, a, &recent, now).await?;
         }
         Role::Finance => {
             for t in tenants::visible_tenants(&cp, a).await? {

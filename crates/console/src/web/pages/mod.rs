@@ -65,18 +65,24 @@ pub fn int(field: &'static str, v: &str) -> Result<Option<i64>, ApiError> {
     if v.is_empty() {
         return Ok(None);
     }
-    v.parse()
-        .map(Some)
-        .map_err(|_| ApiError::field(field, "err.not_a_number"))
+    v.parse().map(Some).map_err(|_| {
+        // All digits but past i64: too large, not "not a number".
+        let digits = v.strip_prefix('-').unwrap_or(&v);
+        if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+            ApiError::field(field, "err.too_large")
+        } else {
+            ApiError::field(field, "err.not_a_number")
+        }
+    })
 }
 
 /// An optional amount of USD ("12.50"); empty means absent.
 pub fn usd(field: &'static str, v: &str) -> Result<Option<MicroUsd>, ApiError> {
-    let v = v.trim().trim_start_matches('$');
+    let v = v.trim().replace(['$', ','], "");
     if v.is_empty() {
         return Ok(None);
     }
-    MicroUsd::from_usd_str(v)
+    MicroUsd::from_usd_str(&v)
         .map(Some)
         .map_err(|_| ApiError::field(field, "err.not_money"))
 }
@@ -140,7 +146,7 @@ impl LimitsForm {
 
     pub fn of(l: &Limits) -> LimitsForm {
         let i = |v: Option<i64>| v.map(|v| v.to_string()).unwrap_or_default();
-        let m = |v: Option<MicroUsd>| v.map(|v| v.to_string()).unwrap_or_default();
+        let m = |v: Option<MicroUsd>| v.map(|v| v.shown()).unwrap_or_default();
         LimitsForm {
             monthly_tokens: i(l.monthly_tokens),
             monthly_cost_usd: m(l.monthly_cost_usd),
@@ -197,10 +203,10 @@ pub fn limits_summary(l: &Limits) -> String {
         parts.push(format!("{} tok/mo", thousands(v)));
     }
     if let Some(v) = l.monthly_cost_usd {
-        parts.push(format!("${v}/mo"));
+        parts.push(format!("{}/mo", v.shown()));
     }
     if let Some(v) = l.daily_cost_soft_usd {
-        parts.push(format!("${v}/day soft"));
+        parts.push(format!("{}/day soft", v.shown()));
     }
     if let Some(v) = l.rpm {
         parts.push(format!("{v} rpm"));
@@ -217,21 +223,10 @@ pub fn limits_summary(l: &Limits) -> String {
     parts.join(" · ")
 }
 
-/// 1234567 → "1,234,567".
+/// 1234567 → "1,234,567" (the rule is `domain::money::group_thousands`).
 pub fn thousands(v: i64) -> String {
-    let s = v.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    if v < 0 {
-        format!("-{out}")
-    } else {
-        out
-    }
+    let sign = if v < 0 { "-" } else { "" };
+    format!("{sign}{}", domain::money::group_thousands(v.unsigned_abs()))
 }
 
 /// A time as the console shows it (UTC, to the minute).
@@ -261,6 +256,13 @@ mod tests {
     fn numbers_and_money_parse_with_field_errors() {
         assert_eq!(int("rpm", " 1,000 ").unwrap(), Some(1000));
         assert_eq!(int("rpm", "").unwrap(), None);
+        assert!(matches!(
+            int("rpm", "12345678901234567890123"),
+            Err(ApiError::Field {
+                field: "rpm",
+                key: "err.too_large"
+            })
+        ));
         assert!(matches!(
             int("rpm", "ten"),
             Err(ApiError::Field {

@@ -112,8 +112,8 @@ async fn page(
         .await?
         .into_iter()
         .map(|m| ModelLine {
-            input_price: format!("${}", MicroUsd(m.input_price_micro_per_mtok)),
-            output_price: format!("${}", MicroUsd(m.output_price_micro_per_mtok)),
+            input_price: MicroUsd(m.input_price_micro_per_mtok).shown(),
+            output_price: MicroUsd(m.output_price_micro_per_mtok).shown(),
             degrade_to: m.degrade_to.unwrap_or_default(),
             pool: m.pool_capacity.map(|p| p.to_string()).unwrap_or_default(),
             profile: profile_text(&m.profile),

@@ -12,11 +12,11 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::Form;
 use chrono::{DateTime, Utc};
-use domain::roles::{Actor, Role};
+use domain::roles::{Actor, DecisionRefusal, Role};
 use domain::MicroUsd;
 use serde::Deserialize;
 use std::sync::Arc;
-use store::QuotaRequestRow;
+use store::{Principal, QuotaRequestRow};
 use uuid::Uuid;
 
 /// One request, formatted for a table row.
@@ -34,12 +34,54 @@ pub struct QuotaLine {
     pub expires: String,
     pub left: String,
     pub note: String,
+    pub requested_by: String,
+    pub decided_by: String,
     /// This viewer may approve or reject it now.
     pub can_decide: bool,
+    /// Why not, for a pending request this viewer may not decide (a
+    /// translation key; "" otherwise).
+    pub refusal: &'static str,
+}
+
+/// The translation key of a four-eyes refusal.
+fn refusal_key(r: DecisionRefusal) -> &'static str {
+    match r {
+        DecisionRefusal::NotPlatformAdmin => "quota.refuse_not_admin",
+        DecisionRefusal::OwnRequest => "quota.refuse_own",
+        DecisionRefusal::SameLine => "quota.refuse_same_line",
+    }
+}
+
+/// The rows of a requests table, with who asked, who decided and whether
+/// this viewer may decide (the rule the decision itself enforces).
+pub async fn lines(
+    cp: &ControlPlane,
+    viewer: &Principal,
+    rows: &[QuotaRequestRow],
+    now: DateTime<Utc>,
+) -> Result<Vec<QuotaLine>, ApiError> {
+    let people = quota_requests::people_of(cp, rows).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for q in rows {
+        let mut line = QuotaLine::of(q, now);
+        line.requested_by = people.get(&q.requested_by).cloned().unwrap_or_default();
+        line.decided_by = q
+            .decided_by
+            .and_then(|u| people.get(&u).cloned())
+            .unwrap_or_default();
+        if line.state == "pending" {
+            match quota_requests::may_decide_request(cp, viewer, q.requested_by).await? {
+                Ok(()) => line.can_decide = true,
+                Err(r) => line.refusal = refusal_key(r),
+            }
+        }
+        out.push(line);
+    }
+    Ok(out)
 }
 
 impl QuotaLine {
-    pub fn of(q: &QuotaRequestRow, viewer: &Actor, now: DateTime<Utc>) -> QuotaLine {
+    fn of(q: &QuotaRequestRow, now: DateTime<Utc>) -> QuotaLine {
         let (state, state_key) = match quota_requests::state_of(q, now) {
             "pending" => ("pending", "quota.state_pending"),
             "active" => ("active", "quota.state_active"),
@@ -56,7 +98,7 @@ impl QuotaLine {
                 String::new()
             },
             cost: if q.cost_micro > 0 {
-                format!("${}", MicroUsd(q.cost_micro))
+                MicroUsd(q.cost_micro).shown()
             } else {
                 String::new()
             },
@@ -66,9 +108,10 @@ impl QuotaLine {
             expires: when(q.expires_at),
             left: time_left(q.expires_at, now),
             note: q.note.clone(),
-            can_decide: state == "pending"
-                && viewer.role == Role::PlatformAdmin
-                && viewer.user_id != q.requested_by.to_string(),
+            requested_by: String::new(),
+            decided_by: String::new(),
+            can_decide: false,
+            refusal: "",
         }
     }
 }
@@ -140,12 +183,8 @@ pub async fn list(
     State(cp): State<Arc<ControlPlane>>,
     s: Session,
 ) -> Result<Html<String>, PageError> {
-    let now = Utc::now();
-    let rows = quota_requests::visible_requests(&cp, &s.actor)
-        .await?
-        .iter()
-        .map(|q| QuotaLine::of(q, &s.actor, now))
-        .collect();
+    let rows = quota_requests::visible_requests(&cp, &s.actor).await?;
+    let rows = lines(&cp, &s.actor, &rows, Utc::now()).await?;
     render(QuotaPage {
         c: Chrome::new(&s, "nav.quota", "/console/quota-requests"),
         rows,
@@ -219,7 +258,9 @@ async fn decide(
     }
     let frag = RowFragment {
         c: Chrome::new(s, "nav.quota", "/console/quota-requests"),
-        q: QuotaLine::of(&row, &s.actor, Utc::now()),
+        q: lines(cp, &s.actor, std::slice::from_ref(&row), Utc::now())
+            .await?
+            .remove(0),
     };
     Ok(render(frag)?.into_response())
 }

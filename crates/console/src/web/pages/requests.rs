@@ -99,7 +99,7 @@ fn format(r: &requests::RequestRecord) -> Found {
         }
         facts.push(("req.input_tokens", u.input_tokens.to_string()));
         facts.push(("req.output_tokens", u.output_tokens.to_string()));
-        facts.push(("req.cost", format!("${}", MicroUsd(u.cost_micro))));
+        facts.push(("req.cost", MicroUsd(u.cost_micro).shown()));
         facts.push(("req.usage_status", u.status.clone()));
         if let Some(a) = &u.anomaly {
             // The provider's report, overruled by the sanity bound: the

@@ -9,7 +9,7 @@ use crate::error::ApiError;
 use crate::web::{fragment_or_page, render, Chrome, PageError, Session};
 use crate::ControlPlane;
 use askama::Template;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Form;
@@ -189,13 +189,13 @@ pub async fn create(
     };
     match result {
         Ok(t) => {
-            let to = format!("/console/tenants/{}", t.id);
-            let mut r = Redirect::to(&to).into_response();
+            let to = format!("/console/tenants/{}?saved=1", t.id);
+            // htmx reads HX-Redirect only on a 2xx: a 303 would be followed
+            // by the browser itself and the page pasted into the form.
             if s.htmx {
-                r.headers_mut()
-                    .insert("hx-redirect", to.parse().expect("ascii id"));
+                return Ok((StatusCode::OK, [("hx-redirect", to)]).into_response());
             }
-            Ok(r)
+            Ok(Redirect::to(&to).into_response())
         }
         Err(e) => {
             let frag = FormFragment {
@@ -225,10 +225,18 @@ struct ShowPage {
     saved: bool,
 }
 
+/// `?saved=1`: the page a just-created tenant lands on says so.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct ShowQuery {
+    saved: Option<String>,
+}
+
 pub async fn show(
     State(cp): State<Arc<ControlPlane>>,
     s: Session,
     Path(id): Path<String>,
+    Query(q): Query<ShowQuery>,
 ) -> Result<Html<String>, PageError> {
     let t = svc::tenant_for(&cp, &s.actor, &id).await?;
     // Usage is live from Redis; the page still shows the tenant without it.
@@ -245,7 +253,7 @@ pub async fn show(
         form: TenantForm::of(&t),
         errors: FieldError::default(),
         editing: true,
-        saved: false,
+        saved: q.saved.is_some(),
     })
 }
 

@@ -1,0 +1,160 @@
+//! The browser harness the console's browser tests share: chromedriver on
+//! a free port, a headless Chromium session, and a page driver (`Ui`) that
+//! waits for elements and writes screenshots to the artifacts directory.
+#![allow(dead_code)]
+
+use e2e::console_web::PASSWORD;
+use fantoccini::{Client, ClientBuilder, Locator};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// `$TOLLGATE_ARTIFACTS`, else `$CARGO_TARGET_DIR/artifacts/console`, else
+/// `target/artifacts/console` in the workspace (gitignored).
+pub fn artifacts_dir() -> PathBuf {
+    let dir = match (
+        std::env::var("TOLLGATE_ARTIFACTS"),
+        std::env::var("CARGO_TARGET_DIR"),
+    ) {
+        (Ok(d), _) => PathBuf::from(d),
+        (_, Ok(t)) => PathBuf::from(t).join("artifacts/console"),
+        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/artifacts/console"),
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Driver {
+    pub fn start() -> Driver {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver on PATH (scripts/test.sh installs chromium-driver)");
+        let t0 = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "chromedriver did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Driver { child, port }
+    }
+
+    pub async fn browser(&self) -> Client {
+        let mut opts = serde_json::json!({
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1280,900", "--lang=en-US"],
+            "prefs": {"intl.accept_languages": "en-US,en"},
+        });
+        if std::path::Path::new("/usr/bin/chromium").exists() {
+            opts["binary"] = "/usr/bin/chromium".into();
+        }
+        let mut caps = serde_json::Map::new();
+        caps.insert("goog:chromeOptions".into(), opts);
+        // Two rustls crypto providers are linked (reqwest's, fantoccini's):
+        // name one. The driver is plain HTTP on 127.0.0.1 anyway.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        ClientBuilder::rustls()
+            .unwrap()
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{}", self.port))
+            .await
+            .expect("a Chromium session")
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Ui {
+    pub c: Client,
+    pub base: String,
+    pub shots: PathBuf,
+}
+
+impl Ui {
+    pub async fn go(&self, path: &str) {
+        self.c.goto(&format!("{}{path}", self.base)).await.unwrap();
+    }
+
+    pub async fn shot(&self, name: &str) {
+        let png = self.c.screenshot().await.unwrap();
+        assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+        std::fs::write(self.shots.join(format!("{name}.png")), png).unwrap();
+    }
+
+    pub async fn wait(&self, css: &str) -> fantoccini::elements::Element {
+        self.c
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css} never appeared: {e}"))
+    }
+
+    pub async fn fill(&self, css: &str, text: &str) {
+        let e = self.wait(css).await;
+        e.clear().await.unwrap();
+        e.send_keys(text).await.unwrap();
+    }
+
+    pub async fn click(&self, css: &str) {
+        self.wait(css).await.click().await.unwrap();
+    }
+
+    pub async fn text(&self, css: &str) -> String {
+        self.wait(css).await.text().await.unwrap()
+    }
+
+    pub async fn login(&self, email: &str, shot: Option<&str>) {
+        self.go("/console/login").await;
+        self.fill("input[name=email]", email).await;
+        self.fill("input[name=password]", PASSWORD).await;
+        if let Some(name) = shot {
+            self.shot(name).await;
+        }
+        self.click("button[type=submit]").await;
+        self.wait("#logout").await;
+    }
+
+    pub async fn logout(&self) {
+        self.click("#logout").await;
+        self.wait("input[name=email]").await;
+    }
+
+    /// Waits until `css` has the attribute value `want`.
+    pub async fn wait_attr(&self, css: &str, attr: &str, want: &str) {
+        let t0 = std::time::Instant::now();
+        loop {
+            if let Ok(e) = self.c.find(Locator::Css(css)).await {
+                if e.attr(attr).await.ok().flatten().as_deref() == Some(want) {
+                    return;
+                }
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                self.shot("failure").await;
+                let src = self.c.source().await.unwrap_or_default();
+                std::fs::write(self.shots.join("failure.html"), &src).unwrap();
+                panic!("{css}[{attr}] never became {want}; see failure.html/png");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
