@@ -341,6 +341,17 @@ fn strings(doc: &Value, op: &str, schema: &Value, at: &mut Vec<Step>, out: &mut 
     let schema = resolve(doc, schema);
     let unknown = |what: &str| -> ! { panic!("{op} body {:?}: {what}", api_name(at)) };
     match schema["type"].as_str() {
+        // A map of strings (`additionalProperties`): tried under the key of
+        // its documented `example`.
+        Some("object")
+            if schema["properties"].is_null() && schema["additionalProperties"].is_object() =>
+        {
+            let key = schema["example"].as_object().and_then(|o| o.keys().next());
+            let key = key.unwrap_or_else(|| unknown("a map without an example key"));
+            at.push(Step::Key(key.clone()));
+            strings(doc, op, &schema["additionalProperties"], at, out);
+            at.pop();
+        }
         Some("object") => {
             let props = schema["properties"].as_object().filter(|p| !p.is_empty());
             let props = props.unwrap_or_else(|| unknown("an object without documented properties"));

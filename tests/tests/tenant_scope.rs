@@ -39,7 +39,11 @@ fn event(tenant: &str, request_id: &str, period: &str, day: &str) -> UsageEvent 
         started_at_ms: now,
         settled_at_ms: now,
         deployment: None,
-        attribution: Default::default(),
+        // A tag key and an end user named after the tenant.
+        attribution: domain::attribution::Attribution {
+            tags: [(tenant.to_string(), "x".to_string())].into(),
+            end_user: Some(tenant.to_string()),
+        },
         anomaly: None,
     }
 }
@@ -282,6 +286,21 @@ async fn a_tenant_admins_scope_reads_nothing_of_another_tenant() {
     let days = |v: Vec<domain::bill::DayRow>| v.into_iter().map(|r| r.tenant_id).collect();
     assert!(only_mine(days(s.day_rows(mine, &period).await.unwrap())));
     assert!(both(days(s.day_rows(all, &period).await.unwrap())));
+    let eu = domain::bill::GroupBy::EndUser;
+    let attributed =
+        |v: Vec<domain::bill::AttributedRow>| v.into_iter().map(|r| r.tenant_id).collect();
+    assert!(only_mine(attributed(
+        s.attributed_rows(mine, &period, &eu).await.unwrap()
+    )));
+    assert!(both(attributed(
+        s.attributed_rows(all, &period, &eu).await.unwrap()
+    )));
+    assert_eq!(s.tag_keys(mine, &period).await.unwrap(), [MINE]);
+    assert_eq!(s.tag_keys(all, &period).await.unwrap(), [MINE, THEIRS]);
+    let theirs_eu = s.end_user_month_usage(mine, THEIRS, "a", THEIRS, &period);
+    assert_eq!(theirs_eu.await.unwrap(), (0, 0));
+    let theirs_eu = s.end_user_month_usage(all, THEIRS, "a", THEIRS, &period);
+    assert!(theirs_eu.await.unwrap().0 > 0);
     assert_eq!(
         keys(s.period_event_totals(mine, &period).await.unwrap()),
         [MINE]
