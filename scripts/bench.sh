@@ -22,6 +22,8 @@
 #   DUR=20 ./scripts/bench.sh           # seconds per load run (default 10)
 #   MODES="lease" SLOW_STREAMS=0 HOLD_BENCH=0 ISOLATION=0 ./scripts/bench.sh   # a quick subset
 #   MODES= CONNS= HOLD_BENCH=0 ./scripts/bench.sh                  # isolation only
+#   SCALE=1 ./scripts/bench.sh          # the scale section instead (scripts/bench_scale.sh)
+#   BENCH_DB_SQL="CREATE INDEX …" ./scripts/bench.sh   # a schema ablation, run after the migrations
 #
 # Only processes this script starts are stopped. Its Redis keys live under a
 # fresh prefix; the hold-engine benchmark deletes its own keys.
@@ -92,6 +94,10 @@ export TOLLGATE__METRICS__TOKEN=$METRICS_TOKEN
 export TOLLGATE_LOG=warn
 key=$("$bin" admin bench-setup --upstream "$upstream" 2>"$work/setup.log") || { cat "$work/setup.log" >&2; exit 1; }
 month=$(TZ=Asia/Shanghai date +%Y-%m)
+# An ablation of the schema: SQL run on the bench database after the
+# migrations, e.g. the ledger's indexes before migration 0015 (docs/scale.md,
+# "Cheaper ledger writes"). Empty by default.
+[[ -n ${BENCH_DB_SQL:-} ]] && psql_url "$db_url" -c "$BENCH_DB_SQL" >/dev/null
 
 start_gateway() { # admission mode
     local extra=()
@@ -112,6 +118,22 @@ stop_gateway() {
 ticks_of() {
     local t=0 p
     for p in "$@"; do [[ -r /proc/$p/stat ]] && t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done
+    echo "$t"
+}
+# A snapshot "pid:ticks …" of processes, and the ticks they used since it:
+# only processes alive at both ends count, so one that exits meanwhile (a
+# backend of another database on the shared server) cannot make the sum
+# negative.
+ticks_snap() {
+    local p
+    for p in "$@"; do [[ -r /proc/$p/stat ]] && printf '%s:%s ' "$p" "$(awk '{print $14+$15}' "/proc/$p/stat")"; done
+}
+ticks_since() {
+    local t=0 e p
+    for e in $1; do
+        p=${e%%:*}
+        [[ -r /proc/$p/stat ]] && t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat") - ${e#*:}))
+    done
     echo "$t"
 }
 # The upstream's processes: the mock, or nginx's master and workers.
@@ -156,7 +178,7 @@ run() { # name url lua conns [pid]
         c0=$(ticks_of "$5")
         up=$(upstream_pids) pg=$(pgrep -u postgres | tr '\n' ' ') rd=$(pgrep -x redis-server | tr '\n' ' ')
         # shellcheck disable=SC2086
-        u0=$(ticks_of $up) p0=$(ticks_of $pg) r0=$(ticks_of $rd)
+        u0=$(ticks_of $up) p0=$(ticks_snap $pg) r0=$(ticks_of $rd)
     fi
     out=$({ TIMEFORMAT='WRKCPU %U %S'; time wrk -t"$t" -c"$4" -d"${DUR}s" --latency -s "$3" "$2" 2>&1; } 2>&1)
     line=$(echo "$out" | grep '^BENCH ')
@@ -172,7 +194,7 @@ run() { # name url lua conns [pid]
         wrk_s=$(echo "$out" | awk '/^WRKCPU/{print $2+$3}')
         # shellcheck disable=SC2086
         R[$1.$4.per]=$(awk -v n="$n" -v g="$g" -v u=$(($(ticks_of $up) - u0)) \
-            -v p=$(($(ticks_of $pg) - p0)) -v r=$(($(ticks_of $rd) - r0)) -v w="${wrk_s:-0}" \
+            -v p="$(ticks_since "$p0")" -v r=$(($(ticks_of $rd) - r0)) -v w="${wrk_s:-0}" \
             'BEGIN{ if (n < 1) n = 1; f = 1e6 / 100 / n;
                     printf "%.0f | %.0f | %.0f | %.0f | %.0f | %.0f", g*f, u*f, p*f, r*f, w*1e6/n, (g+u+p+r)*f + w*1e6/n }')
     fi
@@ -185,6 +207,13 @@ books() {
     echo "$ev ${tok:-0} ${used:-0}"
 }
 
+if [[ ${SCALE:-0} == 1 ]]; then
+    # The scale section instead (its own function and database).
+    # shellcheck source=scripts/bench_scale.sh
+    . "$TOLLGATE_ROOT/scripts/bench_scale.sh"
+    scale_bench
+    exit 0
+fi
 for c in $CONNS; do
     log "direct c=$c (${DUR}s)"
     run direct "$upstream/chat/completions" "$work/direct.lua" "$c"

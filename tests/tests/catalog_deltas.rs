@@ -184,3 +184,60 @@ async fn random_keys_are_all_refused_and_bounded_in_postgres() {
         "lookups {lookups}, refused {refused}"
     );
 }
+
+/// `Store::load_keys` (the scale benchmark's catalog loader) writes keys
+/// running replicas accept (a burst past what the listener applies one by
+/// one, so a full load or a miss lookup finds them): the first, a middle and
+/// the last key answer 200 on each replica; the rows are create_key's
+/// (allowed models included) and one audit record per statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keys_loaded_in_bulk_work_on_running_replicas() {
+    let t = two_replicas().await;
+    let st = &t._env.store;
+    let plain: Vec<String> = (0..6_000).map(|_| domain::keys::generate()).collect();
+    let rows: Vec<store::NewKey> = plain
+        .iter()
+        .enumerate()
+        .map(|(i, k)| store::NewKey {
+            tenant_id: "t".into(),
+            app_id: "a".into(),
+            name: format!("bulk-{i}"),
+            prefix: domain::keys::display_prefix(k),
+            key_hash: domain::keys::keyed_hash(PEPPER.as_bytes(), k),
+            limits: Limits::default(),
+            allowed_models: (i == 5_999).then(|| vec!["gpt-4o-mini".to_string()]),
+            expires_at: None,
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for chunk in rows.chunks(3_000) {
+        ids.extend(st.load_keys("test:bulk", chunk).await.unwrap());
+    }
+    assert_eq!(ids.len(), 6_000);
+    let pool = sqlx::PgPool::connect(&t._env.db_url).await.unwrap();
+    let (stored, audited): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM virtual_keys WHERE name LIKE 'bulk-%'),
+                (SELECT count(*) FROM audit_log WHERE action = 'key.load' AND actor = 'test:bulk')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((stored, audited), (6_000, 2));
+    let models: Option<Vec<String>> =
+        sqlx::query_scalar("SELECT allowed_models FROM virtual_keys WHERE name = 'bulk-5999'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(models, Some(vec!["gpt-4o-mini".to_string()]));
+    for k in [&plain[0], &plain[2_999], &plain[5_999]] {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for addr in [t.a.addr, t.b.addr] {
+            let mut s = chat(addr, k).await;
+            while s != 200 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                s = chat(addr, k).await;
+            }
+            assert_eq!(s, 200, "a bulk-loaded key on {addr}");
+        }
+    }
+}

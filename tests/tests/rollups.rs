@@ -17,12 +17,18 @@ async fn loaded() -> TestEnv {
         apps: 3,
         period: PERIOD.into(),
         batch: 500,
+        parallel: 3,
         progress: false,
     };
     let r = load(&env.store, &plan).await.unwrap();
     assert_eq!(r.events_written, 5_000);
-    // The same plan again writes nothing new (request ids are the plan's).
-    let again = load(&env.store, &plan).await.unwrap();
+    // The same plan again (one writer this time) writes nothing new: request
+    // ids are the plan's, not the writers'.
+    let serial = LoadPlan {
+        parallel: 1,
+        ..plan.clone()
+    };
+    let again = load(&env.store, &serial).await.unwrap();
     assert_eq!(again.events_written, 0);
     env
 }

@@ -280,18 +280,21 @@ pub async fn run_job(
 pub async fn load_ledger(
     cfg: &Config,
     events: u64,
-    tenants: u32,
-    apps: u32,
+    (tenants, apps): (u32, u32),
     period: &str,
+    batch: Option<usize>,
+    parallel: usize,
 ) -> anyhow::Result<crate::load_ledger::LoadReport> {
-    let store = Store::connect(&cfg.database.url, 2).await?;
+    let parallel = parallel.max(1);
+    let store = Store::connect(&cfg.database.url, parallel as u32 + 1).await?;
     store.migrate().await?;
     let plan = crate::load_ledger::LoadPlan {
         events,
         tenants,
         apps,
         period: period.to_string(),
-        batch: cfg.gateway.ledger_batch,
+        batch: batch.unwrap_or(cfg.gateway.ledger_batch),
+        parallel,
         progress: true,
     };
     let r = crate::load_ledger::load(&store, &plan).await?;
@@ -302,6 +305,20 @@ pub async fn load_ledger(
         r.events_per_sec()
     );
     Ok(r)
+}
+
+/// `tollgate admin load-keys`: a large catalog of keys.
+pub async fn load_keys(cfg: &Config, keys: u64, tenants: u32) -> anyhow::Result<()> {
+    let store = Store::connect(&cfg.database.url, 2).await?;
+    store.migrate().await?;
+    let pepper = cfg.clone().with_demo_secrets().pepper()?;
+    let started = std::time::Instant::now();
+    let n = crate::load_ledger::load_keys(&store, &pepper, keys, tenants).await?;
+    println!(
+        "load-keys: {n} keys over {tenants} tenants in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// `tollgate reconcile --check [--period P]`: prints every difference;

@@ -22,6 +22,9 @@ pub struct LoadPlan {
     pub period: String,
     /// Events per insert (the ledger writer's batch).
     pub batch: usize,
+    /// Inserts in flight at once (one connection each). The events, and
+    /// which batch each is in, do not depend on it.
+    pub parallel: usize,
     /// Print progress to stderr.
     pub progress: bool,
 }
@@ -76,11 +79,15 @@ pub fn tenant_id(i: u32) -> String {
     format!("load-{i:05}")
 }
 
-/// Creates the plan's tenants and apps that do not exist yet (audited, like
-/// any other creation).
-async fn ensure_scopes(store: &Store, plan: &LoadPlan) -> anyhow::Result<()> {
-    let existing = store.tenant_ids(&TenantScope::system()).await?;
-    for t in 0..plan.tenants {
+/// Creates the tenants `load-00000`… and their apps `app-0`… that do not
+/// exist yet (audited, like any other creation).
+async fn ensure_scopes(store: &Store, tenants: u32, apps: u32) -> anyhow::Result<()> {
+    let existing: std::collections::HashSet<String> = store
+        .tenant_ids(&TenantScope::system())
+        .await?
+        .into_iter()
+        .collect();
+    for t in 0..tenants {
         let id = tenant_id(t);
         if existing.contains(&id) {
             continue;
@@ -101,7 +108,7 @@ async fn ensure_scopes(store: &Store, plan: &LoadPlan) -> anyhow::Result<()> {
                 },
             )
             .await?;
-        for a in 0..plan.apps {
+        for a in 0..apps {
             store
                 .create_app(
                     "load-ledger",
@@ -163,6 +170,9 @@ fn event(plan: &LoadPlan, first_day: NaiveDate, days: u32, n: u64, rng: &mut Mix
 }
 
 /// Writes the plan's events; returns how many were new and how long it took.
+/// One task generates the batches in order; `plan.parallel` writers store
+/// them, each through `Store::insert_usage_events` (events and rollups in
+/// one statement, as the gateway's ledger writer does).
 pub async fn load(store: &Store, plan: &LoadPlan) -> anyhow::Result<LoadReport> {
     let first_day = domain::period::parse_month(&plan.period)
         .and_then(|(y, m)| NaiveDate::from_ymd_opt(y, m, 1))
@@ -170,17 +180,36 @@ pub async fn load(store: &Store, plan: &LoadPlan) -> anyhow::Result<LoadReport> 
     anyhow::ensure!(plan.tenants > 0, "--tenants must be at least 1");
     let next_month = first_day + chrono::Months::new(1);
     let days = (next_month - first_day).num_days() as u32;
-    ensure_scopes(store, plan).await?;
+    ensure_scopes(store, plan.tenants, plan.apps).await?;
     let started = Instant::now();
+    let parallel = plan.parallel.max(1);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Vec<UsageEvent>>(parallel * 2);
+    let rx = std::sync::Arc::new(tokio::sync::Mutex::new(rx));
+    let writers: Vec<_> = (0..parallel)
+        .map(|_| {
+            let (store, rx) = (store.clone(), rx.clone());
+            tokio::spawn(async move {
+                let mut written = 0u64;
+                loop {
+                    let next = rx.lock().await.recv().await;
+                    let Some(events) = next else { break };
+                    written += store.insert_usage_events(&events).await?;
+                }
+                anyhow::Ok(written)
+            })
+        })
+        .collect();
     let mut rng = Mix(0x7011_6a7e ^ u64::from(plan.tenants) << 32 ^ u64::from(plan.apps));
-    let (mut written, mut n, mut last_print) = (0u64, 0u64, Instant::now());
+    let (mut n, mut last_print) = (0u64, Instant::now());
     let batch = plan.batch.max(1);
     while n < plan.events {
         let take = (plan.events - n).min(batch as u64);
         let events: Vec<UsageEvent> = (0..take)
             .map(|i| event(plan, first_day, days, n + i, &mut rng))
             .collect();
-        written += store.insert_usage_events(&events).await?;
+        if tx.send(events).await.is_err() {
+            break; // a writer failed: its error is reported below
+        }
         n += take;
         if plan.progress && (last_print.elapsed().as_millis() >= 500 || n == plan.events) {
             last_print = Instant::now();
@@ -194,6 +223,11 @@ pub async fn load(store: &Store, plan: &LoadPlan) -> anyhow::Result<LoadReport> 
             let _ = std::io::stderr().flush();
         }
     }
+    drop(tx);
+    let mut written = 0;
+    for w in writers {
+        written += w.await.context("ledger writer task")??;
+    }
     if plan.progress {
         eprintln!();
     }
@@ -201,4 +235,47 @@ pub async fn load(store: &Store, plan: &LoadPlan) -> anyhow::Result<LoadReport> 
         events_written: written,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Keys per `Store::load_keys` statement.
+const KEY_BATCH: usize = 2_000;
+
+/// Creates `keys` fresh keys spread round-robin over the tenants
+/// `load-00000`… (app `app-0`), creating those that are missing. The
+/// plaintexts are generated like any key's and dropped: the catalog only
+/// ever holds keyed hashes. Returns how many keys were created.
+pub async fn load_keys(
+    store: &Store,
+    pepper: &[u8],
+    keys: u64,
+    tenants: u32,
+) -> anyhow::Result<u64> {
+    anyhow::ensure!(tenants > 0, "--tenants must be at least 1");
+    ensure_scopes(store, tenants, 1).await?;
+    let (started, mut done) = (Instant::now(), 0u64);
+    while done < keys {
+        let take = (keys - done).min(KEY_BATCH as u64);
+        let batch: Vec<store::NewKey> = (done..done + take)
+            .map(|i| {
+                let key = domain::keys::generate();
+                store::NewKey {
+                    tenant_id: tenant_id((i % u64::from(tenants)) as u32),
+                    app_id: "app-0".into(),
+                    name: format!("load-key-{i}"),
+                    prefix: domain::keys::display_prefix(&key),
+                    key_hash: domain::keys::keyed_hash(pepper, &key),
+                    limits: Limits::default(),
+                    allowed_models: None,
+                    expires_at: None,
+                }
+            })
+            .collect();
+        store.load_keys("load-keys", &batch).await?;
+        done += take;
+        let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-9);
+        eprint!("\r{done}/{keys} keys, {rate:.0} keys/s");
+        let _ = std::io::stderr().flush();
+    }
+    eprintln!();
+    Ok(done)
 }

@@ -129,6 +129,22 @@ enum AdminCommand {
         /// YYYY-MM
         #[arg(long)]
         period: String,
+        /// Events per insert (default: the gateway's `ledger_batch`).
+        #[arg(long)]
+        batch: Option<usize>,
+        /// Inserts in flight at once, each on its own connection (the
+        /// events and their order within a batch stay the same).
+        #[arg(long, default_value_t = 1)]
+        parallel: usize,
+    },
+    /// Create N virtual keys spread over tenants `load-00000`… (each with
+    /// an app `app-0`), in batches of one statement each: a large catalog
+    /// for the scale benchmark. The keys' plaintexts are not kept.
+    LoadKeys {
+        #[arg(long)]
+        keys: u64,
+        #[arg(long, default_value_t = 100)]
+        tenants: u32,
     },
 }
 
@@ -199,10 +215,15 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                     tenants,
                     apps,
                     period,
+                    batch,
+                    parallel,
                 },
-        } => commands::load_ledger(&cfg, events, tenants, apps, &period)
+        } => commands::load_ledger(&cfg, events, (tenants, apps), &period, batch, parallel)
             .await
             .map(|_| true),
+        Command::Admin {
+            command: AdminCommand::LoadKeys { keys, tenants },
+        } => commands::load_keys(&cfg, keys, tenants).await.map(|_| true),
         Command::AuditVerify => commands::audit_verify(&cfg).await,
         Command::Jobs {
             command: JobsCommand::Run { job, now },

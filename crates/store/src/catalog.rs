@@ -382,6 +382,52 @@ impl Store {
         Ok(id)
     }
 
+    /// Stores many keys in one statement (`tollgate admin load-keys`, the
+    /// scale benchmark's catalog): the same rows `create_key` writes, one
+    /// audit record for the batch (it names how many and the first and last
+    /// id). Returns the ids in input order.
+    pub async fn load_keys(&self, actor: &str, keys: &[NewKey]) -> Result<Vec<Uuid>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<Uuid> = keys.iter().map(|_| Uuid::now_v7()).collect();
+        macro_rules! col {
+            ($f:expr) => {
+                keys.iter().map($f).collect::<Vec<_>>()
+            };
+        }
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO virtual_keys (id, tenant_id, app_id, name, prefix, key_hash, limits, allowed_models, expires_at)
+             SELECT id, tenant_id, app_id, name, prefix, key_hash, limits,
+                    CASE WHEN models IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(models)) END,
+                    expires_at
+             FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::jsonb[],
+                         $8::jsonb[], $9::timestamptz[])
+                  AS k(id, tenant_id, app_id, name, prefix, key_hash, limits, models, expires_at)",
+        )
+        .bind(&ids)
+        .bind(col!(|k| k.tenant_id.clone()))
+        .bind(col!(|k| k.app_id.clone()))
+        .bind(col!(|k| k.name.clone()))
+        .bind(col!(|k| k.prefix.clone()))
+        .bind(col!(|k| k.key_hash.to_vec()))
+        .bind(col!(|k| limits_json(&k.limits)))
+        .bind(col!(|k| k.allowed_models.as_ref().map(|m| json!(m))))
+        .bind(col!(|k| k.expires_at))
+        .execute(&mut *tx)
+        .await
+        .map_err(conflict("key"))?;
+        append(
+            &mut tx,
+            NewAudit::new(actor, "key.load", format!("keys:{}", keys.len()))
+                .after(json!({"keys": keys.len(), "first": ids.first(), "last": ids.last()})),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(ids)
+    }
+
     pub async fn revoke_key(&self, actor: &str, id: Uuid) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         let n = sqlx::query(

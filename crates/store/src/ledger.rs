@@ -18,6 +18,37 @@ pub struct MonthUsageRow {
     pub requests: i64,
 }
 
+/// The ledger row's columns with their SQL types, in the order the insert
+/// binds them (`insert_usage_events`): the one list the statement is built
+/// from. A new column goes here and is bound at the same position.
+const EVENT_COLUMNS: &[(&str, &str)] = &[
+    ("request_id", "text"),
+    ("tenant_id", "text"),
+    ("app_id", "text"),
+    ("key_id", "text"),
+    ("model", "text"),
+    ("period", "text"),
+    ("day", "date"),
+    ("input_tokens", "int8"),
+    ("output_tokens", "int8"),
+    ("cost_micro", "int8"),
+    ("est_tokens", "int8"),
+    ("est_cost_micro", "int8"),
+    ("overrun_tokens", "int8"),
+    ("overrun_cost_micro", "int8"),
+    ("status", "text"),
+    ("stream", "bool"),
+    ("replica", "text"),
+    ("started_at", "timestamptz"),
+    ("settled_at", "timestamptz"),
+    ("usage_source", "text"),
+    ("usage_anomaly", "text"),
+    ("reported_usage", "jsonb"),
+    ("deployment", "text"),
+    ("tags", "jsonb"),
+    ("end_user", "text"),
+];
+
 /// The grain of `usage_rollups`, its primary key: one row per
 /// combination, tags and end user included (migration 0013).
 pub(crate) const ROLLUP_KEY: &str = "period, tenant_id, app_id, key_id, model, day, tags, end_user";
@@ -71,6 +102,53 @@ fn ts(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or_default()
 }
 
+/// The ledger's insert (see `insert_usage_events`), built once from
+/// `EVENT_COLUMNS` and `ROLLUP_KEY`.
+fn insert_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        format!(
+            "WITH new_events AS (
+                INSERT INTO usage_events ({cols})
+                SELECT * FROM UNNEST({arrays})
+                ON CONFLICT (request_id) DO NOTHING
+                RETURNING {ROLLUP_KEY}, input_tokens, output_tokens, cost_micro, overrun_tokens, overrun_cost_micro
+             ), rolled AS (
+                INSERT INTO usage_rollups ({ROLLUP_KEY}, requests, input_tokens, output_tokens, cost_micro,
+                    overrun_tokens, overrun_cost_micro)
+                SELECT {ROLLUP_KEY}, count(*), {si}, {so}, {sc}, {sot}, {soc}
+                FROM new_events GROUP BY {ROLLUP_KEY} ORDER BY {ROLLUP_KEY}
+                ON CONFLICT ({ROLLUP_KEY}) DO UPDATE SET
+                    requests = usage_rollups.requests + EXCLUDED.requests,
+                    input_tokens = {ai},
+                    output_tokens = {ao},
+                    cost_micro = {ac},
+                    overrun_tokens = {aot},
+                    overrun_cost_micro = {aoc}
+                RETURNING 1
+                 )
+                 SELECT count(*) FROM new_events",
+                cols = EVENT_COLUMNS.iter().map(|(c, _)| *c).collect::<Vec<_>>().join(", "),
+                arrays = EVENT_COLUMNS
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, t))| format!("${}::{t}[]", i + 1))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                si = sat_sum("input_tokens"),
+                so = sat_sum("output_tokens"),
+                sc = sat_sum("cost_micro"),
+                sot = sat_sum("overrun_tokens"),
+                soc = sat_sum("overrun_cost_micro"),
+                ai = sat_add("input_tokens"),
+                ao = sat_add("output_tokens"),
+                ac = sat_add("cost_micro"),
+                aot = sat_add("overrun_tokens"),
+                aoc = sat_add("overrun_cost_micro"),
+        )
+    })
+}
+
 impl Store {
     /// Inserts events; a request_id already stored is skipped, so a retried
     /// batch never double-counts. Returns how many rows were new.
@@ -95,71 +173,34 @@ impl Store {
         // the rollups, commit together or not at all. Rollup totals saturate
         // at i64::MAX (summed as numeric) so absurd reports stored before any
         // bound existed never fail the ledger's writes.
-        let n: i64 = sqlx::query_scalar(&format!(
-            "WITH new_events AS (
-                INSERT INTO usage_events (request_id, tenant_id, app_id, key_id, model, period, day,
-                    input_tokens, output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens,
-                    overrun_cost_micro, status, stream, replica, started_at, settled_at, usage_source,
-                    usage_anomaly, reported_usage, deployment, tags, end_user)
-                SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                    $7::date[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], $13::int8[],
-                    $14::int8[], $15::text[], $16::bool[], $17::text[], $18::timestamptz[], $19::timestamptz[], $20::text[],
-                    $21::text[], $22::jsonb[], $23::text[], $24::jsonb[], $25::text[])
-                ON CONFLICT (request_id) DO NOTHING
-                RETURNING {ROLLUP_KEY}, input_tokens, output_tokens, cost_micro, overrun_tokens, overrun_cost_micro
-             ), rolled AS (
-                INSERT INTO usage_rollups ({ROLLUP_KEY}, requests, input_tokens, output_tokens, cost_micro,
-                    overrun_tokens, overrun_cost_micro)
-                SELECT {ROLLUP_KEY}, count(*), {si}, {so}, {sc}, {sot}, {soc}
-                FROM new_events GROUP BY {ROLLUP_KEY} ORDER BY {ROLLUP_KEY}
-                ON CONFLICT ({ROLLUP_KEY}) DO UPDATE SET
-                    requests = usage_rollups.requests + EXCLUDED.requests,
-                    input_tokens = {ai},
-                    output_tokens = {ao},
-                    cost_micro = {ac},
-                    overrun_tokens = {aot},
-                    overrun_cost_micro = {aoc}
-                RETURNING 1
-             )
-             SELECT count(*) FROM new_events",
-            si = sat_sum("input_tokens"),
-            so = sat_sum("output_tokens"),
-            sc = sat_sum("cost_micro"),
-            sot = sat_sum("overrun_tokens"),
-            soc = sat_sum("overrun_cost_micro"),
-            ai = sat_add("input_tokens"),
-            ao = sat_add("output_tokens"),
-            ac = sat_add("cost_micro"),
-            aot = sat_add("overrun_tokens"),
-            aoc = sat_add("overrun_cost_micro"),
-        ))
-        .bind(col!(|e| e.request_id.clone()))
-        .bind(col!(|e| e.tenant_id.clone()))
-        .bind(col!(|e| e.app_id.clone()))
-        .bind(col!(|e| e.key_id.clone()))
-        .bind(col!(|e| e.model.clone()))
-        .bind(col!(|e| e.period.clone()))
-        .bind(days)
-        .bind(col!(|e| e.input_tokens))
-        .bind(col!(|e| e.output_tokens))
-        .bind(col!(|e| e.cost_micro))
-        .bind(col!(|e| e.est_tokens))
-        .bind(col!(|e| e.est_cost_micro))
-        .bind(col!(|e| e.overrun_tokens))
-        .bind(col!(|e| e.overrun_cost_micro))
-        .bind(col!(|e| e.status.clone()))
-        .bind(col!(|e| e.stream))
-        .bind(col!(|e| e.replica.clone()))
-        .bind(col!(|e| ts(e.started_at_ms)))
-        .bind(col!(|e| ts(e.settled_at_ms)))
-        .bind(col!(|e| e.usage_source.clone()))
-        .bind(col!(|e| e.anomaly.as_ref().map(|a| a.kind.clone())))
-        .bind(col!(|e| e.anomaly.as_ref().map(|a| a.reported.clone())))
-        .bind(col!(|e| e.deployment.clone()))
-        .bind(col!(|e| tags_json(&e.attribution.tags)))
-        .bind(col!(|e| end_user_col(&e.attribution.end_user)))
-        .fetch_one(&self.pool)
-        .await?;
+        let n: i64 = sqlx::query_scalar(insert_sql())
+            .bind(col!(|e| e.request_id.clone()))
+            .bind(col!(|e| e.tenant_id.clone()))
+            .bind(col!(|e| e.app_id.clone()))
+            .bind(col!(|e| e.key_id.clone()))
+            .bind(col!(|e| e.model.clone()))
+            .bind(col!(|e| e.period.clone()))
+            .bind(days)
+            .bind(col!(|e| e.input_tokens))
+            .bind(col!(|e| e.output_tokens))
+            .bind(col!(|e| e.cost_micro))
+            .bind(col!(|e| e.est_tokens))
+            .bind(col!(|e| e.est_cost_micro))
+            .bind(col!(|e| e.overrun_tokens))
+            .bind(col!(|e| e.overrun_cost_micro))
+            .bind(col!(|e| e.status.clone()))
+            .bind(col!(|e| e.stream))
+            .bind(col!(|e| e.replica.clone()))
+            .bind(col!(|e| ts(e.started_at_ms)))
+            .bind(col!(|e| ts(e.settled_at_ms)))
+            .bind(col!(|e| e.usage_source.clone()))
+            .bind(col!(|e| e.anomaly.as_ref().map(|a| a.kind.clone())))
+            .bind(col!(|e| e.anomaly.as_ref().map(|a| a.reported.clone())))
+            .bind(col!(|e| e.deployment.clone()))
+            .bind(col!(|e| tags_json(&e.attribution.tags)))
+            .bind(col!(|e| end_user_col(&e.attribution.end_user)))
+            .fetch_one(&self.pool)
+            .await?;
         Ok(n as u64)
     }
 
