@@ -31,7 +31,7 @@
 #      the other sections are asked for explicitly:
 #
 #   SCENARIOS="storm long streams retry surge all" ./scripts/bench.sh
-#   SCENARIOS=long LONG_INPUTS="bound exact" ./scripts/bench.sh   # both long-input estimates
+#   SCENARIOS=long LONG_INPUTS="exact bound" ./scripts/bench.sh   # both long-input estimates
 #   SCENARIOS=surge DUR=10 SURGE_DUR=30 SVG_DIR=docs/img ./scripts/bench.sh
 #
 # Only processes this script starts are stopped. Its Redis keys live under a
@@ -47,7 +47,7 @@ if [[ -n $SCENARIOS ]]; then
     : "${MODES=}" "${CONNS=}" "${SLOW_STREAMS:=0}" "${HOLD_BENCH:=0}" "${ISOLATION:=0}"
 fi
 SURGE_DUR=${SURGE_DUR:-30}
-LONG_INPUTS=${LONG_INPUTS:-bound}
+LONG_INPUTS=${LONG_INPUTS:-exact}
 SCN_STREAMS=${SCN_STREAMS:-1000}
 UPSTREAM=${UPSTREAM:-mock}
 MODES=${MODES-off per_request lease}

@@ -44,7 +44,7 @@ pub struct GatewayConfig {
     /// context window needs more (`domain::tokens::body_limit`).
     pub max_body_bytes: usize,
     /// Long inputs (`domain::tokens::LONG_INPUT_BYTES`): bounded from above
-    /// (`Bound`, the default) or counted exactly; either way an exact count
+    /// (`Bound`) or counted exactly (`Exact`, the default); either way an exact count
     /// runs in the tokenize pool, never on the async workers.
     pub long_input: LongInput,
     /// Threads of the tokenize pool (at least 1).

@@ -295,8 +295,9 @@ pub struct PlatformConfig {
 pub struct GatewayTuning {
     /// Largest request body, unless a model's context window needs more.
     pub max_body_bytes: usize,
-    /// Long inputs: "bound" (constant-time upper bound, the default) or
-    /// "exact" (always the tokenizer, in the tokenize pool).
+    /// Long inputs: "exact" (the tokenizer, in the tokenize pool; the
+    /// default until the scenarios have measured "bound") or "bound"
+    /// (constant-time upper bound).
     pub long_input_estimate: String,
     /// Threads counting long inputs exactly; 0 = half the cores (at least 1).
     pub tokenize_threads: usize,
@@ -453,7 +454,7 @@ impl Default for Config {
             },
             gateway: GatewayTuning {
                 max_body_bytes: 4 << 20,
-                long_input_estimate: "bound".into(),
+                long_input_estimate: "exact".into(),
                 tokenize_threads: 0,
                 max_upstream_body_bytes: 32 << 20,
                 max_sse_event_bytes: 1 << 20,
