@@ -25,6 +25,17 @@
 #   SCALE=1 ./scripts/bench.sh          # the scale section instead (scripts/bench_scale.sh)
 #   BENCH_DB_SQL="CREATE INDEX …" ./scripts/bench.sh   # a schema ablation, run after the migrations
 #
+#   6. load scenarios (docs/benchmarks.md, "Load scenarios"): three tenants
+#      (core, standard, batch), every limit kind set, each scenario's loads
+#      alone then together; per tenant admitted / refused by reason,
+#      p50/p99/p99.9, gateway CPU per request, the targets, exact books, and
+#      one SVG chart per scenario. Setting SCENARIOS runs only them unless
+#      the other sections are asked for explicitly:
+#
+#   SCENARIOS="storm long streams retry surge all" ./scripts/bench.sh
+#   SCENARIOS=long LONG_INPUTS="exact bound" ./scripts/bench.sh   # both long-input estimates
+#   SCENARIOS=surge DUR=10 SURGE_DUR=30 SVG_DIR=docs/img ./scripts/bench.sh
+#
 # Only processes this script starts are stopped. Its Redis keys live under a
 # fresh prefix; the hold-engine benchmark deletes its own keys.
 set -euo pipefail
@@ -33,6 +44,13 @@ set -euo pipefail
 cd "$TOLLGATE_ROOT"
 
 DUR=${DUR:-10}
+SCENARIOS=${SCENARIOS:-}
+if [[ -n $SCENARIOS ]]; then
+    : "${MODES=}" "${CONNS=}" "${SLOW_STREAMS:=0}" "${HOLD_BENCH:=0}" "${ISOLATION:=0}"
+fi
+SURGE_DUR=${SURGE_DUR:-30}
+LONG_INPUTS=${LONG_INPUTS:-exact}
+SCN_STREAMS=${SCN_STREAMS:-1000}
 UPSTREAM=${UPSTREAM:-mock}
 MODES=${MODES-off per_request lease}
 CONNS=${CONNS-1 32}
@@ -56,7 +74,7 @@ ensure_services >/dev/null
 have wrk || apt_install wrk
 have redis-benchmark || apt_install redis-tools
 log "building tollgate (release)"
-cargo build -q --release -p tollgate-server --bin tollgate -p tollgate-bench --bin tollgate-bench --bin hold-bench --bin iso-bench
+cargo build -q --release -p tollgate-server --bin tollgate -p tollgate-bench --bin tollgate-bench --bin hold-bench --bin iso-bench --bin scen-bench
 target=${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/release
 bin=$target/tollgate
 
@@ -275,6 +293,69 @@ if [[ $ISOLATION == 1 && $UPSTREAM == mock ]]; then
     done
     stop_gateway
 fi
+if [[ -n $SCENARIOS && $UPSTREAM == mock ]]; then
+    read -r key_c key_s key_b < <("$bin" admin bench-setup --upstream "$upstream" --scenarios 2>>"$work/setup.log") ||
+        { cat "$work/setup.log" >&2; exit 1; }
+    [[ -n ${key_b:-} ]] || die "bench-setup --scenarios printed no keys"
+    svg_dir=${SVG_DIR:-$work}
+    mkdir -p "$svg_dir"
+    # The books of the scenario tenants, computed apart from the gateway:
+    # per tenant, ledger events, tokens, cost and overruns (Postgres), used
+    # and held tokens and cost (Redis), and the tenant's monthly limits.
+    scn_books() {
+        local t ev tok cost over ut ht uc hc lt lc
+        for t in scn-core scn-standard scn-batch; do
+            read -r ev tok cost over < <(psql_url "$db_url" -At -F ' ' -c "SELECT count(*), COALESCE(SUM(input_tokens+output_tokens),0),
+                COALESCE(SUM(cost_micro),0), COALESCE(SUM(overrun_tokens),0) FROM usage_events WHERE tenant_id = '$t'")
+            read -r lt lc < <(psql_url "$db_url" -At -F ' ' -c "SELECT limits->>'monthly_tokens', limits->>'monthly_cost_usd' FROM tenants WHERE id = '$t'")
+            { read -r ut; read -r ht; read -r uc; read -r hc; } < <(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" HMGET "$prefix:{t:$t}:m:$month" t:ut t:ht t:uc t:hc)
+            echo "$t $ev $tok $cost $over ${ut:-0} ${ht:-0} ${uc:-0} ${hc:-0} $lt $lc"
+        done
+    }
+    # Before/after books and the clients' BOOKS lines → one verdict a tenant.
+    scn_check() { # before after clients
+        local t ev tok cost over ut ht uc hc lt lc b adm ctok ok line
+        while read -r t ev tok cost over ut ht uc hc lt lc; do
+            b=$(echo "$1" | awk -v t="$t" '$1==t')
+            read -r _ ev0 tok0 cost0 over0 ut0 _ uc0 _ _ _ <<<"$b"
+            line=$(echo "$3" | grep "tenant=$t ")
+            adm=$(field "$line" admitted) ctok=$(field "$line" tokens)
+            ok=exact
+            [[ $((ev - ev0)) -eq $adm && $((tok - tok0)) -eq $ctok && $((ut - ut0)) -eq $((tok - tok0)) &&
+                $((uc - uc0)) -eq $((cost - cost0)) && $ht -eq 0 && $hc -eq 0 ]] || ok="NOT exact"
+            # No overspend: used within the monthly limits (plus recorded overruns).
+            awk -v u="$ut" -v o="$over" -v l="$lt" -v c="$uc" -v lc="$lc" \
+                'BEGIN{ exit !(u <= l + o && c <= lc * 1000000) }' || ok="$ok, OVERSPENT"
+            printf -- '- %s: %s served → %s ledger events; tokens: clients %s / ledger %s / Redis used %s; cost µUSD ledger %s / Redis %s; held after %s tokens, %s µUSD; used %s of %s tokens — %s\n' \
+                "$t" "$adm" "$((ev - ev0))" "$ctok" "$((tok - tok0))" "$((ut - ut0))" "$((cost - cost0))" "$((uc - uc0))" \
+                "$ht" "$hc" "$ut" "$lt" "$ok"
+        done <<<"$2"
+    }
+    for sc in $SCENARIOS; do
+        modes=-
+        [[ $sc == long ]] && modes=$LONG_INPUTS
+        for li in $modes; do
+            name=$sc note=
+            if [[ $li != - ]]; then
+                export TOLLGATE__GATEWAY__LONG_INPUT_ESTIMATE=$li
+                name=$sc-$li note="long-input estimate: $li"
+            fi
+            log "scenario $name (${DUR}s phases, surges ${SURGE_DUR}s; load: $(cut -d' ' -f1-3 /proc/loadavg))"
+            before=$(scn_books)
+            start_gateway lease
+            out=$("$target/scen-bench" --url "http://127.0.0.1:$GW_PORT" --keys "$key_c,$key_s,$key_b" --scenario "$sc" \
+                --dur "$DUR" --surge-dur "$SURGE_DUR" --streams "$SCN_STREAMS" --gw-pid "$gw_pid" \
+                --svg "$svg_dir/scenario-$name.svg" --note "$note") || die "scen-bench $name failed"
+            # Stopping returns the leases; then the books must close exactly.
+            stop_gateway
+            sleep 1
+            R[scn.$name]=$(echo "$out" | grep -v '^BOOKS ')
+            R[scn.$name.books]=$(scn_check "$before" "$(scn_books)" "$(echo "$out" | grep '^BOOKS ')")
+            R[scn.names]="${R[scn.names]:-} $name"
+            unset TOLLGATE__GATEWAY__LONG_INPUT_ESTIMATE
+        done
+    done
+fi
 evalsha=$(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" INFO commandstats | awk -F'[,=]' '/^cmdstat_evalsha/{print $6}')
 if [[ $HOLD_BENCH == 1 ]]; then
     log "hold-engine micro-benchmark"
@@ -345,6 +426,17 @@ if [[ $ISOLATION == 1 && $UPSTREAM == mock ]]; then
         printf '| %s | %s | %s | %s | %s | %s %% | %s / %s | %s |\n' "$who" "$(field "$line" b_alone_p50_us)" \
             "$(field "$line" b_alone_p99_us)" "$(field "$line" b_busy_p50_us)" "$(field "$line" b_busy_p99_us)" \
             "$(field "$line" p99_change_pct)" "$(field "$line" b_failed)" "$(field "$line" b_not_allowed)" "$answers"
+    done
+fi
+if [[ -n ${R[scn.names]:-} ]]; then
+    echo
+    echo "## Load scenarios (admission=lease; tenants scn-core, scn-standard, scn-batch; $(nproc) cores; charts in ${svg_dir})"
+    for name in ${R[scn.names]}; do
+        echo
+        echo "${R[scn.$name]}"
+        echo "Books after $name (clients' count vs Postgres ledger vs Redis; no overspend against the monthly limits):"
+        echo
+        echo "${R[scn.$name.books]}"
     done
 fi
 echo

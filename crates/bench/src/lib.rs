@@ -12,3 +12,131 @@ pub fn pct(v: &mut [Duration], p: f64) -> f64 {
     let i = ((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1;
     v[i].as_secs_f64() * 1e6
 }
+
+/// A small SVG line chart: one polyline per series over time, log-scale y,
+/// each series' reference value as a dashed line of its colour.
+pub mod svg {
+    pub struct Series {
+        pub name: String,
+        pub color: String,
+        /// (seconds, milliseconds)
+        pub points: Vec<(f64, f64)>,
+        pub reference: Option<f64>,
+    }
+
+    fn esc(s: &str) -> String {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    }
+
+    pub fn chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
+        let (w, h, l, r, t, b) = (760.0, 360.0, 70.0, 130.0, 40.0, 45.0);
+        let (pw, ph) = (w - l - r, h - t - b);
+        let vals = series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1).chain(s.reference))
+            .filter(|v| *v > 0.0);
+        let (lo, hi) = vals.fold((f64::MAX, 0.0_f64), |(a, b), v| (a.min(v), b.max(v)));
+        let (lo, hi) = if hi <= 0.0 { (1.0, 10.0) } else { (lo, hi) };
+        let (y0, y1) = (
+            lo.log10().floor(),
+            hi.log10().ceil().max(lo.log10().floor() + 1.0),
+        );
+        let xmax = series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0))
+            .fold(1.0_f64, f64::max)
+            .ceil();
+        let x = |v: f64| l + v / xmax * pw;
+        let y = |v: f64| t + ph - (v.max(10f64.powf(y0)).log10() - y0) / (y1 - y0) * ph;
+        let mut o = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+             <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+             <text x=\"{l}\" y=\"20\" font-size=\"14\">{}</text>\n",
+            esc(title)
+        );
+        let mut d = y0;
+        while d <= y1 {
+            let v = 10f64.powf(d);
+            let yy = y(v);
+            o += &format!(
+                "<line x1=\"{l}\" x2=\"{}\" y1=\"{yy:.1}\" y2=\"{yy:.1}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",
+                l + pw,
+                l - 6.0,
+                yy + 4.0,
+                if v >= 1.0 { format!("{v:.0}") } else { format!("{v}") }
+            );
+            d += 1.0;
+        }
+        let step = (xmax / 10.0).ceil().max(1.0);
+        let mut s = 0.0;
+        while s <= xmax {
+            o += &format!(
+                "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{s:.0}</text>\n",
+                x(s),
+                t + ph + 16.0
+            );
+            s += step;
+        }
+        o += &format!(
+            "<rect x=\"{l}\" y=\"{t}\" width=\"{pw}\" height=\"{ph}\" fill=\"none\" stroke=\"#888\"/>\n\
+             <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n\
+             <text transform=\"translate(16,{}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
+            l + pw / 2.0,
+            h - 8.0,
+            esc(x_label),
+            t + ph / 2.0,
+            esc(y_label)
+        );
+        for (i, se) in series.iter().enumerate() {
+            let pts: Vec<String> = se
+                .points
+                .iter()
+                .map(|&(a, v)| format!("{:.1},{:.1}", x(a), y(v)))
+                .collect();
+            o += &format!(
+                "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"/>\n",
+                esc(&se.color),
+                pts.join(" ")
+            );
+            if let Some(rv) = se.reference {
+                o += &format!(
+                    "<line x1=\"{l}\" x2=\"{}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"{}\" stroke-dasharray=\"6 4\"/>\n",
+                    l + pw,
+                    y(rv),
+                    y(rv),
+                    esc(&se.color)
+                );
+            }
+            let ly = t + 14.0 + i as f64 * 18.0;
+            o += &format!(
+                "<line x1=\"{}\" x2=\"{}\" y1=\"{ly}\" y2=\"{ly}\" stroke=\"{}\" stroke-width=\"2\"/><text x=\"{}\" y=\"{}\">{}</text>\n",
+                l + pw + 10.0,
+                l + pw + 30.0,
+                esc(&se.color),
+                l + pw + 36.0,
+                ly + 4.0,
+                esc(&se.name)
+            );
+        }
+        o + "</svg>\n"
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn draws_each_series_and_escapes_names() {
+            let s = super::Series {
+                name: "a<b".into(),
+                color: "#123456".into(),
+                points: vec![(0.5, 2.0), (1.5, 30.0)],
+                reference: Some(3.0),
+            };
+            let out = super::chart("t", "s", "ms", &[s]);
+            assert!(out.starts_with("<svg") && out.ends_with("</svg>\n"));
+            assert_eq!(out.matches("<polyline").count(), 1);
+            assert!(out.contains("a&lt;b") && out.contains("stroke-dasharray"));
+        }
+    }
+}

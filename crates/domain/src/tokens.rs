@@ -67,6 +67,28 @@ impl TokenizerFamily {
         }
     }
 
+    /// An upper bound on [`Self::count`] that costs nothing to compute: a
+    /// byte-level BPE token is at least one byte, so a text never has more
+    /// tokens than bytes (non-OpenAI families add their margin on top). For
+    /// long inputs, where the exact count costs ~60 ms of CPU per MB: it
+    /// never underestimates, so a hold on it never overruns; it overestimates
+    /// by the text's bytes per token (≈ 4× for English, ≈ 2–3× for Chinese),
+    /// and the provider's count settles the request anyway.
+    pub fn upper_bound(self, text: &str) -> u64 {
+        let n = text.len() as u64;
+        match self {
+            Self::Other => n + (n * OTHER_MARGIN_PCT).div_ceil(100),
+            _ => n,
+        }
+    }
+
+    fn count_as(self, text: &str, counting: Counting) -> u64 {
+        match counting {
+            Counting::Exact => self.count(text),
+            Counting::UpperBound => self.upper_bound(text),
+        }
+    }
+
     /// Loads these families' tables now rather than on the first request.
     /// Only the families the catalog's models use: each table is tens of
     /// megabytes of memory, and a family nobody uses is loaded on first use.
@@ -75,6 +97,71 @@ impl TokenizerFamily {
             let _ = f.count("warm");
         }
     }
+}
+
+/// How an input is counted: with the real tokenizer, or bounded from above
+/// in constant time per text ([`TokenizerFamily::upper_bound`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counting {
+    Exact,
+    UpperBound,
+}
+
+/// Bodies above this size are long inputs: counting them exactly costs
+/// milliseconds of CPU (about 15 ms at this size), so the gateway bounds
+/// them instead or counts them off its async workers.
+pub const LONG_INPUT_BYTES: usize = 256 * 1024;
+
+/// The counting a request body of `body_bytes` gets when the gateway may
+/// bound long inputs: exact below [`LONG_INPUT_BYTES`], the upper bound above.
+pub fn counting_for(body_bytes: usize) -> Counting {
+    if body_bytes > LONG_INPUT_BYTES {
+        Counting::UpperBound
+    } else {
+        Counting::Exact
+    }
+}
+
+/// Context windows (tokens) of the long-context families, by upstream model
+/// name; others take the global body limit.
+const LONG_CONTEXT: [(&str, u64); 6] = [
+    ("gpt-4.1", 1_047_576),
+    ("minimax-text-01", 1_000_192),
+    ("minimax-m1", 1_000_000),
+    ("qwen-turbo", 1_000_000),
+    ("qwen-plus", 1_000_000),
+    ("gemini-", 1_048_576),
+];
+
+/// Body bytes allowed per token of context window: a token of text is rarely
+/// more than 4–5 bytes, JSON escapes (`\uXXXX`, `\n`) make a few of them
+/// longer; 8 leaves a prompt that fills the window room for its envelope.
+pub const BODY_BYTES_PER_CONTEXT_TOKEN: u64 = 8;
+
+/// The context window of `upstream_model` when it is one of the long ones.
+pub fn context_window(upstream_model: &str) -> Option<u64> {
+    let m = upstream_model.to_ascii_lowercase();
+    LONG_CONTEXT
+        .iter()
+        .find(|(p, _)| m.starts_with(p))
+        .map(|&(_, w)| w)
+}
+
+/// The largest request body for `upstream_model`: the global limit, or more
+/// when the model's context window needs it, so a prompt that fits the window
+/// is never refused for its size.
+pub fn body_limit(global: usize, upstream_model: &str) -> usize {
+    context_window(upstream_model).map_or(global, |w| {
+        global.max((w * BODY_BYTES_PER_CONTEXT_TOKEN) as usize)
+    })
+}
+
+/// The most any model may take: what a body is read up to before its model
+/// is known.
+pub fn largest_body_limit(global: usize) -> usize {
+    LONG_CONTEXT.iter().fold(global, |acc, &(_, w)| {
+        acc.max((w * BODY_BYTES_PER_CONTEXT_TOKEN) as usize)
+    })
 }
 
 /// The counting tables (crate::bpe), each built once from a temporary
@@ -98,33 +185,52 @@ pub(crate) fn cl100k() -> &'static CountingBpe {
 /// Input tokens of a chat `messages` array: every text the model reads —
 /// contents (string or text parts), names, tool calls and their arguments.
 pub fn chat_input_tokens(family: TokenizerFamily, messages: &[Value]) -> u64 {
+    chat_input_tokens_as(family, messages, Counting::Exact)
+}
+
+/// [`chat_input_tokens`], counted exactly or bounded from above.
+pub fn chat_input_tokens_as(
+    family: TokenizerFamily,
+    messages: &[Value],
+    counting: Counting,
+) -> u64 {
     let mut n = REPLY_PRIMING;
     let mut buf = String::new();
     for m in messages {
         n += PER_MESSAGE;
         buf.clear();
         collect_text(m, &mut buf);
-        n += family.count(&buf);
+        n += family.count_as(&buf, counting);
     }
     n
 }
 
 /// Input tokens of `tools`/`functions` definitions (the model reads them too).
 pub fn json_tokens(family: TokenizerFamily, v: &Value) -> u64 {
-    family.count(&v.to_string())
+    json_tokens_as(family, v, Counting::Exact)
+}
+
+/// [`json_tokens`], counted exactly or bounded from above.
+pub fn json_tokens_as(family: TokenizerFamily, v: &Value, counting: Counting) -> u64 {
+    family.count_as(&v.to_string(), counting)
 }
 
 /// Input tokens of a legacy completion `prompt` or an embeddings `input`:
 /// a string, an array of strings, or token arrays.
 pub fn prompt_tokens(family: TokenizerFamily, input: &Value) -> u64 {
+    prompt_tokens_as(family, input, Counting::Exact)
+}
+
+/// [`prompt_tokens`], counted exactly or bounded from above.
+pub fn prompt_tokens_as(family: TokenizerFamily, input: &Value, counting: Counting) -> u64 {
     match input {
-        Value::String(s) => family.count(s),
+        Value::String(s) => family.count_as(s, counting),
         Value::Array(items) => items
             .iter()
             .map(|i| match i {
                 Value::Number(_) => 1,
                 Value::Array(toks) => toks.len() as u64,
-                other => prompt_tokens(family, other),
+                other => prompt_tokens_as(family, other, counting),
             })
             .sum(),
         _ => 0,
@@ -212,5 +318,86 @@ mod tests {
         assert_eq!(prompt_tokens(f, &json!("hello world")), 2);
         assert_eq!(prompt_tokens(f, &json!(["hello world", "hello"])), 3);
         assert_eq!(prompt_tokens(f, &json!([[1, 2, 3], [4]])), 4);
+    }
+
+    /// A long prompt of every kind of text the gateway meets: English prose,
+    /// Chinese, code, digits, whitespace runs, emoji.
+    fn long_prompt(seed: u64, target_bytes: usize) -> String {
+        const PARTS: [&str; 10] = [
+            "The quarterly report shows revenue grew by 12.5% year over year. ",
+            "多租户网关需要在流式请求中逐步扣减配额，避免超支。",
+            "fn main() {\n    let x: Vec<u64> = (0..10).map(|i| i * i).collect();\n}\n",
+            "3141592653589793238462643383279502884197169399375105820974944592 ",
+            "          \t\t\n\n   ",
+            "🚀🔥✨ émigré naïve café Ωμέγα Привет мир ",
+            "SELECT tenant_id, SUM(cost_micro) FROM usage_events GROUP BY 1; ",
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            "请在一句话内回答：长上下文请求的令牌估计永远不能低于精确值。",
+            "https://example.com/v1/chat/completions?model=gpt-4o&x=1 ",
+        ];
+        let mut out = String::with_capacity(target_bytes + 128);
+        let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+        while out.len() < target_bytes {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            out.push_str(PARTS[(x >> 33) as usize % PARTS.len()]);
+        }
+        out
+    }
+
+    #[test]
+    fn a_long_prompts_bound_is_never_below_its_exact_count() {
+        // ~32k and ~130k-token prompts of mixed text, every family, as chat
+        // messages and as a completion prompt.
+        for (seed, bytes) in [(1, 140_000), (2, 600_000)] {
+            let text = long_prompt(seed, bytes);
+            let msgs = [json!({"role": "user", "content": text})];
+            for f in [
+                TokenizerFamily::O200k,
+                TokenizerFamily::Cl100k,
+                TokenizerFamily::Other,
+            ] {
+                let exact = chat_input_tokens(f, &msgs);
+                let bound = chat_input_tokens_as(f, &msgs, Counting::UpperBound);
+                assert!(exact >= 30_000, "{f:?}: {exact} tokens is not long");
+                assert!(bound >= exact, "{f:?}: bound {bound} < exact {exact}");
+                let p = json!(text);
+                assert!(prompt_tokens_as(f, &p, Counting::UpperBound) >= prompt_tokens(f, &p));
+            }
+        }
+    }
+
+    #[test]
+    fn body_limits_follow_the_context_window() {
+        let global = 4 << 20;
+        assert_eq!(body_limit(global, "gpt-4o-mini"), global);
+        assert_eq!(body_limit(global, "deepseek-chat"), global);
+        // A 1M-token window takes 8 MB, a prompt filling it fits.
+        assert_eq!(body_limit(global, "gpt-4.1-mini"), 8_380_608);
+        assert!(body_limit(global, "gpt-4.1") >= 1_000_000 * 5);
+        assert!(largest_body_limit(global) >= body_limit(global, "gemini-2.5-pro"));
+        assert_eq!(largest_body_limit(64 << 20), 64 << 20);
+    }
+
+    #[test]
+    fn long_inputs_are_bounded_short_ones_counted() {
+        assert_eq!(counting_for(LONG_INPUT_BYTES), Counting::Exact);
+        assert_eq!(counting_for(LONG_INPUT_BYTES + 1), Counting::UpperBound);
+        assert_eq!(TokenizerFamily::O200k.upper_bound("héllo"), 6);
+        assert_eq!(TokenizerFamily::Other.upper_bound(&"a".repeat(100)), 110);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(64))]
+        /// Any text (arbitrary Unicode, repeated to long lengths): the bound
+        /// is never below the exact count, in every family.
+        #[test]
+        fn the_bound_never_underestimates(s in "\\PC{1,64}", reps in 1usize..2000) {
+            let text = s.repeat(reps);
+            for f in [TokenizerFamily::O200k, TokenizerFamily::Cl100k, TokenizerFamily::Other] {
+                proptest::prop_assert!(f.upper_bound(&text) >= f.count(&text));
+            }
+        }
     }
 }

@@ -22,6 +22,7 @@ mod settle;
 mod sse;
 mod stream;
 mod tenants;
+mod tokenize;
 mod upstream;
 
 pub use metrics_names::REDIS_EVICTION_POLICY_OK;
@@ -40,8 +41,15 @@ pub use settlement::{borrow, ledger, ledger_source, reconcile, LedgerWriter};
 
 #[derive(Clone)]
 pub struct GatewayConfig {
-    /// Request bodies above this are refused with 413.
+    /// Request bodies above this are refused with 413, unless the model's
+    /// context window needs more (`domain::tokens::body_limit`).
     pub max_body_bytes: usize,
+    /// Long inputs (`domain::tokens::LONG_INPUT_BYTES`): bounded from above
+    /// (`Bound`) or counted exactly (`Exact`, the default); either way an exact count
+    /// runs in the tokenize pool, never on the async workers.
+    pub long_input: LongInput,
+    /// Threads of the tokenize pool (at least 1).
+    pub tokenize_threads: usize,
     /// Whole-request timeout for non-streaming upstream calls.
     pub upstream_timeout: Duration,
     /// A non-stream upstream answer larger than this is a 502
@@ -73,6 +81,16 @@ pub struct GatewayConfig {
     pub fair: FairTuning,
     /// Retries before the first byte and deployment health (docs/routing.md).
     pub routing: routing::RoutingTuning,
+}
+
+/// How the input of a long request is estimated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LongInput {
+    /// The constant-time upper bound; an exact count (in the pool) only when
+    /// the bound is above the key's context cap.
+    Bound,
+    /// Always the exact count, in the pool.
+    Exact,
 }
 
 /// Queues, model pools and degrade (docs/design.md §7, docs/fair.md).
@@ -132,6 +150,8 @@ pub struct Gateway {
     pub borrower: Arc<borrow::Borrowing>,
     /// Refused and degraded requests, for the request lookup.
     pub decisions: decisions::DecisionWriter,
+    /// Exact counts of long inputs, off the async workers.
+    tokenize: tokenize::TokenizePool,
     http: upstream::Client,
 }
 
@@ -160,7 +180,9 @@ impl Gateway {
         // Its task ends when the last Gateway handle is dropped.
         let (decisions, _task) = decisions::DecisionWriter::start(store.clone(), cfg.clock);
         let admission = admission::Admission::new(cfg.admission, quota.clone(), cfg.lease.clone());
+        let tokenize = tokenize::TokenizePool::new(cfg.tokenize_threads);
         Self {
+            tokenize,
             cfg,
             catalog,
             admission,

@@ -51,6 +51,89 @@ pub async fn embeddings(
 /// Bodies above this are tokenized on the blocking pool.
 const LARGE_BODY: usize = 64 * 1024;
 
+/// 413 when the body is larger than this model takes (its context window
+/// decides, `domain::tokens::body_limit`); the body was read up to the
+/// largest any model takes.
+pub(crate) fn check_body_size(
+    gw: &Gateway,
+    model: &ModelEntry,
+    len: usize,
+    rid: &str,
+) -> Result<(), ApiError> {
+    let limit = tokens::body_limit(gw.cfg.max_body_bytes, &model.upstream_model);
+    if len <= limit {
+        return Ok(());
+    }
+    let msg = format!(
+        "request body is larger than {limit} bytes, the most model {} takes",
+        model.id
+    );
+    Err(ApiError::new(rid, ReasonCode::InvalidRequest, msg).status(413))
+}
+
+/// The input and output estimate (`estimate`), never tokenising much on the
+/// async workers: a long input (`tokens::LONG_INPUT_BYTES`) is bounded from
+/// above in constant time (`LongInput::Bound`) and counted exactly only when
+/// that bound is above the key's context cap; exact counts of bodies above
+/// `LARGE_BODY` run in the tokenize pool the tenants share fairly. Gives the
+/// body back.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn estimate_input(
+    gw: &Gateway,
+    long: crate::LongInput,
+    key: &Arc<KeyEntry>,
+    model: &Arc<ModelEntry>,
+    endpoint: Endpoint,
+    summary: &RequestSummary,
+    json: Value,
+    len: usize,
+    rid: &str,
+) -> (Result<(i64, i64), ApiError>, Value) {
+    if long == crate::LongInput::Bound && tokens::counting_for(len) == tokens::Counting::UpperBound
+    {
+        let bound = estimate(
+            key,
+            model,
+            endpoint,
+            summary,
+            &json,
+            rid,
+            tokens::Counting::UpperBound,
+        );
+        if !matches!(&bound, Err(e) if e.reason == ReasonCode::ContextTooLong) {
+            return (bound, json);
+        }
+    }
+    if len <= LARGE_BODY {
+        let r = estimate(
+            key,
+            model,
+            endpoint,
+            summary,
+            &json,
+            rid,
+            tokens::Counting::Exact,
+        );
+        return (r, json);
+    }
+    let (key2, model2, summary2, rid2) =
+        (key.clone(), model.clone(), summary.clone(), rid.to_string());
+    gw.tokenize
+        .run(&key.tenant.id, move || {
+            let r = estimate(
+                &key2,
+                &model2,
+                endpoint,
+                &summary2,
+                &json,
+                &rid2,
+                tokens::Counting::Exact,
+            );
+            (r, json)
+        })
+        .await
+}
+
 pub fn new_request_id() -> String {
     format!("req_{}", uuid::Uuid::now_v7().simple())
 }
@@ -99,19 +182,15 @@ pub(crate) async fn read_body(
         .await
         .map_err(|e| refuse(e, None, ""))?;
     let k = Some(&key);
-    let bytes = axum::body::to_bytes(body, gw.cfg.max_body_bytes)
-        .await
-        .map_err(|_| {
-            let msg = format!(
-                "request body is larger than {} bytes",
-                gw.cfg.max_body_bytes
-            );
-            refuse(
-                ApiError::new(rid, ReasonCode::InvalidRequest, msg).status(413),
-                k,
-                "",
-            )
-        })?;
+    let cap = tokens::largest_body_limit(gw.cfg.max_body_bytes);
+    let bytes = axum::body::to_bytes(body, cap).await.map_err(|_| {
+        let msg = format!("request body is larger than {cap} bytes");
+        refuse(
+            ApiError::new(rid, ReasonCode::InvalidRequest, msg).status(413),
+            k,
+            "",
+        )
+    })?;
     Ok((key, bytes))
 }
 
@@ -205,20 +284,19 @@ async fn admit_and_forward(
         Some(cheaper) => cheaper,
         None => model,
     };
-    let (estimated, json_back) = if bytes.len() > LARGE_BODY {
-        // Tokenizing megabytes takes milliseconds: keep it off the workers
-        // that serve every other request.
-        let (key2, model2, summary2, rid2) =
-            (key.clone(), model.clone(), summary.clone(), rid.to_string());
-        tokio::task::spawn_blocking(move || {
-            let r = estimate(&key2, &model2, endpoint, &summary2, &json, &rid2);
-            (r, json)
-        })
-        .await
-        .expect("estimate task does not panic")
-    } else {
-        (estimate(&key, &model, endpoint, &summary, &json, rid), json)
-    };
+    check_body_size(gw, &model, bytes.len(), rid).map_err(|e| refuse(e, k, &model.id))?;
+    let (estimated, json_back) = estimate_input(
+        gw,
+        gw.cfg.long_input,
+        &key,
+        &model,
+        endpoint,
+        &summary,
+        json,
+        bytes.len(),
+        rid,
+    )
+    .await;
     let mut json = json_back;
     let (est_in, asked_per_choice) = estimated.map_err(|e| refuse(e, k, &model.id))?;
     let per_choice = match degrade.as_ref().and_then(|d| d.max_output) {
@@ -590,6 +668,7 @@ pub(crate) fn estimate(
     s: &RequestSummary,
     body: &Value,
     rid: &str,
+    counting: tokens::Counting,
 ) -> Result<(i64, i64), ApiError> {
     let f = model.tokenizer;
     let input = match endpoint {
@@ -598,16 +677,16 @@ pub(crate) fn estimate(
                 .as_array()
                 .map(Vec::as_slice)
                 .unwrap_or(&[]);
-            let mut n = tokens::chat_input_tokens(f, msgs);
+            let mut n = tokens::chat_input_tokens_as(f, msgs, counting);
             for extra in ["tools", "functions", "response_format"] {
                 if let Some(v) = body.get(extra) {
-                    n += tokens::json_tokens(f, v);
+                    n += tokens::json_tokens_as(f, v, counting);
                 }
             }
             n
         }
-        Endpoint::Completions => tokens::prompt_tokens(f, &body["prompt"]),
-        Endpoint::Embeddings => tokens::prompt_tokens(f, &body["input"]),
+        Endpoint::Completions => tokens::prompt_tokens_as(f, &body["prompt"], counting),
+        Endpoint::Embeddings => tokens::prompt_tokens_as(f, &body["input"], counting),
     } as i64;
     if let Some(max_ctx) = key.cap(|l| l.max_context_tokens) {
         if input > max_ctx {

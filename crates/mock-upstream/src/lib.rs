@@ -51,7 +51,7 @@ pub use personality::{Absurd, CapReading, Personality};
 pub use stats::{MockStats, StatsSnapshot};
 
 /// Largest request body accepted.
-pub const MAX_BODY_BYTES: usize = 4 << 20;
+pub const MAX_BODY_BYTES: usize = 16 << 20;
 
 /// Model ids listed by `GET /v1/models` (any model name is accepted).
 pub const MODELS: &[&str] = &[

@@ -125,6 +125,8 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
     ];
     let gw_cfg = GatewayConfig {
         max_body_bytes: cfg.gateway.max_body_bytes,
+        long_input: cfg.gateway.long_input()?,
+        tokenize_threads: cfg.gateway.tokenize_threads(),
         max_upstream_body_bytes: cfg.gateway.max_upstream_body_bytes,
         max_sse_event_bytes: cfg.gateway.max_sse_event_bytes,
         upstream_timeout: Duration::from_secs(cfg.gateway.upstream_timeout_secs),

@@ -176,13 +176,21 @@ pub async fn mock_upstream(cfg: &Config, listen: Option<String>) -> anyhow::Resu
     Ok(())
 }
 
-pub async fn bench_setup(cfg: &Config, upstream: &str, isolation: bool) -> anyhow::Result<()> {
+pub async fn bench_setup(
+    cfg: &Config,
+    upstream: &str,
+    isolation: bool,
+    scenarios: bool,
+) -> anyhow::Result<()> {
     let store = Store::connect(&cfg.database.url, 2)
         .await
         .context("cannot connect to PostgreSQL")?;
     store.migrate().await?;
     let pepper = cfg.clone().with_demo_secrets().pepper()?;
-    if isolation {
+    if scenarios {
+        let [c, s, b] = crate::demo::seed_scenarios(&store, upstream, &pepper).await?;
+        println!("{c} {s} {b}");
+    } else if isolation {
         let (a, b) = crate::demo::seed_isolation(&store, upstream, &pepper).await?;
         println!("{a} {b}");
     } else {

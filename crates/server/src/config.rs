@@ -293,7 +293,14 @@ pub struct PlatformConfig {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GatewayTuning {
+    /// Largest request body, unless a model's context window needs more.
     pub max_body_bytes: usize,
+    /// Long inputs: "exact" (the tokenizer, in the tokenize pool; the
+    /// default until the scenarios have measured "bound") or "bound"
+    /// (constant-time upper bound).
+    pub long_input_estimate: String,
+    /// Threads counting long inputs exactly; 0 = half the cores (at least 1).
+    pub tokenize_threads: usize,
     /// Largest non-stream upstream answer read (bigger: 502).
     pub max_upstream_body_bytes: usize,
     /// Largest single stream event buffered (bigger: the stream ends).
@@ -352,6 +359,23 @@ impl AdmissionSetting {
 }
 
 impl GatewayTuning {
+    pub fn long_input(&self) -> anyhow::Result<gateway::LongInput> {
+        match self.long_input_estimate.as_str() {
+            "bound" => Ok(gateway::LongInput::Bound),
+            "exact" => Ok(gateway::LongInput::Exact),
+            other => bail!("gateway.long_input_estimate must be bound or exact, not {other:?}"),
+        }
+    }
+
+    pub fn tokenize_threads(&self) -> usize {
+        match self.tokenize_threads {
+            0 => std::thread::available_parallelism()
+                .map_or(1, |n| n.get() / 2)
+                .max(1),
+            n => n,
+        }
+    }
+
     pub fn lease_tuning(&self) -> quota::LeaseTuning {
         use std::time::Duration;
         quota::LeaseTuning {
@@ -430,6 +454,8 @@ impl Default for Config {
             },
             gateway: GatewayTuning {
                 max_body_bytes: 4 << 20,
+                long_input_estimate: "exact".into(),
+                tokenize_threads: 0,
                 max_upstream_body_bytes: 32 << 20,
                 max_sse_event_bytes: 1 << 20,
                 upstream_timeout_secs: 600,

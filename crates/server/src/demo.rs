@@ -151,6 +151,126 @@ pub async fn seed_isolation(
     Ok((a, b))
 }
 
+/// The load scenarios' tenants (docs/benchmarks.md, "Load scenarios"):
+/// `scn-core`, `scn-standard`, `scn-batch` of those priorities, every limit
+/// kind set — budgets and the daily soft limit out of reach, rates and
+/// in-flight limits a few times each tenant's usual load, so a surge meets
+/// them — plus the models the scenarios use: `gpt-4o-mini`, `gpt-4.1`
+/// (a 1M-token context window) and `scn-pool` (gpt-4o-mini behind a pool of
+/// 6 concurrent requests, 3 of them guaranteed to `scn-core`). Returns the
+/// three fresh keys (core, standard, batch).
+pub async fn seed_scenarios(
+    store: &Store,
+    upstream: &str,
+    pepper: &[u8],
+) -> anyhow::Result<[String; 3]> {
+    bench_model(store, upstream).await?;
+    let long = ("gpt-4.1", "chat", "gpt-4.1", (2_000_000, 8_000_000));
+    let pool = ("scn-pool", "chat", "gpt-4o-mini", (150_000, 600_000));
+    for (id, kind, up, prices) in [long, pool] {
+        ensure_model(store, BENCH_ACTOR, id, kind, up, prices, upstream).await?;
+    }
+    // (id, priority, rpm, in-flight, context, input TPM, output TPM): batch
+    // takes 1M-token prompts and 1,000 streams.
+    let tenants = [
+        ("scn-core", "core", 6_000, 16, 128_000, 1_000_000, 1_000_000),
+        (
+            "scn-standard",
+            "standard",
+            1_800,
+            8,
+            128_000,
+            1_000_000,
+            1_000_000,
+        ),
+        (
+            "scn-batch",
+            "batch",
+            60_000,
+            1_024,
+            1_100_000,
+            1_000_000_000,
+            10_000_000,
+        ),
+    ];
+    let mut keys = Vec::new();
+    for (id, priority, rpm, inflight, ctx, input_tpm, output_tpm) in tenants {
+        let limits = Limits {
+            monthly_tokens: Some(1_000_000_000_000),
+            monthly_cost_usd: Some(usd("1000000")),
+            daily_cost_soft_usd: Some(usd("100000")),
+            rpm: Some(rpm),
+            input_tpm: Some(input_tpm),
+            output_tpm: Some(output_tpm),
+            max_inflight: Some(inflight),
+            max_context_tokens: Some(ctx),
+            max_output_tokens: Some(4_096),
+        };
+        let name = format!("Scenario tenant ({priority})");
+        keys.push(priority_tenant(store, id, &name, priority, limits, pepper).await?);
+    }
+    store
+        .set_model_fairness(
+            BENCH_ACTOR,
+            "scn-pool",
+            None,
+            Some(6),
+            &[("scn-core".to_string(), 3)],
+        )
+        .await?;
+    Ok([keys[0].clone(), keys[1].clone(), keys[2].clone()])
+}
+
+/// A tenant `id` of `priority` with `limits` (set again when it exists),
+/// an app `load` and a fresh key `bench` with the bench's high limits.
+async fn priority_tenant(
+    store: &Store,
+    id: &str,
+    name: &str,
+    priority: &str,
+    limits: Limits,
+    pepper: &[u8],
+) -> anyhow::Result<String> {
+    if store.tenant_exists(&TenantScope::system(), id).await? {
+        return issue_named_key(
+            store,
+            BENCH_ACTOR,
+            (id, "load", "bench"),
+            bench_limits(),
+            pepper,
+        )
+        .await;
+    }
+    let t = TenantRow {
+        id: id.into(),
+        name: name.into(),
+        cost_center: format!("CC-{}", id.to_uppercase()),
+        priority: priority.into(),
+        limits,
+        may_borrow: false,
+        borrow_cap_tokens: 0,
+        allowed_models: None,
+        clamp_max_tokens: false,
+    };
+    store.create_tenant(BENCH_ACTOR, &t).await?;
+    let a = AppRow {
+        tenant_id: id.into(),
+        id: "load".into(),
+        name: "load".into(),
+        limits: bench_limits(),
+        allowed_models: None,
+    };
+    store.create_app(BENCH_ACTOR, &a).await?;
+    issue_named_key(
+        store,
+        BENCH_ACTOR,
+        (id, "load", "bench"),
+        bench_limits(),
+        pepper,
+    )
+    .await
+}
+
 const BENCH_ACTOR: &str = "system:bench";
 
 async fn bench_model(store: &Store, upstream: &str) -> anyhow::Result<()> {

@@ -110,11 +110,17 @@ enum AdminCommand {
     /// With `--isolation`: instead, tenants `iso-a` and `iso-b` (in-flight
     /// limit 2 each) for the isolation benchmark; prints A's key, a space
     /// and B's key.
+    ///
+    /// With `--scenarios`: instead, tenants `scn-core`, `scn-standard` and
+    /// `scn-batch` (every limit kind set) and the models of the load
+    /// scenarios; prints their three keys, space-separated.
     BenchSetup {
         #[arg(long)]
         upstream: String,
         #[arg(long)]
         isolation: bool,
+        #[arg(long, conflicts_with = "isolation")]
+        scenarios: bool,
     },
     /// Write a synthetic month of usage events (and their rollups) through
     /// the ledger's own write path, with tenants `load-00000`… and their
@@ -204,8 +210,9 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                 AdminCommand::BenchSetup {
                     upstream,
                     isolation,
+                    scenarios,
                 },
-        } => commands::bench_setup(&cfg, &upstream, isolation)
+        } => commands::bench_setup(&cfg, &upstream, isolation, scenarios)
             .await
             .map(|_| true),
         Command::Admin {

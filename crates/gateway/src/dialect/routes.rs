@@ -72,14 +72,22 @@ async fn count(
     let summary = request::validate(Endpoint::ChatCompletions, &chat).map_err(invalid)?;
     let model = proxy::resolve_model(gw, &key, Endpoint::ChatCompletions, &summary, rid)
         .map_err(|e| proxy::refuse(e, k, &summary.model))?;
-    let (input, _) = proxy::estimate(
+    proxy::check_body_size(gw, &model, bytes.len(), rid)
+        .map_err(|e| proxy::refuse(e, k, &model.id))?;
+    // Counted exactly (a count is what was asked), off the async workers
+    // when long.
+    let (est, _) = proxy::estimate_input(
+        gw,
+        crate::LongInput::Exact,
         &key,
         &model,
         Endpoint::ChatCompletions,
         &summary,
-        &chat,
+        chat,
+        bytes.len(),
         rid,
     )
-    .map_err(|e| proxy::refuse(e, k, &model.id))?;
+    .await;
+    let (input, _) = est.map_err(|e| proxy::refuse(e, k, &model.id))?;
     Ok(input)
 }
