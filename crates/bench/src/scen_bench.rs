@@ -643,15 +643,12 @@ async fn main() -> anyhow::Result<()> {
     }
     println!();
     targets(&a, &phases, &alone_p99);
-    for t in 0..3 {
+    for (t, name) in TENANTS.iter().enumerate() {
         let (adm, tok) = phases
             .iter()
             .filter_map(|p| p.tallies.get(&t))
             .fold((0, 0), |(a, b), x| (a + x.admitted, b + x.tokens));
-        println!(
-            "BOOKS tenant=scn-{} admitted={adm} tokens={tok}",
-            TENANTS[t]
-        );
+        println!("BOOKS tenant=scn-{name} admitted={adm} tokens={tok}");
     }
     if let Some(path) = &a.svg {
         let together = phases.last().expect("a together phase");

@@ -259,6 +259,7 @@ async fn priority_tenant(
         name: "load".into(),
         limits: bench_limits(),
         allowed_models: None,
+        attribution: Default::default(),
     };
     store.create_app(BENCH_ACTOR, &a).await?;
     issue_named_key(
