@@ -111,3 +111,38 @@ async fn bills_name_the_time_zone_and_say_the_months_state_plainly() {
     ui.wait("html[lang=en]").await;
     srv.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tenant_form_shows_all_its_errors_at_once() {
+    let env = TestEnv::new().await;
+    user(&env, "admin@x.io", "platform_admin", None).await;
+    let (srv, _driver, ui) = walk(&env, "UTC").await;
+    ui.login("admin@x.io", None).await;
+    ui.go("/console/tenants/new").await;
+    ui.fill("#tenant-form input[name=id]", "acme").await;
+    ui.fill("#tenant-form input[name=name]", "Acme").await;
+    ui.fill("#tenant-form input[name=monthly_tokens]", "lots")
+        .await;
+    ui.fill("#tenant-form input[name=rpm]", "99999999999999999999999")
+        .await;
+    ui.fill("#tenant-form input[name=monthly_cost_usd]", "ten dollars")
+        .await;
+    ui.click("#tenant-submit").await;
+    ui.wait("#tenant-form .field-error").await;
+    let mut fields = Vec::new();
+    for e in
+        ui.c.find_all(fantoccini::Locator::Css("#tenant-form .field-error"))
+            .await
+            .unwrap()
+    {
+        fields.push(e.attr("data-field").await.unwrap().unwrap_or_default());
+    }
+    fields.sort();
+    assert_eq!(
+        fields,
+        ["monthly_cost_usd", "monthly_tokens", "rpm"],
+        "every bad field at once"
+    );
+    ui.shot("time-04-all-errors").await;
+    srv.shutdown().await;
+}
