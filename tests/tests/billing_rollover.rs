@@ -360,9 +360,17 @@ async fn a_simulated_month_rolls_over_exactly_and_reads_the_same() {
     .await;
     assert_eq!(s, 200);
     let total_usd = after_bill["total"]["cost_usd"].as_str().unwrap();
-    assert!(
-        page.contains(&format!("id=\"bill-total\">${total_usd}<")),
-        "total on the page"
+    // The page shows money as people read it ($1,234.56): compare amounts.
+    let shown = page
+        .split("id=\"bill-total\">")
+        .nth(1)
+        .and_then(|r| r.split('<').next())
+        .expect("total on the page")
+        .replace(['$', ','], "");
+    assert_eq!(
+        domain::MicroUsd::from_usd_str(&shown).ok(),
+        domain::MicroUsd::from_usd_str(total_usd).ok(),
+        "total on the page: {shown} vs {total_usd}"
     );
     assert!(
         page.contains("<svg") && page.contains("deepseek-chat"),

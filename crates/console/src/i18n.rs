@@ -331,8 +331,6 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("nav.notices", "Notices", "通知"),
     ("bills.period", "Month", "月份"),
     ("bills.all", "All departments", "全部部门"),
-    ("bills.open", "Open month: read from the Postgres ledger", "未结账月份：来自 Postgres 账本"),
-    ("bills.closed", "Closed month: read from the ClickHouse archive", "已结账月份：来自 ClickHouse 归档"),
     ("bills.csv", "CSV export", "导出 CSV"),
     ("bills.focus", "FOCUS export", "导出 FOCUS"),
     ("bills.requests", "Requests", "请求数"),
@@ -389,6 +387,14 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("quota.refuse_not_admin", "Only a platform admin decides quota requests.", "只有平台管理员可以审批额度申请。"),
     ("quota.refuse_own", "You made this request: another platform admin decides it.", "这是您本人的申请，需由另一位平台管理员审批。"),
     ("quota.refuse_same_line", "You and the requester are in one line of account creation (one created the other, directly or through others): another platform admin decides it.", "您与申请人处于同一账号创建链（一方直接或间接创建了另一方），需由另一位平台管理员审批。"),
+    // time zone named, validation (console3)
+    ("bills.state_closed", "This month is closed: its bill is final.", "本月已结账，账单为最终数据。"),
+    ("bills.state_current", "This month is still running: the figures grow as requests are served.", "本月尚未结束：数据随请求实时增加。"),
+    ("bills.state_previous", "This month has ended and is being closed: the figures may still change a little.", "本月已结束，正在结账：数据可能仍有少量变化。"),
+    ("bills.span", "Period", "账期"),
+    ("bills.times_in", "Days and times in", "日期与时间的时区："),
+    ("bills.bad_period", "is not a month: write it as YYYY-MM, e.g. 2026-11. This month is shown.", "不是有效月份：请写成 YYYY-MM，例如 2026-11。下面显示本月。"),
+    ("bills.exports_in", "Exports split days and months in", "导出按此时区划分日期与月份："),
 ];
 
 #[cfg(test)]

@@ -71,10 +71,63 @@ impl PlatformClock {
             .map(|t| t.with_timezone(&Utc))
     }
 
+    /// The zone as a person reads it: its name and its offset at the
+    /// instant, e.g. `Asia/Shanghai (UTC+08:00)`.
+    pub fn zone_label(&self, at: DateTime<Utc>) -> String {
+        use chrono::Offset;
+        let secs = self
+            .tz
+            .offset_from_utc_datetime(&at.naive_utc())
+            .fix()
+            .local_minus_utc();
+        let sign = if secs < 0 { '-' } else { '+' };
+        let m = secs.unsigned_abs() / 60;
+        format!("{} (UTC{sign}{:02}:{:02})", self.tz.name(), m / 60, m % 60)
+    }
+
+    /// A month's start and end as platform-time wall clock,
+    /// `2026-11-01 00:00 – 2026-12-01 00:00`.
+    pub fn month_span(&self, period: &str) -> Option<String> {
+        let (a, b) = self.month_bounds(period)?;
+        let f = |t: DateTime<Utc>| {
+            self.tz
+                .from_utc_datetime(&t.naive_utc())
+                .format("%Y-%m-%d %H:%M")
+                .to_string()
+        };
+        Some(format!("{} – {}", f(a), f(b)))
+    }
+
     /// Day of the month (1-based) of the instant, in platform time.
     pub fn day_of_month(&self, at: DateTime<Utc>) -> u32 {
         self.tz.from_utc_datetime(&at.naive_utc()).day()
     }
+}
+
+/// Where a `YYYY-MM` period lies from the current month.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MonthPhase {
+    /// After the current month: nothing can be in it yet.
+    Future,
+    /// The current month: figures still change.
+    Current,
+    /// The month just ended: it is closed soon after it ends.
+    Previous,
+    /// Older months.
+    Past,
+}
+
+/// The phase of `period` seen from `current` (both `YYYY-MM`).
+pub fn month_phase(current: &str, period: &str) -> Option<MonthPhase> {
+    let (cy, cm) = parse_month(current)?;
+    let (py, pm) = parse_month(period)?;
+    let (c, p) = (cy * 12 + cm as i32, py * 12 + pm as i32);
+    Some(match p - c {
+        d if d > 0 => MonthPhase::Future,
+        0 => MonthPhase::Current,
+        -1 => MonthPhase::Previous,
+        _ => MonthPhase::Past,
+    })
 }
 
 /// The month before a `YYYY-MM` period.
@@ -140,5 +193,35 @@ mod tests {
         assert_eq!(parse_month("2026-13"), None);
         assert_eq!(parse_month("26-11"), None);
         assert!(PlatformClock::parse("Mars/Base").is_err());
+    }
+
+    #[test]
+    fn the_zone_is_named_with_its_offset_and_months_have_a_phase() {
+        let at = DateTime::<Utc>::from_timestamp(1_795_000_000, 0).unwrap();
+        let sh = PlatformClock::parse("Asia/Shanghai").unwrap();
+        assert_eq!(sh.zone_label(at), "Asia/Shanghai (UTC+08:00)");
+        let ny = PlatformClock::parse("America/St_Johns").unwrap();
+        assert!(
+            ny.zone_label(at).starts_with("America/St_Johns (UTC-0"),
+            "{}",
+            ny.zone_label(at)
+        );
+        assert!(ny.zone_label(at).ends_with(":30)"), "{}", ny.zone_label(at));
+        assert_eq!(
+            PlatformClock::parse("UTC").unwrap().zone_label(at),
+            "UTC (UTC+00:00)"
+        );
+        assert_eq!(
+            sh.month_span("2026-12").unwrap(),
+            "2026-12-01 00:00 – 2027-01-01 00:00"
+        );
+        assert_eq!(month_phase("2026-12", "2027-01"), Some(MonthPhase::Future));
+        assert_eq!(month_phase("2026-12", "2026-12"), Some(MonthPhase::Current));
+        assert_eq!(
+            month_phase("2027-01", "2026-12"),
+            Some(MonthPhase::Previous)
+        );
+        assert_eq!(month_phase("2026-12", "2026-10"), Some(MonthPhase::Past));
+        assert_eq!(month_phase("2026-12", "2026-13"), None);
     }
 }

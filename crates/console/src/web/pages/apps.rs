@@ -163,7 +163,7 @@ pub async fn create(
     match result {
         Ok(()) => Ok(Redirect::to(&format!("/console/tenants/{tenant}/apps")).into_response()),
         Err(e) => {
-            let errors = form_error(e)?;
+            let errors = form_error(e)?.and(f.limits.problems());
             let page = apps_page(&cp, &s, &tenant, f, errors).await?;
             Ok((StatusCode::UNPROCESSABLE_ENTITY, render(page)?).into_response())
         }

@@ -226,9 +226,16 @@ pub fn burndown_chart(daily: &BTreeMap<u32, i64>, budget: i64, today: u32, days:
 struct BillsPage {
     c: Chrome,
     period: String,
+    /// What was typed for a period that is not a month.
+    bad_period: Option<String>,
     /// (id, selected) for staff's tenant picker; empty for tenant admins.
     tenants: Vec<(String, bool)>,
-    closed: bool,
+    /// The bill's state in plain words (an i18n key), empty when there is
+    /// nothing to say (a future month, an old month not closed).
+    state: &'static str,
+    /// The period's start and end in platform time, and the zone's name.
+    span: String,
+    zone: String,
     lines: Vec<TenantLine>,
     total: TenantLine,
     by: String,
@@ -257,14 +264,16 @@ pub async fn show(
     Query(f): Query<BillForm>,
 ) -> Result<Html<String>, PageError> {
     let now = chrono::Utc::now();
-    let period = if f.period.trim().is_empty() {
+    // A period that is not a month: this month's bill, and a message
+    // naming what was typed (not a dead-end error page).
+    let typed = f.period.trim();
+    let bad_period = (!typed.is_empty() && domain::period::parse_month(typed).is_none())
+        .then(|| typed.chars().take(40).collect::<String>());
+    let period = if typed.is_empty() || bad_period.is_some() {
         cp.clock.month(now)
     } else {
-        f.period.trim().to_string()
+        typed.to_string()
     };
-    if domain::period::parse_month(&period).is_none() {
-        return Err(ApiError::BadRequest("period must be YYYY-MM".into()).into());
-    }
     let asked = Some(f.tenant.trim()).filter(|t| !t.is_empty());
     let scope = bill_scope(&s.actor, asked)?;
     let tenant = scope.tenant().map(String::from);
@@ -376,9 +385,20 @@ pub async fn show(
     } else {
         format!("period={period}&tenant={tenant_q}")
     };
+    use domain::period::MonthPhase;
+    let state = match domain::period::month_phase(&cp.clock.month(now), &period) {
+        _ if bill.state == "closed" => "bills.state_closed",
+        Some(MonthPhase::Current) => "bills.state_current",
+        Some(MonthPhase::Previous) => "bills.state_previous",
+        _ => "",
+    };
+    let start = cp.clock.month_bounds(&period).map_or(now, |b| b.0);
     render(BillsPage {
         c: Chrome::new(&s, "nav.bills", "/console/bills"),
-        closed: bill.state == "closed",
+        state,
+        bad_period,
+        span: cp.clock.month_span(&period).unwrap_or_default(),
+        zone: cp.clock.zone_label(start),
         period,
         tenants,
         lines,

@@ -19,42 +19,50 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use domain::{Limits, MicroUsd};
 use serde::Deserialize;
 
-/// The first thing wrong with a form: the field and a translation key.
+/// What is wrong with a form: each field in error and a translation key
+/// (all of them at once, in the order found; one per field).
 #[derive(Default, Debug)]
 pub struct FieldError {
-    field: Option<&'static str>,
-    key: &'static str,
+    items: Vec<(&'static str, &'static str)>,
 }
 
 impl FieldError {
-    /// The message key for `field`, if that is the field in error.
+    /// The message key for `field`, if that field is in error.
     pub fn on(&self, field: &str) -> Option<&'static str> {
-        (self.field == Some(field)).then_some(self.key)
+        self.items
+            .iter()
+            .find(|(f, _)| *f == field)
+            .map(|(_, k)| *k)
     }
 
     pub fn any(&self) -> bool {
-        self.field.is_some()
+        !self.items.is_empty()
     }
 
     pub fn at(field: &'static str, key: &'static str) -> FieldError {
         FieldError {
-            field: Some(field),
-            key,
+            items: vec![(field, key)],
         }
+    }
+
+    /// Adds the problems of `more` for fields not already in error.
+    pub fn and(mut self, more: Vec<ApiError>) -> FieldError {
+        for e in more {
+            if let ApiError::Field { field, key } = e {
+                if self.on(field).is_none() {
+                    self.items.push((field, key));
+                }
+            }
+        }
+        self
     }
 }
 
 /// A service error a form can show next to a field, or a page error.
 pub fn form_error(e: ApiError) -> Result<FieldError, PageError> {
     match e {
-        ApiError::Field { field, key } => Ok(FieldError {
-            field: Some(field),
-            key,
-        }),
-        ApiError::Conflict(_) => Ok(FieldError {
-            field: Some("id"),
-            key: "err.exists",
-        }),
+        ApiError::Field { field, key } => Ok(FieldError::at(field, key)),
+        ApiError::Conflict(_) => Ok(FieldError::at("id", "err.exists")),
         e => Err(e.into()),
     }
 }
@@ -142,6 +150,27 @@ impl LimitsForm {
             max_context_tokens: int("max_context_tokens", &self.max_context_tokens)?,
             max_output_tokens: int("max_output_tokens", &self.max_output_tokens)?,
         })
+    }
+
+    /// Every field that does not read as a number or an amount, not only
+    /// the first (a form shows all its errors at once).
+    pub fn problems(&self) -> Vec<ApiError> {
+        let ints = [
+            ("monthly_tokens", &self.monthly_tokens),
+            ("rpm", &self.rpm),
+            ("input_tpm", &self.input_tpm),
+            ("output_tpm", &self.output_tpm),
+            ("max_inflight", &self.max_inflight),
+            ("max_context_tokens", &self.max_context_tokens),
+            ("max_output_tokens", &self.max_output_tokens),
+        ];
+        let usds = [
+            ("monthly_cost_usd", &self.monthly_cost_usd),
+            ("daily_cost_soft_usd", &self.daily_cost_soft_usd),
+        ];
+        let mut out: Vec<ApiError> = ints.iter().filter_map(|(f, v)| int(f, v).err()).collect();
+        out.extend(usds.iter().filter_map(|(f, v)| usd(f, v).err()));
+        out
     }
 
     pub fn of(l: &Limits) -> LimitsForm {

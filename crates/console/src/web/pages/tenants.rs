@@ -106,6 +106,13 @@ impl TenantForm {
         })
     }
 
+    /// Every field that does not parse (the service then finds the rest).
+    fn problems(&self) -> Vec<ApiError> {
+        let mut out = self.limits.problems();
+        out.extend(int("borrow_cap_tokens", &self.borrow_cap_tokens).err());
+        out
+    }
+
     fn to_patch(&self) -> Result<TenantPatch, ApiError> {
         let t = self.to_input()?;
         Ok(TenantPatch {
@@ -198,10 +205,11 @@ pub async fn create(
             Ok(Redirect::to(&to).into_response())
         }
         Err(e) => {
+            let errors = form_error(e)?.and(f.problems());
             let frag = FormFragment {
                 c: Chrome::new(&s, "tenants.new", "/console/tenants"),
                 form: f,
-                errors: form_error(e)?,
+                errors,
                 editing: false,
                 saved: false,
             };
@@ -272,7 +280,11 @@ pub async fn update(
             f = TenantForm::of(&t);
             (StatusCode::OK, FieldError::default(), true)
         }
-        Err(e) => (StatusCode::UNPROCESSABLE_ENTITY, form_error(e)?, false),
+        Err(e) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            form_error(e)?.and(f.problems()),
+            false,
+        ),
     };
     f.id = id.clone();
     let frag = FormFragment {
