@@ -410,20 +410,27 @@ impl QuotaEngine {
         &self,
         f: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, QuotaError> {
-        let _turn = match self.calls.try_acquire() {
-            Ok(p) => p,
-            Err(_) => match tokio::time::timeout(self.turn_wait, self.calls.acquire()).await {
-                Ok(Ok(p)) => p,
-                _ => {
-                    return Err(QuotaError::Unavailable(format!(
-                        "quota store busy: {} calls in flight, no turn within {} ms",
-                        self.call_limit,
-                        self.turn_wait.as_millis()
-                    )))
-                }
-            },
-        };
+        let _turn = self.turn().await?;
         self.timed(f).await
+    }
+
+    /// A turn to call Redis, held until dropped. A hot-path call takes it
+    /// before it builds its arguments: the calls in flight are answered
+    /// while the waiting ones only wait, instead of the runtime building
+    /// thousands of invocations first while the answers of the calls in
+    /// flight sit unread past their timeout.
+    pub(crate) async fn turn(&self) -> Result<tokio::sync::SemaphorePermit<'_>, QuotaError> {
+        match self.calls.try_acquire() {
+            Ok(p) => Ok(p),
+            Err(_) => match tokio::time::timeout(self.turn_wait, self.calls.acquire()).await {
+                Ok(Ok(p)) => Ok(p),
+                _ => Err(QuotaError::Unavailable(format!(
+                    "quota store busy: {} calls in flight, no turn within {} ms",
+                    self.call_limit,
+                    self.turn_wait.as_millis()
+                ))),
+            },
+        }
     }
 
     /// The answer within `timeout`, or fail closed.
@@ -502,6 +509,7 @@ impl QuotaEngine {
         req: &HoldRequest<'_>,
         eu: Option<(EndUserScope<'_>, &str)>,
     ) -> Result<Vec<redis::Value>, QuotaError> {
+        let _turn = self.turn().await?;
         let mut inv = self.hold_script(&self.scripts.hold, req.tenant, req.month, req.request_id);
         inv.key(self.keys.open_holds(req.tenant))
             .arg(req.request_id)
@@ -528,7 +536,7 @@ impl QuotaEngine {
             inv.arg(MONTH_TTL_SECS);
         }
         let mut conn = self.link().await?;
-        self.bounded(inv.invoke_async(&mut conn)).await
+        self.timed(inv.invoke_async(&mut conn)).await
     }
 
     /// Restores one end user's month from the ledger (a new end user, or
