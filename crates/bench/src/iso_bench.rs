@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tollgate_bench::pct;
+use tollgate_bench::{header, pct};
 
 #[derive(Parser)]
 struct Args {
@@ -46,14 +46,6 @@ fn body(latency_ms: u64) -> String {
         "messages": [{"role": "user", "content": format!("hello [mock:latency_ms={latency_ms}]")}],
     })
     .to_string()
-}
-
-fn header(r: &reqwest::Response, name: &str) -> String {
-    r.headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string()
 }
 
 /// B's steady phase: `n` sequential requests; latencies and failures.

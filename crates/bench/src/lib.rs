@@ -13,6 +13,15 @@ pub fn pct(v: &mut [Duration], p: f64) -> f64 {
     v[i].as_secs_f64() * 1e6
 }
 
+/// A response header as text; empty when absent or not text.
+pub fn header(r: &reqwest::Response, name: &str) -> String {
+    r.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
 /// A small SVG line chart: one polyline per series over time, log-scale y,
 /// each series' reference value as a dashed line of its colour.
 pub mod svg {

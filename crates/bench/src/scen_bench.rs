@@ -25,7 +25,7 @@ use clap::Parser;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tollgate_bench::{pct, svg};
+use tollgate_bench::{header, pct, svg};
 
 #[derive(Parser)]
 struct Args {
@@ -183,14 +183,6 @@ fn long_bodies(sizes: &[usize]) -> (Vec<Bytes>, String) {
         bodies.push(body);
     }
     (bodies, table)
-}
-
-fn header(r: &reqwest::Response, name: &str) -> String {
-    r.headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string()
 }
 
 /// Tokens the client was told it used: the `usage` of a JSON answer or of

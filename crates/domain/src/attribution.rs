@@ -99,8 +99,13 @@ impl EndUserLimits {
 /// negligible at 128 bits).
 pub fn end_user_digest(end_user: &str) -> String {
     use sha2::{Digest, Sha256};
+    use std::fmt::Write;
     let d = Sha256::digest(end_user.as_bytes());
-    d[..16].iter().map(|b| format!("{b:02x}")).collect()
+    let mut hex = String::with_capacity(32);
+    for b in &d[..16] {
+        let _ = write!(hex, "{b:02x}");
+    }
+    hex
 }
 
 impl Policy {

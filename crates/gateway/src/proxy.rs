@@ -89,31 +89,16 @@ pub(crate) async fn estimate_input(
     len: usize,
     rid: &str,
 ) -> (Result<(i64, i64), ApiError>, Value) {
+    let here = |counting| estimate(key, model, endpoint, summary, &json, rid, counting);
     if long == crate::LongInput::Bound && tokens::counting_for(len) == tokens::Counting::UpperBound
     {
-        let bound = estimate(
-            key,
-            model,
-            endpoint,
-            summary,
-            &json,
-            rid,
-            tokens::Counting::UpperBound,
-        );
+        let bound = here(tokens::Counting::UpperBound);
         if !matches!(&bound, Err(e) if e.reason == ReasonCode::ContextTooLong) {
             return (bound, json);
         }
     }
     if len <= LARGE_BODY {
-        let r = estimate(
-            key,
-            model,
-            endpoint,
-            summary,
-            &json,
-            rid,
-            tokens::Counting::Exact,
-        );
+        let r = here(tokens::Counting::Exact);
         return (r, json);
     }
     let (key2, model2, summary2, rid2) =

@@ -553,23 +553,7 @@ impl QuotaEngine {
         let lock = self
             .keys
             .rebuild_lock(tenant, &format!("{month}:eu:{app}:{digest}"));
-        let mut conn = self.link().await?;
-        let got: Option<String> = self
-            .bounded(
-                redis::cmd("SET")
-                    .arg(&lock)
-                    .arg(&self.replica)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(REBUILD_LOCK_MS)
-                    .query_async(&mut conn),
-            )
-            .await?;
-        if got.is_none() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            return Ok(());
-        }
-        let result = async {
+        self.once_under_lock(&lock, async {
             let (tokens, cost) = ledger
                 .end_user_month_usage(tenant, app, end_user, month)
                 .await
@@ -584,13 +568,8 @@ impl QuotaEngine {
             let mut conn = self.link().await?;
             let _: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
             Ok(())
-        }
-        .await;
-        let mut conn = self.link().await?;
-        let _: Result<i64, _> = self
-            .bounded(redis::cmd("DEL").arg(&lock).query_async(&mut conn))
-            .await;
-        result
+        })
+        .await
     }
 
     /// Restores a tenant's month from the ledger, once, under a lock; other
@@ -602,23 +581,7 @@ impl QuotaEngine {
         ledger: &impl LedgerSource,
     ) -> Result<(), QuotaError> {
         let lock = self.keys.rebuild_lock(tenant, month);
-        let mut conn = self.link().await?;
-        let got: Option<String> = self
-            .bounded(
-                redis::cmd("SET")
-                    .arg(&lock)
-                    .arg(&self.replica)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(REBUILD_LOCK_MS)
-                    .query_async(&mut conn),
-            )
-            .await?;
-        if got.is_none() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            return Ok(());
-        }
-        let result = async {
+        self.once_under_lock(&lock, async {
             let rows = ledger
                 .month_usage(tenant, month)
                 .await
@@ -659,11 +622,38 @@ impl QuotaEngine {
                 );
             }
             Ok(())
+        })
+        .await
+    }
+
+    /// Runs `work` on this replica only if it takes `lock` (held at most
+    /// `REBUILD_LOCK_MS`, deleted after); a caller that finds it taken
+    /// waits a moment and returns, to find the work done when it retries.
+    async fn once_under_lock(
+        &self,
+        lock: &str,
+        work: impl Future<Output = Result<(), QuotaError>>,
+    ) -> Result<(), QuotaError> {
+        let mut conn = self.link().await?;
+        let got: Option<String> = self
+            .bounded(
+                redis::cmd("SET")
+                    .arg(lock)
+                    .arg(&self.replica)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(REBUILD_LOCK_MS)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        if got.is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            return Ok(());
         }
-        .await;
+        let result = work.await;
         let mut conn = self.link().await?;
         let _: Result<i64, _> = self
-            .bounded(redis::cmd("DEL").arg(&lock).query_async(&mut conn))
+            .bounded(redis::cmd("DEL").arg(lock).query_async(&mut conn))
             .await;
         result
     }

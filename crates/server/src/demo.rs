@@ -221,8 +221,8 @@ pub async fn seed_scenarios(
     Ok([keys[0].clone(), keys[1].clone(), keys[2].clone()])
 }
 
-/// A tenant `id` of `priority` with `limits` (set again when it exists),
-/// an app `load` and a fresh key `bench` with the bench's high limits.
+/// A tenant `id` of `priority` with `limits` (an existing one is reused as
+/// it is), an app `load` and a fresh key `bench` with the bench's high limits.
 async fn priority_tenant(
     store: &Store,
     id: &str,
@@ -308,37 +308,7 @@ async fn load_tenant(
     limits: Limits,
     pepper: &[u8],
 ) -> anyhow::Result<String> {
-    if !store.tenant_exists(&TenantScope::system(), id).await? {
-        let t = TenantRow {
-            id: id.into(),
-            name: name.into(),
-            cost_center: format!("CC-{}", id.to_uppercase()),
-            priority: "standard".into(),
-            limits: limits.clone(),
-            may_borrow: false,
-            borrow_cap_tokens: 0,
-            allowed_models: None,
-            clamp_max_tokens: false,
-        };
-        store.create_tenant(BENCH_ACTOR, &t).await?;
-        let a = AppRow {
-            tenant_id: id.into(),
-            id: "load".into(),
-            name: "load".into(),
-            limits: bench_limits(),
-            allowed_models: None,
-            attribution: Default::default(),
-        };
-        store.create_app(BENCH_ACTOR, &a).await?;
-    }
-    issue_named_key(
-        store,
-        BENCH_ACTOR,
-        (id, "load", "bench"),
-        bench_limits(),
-        pepper,
-    )
-    .await
+    priority_tenant(store, id, name, "standard", limits, pepper).await
 }
 
 /// Creates a model on `base_url`, or points the existing one there.
