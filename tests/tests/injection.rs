@@ -444,6 +444,9 @@ enum Param {
     PendingRequest,
     FreshKey,
     Victim,
+    /// The newest limits version of the owner the earlier parameters name
+    /// (the route's path up to `/versions`).
+    LimitVersion,
 }
 
 /// How to send a valid request to one operation, and where what it stores
@@ -661,6 +664,31 @@ fn routes() -> Vec<Route> {
         decide("POST /api/v1/quota-requests/{id}/approve"),
         decide("POST /api/v1/quota-requests/{id}/reject"),
         route(
+            "POST /api/v1/tenants/{id}/limits/versions/{version}/restore",
+            &[("id", Param::Fixed("t")), ("version", Param::LimitVersion)],
+            json!({"reason": "rollback {n}"}),
+            "",
+            &["/console/tenants/{id}/limits"],
+        ),
+        route(
+            "POST /api/v1/tenants/{id}/apps/{app}/limits/versions/{version}/restore",
+            &[
+                ("id", Param::Fixed("t")),
+                ("app", Param::Fixed("a")),
+                ("version", Param::LimitVersion),
+            ],
+            json!({"reason": "rollback {n}"}),
+            "",
+            &["/console/tenants/{id}/apps/{app}/limits"],
+        ),
+        route(
+            "POST /api/v1/keys/{id}/limits/versions/{version}/restore",
+            &[("id", Param::FreshKey), ("version", Param::LimitVersion)],
+            json!({"reason": "rollback {n}"}),
+            "",
+            &["/console/keys/{id}/limits"],
+        ),
+        route(
             "PUT /api/v1/pool",
             &[],
             json!({"monthly_tokens": 1000, "monthly_cost_usd": "10", "max_borrow_share": 0.05,
@@ -696,6 +724,14 @@ impl ApiRun<'_> {
                 Param::PendingRequest => self.p.pending_request().await,
                 Param::FreshKey => self.p.key().await,
                 Param::Victim => self.p.victim.clone(),
+                Param::LimitVersion => {
+                    let (_, path) = route.op.split_once(' ').unwrap();
+                    let list = &path[..path.find("/versions").unwrap() + "/versions".len()];
+                    let url = format!("{}{}", self.p.base, fill(list, &vars));
+                    let (status, h) = api("GET", &url, Some(&self.p.admin), None).await;
+                    assert_eq!(status, 200, "{url}: {h}");
+                    h["versions"][0]["version"].to_string()
+                }
             };
             vars.insert(name.to_string(), v);
         }
@@ -1112,6 +1148,9 @@ enum Target {
     Victim,
     /// Model gpt-4o-mini's deployment `inj` (made by the form before it).
     ModelDeployment,
+    /// Tenant t, then the oldest version of its limits (an earlier one,
+    /// whose restore form the history shows).
+    TenantLimitVersion,
 }
 
 struct FormCase {
@@ -1231,16 +1270,39 @@ fn form_cases() -> Vec<FormCase> {
                 &["/console/tenants", "/console/tenants/t"],
             )
         },
-        case(
-            "/console/tenants/{}/apps",
-            &with_limits(&[("id", "capp-{n}"), ("name", "App {n}")]),
-            &["/console/tenants/t/apps"],
-        ),
-        case(
-            "/console/tenants/{}/apps/{}/keys",
-            &[("name", "key {n}"), ("expires_at", "2099-01-01T00:00")],
-            &["/console/tenants/t/apps"],
-        ),
+        // The apps page lists no app's or key's models (the audit log has them).
+        FormCase {
+            shown: &[("allowed_models", Shown::Never)],
+            ..case(
+                "/console/tenants/{}/apps",
+                &with_limits(&[
+                    ("id", "capp-{n}"),
+                    ("name", "App {n}"),
+                    ("allowed_models", "gpt-4o-mini"),
+                ]),
+                &["/console/tenants/t/apps"],
+            )
+        },
+        FormCase {
+            shown: &[("allowed_models", Shown::Never)],
+            ..case(
+                "/console/tenants/{}/apps/{}/keys",
+                &[
+                    ("name", "key {n}"),
+                    ("expires_at", "2099-01-01T00:00"),
+                    ("allowed_models", "gpt-4o-mini"),
+                ],
+                &["/console/tenants/t/apps"],
+            )
+        },
+        FormCase {
+            target: Target::TenantLimitVersion,
+            ..case(
+                "/console/tenants/{}/limits/{}/restore",
+                &[("reason", "rollback {n}")],
+                &["/console/tenants/t/limits"],
+            )
+        },
         case(
             "/console/quota-requests",
             &[
@@ -1384,6 +1446,13 @@ impl FormRun<'_> {
             Target::Request => vec![self.p.pending_request().await],
             Target::Victim => vec![self.p.victim.clone()],
             Target::ModelDeployment => vec!["gpt-4o-mini".to_string(), "inj".into()],
+            Target::TenantLimitVersion => {
+                let url = format!("{}/api/v1/tenants/t/limits/versions", self.p.base);
+                let (status, h) = api("GET", &url, Some(&self.p.admin), None).await;
+                assert_eq!(status, 200, "{h}");
+                let oldest = h["versions"].as_array().and_then(|v| v.last()).cloned();
+                vec!["t".to_string(), oldest.unwrap()["version"].to_string()]
+            }
         };
         ids.iter()
             .fold(c.pattern.to_string(), |a, id| a.replacen("{}", id, 1))
@@ -1577,6 +1646,15 @@ async fn every_console_form_field_is_stored_inert_or_refused_next_to_the_field()
         )
         .await;
     assert!(made.status < 400, "{} {}", made.status, made.body);
+    // A second version of t's limits, so its history offers a restore.
+    let (status, changed) = api(
+        "PATCH",
+        &format!("{}/api/v1/tenants/t", p.base),
+        Some(&p.admin),
+        Some(json!({"limits": {"rpm": 60}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{changed}");
     let mut forms = crawl(&admin).await.forms;
     forms.extend(forms_of(
         &Web::anonymous(&p.base).get("/console/login").await.body,

@@ -229,6 +229,29 @@ async fn a_tenant_admins_scope_reads_nothing_of_another_tenant() {
     assert!(!s.audit_search(all, &f).await.unwrap().is_empty());
     assert!(s.audit_chain(mine).await.unwrap().is_empty());
     assert!(!s.audit_chain(all).await.unwrap().is_empty());
+    // Limits history: their tenant's, app's and key's creations are not
+    // read in my scope; mine are.
+    let owners = [
+        store::LimitsOwner::Tenant {
+            tenant: THEIRS.into(),
+        },
+        store::LimitsOwner::App {
+            tenant: THEIRS.into(),
+            app: "a".into(),
+        },
+        store::LimitsOwner::Key {
+            tenant: THEIRS.into(),
+            id: kid,
+        },
+    ];
+    for o in &owners {
+        assert!(s.limit_history(mine, o).await.unwrap().is_empty(), "{o:?}");
+        assert_eq!(s.limit_history(all, o).await.unwrap().len(), 1, "{o:?}");
+    }
+    let my_tenant = store::LimitsOwner::Tenant {
+        tenant: MINE.into(),
+    };
+    assert_eq!(s.limit_history(mine, &my_tenant).await.unwrap().len(), 1);
 
     // Quota requests and grants.
     assert!(s

@@ -16,6 +16,14 @@ pub enum ApiError {
         field: &'static str,
         key: &'static str,
     },
+    /// One element of a list field is wrong (`allowed_models[1]`): the API
+    /// names the element, the console shows the message by the field.
+    #[error("{field}[{index}]: {}", crate::i18n::english(key))]
+    Element {
+        field: &'static str,
+        index: usize,
+        key: &'static str,
+    },
     /// A request body or path parameter that does not parse; `param` names
     /// where (`limits.monthly_cost_usd`, `guarantees[0].tenant_id`, `id`).
     #[error("{param}: {message}")]
@@ -55,6 +63,10 @@ impl ApiError {
                 param: format!("{prefix}{param}"),
                 message,
             },
+            ApiError::Element { field, index, key } => ApiError::Invalid {
+                param: format!("{prefix}{field}[{index}]"),
+                message: crate::i18n::english(key).to_string(),
+            },
             other => other,
         }
     }
@@ -68,7 +80,10 @@ impl ApiError {
 
     pub(crate) fn status_code(&self) -> (StatusCode, &'static str) {
         match self {
-            ApiError::BadRequest(_) | ApiError::Field { .. } | ApiError::Invalid { .. } => {
+            ApiError::BadRequest(_)
+            | ApiError::Field { .. }
+            | ApiError::Element { .. }
+            | ApiError::Invalid { .. } => {
                 (StatusCode::BAD_REQUEST, "invalid_request")
             }
             ApiError::Unauthenticated => (StatusCode::UNAUTHORIZED, "unauthenticated"),
@@ -109,6 +124,7 @@ impl IntoResponse for ApiError {
         let (status, code) = self.status_code();
         let param = match &self {
             ApiError::Field { field, .. } => Some(field.to_string()),
+            ApiError::Element { field, index, .. } => Some(format!("{field}[{index}]")),
             ApiError::Invalid { param, .. } => Some(param.clone()),
             _ => None,
         };

@@ -108,6 +108,34 @@ fn flatten(path: &str, v: &Value, out: &mut Vec<(String, String)>) {
     }
 }
 
+/// What one audited change did to a scope's limits: each limit it changed
+/// (`monthly_tokens`, before → after) and the limits it left in force.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitsChange {
+    pub changes: Vec<FieldChange>,
+    pub limits: crate::Limits,
+}
+
+/// The limits an entry set, when it set any: its `after` carries a `limits`
+/// object that differs from the one in `before`. A creation
+/// (`<kind>.create`) and a restore (`<kind>.limits_restore`) are versions
+/// even when nothing differs: one is the first version, the other an action
+/// someone took with a reason. `None` for entries that left the limits
+/// alone (a rename) or whose limits do not read as limits.
+pub fn limits_change(action: &str, before: &Value, after: &Value) -> Option<LimitsChange> {
+    let now = after.get("limits").filter(|v| v.is_object())?;
+    let was = before.get("limits").cloned().unwrap_or(Value::Null);
+    let always = before.is_null()
+        || action.ends_with(".create")
+        || action.ends_with(".limits_restore");
+    let changes = field_changes(&was, now);
+    if changes.is_empty() && !always {
+        return None;
+    }
+    let limits = serde_json::from_value(now.clone()).ok()?;
+    Some(LimitsChange { changes, limits })
+}
+
 /// A bare value (not an object) is the field "value".
 fn path_or_value(path: &str) -> String {
     if path.is_empty() {
@@ -197,5 +225,40 @@ mod tests {
             field_changes(&json!("x"), &json!("y")),
             vec![c("value", "x", "y")]
         );
+    }
+
+    #[test]
+    fn limits_changes_name_the_limits_and_what_they_became() {
+        let c = |f: &str, b: &str, a: &str| FieldChange {
+            field: f.into(),
+            before: b.into(),
+            after: a.into(),
+        };
+        // An update of the whole row that raised one limit.
+        let before = json!({"name": "A", "limits": {"monthly_tokens": 1000, "rpm": 5}});
+        let after = json!({"name": "A", "limits": {"monthly_tokens": 50000, "rpm": 5}});
+        let ch = limits_change("tenant.update", &before, &after).unwrap();
+        assert_eq!(ch.changes, vec![c("monthly_tokens", "1000", "50000")]);
+        assert_eq!(ch.limits.monthly_tokens, Some(50_000));
+        assert_eq!(ch.limits.rpm, Some(5));
+        // A rename leaves the limits alone: no limits change.
+        let renamed = json!({"name": "B", "limits": {"monthly_tokens": 1000, "rpm": 5}});
+        assert_eq!(limits_change("tenant.update", &before, &renamed), None);
+        // A creation sets them, even when they are all unlimited.
+        let created = limits_change("app.create", &Value::Null, &json!({"limits": {}})).unwrap();
+        assert!(created.changes.is_empty());
+        assert_eq!(created.limits, crate::Limits::default());
+        // A restore is a version even when it put back what was there.
+        let same = json!({"limits": {"rpm": 5}});
+        let restored = limits_change("key.limits_restore", &same, &same).unwrap();
+        assert!(restored.changes.is_empty());
+        assert_eq!(restored.limits.rpm, Some(5));
+        // A limit removed reads as "" after; entries without limits are none.
+        let lifted = limits_change("tenant.limits", &before, &json!({"limits": {"rpm": 5}})).unwrap();
+        assert_eq!(lifted.changes, vec![c("monthly_tokens", "1000", "")]);
+        assert_eq!(lifted.limits.monthly_tokens, None);
+        assert_eq!(limits_change("x.create", &Value::Null, &json!({"state": "x"})), None);
+        let bad = json!({"limits": {"rpm": "x"}});
+        assert_eq!(limits_change("x.create", &Value::Null, &bad), None);
     }
 }

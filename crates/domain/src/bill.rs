@@ -622,6 +622,53 @@ pub fn forecast_month_end(
     Some(spent_complete + spent_today.max(avg) + avg * left)
 }
 
+/// What a month-end forecast is based on (the console says it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForecastBasis {
+    /// The average of this many complete days of the month.
+    CompleteDays(u32),
+    /// The first day: today's spend so far, at its rate over the hours of
+    /// the day gone (at least one hour counted), for every day of the month.
+    TodaySoFar { hours: u32 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Forecast {
+    /// Spend at the month's end.
+    pub month_end: i64,
+    pub basis: ForecastBasis,
+}
+
+/// The month-end forecast, also on the first day: from the second day on
+/// it is `forecast_month_end`; on the first, today's spend so far projected
+/// over the whole day at its rate (`secs_into_today`: seconds of the day
+/// gone, at least an hour is counted so a first minute does not multiply
+/// by 1,440), then over every day of the month. Rounded up: a forecast errs
+/// towards warning.
+pub fn forecast(
+    daily: &BTreeMap<u32, i64>,
+    today: u32,
+    days_in_month: u32,
+    secs_into_today: u32,
+) -> Forecast {
+    if let Some(month_end) = forecast_month_end(daily, today, days_in_month) {
+        return Forecast {
+            month_end,
+            basis: ForecastBasis::CompleteDays(today - 1),
+        };
+    }
+    let spent = daily.get(&today).copied().unwrap_or(0).max(0) as i128;
+    let gone = i128::from(secs_into_today.clamp(3600, 86_400));
+    let whole_day = (spent * 86_400 + gone - 1) / gone;
+    let month_end = whole_day * i128::from(days_in_month.max(1));
+    Forecast {
+        month_end: i64::try_from(month_end).unwrap_or(i64::MAX),
+        basis: ForecastBasis::TodaySoFar {
+            hours: secs_into_today / 3600,
+        },
+    }
+}
+
 /// The used-share thresholds that alert (docs/design.md §9): 70% and 90%.
 pub const ALERT_THRESHOLDS: [u32; 2] = [70, 90];
 
@@ -878,6 +925,24 @@ mod tests {
         );
         assert_eq!(l.next().unwrap(), "2026-11,a,,,,1,2,3,0.000001");
         assert_eq!(l.next().unwrap(), "2026-11,a,,,apollo,2,4,6,0.000015");
+    }
+
+    #[test]
+    fn the_first_days_forecast_projects_today_so_far() {
+        let mut d = BTreeMap::new();
+        // Six hours into day 1, $3 spent: $12 a day, $360 in 30 days.
+        d.insert(1, 3_000_000);
+        let f = forecast(&d, 1, 30, 6 * 3600);
+        assert_eq!(f.month_end, 360_000_000);
+        assert_eq!(f.basis, ForecastBasis::TodaySoFar { hours: 6 });
+        // The first minutes count as an hour; nothing spent forecasts 0.
+        assert_eq!(forecast(&d, 1, 30, 60).month_end, 3_000_000 * 24 * 30);
+        assert_eq!(forecast(&BTreeMap::new(), 1, 31, 60).month_end, 0);
+        // From day 2 it is the complete days' average.
+        d.insert(2, 0);
+        let f = forecast(&d, 2, 30, 100);
+        assert_eq!(Some(f.month_end), forecast_month_end(&d, 2, 30));
+        assert_eq!(f.basis, ForecastBasis::CompleteDays(1));
     }
 
     #[test]

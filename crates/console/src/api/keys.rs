@@ -1,5 +1,5 @@
 use super::extract::{Body, Params};
-use super::{require, valid_limits};
+use super::{known_models, require, valid_limits};
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
 use axum::extract::State;
@@ -53,6 +53,7 @@ pub async fn issue(
     if k.expires_at.is_some_and(|t| t <= Utc::now()) {
         return Err(ApiError::field("expires_at", "err.past"));
     }
+    known_models(cp, k.allowed_models.as_deref()).await?;
     let key = keys::generate();
     let new = NewKey {
         tenant_id: tenant.to_string(),

@@ -5,6 +5,7 @@ pub mod bills;
 pub mod deployments;
 pub mod extract;
 pub mod keys;
+pub mod limits;
 pub mod models;
 pub mod pool;
 pub mod quota_requests;
@@ -60,6 +61,24 @@ pub fn valid_id(field: &'static str, id: &str) -> Result<(), ApiError> {
 pub fn valid_limits(l: &domain::Limits) -> Result<(), ApiError> {
     l.validate()
         .map_err(|e| ApiError::field(e.field, "err.negative"))
+}
+
+/// Every model of an allowed-models list is one the gateway serves; the
+/// refusal names the first unknown one's place (`allowed_models[1]`).
+pub async fn known_models(
+    cp: &crate::ControlPlane,
+    models: Option<&[String]>,
+) -> Result<(), ApiError> {
+    for (index, m) in models.unwrap_or_default().iter().enumerate() {
+        if !cp.store.model_exists(m).await? {
+            return Err(ApiError::Element {
+                field: "allowed_models",
+                index,
+                key: "err.unknown_allowed_model",
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Model ids are wider than tenant ids (`gpt-4o-mini`, `org/model:tag`).

@@ -1,5 +1,5 @@
 use super::extract::{Body, Params};
-use super::{require, require_platform_admin, valid_id, valid_limits};
+use super::{known_models, require, require_platform_admin, valid_id, valid_limits};
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
 use axum::extract::State;
@@ -75,6 +75,7 @@ pub async fn create_tenant(
         clamp_max_tokens: t.clamp_max_tokens,
     };
     check(&row)?;
+    known_models(cp, row.allowed_models.as_deref()).await?;
     cp.store.create_tenant(&actor.label(), &row).await?;
     Ok(row)
 }
@@ -164,6 +165,7 @@ pub async fn update_tenant(
         t.clamp_max_tokens = v;
     }
     check(&t)?;
+    known_models(cp, t.allowed_models.as_deref()).await?;
     cp.store.update_tenant(&actor.label(), &t, before).await?;
     Ok(t)
 }
@@ -224,6 +226,7 @@ pub async fn create_app_in(
     }
     valid_limits(&a.limits)?;
     valid_attribution(&a.attribution)?;
+    known_models(cp, a.allowed_models.as_deref()).await?;
     if !cp.store.tenant_exists(actor.scope(), tenant).await? {
         return Err(ApiError::NotFound(format!("tenant {tenant}")));
     }

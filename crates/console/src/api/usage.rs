@@ -37,6 +37,48 @@ pub struct MonthUsage {
     pub borrow_cap_tokens: i64,
 }
 
+/// A tenant's budgets in a month at `now`: the effective limits (base +
+/// approved grants unexpired at `now` + quota borrowed in the month, the
+/// rule of `domain::limits::effective`), and the grants' and borrowings'
+/// part of them.
+pub struct Budgets {
+    pub effective: domain::Limits,
+    /// (tokens, micro-USD) of the approved grants in force.
+    pub granted: (i64, i64),
+    pub borrowed: limits::Borrowed,
+}
+
+pub async fn budgets(
+    cp: &ControlPlane,
+    scope: &store::TenantScope,
+    t: &store::TenantRow,
+    period: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Budgets, ApiError> {
+    let grants: Vec<_> = cp
+        .store
+        .active_grants(scope)
+        .await?
+        .iter()
+        .filter(|g| g.tenant_id == t.id && g.app_id.is_none())
+        .map(|g| g.grant())
+        .collect();
+    let granted = limits::granted(&grants, now);
+    let (tokens, cost_micro) = cp
+        .store
+        .borrowed(scope)
+        .await?
+        .iter()
+        .find(|b| b.tenant_id == t.id && b.period == period)
+        .map_or((0, 0), |b| (b.tokens, b.cost_micro));
+    let borrowed = limits::Borrowed { tokens, cost_micro };
+    Ok(Budgets {
+        effective: limits::effective(&t.limits, &grants, borrowed, now),
+        granted,
+        borrowed,
+    })
+}
+
 /// A tenant's month, for a person whose scope covers it (404 otherwise).
 pub async fn month_usage(
     cp: &ControlPlane,
@@ -55,31 +97,14 @@ pub async fn month_usage(
     if domain::period::parse_month(&period).is_none() {
         return Err(ApiError::field("period", "err.bad_time"));
     }
-    let grants: Vec<_> = cp
-        .store
-        .active_grants(scope)
-        .await?
-        .iter()
-        .filter(|g| g.tenant_id == id && g.app_id.is_none())
-        .map(|g| g.grant())
-        .collect();
-    let (granted_tokens, granted_cost) = limits::granted(&grants, now);
+    let b = budgets(cp, scope, &t, &period, now).await?;
+    let (granted_tokens, granted_cost) = b.granted;
+    let (borrowed_tokens, borrowed_cost) = (b.borrowed.tokens, b.borrowed.cost_micro);
+    let eff = b.effective;
     let c = cp.quota.month_counters(id, &period).await.map_err(|e| {
         tracing::warn!(error = %e, "usage: quota store unavailable");
         ApiError::Internal
     })?;
-    let (borrowed_tokens, borrowed_cost) = cp
-        .store
-        .borrowed(scope)
-        .await?
-        .iter()
-        .find(|b| b.tenant_id == id && b.period == period)
-        .map_or((0, 0), |b| (b.tokens, b.cost_micro));
-    let borrowed = limits::Borrowed {
-        tokens: borrowed_tokens,
-        cost_micro: borrowed_cost,
-    };
-    let eff = limits::effective(&t.limits, &grants, borrowed, now);
     Ok(MonthUsage {
         tenant_id: id.to_string(),
         period,

@@ -61,7 +61,7 @@ impl IntoResponse for PageError {
                     ApiError::NotFound(m) => ("error.not_found", Some(m.clone())),
                     ApiError::Conflict(_) => ("error.conflict", None),
                     ApiError::BadRequest(m) => ("error.bad_request", Some(m.clone())),
-                    ApiError::Field { .. } | ApiError::Invalid { .. } => {
+                    ApiError::Field { .. } | ApiError::Element { .. } | ApiError::Invalid { .. } => {
                         ("error.bad_request", Some(e.to_string()))
                     }
                     ApiError::TooManyAttempts(_) => ("error.too_many", None),

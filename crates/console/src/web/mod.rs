@@ -245,6 +245,24 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
             "/console/tenants/{id}",
             get(tenants::show).post(tenants::update),
         )
+        .route("/console/tenants/{id}/limits", get(limits::tenant))
+        .route(
+            "/console/tenants/{id}/limits/{version}/restore",
+            post(limits::tenant_restore),
+        )
+        .route(
+            "/console/tenants/{id}/apps/{app}/limits",
+            get(limits::app),
+        )
+        .route(
+            "/console/tenants/{id}/apps/{app}/limits/{version}/restore",
+            post(limits::app_restore),
+        )
+        .route("/console/keys/{id}/limits", get(limits::key))
+        .route(
+            "/console/keys/{id}/limits/{version}/restore",
+            post(limits::key_restore),
+        )
         .route("/console/apps", get(apps::pick))
         .route(
             "/console/tenants/{id}/apps",

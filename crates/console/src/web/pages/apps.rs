@@ -1,7 +1,9 @@
 //! Apps & keys of one tenant: create apps, issue keys (the plaintext is in
 //! the answer to the issue request and nowhere else), revoke keys.
 
-use super::{form_error, limits_summary, time, when, FieldError, LimitsForm};
+use super::{
+    form_error, limits_summary, model_problems, split_list, time, when, FieldError, LimitsForm,
+};
 use crate::api::keys::{self as key_svc, KeyIn};
 use crate::api::tenants::{self as svc, AppIn};
 use crate::error::ApiError;
@@ -82,6 +84,7 @@ pub struct AppForm {
     name: String,
     #[serde(flatten)]
     limits: LimitsForm,
+    allowed_models: String,
 }
 
 #[derive(Template)]
@@ -151,7 +154,7 @@ pub async fn create(
         id: f.id.trim().to_string(),
         name: f.name.trim().to_string(),
         limits,
-        allowed_models: None,
+        allowed_models: split_list(&f.allowed_models),
         attribution: Default::default(),
     });
     let result = match input {
@@ -163,7 +166,9 @@ pub async fn create(
     match result {
         Ok(()) => Ok(Redirect::to(&format!("/console/tenants/{tenant}/apps")).into_response()),
         Err(e) => {
-            let errors = form_error(e)?.and(f.limits.problems());
+            let mut more = f.limits.problems();
+            more.extend(model_problems(&cp, &f.allowed_models).await);
+            let errors = form_error(e)?.and(more);
             let page = apps_page(&cp, &s, &tenant, f, errors).await?;
             Ok((StatusCode::UNPROCESSABLE_ENTITY, render(page)?).into_response())
         }
@@ -175,6 +180,7 @@ pub async fn create(
 pub struct KeyForm {
     name: String,
     expires_at: String,
+    allowed_models: String,
 }
 
 #[derive(Template)]
@@ -212,7 +218,7 @@ pub async fn issue_key(
         name: f.name.trim().to_string(),
         expires_at,
         limits: Default::default(),
-        allowed_models: None,
+        allowed_models: split_list(&f.allowed_models),
     });
     let result = match input {
         Ok(k) => key_svc::issue(&cp, &s.actor, &tenant, &app, k).await,
@@ -242,7 +248,7 @@ pub async fn issue_key(
                 c: Chrome::new(&s, "nav.apps", "/console/apps"),
                 tenant,
                 app,
-                key_errors: form_error(e)?,
+                key_errors: form_error(e)?.and(model_problems(&cp, &f.allowed_models).await),
             };
             let html = fragment_or_page(&s, "nav.apps", "/console/apps", frag)?;
             return Ok((StatusCode::UNPROCESSABLE_ENTITY, html).into_response());

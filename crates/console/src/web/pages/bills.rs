@@ -12,7 +12,7 @@ use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
 use billing::BillingError;
-use domain::bill::{attributed_lines, forecast_month_end, DayRow, DrillBy, GroupBy};
+use domain::bill::{attributed_lines, forecast, DayRow, DrillBy, Forecast, ForecastBasis, GroupBy};
 use domain::roles::Role;
 use domain::MicroUsd;
 use serde::Deserialize;
@@ -71,59 +71,132 @@ pub struct AttributedRow {
     pub cost: String,
 }
 
-/// One line of a chart: an SVG `points` list ("x,y x,y …", numbers only).
+/// One value of a chart, where it is drawn and what hovering it says.
+pub struct Dot {
+    pub x: i64,
+    pub y: i64,
+    /// The SVG `<title>`: the day and the amount ("2026-12-03: $12.34").
+    pub title: String,
+}
+
+/// One line of a chart: an SVG `points` list ("x,y x,y …", numbers only)
+/// and a dot with a hover title at each value.
 pub struct Series {
+    /// Shown on hover of the line ("" for none).
     pub name: String,
     pub color: &'static str,
     pub points: String,
     pub dashed: bool,
+    pub dots: Vec<Dot>,
 }
 
-/// A line chart, already laid out in SVG units.
+/// A line chart, already laid out in SVG units (the SVG scales to its
+/// container: viewBox, width 100%).
 pub struct LineChart {
     pub width: i64,
     pub height: i64,
     pub series: Vec<Series>,
     /// (x, label) under the axis.
     pub x_labels: Vec<(i64, String)>,
-    pub y_top: String,
-    pub y_bottom: String,
+    /// (y, label) beside the axis, bottom to top, with a grid line each.
+    pub y_ticks: Vec<(i64, String)>,
 }
 
 const W: i64 = 640;
 const H: i64 = 220;
 const PAD: i64 = 40;
+/// Left of the plot: room for the amounts of the y axis.
+const LEFT: i64 = 72;
 const COLORS: [&str; 8] = [
     "#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#4b5563",
 ];
 
-/// Lays out day-indexed values (day 1..=days) between `lo` and `hi`.
-fn points(values: &[(u32, i64)], days: u32, lo: i64, hi: i64) -> String {
+/// Where day `d` (1-based) and value `v` are drawn, between `lo` and `hi`.
+fn xy(d: u32, v: i64, days: u32, lo: i64, hi: i64) -> (i64, i64) {
     let span = (hi - lo).max(1) as f64;
-    values
+    let x = LEFT + ((d as i64 - 1) * (W - LEFT - PAD)) / (days.max(2) as i64 - 1);
+    let y = H - PAD - (((v - lo) as f64 / span) * (H - 2 * PAD) as f64).round() as i64;
+    (x, y)
+}
+
+/// A series of day-indexed values; each dot's title is its day and amount.
+fn series(
+    name: String,
+    color: &'static str,
+    dashed: bool,
+    values: &[(u32, i64)],
+    (days, lo, hi): (u32, i64, i64),
+    title: impl Fn(u32, i64) -> String,
+) -> Series {
+    let dots: Vec<Dot> = values
         .iter()
         .map(|(d, v)| {
-            let x = PAD + ((*d as i64 - 1) * (W - 2 * PAD)) / (days.max(2) as i64 - 1);
-            let y = H - PAD - (((*v - lo) as f64 / span) * (H - 2 * PAD) as f64).round() as i64;
-            format!("{x},{y}")
+            let (x, y) = xy(*d, *v, days, lo, hi);
+            Dot {
+                x,
+                y,
+                title: title(*d, *v),
+            }
         })
-        .collect::<Vec<_>>()
-        .join(" ")
+        .collect();
+    Series {
+        name,
+        color,
+        points: dots
+            .iter()
+            .map(|p| format!("{},{}", p.x, p.y))
+            .collect::<Vec<_>>()
+            .join(" "),
+        dashed,
+        dots,
+    }
 }
 
 fn x_labels(days: u32) -> Vec<(i64, String)> {
     [1, 8, 15, 22, days]
         .into_iter()
         .filter(|d| *d <= days)
-        .map(|d| {
-            let x = PAD + ((d as i64 - 1) * (W - 2 * PAD)) / (days.max(2) as i64 - 1);
-            (x, d.to_string())
+        .map(|d| (xy(d, 0, days, 0, 1).0, d.to_string()))
+        .collect()
+}
+
+/// Five amounts from `lo` to `hi` (quarters), where they are drawn.
+fn y_ticks(lo: i64, hi: i64) -> Vec<(i64, String)> {
+    (0..=4)
+        .map(|i| {
+            let v = lo + (hi - lo) * i / 4;
+            (xy(1, v, 2, lo, hi).1, MicroUsd(v).shown())
         })
         .collect()
 }
 
-/// Daily spend per department: one line per tenant.
-pub fn daily_spend_chart(rows: &[DayRow], days: u32) -> LineChart {
+/// The smallest of 1, 2, 4, 5, 8 × 10^k micro-USD at or above `v` (and at
+/// least a cent): an axis top whose quarters read as round amounts.
+fn nice_top(v: i64) -> i64 {
+    let mut p: i64 = 1;
+    loop {
+        for m in [1, 2, 4, 5, 8] {
+            let top = m * p;
+            if top >= v.max(10_000) {
+                return top;
+            }
+        }
+        p = p.saturating_mul(10);
+        if p >= i64::MAX / 10 {
+            return v;
+        }
+    }
+}
+
+/// `2026-12-03`: the period's day `d`.
+fn day_of(period: &str, d: u32) -> String {
+    format!("{period}-{d:02}")
+}
+
+/// Daily spend per department: one line per tenant, for the days that
+/// have been (`shown` = today in the current month, the whole month once
+/// over, none for a future month) — days to come are not drawn as $0.
+pub fn daily_spend_chart(rows: &[DayRow], period: &str, days: u32, shown: u32) -> LineChart {
     let mut by: BTreeMap<&str, BTreeMap<u32, i64>> = BTreeMap::new();
     for r in rows {
         let d: u32 = r.day.get(8..).and_then(|d| d.parse().ok()).unwrap_or(1);
@@ -133,37 +206,52 @@ pub fn daily_spend_chart(rows: &[DayRow], days: u32) -> LineChart {
         .values()
         .flat_map(|m| m.values().copied())
         .max()
-        .unwrap_or(0)
-        .max(1);
-    let series = by
+        .unwrap_or(0);
+    let max = nice_top(max);
+    let lines = by
         .iter()
         .enumerate()
         .map(|(i, (t, m))| {
-            let vals: Vec<(u32, i64)> = (1..=days)
+            let vals: Vec<(u32, i64)> = (1..=shown.min(days))
                 .map(|d| (d, m.get(&d).copied().unwrap_or(0)))
                 .collect();
-            Series {
-                name: t.to_string(),
-                color: COLORS[i % COLORS.len()],
-                points: points(&vals, days, 0, max),
-                dashed: false,
-            }
+            series(
+                t.to_string(),
+                COLORS[i % COLORS.len()],
+                false,
+                &vals,
+                (days, 0, max),
+                |d, v| format!("{t} · {}: {}", day_of(period, d), MicroUsd(v).shown()),
+            )
         })
         .collect();
     LineChart {
         width: W,
         height: H,
-        series,
+        series: lines,
         x_labels: x_labels(days),
-        y_top: MicroUsd(max).shown(),
-        y_bottom: MicroUsd::ZERO.shown(),
+        y_ticks: y_ticks(0, max),
     }
 }
 
+/// The burn-down's two lines, named in the reader's language.
+pub struct BurnNames<'a> {
+    pub remaining: &'a str,
+    pub forecast: &'a str,
+}
+
 /// Budget burn-down of one tenant: remaining budget after each day so far
-/// (solid) and, from today, the forecast at the average complete day
-/// (dashed). `today` = days shown as actual (the whole month once closed).
-pub fn burndown_chart(daily: &BTreeMap<u32, i64>, budget: i64, today: u32, days: u32) -> LineChart {
+/// (solid) and, from today, the forecast's remaining budget to the month's
+/// end (dashed). `budget` is the month's effective budget (base + approved
+/// grants + borrowed); `today` = days shown as actual (the whole month once
+/// closed).
+pub fn burndown_chart(
+    daily: &BTreeMap<u32, i64>,
+    budget: i64,
+    (period, today, days): (&str, u32, u32),
+    fc: Option<Forecast>,
+    names: BurnNames<'_>,
+) -> LineChart {
     let mut remaining = budget;
     let mut actual: Vec<(u32, i64)> = vec![];
     for d in 1..=today.min(days) {
@@ -171,17 +259,15 @@ pub fn burndown_chart(daily: &BTreeMap<u32, i64>, budget: i64, today: u32, days:
         actual.push((d, remaining));
     }
     let mut forecast = vec![];
-    if today < days {
-        if let Some(end) = forecast_month_end(daily, today, days) {
-            let spent: i64 = daily.range(..=today).map(|(_, v)| *v).sum();
-            let left = (end - spent) as f64 / (days - today) as f64;
-            forecast.push((today, budget - spent));
-            for d in today + 1..=days {
-                forecast.push((
-                    d,
-                    budget - spent - (left * (d - today) as f64).round() as i64,
-                ));
-            }
+    if let Some(end) = fc.filter(|_| today < days).map(|f| f.month_end) {
+        let spent: i64 = daily.range(..=today).map(|(_, v)| *v).sum();
+        let left = (end - spent) as f64 / (days - today) as f64;
+        forecast.push((today, budget - spent));
+        for d in today + 1..=days {
+            forecast.push((
+                d,
+                budget - spent - (left * (d - today) as f64).round() as i64,
+            ));
         }
     }
     let lo = actual
@@ -191,33 +277,35 @@ pub fn burndown_chart(daily: &BTreeMap<u32, i64>, budget: i64, today: u32, days:
         .min()
         .unwrap_or(0)
         .min(0);
-    let mut series = vec![Series {
-        name: "remaining".into(),
-        color: COLORS[0],
-        points: points(&actual, days, lo, budget),
-        dashed: false,
-    }];
+    let frame = (days, lo, budget);
+    let title = |d: u32, v: i64| format!("{}: {}", day_of(period, d), MicroUsd(v).shown());
+    let mut out = vec![series(
+        names.remaining.to_string(),
+        COLORS[0],
+        false,
+        &actual,
+        frame,
+        title,
+    )];
     if !forecast.is_empty() {
-        series.push(Series {
-            name: "forecast".into(),
-            color: COLORS[1],
-            points: points(&forecast, days, lo, budget),
-            dashed: true,
-        });
+        out.push(series(
+            names.forecast.to_string(),
+            COLORS[1],
+            true,
+            &forecast,
+            frame,
+            title,
+        ));
     }
-    series.push(Series {
-        name: "zero".into(),
-        color: "#9ca3af",
-        points: points(&[(1, 0), (days, 0)], days, lo, budget),
-        dashed: true,
-    });
+    let mut zero = series(String::new(), "#9ca3af", true, &[(1, 0), (days, 0)], frame, title);
+    zero.dots.clear();
+    out.push(zero);
     LineChart {
         width: W,
         height: H,
-        series,
+        series: out,
         x_labels: x_labels(days),
-        y_top: MicroUsd(budget).shown(),
-        y_bottom: MicroUsd(lo).shown(),
+        y_ticks: y_ticks(lo, budget),
     }
 }
 
@@ -251,7 +339,11 @@ struct BillsPage {
     burndown: Option<LineChart>,
     burndown_tenant: String,
     forecast: String,
+    /// Translation key of the forecast's basis ("" without a forecast).
+    forecast_basis: &'static str,
+    forecast_hours: u32,
     budget: String,
+    budget_grants: String,
 }
 
 fn money(m: MicroUsd) -> String {
@@ -343,26 +435,19 @@ pub async fn show(
     let burn_tenant = tenant
         .clone()
         .or_else(|| bill.tenants.first().map(|t| t.tenant_id.clone()));
-    let (mut burndown, mut forecast, mut budget) = (None, String::new(), String::new());
+    // Days that have been: today in the current month, all of a past one,
+    // none of a future one (not drawn as $0).
+    use domain::period::MonthPhase;
+    let phase = domain::period::month_phase(&cp.clock.month(now), &period);
+    let today = match phase {
+        Some(MonthPhase::Current) => cp.clock.day_of_month(now),
+        Some(MonthPhase::Future) => 0,
+        _ => days,
+    };
+    let mut burn = Burn::default();
     if let Some(t) = &burn_tenant {
         if let Some(row) = cp.store.tenant(&scope, t).await? {
-            if let Some(b) = row.limits.monthly_cost_usd {
-                let mut daily: BTreeMap<u32, i64> = BTreeMap::new();
-                for r in day_rows.iter().filter(|r| &r.tenant_id == t) {
-                    let d: u32 = r.day.get(8..).and_then(|d| d.parse().ok()).unwrap_or(1);
-                    *daily.entry(d).or_default() += r.totals.cost_micro;
-                }
-                let today = if cp.clock.month(now) == period {
-                    cp.clock.day_of_month(now)
-                } else {
-                    days
-                };
-                if let Some(fc) = forecast_month_end(&daily, today, days) {
-                    forecast = money(MicroUsd(fc));
-                }
-                budget = money(b);
-                burndown = Some(burndown_chart(&daily, b.0, today, days));
-            }
+            burn = burn_down(&cp, &s, &scope, &row, &day_rows, (&period, today, days), now).await?;
         }
     }
     let staff = s.actor.role != Role::TenantAdmin;
@@ -385,14 +470,14 @@ pub async fn show(
     } else {
         format!("period={period}&tenant={tenant_q}")
     };
-    use domain::period::MonthPhase;
-    let state = match domain::period::month_phase(&cp.clock.month(now), &period) {
+    let state = match phase {
         _ if bill.state == "closed" => "bills.state_closed",
         Some(MonthPhase::Current) => "bills.state_current",
         Some(MonthPhase::Previous) => "bills.state_previous",
         _ => "",
     };
     let start = cp.clock.month_bounds(&period).map_or(now, |b| b.0);
+    let daily = daily_spend_chart(&day_rows, &period, days, today);
     render(BillsPage {
         c: Chrome::new(&s, "nav.bills", "/console/bills"),
         state,
@@ -441,11 +526,79 @@ pub async fn show(
             .collect(),
         tag_keys,
         query,
-        daily: daily_spend_chart(&day_rows, days),
-        burndown,
+        daily,
+        burndown: burn.chart,
         burndown_tenant: burn_tenant.unwrap_or_default(),
-        forecast,
-        budget,
+        forecast: burn.forecast,
+        forecast_basis: burn.basis,
+        forecast_hours: burn.hours,
+        budget: burn.budget,
+        budget_grants: burn.grants,
+    })
+}
+
+/// The burn-down of one tenant and what the page says under it.
+#[derive(Default)]
+struct Burn {
+    chart: Option<LineChart>,
+    budget: String,
+    /// The approved grants in the budget ("" when none).
+    grants: String,
+    forecast: String,
+    /// Translation key of what the forecast is based on.
+    basis: &'static str,
+    /// Complete days or hours of today the forecast reads.
+    hours: u32,
+}
+
+/// The tenant's burn-down against its effective monthly cost budget (base
+/// + approved grants + borrowed, as the gateway enforces it), if it has one.
+async fn burn_down(
+    cp: &ControlPlane,
+    s: &Session,
+    scope: &store::TenantScope,
+    t: &store::TenantRow,
+    day_rows: &[DayRow],
+    (period, today, days): (&str, u32, u32),
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Burn, PageError> {
+    let b = crate::api::usage::budgets(cp, scope, t, period, now).await?;
+    let Some(budget) = b.effective.monthly_cost_usd else {
+        return Ok(Burn::default());
+    };
+    let mut daily: BTreeMap<u32, i64> = BTreeMap::new();
+    for r in day_rows.iter().filter(|r| r.tenant_id == t.id) {
+        let d: u32 = r.day.get(8..).and_then(|d| d.parse().ok()).unwrap_or(1);
+        *daily.entry(d).or_default() += r.totals.cost_micro;
+    }
+    // A forecast only while the month runs: seconds of today gone, in
+    // platform time.
+    let fc: Option<Forecast> = (today > 0 && today < days).then(|| {
+        let start = cp
+            .clock
+            .day_bounds(&format!("{period}-{today:02}"))
+            .map_or(now, |b| b.0);
+        let secs = (now - start).num_seconds().clamp(0, 86_400) as u32;
+        forecast(&daily, today, days, secs)
+    });
+    let (basis, hours) = match fc.map(|f| f.basis) {
+        Some(ForecastBasis::CompleteDays(n)) => ("bills.forecast_days", n),
+        Some(ForecastBasis::TodaySoFar { hours }) => ("bills.forecast_today", hours),
+        None => ("", 0),
+    };
+    let names = BurnNames {
+        remaining: s.lang.t("bills.remaining"),
+        forecast: s.lang.t("bills.forecast"),
+    };
+    Ok(Burn {
+        chart: Some(burndown_chart(&daily, budget.0, (period, today, days), fc, names)),
+        budget: money(budget),
+        grants: (b.granted.1 > 0)
+            .then(|| money(MicroUsd(b.granted.1)))
+            .unwrap_or_default(),
+        forecast: fc.map(|f| money(MicroUsd(f.month_end))).unwrap_or_default(),
+        basis,
+        hours,
     })
 }
 
@@ -639,12 +792,18 @@ pub async fn notices(
 mod tests {
     use super::*;
 
+    const NAMES: BurnNames<'static> = BurnNames {
+        remaining: "left",
+        forecast: "fc",
+    };
+
     #[test]
     fn burndown_falls_by_the_daily_spend_and_forecasts_the_rest() {
         let mut d = BTreeMap::new();
         d.insert(1, 100);
         d.insert(2, 100);
-        let c = burndown_chart(&d, 1000, 3, 10);
+        let fc = forecast(&d, 3, 10, 3600);
+        let c = burndown_chart(&d, 1000, ("2026-12", 3, 10), Some(fc), NAMES);
         assert_eq!(c.series.len(), 3);
         assert_eq!(c.series[0].points.split(' ').count(), 3, "days 1..=3");
         assert_eq!(c.series[1].points.split(' ').count(), 8, "today..=10");
@@ -652,7 +811,56 @@ mod tests {
             .points
             .bytes()
             .all(|b| b.is_ascii_digit() || b == b',' || b == b' ' || b == b'-')));
-        let daily = daily_spend_chart(&[], 30);
+        // Hover titles: the day and the budget left after it.
+        assert_eq!(c.series[0].dots[1].title, "2026-12-02: $0.0008");
+        assert!(c.series[2].dots.is_empty(), "the zero line has no values");
+        // Five amounts on the y axis, bottom to top.
+        assert_eq!(c.y_ticks.len(), 5);
+        assert!(c.y_ticks.windows(2).all(|w| w[0].0 > w[1].0));
+        let daily = daily_spend_chart(&[], "2026-12", 30, 30);
         assert!(daily.series.is_empty());
+    }
+
+    #[test]
+    fn the_daily_axis_tops_at_a_round_amount() {
+        assert_eq!(nice_top(0), 10_000, "a cent at least");
+        assert_eq!(nice_top(2_479_135), 4_000_000);
+        assert_eq!(nice_top(5_000_000), 5_000_000);
+        assert_eq!(nice_top(5_000_001), 8_000_000);
+        let labels: Vec<String> = y_ticks(0, nice_top(2_479_135)).into_iter().map(|t| t.1).collect();
+        assert_eq!(labels, ["$0.00", "$1.00", "$2.00", "$3.00", "$4.00"]);
+    }
+
+    #[test]
+    fn the_first_days_burndown_has_a_forecast() {
+        let mut d = BTreeMap::new();
+        d.insert(1, 50);
+        let fc = forecast(&d, 1, 30, 2 * 3600);
+        let c = burndown_chart(&d, 100_000, ("2026-12", 1, 30), Some(fc), NAMES);
+        assert_eq!(c.series[1].name, "fc");
+        assert_eq!(c.series[1].dots.len(), 30, "today..=30");
+    }
+
+    #[test]
+    fn days_to_come_are_not_drawn() {
+        let row = |day: &str, cost| DayRow {
+            tenant_id: "t".into(),
+            app_id: "a".into(),
+            model: "m".into(),
+            day: day.into(),
+            tags: Default::default(),
+            totals: domain::bill::Totals {
+                cost_micro: cost,
+                ..Default::default()
+            },
+        };
+        let rows = [row("2026-12-01", 1_000_000), row("2026-12-03", 2_500_000)];
+        let c = daily_spend_chart(&rows, "2026-12", 31, 3);
+        let dots = &c.series[0].dots;
+        assert_eq!(dots.len(), 3, "days 1..=3, none after today");
+        assert_eq!(dots[0].title, "t · 2026-12-01: $1.00");
+        assert_eq!(dots[1].title, "t · 2026-12-02: $0.00");
+        assert_eq!(dots[2].title, "t · 2026-12-03: $2.50");
+        assert!(daily_spend_chart(&rows, "2026-12", 31, 0).series[0].dots.is_empty());
     }
 }

@@ -7,6 +7,7 @@ pub mod bills;
 pub mod borrowing;
 pub mod dashboard;
 pub mod deployments;
+pub mod limits;
 pub mod models;
 pub mod quota;
 pub mod requests;
@@ -48,7 +49,7 @@ impl FieldError {
     /// Adds the problems of `more` for fields not already in error.
     pub fn and(mut self, more: Vec<ApiError>) -> FieldError {
         for e in more {
-            if let ApiError::Field { field, key } = e {
+            if let ApiError::Field { field, key } | ApiError::Element { field, key, .. } = e {
                 if self.on(field).is_none() {
                     self.items.push((field, key));
                 }
@@ -61,7 +62,9 @@ impl FieldError {
 /// A service error a form can show next to a field, or a page error.
 pub fn form_error(e: ApiError) -> Result<FieldError, PageError> {
     match e {
-        ApiError::Field { field, key } => Ok(FieldError::at(field, key)),
+        ApiError::Field { field, key } | ApiError::Element { field, key, .. } => {
+            Ok(FieldError::at(field, key))
+        }
         ApiError::Conflict(_) => Ok(FieldError::at("id", "err.exists")),
         e => Err(e.into()),
     }
@@ -120,6 +123,16 @@ pub fn split_list(v: &str) -> Option<Vec<String>> {
         .map(String::from)
         .collect();
     (!items.is_empty()).then_some(items)
+}
+
+/// The refusal of an allowed-models field as typed, if it names a model
+/// the gateway does not serve (to show beside the form's other errors).
+pub async fn model_problems(cp: &crate::ControlPlane, v: &str) -> Vec<ApiError> {
+    crate::api::known_models(cp, split_list(v).as_deref())
+        .await
+        .err()
+        .into_iter()
+        .collect()
 }
 
 /// The limit fields every limits form carries, as typed.

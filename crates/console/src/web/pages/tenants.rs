@@ -2,7 +2,9 @@
 //! admins create and edit; everyone else reads what their role may see.
 
 use super::dashboard::UsageLine;
-use super::{form_error, int, limits_summary, split_list, FieldError, LimitsForm};
+use super::{
+    form_error, int, limits_summary, model_problems, split_list, FieldError, LimitsForm,
+};
 use crate::api::tenants::{self as svc, TenantIn, TenantPatch};
 use crate::api::usage;
 use crate::error::ApiError;
@@ -205,7 +207,9 @@ pub async fn create(
             Ok(Redirect::to(&to).into_response())
         }
         Err(e) => {
-            let errors = form_error(e)?.and(f.problems());
+            let mut more = f.problems();
+            more.extend(model_problems(&cp, &f.allowed_models).await);
+            let errors = form_error(e)?.and(more);
             let frag = FormFragment {
                 c: Chrome::new(&s, "tenants.new", "/console/tenants"),
                 form: f,
@@ -280,11 +284,11 @@ pub async fn update(
             f = TenantForm::of(&t);
             (StatusCode::OK, FieldError::default(), true)
         }
-        Err(e) => (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            form_error(e)?.and(f.problems()),
-            false,
-        ),
+        Err(e) => {
+            let mut more = f.problems();
+            more.extend(model_problems(&cp, &f.allowed_models).await);
+            (StatusCode::UNPROCESSABLE_ENTITY, form_error(e)?.and(more), false)
+        }
     };
     f.id = id.clone();
     let frag = FormFragment {

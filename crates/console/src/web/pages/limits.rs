@@ -1,0 +1,270 @@
+//! The limits history of a tenant, an app or a key: each change (who, when,
+//! each limit before → after, reason), and for platform admins a Restore on
+//! every earlier version, with a required reason
+//! (`crate::api::limits::restore`, audited).
+
+use super::{form_error, FieldError};
+use crate::api::limits::{self as svc, LimitVersion};
+use crate::web::{render, Chrome, PageError, Session};
+use crate::ControlPlane;
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::Form;
+use domain::MicroUsd;
+use serde::Deserialize;
+use std::sync::Arc;
+use store::LimitsOwner;
+use uuid::Uuid;
+
+/// One limit a version changed, labelled and formatted.
+pub struct ChangeLine {
+    pub field: String,
+    /// Translation key of the limit's label (`limits.rpm`; "" for a field
+    /// the console has no label for: its name is shown).
+    pub label: &'static str,
+    pub before: String,
+    pub after: String,
+}
+
+pub struct VersionLine {
+    pub id: i64,
+    pub at: String,
+    pub actor: String,
+    /// Translation key: created / changed / restored.
+    pub what: &'static str,
+    pub reason: String,
+    pub changes: Vec<ChangeLine>,
+    pub current: bool,
+}
+
+/// A limit's value as the console shows it (money as an amount).
+fn shown(field: &str, v: &str) -> String {
+    let money = field.ends_with("_usd");
+    match (money, MicroUsd::from_usd_str(v)) {
+        (true, Ok(m)) => m.shown(),
+        _ => match v.parse::<i64>() {
+            Ok(n) => super::thousands(n),
+            Err(_) => v.to_string(),
+        },
+    }
+}
+
+/// The label of a limit (the limits form's).
+fn label_key(field: &str) -> &'static str {
+    super::LimitsForm::default()
+        .fields()
+        .iter()
+        .find(|(name, _, _)| *name == field)
+        .map_or("", |(_, label, _)| *label)
+}
+
+impl VersionLine {
+    fn of(v: &LimitVersion) -> VersionLine {
+        let what = if v.action.ends_with(".limits_restore") {
+            "limits.restored"
+        } else if v.action.ends_with(".create") {
+            "limits.created"
+        } else {
+            "limits.changed"
+        };
+        VersionLine {
+            id: v.id,
+            at: format!("{} UTC", v.at.get(..19).unwrap_or(&v.at).replace('T', " ")),
+            actor: v.actor.clone(),
+            what,
+            reason: v.reason.clone(),
+            changes: v
+                .changes
+                .iter()
+                .map(|c| ChangeLine {
+                    field: c.field.clone(),
+                    label: label_key(&c.field),
+                    before: shown(&c.field, &c.before),
+                    after: shown(&c.field, &c.after),
+                })
+                .collect(),
+            current: v.current,
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "pages/limits.html")]
+struct HistoryPage {
+    c: Chrome,
+    /// What the history is of (`tenant acme`, `app acme/chat`, `key …`).
+    kind: &'static str,
+    name: String,
+    /// Where this page lives (a restore posts to `{base}/{version}/restore`).
+    base: String,
+    /// Where the owner's own page is.
+    back: String,
+    rows: Vec<VersionLine>,
+    can_restore: bool,
+    errors: FieldError,
+    /// The version whose restore failed (its form shows the error).
+    failed: i64,
+    restored: bool,
+}
+
+struct Owner {
+    owner: LimitsOwner,
+    kind: &'static str,
+    name: String,
+    base: String,
+    back: String,
+}
+
+async fn tenant_owner(cp: &ControlPlane, s: &Session, t: &str) -> Result<Owner, PageError> {
+    Ok(Owner {
+        owner: svc::tenant_owner(cp, &s.actor, t).await?,
+        kind: "common.tenant",
+        name: t.to_string(),
+        base: format!("/console/tenants/{t}/limits"),
+        back: format!("/console/tenants/{t}"),
+    })
+}
+
+async fn app_owner(cp: &ControlPlane, s: &Session, t: &str, a: &str) -> Result<Owner, PageError> {
+    Ok(Owner {
+        owner: svc::app_owner(cp, &s.actor, t, a).await?,
+        kind: "limits.of_app",
+        name: format!("{t}/{a}"),
+        base: format!("/console/tenants/{t}/apps/{a}/limits"),
+        back: format!("/console/tenants/{t}/apps"),
+    })
+}
+
+async fn key_owner(cp: &ControlPlane, s: &Session, id: Uuid) -> Result<Owner, PageError> {
+    let owner = svc::key_owner(cp, &s.actor, id).await?;
+    let back = format!("/console/tenants/{}/apps", owner.tenant());
+    Ok(Owner {
+        owner,
+        kind: "limits.of_key",
+        name: id.to_string(),
+        base: format!("/console/keys/{id}/limits"),
+        back,
+    })
+}
+
+async fn page(
+    cp: &ControlPlane,
+    s: &Session,
+    o: Owner,
+    errors: FieldError,
+    failed: i64,
+    restored: bool,
+) -> Result<HistoryPage, PageError> {
+    let rows = svc::history(cp, &s.actor, &o.owner).await?;
+    Ok(HistoryPage {
+        c: Chrome::new(s, "limits.history", "/console/tenants"),
+        kind: o.kind,
+        name: o.name,
+        base: o.base,
+        back: o.back,
+        rows: rows.iter().map(VersionLine::of).collect(),
+        can_restore: s.actor.is_platform_admin(),
+        errors,
+        failed,
+        restored,
+    })
+}
+
+/// `?restored=1`: the history a restore lands on says it was done.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct Shown {
+    restored: Option<String>,
+}
+
+pub async fn tenant(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path(t): Path<String>,
+    Query(q): Query<Shown>,
+) -> Result<Html<String>, PageError> {
+    let o = tenant_owner(&cp, &s, &t).await?;
+    let done = q.restored.is_some();
+    render(page(&cp, &s, o, FieldError::default(), 0, done).await?)
+}
+
+pub async fn app(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path((t, a)): Path<(String, String)>,
+    Query(q): Query<Shown>,
+) -> Result<Html<String>, PageError> {
+    let o = app_owner(&cp, &s, &t, &a).await?;
+    let done = q.restored.is_some();
+    render(page(&cp, &s, o, FieldError::default(), 0, done).await?)
+}
+
+pub async fn key(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path(id): Path<Uuid>,
+    Query(q): Query<Shown>,
+) -> Result<Html<String>, PageError> {
+    let o = key_owner(&cp, &s, id).await?;
+    let done = q.restored.is_some();
+    render(page(&cp, &s, o, FieldError::default(), 0, done).await?)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct RestoreForm {
+    reason: String,
+}
+
+/// Restores a version and shows the history again (the new entry on top),
+/// or the form's error beside the version tried.
+async fn restore(
+    cp: &ControlPlane,
+    s: &Session,
+    o: Owner,
+    version: i64,
+    f: RestoreForm,
+) -> Result<Response, PageError> {
+    let owner = o.owner.clone();
+    let result = svc::restore(cp, &s.actor, &owner, version, &f.reason).await;
+    match result {
+        // Back to the history (a reload does not restore twice).
+        Ok(_) => Ok(Redirect::to(&format!("{}?restored=1", o.base)).into_response()),
+        Err(e) => {
+            let p = page(cp, s, o, form_error(e)?, version, false).await?;
+            Ok((StatusCode::UNPROCESSABLE_ENTITY, render(p)?).into_response())
+        }
+    }
+}
+
+pub async fn tenant_restore(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path((t, version)): Path<(String, i64)>,
+    Form(f): Form<RestoreForm>,
+) -> Result<Response, PageError> {
+    let o = tenant_owner(&cp, &s, &t).await?;
+    restore(&cp, &s, o, version, f).await
+}
+
+pub async fn app_restore(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path((t, a, version)): Path<(String, String, i64)>,
+    Form(f): Form<RestoreForm>,
+) -> Result<Response, PageError> {
+    let o = app_owner(&cp, &s, &t, &a).await?;
+    restore(&cp, &s, o, version, f).await
+}
+
+pub async fn key_restore(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path((id, version)): Path<(Uuid, i64)>,
+    Form(f): Form<RestoreForm>,
+) -> Result<Response, PageError> {
+    let o = key_owner(&cp, &s, id).await?;
+    restore(&cp, &s, o, version, f).await
+}

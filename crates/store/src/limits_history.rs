@@ -1,0 +1,129 @@
+//! A scope's limits over time, read from the audit log, and restoring an
+//! earlier version (itself audited, with the reason given).
+
+use crate::audit::{append, audit_row};
+use crate::{AuditRow, NewAudit, Result, Store, StoreError, TenantScope};
+use domain::Limits;
+use serde_json::json;
+use sqlx::Row;
+use uuid::Uuid;
+
+/// Whose limits: a tenant, an app of a tenant, or a key of a tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LimitsOwner {
+    Tenant { tenant: String },
+    App { tenant: String, app: String },
+    Key { tenant: String, id: Uuid },
+}
+
+impl LimitsOwner {
+    /// The audit log's name of the owner (`tenant:t`, `app:t/a`, `key:<uuid>`).
+    pub fn target(&self) -> String {
+        match self {
+            LimitsOwner::Tenant { tenant } => format!("tenant:{tenant}"),
+            LimitsOwner::App { tenant, app } => format!("app:{tenant}/{app}"),
+            LimitsOwner::Key { id, .. } => format!("key:{id}"),
+        }
+    }
+
+    pub fn tenant(&self) -> &str {
+        match self {
+            LimitsOwner::Tenant { tenant }
+            | LimitsOwner::App { tenant, .. }
+            | LimitsOwner::Key { tenant, .. } => tenant,
+        }
+    }
+
+    /// `tenant`, `app` or `key`: the audit action's prefix.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LimitsOwner::Tenant { .. } => "tenant",
+            LimitsOwner::App { .. } => "app",
+            LimitsOwner::Key { .. } => "key",
+        }
+    }
+}
+
+/// Rows of the history read at most.
+const HISTORY_ROWS: i64 = 500;
+
+impl Store {
+    /// The audit entries about `owner` that carry limits, newest first
+    /// (none when the scope does not cover the owner's tenant). The caller
+    /// keeps those that changed the limits (`domain::audit::limits_change`).
+    pub async fn limit_history(
+        &self,
+        scope: &TenantScope,
+        owner: &LimitsOwner,
+    ) -> Result<Vec<AuditRow>> {
+        if !scope.covers(owner.tenant()) {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(
+            "SELECT id, at, actor, action, target, before, after, reason, prev_hash, hash FROM audit_log
+             WHERE target = $1 AND jsonb_typeof(after -> 'limits') = 'object'
+             ORDER BY id DESC LIMIT $2",
+        )
+        .bind(owner.target())
+        .bind(HISTORY_ROWS)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(audit_row).collect())
+    }
+
+    /// Sets `owner`'s limits back to an earlier version (audit row `from`),
+    /// audited as `<kind>.limits_restore` with the limits before and after
+    /// and the reason. The catalog listener sees the change like any other.
+    pub async fn restore_limits(
+        &self,
+        actor: &str,
+        owner: &LimitsOwner,
+        limits: &Limits,
+        from: i64,
+        reason: &str,
+    ) -> Result<()> {
+        // (table, the owner's WHERE, its binds after the tenant)
+        let (table, which, second) = match owner {
+            LimitsOwner::Tenant { .. } => ("tenants", "id = $1", None),
+            LimitsOwner::App { app, .. } => ("apps", "tenant_id = $1 AND id = $2", Some(app.clone())),
+            LimitsOwner::Key { id, .. } => (
+                "virtual_keys",
+                "tenant_id = $1 AND id::text = $2",
+                Some(id.to_string()),
+            ),
+        };
+        let select = format!("SELECT limits FROM {table} WHERE {which} FOR UPDATE");
+        let set = if second.is_some() { "$3" } else { "$2" };
+        let update = format!("UPDATE {table} SET limits = {set} WHERE {which}");
+        let after = serde_json::to_value(limits).expect("limits serialise");
+        let mut tx = self.pool.begin().await?;
+        let mut q = sqlx::query(&select).bind(owner.tenant());
+        if let Some(s) = &second {
+            q = q.bind(s);
+        }
+        let before = q
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|r| r.get::<serde_json::Value, _>("limits"))
+            .ok_or_else(|| StoreError::NotFound(owner.target()))?;
+        let mut q = sqlx::query(&update).bind(owner.tenant());
+        if let Some(s) = &second {
+            q = q.bind(s);
+        }
+        q.bind(&after).execute(&mut *tx).await?;
+        append(
+            &mut tx,
+            NewAudit::new(
+                actor,
+                format!("{}.limits_restore", owner.kind()),
+                owner.target(),
+            )
+            .before(json!({"limits": before}))
+            .after(json!({"limits": after, "restored_from": from}))
+            .reason(reason),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
