@@ -35,7 +35,11 @@ async fn walk(env: &TestEnv) -> (server::app::Running, Driver, Ui) {
 fn event(n: u32, day: chrono::NaiveDate, cost: i64) -> UsageEvent {
     let now = Utc::now();
     let noon = Utc.from_utc_datetime(&day.and_hms_opt(12, 0, 0).unwrap());
-    let at = if noon > now { now - chrono::Duration::seconds(30) } else { noon };
+    let at = if noon > now {
+        now - chrono::Duration::seconds(30)
+    } else {
+        noon
+    };
     let started = at.timestamp_millis();
     UsageEvent {
         request_id: format!("chart_{n}"),
@@ -138,7 +142,8 @@ async fn chart_values_match_the_ledger_no_future_day_is_drawn_and_the_forecast_s
     assert_eq!(ledger.len() as u32, today.day());
 
     ui.login("admin@x.io", None).await;
-    ui.go(&format!("/console/bills?period={period}&tenant=t")).await;
+    ui.go(&format!("/console/bills?period={period}&tenant=t"))
+        .await;
     ui.wait("#daily-chart svg").await;
 
     // Hover values: one per day so far, each the ledger's figure.
@@ -152,7 +157,10 @@ async fn chart_values_match_the_ledger_no_future_day_is_drawn_and_the_forecast_s
     // The burn-down: the budget left after each day, then the forecast.
     let budget_text = ui.text("#burndown-budget").await;
     assert!(budget_text.contains("$120.00"), "{budget_text}");
-    assert!(budget_text.contains("$20.00"), "the grant named: {budget_text}");
+    assert!(
+        budget_text.contains("$20.00"),
+        "the grant named: {budget_text}"
+    );
     let mut left = 120_000_000i64;
     let want: Vec<String> = ledger
         .iter()
@@ -191,7 +199,9 @@ async fn chart_values_match_the_ledger_no_future_day_is_drawn_and_the_forecast_s
     for chart in ["#daily-chart", "#burndown-chart"] {
         let ticks = titles(&ui, &format!("{chart} text.y-tick")).await;
         assert_eq!(ticks.len(), 5, "{chart}: {ticks:?}");
-        assert!(ticks.iter().all(|t| t.starts_with('$') || t.starts_with("-$")));
+        assert!(ticks
+            .iter()
+            .all(|t| t.starts_with('$') || t.starts_with("-$")));
     }
     ui.shot("charts-01-bills").await;
 
@@ -201,11 +211,11 @@ async fn chart_values_match_the_ledger_no_future_day_is_drawn_and_the_forecast_s
     assert_eq!(svg.attr("width").await.unwrap().as_deref(), Some("100%"));
     assert!(svg.attr("viewBox").await.unwrap().is_some());
     ui.c.set_window_size(390, 844).await.unwrap();
-    ui.go(&format!("/console/bills?period={period}&tenant=t")).await;
+    ui.go(&format!("/console/bills?period={period}&tenant=t"))
+        .await;
     ui.wait("#burndown-chart svg").await;
-    let fits = ui
-        .c
-        .execute(
+    let fits =
+        ui.c.execute(
             "const v = document.documentElement.clientWidth;
              return [...document.querySelectorAll('svg.chart')].every(s => {
                const r = s.getBoundingClientRect();

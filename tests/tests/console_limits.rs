@@ -89,11 +89,10 @@ async fn a_rollback_restores_the_tight_limits_on_the_hot_path_and_is_audited() {
         "/console/tenants/t/limits"
     );
     // Newest first: loosened (1 → 1,000), tightened (unlimited → 1), created.
-    let rows = ui
-        .c
-        .find_all(Locator::Css("#limits-history > tbody > tr"))
-        .await
-        .unwrap();
+    let rows =
+        ui.c.find_all(Locator::Css("#limits-history > tbody > tr"))
+            .await
+            .unwrap();
     assert_eq!(rows.len(), 3, "{}", ui.text("#limits-history").await);
     let newest = rows[0].text().await.unwrap();
     assert!(newest.contains("admin@x.io"), "{newest}");
@@ -102,13 +101,20 @@ async fn a_rollback_restores_the_tight_limits_on_the_hot_path_and_is_audited() {
         let rows = &rows;
         async move {
             let row = &rows[i];
-            let f = row
-                .find(Locator::Css("tr[data-field=rpm]"))
-                .await
-                .unwrap();
+            let f = row.find(Locator::Css("tr[data-field=rpm]")).await.unwrap();
             (
-                f.find(Locator::Css(".before")).await.unwrap().text().await.unwrap(),
-                f.find(Locator::Css(".after")).await.unwrap().text().await.unwrap(),
+                f.find(Locator::Css(".before"))
+                    .await
+                    .unwrap()
+                    .text()
+                    .await
+                    .unwrap(),
+                f.find(Locator::Css(".after"))
+                    .await
+                    .unwrap()
+                    .text()
+                    .await
+                    .unwrap(),
             )
         }
     };
@@ -126,15 +132,21 @@ async fn a_rollback_restores_the_tight_limits_on_the_hot_path_and_is_audited() {
     }
 
     // Roll back to the tight version, with a reason.
-    ui.fill(&format!("#restore-{tight} input[name=reason]"), "launch over: back to 1 rpm")
-        .await;
+    ui.fill(
+        &format!("#restore-{tight} input[name=reason]"),
+        "launch over: back to 1 rpm",
+    )
+    .await;
     ui.click(&format!("#restore-{tight} button.restore-version"))
         .await;
     ui.wait("#limits-restored").await;
     let newest = ui.text("#limits-history > tbody > tr:first-child").await;
     assert!(newest.contains("Restored an earlier version"), "{newest}");
     assert!(newest.contains("launch over: back to 1 rpm"), "{newest}");
-    assert!(newest.contains("1,000") && newest.contains("in force"), "{newest}");
+    assert!(
+        newest.contains("1,000") && newest.contains("in force"),
+        "{newest}"
+    );
     ui.shot("limits-02-restored").await;
     let t = env
         .store
@@ -147,7 +159,7 @@ async fn a_rollback_restores_the_tight_limits_on_the_hot_path_and_is_audited() {
     // The hot path: three requests were admitted this minute, so with 1 rpm
     // back in force the next is refused for the tenant's rpm (the catalog
     // reloads on the change; allow it a few seconds).
-assert_eq!(
+    assert_eq!(
         until_refused(&gw, &key, "tenant_rpm_exceeded").await,
         "tenant_rpm_exceeded",
         "after the rollback"
@@ -171,7 +183,10 @@ assert_eq!(
     ui.click("button[name=lang][value=zh]").await;
     ui.wait("html[lang=zh]").await;
     assert!(ui.text("h1").await.contains("限额历史"));
-    assert!(ui.text("#limits-history").await.contains("恢复了较早的版本"));
+    assert!(ui
+        .text("#limits-history")
+        .await
+        .contains("恢复了较早的版本"));
     ui.shot("limits-03-tenant-admin-zh").await;
     ui.click("button[name=lang][value=en]").await;
     ui.wait("html[lang=en]").await;
@@ -268,7 +283,7 @@ async fn the_api_restores_app_and_key_limits_with_a_reason_and_only_for_platform
             .unwrap();
     assert_eq!(rpm, 1);
     // On the hot path: the key's 1 rpm refuses the next request.
-assert_eq!(
+    assert_eq!(
         until_refused(&gw, &key, "key_rpm_exceeded").await,
         "key_rpm_exceeded",
         "after the key's rollback"
@@ -295,11 +310,10 @@ assert_eq!(
 /// The `data-field`s of a form's errors, sorted.
 async fn error_fields(ui: &Ui, form: &str) -> Vec<String> {
     let mut fields = Vec::new();
-    for e in ui
-        .c
-        .find_all(Locator::Css(&format!("{form} .field-error")))
-        .await
-        .unwrap()
+    for e in
+        ui.c.find_all(Locator::Css(&format!("{form} .field-error")))
+            .await
+            .unwrap()
     {
         fields.push(e.attr("data-field").await.unwrap().unwrap_or_default());
     }
@@ -319,12 +333,18 @@ async fn an_unknown_allowed_model_is_refused_beside_the_field_with_the_other_err
 
     // Tenant form: an unknown model and a bad number, both shown at once.
     ui.go("/console/tenants/t").await;
-    ui.fill("#tenant-form input[name=allowed_models]", "gpt-4o-mini, gpt-9")
-        .await;
+    ui.fill(
+        "#tenant-form input[name=allowed_models]",
+        "gpt-4o-mini, gpt-9",
+    )
+    .await;
     ui.fill("#tenant-form input[name=rpm]", "ten").await;
     ui.click("#tenant-submit").await;
     ui.wait("#tenant-form .field-error").await;
-    assert_eq!(error_fields(&ui, "#tenant-form").await, ["allowed_models", "rpm"]);
+    assert_eq!(
+        error_fields(&ui, "#tenant-form").await,
+        ["allowed_models", "rpm"]
+    );
     let msg = ui
         .text("#tenant-form .field-error[data-field=allowed_models]")
         .await;
@@ -332,7 +352,7 @@ async fn an_unknown_allowed_model_is_refused_beside_the_field_with_the_other_err
     // A valid number alone still leaves the model refused.
     ui.fill("#tenant-form input[name=rpm]", "10").await;
     ui.click("#tenant-submit").await;
-let t0 = std::time::Instant::now();
+    let t0 = std::time::Instant::now();
     let mut now = error_fields(&ui, "#tenant-form").await;
     while now != ["allowed_models"] && t0.elapsed() < Duration::from_secs(10) {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -355,11 +375,15 @@ let t0 = std::time::Instant::now();
     ui.go("/console/tenants/t/apps").await;
     ui.fill("#app-form input[name=id]", "b").await;
     ui.fill("#app-form input[name=name]", "B").await;
-    ui.fill("#app-form input[name=allowed_models]", "nope").await;
+    ui.fill("#app-form input[name=allowed_models]", "nope")
+        .await;
     ui.fill("#app-form input[name=max_inflight]", "many").await;
     ui.click("#app-submit").await;
     ui.wait("#app-form .field-error").await;
-    assert_eq!(error_fields(&ui, "#app-form").await, ["allowed_models", "max_inflight"]);
+    assert_eq!(
+        error_fields(&ui, "#app-form").await,
+        ["allowed_models", "max_inflight"]
+    );
     let msg = ui
         .text("#app-form .field-error[data-field=allowed_models]")
         .await;
@@ -370,7 +394,8 @@ let t0 = std::time::Instant::now();
     // Key form: refused beside the field; a known model issues the key.
     ui.go("/console/tenants/t/apps").await;
     ui.fill("#key-box-a input[name=name]", "k1").await;
-    ui.fill("#key-box-a input[name=allowed_models]", "gpt-9").await;
+    ui.fill("#key-box-a input[name=allowed_models]", "gpt-9")
+        .await;
     ui.click("#key-box-a button.issue-key").await;
     let msg = ui
         .text("#key-box-a .field-error[data-field=allowed_models]")

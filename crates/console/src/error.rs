@@ -83,9 +83,7 @@ impl ApiError {
             ApiError::BadRequest(_)
             | ApiError::Field { .. }
             | ApiError::Element { .. }
-            | ApiError::Invalid { .. } => {
-                (StatusCode::BAD_REQUEST, "invalid_request")
-            }
+            | ApiError::Invalid { .. } => (StatusCode::BAD_REQUEST, "invalid_request"),
             ApiError::Unauthenticated => (StatusCode::UNAUTHORIZED, "unauthenticated"),
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),

@@ -125,9 +125,8 @@ pub struct LimitsChange {
 pub fn limits_change(action: &str, before: &Value, after: &Value) -> Option<LimitsChange> {
     let now = after.get("limits").filter(|v| v.is_object())?;
     let was = before.get("limits").cloned().unwrap_or(Value::Null);
-    let always = before.is_null()
-        || action.ends_with(".create")
-        || action.ends_with(".limits_restore");
+    let always =
+        before.is_null() || action.ends_with(".create") || action.ends_with(".limits_restore");
     let changes = field_changes(&was, now);
     if changes.is_empty() && !always {
         return None;
@@ -254,10 +253,14 @@ mod tests {
         assert!(restored.changes.is_empty());
         assert_eq!(restored.limits.rpm, Some(5));
         // A limit removed reads as "" after; entries without limits are none.
-        let lifted = limits_change("tenant.limits", &before, &json!({"limits": {"rpm": 5}})).unwrap();
+        let lifted =
+            limits_change("tenant.limits", &before, &json!({"limits": {"rpm": 5}})).unwrap();
         assert_eq!(lifted.changes, vec![c("monthly_tokens", "1000", "")]);
         assert_eq!(lifted.limits.monthly_tokens, None);
-        assert_eq!(limits_change("x.create", &Value::Null, &json!({"state": "x"})), None);
+        assert_eq!(
+            limits_change("x.create", &Value::Null, &json!({"state": "x"})),
+            None
+        );
         let bad = json!({"limits": {"rpm": "x"}});
         assert_eq!(limits_change("x.create", &Value::Null, &bad), None);
     }

@@ -85,7 +85,9 @@ impl Store {
         // (table, the owner's WHERE, its binds after the tenant)
         let (table, which, second) = match owner {
             LimitsOwner::Tenant { .. } => ("tenants", "id = $1", None),
-            LimitsOwner::App { app, .. } => ("apps", "tenant_id = $1 AND id = $2", Some(app.clone())),
+            LimitsOwner::App { app, .. } => {
+                ("apps", "tenant_id = $1 AND id = $2", Some(app.clone()))
+            }
             LimitsOwner::Key { id, .. } => (
                 "virtual_keys",
                 "tenant_id = $1 AND id::text = $2",

@@ -138,13 +138,7 @@ pub async fn restore(
         .ok_or_else(|| ApiError::NotFound(format!("limits version {version}")))?;
     valid_limits(&version.limits)?;
     cp.store
-        .restore_limits(
-            &actor.label(),
-            owner,
-            &version.limits,
-            version.id,
-            reason,
-        )
+        .restore_limits(&actor.label(), owner, &version.limits, version.id, reason)
         .await?;
     Ok(version.limits)
 }

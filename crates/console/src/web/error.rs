@@ -61,9 +61,9 @@ impl IntoResponse for PageError {
                     ApiError::NotFound(m) => ("error.not_found", Some(m.clone())),
                     ApiError::Conflict(_) => ("error.conflict", None),
                     ApiError::BadRequest(m) => ("error.bad_request", Some(m.clone())),
-                    ApiError::Field { .. } | ApiError::Element { .. } | ApiError::Invalid { .. } => {
-                        ("error.bad_request", Some(e.to_string()))
-                    }
+                    ApiError::Field { .. }
+                    | ApiError::Element { .. }
+                    | ApiError::Invalid { .. } => ("error.bad_request", Some(e.to_string())),
                     ApiError::TooManyAttempts(_) => ("error.too_many", None),
                     ApiError::Unavailable => ("error.db_down", None),
                     ApiError::Unauthenticated => return login_redirect(),

@@ -250,10 +250,7 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
             "/console/tenants/{id}/limits/{version}/restore",
             post(limits::tenant_restore),
         )
-        .route(
-            "/console/tenants/{id}/apps/{app}/limits",
-            get(limits::app),
-        )
+        .route("/console/tenants/{id}/apps/{app}/limits", get(limits::app))
         .route(
             "/console/tenants/{id}/apps/{app}/limits/{version}/restore",
             post(limits::app_restore),

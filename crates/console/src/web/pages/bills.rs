@@ -297,7 +297,14 @@ pub fn burndown_chart(
             title,
         ));
     }
-    let mut zero = series(String::new(), "#9ca3af", true, &[(1, 0), (days, 0)], frame, title);
+    let mut zero = series(
+        String::new(),
+        "#9ca3af",
+        true,
+        &[(1, 0), (days, 0)],
+        frame,
+        title,
+    );
     zero.dots.clear();
     out.push(zero);
     LineChart {
@@ -447,7 +454,16 @@ pub async fn show(
     let mut burn = Burn::default();
     if let Some(t) = &burn_tenant {
         if let Some(row) = cp.store.tenant(&scope, t).await? {
-            burn = burn_down(&cp, &s, &scope, &row, &day_rows, (&period, today, days), now).await?;
+            burn = burn_down(
+                &cp,
+                &s,
+                &scope,
+                &row,
+                &day_rows,
+                (&period, today, days),
+                now,
+            )
+            .await?;
         }
     }
     let staff = s.actor.role != Role::TenantAdmin;
@@ -591,11 +607,19 @@ async fn burn_down(
         forecast: s.lang.t("bills.forecast"),
     };
     Ok(Burn {
-        chart: Some(burndown_chart(&daily, budget.0, (period, today, days), fc, names)),
+        chart: Some(burndown_chart(
+            &daily,
+            budget.0,
+            (period, today, days),
+            fc,
+            names,
+        )),
         budget: money(budget),
-        grants: (b.granted.1 > 0)
-            .then(|| money(MicroUsd(b.granted.1)))
-            .unwrap_or_default(),
+        grants: if b.granted.1 > 0 {
+            money(MicroUsd(b.granted.1))
+        } else {
+            String::new()
+        },
         forecast: fc.map(|f| money(MicroUsd(f.month_end))).unwrap_or_default(),
         basis,
         hours,
@@ -827,7 +851,10 @@ mod tests {
         assert_eq!(nice_top(2_479_135), 4_000_000);
         assert_eq!(nice_top(5_000_000), 5_000_000);
         assert_eq!(nice_top(5_000_001), 8_000_000);
-        let labels: Vec<String> = y_ticks(0, nice_top(2_479_135)).into_iter().map(|t| t.1).collect();
+        let labels: Vec<String> = y_ticks(0, nice_top(2_479_135))
+            .into_iter()
+            .map(|t| t.1)
+            .collect();
         assert_eq!(labels, ["$0.00", "$1.00", "$2.00", "$3.00", "$4.00"]);
     }
 
@@ -861,6 +888,8 @@ mod tests {
         assert_eq!(dots[0].title, "t · 2026-12-01: $1.00");
         assert_eq!(dots[1].title, "t · 2026-12-02: $0.00");
         assert_eq!(dots[2].title, "t · 2026-12-03: $2.50");
-        assert!(daily_spend_chart(&rows, "2026-12", 31, 0).series[0].dots.is_empty());
+        assert!(daily_spend_chart(&rows, "2026-12", 31, 0).series[0]
+            .dots
+            .is_empty());
     }
 }

@@ -2,9 +2,7 @@
 //! admins create and edit; everyone else reads what their role may see.
 
 use super::dashboard::UsageLine;
-use super::{
-    form_error, int, limits_summary, model_problems, split_list, FieldError, LimitsForm,
-};
+use super::{form_error, int, limits_summary, model_problems, split_list, FieldError, LimitsForm};
 use crate::api::tenants::{self as svc, TenantIn, TenantPatch};
 use crate::api::usage;
 use crate::error::ApiError;
@@ -287,7 +285,11 @@ pub async fn update(
         Err(e) => {
             let mut more = f.problems();
             more.extend(model_problems(&cp, &f.allowed_models).await);
-            (StatusCode::UNPROCESSABLE_ENTITY, form_error(e)?.and(more), false)
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                form_error(e)?.and(more),
+                false,
+            )
         }
     };
     f.id = id.clone();
