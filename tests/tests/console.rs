@@ -101,7 +101,7 @@ fn check(who: &str, what: &str, page: &e2e::console_web::Page, want: Want) {
 async fn every_role_against_every_console_route() {
     let p = platform().await;
     let b = &p.base;
-    let (_, key) = p.env.key("t", "a", Limits::default()).await;
+    let (key_id, key) = p.env.key("t", "a", Limits::default()).await;
     let rid = refused_402(b, &key).await;
     let names = ["admin", "ta", "ta-other", "finance", "auditor", "nobody"];
     let mut webs = Vec::new();
@@ -110,7 +110,17 @@ async fn every_role_against_every_console_route() {
     }
     webs.push(Web::anonymous(b));
     let lookup = format!("/console/requests?id={rid}");
+    let key_history = format!("/console/keys/{key_id}/limits");
     let gets: Vec<(&str, [Want; 6])> = vec![
+        (
+            "/console/tenants/t/limits",
+            [Ok, Ok, Is(404), Ok, Ok, Login],
+        ),
+        (
+            "/console/tenants/t/apps/a/limits",
+            [Ok, Ok, Is(404), Ok, Ok, Login],
+        ),
+        (&key_history, [Ok, Ok, Is(404), Ok, Ok, Login]),
         ("/console", [Ok, Ok, Ok, Ok, Ok, Login]),
         ("/console/tenants", [Ok, Ok, Ok, Ok, Ok, Login]),
         (
@@ -207,6 +217,26 @@ async fn every_role_against_every_console_route() {
             &w.post("/console/tenants/t/apps/a/keys", &[("name", "k")])
                 .await,
             role_of([Ok, Ok, Is(404), Is(403), Is(403), Login]),
+        );
+        // Restoring t's first limits version: platform admins only.
+        let admin_token = login(b, "admin@x.io").await;
+        let (_, h) = api(
+            "GET",
+            &format!("{b}/api/v1/tenants/t/limits/versions"),
+            Some(&admin_token),
+            None,
+        )
+        .await;
+        let first = h["versions"].as_array().unwrap().last().unwrap()["version"].clone();
+        check(
+            who,
+            "restore limits",
+            &w.post(
+                &format!("/console/tenants/t/limits/{first}/restore"),
+                &[("reason", "matrix")],
+            )
+            .await,
+            role_of([Ok, Is(403), Is(404), Is(403), Is(403), Login]),
         );
         let (kid, _) = p.env.key("t", "a", Limits::default()).await;
         check(
