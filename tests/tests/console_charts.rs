@@ -226,6 +226,12 @@ async fn chart_values_match_the_ledger_no_future_day_is_drawn_and_the_forecast_s
         .await
         .unwrap();
     assert_eq!(fits, serde_json::json!(true), "every chart inside 390 px");
+    ui.c.execute(
+        "document.querySelector('#burndown-chart').scrollIntoView()",
+        vec![],
+    )
+    .await
+    .unwrap();
     ui.shot("charts-02-phone").await;
 
     ui.c.close().await.unwrap();
