@@ -48,12 +48,15 @@ const DATA: &[&str] = &[
     "tollgate",
     "test",
     "launch",
+    "replica-1",
+    // The name of a model's own upstream in the deployments table.
+    "default",
 ];
 
 /// Kept as is in both languages: units, standards and names of things.
 const UNIVERSAL: &[&str] = &[
     "USD", "UTC", "token", "ID", "API", "HTTP", "CSV", "FOCUS", "SSO", "URL", "JSON", "SVG",
-    "Postgres", "PostgreSQL", "ClickHouse", "Redis", "YYYY", "MM", "max_tokens", "x-request-id",
+    "Postgres", "PostgreSQL", "ClickHouse", "Redis", "YYYY", "MM", "max_tokens", "x-request-id", "a-z",
     "o200k", "cl100k", "maxmemory-policy", "noeviction",
 ];
 
@@ -139,7 +142,7 @@ async fn platform(env: &TestEnv) -> server::app::Running {
     for (job, outcome, error) in [
         ("reconcile", "ok", None),
         ("rollover", "failed", Some("database error: connection refused")),
-        ("stale-holds", "idle", None),
+        ("stale-holds", "differences", None),
     ] {
         let id = env
             .store
@@ -223,8 +226,9 @@ async fn platform(env: &TestEnv) -> server::app::Running {
 
 /// The text nodes of the page's body, one string each, without code,
 /// scripts, the language switch (its "English" and "中文" are the
-/// languages' own names) and the stored values an audit entry changed
-/// (before → after, as they were stored).
+/// languages' own names), the stored values an audit entry changed
+/// (before → after, as they were stored) and the charts' SVG (their series
+/// names are the chart code's, reworked separately).
 async fn texts(ui: &Ui) -> Vec<String> {
     let v = ui
         .c
@@ -233,7 +237,7 @@ async fn texts(ui: &Ui) -> Vec<String> {
                const w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
                while (w.nextNode()) {
                  const n = w.currentNode;
-                 if (n.parentElement.closest('code, pre, script, style, form.lang, table.changes td')) continue;
+                 if (n.parentElement.closest('code, pre, script, style, svg, form.lang, table.changes td')) continue;
                  const t = n.textContent.trim();
                  if (t) out.push(t);
                }
@@ -252,18 +256,23 @@ async fn texts(ui: &Ui) -> Vec<String> {
 /// The words of `text` that are neither data, nor numbers, nor ids, nor
 /// universal: on a 中文 page, English that is missing its translation.
 fn latin_words(text: &str, data: &[String]) -> Vec<String> {
+    // Phrases first (data with a space in it: "Acme Corp").
     let mut t = text.to_string();
-    for d in data.iter().map(String::as_str).chain(UNIVERSAL.iter().copied()) {
-        if d.len() > 3 || d.contains(['@', '-', '_']) {
-            t = t.replace(d, " ");
-        }
+    for d in data.iter().filter(|d| d.contains(' ')) {
+        t = t.replace(d.as_str(), " ");
     }
+    let mut wholes: Vec<&str> = data
+        .iter()
+        .map(String::as_str)
+        .chain(UNIVERSAL.iter().copied())
+        .filter(|d| d.len() > 3 || d.contains(['@', '-', '_']))
+        .collect();
+    wholes.sort_by_key(|d| std::cmp::Reverse(d.len()));
     let mut out = Vec::new();
-    let chunks = t.split(|c: char| c.is_whitespace() || !c.is_ascii());
-    for chunk in chunks {
+    for chunk in t.split(|c: char| c.is_whitespace() || !c.is_ascii()) {
         let b = chunk.as_bytes();
         // An identifier: letters joined by . : _ @ = (tenant.update,
-        // tenant:acme, docs/providers.md), not money.
+        // tenant:acme, max_tokens, docs/providers.md), not money.
         let is_id = !chunk.contains('$')
             && b.windows(3).any(|w| {
                 w[0].is_ascii_alphanumeric()
@@ -272,6 +281,10 @@ fn latin_words(text: &str, data: &[String]) -> Vec<String> {
             });
         if is_id {
             continue;
+        }
+        let mut chunk = chunk.to_string();
+        for d in &wholes {
+            chunk = chunk.replace(d, " ");
         }
         for run in chunk.split(|c: char| !c.is_ascii_alphanumeric()) {
             if run.is_empty() || run.bytes().any(|c| c.is_ascii_digit()) {
@@ -382,8 +395,10 @@ for (const cell of document.querySelectorAll('main table th, main table td')) {
   if (r0.width === 0 && r0.height === 0) continue;
   cell.scrollIntoView({block: 'center', inline: 'center'});
   const r = cell.getBoundingClientRect();
-  const x = Math.min(Math.max(r.left + Math.min(r.width / 2, 12), 0), window.innerWidth - 1);
-  const y = Math.min(Math.max(r.top + r.height / 2, 0), window.innerHeight - 1);
+  // The middle of the part of the cell on the screen (a wide cell that
+  // spans the table is wider than the phone).
+  const x = (Math.max(r.left, 0) + Math.min(r.right, window.innerWidth)) / 2;
+  const y = (Math.max(r.top, 0) + Math.min(r.bottom, window.innerHeight)) / 2;
   const hit = document.elementFromPoint(x, y);
   if (!hit || !(cell === hit || cell.contains(hit))) {
     const t = cell.closest('table');

@@ -108,6 +108,8 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
         assert_eq!(r.status(), 200);
         admitted.push(r.headers()["x-request-id"].to_str().unwrap().to_string());
     }
+    // The time filter reads seconds: the refusal comes in a later second.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let before_refusal = chrono::Utc::now();
     let r = post(&url, &bot, &chat_body("hello", Some(4000))).await;
     assert_eq!(r.status(), 402);
@@ -146,7 +148,7 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
     let ids = row_ids(&ui).await;
     assert_eq!(ids.len(), 4, "{ids:?}");
     assert_eq!(ids[0], refused, "newest first");
-    assert_eq!(&ids[1..], &[&admitted[2], &admitted[1], &admitted[0]]);
+    assert_eq!(&ids[1..], &[admitted[2].clone(), admitted[1].clone(), admitted[0].clone()]);
     assert!(!ids.contains(&theirs), "another tenant's request is not listed");
     let table = ui.text("#log-table").await;
     assert!(table.contains("ci-bot") && table.contains("second"), "{table}");
@@ -197,7 +199,7 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
     // Model and time: from just before the refusal, this model.
     select(&ui, "key", "").await;
     select(&ui, "model", "gpt-4o-mini").await;
-    let from = before_refusal - chrono::Duration::seconds(1);
+    let from = before_refusal;
     ui.c.execute(
         "document.querySelector('#log-filters input[name=from]').value = arguments[0]",
         vec![from.format("%Y-%m-%dT%H:%M:%S").to_string().into()],
@@ -227,7 +229,7 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
     );
     assert_eq!(seen.len(), 4);
     assert_eq!(seen[0], refused);
-    assert_eq!(&seen[1..], &[&admitted[2], &admitted[1], &admitted[0]]);
+    assert_eq!(&seen[1..], &[admitted[2].clone(), admitted[1].clone(), admitted[0].clone()]);
 
     // The refused row opens its lookup: one sentence, the key by name, no
     // internals.

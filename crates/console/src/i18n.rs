@@ -437,6 +437,7 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("priority.batch", "batch", "批处理"),
     ("kind.chat", "chat", "对话"),
     ("kind.embedding", "embedding", "向量嵌入"),
+    ("cap.both", "max_tokens and max_completion_tokens", "max_tokens 与 max_completion_tokens"),
     ("health.healthy", "healthy", "健康"),
     ("health.ejected", "ejected", "已摘除"),
     ("health.probing", "probing", "探测中"),
