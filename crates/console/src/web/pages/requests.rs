@@ -173,10 +173,13 @@ async fn log(cp: &ControlPlane, s: &Session, p: &mut RequestsPage) -> Result<(),
         }
     };
     let tenant = s.actor.tenant.clone().or_else(|| opt(&q.tenant));
+    // A key is named by its id; anything else matches no request.
+    let key = opt(&q.key);
+    let no_such_key = key.as_deref().is_some_and(|k| k.parse::<uuid::Uuid>().is_err());
     let query = request_log::LogQuery {
         tenant: opt(&q.tenant),
         app: None,
-        key: opt(&q.key),
+        key,
         model: opt(&q.model),
         status: opt(&q.status),
         reason: opt(&q.reason),
@@ -192,7 +195,7 @@ async fn log(cp: &ControlPlane, s: &Session, p: &mut RequestsPage) -> Result<(),
                 .unwrap_or(PAGE),
         ),
     };
-    let (rows, next) = if p.bad.is_some() {
+    let (rows, next) = if p.bad.is_some() || no_such_key {
         (Vec::new(), None)
     } else {
         match request_log::page(cp, &s.actor, query).await {
@@ -244,6 +247,19 @@ async fn log(cp: &ControlPlane, s: &Session, p: &mut RequestsPage) -> Result<(),
     p.reasons = i18n::keys_in("reason")
         .map(|(code, label)| pick(code, lang.t(label).to_string(), &q.reason))
         .collect();
+    // A value typed into the address that is no choice stays chosen, as
+    // typed: the page says what it filtered by (and finds nothing).
+    for (list, current) in [
+        (&mut p.tenants, &q.tenant),
+        (&mut p.keys, &q.key),
+        (&mut p.models, &q.model),
+        (&mut p.statuses, &q.status),
+        (&mut p.reasons, &q.reason),
+    ] {
+        if !current.is_empty() && !list.iter().any(|(v, _, _)| v == current) {
+            list.push((current.clone(), current.clone(), true));
+        }
+    }
     Ok(())
 }
 
