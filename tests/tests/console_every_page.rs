@@ -55,9 +55,31 @@ const DATA: &[&str] = &[
 
 /// Kept as is in both languages: units, standards and names of things.
 const UNIVERSAL: &[&str] = &[
-    "USD", "UTC", "token", "ID", "API", "HTTP", "CSV", "FOCUS", "SSO", "URL", "JSON", "SVG",
-    "Postgres", "PostgreSQL", "ClickHouse", "Redis", "YYYY", "MM", "max_tokens", "x-request-id", "a-z",
-    "o200k", "cl100k", "maxmemory-policy", "noeviction",
+    "USD",
+    "UTC",
+    "token",
+    "ID",
+    "API",
+    "HTTP",
+    "CSV",
+    "FOCUS",
+    "SSO",
+    "URL",
+    "JSON",
+    "SVG",
+    "Postgres",
+    "PostgreSQL",
+    "ClickHouse",
+    "Redis",
+    "YYYY",
+    "MM",
+    "max_tokens",
+    "x-request-id",
+    "a-z",
+    "o200k",
+    "cl100k",
+    "maxmemory-policy",
+    "noeviction",
 ];
 
 /// A tenant with a readable name.
@@ -141,7 +163,11 @@ async fn platform(env: &TestEnv) -> server::app::Running {
     let now = chrono::Utc::now();
     for (job, outcome, error) in [
         ("reconcile", "ok", None),
-        ("rollover", "failed", Some("database error: connection refused")),
+        (
+            "rollover",
+            "failed",
+            Some("database error: connection refused"),
+        ),
         ("stale-holds", "differences", None),
     ] {
         let id = env
@@ -151,7 +177,13 @@ async fn platform(env: &TestEnv) -> server::app::Running {
             .unwrap()
             .unwrap();
         env.store
-            .finish_job_run(id, outcome, &serde_json::json!({"rows": 3}), &Value::Null, error)
+            .finish_job_run(
+                id,
+                outcome,
+                &serde_json::json!({"rows": 3}),
+                &Value::Null,
+                error,
+            )
             .await
             .unwrap();
     }
@@ -189,10 +221,15 @@ async fn platform(env: &TestEnv) -> server::app::Running {
     let base = format!("http://{}", srv.addr);
     let url = format!("{base}/v1/chat/completions");
     for _ in 0..2 {
-        assert_eq!(post(&url, &ok, &chat_body("hello", Some(8))).await.status(), 200);
+        assert_eq!(
+            post(&url, &ok, &chat_body("hello", Some(8))).await.status(),
+            200
+        );
     }
     assert_eq!(
-        post(&url, &tiny, &chat_body("hello", Some(4000))).await.status(),
+        post(&url, &tiny, &chat_body("hello", Some(4000)))
+            .await
+            .status(),
         402
     );
     let token = login(&base, "ta@x.io").await;
@@ -300,17 +337,19 @@ fn latin_words(text: &str, data: &[String]) -> Vec<String> {
 }
 
 fn has_chinese(text: &str) -> bool {
-    text.chars()
-        .any(|c| ('\u{3000}'..='\u{303f}').contains(&c) || ('\u{4e00}'..='\u{9fff}').contains(&c) || ('\u{ff00}'..='\u{ffef}').contains(&c))
+    text.chars().any(|c| {
+        ('\u{3000}'..='\u{303f}').contains(&c)
+            || ('\u{4e00}'..='\u{9fff}').contains(&c)
+            || ('\u{ff00}'..='\u{ffef}').contains(&c)
+    })
 }
 
 async fn set_lang(ui: &Ui, lang: &str) {
     ui.go("/console").await;
-    let on = ui
-        .c
-        .find(fantoccini::Locator::Css(&format!("html[lang={lang}]")))
-        .await
-        .is_ok();
+    let on =
+        ui.c.find(fantoccini::Locator::Css(&format!("html[lang={lang}]")))
+            .await
+            .is_ok();
     if !on {
         ui.click(&format!("button[name=lang][value={lang}]")).await;
         ui.wait(&format!("html[lang={lang}]")).await;
@@ -333,7 +372,14 @@ async fn every_page_of_every_role_has_each_string_in_both_languages() {
     let driver = Driver::start();
     let ui = browser(&driver, &base).await;
     let mut data: Vec<String> = DATA.iter().map(|s| s.to_string()).collect();
-    data.push(env.store.keys_of(&TenantScope::system(), "acme").await.unwrap()[0].prefix.clone());
+    data.push(
+        env.store
+            .keys_of(&TenantScope::system(), "acme")
+            .await
+            .unwrap()[0]
+            .prefix
+            .clone(),
+    );
     let mut missing: Vec<String> = Vec::new();
     let mut pages = 0;
     for (email, role) in ROLES {
@@ -446,7 +492,10 @@ async fn at_390_px_the_menu_folds_and_every_table_cell_is_reachable() {
                 problems.push(format!("{role} {href}: the header is {header} px high"));
             }
             if v["wide"].as_f64().unwrap() > 1.0 {
-                problems.push(format!("{role} {href}: the page scrolls sideways by {} px", v["wide"]));
+                problems.push(format!(
+                    "{role} {href}: the page scrolls sideways by {} px",
+                    v["wide"]
+                ));
             }
             for h in v["hidden"].as_array().unwrap() {
                 problems.push(format!("{role} {href}: cell out of reach: {h}"));

@@ -56,11 +56,10 @@ async fn named_tenant(env: &TestEnv, id: &str, name: &str, limits: Limits) {
 async fn row_ids(ui: &Ui) -> Vec<String> {
     ui.wait("#log-table").await;
     let mut ids = Vec::new();
-    for r in ui
-        .c
-        .find_all(Locator::Css("#log-table tbody tr[data-request]"))
-        .await
-        .unwrap()
+    for r in
+        ui.c.find_all(Locator::Css("#log-table tbody tr[data-request]"))
+            .await
+            .unwrap()
     {
         ids.push(r.attr("data-request").await.unwrap().unwrap());
     }
@@ -148,12 +147,27 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
     let ids = row_ids(&ui).await;
     assert_eq!(ids.len(), 4, "{ids:?}");
     assert_eq!(ids[0], refused, "newest first");
-    assert_eq!(&ids[1..], &[admitted[2].clone(), admitted[1].clone(), admitted[0].clone()]);
-    assert!(!ids.contains(&theirs), "another tenant's request is not listed");
+    assert_eq!(
+        &ids[1..],
+        &[
+            admitted[2].clone(),
+            admitted[1].clone(),
+            admitted[0].clone()
+        ]
+    );
+    assert!(
+        !ids.contains(&theirs),
+        "another tenant's request is not listed"
+    );
     let table = ui.text("#log-table").await;
-    assert!(table.contains("ci-bot") && table.contains("second"), "{table}");
+    assert!(
+        table.contains("ci-bot") && table.contains("second"),
+        "{table}"
+    );
     assert!(!table.contains(&bot_id), "keys by name, not by id: {table}");
-    let first = ui.text("#log-table tbody tr:first-child td:first-child").await;
+    let first = ui
+        .text("#log-table tbody tr:first-child td:first-child")
+        .await;
     assert!(
         first.len() == "2026-12-01 14:03:22 UTC".len() && first.ends_with(" UTC"),
         "a time to the second with its zone: {first}"
@@ -163,7 +177,12 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
     // Status: refused only; the reason in words.
     select(&ui, "status", "refused").await;
     ui.click("#log-search").await;
-    ui.wait_attr("#log-filters select[name=status] option[selected]", "value", "refused").await;
+    ui.wait_attr(
+        "#log-filters select[name=status] option[selected]",
+        "value",
+        "refused",
+    )
+    .await;
     assert_eq!(row_ids(&ui).await, vec![refused.clone()]);
     assert_eq!(
         ui.text("#log-table td.why").await,
@@ -173,7 +192,12 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
     select(&ui, "status", "").await;
     select(&ui, "reason", "tenant_monthly_budget_exhausted").await;
     ui.click("#log-search").await;
-    ui.wait_attr("#log-filters select[name=reason] option[selected]", "value", "tenant_monthly_budget_exhausted").await;
+    ui.wait_attr(
+        "#log-filters select[name=reason] option[selected]",
+        "value",
+        "tenant_monthly_budget_exhausted",
+    )
+    .await;
     assert_eq!(row_ids(&ui).await, vec![refused.clone()]);
     select(&ui, "reason", "model_not_found").await;
     ui.click("#log-search").await;
@@ -181,11 +205,10 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
     // Key: the second key's one request.
     select(&ui, "reason", "").await;
     let mut value = String::new();
-    for o in ui
-        .c
-        .find_all(Locator::Css("#log-filters select[name=key] option"))
-        .await
-        .unwrap()
+    for o in
+        ui.c.find_all(Locator::Css("#log-filters select[name=key] option"))
+            .await
+            .unwrap()
     {
         if o.text().await.unwrap().starts_with("second") {
             value = o.attr("value").await.unwrap().unwrap();
@@ -194,7 +217,12 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
     assert!(!value.is_empty(), "the key filter offers the key by name");
     select(&ui, "key", &value).await;
     ui.click("#log-search").await;
-    ui.wait_attr("#log-filters select[name=key] option[selected]", "value", &value).await;
+    ui.wait_attr(
+        "#log-filters select[name=key] option[selected]",
+        "value",
+        &value,
+    )
+    .await;
     assert_eq!(row_ids(&ui).await, vec![admitted[2].clone()]);
     // Model and time: from just before the refusal, this model.
     select(&ui, "key", "").await;
@@ -207,7 +235,12 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
     .await
     .unwrap();
     ui.click("#log-search").await;
-    ui.wait_attr("#log-filters select[name=model] option[selected]", "value", "gpt-4o-mini").await;
+    ui.wait_attr(
+        "#log-filters select[name=model] option[selected]",
+        "value",
+        "gpt-4o-mini",
+    )
+    .await;
     let ids = row_ids(&ui).await;
     assert_eq!(ids[0], refused, "{ids:?}");
     assert!(
@@ -223,13 +256,23 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
     ui.wait("#log-newest").await;
     seen.extend(row_ids(&ui).await);
     assert_eq!(
-        ui.c.find_all(Locator::Css("#log-older")).await.unwrap().len(),
+        ui.c.find_all(Locator::Css("#log-older"))
+            .await
+            .unwrap()
+            .len(),
         0,
         "four requests fill two pages"
     );
     assert_eq!(seen.len(), 4);
     assert_eq!(seen[0], refused);
-    assert_eq!(&seen[1..], &[admitted[2].clone(), admitted[1].clone(), admitted[0].clone()]);
+    assert_eq!(
+        &seen[1..],
+        &[
+            admitted[2].clone(),
+            admitted[1].clone(),
+            admitted[0].clone()
+        ]
+    );
 
     // The refused row opens its lookup: one sentence, the key by name, no
     // internals.
@@ -270,7 +313,10 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
         zh.contains("被拒绝") && zh.contains("租户 Search Dept") && zh.contains("200"),
         "{zh}"
     );
-    assert!(!zh.contains("Refused") && !zh.contains("tokens left"), "{zh}");
+    assert!(
+        !zh.contains("Refused") && !zh.contains("tokens left"),
+        "{zh}"
+    );
     ui.shot("log-03-lookup-refused-zh").await;
     ui.click("button[name=lang][value=en]").await;
     ui.wait("html[lang=en]").await;
@@ -293,7 +339,10 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
             )),
         "{sentence}"
     );
-    assert!(cost.starts_with("$0.") && !cost.contains("000000"), "{cost}");
+    assert!(
+        cost.starts_with("$0.") && !cost.contains("000000"),
+        "{cost}"
+    );
     assert_eq!(ui.text("dd[data-fact='req.key']").await, "ci-bot");
     ui.shot("log-04-lookup-admitted").await;
     ui.logout().await;
@@ -304,7 +353,12 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
     assert_eq!(row_ids(&ui).await.len(), 5);
     select(&ui, "tenant", "other").await;
     ui.click("#log-search").await;
-    ui.wait_attr("#log-filters select[name=tenant] option[selected]", "value", "other").await;
+    ui.wait_attr(
+        "#log-filters select[name=tenant] option[selected]",
+        "value",
+        "other",
+    )
+    .await;
     assert_eq!(row_ids(&ui).await, vec![theirs.clone()]);
     assert!(ui.text("#log-table").await.contains("theirs"));
 
@@ -332,7 +386,10 @@ async fn a_revoked_keys_refusal_is_not_recorded() {
     assert_eq!(status, 204);
     let url = format!("{base}/v1/chat/completions");
     let refused = eventually(Duration::from_secs(5), || async {
-        post(&url, &key, &chat_body("hello", Some(8))).await.status() == 401
+        post(&url, &key, &chat_body("hello", Some(8)))
+            .await
+            .status()
+            == 401
     })
     .await;
     assert!(refused, "the revoked key was still accepted");

@@ -175,7 +175,9 @@ async fn log(cp: &ControlPlane, s: &Session, p: &mut RequestsPage) -> Result<(),
     let tenant = s.actor.tenant.clone().or_else(|| opt(&q.tenant));
     // A key is named by its id; anything else matches no request.
     let key = opt(&q.key);
-    let no_such_key = key.as_deref().is_some_and(|k| k.parse::<uuid::Uuid>().is_err());
+    let no_such_key = key
+        .as_deref()
+        .is_some_and(|k| k.parse::<uuid::Uuid>().is_err());
     let query = request_log::LogQuery {
         tenant: opt(&q.tenant),
         app: None,
@@ -230,7 +232,13 @@ async fn log(cp: &ControlPlane, s: &Session, p: &mut RequestsPage) -> Result<(),
             .keys_of(s.actor.scope(), t)
             .await?
             .into_iter()
-            .map(|k| pick(&k.id.to_string(), format!("{} · {}", k.name, k.app_id), &q.key))
+            .map(|k| {
+                pick(
+                    &k.id.to_string(),
+                    format!("{} · {}", k.name, k.app_id),
+                    &q.key,
+                )
+            })
             .collect();
     }
     p.models = cp
@@ -315,10 +323,7 @@ async fn key_names<'a>(
         return Ok(HashMap::new());
     }
     let names = cp.store.key_names(actor.scope(), &uuids).await?;
-    Ok(names
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect())
+    Ok(names.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
 
 /// The translation key of a reason code (an unknown one reads as such).
@@ -411,7 +416,10 @@ fn decision_sentence(lang: Lang, d: &store::RequestDecisionRow, who: &str) -> St
     if d.decision == "degraded" {
         return fill(
             lang.t("say.degraded"),
-            &[("at", at), ("why", lang.t(reason_key(Some(&d.reason))).into())],
+            &[
+                ("at", at),
+                ("why", lang.t(reason_key(Some(&d.reason))).into()),
+            ],
         );
     }
     let rate_unit = match limit {
@@ -667,8 +675,14 @@ mod tests {
              monthly token budget of 1,000,000 tokens; this request needed up to 4,104."
         );
         let zh = decision_sentence(Lang::Zh, &d, "租户 Search");
-        assert!(zh.contains("1,000,000") && zh.contains("14:03:22 UTC"), "{zh}");
-        assert!(!zh.contains("MonthlyTokens") && !zh.contains("Refused"), "{zh}");
+        assert!(
+            zh.contains("1,000,000") && zh.contains("14:03:22 UTC"),
+            "{zh}"
+        );
+        assert!(
+            !zh.contains("MonthlyTokens") && !zh.contains("Refused"),
+            "{zh}"
+        );
     }
 
     #[test]
@@ -679,15 +693,24 @@ mod tests {
                 "limit_value": "1234.560000"}),
         );
         let en = decision_sentence(Lang::En, &d, "tenant Search");
-        assert!(en.contains("$0.0015 left") && en.contains("$1,234.56"), "{en}");
+        assert!(
+            en.contains("$0.0015 left") && en.contains("$1,234.56"),
+            "{en}"
+        );
         d.detail = json!({"limit": "Rpm", "limit_value": 60, "retry_after_secs": 3});
         let en = decision_sentence(Lang::En, &d, "app bot");
-        assert!(en.contains("60 requests per minute") && en.ends_with("Retry after 3 s."), "{en}");
+        assert!(
+            en.contains("60 requests per minute") && en.ends_with("Retry after 3 s."),
+            "{en}"
+        );
         d.reason = "model_not_allowed".into();
         d.detail = json!({});
         d.status = 403;
         let en = decision_sentence(Lang::En, &d, "");
-        assert!(en.starts_with("Refused at 2026-11-03 14:03:22 UTC (HTTP 403):"), "{en}");
+        assert!(
+            en.starts_with("Refused at 2026-11-03 14:03:22 UTC (HTTP 403):"),
+            "{en}"
+        );
     }
 
     #[test]
