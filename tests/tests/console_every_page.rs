@@ -524,6 +524,17 @@ async fn at_390_px_the_menu_folds_and_every_table_cell_is_reachable() {
                 ui.go(path).await;
                 ui.shot(&format!("phone-390-{name}")).await;
             }
+            // The last column of the quota table (Approve / Reject),
+            // scrolled to inside its wrapper.
+            ui.go("/console/quota-requests").await;
+            ui.c.execute(
+                "const c = document.querySelector('#quota-rows tr td:last-child'); \
+                 c.scrollIntoView({block: 'center', inline: 'center'});",
+                vec![],
+            )
+            .await
+            .unwrap();
+            ui.shot("phone-390-quota-last-column").await;
         }
         // Log out through the menu, as a phone user does.
         ui.click("#nav-button").await;
