@@ -667,7 +667,12 @@ async fn a_request_refused_with_402_can_be_looked_up_with_its_counters() {
     let w = Web::login(b, "ta@x.io").await;
     let page = w.get(&format!("/console/requests?id={rid}")).await.body;
     assert!(page.contains("data-outcome=\"refused\""), "{page}");
-    assert!(page.contains("tenant_monthly_budget_exhausted") && page.contains("tenant:t"));
+    // The reason code stays for scripts; people read a sentence.
+    assert!(page.contains("data-reason=\"tenant_monthly_budget_exhausted\""));
+    assert!(
+        page.contains("Refused at ") && page.contains("tenant t had "),
+        "{page}"
+    );
     assert!(
         page.contains(&format!("data-counter=\"headroom_tokens\">{headroom}<")),
         "{page}"

@@ -163,7 +163,7 @@ async fn tenant_admin_requests_quota_and_a_platform_admin_approves_it_in_the_bro
     assert_eq!(h1, "临时额度申请");
     let nav = ui.text("nav.main-nav").await;
     assert!(
-        nav.contains("应用与密钥") && nav.contains("请求查询"),
+        nav.contains("应用与密钥") && nav.contains("请求日志"),
         "{nav}"
     );
     assert_eq!(ui.text("#quota-rows .pill").await, "生效中");

@@ -1399,7 +1399,22 @@ fn form_cases() -> Vec<FormCase> {
         },
         FormCase {
             method: "get",
-            ..case("/console/requests", &[("id", "req_{n}")], &["<answer>"])
+            // The lookup (id) and the log's filters (id empty) share
+            // the address.
+            ..case(
+                "/console/requests",
+                &[
+                    ("id", ""),
+                    ("tenant", "t"),
+                    ("key", ""),
+                    ("model", "gpt-4o-mini"),
+                    ("status", "ok"),
+                    ("reason", "model_not_found"),
+                    ("from", "2000-01-01T00:00"),
+                    ("to", "2099-01-01T00:00"),
+                ],
+                &["<answer>"],
+            )
         },
         FormCase {
             method: "get",

@@ -82,6 +82,26 @@ impl Store {
         rows.iter().map(app_row).collect()
     }
 
+    /// The names of these keys, by id, within the scope (a key of another
+    /// tenant is simply absent).
+    pub async fn key_names(
+        &self,
+        scope: &TenantScope,
+        ids: &[Uuid],
+    ) -> Result<std::collections::HashMap<Uuid, String>> {
+        let rows = sqlx::query(
+            "SELECT id, name FROM virtual_keys WHERE id = ANY($1) AND ($2::text IS NULL OR tenant_id = $2)",
+        )
+        .bind(ids)
+        .bind(scope.tenant())
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.get("id"), r.get("name")))
+            .collect())
+    }
+
     pub async fn keys_of(&self, scope: &TenantScope, tenant: &str) -> Result<Vec<KeyListRow>> {
         let rows = sqlx::query(
             "SELECT id, tenant_id, app_id, name, prefix, expires_at, revoked_at, created_at

@@ -158,3 +158,50 @@ impl Ui {
         }
     }
 }
+
+/// Every console page a signed-in person reaches by following links from
+/// the dashboard (GET links only; exports, paging, the language switch and
+/// log out left out; at most `PER_PATH` queries of one path). Paths with
+/// their queries, in the order found.
+pub async fn crawl(ui: &Ui, max: usize) -> Vec<String> {
+    const PER_PATH: usize = 4;
+    let mut seen: Vec<String> = Vec::new();
+    let mut queue = std::collections::VecDeque::from(["/console".to_string()]);
+    let mut per_path: std::collections::HashMap<String, usize> = Default::default();
+    while let Some(href) = queue.pop_front() {
+        if seen.len() >= max {
+            break;
+        }
+        if seen.contains(&href) {
+            continue;
+        }
+        seen.push(href.clone());
+        ui.go(&href).await;
+        let links = ui
+            .c
+            .execute(
+                "return Array.from(document.querySelectorAll('a[href]')).map(a => a.getAttribute('href'))",
+                vec![],
+            )
+            .await
+            .unwrap();
+        for l in links.as_array().cloned().unwrap_or_default() {
+            let Some(l) = l.as_str() else { continue };
+            let l = l.split('#').next().unwrap_or_default().to_string();
+            let skip = !l.starts_with("/console")
+                || [".csv", "/logout", "/sso/", "/lang", "cursor=", "before="]
+                    .iter()
+                    .any(|s| l.contains(s));
+            if skip || seen.contains(&l) || queue.contains(&l) {
+                continue;
+            }
+            let path = l.split('?').next().unwrap_or_default().to_string();
+            let n = per_path.entry(path).or_default();
+            if *n < PER_PATH {
+                *n += 1;
+                queue.push_back(l);
+            }
+        }
+    }
+    seen
+}

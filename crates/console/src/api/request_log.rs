@@ -17,16 +17,16 @@ use store::{Principal, RequestCursor, RequestLogFilter, RequestLogRow};
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogQuery {
-    tenant: Option<String>,
-    app: Option<String>,
-    key: Option<String>,
-    model: Option<String>,
-    status: Option<String>,
-    reason: Option<String>,
-    from: Option<String>,
-    to: Option<String>,
-    cursor: Option<String>,
-    limit: Option<i64>,
+    pub tenant: Option<String>,
+    pub app: Option<String>,
+    pub key: Option<String>,
+    pub model: Option<String>,
+    pub status: Option<String>,
+    pub reason: Option<String>,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub cursor: Option<String>,
+    pub limit: Option<i64>,
 }
 
 const DEFAULT_LIMIT: i64 = 100;

@@ -175,6 +175,12 @@ impl Chrome {
     pub fn t(&self, key: &str) -> &'static str {
         self.lang.t(key)
     }
+
+    /// A stored code (a priority, a model kind, a state) in the reader's
+    /// language: the text of `area.code`, else the code as it is.
+    pub fn tv(&self, area: &str, code: &str) -> String {
+        self.lang.tv(area, code)
+    }
 }
 
 pub fn role_key(r: Role) -> &'static str {

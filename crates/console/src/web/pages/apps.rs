@@ -119,7 +119,7 @@ async fn apps_page(
         .into_iter()
         .map(|a| AppLine {
             keys: key_lines(&keys, &a.id),
-            limits: limits_summary(&a.limits),
+            limits: limits_summary(s.lang, &a.limits),
             id: a.id,
             name: a.name,
         })

@@ -747,7 +747,10 @@ pub async fn jobs(
         c: Chrome::new(&s, "nav.jobs", "/console/jobs"),
         reconcile_at: last_reconcile
             .first()
-            .map(|r| format!("{} ({})", super::when(r.started_at), r.outcome))
+            .map(|r| {
+                let outcome = s.lang.tv("outcome", &r.outcome);
+                format!("{} ({outcome})", super::when(r.started_at))
+            })
             .unwrap_or_default(),
         diffs,
         runs: runs
@@ -804,12 +807,48 @@ pub async fn notices(
             .into_iter()
             .map(|n| NoticeLine {
                 at: super::when(n.at),
+                message: notice_message(s.lang, &n),
                 tenant: n.tenant_id.unwrap_or_default(),
                 kind: n.kind,
-                message: n.message,
             })
             .collect(),
     })
+}
+
+/// A notice in the reader's language, written from its kind and detail
+/// (the stored message is English); a kind the table does not know shows
+/// its stored message.
+fn notice_message(lang: crate::i18n::Lang, n: &store::NoticeRow) -> String {
+    let d = &n.detail;
+    let s = |k: &str| match &d[k] {
+        serde_json::Value::String(v) => v.clone(),
+        serde_json::Value::Null => String::new(),
+        v => v.to_string(),
+    };
+    let n_of = |k: &str| d[k].as_i64().map(thousands).unwrap_or_default();
+    let fill = |key: &str, args: &[(&str, String)]| {
+        args.iter().fold(lang.t(key).to_string(), |t, (k, v)| {
+            t.replace(&format!("{{{k}}}"), v)
+        })
+    };
+    match n.kind.as_str() {
+        "usage_anomaly" => fill(
+            "notice.usage_anomaly_text",
+            &[
+                ("model", s("model")),
+                ("kind", s("kind")),
+                ("request", s("request_id")),
+                ("in", n_of("billed_input_tokens")),
+                ("out", n_of("billed_output_tokens")),
+            ],
+        ),
+        "job_failed" => fill(
+            "notice.job_failed_text",
+            &[("job", lang.tv("job", &s("job")))],
+        ),
+        "redis_eviction_policy" => lang.t("notice.redis_eviction_policy_text").into(),
+        _ => n.message.clone(),
+    }
 }
 
 #[cfg(test)]

@@ -109,7 +109,7 @@ pub async fn show(
                 .take(5)
                 .cloned()
                 .collect();
-            d.requests = quota::lines(&cp, a, &pending, now).await?;
+            d.requests = quota::lines(&cp, a, s.lang, &pending, now).await?;
             d.audit = recent_audit(&cp, a, 5).await?;
         }
         Role::TenantAdmin => {
@@ -128,7 +128,7 @@ pub async fn show(
                 ),
             ];
             let recent: Vec<_> = requests.iter().take(5).cloned().collect();
-            d.requests = quota::lines(&cp, a, &recent, now).await?;
+            d.requests = quota::lines(&cp, a, s.lang, &recent, now).await?;
         }
         Role::Finance => {
             for t in tenants::visible_tenants(&cp, a).await? {

@@ -15,6 +15,7 @@ pub mod tenants;
 pub mod users;
 
 use crate::error::ApiError;
+use crate::i18n::Lang;
 use crate::web::PageError;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use domain::{Limits, MicroUsd};
@@ -238,29 +239,31 @@ impl LimitsForm {
     }
 }
 
-/// Limits as one short line for tables ("" when unlimited).
-pub fn limits_summary(l: &Limits) -> String {
+/// Limits as one short line for tables ("" when unlimited), with the
+/// units in the reader's language.
+pub fn limits_summary(lang: Lang, l: &Limits) -> String {
+    let n = |key: &str, v: String| lang.t(key).replace("{n}", &v);
     let mut parts = Vec::new();
     if let Some(v) = l.monthly_tokens {
-        parts.push(format!("{} tok/mo", thousands(v)));
+        parts.push(n("unit.tok_month", thousands(v)));
     }
     if let Some(v) = l.monthly_cost_usd {
-        parts.push(format!("{}/mo", v.shown()));
+        parts.push(n("unit.per_month", v.shown()));
     }
     if let Some(v) = l.daily_cost_soft_usd {
-        parts.push(format!("{}/day soft", v.shown()));
+        parts.push(n("unit.per_day_soft", v.shown()));
     }
     if let Some(v) = l.rpm {
-        parts.push(format!("{v} rpm"));
+        parts.push(n("unit.rpm", thousands(v)));
     }
     if let Some(v) = l.input_tpm {
-        parts.push(format!("{} in-tpm", thousands(v)));
+        parts.push(n("unit.input_tpm", thousands(v)));
     }
     if let Some(v) = l.output_tpm {
-        parts.push(format!("{} out-tpm", thousands(v)));
+        parts.push(n("unit.output_tpm", thousands(v)));
     }
     if let Some(v) = l.max_inflight {
-        parts.push(format!("{v} in flight"));
+        parts.push(n("unit.in_flight", thousands(v)));
     }
     parts.join(" · ")
 }
@@ -276,18 +279,27 @@ pub fn when(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M UTC").to_string()
 }
 
-/// Time left until `t`, like "2d 3h", "3h 12m", "45m"; "" when past.
-pub fn time_left(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
+/// A time to the second, the zone named ("2026-11-03 14:03:22 UTC").
+pub fn when_secs(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// Time left until `t`, like "2d 3h", "3h 12m", "45m" (in the reader's
+/// language); "" when past.
+pub fn time_left(lang: Lang, t: DateTime<Utc>, now: DateTime<Utc>) -> String {
     let secs = (t - now).num_seconds();
     if secs <= 0 {
         return String::new();
     }
     let (d, h, m) = (secs / 86_400, secs % 86_400 / 3600, secs % 3600 / 60);
-    match (d, h) {
-        (0, 0) => format!("{}m", m.max(1)),
-        (0, _) => format!("{h}h {m}m"),
-        _ => format!("{d}d {h}h"),
-    }
+    let (key, a, b) = match (d, h) {
+        (0, 0) => ("dur.m", m.max(1), 0),
+        (0, _) => ("dur.hm", h, m),
+        _ => ("dur.dh", d, h),
+    };
+    lang.t(key)
+        .replace("{a}", &a.to_string())
+        .replace("{b}", &b.to_string())
 }
 
 #[cfg(test)]
@@ -326,8 +338,26 @@ mod tests {
         assert_eq!(when(t), "2026-12-31 18:00 UTC");
         assert!(time("expires_at", "tomorrow").is_err());
         let now = t - chrono::Duration::minutes(135);
-        assert_eq!(time_left(t, now), "2h 15m");
-        assert_eq!(time_left(t, t), "");
-        assert_eq!(time_left(t, t - chrono::Duration::days(3)), "3d 0h");
+        assert_eq!(time_left(Lang::En, t, now), "2h 15m");
+        assert_eq!(time_left(Lang::Zh, t, now), "2 小时 15 分钟");
+        assert_eq!(time_left(Lang::En, t, t), "");
+        assert_eq!(
+            time_left(Lang::En, t, t - chrono::Duration::days(3)),
+            "3d 0h"
+        );
+        let l = Limits {
+            monthly_tokens: Some(1_000_000),
+            rpm: Some(60),
+            max_inflight: Some(4),
+            ..Default::default()
+        };
+        assert_eq!(
+            limits_summary(Lang::En, &l),
+            "1,000,000 tok/mo · 60 rpm · 4 in flight"
+        );
+        assert_eq!(
+            limits_summary(Lang::Zh, &l),
+            "每月 1,000,000 token · 每分钟 60 次请求 · 最多 4 个并发"
+        );
     }
 }

@@ -116,7 +116,7 @@ async fn page(
             output_price: MicroUsd(m.output_price_micro_per_mtok).shown(),
             degrade_to: m.degrade_to.unwrap_or_default(),
             pool: m.pool_capacity.map(|p| p.to_string()).unwrap_or_default(),
-            profile: profile_text(&m.profile),
+            profile: profile_text(s.lang, &m.profile),
             // Platform admins see where a model goes; others only its name.
             upstream: if s.actor.is_platform_admin() {
                 m.upstream_base_url
@@ -143,10 +143,12 @@ async fn page(
     })
 }
 
-fn profile_text(p: &domain::provider::ProviderProfile) -> String {
-    let mut t = p.cap_field.as_str().to_string();
+fn profile_text(lang: crate::i18n::Lang, p: &domain::provider::ProviderProfile) -> String {
+    // The field names are the provider's API; "both" is said in words.
+    let mut t = lang.tv("cap", p.cap_field.as_str());
     if p.hidden_reasoning {
-        t.push_str(" · hidden reasoning");
+        t.push_str(" · ");
+        t.push_str(lang.t("models.hidden_reasoning"));
     }
     let apis: Vec<&str> = p.apis.iter().map(|a| a.as_str()).collect();
     if apis != ["chat"] {

@@ -57,13 +57,14 @@ fn refusal_key(r: DecisionRefusal) -> &'static str {
 pub async fn lines(
     cp: &ControlPlane,
     viewer: &Principal,
+    lang: crate::i18n::Lang,
     rows: &[QuotaRequestRow],
     now: DateTime<Utc>,
 ) -> Result<Vec<QuotaLine>, ApiError> {
     let people = quota_requests::people_of(cp, rows).await?;
     let mut out = Vec::with_capacity(rows.len());
     for q in rows {
-        let mut line = QuotaLine::of(q, now);
+        let mut line = QuotaLine::of(lang, q, now);
         line.requested_by = people.get(&q.requested_by).cloned().unwrap_or_default();
         line.decided_by = q
             .decided_by
@@ -81,7 +82,7 @@ pub async fn lines(
 }
 
 impl QuotaLine {
-    fn of(q: &QuotaRequestRow, now: DateTime<Utc>) -> QuotaLine {
+    fn of(lang: crate::i18n::Lang, q: &QuotaRequestRow, now: DateTime<Utc>) -> QuotaLine {
         let (state, state_key) = match quota_requests::state_of(q, now) {
             "pending" => ("pending", "quota.state_pending"),
             "active" => ("active", "quota.state_active"),
@@ -106,7 +107,7 @@ impl QuotaLine {
             state,
             state_key,
             expires: when(q.expires_at),
-            left: time_left(q.expires_at, now),
+            left: time_left(lang, q.expires_at, now),
             note: q.note.clone(),
             requested_by: String::new(),
             decided_by: String::new(),
@@ -184,7 +185,7 @@ pub async fn list(
     s: Session,
 ) -> Result<Html<String>, PageError> {
     let rows = quota_requests::visible_requests(&cp, &s.actor).await?;
-    let rows = lines(&cp, &s.actor, &rows, Utc::now()).await?;
+    let rows = lines(&cp, &s.actor, s.lang, &rows, Utc::now()).await?;
     render(QuotaPage {
         c: Chrome::new(&s, "nav.quota", "/console/quota-requests"),
         rows,
@@ -258,7 +259,7 @@ async fn decide(
     }
     let frag = RowFragment {
         c: Chrome::new(s, "nav.quota", "/console/quota-requests"),
-        q: lines(cp, &s.actor, std::slice::from_ref(&row), Utc::now())
+        q: lines(cp, &s.actor, s.lang, std::slice::from_ref(&row), Utc::now())
             .await?
             .remove(0),
     };

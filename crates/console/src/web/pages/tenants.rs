@@ -29,13 +29,13 @@ pub struct TenantLine {
 }
 
 impl TenantLine {
-    fn of(t: &TenantRow) -> TenantLine {
+    fn of(lang: crate::i18n::Lang, t: &TenantRow) -> TenantLine {
         TenantLine {
             id: t.id.clone(),
             name: t.name.clone(),
             cost_center: t.cost_center.clone(),
             priority: t.priority.clone(),
-            limits: limits_summary(&t.limits),
+            limits: limits_summary(lang, &t.limits),
             may_borrow: t.may_borrow,
             borrow_cap: super::thousands(t.borrow_cap_tokens),
             models: t
@@ -143,7 +143,7 @@ pub async fn list(
     let rows = svc::visible_tenants(&cp, &s.actor)
         .await?
         .iter()
-        .map(TenantLine::of)
+        .map(|t| TenantLine::of(s.lang, t))
         .collect();
     render(ListPage {
         c: Chrome::new(&s, "nav.tenants", "/console/tenants"),
@@ -256,7 +256,7 @@ pub async fn show(
         .map(|u| UsageLine::of(&u));
     render(ShowPage {
         c: Chrome::new(&s, "nav.tenants", "/console/tenants"),
-        t: TenantLine::of(&t),
+        t: TenantLine::of(s.lang, &t),
         usage,
         can_edit: s.actor.is_platform_admin(),
         can_manage: s.actor.may(domain::roles::Access::Manage, &id),
