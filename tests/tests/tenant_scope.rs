@@ -221,6 +221,8 @@ async fn a_tenant_admins_scope_reads_nothing_of_another_tenant() {
     assert_eq!(s.apps_of(all, THEIRS).await.unwrap().len(), 1);
     assert!(s.keys_of(mine, THEIRS).await.unwrap().is_empty());
     assert_eq!(s.keys_of(all, THEIRS).await.unwrap().len(), 1);
+    assert!(s.key_names(mine, &[kid]).await.unwrap().is_empty());
+    assert_eq!(s.key_names(all, &[kid]).await.unwrap().len(), 1);
     let f = AuditFilter {
         limit: 100,
         ..Default::default()
