@@ -72,11 +72,11 @@ async fn count(
     let summary = request::validate(Endpoint::ChatCompletions, &chat).map_err(invalid)?;
     let model = proxy::resolve_model(gw, &key, Endpoint::ChatCompletions, &summary, rid)
         .map_err(|e| proxy::refuse(e, k, &summary.model))?;
-    proxy::check_body_size(gw, &model, bytes.len(), rid)
+    crate::estimate::check_body_size(gw, &model, bytes.len(), rid)
         .map_err(|e| proxy::refuse(e, k, &model.id))?;
     // Counted exactly (a count is what was asked), off the async workers
     // when long.
-    let (est, _) = proxy::estimate_input(
+    let (est, _) = crate::estimate::estimate_input(
         gw,
         crate::LongInput::Exact,
         &key,
