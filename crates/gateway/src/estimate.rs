@@ -21,7 +21,6 @@ pub(crate) fn check_body_size(
     gw: &Gateway,
     model: &ModelEntry,
     len: usize,
-    rid: &str,
 ) -> Result<(), ApiError> {
     let limit = tokens::body_limit(gw.cfg.max_body_bytes, &model.upstream_model);
     if len <= limit {
@@ -31,7 +30,7 @@ pub(crate) fn check_body_size(
         "request body is larger than {limit} bytes, the most model {} takes",
         model.id
     );
-    Err(ApiError::new(rid, ReasonCode::InvalidRequest, msg).status(413))
+    Err(ApiError::new(ReasonCode::InvalidRequest, msg).status(413))
 }
 
 /// The input and output estimate (`estimate`), never tokenising much on the
@@ -50,9 +49,8 @@ pub(crate) async fn estimate_input(
     summary: &RequestSummary,
     json: Value,
     len: usize,
-    rid: &str,
 ) -> (Result<(i64, i64), ApiError>, Value) {
-    let here = |counting| estimate(key, model, endpoint, summary, &json, rid, counting);
+    let here = |counting| estimate(key, model, endpoint, summary, &json, counting);
     if long == crate::LongInput::Bound && tokens::counting_for(len) == tokens::Counting::UpperBound
     {
         let bound = here(tokens::Counting::UpperBound);
@@ -64,8 +62,7 @@ pub(crate) async fn estimate_input(
         let r = here(tokens::Counting::Exact);
         return (r, json);
     }
-    let (key2, model2, summary2, rid2) =
-        (key.clone(), model.clone(), summary.clone(), rid.to_string());
+    let (key2, model2, summary2) = (key.clone(), model.clone(), summary.clone());
     gw.tokenize
         .run(&key.tenant.id, move || {
             let r = estimate(
@@ -74,7 +71,6 @@ pub(crate) async fn estimate_input(
                 endpoint,
                 &summary2,
                 &json,
-                &rid2,
                 tokens::Counting::Exact,
             );
             (r, json)
@@ -90,7 +86,6 @@ pub(crate) fn estimate(
     endpoint: Endpoint,
     s: &RequestSummary,
     body: &Value,
-    rid: &str,
     counting: tokens::Counting,
 ) -> Result<(i64, i64), ApiError> {
     let f = model.tokenizer;
@@ -114,7 +109,7 @@ pub(crate) fn estimate(
     if let Some(max_ctx) = key.cap(|l| l.max_context_tokens) {
         if input > max_ctx {
             let msg = format!("input is about {input} tokens; this key allows at most {max_ctx}");
-            return Err(ApiError::new(rid, ReasonCode::ContextTooLong, msg).param("messages"));
+            return Err(ApiError::new(ReasonCode::ContextTooLong, msg).param("messages"));
         }
     }
     if endpoint == Endpoint::Embeddings {
@@ -124,7 +119,7 @@ pub(crate) fn estimate(
     let per_choice = match (s.max_output, cap) {
         (Some(asked), Some(cap)) if asked > cap => {
             let msg = format!("max_tokens is {asked}; this key allows at most {cap}");
-            return Err(ApiError::new(rid, ReasonCode::InvalidRequest, msg).param("max_tokens"));
+            return Err(ApiError::new(ReasonCode::InvalidRequest, msg).param("max_tokens"));
         }
         (Some(asked), _) => asked,
         (None, Some(cap)) => model.default_max_output.min(cap),

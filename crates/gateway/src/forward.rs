@@ -62,7 +62,6 @@ pub(crate) async fn forward(
     mut headers: HeaderMap,
     edge: Edge,
 ) -> Result<Response, ApiError> {
-    let rid = held.request_id.clone();
     let t0 = Instant::now();
     // A non-stream request has the whole upstream timeout for headers and
     // body; a stream has no whole-request timeout, but its headers must
@@ -92,11 +91,11 @@ pub(crate) async fn forward(
         }
         crate::routing::Routed::Unreachable(e) => {
             // The error never carries the URL: a base URL may hold credentials.
-            tracing::warn!(request_id = %rid, model = %held.model.id, error = %e, "upstream unreachable");
+            tracing::warn!(model = %held.model.id, error = %e, "upstream unreachable");
             held.release().await;
             let reason = ReasonCode::UpstreamUnavailable;
             return Err(
-                ApiError::new(&rid, reason, "the upstream provider could not be reached")
+                ApiError::new(reason, "the upstream provider could not be reached")
                     .retry_after(Some(1)),
             );
         }
@@ -109,7 +108,7 @@ pub(crate) async fn forward(
             .and_then(|v| v.to_str().ok()?.parse().ok());
         let text = upstream::error_text(resp, ERROR_TEXT_LIMIT, gw.cfg.stream_idle_timeout).await;
         held.release().await;
-        return Err(upstream_refusal(&rid, status, retry_after, &text));
+        return Err(upstream_refusal(status, retry_after, &text));
     }
     if s.stream {
         headers.insert(
@@ -136,11 +135,11 @@ pub(crate) async fn forward(
     let bytes = match read {
         Ok(Ok(b)) => b.to_bytes(),
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(oversized_answer(held, &rid, limit).await)
+            return Err(oversized_answer(held, limit).await)
         }
-        Ok(Err(e)) => return Err(broken_answer(held, &rid, &upstream_error_text(&*e)).await),
+        Ok(Err(e)) => return Err(broken_answer(held, &upstream_error_text(&*e)).await),
         Err(_) => {
-            return Err(broken_answer(held, &rid, "no whole answer within the timeout").await)
+            return Err(broken_answer(held, "no whole answer within the timeout").await)
         }
     };
     metrics::histogram!(m::UPSTREAM_SECONDS, "model" => held.model.id.clone())
@@ -180,12 +179,11 @@ pub(crate) fn upstream_error_text(e: &(dyn std::error::Error + 'static)) -> Stri
 
 /// The provider started answering and broke off (or ran out of time):
 /// the request is charged what is best known of it.
-async fn broken_answer(held: HeldRequest, rid: &str, error: &str) -> ApiError {
-    tracing::warn!(request_id = %rid, model = %held.model.id, error, "upstream body broke");
+async fn broken_answer(held: HeldRequest, error: &str) -> ApiError {
+    tracing::warn!(model = %held.model.id, error, "upstream body broke");
     let actual = held.best_known("upstream_error");
     held.settle(actual).await;
     ApiError::new(
-        rid,
         ReasonCode::UpstreamError,
         "the upstream provider broke off its answer",
     )
@@ -194,12 +192,11 @@ async fn broken_answer(held: HeldRequest, rid: &str, error: &str) -> ApiError {
 /// The provider's answer is larger than the gateway reads: a clean 502.
 /// Nothing was counted of an answer not read, and the provider generated
 /// (and bills) it whole: settled at the estimate, like a broken answer.
-async fn oversized_answer(held: HeldRequest, rid: &str, limit: usize) -> ApiError {
-    tracing::warn!(request_id = %rid, model = %held.model.id, limit, "upstream answer too large");
+async fn oversized_answer(held: HeldRequest, limit: usize) -> ApiError {
+    tracing::warn!(model = %held.model.id, limit, "upstream answer too large");
     let actual = held.best_known("upstream_error");
     held.settle(actual).await;
     ApiError::new(
-        rid,
         ReasonCode::UpstreamResponseTooLarge,
         format!(
             "the upstream provider's answer is larger than the gateway accepts ({limit} bytes)"
@@ -210,7 +207,6 @@ async fn oversized_answer(held: HeldRequest, rid: &str, limit: usize) -> ApiErro
 /// The provider refused before generating: tell the client why without
 /// passing on anything about our own credentials.
 fn upstream_refusal(
-    rid: &str,
     status: http::StatusCode,
     retry_after: Option<u64>,
     body: &str,
@@ -223,24 +219,20 @@ fn upstream_refusal(
     match status.as_u16() {
         // The provider's 429 text can name the gateway's own organisation.
         429 => ApiError::new(
-            rid,
             ReasonCode::UpstreamRateLimited,
             "the upstream provider is rate limiting; retry later",
         )
         .retry_after(Some(retry_after.unwrap_or(1))),
         401 | 403 => ApiError::new(
-            rid,
             ReasonCode::UpstreamError,
             "the upstream provider refused the gateway's credentials",
         ),
         400 | 404 | 413 | 422 => ApiError::new(
-            rid,
             ReasonCode::InvalidRequest,
             format!("the upstream provider refused the request: {upstream_msg}"),
         )
         .status(status.as_u16()),
         s => ApiError::new(
-            rid,
             ReasonCode::UpstreamError,
             format!("the upstream provider failed with status {s}"),
         ),

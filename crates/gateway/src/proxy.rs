@@ -1,26 +1,28 @@
 //! `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings`: the
-//! request's way through the gateway (docs/design.md §5). `/v1/responses` and
-//! `/v1/messages` take the same way, read into chat at the edge (`dialect`).
+//! request's way through the gateway (docs/design.md §5, and the table in
+//! docs/architecture.md). `/v1/responses` and `/v1/messages` take the same
+//! way, read into chat at the edge (`dialect`). Every step runs in the
+//! request's tracing span (request id, tenant, key) and refuses with an
+//! [`ApiError`]; [`handle`] answers the refusal.
 
+use crate::admission::Want;
 use crate::catalog::{KeyEntry, ModelEntry, ModelKind};
 use crate::dialect::{Dialect, Edge, Inbound};
 use crate::errors::ApiError;
 use crate::metrics_names as m;
-use crate::settle::{HeldRequest, PendingHold};
+use crate::settle::HeldRequest;
 use crate::Gateway;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
 use domain::keys;
-use domain::limits::LimitKind;
 use domain::reason::{Decision, ReasonCode};
-use domain::request::{self, Endpoint, RequestSummary};
+use domain::request::{self, Endpoint, InvalidField, RequestSummary};
 use domain::tokens;
-use quota::{HoldOutcome, HoldRequest, QuotaError};
 use serde_json::{json, Value};
 use std::sync::Arc;
-use std::time::Instant;
+use tracing::Instrument;
 
 pub async fn chat_completions(
     State(gw): State<Arc<Gateway>>,
@@ -50,6 +52,46 @@ pub fn new_request_id() -> String {
     format!("req_{}", uuid::Uuid::now_v7().simple())
 }
 
+/// A request's context: its id and, once known, its key and the model a
+/// refusal is recorded under. The id, tenant and key are the fields of the
+/// request's tracing span, so the steps log and refuse without them as
+/// parameters; [`handle`] answers a refusal with this.
+pub(crate) struct RequestCtx {
+    pub id: String,
+    pub key: Option<Arc<KeyEntry>>,
+    /// "" until the body names a model; then the named, served, or
+    /// degraded-to model, as far as the request got.
+    pub model: String,
+}
+
+impl RequestCtx {
+    pub fn new() -> Self {
+        RequestCtx {
+            id: new_request_id(),
+            key: None,
+            model: String::new(),
+        }
+    }
+
+    /// The span a request's steps run in.
+    pub fn span(&self) -> tracing::Span {
+        tracing::info_span!(
+            "request",
+            request_id = %self.id,
+            tenant = tracing::field::Empty,
+            key = tracing::field::Empty,
+        )
+    }
+
+    /// The key is known: in the context, and in the current span.
+    pub fn authenticated(&mut self, key: &Arc<KeyEntry>) {
+        let span = tracing::Span::current();
+        span.record("tenant", key.tenant.id.as_str());
+        span.record("key", key.id.as_str());
+        self.key = Some(key.clone());
+    }
+}
+
 pub(crate) async fn handle(
     gw: Arc<Gateway>,
     endpoint: Endpoint,
@@ -57,75 +99,64 @@ pub(crate) async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let rid = new_request_id();
-    match admit_and_forward(&gw, endpoint, dialect, &headers, body, &rid).await {
+    let mut ctx = RequestCtx::new();
+    let span = ctx.span();
+    let answer = admit_and_forward(&gw, &mut ctx, endpoint, dialect, &headers, body)
+        .instrument(span)
+        .await;
+    match answer {
         Ok(r) => r,
-        Err((e, key, model)) => {
-            let tenant = key.as_ref().map_or("unknown", |k| k.tenant.id.as_str());
-            metrics::counter!(m::REQUESTS, "tenant" => tenant.to_string(), "model" => model.clone(),
-                "decision" => Decision::Reject.as_str(), "reason" => e.reason.as_str())
-            .increment(1);
-            if let Some(k) = &key {
-                gw.decisions.refused(&e, k, &model);
-            }
-            if e.reason == ReasonCode::TenantQueueFull {
-                // Paces a flood that ignores Retry-After (docs/fair.md).
-                tokio::time::sleep(gw.cfg.fair.queue_full_delay).await;
-            }
-            crate::dialect::error_response(dialect, e)
-        }
+        Err(e) => refusal(&gw, &ctx, dialect, e.for_request(&ctx.id)).await,
     }
 }
 
-pub(crate) type Refused = (ApiError, Option<Arc<KeyEntry>>, String);
-
-pub(crate) fn refuse(e: ApiError, key: Option<&Arc<KeyEntry>>, model: &str) -> Refused {
-    (e, key.cloned(), model.to_string())
+/// A refused request: counted, recorded (when its key is known), answered.
+async fn refusal(gw: &Gateway, ctx: &RequestCtx, dialect: Dialect, e: ApiError) -> Response {
+    let tenant = ctx.key.as_ref().map_or("unknown", |k| k.tenant.id.as_str());
+    metrics::counter!(m::REQUESTS, "tenant" => tenant.to_string(), "model" => ctx.model.clone(),
+        "decision" => Decision::Reject.as_str(), "reason" => e.reason.as_str())
+    .increment(1);
+    if let Some(k) = &ctx.key {
+        gw.decisions.refused(&e, k, &ctx.model);
+    }
+    if e.reason == ReasonCode::TenantQueueFull {
+        // Paces a flood that ignores Retry-After (docs/fair.md).
+        tokio::time::sleep(gw.cfg.fair.queue_full_delay).await;
+    }
+    crate::dialect::error_response(dialect, e)
 }
 
 /// The request's key and body (413 above the size cap).
 pub(crate) async fn read_body(
     gw: &Arc<Gateway>,
+    ctx: &mut RequestCtx,
     headers: &HeaderMap,
     body: Body,
-    rid: &str,
-) -> Result<(Arc<KeyEntry>, bytes::Bytes), Refused> {
-    let key = authenticate(gw, headers, rid)
-        .await
-        .map_err(|e| refuse(e, None, ""))?;
-    let k = Some(&key);
+) -> Result<(Arc<KeyEntry>, bytes::Bytes), ApiError> {
+    let key = authenticate(gw, headers).await?;
+    ctx.authenticated(&key);
     let cap = tokens::largest_body_limit(gw.cfg.max_body_bytes);
     let bytes = axum::body::to_bytes(body, cap).await.map_err(|_| {
         let msg = format!("request body is larger than {cap} bytes");
-        refuse(
-            ApiError::new(rid, ReasonCode::InvalidRequest, msg).status(413),
-            k,
-            "",
-        )
+        ApiError::new(ReasonCode::InvalidRequest, msg).status(413)
     })?;
     Ok((key, bytes))
 }
 
-// The refusal type every handler step returns (the async ones are not
-// linted); boxing it here alone would only add a conversion.
-#[allow(clippy::result_large_err)]
-pub(crate) fn parse_json(bytes: &[u8], key: &Arc<KeyEntry>, rid: &str) -> Result<Value, Refused> {
+pub(crate) fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| {
         let msg = format!("body is not valid JSON: {e}");
-        refuse(
-            ApiError::new(rid, ReasonCode::InvalidRequest, msg),
-            Some(key),
-            "",
-        )
+        ApiError::new(ReasonCode::InvalidRequest, msg)
     })
 }
 
-pub async fn authenticate(
-    gw: &Gateway,
-    headers: &HeaderMap,
-    rid: &str,
-) -> Result<Arc<KeyEntry>, ApiError> {
-    let bad = |msg: &str| ApiError::new(rid, ReasonCode::InvalidApiKey, msg);
+/// A field the request cannot have as it is.
+pub(crate) fn invalid(f: InvalidField) -> ApiError {
+    ApiError::new(ReasonCode::InvalidRequest, f.message).param(f.param)
+}
+
+pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Arc<KeyEntry>, ApiError> {
+    let bad = |msg: &str| ApiError::new(ReasonCode::InvalidApiKey, msg);
     // Anthropic clients send their key in `x-api-key`.
     let raw = headers
         .get(axum::http::header::AUTHORIZATION)
@@ -156,47 +187,33 @@ pub async fn authenticate(
 
 async fn admit_and_forward(
     gw: &Arc<Gateway>,
+    ctx: &mut RequestCtx,
     endpoint: Endpoint,
     dialect: Dialect,
     headers: &HeaderMap,
     body: Body,
-    rid: &str,
-) -> Result<Response, Refused> {
-    let (key, bytes) = read_body(gw, headers, body, rid).await?;
-    let k = Some(&key);
-    crate::fair::refuse_if_queue_full(gw, &key, rid).map_err(|e| refuse(e, k, ""))?;
-    let json = parse_json(&bytes, &key, rid)?;
-    let attribution =
-        crate::attribution::read(headers, &json, &key, rid).map_err(|e| refuse(e, k, ""))?;
-    let inbound = Inbound::read(dialect, json).map_err(|f| {
-        refuse(
-            ApiError::new(rid, ReasonCode::InvalidRequest, f.message).param(f.param),
-            k,
-            "",
-        )
-    })?;
+) -> Result<Response, ApiError> {
+    let (key, bytes) = read_body(gw, ctx, headers, body).await?;
+    crate::fair::refuse_if_queue_full(gw, &key)?;
+    let json = parse_json(&bytes)?;
+    let attribution = crate::attribution::read(headers, &json, &key)?;
+    let inbound = Inbound::read(dialect, json).map_err(invalid)?;
     let json = inbound.chat;
-    let summary = request::validate(endpoint, &json).map_err(|f| {
-        refuse(
-            ApiError::new(rid, ReasonCode::InvalidRequest, f.message).param(f.param),
-            k,
-            "",
-        )
-    })?;
-    let model = resolve_model(gw, &key, endpoint, &summary, rid)
-        .map_err(|e| refuse(e, k, &summary.model))?;
+    let summary = request::validate(endpoint, &json).map_err(invalid)?;
+    ctx.model = summary.model.clone();
+    let model = resolve_model(gw, &key, endpoint, &summary)?;
     // Every deployment down: a fallback model the key may use, at its price.
     let model = crate::routing::serving_model(gw, &key, model);
+    ctx.model = model.id.clone();
     // Past the daily soft limit: the cheaper model and/or a smaller cap.
-    let degrade = crate::fair::degrade_step(gw, &key, &model, rid)
-        .await
-        .map_err(|e| refuse(e, k, &model.id))?;
+    let degrade = crate::fair::degrade_step(gw, &key, &model).await?;
     let requested_model = model.id.clone();
     let model = match degrade.as_ref().and_then(|d| d.model.clone()) {
         Some(cheaper) => cheaper,
         None => model,
     };
-    crate::estimate::check_body_size(gw, &model, bytes.len(), rid).map_err(|e| refuse(e, k, &model.id))?;
+    ctx.model = model.id.clone();
+    crate::estimate::check_body_size(gw, &model, bytes.len())?;
     let (estimated, json_back) = crate::estimate::estimate_input(
         gw,
         gw.cfg.long_input,
@@ -206,11 +223,10 @@ async fn admit_and_forward(
         &summary,
         json,
         bytes.len(),
-        rid,
     )
     .await;
     let mut json = json_back;
-    let (est_in, asked_per_choice) = estimated.map_err(|e| refuse(e, k, &model.id))?;
+    let (est_in, asked_per_choice) = estimated?;
     let per_choice = match degrade.as_ref().and_then(|d| d.max_output) {
         Some(cap) if endpoint != Endpoint::Embeddings => asked_per_choice.min(cap),
         _ => asked_per_choice,
@@ -237,12 +253,8 @@ async fn admit_and_forward(
         per_choice,
         end_user: attribution.end_user.as_deref(),
     };
-    let fairly = crate::fair::admit_fairly(gw, &key, &model, &month, rid, || {
-        admit(gw, &key, &model, &month, rid, want)
-    })
-    .await
-    .map_err(|e| refuse(e, k, &model.id))?;
-    let adm = fairly.admitted;
+    let adm = crate::admission::get_quota(gw, &key, &model, &month, &ctx.id, want).await?;
+    let rid = ctx.id.as_str();
     if soft_degraded {
         let detail = json!({"requested_output_tokens": asked_per_choice * summary.choices,
             "output_tokens_cap": max_out, "requested_model": requested_model, "served_model": model.id});
@@ -266,7 +278,7 @@ async fn admit_and_forward(
             Decision::Degrade,
             ReasonCode::MaxTokensClampedToBudget.as_str(),
         )
-    } else if let Some((_, why)) = fairly.queued {
+    } else if let Some((_, why)) = adm.queued {
         (Decision::Queue, why)
     } else {
         (Decision::Allow, "none")
@@ -288,7 +300,8 @@ async fn admit_and_forward(
     );
     held.attribution = attribution;
     held.max_output = if adm.degraded { adm.est_out } else { max_out };
-    held.slot = fairly.slot.map(|mut s| {
+    let out_headers = answer_headers(rid, decision, reason, &model, &adm);
+    held.slot = adm.slot.map(|mut s| {
         s.mark_used();
         s
     });
@@ -308,6 +321,18 @@ async fn admit_and_forward(
             json
         }
     };
+    crate::forward::forward(gw, held, endpoint, &summary, body, out_headers, edge).await
+}
+
+/// The headers of an admitted request's answer: its id, the decision and
+/// its reason, the model served, the queue wait, what is left.
+fn answer_headers(
+    rid: &str,
+    decision: Decision,
+    reason: &'static str,
+    model: &ModelEntry,
+    adm: &crate::admission::Admitted,
+) -> HeaderMap {
     let mut out_headers = HeaderMap::new();
     out_headers.insert(
         "x-request-id",
@@ -323,7 +348,7 @@ async fn admit_and_forward(
     if let Ok(served) = HeaderValue::from_str(&model.id) {
         out_headers.insert("x-tollgate-model", served);
     }
-    if let Some((waited, _)) = fairly.queued {
+    if let Some((waited, _)) = adm.queued {
         out_headers.insert(
             "x-tollgate-queue-wait-ms",
             HeaderValue::from(waited.as_millis() as u64),
@@ -335,203 +360,7 @@ async fn admit_and_forward(
     if let Some(t) = adm.remaining_tokens {
         out_headers.insert("x-ratelimit-remaining-tokens", HeaderValue::from(t));
     }
-    crate::forward::forward(gw, held, endpoint, &summary, body, out_headers, edge)
-        .await
-        .map_err(|e| refuse(e, k, &model.id))
-}
-
-/// What a request asks the hold engine for.
-#[derive(Clone, Copy)]
-struct Want<'a> {
-    endpoint: Endpoint,
-    summary: &'a RequestSummary,
-    est_in: i64,
-    /// Output held now (a stream's first slice, else everything allowed).
-    est_out: i64,
-    /// Output cap per choice sent to the provider.
-    per_choice: i64,
-    /// The request's end user (a fourth scope when its app limits them).
-    end_user: Option<&'a str>,
-}
-
-struct Admission {
-    est_out: i64,
-    provider_cap: i64,
-    degraded: bool,
-    remaining_requests: Option<i64>,
-    remaining_tokens: Option<i64>,
-}
-
-/// Holds the request; when a budget refuses a non-stream request whose
-/// tenant allows it, retries once with `max_tokens` clamped to what the
-/// budget still covers (decision `degrade`).
-async fn admit(
-    gw: &Arc<Gateway>,
-    key: &Arc<KeyEntry>,
-    model: &ModelEntry,
-    month: &str,
-    rid: &str,
-    want: Want<'_>,
-) -> Result<Admission, ApiError> {
-    let stream = want.summary.stream;
-    let refusal = match hold(
-        gw,
-        key,
-        model,
-        month,
-        rid,
-        want.est_in,
-        want.est_out,
-        stream,
-        want.end_user,
-    )
-    .await?
-    {
-        HoldOutcome::Admitted {
-            remaining_requests,
-            remaining_tokens,
-        } => {
-            return Ok(Admission {
-                est_out: want.est_out,
-                provider_cap: want.per_choice,
-                degraded: false,
-                remaining_requests,
-                remaining_tokens,
-            })
-        }
-        HoldOutcome::Refused(r) => r,
-        // Request ids are minted here per request: a duplicate means a bug.
-        HoldOutcome::Duplicate { .. } => {
-            return Err(ApiError::new(
-                rid,
-                ReasonCode::QuotaStoreUnavailable,
-                "duplicate request id",
-            )
-            .retry_after(Some(1)))
-        }
-    };
-    let budget = matches!(
-        refusal.limit,
-        LimitKind::MonthlyTokens | LimitKind::MonthlyCost
-    );
-    let may_clamp = budget
-        && key.tenant.clamp_max_tokens
-        && !want.summary.stream
-        && want.endpoint != Endpoint::Embeddings;
-    let clamped = may_clamp
-        .then(|| {
-            domain::pricing::clamped_output_per_choice(
-                refusal.headroom_tokens,
-                refusal.headroom_cost,
-                want.est_in,
-                &model.price,
-                want.summary.choices,
-                gw.cfg.min_clamped_output_tokens,
-            )
-        })
-        .flatten()
-        .filter(|c| *c < want.per_choice);
-    if let Some(per_choice) = clamped {
-        let est_out = per_choice * want.summary.choices;
-        // The refused hold recorded nothing: the same id can hold again.
-        if let HoldOutcome::Admitted {
-            remaining_requests,
-            remaining_tokens,
-        } = hold(
-            gw,
-            key,
-            model,
-            month,
-            rid,
-            want.est_in,
-            est_out,
-            stream,
-            want.end_user,
-        )
-        .await?
-        {
-            return Ok(Admission {
-                est_out,
-                provider_cap: per_choice,
-                degraded: true,
-                remaining_requests,
-                remaining_tokens,
-            });
-        }
-    }
-    let msg = format!(
-        "{}: request refused by the {} limit",
-        refusal.reason(),
-        refusal.scope.as_str()
-    );
-    let counters = json!({"scope": refusal.scope.as_str(), "limit": format!("{:?}", refusal.limit),
-        "headroom_tokens": refusal.headroom_tokens, "headroom_cost_micro_usd": refusal.headroom_cost,
-        "retry_after_ms": refusal.retry_after_ms, "est_input_tokens": want.est_in,
-        "est_output_tokens": want.est_out});
-    Err(ApiError::new(rid, refusal.reason(), msg)
-        .retry_after(refusal.retry_after_secs())
-        .counters(counters))
-}
-
-/// One hold call, failing closed on any quota-store error. A hold whose
-/// outcome is unknown (timeout, client gone) is released by the guard.
-#[allow(clippy::too_many_arguments)]
-async fn hold(
-    gw: &Arc<Gateway>,
-    key: &Arc<KeyEntry>,
-    model: &ModelEntry,
-    month: &str,
-    rid: &str,
-    est_in: i64,
-    est_out: i64,
-    stream: bool,
-    end_user: Option<&str>,
-) -> Result<HoldOutcome, ApiError> {
-    let limits = key.effective_limits(chrono::Utc::now(), month);
-    let req = HoldRequest {
-        request_id: rid,
-        tenant: &key.tenant.id,
-        app: &key.app.id,
-        key: &key.id,
-        month,
-        est_input: est_in,
-        est_output: est_out,
-        est_cost: model.price.cost(est_in, est_out).0,
-        model: &model.id,
-        limits: [&limits[0], &limits[1], &limits[2]],
-    };
-    let mut pending = PendingHold {
-        gw: gw.clone(),
-        key: key.clone(),
-        month: month.to_string(),
-        request_id: rid.to_string(),
-        end_user: end_user.map(str::to_string),
-        armed: true,
-    };
-    let t0 = Instant::now();
-    let ledger = crate::ledger_source::StoreLedger {
-        store: &gw.store,
-        quota: &gw.quota,
-    };
-    let eu = crate::attribution::end_user_scope(key, end_user);
-    let outcome = gw.admission.hold_with(&req, eu, &ledger, stream).await;
-    pending.armed = outcome.is_err();
-    metrics::histogram!(m::HOLD_SECONDS).record(t0.elapsed().as_secs_f64());
-    outcome.map_err(|err| {
-        metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "hold").increment(1);
-        let kind = if matches!(err, QuotaError::Ledger(_)) {
-            "ledger"
-        } else {
-            "redis"
-        };
-        tracing::warn!(request_id = rid, kind, error = %err, "hold failed: failing closed");
-        ApiError::new(
-            rid,
-            ReasonCode::QuotaStoreUnavailable,
-            "quota store unavailable; retry shortly",
-        )
-        .retry_after(Some(1))
-    })
+    out_headers
 }
 
 pub(crate) fn resolve_model(
@@ -539,7 +368,6 @@ pub(crate) fn resolve_model(
     key: &KeyEntry,
     endpoint: Endpoint,
     s: &RequestSummary,
-    rid: &str,
 ) -> Result<Arc<ModelEntry>, ApiError> {
     let model = gw
         .catalog
@@ -549,7 +377,6 @@ pub(crate) fn resolve_model(
         .cloned()
         .ok_or_else(|| {
             ApiError::new(
-                rid,
                 ReasonCode::ModelNotFound,
                 format!("model {:?} does not exist", s.model),
             )
@@ -557,7 +384,7 @@ pub(crate) fn resolve_model(
         })?;
     if !key.may_use(&model.id) {
         let msg = format!("model {:?} is not allowed for this key", s.model);
-        return Err(ApiError::new(rid, ReasonCode::ModelNotAllowed, msg).param("model"));
+        return Err(ApiError::new(ReasonCode::ModelNotAllowed, msg).param("model"));
     }
     let wants = if endpoint == Endpoint::Embeddings {
         ModelKind::Embedding
@@ -566,7 +393,7 @@ pub(crate) fn resolve_model(
     };
     if model.kind != wants {
         let msg = format!("model {:?} cannot serve /v1/{}", s.model, endpoint.path());
-        return Err(ApiError::new(rid, ReasonCode::InvalidRequest, msg).param("model"));
+        return Err(ApiError::new(ReasonCode::InvalidRequest, msg).param("model"));
     }
     Ok(model)
 }
