@@ -4,6 +4,7 @@
 // A dependency nothing uses fails CI (clippy -D warnings).
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
+pub mod admission;
 pub mod attribution;
 pub mod audit;
 pub mod bill;

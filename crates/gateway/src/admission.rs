@@ -10,14 +10,30 @@
 //!   per-request path.
 //! - `off`: no enforcement at all, for the benchmark's ablation only; the
 //!   server refuses it unless `gateway.bench_unenforced_ok` is also set.
+//!
+//! [`get_quota`] is a request's whole way to its quota, over the pure plan
+//! `domain::admission`: a model-pool slot, the hold, one clamped retry when
+//! a budget refuses and the tenant allows it, a wait in the tenant's fair
+//! queue when an in-flight limit or the pool is full, and one borrow from
+//! the shared pool when the tenant's own budget refused.
 
+use crate::catalog::{KeyEntry, ModelEntry};
+use crate::errors::ApiError;
+use crate::fair::{ModelSlot, Slot};
 use crate::metrics_names as m;
+use crate::queue::{Blocked, Place, Turn};
+use crate::settle::PendingHold;
+use crate::Gateway;
+use domain::admission::{Ask, Next, Plan};
+use domain::reason::{ReasonCode, Refusal};
+use domain::request::{Endpoint, RequestSummary};
 use quota::{
     EndUserScope, ExtendOutcome, ExtendRequest, HoldOutcome, HoldRequest, LeaseAdmit, LeaseBook,
     LeaseTuning, LedgerSource, QuotaEngine, QuotaError, SettleOutcome, SettleRequest,
 };
+use serde_json::json;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdmissionMode {
@@ -185,6 +201,339 @@ impl Admission {
     pub async fn shutdown(&self, patience: Duration) {
         if let Some(book) = &self.leases {
             book.shutdown(patience).await;
+        }
+    }
+}
+
+/// What a request asks the hold engine for.
+#[derive(Clone, Copy)]
+pub(crate) struct Want<'a> {
+    pub endpoint: Endpoint,
+    pub summary: &'a RequestSummary,
+    pub est_in: i64,
+    /// Output held now (a stream's first slice, else everything allowed).
+    pub est_out: i64,
+    /// Output cap per choice sent to the provider.
+    pub per_choice: i64,
+    /// The request's end user (a fourth scope when its app limits them).
+    pub end_user: Option<&'a str>,
+}
+
+/// A request with its quota.
+pub(crate) struct Admitted {
+    /// Output held.
+    pub est_out: i64,
+    /// Output cap per choice to send the provider.
+    pub provider_cap: i64,
+    /// Clamped to what the budget still covers (decision `degrade`).
+    pub degraded: bool,
+    pub remaining_requests: Option<i64>,
+    pub remaining_tokens: Option<i64>,
+    pub slot: Option<ModelSlot>,
+    /// How long the request waited in its queue and why, when it did.
+    pub queued: Option<(Duration, &'static str)>,
+}
+
+/// What one hold (with its clamped retry) came to.
+enum Held {
+    Admitted {
+        est_out: i64,
+        provider_cap: i64,
+        degraded: bool,
+        remaining_requests: Option<i64>,
+        remaining_tokens: Option<i64>,
+    },
+    /// The first hold's refusal (a clamped retry that failed changes
+    /// nothing the client is told).
+    Refused(Refusal),
+}
+
+/// Gets the request its quota, end to end: takes a model-pool slot first
+/// when the model has a pool; holds (and, when a budget refuses a request
+/// the tenant lets through clamped, holds again with the output the budget
+/// still covers); when the tenant's in-flight limit or the pool is full,
+/// waits in the tenant's queue for a turn (503 `queue_timeout` after the
+/// priority's maximum wait, 429 `tenant_queue_full` when the queue is
+/// full); when the tenant's budget refuses and it may borrow, borrows and
+/// tries once more.
+pub(crate) async fn get_quota(
+    gw: &Arc<Gateway>,
+    key: &Arc<KeyEntry>,
+    model: &ModelEntry,
+    month: &str,
+    request_id: &str,
+    want: Want<'_>,
+) -> Result<Admitted, ApiError> {
+    let mut plan = Plan::new(Ask {
+        est_in: want.est_in,
+        per_choice: want.per_choice,
+        choices: want.summary.choices,
+        may_clamp: key.tenant.clamp_max_tokens
+            && !want.summary.stream
+            && want.endpoint != Endpoint::Embeddings,
+        may_borrow: key.tenant.may_borrow,
+        min_clamped_per_choice: gw.cfg.min_clamped_output_tokens,
+    });
+    let mut fair = FairWait::new(gw, key);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let slot = match crate::fair::take_slot(gw, key, model, request_id, attempt).await {
+            Ok(Slot::Free(slot)) => slot,
+            Ok(Slot::Full) => {
+                fair.wait(Blocked::Model(model.id.clone()), "model_pool_full", model)
+                    .await?;
+                continue;
+            }
+            Err(e) => return Err(fair.refused(e)),
+        };
+        let refusal = match hold_or_clamp(gw, key, model, month, request_id, &want, &plan).await {
+            Ok(Held::Admitted {
+                est_out,
+                provider_cap,
+                degraded,
+                remaining_requests,
+                remaining_tokens,
+            }) => {
+                return Ok(Admitted {
+                    est_out,
+                    provider_cap,
+                    degraded,
+                    remaining_requests,
+                    remaining_tokens,
+                    slot,
+                    queued: fair.admitted(),
+                })
+            }
+            Ok(Held::Refused(r)) => r,
+            Err(e) => return Err(fair.refused(e)),
+        };
+        // The slot goes back before the request waits or borrows.
+        drop(slot);
+        match plan.after_refusal(&refusal) {
+            Next::Wait => {
+                let why = refusal.reason().as_str();
+                fair.wait(Blocked::Tenant(key.tenant.id.clone()), why, model)
+                    .await?;
+            }
+            // Lent something: the next attempt holds against the raised limit.
+            Next::Borrow if gw.borrower.borrow_for(key.tenant.clone(), month).await => {}
+            Next::Borrow | Next::Refuse => return Err(fair.refused(refused(&refusal, &want))),
+        }
+    }
+}
+
+/// The hold, and when a budget refuses it and the plan allows, the hold
+/// again with the output clamped (the refused hold recorded nothing: the
+/// same id can hold again).
+async fn hold_or_clamp(
+    gw: &Arc<Gateway>,
+    key: &Arc<KeyEntry>,
+    model: &ModelEntry,
+    month: &str,
+    request_id: &str,
+    want: &Want<'_>,
+    plan: &Plan,
+) -> Result<Held, ApiError> {
+    let hold_out = |est_out| hold(gw, key, model, month, request_id, want, est_out);
+    let refusal = match hold_out(want.est_out).await? {
+        HoldOutcome::Admitted {
+            remaining_requests,
+            remaining_tokens,
+        } => {
+            return Ok(Held::Admitted {
+                est_out: want.est_out,
+                provider_cap: want.per_choice,
+                degraded: false,
+                remaining_requests,
+                remaining_tokens,
+            })
+        }
+        HoldOutcome::Refused(r) => r,
+        // Request ids are minted per request: a duplicate means a bug.
+        HoldOutcome::Duplicate { .. } => {
+            return Err(
+                ApiError::new(ReasonCode::QuotaStoreUnavailable, "duplicate request id")
+                    .retry_after(Some(1)),
+            )
+        }
+    };
+    if let Some(per_choice) = plan.clamp(&refusal, &model.price) {
+        let est_out = per_choice * want.summary.choices;
+        if let HoldOutcome::Admitted {
+            remaining_requests,
+            remaining_tokens,
+        } = hold_out(est_out).await?
+        {
+            return Ok(Held::Admitted {
+                est_out,
+                provider_cap: per_choice,
+                degraded: true,
+                remaining_requests,
+                remaining_tokens,
+            });
+        }
+    }
+    Ok(Held::Refused(refusal))
+}
+
+/// The refusal as the client sees it, with the counters the request lookup
+/// shows.
+fn refused(r: &Refusal, want: &Want<'_>) -> ApiError {
+    let msg = format!(
+        "{}: request refused by the {} limit",
+        r.reason(),
+        r.scope.as_str()
+    );
+    let counters = json!({"scope": r.scope.as_str(), "limit": format!("{:?}", r.limit),
+        "headroom_tokens": r.headroom_tokens, "headroom_cost_micro_usd": r.headroom_cost,
+        "retry_after_ms": r.retry_after_ms, "est_input_tokens": want.est_in,
+        "est_output_tokens": want.est_out});
+    ApiError::new(r.reason(), msg)
+        .retry_after(r.retry_after_secs())
+        .counters(counters)
+}
+
+/// One hold call, failing closed on any quota-store error. A hold whose
+/// outcome is unknown (timeout, client gone) is released by the guard.
+async fn hold(
+    gw: &Arc<Gateway>,
+    key: &Arc<KeyEntry>,
+    model: &ModelEntry,
+    month: &str,
+    request_id: &str,
+    want: &Want<'_>,
+    est_out: i64,
+) -> Result<HoldOutcome, ApiError> {
+    let limits = key.effective_limits(chrono::Utc::now(), month);
+    let req = HoldRequest {
+        request_id,
+        tenant: &key.tenant.id,
+        app: &key.app.id,
+        key: &key.id,
+        month,
+        est_input: want.est_in,
+        est_output: est_out,
+        est_cost: model.price.cost(want.est_in, est_out).0,
+        model: &model.id,
+        limits: [&limits[0], &limits[1], &limits[2]],
+    };
+    let mut pending = PendingHold {
+        gw: gw.clone(),
+        key: key.clone(),
+        month: month.to_string(),
+        request_id: request_id.to_string(),
+        end_user: want.end_user.map(str::to_string),
+        armed: true,
+    };
+    let t0 = Instant::now();
+    let ledger = crate::ledger_source::StoreLedger {
+        store: &gw.store,
+        quota: &gw.quota,
+    };
+    let eu = crate::attribution::end_user_scope(key, want.end_user);
+    let outcome = gw
+        .admission
+        .hold_with(&req, eu, &ledger, want.summary.stream)
+        .await;
+    pending.armed = outcome.is_err();
+    metrics::histogram!(m::HOLD_SECONDS).record(t0.elapsed().as_secs_f64());
+    outcome.map_err(|err| {
+        metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "hold").increment(1);
+        let kind = if matches!(err, QuotaError::Ledger(_)) {
+            "ledger"
+        } else {
+            "redis"
+        };
+        tracing::warn!(kind, error = %err, "hold failed: failing closed");
+        ApiError::store_down()
+    })
+}
+
+/// A request's place in its tenant's fair queue, joined the first time it
+/// must wait, and the turn it was last given.
+struct FairWait<'a> {
+    gw: &'a Gateway,
+    key: &'a KeyEntry,
+    place: Option<Place>,
+    turn: Option<Turn>,
+    /// Why it last waited (`x-tollgate-reason` of a queued request).
+    why: &'static str,
+}
+
+impl<'a> FairWait<'a> {
+    fn new(gw: &'a Gateway, key: &'a KeyEntry) -> Self {
+        FairWait {
+            gw,
+            key,
+            place: None,
+            turn: None,
+            why: "",
+        }
+    }
+
+    fn priority(&self) -> &'static str {
+        self.key.tenant.priority.as_str()
+    }
+
+    /// Admitted: the turn is used; how long it waited, when it did.
+    fn admitted(&mut self) -> Option<(Duration, &'static str)> {
+        if let Some(t) = self.turn.take() {
+            t.admitted();
+        }
+        let p = self.place.as_ref()?;
+        let w = p.waited();
+        metrics::histogram!(m::QUEUE_WAIT_SECONDS, "priority" => self.priority(), "outcome" => "admitted")
+            .record(w.as_secs_f64());
+        Some((w, self.why))
+    }
+
+    /// Refused after all: counted as a wait that ended in a refusal, when
+    /// the request waited.
+    fn refused(&self, e: ApiError) -> ApiError {
+        if let Some(p) = &self.place {
+            metrics::histogram!(m::QUEUE_WAIT_SECONDS, "priority" => self.priority(), "outcome" => "refused")
+                .record(p.waited().as_secs_f64());
+        }
+        e
+    }
+
+    /// Blocked by `by`: joins the tenant's queue (once) and waits for the
+    /// next turn, or refuses when the queue is full or the wait too long.
+    async fn wait(
+        &mut self,
+        by: Blocked,
+        why: &'static str,
+        model: &ModelEntry,
+    ) -> Result<(), ApiError> {
+        self.why = why;
+        if let Some(t) = self.turn.take() {
+            t.blocked(by);
+        }
+        let priority = self.key.tenant.priority;
+        if self.place.is_none() {
+            match self.gw.queue.join(&self.key.tenant.id, priority, &model.id) {
+                Ok(p) => self.place = Some(p),
+                Err(full) => return Err(crate::fair::queue_full(why, full.depth)),
+            }
+        }
+        let p = self.place.as_mut().expect("joined above");
+        match p.next_turn().await {
+            Some(t) => {
+                self.turn = Some(t);
+                Ok(())
+            }
+            None => {
+                let waited = p.waited();
+                metrics::histogram!(m::QUEUE_WAIT_SECONDS, "priority" => priority.as_str(), "outcome" => "timeout")
+                    .record(waited.as_secs_f64());
+                let msg = format!(
+                    "waited {} ms in the {} queue ({why}); no slot freed in time",
+                    waited.as_millis(),
+                    priority.as_str()
+                );
+                Err(ApiError::new(ReasonCode::QueueTimeout, msg).retry_after(Some(1)))
+            }
         }
     }
 }

@@ -24,7 +24,6 @@ pub fn read(
     headers: &HeaderMap,
     body: &Value,
     key: &KeyEntry,
-    rid: &str,
 ) -> Result<Attribution, ApiError> {
     let text = |name: &str| -> Result<Option<&str>, TagError> {
         match headers.get(name) {
@@ -44,7 +43,7 @@ pub fn read(
         let user = text(END_USER_HEADER)?;
         attribution::resolve(&key.app.attribution, &NO_POLICY, tags, user, body)
     });
-    resolved.map_err(|e| refusal(&e, rid))
+    resolved.map_err(|e| refusal(&e))
 }
 
 /// The end user's scope of a hold: when the request names an end user and
@@ -60,8 +59,8 @@ pub fn end_user_scope<'a>(
     })
 }
 
-fn refusal(e: &TagError, rid: &str) -> ApiError {
-    ApiError::new(rid, e.reason(), e.message()).param(e.param())
+fn refusal(e: &TagError) -> ApiError {
+    ApiError::new(e.reason(), e.message()).param(e.param())
 }
 
 #[cfg(test)]

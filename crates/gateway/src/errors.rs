@@ -13,6 +13,8 @@ pub struct ApiError {
     pub message: String,
     pub param: Option<String>,
     pub retry_after_secs: Option<u64>,
+    /// Set where the refusal is answered (`for_request`): the steps that
+    /// refuse know the request from their tracing span, not a parameter.
     pub request_id: String,
     /// Status override (e.g. 413, or an upstream 4xx passed through).
     pub status: Option<u16>,
@@ -22,16 +24,31 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(request_id: &str, reason: ReasonCode, message: impl Into<String>) -> Self {
+    pub fn new(reason: ReasonCode, message: impl Into<String>) -> Self {
         Self {
             reason,
             message: message.into(),
             param: None,
             retry_after_secs: None,
-            request_id: request_id.to_string(),
+            request_id: String::new(),
             status: None,
             counters: None,
         }
+    }
+
+    /// The request this refusal answers (its `x-request-id`).
+    pub fn for_request(mut self, request_id: &str) -> Self {
+        self.request_id = request_id.to_string();
+        self
+    }
+
+    /// The quota store (Redis, or the ledger behind it) failed: fail closed.
+    pub fn store_down() -> Self {
+        Self::new(
+            ReasonCode::QuotaStoreUnavailable,
+            "quota store unavailable; retry shortly",
+        )
+        .retry_after(Some(1))
     }
 
     pub fn counters(mut self, c: serde_json::Value) -> Self {
@@ -86,4 +103,14 @@ impl IntoResponse for ApiError {
         }
         (status, h, axum::Json(body)).into_response()
     }
+}
+
+/// A failure below a refusal: the quota store's or the database's error,
+/// kept whole for the log (a client only ever sees the refusal it causes).
+#[derive(Debug, thiserror::Error)]
+pub enum Internal {
+    #[error(transparent)]
+    Quota(#[from] quota::QuotaError),
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
 }

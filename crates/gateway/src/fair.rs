@@ -1,17 +1,13 @@
 //! The fairness steps around admission (docs/design.md §5, §7): degrade past the
-//! daily soft limit, the model pool's concurrent slots with guarantees, the
-//! fair queue when a tenant's in-flight limit or a model pool is full, and
-//! one retry after borrowing when the tenant's budget refused.
+//! daily soft limit, the model pool's concurrent slots with guarantees, and
+//! the early refusal when a tenant's queue is full. The fair queue wait and
+//! the borrow-and-retry are steps of `admission::get_quota`.
 
 use crate::catalog::{KeyEntry, ModelEntry};
-use crate::errors::ApiError;
-use crate::metrics_names as m;
-use crate::queue::{Blocked, Turn};
+use crate::errors::{ApiError, Internal};
 use crate::Gateway;
-use domain::limits::{LimitKind, ScopeKind};
 use domain::reason::ReasonCode;
 use quota::SlotOutcome;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use store::TenantScope;
@@ -64,34 +60,27 @@ impl Drop for ModelSlot {
     }
 }
 
-enum Attempt {
-    Blocked(Blocked, ApiError),
-    Refused(ApiError),
-}
-
-fn store_down(rid: &str) -> ApiError {
-    ApiError::new(
-        rid,
-        ReasonCode::QuotaStoreUnavailable,
-        "quota store unavailable; retry shortly",
-    )
-    .retry_after(Some(1))
+/// A model-pool slot, or none needed (the model has no pool).
+pub(crate) enum Slot {
+    Free(Option<ModelSlot>),
+    /// The pool is full: wait in the tenant's queue.
+    Full,
 }
 
 /// `attempt` numbers the slot ids of one request: a slot given back after a
 /// failed attempt is released asynchronously and must not be mistaken for
 /// the next attempt's.
-async fn take_slot(
+pub(crate) async fn take_slot(
     gw: &Arc<Gateway>,
     key: &KeyEntry,
     model: &ModelEntry,
-    rid: &str,
+    request_id: &str,
     attempt: u32,
-) -> Result<Option<ModelSlot>, Attempt> {
+) -> Result<Slot, ApiError> {
     let Some(capacity) = model.pool_capacity else {
-        return Ok(None);
+        return Ok(Slot::Free(None));
     };
-    let slot_id = format!("{rid}.{attempt}");
+    let slot_id = format!("{request_id}.{attempt}");
     let out = gw
         .quota
         .model_acquire(
@@ -104,164 +93,37 @@ async fn take_slot(
         )
         .await
         .map_err(|e| {
-            tracing::warn!(request_id = rid, error = %e, "model slot: failing closed");
-            Attempt::Refused(store_down(rid))
+            tracing::warn!(error = %e, "model slot: failing closed");
+            ApiError::store_down()
         })?;
     match out {
-        SlotOutcome::Taken => Ok(Some(ModelSlot {
+        SlotOutcome::Taken => Ok(Slot::Free(Some(ModelSlot {
             gw: gw.clone(),
             model: model.id.clone(),
             tenant: key.tenant.id.clone(),
             request_id: slot_id,
             used: false,
-        })),
+        }))),
         SlotOutcome::Full { inflight, reserved } => {
-            let msg = format!(
-                "model {} is at its pool capacity ({inflight} in flight, {reserved} reserved for guarantees)",
-                model.id
-            );
-            Err(Attempt::Blocked(
-                Blocked::Model(model.id.clone()),
-                ApiError::new(rid, ReasonCode::QueueTimeout, msg),
-            ))
+            tracing::debug!(model = %model.id, inflight, reserved, "model pool full");
+            Ok(Slot::Full)
         }
     }
 }
 
-async fn try_once<A, Fut: Future<Output = Result<A, ApiError>>>(
-    gw: &Arc<Gateway>,
-    key: &KeyEntry,
-    model: &ModelEntry,
-    rid: &str,
-    attempt: u32,
-    admit: &mut impl FnMut() -> Fut,
-) -> Result<(A, Option<ModelSlot>), Attempt> {
-    let slot = take_slot(gw, key, model, rid, attempt).await?;
-    match admit().await {
-        Ok(a) => Ok((a, slot)),
-        Err(e) if matches!(e.reason, ReasonCode::Limit(_, LimitKind::MaxInflight)) => {
-            Err(Attempt::Blocked(Blocked::Tenant(key.tenant.id.clone()), e))
-        }
-        Err(e) => Err(Attempt::Refused(e)),
-    }
-}
-
-fn budget_refusal(e: &ApiError) -> bool {
-    matches!(
-        e.reason,
-        ReasonCode::Limit(
-            ScopeKind::Tenant,
-            LimitKind::MonthlyTokens | LimitKind::MonthlyCost
-        )
-    )
-}
-
-/// What fair admission adds to a plain admission.
-pub struct Fairly<A> {
-    pub admitted: A,
-    pub slot: Option<ModelSlot>,
-    /// How long the request waited in its queue, when it did.
-    pub queued: Option<(Duration, &'static str)>,
-}
-
-/// Runs `admit` (the hold) fairly: takes a model-pool slot first when the
-/// model has a pool; when the tenant's in-flight limit or the pool is full,
-/// waits in the tenant's queue for a turn (503 `queue_timeout` after the
-/// priority's maximum wait, 429 `tenant_queue_full` when the queue is
-/// full); when the tenant's budget refuses and it may borrow, borrows and
-/// retries once.
-pub async fn admit_fairly<A, Fut: Future<Output = Result<A, ApiError>>>(
-    gw: &Arc<Gateway>,
-    key: &Arc<KeyEntry>,
-    model: &ModelEntry,
-    month: &str,
-    rid: &str,
-    mut admit: impl FnMut() -> Fut,
-) -> Result<Fairly<A>, ApiError> {
-    let mut place = None;
-    let mut turn: Option<Turn> = None;
-    let mut borrowed = false;
-    let mut why: &'static str = "";
-    let priority = key.tenant.priority;
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let (blocked, err) = match try_once(gw, key, model, rid, attempt, &mut admit).await {
-            Ok((admitted, slot)) => {
-                if let Some(t) = turn.take() {
-                    t.admitted();
-                }
-                let queued = place.as_ref().map(|p: &crate::queue::Place| {
-                    let w = p.waited();
-                    metrics::histogram!(m::QUEUE_WAIT_SECONDS, "priority" => priority.as_str(), "outcome" => "admitted")
-                        .record(w.as_secs_f64());
-                    (w, why)
-                });
-                return Ok(Fairly {
-                    admitted,
-                    slot,
-                    queued,
-                });
-            }
-            Err(Attempt::Blocked(b, e)) => (b, e),
-            Err(Attempt::Refused(e)) => {
-                if !borrowed && budget_refusal(&e) && key.tenant.may_borrow {
-                    borrowed = true;
-                    if gw.borrower.borrow_for(key.tenant.clone(), month).await {
-                        continue;
-                    }
-                }
-                if place.is_some() {
-                    metrics::histogram!(m::QUEUE_WAIT_SECONDS, "priority" => priority.as_str(), "outcome" => "refused")
-                        .record(place.as_ref().map_or(0.0, |p: &crate::queue::Place| p.waited().as_secs_f64()));
-                }
-                return Err(e);
-            }
-        };
-        why = match &blocked {
-            Blocked::Tenant(_) => err.reason.as_str(),
-            Blocked::Model(_) => "model_pool_full",
-        };
-        if let Some(t) = turn.take() {
-            t.blocked(blocked);
-        }
-        if place.is_none() {
-            match gw.queue.join(&key.tenant.id, priority, &model.id) {
-                Ok(p) => place = Some(p),
-                Err(full) => return Err(queue_full(rid, why, full.depth)),
-            }
-        }
-        let p = place.as_mut().expect("joined above");
-        match p.next_turn().await {
-            Some(t) => turn = Some(t),
-            None => {
-                let waited = p.waited();
-                metrics::histogram!(m::QUEUE_WAIT_SECONDS, "priority" => priority.as_str(), "outcome" => "timeout")
-                    .record(waited.as_secs_f64());
-                let msg = format!(
-                    "waited {} ms in the {} queue ({why}); no slot freed in time",
-                    waited.as_millis(),
-                    priority.as_str()
-                );
-                return Err(ApiError::new(rid, ReasonCode::QueueTimeout, msg).retry_after(Some(1)));
-            }
-        }
-    }
-}
-
-fn queue_full(rid: &str, why: &str, depth: usize) -> ApiError {
+pub(crate) fn queue_full(why: &str, depth: usize) -> ApiError {
     let msg =
         format!("{why}: and this tenant already has {depth} requests waiting on this replica");
-    ApiError::new(rid, ReasonCode::TenantQueueFull, msg).retry_after(Some(1))
+    ApiError::new(ReasonCode::TenantQueueFull, msg).retry_after(Some(1))
 }
 
 /// Refuses a request at once, before its body is parsed or tokenized, when
 /// its tenant's queue on this replica is full: it could only wait behind
 /// that queue. A flooding tenant's refusals then cost little of the CPU the
 /// other tenants' requests need.
-pub fn refuse_if_queue_full(gw: &Gateway, key: &KeyEntry, rid: &str) -> Result<(), ApiError> {
+pub fn refuse_if_queue_full(gw: &Gateway, key: &KeyEntry) -> Result<(), ApiError> {
     match gw.queue.full_for(&key.tenant.id) {
-        Some(full) => Err(queue_full(rid, "the tenant's queue is full", full.depth)),
+        Some(full) => Err(queue_full("the tenant's queue is full", full.depth)),
         None => Ok(()),
     }
 }
@@ -279,15 +141,14 @@ pub async fn degrade_step(
     gw: &Arc<Gateway>,
     key: &KeyEntry,
     model: &ModelEntry,
-    rid: &str,
 ) -> Result<Option<Degrade>, ApiError> {
     let Some(soft) = key.tenant.limits.daily_cost_soft_usd else {
         return Ok(None);
     };
     let day = gw.cfg.clock.day(chrono::Utc::now());
     let spent = day_cost(gw, &key.tenant.id, &day).await.map_err(|e| {
-        tracing::warn!(request_id = rid, error = %e, "day cost: failing closed");
-        store_down(rid)
+        tracing::warn!(error = %e, "day cost: failing closed");
+        ApiError::store_down()
     })?;
     if spent < soft.0 {
         return Ok(None);
@@ -304,25 +165,16 @@ pub async fn degrade_step(
     }))
 }
 
-async fn day_cost(gw: &Gateway, tenant: &str, day: &str) -> Result<i64, String> {
-    if let Some(c) = gw
-        .quota
-        .day_cost(tenant, day)
-        .await
-        .map_err(|e| e.to_string())?
-    {
+async fn day_cost(gw: &Gateway, tenant: &str, day: &str) -> Result<i64, Internal> {
+    if let Some(c) = gw.quota.day_cost(tenant, day).await? {
         return Ok(c);
     }
     let from_ledger = gw
         .store
         .tenant_day_cost(&TenantScope::system(), tenant, day)
-        .await
-        .map_err(|e| e.to_string())?;
-    gw.quota
-        .day_cost_rebuild(tenant, day, from_ledger)
-        .await
-        .map(|(_, cost)| cost)
-        .map_err(|e| e.to_string())
+        .await?;
+    let (_, cost) = gw.quota.day_cost_rebuild(tenant, day, from_ledger).await?;
+    Ok(cost)
 }
 
 /// After a settle of a tenant with a daily soft limit: count its cost in
@@ -334,31 +186,18 @@ pub async fn count_day_cost(gw: &Gateway, key: &KeyEntry, day: &str, cost: i64) 
     }
     let t = &key.tenant.id;
     let r = async {
-        if gw
-            .quota
-            .day_cost_add(t, day, cost)
-            .await
-            .map_err(|e| e.to_string())?
-        {
+        if gw.quota.day_cost_add(t, day, cost).await? {
             return Ok(());
         }
         let ledger = gw
             .store
             .tenant_day_cost(&TenantScope::system(), t, day)
-            .await
-            .map_err(|e| e.to_string())?;
-        let (started, _) = gw
-            .quota
-            .day_cost_rebuild(t, day, ledger + cost)
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
+        let (started, _) = gw.quota.day_cost_rebuild(t, day, ledger + cost).await?;
         if !started {
-            gw.quota
-                .day_cost_add(t, day, cost)
-                .await
-                .map_err(|e| e.to_string())?;
+            gw.quota.day_cost_add(t, day, cost).await?;
         }
-        Ok::<(), String>(())
+        Ok::<(), Internal>(())
     }
     .await;
     if let Err(e) = r {

@@ -9,10 +9,9 @@ use serde_json::json;
 use std::sync::Arc;
 
 pub async fn list(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    let rid = crate::proxy::new_request_id();
-    let key = match authenticate(&gw, &headers, &rid).await {
+    let key = match authenticate(&gw, &headers).await {
         Ok(k) => k,
-        Err(e) => return e.into_response(),
+        Err(e) => return e.for_request(&crate::proxy::new_request_id()).into_response(),
     };
     let index = gw.catalog.get();
     let mut ids: Vec<&String> = index.models.keys().filter(|m| key.may_use(m)).collect();

@@ -1,28 +1,28 @@
 //! `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings`: the
-//! request's way through the gateway (docs/design.md §5). `/v1/responses` and
-//! `/v1/messages` take the same way, read into chat at the edge (`dialect`).
+//! request's way through the gateway (docs/design.md §5, and the table in
+//! docs/architecture.md). `/v1/responses` and `/v1/messages` take the same
+//! way, read into chat at the edge (`dialect`). Every step runs in the
+//! request's tracing span (request id, tenant, key) and refuses with an
+//! [`ApiError`]; [`handle`] answers the refusal.
 
+use crate::admission::Want;
 use crate::catalog::{KeyEntry, ModelEntry, ModelKind};
 use crate::dialect::{Dialect, Edge, Inbound};
 use crate::errors::ApiError;
 use crate::metrics_names as m;
-use crate::settle::{HeldRequest, PendingHold};
-use crate::{stream, upstream, Gateway};
+use crate::settle::HeldRequest;
+use crate::Gateway;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::Response;
 use domain::keys;
-use domain::limits::LimitKind;
-use domain::provider::CapField;
 use domain::reason::{Decision, ReasonCode};
-use domain::request::{self, Endpoint, RequestSummary};
+use domain::request::{self, Endpoint, InvalidField, RequestSummary};
 use domain::tokens;
-use http_body_util::BodyExt;
-use quota::{HoldOutcome, HoldRequest, QuotaError};
 use serde_json::{json, Value};
 use std::sync::Arc;
-use std::time::Instant;
+use tracing::Instrument;
 
 pub async fn chat_completions(
     State(gw): State<Arc<Gateway>>,
@@ -48,79 +48,48 @@ pub async fn embeddings(
     handle(gw, Endpoint::Embeddings, Dialect::Chat, headers, body).await
 }
 
-/// Bodies above this are tokenized on the blocking pool.
-const LARGE_BODY: usize = 64 * 1024;
-
-/// 413 when the body is larger than this model takes (its context window
-/// decides, `domain::tokens::body_limit`); the body was read up to the
-/// largest any model takes.
-pub(crate) fn check_body_size(
-    gw: &Gateway,
-    model: &ModelEntry,
-    len: usize,
-    rid: &str,
-) -> Result<(), ApiError> {
-    let limit = tokens::body_limit(gw.cfg.max_body_bytes, &model.upstream_model);
-    if len <= limit {
-        return Ok(());
-    }
-    let msg = format!(
-        "request body is larger than {limit} bytes, the most model {} takes",
-        model.id
-    );
-    Err(ApiError::new(rid, ReasonCode::InvalidRequest, msg).status(413))
-}
-
-/// The input and output estimate (`estimate`), never tokenising much on the
-/// async workers: a long input (`tokens::LONG_INPUT_BYTES`) is bounded from
-/// above in constant time (`LongInput::Bound`) and counted exactly only when
-/// that bound is above the key's context cap; exact counts of bodies above
-/// `LARGE_BODY` run in the tokenize pool the tenants share fairly. Gives the
-/// body back.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn estimate_input(
-    gw: &Gateway,
-    long: crate::LongInput,
-    key: &Arc<KeyEntry>,
-    model: &Arc<ModelEntry>,
-    endpoint: Endpoint,
-    summary: &RequestSummary,
-    json: Value,
-    len: usize,
-    rid: &str,
-) -> (Result<(i64, i64), ApiError>, Value) {
-    let here = |counting| estimate(key, model, endpoint, summary, &json, rid, counting);
-    if long == crate::LongInput::Bound && tokens::counting_for(len) == tokens::Counting::UpperBound
-    {
-        let bound = here(tokens::Counting::UpperBound);
-        if !matches!(&bound, Err(e) if e.reason == ReasonCode::ContextTooLong) {
-            return (bound, json);
-        }
-    }
-    if len <= LARGE_BODY {
-        let r = here(tokens::Counting::Exact);
-        return (r, json);
-    }
-    let (key2, model2, summary2, rid2) =
-        (key.clone(), model.clone(), summary.clone(), rid.to_string());
-    gw.tokenize
-        .run(&key.tenant.id, move || {
-            let r = estimate(
-                &key2,
-                &model2,
-                endpoint,
-                &summary2,
-                &json,
-                &rid2,
-                tokens::Counting::Exact,
-            );
-            (r, json)
-        })
-        .await
-}
-
 pub fn new_request_id() -> String {
     format!("req_{}", uuid::Uuid::now_v7().simple())
+}
+
+/// A request's context: its id and, once known, its key and the model a
+/// refusal is recorded under. The id, tenant and key are the fields of the
+/// request's tracing span, so the steps log and refuse without them as
+/// parameters; [`handle`] answers a refusal with this.
+pub(crate) struct RequestCtx {
+    pub id: String,
+    pub key: Option<Arc<KeyEntry>>,
+    /// "" until the body names a model; then the named, served, or
+    /// degraded-to model, as far as the request got.
+    pub model: String,
+}
+
+impl RequestCtx {
+    pub fn new() -> Self {
+        RequestCtx {
+            id: new_request_id(),
+            key: None,
+            model: String::new(),
+        }
+    }
+
+    /// The span a request's steps run in.
+    pub fn span(&self) -> tracing::Span {
+        tracing::info_span!(
+            "request",
+            request_id = %self.id,
+            tenant = tracing::field::Empty,
+            key = tracing::field::Empty,
+        )
+    }
+
+    /// The key is known: in the context, and in the current span.
+    pub fn authenticated(&mut self, key: &Arc<KeyEntry>) {
+        let span = tracing::Span::current();
+        span.record("tenant", key.tenant.id.as_str());
+        span.record("key", key.id.as_str());
+        self.key = Some(key.clone());
+    }
 }
 
 pub(crate) async fn handle(
@@ -130,75 +99,64 @@ pub(crate) async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let rid = new_request_id();
-    match admit_and_forward(&gw, endpoint, dialect, &headers, body, &rid).await {
+    let mut ctx = RequestCtx::new();
+    let span = ctx.span();
+    let answer = admit_and_forward(&gw, &mut ctx, endpoint, dialect, &headers, body)
+        .instrument(span)
+        .await;
+    match answer {
         Ok(r) => r,
-        Err((e, key, model)) => {
-            let tenant = key.as_ref().map_or("unknown", |k| k.tenant.id.as_str());
-            metrics::counter!(m::REQUESTS, "tenant" => tenant.to_string(), "model" => model.clone(),
-                "decision" => Decision::Reject.as_str(), "reason" => e.reason.as_str())
-            .increment(1);
-            if let Some(k) = &key {
-                gw.decisions.refused(&e, k, &model);
-            }
-            if e.reason == ReasonCode::TenantQueueFull {
-                // Paces a flood that ignores Retry-After (docs/fair.md).
-                tokio::time::sleep(gw.cfg.fair.queue_full_delay).await;
-            }
-            crate::dialect::error_response(dialect, e)
-        }
+        Err(e) => refusal(&gw, &ctx, dialect, e.for_request(&ctx.id)).await,
     }
 }
 
-pub(crate) type Refused = (ApiError, Option<Arc<KeyEntry>>, String);
-
-pub(crate) fn refuse(e: ApiError, key: Option<&Arc<KeyEntry>>, model: &str) -> Refused {
-    (e, key.cloned(), model.to_string())
+/// A refused request: counted, recorded (when its key is known), answered.
+async fn refusal(gw: &Gateway, ctx: &RequestCtx, dialect: Dialect, e: ApiError) -> Response {
+    let tenant = ctx.key.as_ref().map_or("unknown", |k| k.tenant.id.as_str());
+    metrics::counter!(m::REQUESTS, "tenant" => tenant.to_string(), "model" => ctx.model.clone(),
+        "decision" => Decision::Reject.as_str(), "reason" => e.reason.as_str())
+    .increment(1);
+    if let Some(k) = &ctx.key {
+        gw.decisions.refused(&e, k, &ctx.model);
+    }
+    if e.reason == ReasonCode::TenantQueueFull {
+        // Paces a flood that ignores Retry-After (docs/fair.md).
+        tokio::time::sleep(gw.cfg.fair.queue_full_delay).await;
+    }
+    crate::dialect::error_response(dialect, e)
 }
 
 /// The request's key and body (413 above the size cap).
 pub(crate) async fn read_body(
     gw: &Arc<Gateway>,
+    ctx: &mut RequestCtx,
     headers: &HeaderMap,
     body: Body,
-    rid: &str,
-) -> Result<(Arc<KeyEntry>, bytes::Bytes), Refused> {
-    let key = authenticate(gw, headers, rid)
-        .await
-        .map_err(|e| refuse(e, None, ""))?;
-    let k = Some(&key);
+) -> Result<(Arc<KeyEntry>, bytes::Bytes), ApiError> {
+    let key = authenticate(gw, headers).await?;
+    ctx.authenticated(&key);
     let cap = tokens::largest_body_limit(gw.cfg.max_body_bytes);
     let bytes = axum::body::to_bytes(body, cap).await.map_err(|_| {
         let msg = format!("request body is larger than {cap} bytes");
-        refuse(
-            ApiError::new(rid, ReasonCode::InvalidRequest, msg).status(413),
-            k,
-            "",
-        )
+        ApiError::new(ReasonCode::InvalidRequest, msg).status(413)
     })?;
     Ok((key, bytes))
 }
 
-// The refusal type every handler step returns (the async ones are not
-// linted); boxing it here alone would only add a conversion.
-#[allow(clippy::result_large_err)]
-pub(crate) fn parse_json(bytes: &[u8], key: &Arc<KeyEntry>, rid: &str) -> Result<Value, Refused> {
+pub(crate) fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| {
         let msg = format!("body is not valid JSON: {e}");
-        refuse(
-            ApiError::new(rid, ReasonCode::InvalidRequest, msg),
-            Some(key),
-            "",
-        )
+        ApiError::new(ReasonCode::InvalidRequest, msg)
     })
 }
 
-pub async fn authenticate(
-    gw: &Gateway,
-    headers: &HeaderMap,
-    rid: &str,
-) -> Result<Arc<KeyEntry>, ApiError> {
-    let bad = |msg: &str| ApiError::new(rid, ReasonCode::InvalidApiKey, msg);
+/// A field the request cannot have as it is.
+pub(crate) fn invalid(f: InvalidField) -> ApiError {
+    ApiError::new(ReasonCode::InvalidRequest, f.message).param(f.param)
+}
+
+pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Arc<KeyEntry>, ApiError> {
+    let bad = |msg: &str| ApiError::new(ReasonCode::InvalidApiKey, msg);
     // Anthropic clients send their key in `x-api-key`.
     let raw = headers
         .get(axum::http::header::AUTHORIZATION)
@@ -229,48 +187,34 @@ pub async fn authenticate(
 
 async fn admit_and_forward(
     gw: &Arc<Gateway>,
+    ctx: &mut RequestCtx,
     endpoint: Endpoint,
     dialect: Dialect,
     headers: &HeaderMap,
     body: Body,
-    rid: &str,
-) -> Result<Response, Refused> {
-    let (key, bytes) = read_body(gw, headers, body, rid).await?;
-    let k = Some(&key);
-    crate::fair::refuse_if_queue_full(gw, &key, rid).map_err(|e| refuse(e, k, ""))?;
-    let json = parse_json(&bytes, &key, rid)?;
-    let attribution =
-        crate::attribution::read(headers, &json, &key, rid).map_err(|e| refuse(e, k, ""))?;
-    let inbound = Inbound::read(dialect, json).map_err(|f| {
-        refuse(
-            ApiError::new(rid, ReasonCode::InvalidRequest, f.message).param(f.param),
-            k,
-            "",
-        )
-    })?;
+) -> Result<Response, ApiError> {
+    let (key, bytes) = read_body(gw, ctx, headers, body).await?;
+    crate::fair::refuse_if_queue_full(gw, &key)?;
+    let json = parse_json(&bytes)?;
+    let attribution = crate::attribution::read(headers, &json, &key)?;
+    let inbound = Inbound::read(dialect, json).map_err(invalid)?;
     let json = inbound.chat;
-    let summary = request::validate(endpoint, &json).map_err(|f| {
-        refuse(
-            ApiError::new(rid, ReasonCode::InvalidRequest, f.message).param(f.param),
-            k,
-            "",
-        )
-    })?;
-    let model = resolve_model(gw, &key, endpoint, &summary, rid)
-        .map_err(|e| refuse(e, k, &summary.model))?;
+    let summary = request::validate(endpoint, &json).map_err(invalid)?;
+    ctx.model = summary.model.clone();
+    let model = resolve_model(gw, &key, endpoint, &summary)?;
     // Every deployment down: a fallback model the key may use, at its price.
     let model = crate::routing::serving_model(gw, &key, model);
+    ctx.model = model.id.clone();
     // Past the daily soft limit: the cheaper model and/or a smaller cap.
-    let degrade = crate::fair::degrade_step(gw, &key, &model, rid)
-        .await
-        .map_err(|e| refuse(e, k, &model.id))?;
+    let degrade = crate::fair::degrade_step(gw, &key, &model).await?;
     let requested_model = model.id.clone();
     let model = match degrade.as_ref().and_then(|d| d.model.clone()) {
         Some(cheaper) => cheaper,
         None => model,
     };
-    check_body_size(gw, &model, bytes.len(), rid).map_err(|e| refuse(e, k, &model.id))?;
-    let (estimated, json_back) = estimate_input(
+    ctx.model = model.id.clone();
+    crate::estimate::check_body_size(gw, &model, bytes.len())?;
+    let (estimated, json_back) = crate::estimate::estimate_input(
         gw,
         gw.cfg.long_input,
         &key,
@@ -279,11 +223,10 @@ async fn admit_and_forward(
         &summary,
         json,
         bytes.len(),
-        rid,
     )
     .await;
     let mut json = json_back;
-    let (est_in, asked_per_choice) = estimated.map_err(|e| refuse(e, k, &model.id))?;
+    let (est_in, asked_per_choice) = estimated?;
     let per_choice = match degrade.as_ref().and_then(|d| d.max_output) {
         Some(cap) if endpoint != Endpoint::Embeddings => asked_per_choice.min(cap),
         _ => asked_per_choice,
@@ -310,12 +253,8 @@ async fn admit_and_forward(
         per_choice,
         end_user: attribution.end_user.as_deref(),
     };
-    let fairly = crate::fair::admit_fairly(gw, &key, &model, &month, rid, || {
-        admit(gw, &key, &model, &month, rid, want)
-    })
-    .await
-    .map_err(|e| refuse(e, k, &model.id))?;
-    let adm = fairly.admitted;
+    let adm = crate::admission::get_quota(gw, &key, &model, &month, &ctx.id, want).await?;
+    let rid = ctx.id.as_str();
     if soft_degraded {
         let detail = json!({"requested_output_tokens": asked_per_choice * summary.choices,
             "output_tokens_cap": max_out, "requested_model": requested_model, "served_model": model.id});
@@ -339,7 +278,7 @@ async fn admit_and_forward(
             Decision::Degrade,
             ReasonCode::MaxTokensClampedToBudget.as_str(),
         )
-    } else if let Some((_, why)) = fairly.queued {
+    } else if let Some((_, why)) = adm.queued {
         (Decision::Queue, why)
     } else {
         (Decision::Allow, "none")
@@ -361,7 +300,8 @@ async fn admit_and_forward(
     );
     held.attribution = attribution;
     held.max_output = if adm.degraded { adm.est_out } else { max_out };
-    held.slot = fairly.slot.map(|mut s| {
+    let out_headers = answer_headers(rid, decision, reason, &model, &adm);
+    held.slot = adm.slot.map(|mut s| {
         s.mark_used();
         s
     });
@@ -377,10 +317,22 @@ async fn admit_and_forward(
             native
         }
         _ => {
-            rewrite_for_upstream(&mut json, &model, endpoint, &summary, adm.provider_cap);
+            crate::forward::rewrite_for_upstream(&mut json, &model, endpoint, &summary, adm.provider_cap);
             json
         }
     };
+    crate::forward::forward(gw, held, endpoint, &summary, body, out_headers, edge).await
+}
+
+/// The headers of an admitted request's answer: its id, the decision and
+/// its reason, the model served, the queue wait, what is left.
+fn answer_headers(
+    rid: &str,
+    decision: Decision,
+    reason: &'static str,
+    model: &ModelEntry,
+    adm: &crate::admission::Admitted,
+) -> HeaderMap {
     let mut out_headers = HeaderMap::new();
     out_headers.insert(
         "x-request-id",
@@ -396,7 +348,7 @@ async fn admit_and_forward(
     if let Ok(served) = HeaderValue::from_str(&model.id) {
         out_headers.insert("x-tollgate-model", served);
     }
-    if let Some((waited, _)) = fairly.queued {
+    if let Some((waited, _)) = adm.queued {
         out_headers.insert(
             "x-tollgate-queue-wait-ms",
             HeaderValue::from(waited.as_millis() as u64),
@@ -408,203 +360,7 @@ async fn admit_and_forward(
     if let Some(t) = adm.remaining_tokens {
         out_headers.insert("x-ratelimit-remaining-tokens", HeaderValue::from(t));
     }
-    forward(gw, held, endpoint, &summary, body, out_headers, edge)
-        .await
-        .map_err(|e| refuse(e, k, &model.id))
-}
-
-/// What a request asks the hold engine for.
-#[derive(Clone, Copy)]
-struct Want<'a> {
-    endpoint: Endpoint,
-    summary: &'a RequestSummary,
-    est_in: i64,
-    /// Output held now (a stream's first slice, else everything allowed).
-    est_out: i64,
-    /// Output cap per choice sent to the provider.
-    per_choice: i64,
-    /// The request's end user (a fourth scope when its app limits them).
-    end_user: Option<&'a str>,
-}
-
-struct Admission {
-    est_out: i64,
-    provider_cap: i64,
-    degraded: bool,
-    remaining_requests: Option<i64>,
-    remaining_tokens: Option<i64>,
-}
-
-/// Holds the request; when a budget refuses a non-stream request whose
-/// tenant allows it, retries once with `max_tokens` clamped to what the
-/// budget still covers (decision `degrade`).
-async fn admit(
-    gw: &Arc<Gateway>,
-    key: &Arc<KeyEntry>,
-    model: &ModelEntry,
-    month: &str,
-    rid: &str,
-    want: Want<'_>,
-) -> Result<Admission, ApiError> {
-    let stream = want.summary.stream;
-    let refusal = match hold(
-        gw,
-        key,
-        model,
-        month,
-        rid,
-        want.est_in,
-        want.est_out,
-        stream,
-        want.end_user,
-    )
-    .await?
-    {
-        HoldOutcome::Admitted {
-            remaining_requests,
-            remaining_tokens,
-        } => {
-            return Ok(Admission {
-                est_out: want.est_out,
-                provider_cap: want.per_choice,
-                degraded: false,
-                remaining_requests,
-                remaining_tokens,
-            })
-        }
-        HoldOutcome::Refused(r) => r,
-        // Request ids are minted here per request: a duplicate means a bug.
-        HoldOutcome::Duplicate { .. } => {
-            return Err(ApiError::new(
-                rid,
-                ReasonCode::QuotaStoreUnavailable,
-                "duplicate request id",
-            )
-            .retry_after(Some(1)))
-        }
-    };
-    let budget = matches!(
-        refusal.limit,
-        LimitKind::MonthlyTokens | LimitKind::MonthlyCost
-    );
-    let may_clamp = budget
-        && key.tenant.clamp_max_tokens
-        && !want.summary.stream
-        && want.endpoint != Endpoint::Embeddings;
-    let clamped = may_clamp
-        .then(|| {
-            domain::pricing::clamped_output_per_choice(
-                refusal.headroom_tokens,
-                refusal.headroom_cost,
-                want.est_in,
-                &model.price,
-                want.summary.choices,
-                gw.cfg.min_clamped_output_tokens,
-            )
-        })
-        .flatten()
-        .filter(|c| *c < want.per_choice);
-    if let Some(per_choice) = clamped {
-        let est_out = per_choice * want.summary.choices;
-        // The refused hold recorded nothing: the same id can hold again.
-        if let HoldOutcome::Admitted {
-            remaining_requests,
-            remaining_tokens,
-        } = hold(
-            gw,
-            key,
-            model,
-            month,
-            rid,
-            want.est_in,
-            est_out,
-            stream,
-            want.end_user,
-        )
-        .await?
-        {
-            return Ok(Admission {
-                est_out,
-                provider_cap: per_choice,
-                degraded: true,
-                remaining_requests,
-                remaining_tokens,
-            });
-        }
-    }
-    let msg = format!(
-        "{}: request refused by the {} limit",
-        refusal.reason(),
-        refusal.scope.as_str()
-    );
-    let counters = json!({"scope": refusal.scope.as_str(), "limit": format!("{:?}", refusal.limit),
-        "headroom_tokens": refusal.headroom_tokens, "headroom_cost_micro_usd": refusal.headroom_cost,
-        "retry_after_ms": refusal.retry_after_ms, "est_input_tokens": want.est_in,
-        "est_output_tokens": want.est_out});
-    Err(ApiError::new(rid, refusal.reason(), msg)
-        .retry_after(refusal.retry_after_secs())
-        .counters(counters))
-}
-
-/// One hold call, failing closed on any quota-store error. A hold whose
-/// outcome is unknown (timeout, client gone) is released by the guard.
-#[allow(clippy::too_many_arguments)]
-async fn hold(
-    gw: &Arc<Gateway>,
-    key: &Arc<KeyEntry>,
-    model: &ModelEntry,
-    month: &str,
-    rid: &str,
-    est_in: i64,
-    est_out: i64,
-    stream: bool,
-    end_user: Option<&str>,
-) -> Result<HoldOutcome, ApiError> {
-    let limits = key.effective_limits(chrono::Utc::now(), month);
-    let req = HoldRequest {
-        request_id: rid,
-        tenant: &key.tenant.id,
-        app: &key.app.id,
-        key: &key.id,
-        month,
-        est_input: est_in,
-        est_output: est_out,
-        est_cost: model.price.cost(est_in, est_out).0,
-        model: &model.id,
-        limits: [&limits[0], &limits[1], &limits[2]],
-    };
-    let mut pending = PendingHold {
-        gw: gw.clone(),
-        key: key.clone(),
-        month: month.to_string(),
-        request_id: rid.to_string(),
-        end_user: end_user.map(str::to_string),
-        armed: true,
-    };
-    let t0 = Instant::now();
-    let ledger = crate::ledger_source::StoreLedger {
-        store: &gw.store,
-        quota: &gw.quota,
-    };
-    let eu = crate::attribution::end_user_scope(key, end_user);
-    let outcome = gw.admission.hold_with(&req, eu, &ledger, stream).await;
-    pending.armed = outcome.is_err();
-    metrics::histogram!(m::HOLD_SECONDS).record(t0.elapsed().as_secs_f64());
-    outcome.map_err(|err| {
-        metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "hold").increment(1);
-        let kind = if matches!(err, QuotaError::Ledger(_)) {
-            "ledger"
-        } else {
-            "redis"
-        };
-        tracing::warn!(request_id = rid, kind, error = %err, "hold failed: failing closed");
-        ApiError::new(
-            rid,
-            ReasonCode::QuotaStoreUnavailable,
-            "quota store unavailable; retry shortly",
-        )
-        .retry_after(Some(1))
-    })
+    out_headers
 }
 
 pub(crate) fn resolve_model(
@@ -612,7 +368,6 @@ pub(crate) fn resolve_model(
     key: &KeyEntry,
     endpoint: Endpoint,
     s: &RequestSummary,
-    rid: &str,
 ) -> Result<Arc<ModelEntry>, ApiError> {
     let model = gw
         .catalog
@@ -622,7 +377,6 @@ pub(crate) fn resolve_model(
         .cloned()
         .ok_or_else(|| {
             ApiError::new(
-                rid,
                 ReasonCode::ModelNotFound,
                 format!("model {:?} does not exist", s.model),
             )
@@ -630,7 +384,7 @@ pub(crate) fn resolve_model(
         })?;
     if !key.may_use(&model.id) {
         let msg = format!("model {:?} is not allowed for this key", s.model);
-        return Err(ApiError::new(rid, ReasonCode::ModelNotAllowed, msg).param("model"));
+        return Err(ApiError::new(ReasonCode::ModelNotAllowed, msg).param("model"));
     }
     let wants = if endpoint == Endpoint::Embeddings {
         ModelKind::Embedding
@@ -639,319 +393,7 @@ pub(crate) fn resolve_model(
     };
     if model.kind != wants {
         let msg = format!("model {:?} cannot serve /v1/{}", s.model, endpoint.path());
-        return Err(ApiError::new(rid, ReasonCode::InvalidRequest, msg).param("model"));
+        return Err(ApiError::new(ReasonCode::InvalidRequest, msg).param("model"));
     }
     Ok(model)
-}
-
-/// Input tokens with the family's tokenizer, and the output cap per choice
-/// (requested or the model default). Per-request caps of every scope apply.
-pub(crate) fn estimate(
-    key: &KeyEntry,
-    model: &ModelEntry,
-    endpoint: Endpoint,
-    s: &RequestSummary,
-    body: &Value,
-    rid: &str,
-    counting: tokens::Counting,
-) -> Result<(i64, i64), ApiError> {
-    let f = model.tokenizer;
-    let input = match endpoint {
-        Endpoint::ChatCompletions => {
-            let msgs = body["messages"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or(&[]);
-            let mut n = tokens::chat_input_tokens_as(f, msgs, counting);
-            for extra in ["tools", "functions", "response_format"] {
-                if let Some(v) = body.get(extra) {
-                    n += tokens::json_tokens_as(f, v, counting);
-                }
-            }
-            n
-        }
-        Endpoint::Completions => tokens::prompt_tokens_as(f, &body["prompt"], counting),
-        Endpoint::Embeddings => tokens::prompt_tokens_as(f, &body["input"], counting),
-    } as i64;
-    if let Some(max_ctx) = key.cap(|l| l.max_context_tokens) {
-        if input > max_ctx {
-            let msg = format!("input is about {input} tokens; this key allows at most {max_ctx}");
-            return Err(ApiError::new(rid, ReasonCode::ContextTooLong, msg).param("messages"));
-        }
-    }
-    if endpoint == Endpoint::Embeddings {
-        return Ok((input.max(1), 0));
-    }
-    let cap = key.cap(|l| l.max_output_tokens);
-    let per_choice = match (s.max_output, cap) {
-        (Some(asked), Some(cap)) if asked > cap => {
-            let msg = format!("max_tokens is {asked}; this key allows at most {cap}");
-            return Err(ApiError::new(rid, ReasonCode::InvalidRequest, msg).param("max_tokens"));
-        }
-        (Some(asked), _) => asked,
-        (None, Some(cap)) => model.default_max_output.min(cap),
-        (None, None) => model.default_max_output,
-    };
-    Ok((input.max(1), per_choice))
-}
-
-/// The upstream's model name; usage always requested on streams; the cap
-/// held, in the field(s) the provider reads (its profile), whatever field
-/// the client used: a provider that ignores the field it was sent would
-/// generate its own default length past the hold.
-fn rewrite_for_upstream(
-    body: &mut Value,
-    model: &ModelEntry,
-    endpoint: Endpoint,
-    s: &RequestSummary,
-    per_choice: i64,
-) {
-    body["model"] = Value::String(model.upstream_model.clone());
-    if s.stream {
-        body["stream_options"] = json!({"include_usage": true});
-    }
-    if endpoint == Endpoint::Embeddings {
-        return;
-    }
-    set_cap(body, model.profile.cap_field, per_choice);
-}
-
-/// Sends `per_choice` in exactly the fields `cap_field` names and drops the
-/// other cap field (a provider refusing `max_tokens` must not see it).
-fn set_cap(body: &mut Value, cap_field: CapField, per_choice: i64) {
-    let Some(obj) = body.as_object_mut() else {
-        return;
-    };
-    for field in ["max_tokens", "max_completion_tokens"] {
-        obj.remove(field);
-    }
-    for field in cap_field.fields() {
-        obj.insert((*field).to_string(), json!(per_choice));
-    }
-}
-
-async fn forward(
-    gw: &Arc<Gateway>,
-    mut held: HeldRequest,
-    endpoint: Endpoint,
-    s: &RequestSummary,
-    mut body: Value,
-    mut headers: HeaderMap,
-    edge: Edge,
-) -> Result<Response, ApiError> {
-    let rid = held.request_id.clone();
-    let t0 = Instant::now();
-    // A non-stream request has the whole upstream timeout for headers and
-    // body; a stream has no whole-request timeout, but its headers must
-    // come within the idle timeout, like every later chunk.
-    let deadline = tokio::time::Instant::now()
-        + if s.stream {
-            gw.cfg.stream_idle_timeout
-        } else {
-            gw.cfg.upstream_timeout
-        };
-    // Tried on the model's deployments until one answers (docs/routing.md).
-    let model = held.model.clone();
-    let header_timeout = deadline - tokio::time::Instant::now();
-    let sent = crate::routing::send(
-        gw,
-        &model,
-        endpoint,
-        &mut body,
-        header_timeout,
-        edge.native.then_some(edge.dialect),
-    )
-    .await;
-    let resp = match sent {
-        crate::routing::Routed::Response(r, taken) => {
-            held.route = Some(taken);
-            r
-        }
-        crate::routing::Routed::Unreachable(e) => {
-            // The error never carries the URL: a base URL may hold credentials.
-            tracing::warn!(request_id = %rid, model = %held.model.id, error = %e, "upstream unreachable");
-            held.release().await;
-            let reason = ReasonCode::UpstreamUnavailable;
-            return Err(
-                ApiError::new(&rid, reason, "the upstream provider could not be reached")
-                    .retry_after(Some(1)),
-            );
-        }
-    };
-    let status = resp.status();
-    if !status.is_success() {
-        let retry_after = resp
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok()?.parse().ok());
-        let text = upstream::error_text(resp, ERROR_TEXT_LIMIT, gw.cfg.stream_idle_timeout).await;
-        held.release().await;
-        return Err(upstream_refusal(&rid, status, retry_after, &text));
-    }
-    if s.stream {
-        headers.insert(
-            axum::http::header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        headers.insert(
-            axum::http::header::CACHE_CONTROL,
-            HeaderValue::from_static("no-cache"),
-        );
-        let body = if edge.translated() {
-            let est_input = held.est_input;
-            // The meter reads the provider's chat chunks (`edge.wire()`).
-            let chat = stream::metered(held, resp, s.client_wants_usage, edge.clone());
-            crate::dialect::stream::translate(edge, est_input, chat)
-        } else {
-            stream::metered(held, resp, s.client_wants_usage, edge)
-        };
-        return Ok((StatusCode::OK, headers, body).into_response());
-    }
-    let limit = gw.cfg.max_upstream_body_bytes;
-    let body = http_body_util::Limited::new(resp.into_body(), limit);
-    let read = tokio::time::timeout_at(deadline, body.collect()).await;
-    let bytes = match read {
-        Ok(Ok(b)) => b.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(oversized_answer(held, &rid, limit).await)
-        }
-        Ok(Err(e)) => return Err(broken_answer(held, &rid, &upstream_error_text(&*e)).await),
-        Err(_) => {
-            return Err(broken_answer(held, &rid, "no whole answer within the timeout").await)
-        }
-    };
-    metrics::histogram!(m::UPSTREAM_SECONDS, "model" => held.model.id.clone())
-        .record(t0.elapsed().as_secs_f64());
-    // No usage from the provider: charged the estimate (what was held);
-    // usage it sent (in the dialect the provider answered in): billed
-    // within the sanity bound.
-    let (bytes, usage) = edge.answer(bytes);
-    held.provider_usage = usage;
-    let actual = held.best_known("ok");
-    // The answer does not wait for the settle: the settle command is queued
-    // on this replica's Redis connection before the answer is written, so
-    // this client's next request (on this replica) is held after it.
-    held.settle_in_background(actual);
-    headers.insert(
-        axum::http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    Ok((StatusCode::OK, headers, bytes).into_response())
-}
-
-/// At most this much of a provider's error body is read.
-const ERROR_TEXT_LIMIT: usize = 64 * 1024;
-
-/// An upstream error's text, its sources included, never the URL (hyper's
-/// errors do not carry one).
-pub(crate) fn upstream_error_text(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        src = s.source();
-    }
-    text
-}
-
-/// The provider started answering and broke off (or ran out of time):
-/// the request is charged what is best known of it.
-async fn broken_answer(held: HeldRequest, rid: &str, error: &str) -> ApiError {
-    tracing::warn!(request_id = %rid, model = %held.model.id, error, "upstream body broke");
-    let actual = held.best_known("upstream_error");
-    held.settle(actual).await;
-    ApiError::new(
-        rid,
-        ReasonCode::UpstreamError,
-        "the upstream provider broke off its answer",
-    )
-}
-
-/// The provider's answer is larger than the gateway reads: a clean 502.
-/// Nothing was counted of an answer not read, and the provider generated
-/// (and bills) it whole: settled at the estimate, like a broken answer.
-async fn oversized_answer(held: HeldRequest, rid: &str, limit: usize) -> ApiError {
-    tracing::warn!(request_id = %rid, model = %held.model.id, limit, "upstream answer too large");
-    let actual = held.best_known("upstream_error");
-    held.settle(actual).await;
-    ApiError::new(
-        rid,
-        ReasonCode::UpstreamResponseTooLarge,
-        format!(
-            "the upstream provider's answer is larger than the gateway accepts ({limit} bytes)"
-        ),
-    )
-}
-
-/// The provider refused before generating: tell the client why without
-/// passing on anything about our own credentials.
-fn upstream_refusal(
-    rid: &str,
-    status: http::StatusCode,
-    retry_after: Option<u64>,
-    body: &str,
-) -> ApiError {
-    let upstream_msg = serde_json::from_str::<Value>(body)
-        .ok()
-        .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
-        .unwrap_or_default();
-    let upstream_msg: String = upstream_msg.chars().take(500).collect();
-    match status.as_u16() {
-        // The provider's 429 text can name the gateway's own organisation.
-        429 => ApiError::new(
-            rid,
-            ReasonCode::UpstreamRateLimited,
-            "the upstream provider is rate limiting; retry later",
-        )
-        .retry_after(Some(retry_after.unwrap_or(1))),
-        401 | 403 => ApiError::new(
-            rid,
-            ReasonCode::UpstreamError,
-            "the upstream provider refused the gateway's credentials",
-        ),
-        400 | 404 | 413 | 422 => ApiError::new(
-            rid,
-            ReasonCode::InvalidRequest,
-            format!("the upstream provider refused the request: {upstream_msg}"),
-        )
-        .status(status.as_u16()),
-        s => ApiError::new(
-            rid,
-            ReasonCode::UpstreamError,
-            format!("the upstream provider failed with status {s}"),
-        ),
-    }
-}
-
-#[cfg(test)]
-mod cap_tests {
-    use super::*;
-
-    #[test]
-    fn the_held_cap_goes_in_the_profiles_fields_only() {
-        let cases = [
-            (CapField::MaxTokens, json!({"max_tokens": 7})),
-            (
-                CapField::MaxCompletionTokens,
-                json!({"max_completion_tokens": 7}),
-            ),
-            (
-                CapField::Both,
-                json!({"max_tokens": 7, "max_completion_tokens": 7}),
-            ),
-        ];
-        for client in [
-            json!({"max_completion_tokens": 40}),
-            json!({"max_tokens": 40}),
-            json!({"max_tokens": 40, "max_completion_tokens": 50}),
-            json!({}),
-        ] {
-            for (field, want) in &cases {
-                let mut body = client.clone();
-                set_cap(&mut body, *field, 7);
-                assert_eq!(&body, want, "{client} with {field:?}");
-            }
-        }
-    }
 }

@@ -346,7 +346,7 @@ pub async fn send(
         let (outcome, resp) = match tokio::time::timeout(within, gw.http.request(req)).await {
             Ok(Ok(r)) => (attempt_of(&r), Some(r)),
             Ok(Err(e)) => {
-                last = crate::proxy::upstream_error_text(&e);
+                last = crate::forward::upstream_error_text(&e);
                 (Attempt::ConnectFailed, None)
             }
             Err(_) => {

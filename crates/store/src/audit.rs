@@ -5,7 +5,7 @@ use crate::{Result, Store, TenantScope};
 use chrono::{DateTime, SubsecRound, Utc};
 use domain::audit::AuditEntry;
 use serde_json::Value;
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Postgres, Transaction};
 
 const AUDIT_LOCK: i64 = 0x7467_6175_6469_7400; // "tgaudit"
 
@@ -113,30 +113,48 @@ impl Store {
     /// The whole chain in order (verification reads every row). The log
     /// belongs to the platform: a one-tenant scope reads none of it.
     pub async fn audit_chain(&self, scope: &TenantScope) -> Result<Vec<AuditRow>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query_as::<_, AuditCols>(
             "SELECT id, at, actor, action, target, before, after, reason, prev_hash, hash FROM audit_log
              WHERE $1 ORDER BY id",
         )
         .bind(scope.is_all())
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.iter().map(audit_row).collect())
+        Ok(rows.into_iter().map(AuditRow::from).collect())
     }
 }
 
-pub(crate) fn audit_row(r: &sqlx::postgres::PgRow) -> AuditRow {
-    AuditRow {
-        id: r.get("id"),
-        entry: AuditEntry {
-            at: fmt_at(r.get("at")),
-            actor: r.get("actor"),
-            action: r.get("action"),
-            target: r.get("target"),
-            before: r.get("before"),
-            after: r.get("after"),
-            reason: r.get("reason"),
-        },
-        prev_hash: r.get("prev_hash"),
-        hash: r.get("hash"),
+/// An `audit_log` row as selected (`id, at, actor, action, target, before,
+/// after, reason, prev_hash, hash`).
+#[derive(sqlx::FromRow)]
+pub(crate) struct AuditCols {
+    id: i64,
+    at: DateTime<Utc>,
+    actor: String,
+    action: String,
+    target: String,
+    before: Value,
+    after: Value,
+    reason: String,
+    prev_hash: Vec<u8>,
+    hash: Vec<u8>,
+}
+
+impl From<AuditCols> for AuditRow {
+    fn from(r: AuditCols) -> Self {
+        AuditRow {
+            id: r.id,
+            entry: AuditEntry {
+                at: fmt_at(r.at),
+                actor: r.actor,
+                action: r.action,
+                target: r.target,
+                before: r.before,
+                after: r.after,
+                reason: r.reason,
+            },
+            prev_hash: r.prev_hash,
+            hash: r.hash,
+        }
     }
 }

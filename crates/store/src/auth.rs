@@ -52,7 +52,6 @@
 //! assert!(one.narrow_to("research").is_none());
 //! ```
 
-use crate::users::user_row;
 use crate::{passwords, Result, Store, UserRow};
 use domain::roles::{Actor, Role};
 use hmac::{Hmac, Mac};
@@ -269,7 +268,7 @@ impl Store {
     /// every request together with the session's row: a revoked or expired
     /// session, a disabled user or a changed role counts at once.
     pub async fn authenticate(&self, s: &VerifiedSession) -> Result<Option<Principal>> {
-        let r = sqlx::query(
+        let r = sqlx::query_as::<_, UserRow>(
             "SELECT u.id, u.email, u.password_hash, u.role, u.tenant_id \
              FROM sessions s JOIN users u ON u.id = s.user_id \
              WHERE s.id = $1 AND s.user_id = $2 AND s.revoked_at IS NULL \
@@ -279,7 +278,7 @@ impl Store {
         .bind(s.user_id)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(r.map(user_row).and_then(Principal::of))
+        Ok(r.and_then(Principal::of))
     }
 
     /// A new session for someone who just signed in (`via`: how), stored so

@@ -4,24 +4,106 @@
 
 use crate::audit::{append, NewAudit};
 use crate::{Result, Store, StoreError, TenantScope};
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Utc};
 use domain::bill::{
     AttributedRow, BillRow, DayRow, GroupBy, QuotaAmount, RefusalRow, TenantInfo, Totals,
 };
 use domain::usage::UsageEvent;
 use serde_json::json;
-use sqlx::postgres::PgRow;
-use sqlx::Row;
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
-fn totals(r: &PgRow) -> Totals {
-    Totals {
-        requests: r.get("requests"),
-        input_tokens: r.get("input_tokens"),
-        output_tokens: r.get("output_tokens"),
-        cost_micro: r.get("cost_micro"),
+/// The four sums of [`SUMS`] / [`ROLLUP_SUMS`], flattened into the rows
+/// that carry them.
+#[derive(sqlx::FromRow)]
+struct TotalsCols {
+    requests: i64,
+    input_tokens: i64,
+    output_tokens: i64,
+    cost_micro: i64,
+}
+
+impl From<TotalsCols> for Totals {
+    fn from(c: TotalsCols) -> Self {
+        Totals {
+            requests: c.requests,
+            input_tokens: c.input_tokens,
+            output_tokens: c.output_tokens,
+            cost_micro: c.cost_micro,
+        }
     }
+}
+
+#[derive(sqlx::FromRow)]
+struct BillRowCols {
+    tenant_id: String,
+    app_id: String,
+    model: String,
+    #[sqlx(flatten)]
+    totals: TotalsCols,
+}
+
+#[derive(sqlx::FromRow)]
+struct DayRowCols {
+    tenant_id: String,
+    app_id: String,
+    model: String,
+    day: String,
+    tags: serde_json::Value,
+    #[sqlx(flatten)]
+    totals: TotalsCols,
+}
+
+#[derive(sqlx::FromRow)]
+struct AttributedRowCols {
+    tenant_id: String,
+    value: Option<String>,
+    #[sqlx(flatten)]
+    totals: TotalsCols,
+}
+
+#[derive(sqlx::FromRow)]
+struct RefusalRowCols {
+    tenant_id: String,
+    app_id: String,
+    model: String,
+    decision: String,
+    reason: String,
+    requests: i64,
+}
+
+/// A tenant's (tokens, cost) sums: grants and borrows per tenant.
+#[derive(sqlx::FromRow)]
+struct TenantAmountCols {
+    tenant_id: String,
+    tokens: i64,
+    cost_micro: i64,
+}
+
+impl TenantAmountCols {
+    fn entry(self) -> (String, QuotaAmount) {
+        (
+            self.tenant_id,
+            QuotaAmount {
+                tokens: self.tokens,
+                cost_micro: self.cost_micro,
+            },
+        )
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct TenantInfoCols {
+    id: String,
+    name: String,
+    cost_center: String,
+}
+
+#[derive(sqlx::FromRow)]
+struct TenantTotalsCols {
+    tenant_id: String,
+    #[sqlx(flatten)]
+    totals: TotalsCols,
 }
 
 /// Sums over ledger events (the truth the rollups are checked against).
@@ -54,23 +136,40 @@ impl ClosedMonth {
     }
 }
 
-fn closed_month(r: PgRow) -> ClosedMonth {
+#[derive(sqlx::FromRow)]
+struct ClosedMonthCols {
+    period: String,
+    state: String,
+    batch_id: Uuid,
+    events: i64,
+    input_tokens: i64,
+    output_tokens: i64,
+    cost_micro: i64,
+    bill_rows: i64,
+    refused: i64,
+    attempts: i32,
+    closed_at: Option<DateTime<Utc>>,
+    purge_after: Option<DateTime<Utc>>,
+    purged_at: Option<DateTime<Utc>>,
+}
+
+fn closed_month(r: ClosedMonthCols) -> ClosedMonth {
     ClosedMonth {
-        period: r.get("period"),
-        state: r.get("state"),
-        batch_id: r.get("batch_id"),
+        period: r.period,
+        state: r.state,
+        batch_id: r.batch_id,
         totals: Totals {
-            requests: r.get("events"),
-            input_tokens: r.get("input_tokens"),
-            output_tokens: r.get("output_tokens"),
-            cost_micro: r.get("cost_micro"),
+            requests: r.events,
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+            cost_micro: r.cost_micro,
         },
-        bill_rows: r.get("bill_rows"),
-        refused: r.get("refused"),
-        attempts: r.get("attempts"),
-        closed_at: r.get("closed_at"),
-        purge_after: r.get("purge_after"),
-        purged_at: r.get("purged_at"),
+        bill_rows: r.bill_rows,
+        refused: r.refused,
+        attempts: r.attempts,
+        closed_at: r.closed_at,
+        purge_after: r.purge_after,
+        purged_at: r.purged_at,
     }
 }
 
@@ -123,7 +222,7 @@ impl Store {
     }
 
     pub async fn bill_rows(&self, scope: &TenantScope, period: &str) -> Result<Vec<BillRow>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query_as::<_, BillRowCols>(&format!(
             "SELECT tenant_id, app_id, model, {ROLLUP_SUMS} FROM usage_rollups
              WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
              GROUP BY tenant_id, app_id, model ORDER BY tenant_id, app_id, model"
@@ -133,18 +232,18 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
-            .iter()
+            .into_iter()
             .map(|r| BillRow {
-                tenant_id: r.get("tenant_id"),
-                app_id: r.get("app_id"),
-                model: r.get("model"),
-                totals: totals(r),
+                tenant_id: r.tenant_id,
+                app_id: r.app_id,
+                model: r.model,
+                totals: r.totals.into(),
             })
             .collect())
     }
 
     pub async fn day_rows(&self, scope: &TenantScope, period: &str) -> Result<Vec<DayRow>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query_as::<_, DayRowCols>(&format!(
             "SELECT tenant_id, app_id, model, day::text AS day, tags, {ROLLUP_SUMS} FROM usage_rollups
              WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
              GROUP BY tenant_id, app_id, model, day, tags ORDER BY tenant_id, day, app_id, model"
@@ -154,14 +253,14 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
-            .iter()
+            .into_iter()
             .map(|r| DayRow {
-                tenant_id: r.get("tenant_id"),
-                app_id: r.get("app_id"),
-                model: r.get("model"),
-                day: r.get("day"),
-                tags: crate::ledger::tags_of(r.get("tags")),
-                totals: totals(r),
+                tenant_id: r.tenant_id,
+                app_id: r.app_id,
+                model: r.model,
+                day: r.day,
+                tags: crate::ledger::tags_of(r.tags),
+                totals: r.totals.into(),
             })
             .collect())
     }
@@ -191,7 +290,7 @@ impl Store {
             GroupBy::Tag(k) => ("tags ->> $3", k.as_str()),
             GroupBy::EndUser => ("NULLIF(end_user, '')", ""),
         };
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query_as::<_, AttributedRowCols>(&format!(
             "SELECT tenant_id, {value} AS value, {ROLLUP_SUMS} FROM usage_rollups
              WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2) AND ($3::text IS NOT NULL)
              GROUP BY 1, 2 ORDER BY 1, 2"
@@ -202,18 +301,18 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
-            .iter()
+            .into_iter()
             .map(|r| AttributedRow {
-                tenant_id: r.get("tenant_id"),
-                value: r.get("value"),
-                totals: totals(r),
+                tenant_id: r.tenant_id,
+                value: r.value,
+                totals: r.totals.into(),
             })
             .collect())
     }
 
     /// Refused and degraded decisions of a month by reason.
     pub async fn refusal_rows(&self, scope: &TenantScope, period: &str) -> Result<Vec<RefusalRow>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query_as::<_, RefusalRowCols>(
             "SELECT tenant_id, app_id, model, decision, reason, COUNT(*)::int8 AS requests
              FROM request_decisions WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
              GROUP BY tenant_id, app_id, model, decision, reason
@@ -224,14 +323,14 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
-            .iter()
+            .into_iter()
             .map(|r| RefusalRow {
-                tenant_id: r.get("tenant_id"),
-                app_id: r.get("app_id"),
-                model: r.get("model"),
-                decision: r.get("decision"),
-                reason: r.get("reason"),
-                requests: r.get("requests"),
+                tenant_id: r.tenant_id,
+                app_id: r.app_id,
+                model: r.model,
+                decision: r.decision,
+                reason: r.reason,
+                requests: r.requests,
             })
             .collect())
     }
@@ -244,7 +343,7 @@ impl Store {
         start: DateTime<Utc>,
         end: DateTime<Utc>,
     ) -> Result<BTreeMap<String, QuotaAmount>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query_as::<_, TenantAmountCols>(
             "SELECT tenant_id, COALESCE(SUM(tokens), 0)::int8 AS tokens,
                     COALESCE(SUM(cost_micro), 0)::int8 AS cost_micro
              FROM quota_requests
@@ -257,18 +356,7 @@ impl Store {
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .iter()
-            .map(|r| {
-                (
-                    r.get("tenant_id"),
-                    QuotaAmount {
-                        tokens: r.get("tokens"),
-                        cost_micro: r.get("cost_micro"),
-                    },
-                )
-            })
-            .collect())
+        Ok(rows.into_iter().map(TenantAmountCols::entry).collect())
     }
 
     /// Borrowed from the shared pool in a month, per tenant (active
@@ -278,7 +366,7 @@ impl Store {
         scope: &TenantScope,
         period: &str,
     ) -> Result<BTreeMap<String, QuotaAmount>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query_as::<_, TenantAmountCols>(
             "SELECT tenant_id, COALESCE(SUM(tokens), 0)::int8 AS tokens,
                     COALESCE(SUM(cost_micro), 0)::int8 AS cost_micro
              FROM borrows WHERE state = 'active' AND period = $1
@@ -289,33 +377,22 @@ impl Store {
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .iter()
-            .map(|r| {
-                (
-                    r.get("tenant_id"),
-                    QuotaAmount {
-                        tokens: r.get("tokens"),
-                        cost_micro: r.get("cost_micro"),
-                    },
-                )
-            })
-            .collect())
+        Ok(rows.into_iter().map(TenantAmountCols::entry).collect())
     }
 
     pub async fn tenant_infos(&self, scope: &TenantScope) -> Result<Vec<TenantInfo>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query_as::<_, TenantInfoCols>(
             "SELECT id, name, cost_center FROM tenants WHERE ($1::text IS NULL OR id = $1) ORDER BY id",
         )
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
-            .iter()
+            .into_iter()
             .map(|r| TenantInfo {
-                id: r.get("id"),
-                name: r.get("name"),
-                cost_center: r.get("cost_center"),
+                id: r.id,
+                name: r.name,
+                cost_center: r.cost_center,
             })
             .collect())
     }
@@ -329,7 +406,7 @@ impl Store {
         after: &str,
         limit: i64,
     ) -> Result<Vec<UsageEvent>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query_as::<_, crate::ledger::UsageEventRow>(
             "SELECT request_id, tenant_id, app_id, key_id, model, period, day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
                     status, stream, replica, started_at, settled_at, usage_source, deployment, tags, end_user
@@ -342,36 +419,9 @@ impl Store {
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| UsageEvent {
-                request_id: r.get("request_id"),
-                tenant_id: r.get("tenant_id"),
-                app_id: r.get("app_id"),
-                key_id: r.get("key_id"),
-                model: r.get("model"),
-                period: r.get("period"),
-                day: r.get::<NaiveDate, _>("day").format("%Y-%m-%d").to_string(),
-                input_tokens: r.get("input_tokens"),
-                output_tokens: r.get("output_tokens"),
-                cost_micro: r.get("cost_micro"),
-                est_tokens: r.get("est_tokens"),
-                est_cost_micro: r.get("est_cost_micro"),
-                overrun_tokens: r.get("overrun_tokens"),
-                overrun_cost_micro: r.get("overrun_cost_micro"),
-                status: r.get("status"),
-                stream: r.get("stream"),
-                usage_source: r.get("usage_source"),
-                replica: r.get("replica"),
-                started_at_ms: r.get::<DateTime<Utc>, _>("started_at").timestamp_millis(),
-                settled_at_ms: r.get::<DateTime<Utc>, _>("settled_at").timestamp_millis(),
-                deployment: r.get("deployment"),
-                attribution: crate::ledger::attribution_of(&r),
-                // The archive keeps the billed amounts; anomalies stay in
-                // Postgres' ledger row (request lookup).
-                anomaly: None,
-            })
-            .collect())
+        // The archive keeps the billed amounts; anomalies stay in Postgres'
+        // ledger row (request lookup): the select leaves them out.
+        Ok(rows.into_iter().map(UsageEvent::from).collect())
     }
 
     /// Months before `current` that still need their rollover: months with
@@ -395,7 +445,7 @@ impl Store {
     }
 
     pub async fn closed_month(&self, period: &str) -> Result<Option<ClosedMonth>> {
-        let r = sqlx::query(&format!(
+        let r = sqlx::query_as::<_, ClosedMonthCols>(&format!(
             "SELECT {CLOSED_COLS} FROM closed_months WHERE period = $1"
         ))
         .bind(period)
@@ -405,7 +455,7 @@ impl Store {
     }
 
     pub async fn closed_months(&self) -> Result<Vec<ClosedMonth>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query_as::<_, ClosedMonthCols>(&format!(
             "SELECT {CLOSED_COLS} FROM closed_months ORDER BY period DESC"
         ))
         .fetch_all(&self.pool)
@@ -514,7 +564,7 @@ impl Store {
 
     /// Closed months whose retention has passed.
     pub async fn months_to_purge(&self, now: DateTime<Utc>) -> Result<Vec<ClosedMonth>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query_as::<_, ClosedMonthCols>(&format!(
             "SELECT {CLOSED_COLS} FROM closed_months WHERE state = 'closed' AND purge_after <= $1 ORDER BY period"
         ))
         .bind(now)
@@ -596,7 +646,7 @@ async fn sums_by_tenant<'e, E>(
 where
     E: sqlx::Executor<'e, Database = sqlx::Postgres>,
 {
-    let rows = sqlx::query(&format!(
+    let rows = sqlx::query_as::<_, TenantTotalsCols>(&format!(
         "SELECT tenant_id, {sums} FROM {table} WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
          GROUP BY tenant_id"
     ))
@@ -605,7 +655,7 @@ where
     .fetch_all(ex)
     .await?;
     Ok(rows
-        .iter()
-        .map(|r| (r.get("tenant_id"), totals(r)))
+        .into_iter()
+        .map(|r| (r.tenant_id, r.totals.into()))
         .collect())
 }

@@ -7,7 +7,6 @@ use crate::{conflict, Result, Store, StoreError, TenantScope};
 use chrono::{DateTime, Utc};
 use domain::Limits;
 use serde_json::json;
-use sqlx::Row;
 use uuid::Uuid;
 
 #[derive(Debug, Clone)]
@@ -111,43 +110,119 @@ fn limits_of(v: serde_json::Value) -> Result<Limits> {
     serde_json::from_value(v).map_err(|e| StoreError::Corrupt(format!("limits: {e}")))
 }
 
-pub(crate) fn key_row(r: &sqlx::postgres::PgRow) -> Result<KeyRow> {
+/// A `virtual_keys` row as stored (limits still JSON).
+#[derive(sqlx::FromRow)]
+pub(crate) struct KeyCols {
+    id: Uuid,
+    tenant_id: String,
+    app_id: String,
+    name: String,
+    prefix: String,
+    key_hash: Vec<u8>,
+    limits: serde_json::Value,
+    allowed_models: Option<Vec<String>>,
+    expires_at: Option<DateTime<Utc>>,
+}
+
+pub(crate) fn key_row(r: KeyCols) -> Result<KeyRow> {
     Ok(KeyRow {
-        id: r.get("id"),
-        tenant_id: r.get("tenant_id"),
-        app_id: r.get("app_id"),
-        name: r.get("name"),
-        prefix: r.get("prefix"),
-        key_hash: r.get("key_hash"),
-        limits: limits_of(r.get("limits"))?,
-        allowed_models: r.get("allowed_models"),
-        expires_at: r.get("expires_at"),
+        id: r.id,
+        tenant_id: r.tenant_id,
+        app_id: r.app_id,
+        name: r.name,
+        prefix: r.prefix,
+        key_hash: r.key_hash,
+        limits: limits_of(r.limits)?,
+        allowed_models: r.allowed_models,
+        expires_at: r.expires_at,
     })
 }
 
-pub(crate) fn app_row(r: &sqlx::postgres::PgRow) -> Result<AppRow> {
+/// An `apps` row as stored (limits and attribution policy still JSON).
+#[derive(sqlx::FromRow)]
+pub(crate) struct AppCols {
+    tenant_id: String,
+    id: String,
+    name: String,
+    limits: serde_json::Value,
+    allowed_models: Option<Vec<String>>,
+    attribution: serde_json::Value,
+}
+
+pub(crate) fn app_row(r: AppCols) -> Result<AppRow> {
     Ok(AppRow {
-        tenant_id: r.get("tenant_id"),
-        id: r.get("id"),
-        name: r.get("name"),
-        limits: limits_of(r.get("limits"))?,
-        allowed_models: r.get("allowed_models"),
-        attribution: serde_json::from_value(r.get("attribution"))
+        tenant_id: r.tenant_id,
+        id: r.id,
+        name: r.name,
+        limits: limits_of(r.limits)?,
+        allowed_models: r.allowed_models,
+        attribution: serde_json::from_value(r.attribution)
             .map_err(|e| StoreError::Corrupt(format!("app attribution: {e}")))?,
     })
 }
 
-pub(crate) fn tenant_row(r: &sqlx::postgres::PgRow) -> Result<TenantRow> {
+/// A `tenants` row as stored (limits still JSON).
+#[derive(sqlx::FromRow)]
+pub(crate) struct TenantCols {
+    id: String,
+    name: String,
+    cost_center: String,
+    priority: String,
+    limits: serde_json::Value,
+    may_borrow: bool,
+    borrow_cap_tokens: i64,
+    allowed_models: Option<Vec<String>>,
+    clamp_max_tokens: bool,
+}
+
+pub(crate) fn tenant_row(r: TenantCols) -> Result<TenantRow> {
     Ok(TenantRow {
-        id: r.get("id"),
-        name: r.get("name"),
-        cost_center: r.get("cost_center"),
-        priority: r.get("priority"),
-        limits: limits_of(r.get("limits"))?,
-        may_borrow: r.get("may_borrow"),
-        borrow_cap_tokens: r.get("borrow_cap_tokens"),
-        allowed_models: r.get("allowed_models"),
-        clamp_max_tokens: r.get("clamp_max_tokens"),
+        id: r.id,
+        name: r.name,
+        cost_center: r.cost_center,
+        priority: r.priority,
+        limits: limits_of(r.limits)?,
+        may_borrow: r.may_borrow,
+        borrow_cap_tokens: r.borrow_cap_tokens,
+        allowed_models: r.allowed_models,
+        clamp_max_tokens: r.clamp_max_tokens,
+    })
+}
+
+/// A `models` row as the catalog selects it (its profile still columns).
+#[derive(sqlx::FromRow)]
+pub(crate) struct ModelCols {
+    id: String,
+    kind: String,
+    upstream_base_url: String,
+    upstream_model: String,
+    /// Left out of the console's select: it never reads the provider key.
+    #[sqlx(default)]
+    upstream_api_key_enc: Option<Vec<u8>>,
+    input_price_micro_per_mtok: i64,
+    output_price_micro_per_mtok: i64,
+    tokenizer: Option<String>,
+    default_max_output_tokens: i64,
+    degrade_to: Option<String>,
+    pool_capacity: Option<i32>,
+    #[sqlx(flatten)]
+    profile: crate::provider::ProfileCols,
+}
+
+pub(crate) fn model_row(r: ModelCols) -> Result<ModelRow> {
+    Ok(ModelRow {
+        id: r.id,
+        kind: r.kind,
+        upstream_base_url: r.upstream_base_url,
+        upstream_model: r.upstream_model,
+        upstream_api_key_enc: r.upstream_api_key_enc,
+        input_price_micro_per_mtok: r.input_price_micro_per_mtok,
+        output_price_micro_per_mtok: r.output_price_micro_per_mtok,
+        tokenizer: r.tokenizer,
+        default_max_output_tokens: r.default_max_output_tokens,
+        degrade_to: r.degrade_to,
+        pool_capacity: r.pool_capacity,
+        profile: r.profile.profile()?,
     })
 }
 
@@ -176,7 +251,7 @@ impl Store {
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .execute(&mut *tx)
             .await?;
-        let tenants = sqlx::query(
+        let tenants = sqlx::query_as::<_, TenantCols>(
             "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens FROM tenants
              WHERE ($1::text IS NULL OR id = $1)",
         )
@@ -184,18 +259,18 @@ impl Store {
         .fetch_all(&mut *tx)
         .await?
         .into_iter()
-        .map(|r| tenant_row(&r))
+        .map(tenant_row)
         .collect::<Result<Vec<_>>>()?;
-        let apps = sqlx::query(
+        let apps = sqlx::query_as::<_, AppCols>(
             "SELECT tenant_id, id, name, limits, allowed_models, attribution FROM apps WHERE ($1::text IS NULL OR tenant_id = $1)",
         )
         .bind(t_or_none)
         .fetch_all(&mut *tx)
         .await?
-        .iter()
+        .into_iter()
         .map(app_row)
         .collect::<Result<Vec<_>>>()?;
-        let keys = sqlx::query(
+        let keys = sqlx::query_as::<_, KeyCols>(
             "SELECT id, tenant_id, app_id, name, prefix, key_hash, limits, allowed_models, expires_at
              FROM virtual_keys WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
                AND ($1::text IS NULL OR tenant_id = $1)",
@@ -203,10 +278,10 @@ impl Store {
         .bind(if p.keys { t } else { Some("") })
         .fetch_all(&mut *tx)
         .await?
-        .iter()
+        .into_iter()
         .map(key_row)
         .collect::<Result<Vec<_>>>()?;
-        let models = sqlx::query(
+        let models = sqlx::query_as::<_, ModelCols>(
             "SELECT id, kind, upstream_base_url, upstream_model, upstream_api_key_enc,
                     input_price_micro_per_mtok, output_price_micro_per_mtok, tokenizer,
                     default_max_output_tokens, degrade_to, pool_capacity, cap_field,
@@ -217,51 +292,23 @@ impl Store {
         .fetch_all(&mut *tx)
         .await?
         .into_iter()
-        .map(|r| {
-            Ok(ModelRow {
-                id: r.get("id"),
-                kind: r.get("kind"),
-                upstream_base_url: r.get("upstream_base_url"),
-                upstream_model: r.get("upstream_model"),
-                upstream_api_key_enc: r.get("upstream_api_key_enc"),
-                input_price_micro_per_mtok: r.get("input_price_micro_per_mtok"),
-                output_price_micro_per_mtok: r.get("output_price_micro_per_mtok"),
-                tokenizer: r.get("tokenizer"),
-                default_max_output_tokens: r.get("default_max_output_tokens"),
-                degrade_to: r.get("degrade_to"),
-                pool_capacity: r.get("pool_capacity"),
-                profile: crate::provider::profile_of(&r)?,
-            })
-        })
+        .map(model_row)
         .collect::<Result<Vec<_>>>()?;
-        let grants = sqlx::query(crate::quota_requests::ACTIVE_GRANTS)
+        let grants = sqlx::query_as(crate::quota_requests::ACTIVE_GRANTS)
             .bind(t_or_none)
             .fetch_all(&mut *tx)
-            .await?
-            .iter()
-            .map(crate::quota_requests::grant_row)
-            .collect();
-        let borrowed = sqlx::query(crate::fair::OUTSTANDING)
+            .await?;
+        let borrowed = sqlx::query_as(crate::fair::OUTSTANDING)
             .bind(t_or_none)
             .fetch_all(&mut *tx)
-            .await?
-            .iter()
-            .map(crate::fair::borrowed_row)
-            .collect();
-        let guarantees = sqlx::query(
+            .await?;
+        let guarantees = sqlx::query_as::<_, crate::GuaranteeRow>(
             "SELECT model_id, tenant_id, slots FROM model_guarantees WHERE ($1::text IS NULL OR tenant_id = $1) AND $2",
         )
         .bind(t)
         .bind(p.models)
         .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .map(|r| crate::GuaranteeRow {
-            model_id: r.get("model_id"),
-            tenant_id: r.get("tenant_id"),
-            slots: r.get("slots"),
-        })
-        .collect();
+        .await?;
         let routing = crate::deployments::load(&mut tx).await?;
         tx.commit().await?;
         Ok(Catalog {
@@ -568,7 +615,7 @@ impl Store {
 
 impl Store {
     pub async fn tenant(&self, scope: &TenantScope, id: &str) -> Result<Option<TenantRow>> {
-        let r = sqlx::query(
+        let r = sqlx::query_as::<_, TenantCols>(
             "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens
              FROM tenants WHERE id = $1 AND ($2::text IS NULL OR id = $2)",
         )
@@ -576,7 +623,7 @@ impl Store {
         .bind(scope.tenant())
         .fetch_optional(&self.pool)
         .await?;
-        r.map(|r| tenant_row(&r)).transpose()
+        r.map(tenant_row).transpose()
     }
 
     /// Writes a tenant's settings (the caller merged the patch); audited

@@ -3,15 +3,14 @@
 //! the audit log searched by actor, action, target and time.
 
 use crate::audit::{append, NewAudit};
-use crate::catalog::{app_row, AppRow, ModelRow, TenantRow};
+use crate::catalog::{app_row, model_row, tenant_row, AppCols, AppRow, ModelCols, ModelRow, TenantCols, TenantRow};
 use crate::{Result, Store, StoreError, TenantScope};
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use sqlx::Row;
 use uuid::Uuid;
 
 /// A virtual key as the console lists it (never its hash).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct KeyListRow {
     pub id: Uuid,
     pub tenant_id: String,
@@ -23,7 +22,7 @@ pub struct KeyListRow {
     pub created_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct UserListRow {
     pub id: Uuid,
     pub email: String,
@@ -60,18 +59,18 @@ fn like_pattern(s: &str) -> String {
 impl Store {
     /// The scope's tenants.
     pub async fn tenants(&self, scope: &TenantScope) -> Result<Vec<TenantRow>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query_as::<_, TenantCols>(
             "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens
              FROM tenants WHERE ($1::text IS NULL OR id = $1) ORDER BY id",
         )
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(crate::catalog::tenant_row).collect()
+        rows.into_iter().map(tenant_row).collect()
     }
 
     pub async fn apps_of(&self, scope: &TenantScope, tenant: &str) -> Result<Vec<AppRow>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query_as::<_, AppCols>(
             "SELECT tenant_id, id, name, limits, allowed_models, attribution FROM apps
              WHERE tenant_id = $1 AND ($2::text IS NULL OR tenant_id = $2) ORDER BY id",
         )
@@ -79,7 +78,7 @@ impl Store {
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(app_row).collect()
+        rows.into_iter().map(app_row).collect()
     }
 
     /// The names of these keys, by id, within the scope (a key of another
@@ -89,21 +88,18 @@ impl Store {
         scope: &TenantScope,
         ids: &[Uuid],
     ) -> Result<std::collections::HashMap<Uuid, String>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query_as::<_, (Uuid, String)>(
             "SELECT id, name FROM virtual_keys WHERE id = ANY($1) AND ($2::text IS NULL OR tenant_id = $2)",
         )
         .bind(ids)
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| (r.get("id"), r.get("name")))
-            .collect())
+        Ok(rows.into_iter().collect())
     }
 
     pub async fn keys_of(&self, scope: &TenantScope, tenant: &str) -> Result<Vec<KeyListRow>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query_as::<_, KeyListRow>(
             "SELECT id, tenant_id, app_id, name, prefix, expires_at, revoked_at, created_at
              FROM virtual_keys WHERE tenant_id = $1 AND ($2::text IS NULL OR tenant_id = $2)
              ORDER BY app_id, created_at DESC",
@@ -112,24 +108,12 @@ impl Store {
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| KeyListRow {
-                id: r.get("id"),
-                tenant_id: r.get("tenant_id"),
-                app_id: r.get("app_id"),
-                name: r.get("name"),
-                prefix: r.get("prefix"),
-                expires_at: r.get("expires_at"),
-                revoked_at: r.get("revoked_at"),
-                created_at: r.get("created_at"),
-            })
-            .collect())
+        Ok(rows)
     }
 
     /// Every model, without its (encrypted) provider key.
     pub async fn models(&self) -> Result<Vec<ModelRow>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query_as::<_, ModelCols>(
             "SELECT id, kind, upstream_base_url, upstream_model, input_price_micro_per_mtok,
                     output_price_micro_per_mtok, tokenizer, default_max_output_tokens, degrade_to, pool_capacity,
                     cap_field, hidden_reasoning, apis
@@ -137,43 +121,16 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter()
-            .map(|r| {
-                Ok(ModelRow {
-                    id: r.get("id"),
-                    kind: r.get("kind"),
-                    upstream_base_url: r.get("upstream_base_url"),
-                    upstream_model: r.get("upstream_model"),
-                    upstream_api_key_enc: None,
-                    input_price_micro_per_mtok: r.get("input_price_micro_per_mtok"),
-                    output_price_micro_per_mtok: r.get("output_price_micro_per_mtok"),
-                    tokenizer: r.get("tokenizer"),
-                    default_max_output_tokens: r.get("default_max_output_tokens"),
-                    degrade_to: r.get("degrade_to"),
-                    pool_capacity: r.get("pool_capacity"),
-                    profile: crate::provider::profile_of(&r)?,
-                })
-            })
-            .collect()
+        rows.into_iter().map(model_row).collect()
     }
 
     pub async fn users(&self) -> Result<Vec<UserListRow>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query_as::<_, UserListRow>(
             "SELECT id, email, role, tenant_id, disabled, created_at FROM users ORDER BY email",
         )
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| UserListRow {
-                id: r.get("id"),
-                email: r.get("email"),
-                role: r.get("role"),
-                tenant_id: r.get("tenant_id"),
-                disabled: r.get("disabled"),
-                created_at: r.get("created_at"),
-            })
-            .collect())
+        Ok(rows)
     }
 
     /// Changes another user's role (the caller refuses a change of one's
@@ -186,15 +143,12 @@ impl Store {
         tenant_id: Option<&str>,
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        let before =
-            sqlx::query("SELECT email, role, tenant_id FROM users WHERE id = $1 FOR UPDATE")
+        let (email, old_role, old_tenant): (String, String, Option<String>) =
+            sqlx::query_as("SELECT email, role, tenant_id FROM users WHERE id = $1 FOR UPDATE")
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await?
                 .ok_or_else(|| StoreError::NotFound(format!("user {id}")))?;
-        let email: String = before.get("email");
-        let old_role: String = before.get("role");
-        let old_tenant: Option<String> = before.get("tenant_id");
         sqlx::query("UPDATE users SET role = $2, tenant_id = $3 WHERE id = $1")
             .bind(id)
             .bind(role)
@@ -224,7 +178,7 @@ impl Store {
         scope: &TenantScope,
         f: &AuditFilter,
     ) -> Result<Vec<crate::AuditRow>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query_as::<_, crate::audit::AuditCols>(
             "SELECT id, at, actor, action, target, before, after, reason, prev_hash, hash FROM audit_log
              WHERE ($1 = '' OR actor ILIKE $2) AND ($3 = '' OR action ILIKE $4) AND ($5 = '' OR target ILIKE $6)
                AND ($7::timestamptz IS NULL OR at >= $7) AND ($8::timestamptz IS NULL OR at <= $8)
@@ -244,7 +198,7 @@ impl Store {
         .bind(scope.is_all())
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.iter().map(crate::audit::audit_row).collect())
+        Ok(rows.into_iter().map(crate::AuditRow::from).collect())
     }
 }
 

@@ -6,7 +6,7 @@ use crate::audit::{append, NewAudit};
 use crate::{Result, Store, StoreError};
 use domain::provider::ProviderProfile;
 use serde_json::json;
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Postgres, Transaction};
 
 /// One deployment of a model, as stored (the provider key encrypted).
 #[derive(Debug, Clone, PartialEq)]
@@ -36,23 +36,38 @@ pub struct RoutingRows {
 const COLUMNS: &str = "model_id, name, upstream_base_url, upstream_model, upstream_api_key_enc,
     weight, priority, max_inflight, profile, enabled";
 
-fn row(r: &sqlx::postgres::PgRow) -> Result<DeploymentRow> {
-    let profile: Option<serde_json::Value> = r.get("profile");
-    let profile = profile
+/// A `model_deployments` row as stored (its profile still JSON).
+#[derive(sqlx::FromRow)]
+struct DeploymentCols {
+    model_id: String,
+    name: String,
+    upstream_base_url: String,
+    upstream_model: String,
+    upstream_api_key_enc: Option<Vec<u8>>,
+    weight: i32,
+    priority: i32,
+    max_inflight: Option<i32>,
+    profile: Option<serde_json::Value>,
+    enabled: bool,
+}
+
+fn row(r: DeploymentCols) -> Result<DeploymentRow> {
+    let profile = r
+        .profile
         .map(serde_json::from_value)
         .transpose()
         .map_err(|e| StoreError::Corrupt(format!("deployment profile: {e}")))?;
     Ok(DeploymentRow {
-        model_id: r.get("model_id"),
-        name: r.get("name"),
-        upstream_base_url: r.get("upstream_base_url"),
-        upstream_model: r.get("upstream_model"),
-        upstream_api_key_enc: r.get("upstream_api_key_enc"),
-        weight: r.get("weight"),
-        priority: r.get("priority"),
-        max_inflight: r.get("max_inflight"),
+        model_id: r.model_id,
+        name: r.name,
+        upstream_base_url: r.upstream_base_url,
+        upstream_model: r.upstream_model,
+        upstream_api_key_enc: r.upstream_api_key_enc,
+        weight: r.weight,
+        priority: r.priority,
+        max_inflight: r.max_inflight,
         profile,
-        enabled: r.get("enabled"),
+        enabled: r.enabled,
     })
 }
 
@@ -65,21 +80,18 @@ fn audited(d: &DeploymentRow) -> serde_json::Value {
 }
 
 pub(crate) async fn load(tx: &mut Transaction<'_, Postgres>) -> Result<RoutingRows> {
-    let deployments = sqlx::query(&format!(
+    let deployments = sqlx::query_as::<_, DeploymentCols>(&format!(
         "SELECT {COLUMNS} FROM model_deployments ORDER BY model_id, position, name"
     ))
     .fetch_all(&mut **tx)
     .await?
-    .iter()
+    .into_iter()
     .map(row)
     .collect::<Result<Vec<_>>>()?;
     let fallbacks =
-        sqlx::query("SELECT id, fallbacks FROM models WHERE enabled AND fallbacks <> '{}'")
+        sqlx::query_as("SELECT id, fallbacks FROM models WHERE enabled AND fallbacks <> '{}'")
             .fetch_all(&mut **tx)
-            .await?
-            .into_iter()
-            .map(|r| (r.get("id"), r.get("fallbacks")))
-            .collect();
+            .await?;
     Ok(RoutingRows {
         deployments,
         fallbacks,
@@ -154,13 +166,13 @@ async fn lock_model(tx: &mut Transaction<'_, Postgres>, model: &str) -> Result<(
 impl Store {
     /// A model's deployments in order, disabled ones included.
     pub async fn deployments_of(&self, model: &str) -> Result<Vec<DeploymentRow>> {
-        sqlx::query(&format!(
+        sqlx::query_as::<_, DeploymentCols>(&format!(
             "SELECT {COLUMNS} FROM model_deployments WHERE model_id = $1 ORDER BY position, name"
         ))
         .bind(model)
         .fetch_all(&self.pool)
         .await?
-        .iter()
+        .into_iter()
         .map(row)
         .collect()
     }
@@ -226,14 +238,13 @@ impl Store {
         .bind(&d.model_id)
         .execute(&mut *tx)
         .await?;
-        let before = sqlx::query(&format!(
+        let before = sqlx::query_as::<_, DeploymentCols>(&format!(
             "SELECT {COLUMNS} FROM model_deployments WHERE model_id = $1 AND name = $2 FOR UPDATE"
         ))
         .bind(&d.model_id)
         .bind(&d.name)
         .fetch_optional(&mut *tx)
         .await?
-        .as_ref()
         .map(row)
         .transpose()?;
         // A new row goes last; an edited one keeps its place.

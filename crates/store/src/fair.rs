@@ -7,10 +7,9 @@ use chrono::{DateTime, Utc};
 use domain::borrowing::PoolPolicy;
 use serde::Serialize;
 use serde_json::json;
-use sqlx::Row;
 use uuid::Uuid;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct BorrowRow {
     pub id: Uuid,
     pub tenant_id: String,
@@ -27,7 +26,7 @@ pub struct BorrowRow {
     pub settled_at: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct ReclaimRow {
     pub id: Uuid,
     pub borrow_id: Uuid,
@@ -41,15 +40,17 @@ pub struct ReclaimRow {
 }
 
 /// Outstanding borrowed quota of a tenant in a period (active borrows).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct BorrowedRow {
     pub tenant_id: String,
     pub period: String,
+    #[sqlx(rename = "t")]
     pub tokens: i64,
+    #[sqlx(rename = "c")]
     pub cost_micro: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct GuaranteeRow {
     pub model_id: String,
     pub tenant_id: String,
@@ -60,23 +61,6 @@ const BORROW_COLS: &str =
     "id, tenant_id, period, state, asked_tokens, tokens, cost_micro, outstanding_tokens,
     outstanding_cost_micro, trigger, replica, created_at, settled_at";
 
-fn borrow_row(r: &sqlx::postgres::PgRow) -> BorrowRow {
-    BorrowRow {
-        id: r.get("id"),
-        tenant_id: r.get("tenant_id"),
-        period: r.get("period"),
-        state: r.get("state"),
-        asked_tokens: r.get("asked_tokens"),
-        tokens: r.get("tokens"),
-        cost_micro: r.get("cost_micro"),
-        outstanding_tokens: r.get("outstanding_tokens"),
-        outstanding_cost_micro: r.get("outstanding_cost_micro"),
-        trigger: r.get("trigger"),
-        replica: r.get("replica"),
-        created_at: r.get("created_at"),
-        settled_at: r.get("settled_at"),
-    }
-}
 
 /// Outstanding borrowed quota per tenant and period, of the tenant `$1`
 /// (NULL: every tenant).
@@ -84,15 +68,6 @@ pub(crate) const OUTSTANDING: &str =
     "SELECT tenant_id, period, sum(outstanding_tokens)::BIGINT AS t, sum(outstanding_cost_micro)::BIGINT AS c
      FROM borrows WHERE state = 'active' AND outstanding_tokens > 0 AND ($1::text IS NULL OR tenant_id = $1)
      GROUP BY tenant_id, period";
-
-pub(crate) fn borrowed_row(r: &sqlx::postgres::PgRow) -> BorrowedRow {
-    BorrowedRow {
-        tenant_id: r.get("tenant_id"),
-        period: r.get("period"),
-        tokens: r.get("t"),
-        cost_micro: r.get("c"),
-    }
-}
 
 fn pool_json(p: &PoolPolicy) -> serde_json::Value {
     json!({"monthly_tokens": p.monthly_tokens, "monthly_cost_micro": p.monthly_cost_micro,
@@ -102,16 +77,18 @@ fn pool_json(p: &PoolPolicy) -> serde_json::Value {
 impl Store {
     /// The pool and its policy (the defaults, with no pool, until set).
     pub async fn pool_policy(&self) -> Result<PoolPolicy> {
-        let r = sqlx::query(
+        let r = sqlx::query_as::<_, (Option<i64>, Option<i64>, i32, i32)>(
             "SELECT monthly_tokens, monthly_cost_micro, max_borrow_share_ppm, reclaim_below_share_ppm FROM borrow_pool",
         )
         .fetch_optional(&self.pool)
         .await?;
-        Ok(r.map_or_else(PoolPolicy::default, |r| PoolPolicy {
-            monthly_tokens: r.get("monthly_tokens"),
-            monthly_cost_micro: r.get("monthly_cost_micro"),
-            max_borrow_share_ppm: r.get::<i32, _>("max_borrow_share_ppm") as i64,
-            reclaim_below_share_ppm: r.get::<i32, _>("reclaim_below_share_ppm") as i64,
+        Ok(r.map_or_else(PoolPolicy::default, |(tokens, cost, max_share, reclaim_below)| {
+            PoolPolicy {
+                monthly_tokens: tokens,
+                monthly_cost_micro: cost,
+                max_borrow_share_ppm: max_share as i64,
+                reclaim_below_share_ppm: reclaim_below as i64,
+            }
         }))
     }
 
@@ -171,7 +148,7 @@ impl Store {
     pub async fn finish_borrow(&self, id: Uuid, tokens: i64, cost_micro: i64) -> Result<BorrowRow> {
         let mut tx = self.pool.begin().await?;
         let state = if tokens > 0 { "active" } else { "refused" };
-        let r = sqlx::query(&format!(
+        let r = sqlx::query_as::<_, BorrowRow>(&format!(
             "UPDATE borrows SET state = $2, tokens = $3, cost_micro = $4, outstanding_tokens = $3,
                 outstanding_cost_micro = $4, settled_at = now()
              WHERE id = $1 AND state = 'pending' RETURNING {BORROW_COLS}"
@@ -184,16 +161,15 @@ impl Store {
         .await?;
         let Some(r) = r else {
             tx.commit().await?;
-            let r = sqlx::query(&format!("SELECT {BORROW_COLS} FROM borrows WHERE id = $1"))
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await?;
-            return r
-                .as_ref()
-                .map(borrow_row)
-                .ok_or_else(|| StoreError::NotFound(format!("borrow {id}")));
+            let r = sqlx::query_as::<_, BorrowRow>(&format!(
+                "SELECT {BORROW_COLS} FROM borrows WHERE id = $1"
+            ))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+            return r.ok_or_else(|| StoreError::NotFound(format!("borrow {id}")));
         };
-        let b = borrow_row(&r);
+        let b = r;
         if tokens > 0 {
             append(
                 &mut tx,
@@ -221,7 +197,7 @@ impl Store {
         scope: &TenantScope,
         before: DateTime<Utc>,
     ) -> Result<Vec<BorrowRow>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query_as::<_, BorrowRow>(&format!(
             "SELECT {BORROW_COLS} FROM borrows WHERE state = 'pending' AND created_at < $1
                AND ($2::text IS NULL OR tenant_id = $2) ORDER BY created_at"
         ))
@@ -229,12 +205,12 @@ impl Store {
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.iter().map(borrow_row).collect())
+        Ok(rows)
     }
 
     /// The scope's borrows of a period, oldest first.
     pub async fn borrows(&self, scope: &TenantScope, period: &str) -> Result<Vec<BorrowRow>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query_as::<_, BorrowRow>(&format!(
             "SELECT {BORROW_COLS} FROM borrows WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
              ORDER BY created_at, id"
         ))
@@ -242,17 +218,16 @@ impl Store {
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.iter().map(borrow_row).collect())
+        Ok(rows)
     }
 
     /// Outstanding borrowed quota per tenant of the scope and period
     /// (active borrows).
     pub async fn borrowed(&self, scope: &TenantScope) -> Result<Vec<BorrowedRow>> {
-        let rows = sqlx::query(OUTSTANDING)
+        Ok(sqlx::query_as(OUTSTANDING)
             .bind(scope.tenant())
             .fetch_all(&self.pool)
-            .await?;
-        Ok(rows.iter().map(borrowed_row).collect())
+            .await?)
     }
 
     /// Takes `tokens` (and `cost_micro`) back from a borrow: its outstanding
@@ -267,7 +242,7 @@ impl Store {
         reason: &str,
     ) -> Result<ReclaimRow> {
         let mut tx = self.pool.begin().await?;
-        let r = sqlx::query(
+        let (tenant, period, left): (String, String, i64) = sqlx::query_as(
             "UPDATE borrows SET outstanding_tokens = outstanding_tokens - $2,
                 outstanding_cost_micro = GREATEST(0, outstanding_cost_micro - $3)
              WHERE id = $1 AND state = 'active' AND outstanding_tokens >= $2
@@ -281,13 +256,8 @@ impl Store {
         .ok_or_else(|| {
             StoreError::NotFound(format!("borrow {borrow} with {tokens} outstanding"))
         })?;
-        let (tenant, period, left): (String, String, i64) = (
-            r.get("tenant_id"),
-            r.get("period"),
-            r.get("outstanding_tokens"),
-        );
         let id = Uuid::now_v7();
-        let row = sqlx::query(
+        let row = sqlx::query_as::<_, ReclaimRow>(
             "INSERT INTO reclaims (id, borrow_id, tenant_id, period, tokens, cost_micro, reason)
              VALUES ($1, $2, $3, $4, $5, $6, $7)
              RETURNING id, borrow_id, tenant_id, period, tokens, cost_micro, state, reason, at",
@@ -312,7 +282,7 @@ impl Store {
         )
         .await?;
         tx.commit().await?;
-        Ok(reclaim_row(&row))
+        Ok(row)
     }
 
     pub async fn finish_reclaim(&self, id: Uuid) -> Result<()> {
@@ -331,7 +301,7 @@ impl Store {
         period: &str,
         pending_only: bool,
     ) -> Result<Vec<ReclaimRow>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query_as::<_, ReclaimRow>(
             "SELECT id, borrow_id, tenant_id, period, tokens, cost_micro, state, reason, at FROM reclaims
              WHERE period = $1 AND ($2 = FALSE OR state = 'pending') AND ($3::text IS NULL OR tenant_id = $3)
              ORDER BY at DESC, id DESC",
@@ -341,7 +311,7 @@ impl Store {
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.iter().map(reclaim_row).collect())
+        Ok(rows)
     }
 
     /// A tenant's settled cost of one day, from the ledger's rollups.
@@ -415,16 +385,3 @@ impl Store {
     }
 }
 
-fn reclaim_row(r: &sqlx::postgres::PgRow) -> ReclaimRow {
-    ReclaimRow {
-        id: r.get("id"),
-        borrow_id: r.get("borrow_id"),
-        tenant_id: r.get("tenant_id"),
-        period: r.get("period"),
-        tokens: r.get("tokens"),
-        cost_micro: r.get("cost_micro"),
-        state: r.get("state"),
-        reason: r.get("reason"),
-        at: r.get("at"),
-    }
-}

@@ -6,11 +6,9 @@ use crate::{Result, Store, TenantScope};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{json, Value};
-use sqlx::postgres::PgRow;
-use sqlx::Row;
 use uuid::Uuid;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct JobRunRow {
     pub id: i64,
     pub job: String,
@@ -25,27 +23,11 @@ pub struct JobRunRow {
     pub error: Option<String>,
 }
 
-fn job_run(r: PgRow) -> JobRunRow {
-    JobRunRow {
-        id: r.get("id"),
-        job: r.get("job"),
-        slot: r.get("slot"),
-        run_as: r.get("run_as"),
-        replica: r.get("replica"),
-        started_at: r.get("started_at"),
-        finished_at: r.get("finished_at"),
-        outcome: r.get("outcome"),
-        counts: r.get("counts"),
-        detail: r.get("detail"),
-        error: r.get("error"),
-    }
-}
-
 const RUN_COLS: &str =
     "id, job, slot, run_as, replica, started_at, finished_at, outcome, counts, detail, error";
 
 /// A budget alert: the row is the webhook's outbox too.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct AlertRow {
     pub id: i64,
     pub tenant_id: String,
@@ -59,23 +41,6 @@ pub struct AlertRow {
     pub attempts: i32,
     pub delivered_at: Option<DateTime<Utc>>,
     pub last_error: Option<String>,
-}
-
-fn alert(r: PgRow) -> AlertRow {
-    AlertRow {
-        id: r.get("id"),
-        tenant_id: r.get("tenant_id"),
-        scope: r.get("scope"),
-        period: r.get("period"),
-        measure: r.get("measure"),
-        threshold: r.get("threshold"),
-        payload: r.get("payload"),
-        created_at: r.get("created_at"),
-        delivery: r.get("delivery"),
-        attempts: r.get("attempts"),
-        delivered_at: r.get("delivered_at"),
-        last_error: r.get("last_error"),
-    }
 }
 
 const ALERT_COLS: &str = "id, tenant_id, scope, period, measure, threshold, payload, created_at, delivery, attempts, delivered_at, last_error";
@@ -96,7 +61,7 @@ pub struct NewAlert {
     pub at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct NoticeRow {
     pub id: i64,
     pub at: DateTime<Utc>,
@@ -183,7 +148,7 @@ impl Store {
         job: Option<&str>,
         limit: i64,
     ) -> Result<Vec<JobRunRow>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query_as::<_, JobRunRow>(&format!(
             "SELECT {RUN_COLS} FROM job_runs WHERE ($1::text IS NULL OR job = $1) AND $3
              ORDER BY id DESC LIMIT $2"
         ))
@@ -192,7 +157,7 @@ impl Store {
         .bind(scope.is_all())
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().map(job_run).collect())
+        Ok(rows)
     }
 
     /// Records an alert and its console notice, once per scope, measure,
@@ -236,7 +201,7 @@ impl Store {
         scope: &TenantScope,
         now: DateTime<Utc>,
     ) -> Result<Vec<AlertRow>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query_as::<_, AlertRow>(&format!(
             "SELECT {ALERT_COLS} FROM budget_alerts WHERE delivery = 'pending' AND next_attempt_at <= $1
                AND ($2::text IS NULL OR tenant_id = $2)
              ORDER BY id LIMIT 200"
@@ -245,7 +210,7 @@ impl Store {
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().map(alert).collect())
+        Ok(rows)
     }
 
     pub async fn alert_delivered(&self, id: i64, attempts: i32) -> Result<()> {
@@ -285,7 +250,7 @@ impl Store {
 
     /// The scope's alerts, of one month or all.
     pub async fn alerts(&self, scope: &TenantScope, period: Option<&str>) -> Result<Vec<AlertRow>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query_as::<_, AlertRow>(&format!(
             "SELECT {ALERT_COLS} FROM budget_alerts
              WHERE ($1::text IS NULL OR period = $1) AND ($2::text IS NULL OR tenant_id = $2)
              ORDER BY id"
@@ -294,7 +259,7 @@ impl Store {
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().map(alert).collect())
+        Ok(rows)
     }
 
     pub async fn add_notice(
@@ -319,7 +284,7 @@ impl Store {
     /// Newest notices: a one-tenant scope's, or every notice (the
     /// platform's own, without a tenant, included) for every tenant's scope.
     pub async fn notices(&self, scope: &TenantScope, limit: i64) -> Result<Vec<NoticeRow>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query_as::<_, NoticeRow>(
             "SELECT id, at, tenant_id, kind, message, detail FROM notices
              WHERE ($1::text IS NULL OR tenant_id = $1) ORDER BY id DESC LIMIT $2",
         )
@@ -327,17 +292,7 @@ impl Store {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| NoticeRow {
-                id: r.get("id"),
-                at: r.get("at"),
-                tenant_id: r.get("tenant_id"),
-                kind: r.get("kind"),
-                message: r.get("message"),
-                detail: r.get("detail"),
-            })
-            .collect())
+        Ok(rows)
     }
 
     /// Writes an audit row for every approved grant that has expired by
@@ -355,7 +310,7 @@ impl Store {
         let mut n = 0;
         for id in ids {
             let mut tx = self.pool.begin().await?;
-            let row = sqlx::query(
+            let row = sqlx::query_as::<_, (String, Option<String>, i64, i64, DateTime<Utc>)>(
                 "INSERT INTO grant_expiries (quota_request_id, expired_at)
                  SELECT id, expires_at FROM quota_requests WHERE id = $1
                  ON CONFLICT DO NOTHING
@@ -368,18 +323,19 @@ impl Store {
             .bind(id)
             .fetch_optional(&mut *tx)
             .await?;
-            let Some(r) = row else { continue };
-            let expired_at: DateTime<Utc> = r.get("expired_at");
+            let Some((tenant_id, app_id, tokens, cost_micro, expired_at)) = row else {
+                continue;
+            };
             append(
                 &mut tx,
                 NewAudit::new(actor, "grant.expire", format!("quota_request:{id}"))
                     .before(json!({"state": "approved", "active": true}))
                     .after(json!({
                         "active": false,
-                        "tenant_id": r.get::<String, _>("tenant_id"),
-                        "app_id": r.get::<Option<String>, _>("app_id"),
-                        "tokens": r.get::<i64, _>("tokens"),
-                        "cost_micro": r.get::<i64, _>("cost_micro"),
+                        "tenant_id": tenant_id,
+                        "app_id": app_id,
+                        "tokens": tokens,
+                        "cost_micro": cost_micro,
                         "expired_at": expired_at,
                     })),
             )

@@ -4,18 +4,104 @@ use crate::{Result, Store, TenantScope};
 use chrono::{DateTime, NaiveDate, Utc};
 use domain::attribution::{Attribution, Tags};
 use domain::usage::{UsageAnomaly, UsageEvent};
-use sqlx::Row;
 
 /// Settled usage of one (app, key) of a tenant in a month.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct MonthUsageRow {
     pub app_id: String,
     pub key_id: String,
     pub tokens: i64,
+    #[sqlx(rename = "cost")]
     pub cost_micro: i64,
+    #[sqlx(rename = "otok")]
     pub overrun_tokens: i64,
+    #[sqlx(rename = "ocost")]
     pub overrun_cost_micro: i64,
     pub requests: i64,
+}
+
+/// A ledger row's attribution columns (`tags`, `end_user`), flattened into
+/// the rows that carry them.
+#[derive(sqlx::FromRow)]
+pub struct AttributionCols {
+    tags: serde_json::Value,
+    end_user: String,
+}
+
+impl From<AttributionCols> for Attribution {
+    fn from(c: AttributionCols) -> Self {
+        Attribution {
+            tags: tags_of(c.tags),
+            end_user: (!c.end_user.is_empty()).then_some(c.end_user),
+        }
+    }
+}
+
+/// A `usage_events` row: the one mapping of the ledger's columns back into
+/// a [`UsageEvent`]. `usage_anomaly` / `reported_usage` may be left out of
+/// the select (the archive's copy keeps no anomaly).
+#[derive(sqlx::FromRow)]
+pub(crate) struct UsageEventRow {
+    request_id: String,
+    tenant_id: String,
+    app_id: String,
+    key_id: String,
+    model: String,
+    period: String,
+    day: NaiveDate,
+    input_tokens: i64,
+    output_tokens: i64,
+    cost_micro: i64,
+    est_tokens: i64,
+    est_cost_micro: i64,
+    overrun_tokens: i64,
+    overrun_cost_micro: i64,
+    status: String,
+    stream: bool,
+    replica: String,
+    started_at: DateTime<Utc>,
+    settled_at: DateTime<Utc>,
+    usage_source: String,
+    #[sqlx(default)]
+    usage_anomaly: Option<String>,
+    #[sqlx(default)]
+    reported_usage: Option<serde_json::Value>,
+    deployment: Option<String>,
+    #[sqlx(flatten)]
+    attribution: AttributionCols,
+}
+
+impl From<UsageEventRow> for UsageEvent {
+    fn from(r: UsageEventRow) -> Self {
+        UsageEvent {
+            request_id: r.request_id,
+            tenant_id: r.tenant_id,
+            app_id: r.app_id,
+            key_id: r.key_id,
+            model: r.model,
+            period: r.period,
+            day: r.day.format("%Y-%m-%d").to_string(),
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+            cost_micro: r.cost_micro,
+            est_tokens: r.est_tokens,
+            est_cost_micro: r.est_cost_micro,
+            overrun_tokens: r.overrun_tokens,
+            overrun_cost_micro: r.overrun_cost_micro,
+            status: r.status,
+            stream: r.stream,
+            usage_source: r.usage_source,
+            replica: r.replica,
+            started_at_ms: r.started_at.timestamp_millis(),
+            settled_at_ms: r.settled_at.timestamp_millis(),
+            deployment: r.deployment,
+            anomaly: r.usage_anomaly.map(|kind| UsageAnomaly {
+                kind,
+                reported: r.reported_usage.unwrap_or_default(),
+            }),
+            attribution: r.attribution.into(),
+        }
+    }
 }
 
 /// The ledger row's columns with their SQL types, in the order the insert
@@ -87,15 +173,6 @@ pub(crate) fn tags_of(v: serde_json::Value) -> Tags {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// The ledger's columns back into a request's attribution.
-pub(crate) fn attribution_of(r: &sqlx::postgres::PgRow) -> Attribution {
-    let end_user: String = r.get("end_user");
-    Attribution {
-        tags: tags_of(r.get("tags")),
-        end_user: (!end_user.is_empty()).then_some(end_user),
-    }
 }
 
 fn ts(ms: i64) -> DateTime<Utc> {
@@ -238,7 +315,7 @@ impl Store {
         // ones, saturate the rebuilt month instead of failing the query on
         // `bigint out of range` (which would leave the month unknown and
         // every request refused).
-        let rows = sqlx::query(
+        let rows = sqlx::query_as::<_, MonthUsageRow>(
             "SELECT app_id, key_id,
                     LEAST(COALESCE(SUM(input_tokens::numeric + output_tokens), 0), 9007199254740991)::int8 AS tokens,
                     LEAST(COALESCE(SUM(cost_micro::numeric), 0), 9007199254740991)::int8 AS cost,
@@ -253,18 +330,7 @@ impl Store {
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| MonthUsageRow {
-                app_id: r.get("app_id"),
-                key_id: r.get("key_id"),
-                tokens: r.get("tokens"),
-                cost_micro: r.get("cost"),
-                overrun_tokens: r.get("otok"),
-                overrun_cost_micro: r.get("ocost"),
-                requests: r.get("requests"),
-            })
-            .collect())
+        Ok(rows)
     }
 
     /// One end user's settled (tokens, cost) of an app in a month, capped
@@ -277,7 +343,7 @@ impl Store {
         end_user: &str,
         period: &str,
     ) -> Result<(i64, i64)> {
-        let r = sqlx::query(
+        Ok(sqlx::query_as(
             "SELECT LEAST(COALESCE(SUM(input_tokens::numeric + output_tokens), 0), 9007199254740991)::int8 AS tokens,
                     LEAST(COALESCE(SUM(cost_micro::numeric), 0), 9007199254740991)::int8 AS cost
              FROM usage_rollups WHERE period = $1 AND tenant_id = $2 AND app_id = $3 AND end_user = $4
@@ -289,8 +355,7 @@ impl Store {
         .bind(end_user)
         .bind(scope.tenant())
         .fetch_one(&self.pool)
-        .await?;
-        Ok((r.get("tokens"), r.get("cost")))
+        .await?)
     }
 
     pub async fn usage_event(
@@ -298,8 +363,8 @@ impl Store {
         scope: &TenantScope,
         request_id: &str,
     ) -> Result<Option<UsageEvent>> {
-        let r = sqlx::query(
-            "SELECT request_id, tenant_id, app_id, key_id, model, period, day::text AS day, input_tokens,
+        let r = sqlx::query_as::<_, UsageEventRow>(
+            "SELECT request_id, tenant_id, app_id, key_id, model, period, day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
                     status, stream, replica, started_at, settled_at, usage_source, usage_anomaly,
                     reported_usage, deployment, tags, end_user
@@ -309,38 +374,7 @@ impl Store {
         .bind(scope.tenant())
         .fetch_optional(&self.pool)
         .await?;
-        Ok(r.map(|r| UsageEvent {
-            request_id: r.get("request_id"),
-            tenant_id: r.get("tenant_id"),
-            app_id: r.get("app_id"),
-            key_id: r.get("key_id"),
-            model: r.get("model"),
-            period: r.get("period"),
-            day: r.get("day"),
-            input_tokens: r.get("input_tokens"),
-            output_tokens: r.get("output_tokens"),
-            cost_micro: r.get("cost_micro"),
-            est_tokens: r.get("est_tokens"),
-            est_cost_micro: r.get("est_cost_micro"),
-            overrun_tokens: r.get("overrun_tokens"),
-            overrun_cost_micro: r.get("overrun_cost_micro"),
-            status: r.get("status"),
-            stream: r.get("stream"),
-            usage_source: r.get("usage_source"),
-            replica: r.get("replica"),
-            started_at_ms: r.get::<DateTime<Utc>, _>("started_at").timestamp_millis(),
-            settled_at_ms: r.get::<DateTime<Utc>, _>("settled_at").timestamp_millis(),
-            deployment: r.get("deployment"),
-            anomaly: r
-                .get::<Option<String>, _>("usage_anomaly")
-                .map(|kind| UsageAnomaly {
-                    kind,
-                    reported: r
-                        .get::<Option<serde_json::Value>, _>("reported_usage")
-                        .unwrap_or_default(),
-                }),
-            attribution: attribution_of(&r),
-        }))
+        Ok(r.map(UsageEvent::from))
     }
 
     /// The scope's tenant ids (jobs visit each tenant's Redis keys).

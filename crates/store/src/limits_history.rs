@@ -1,11 +1,10 @@
 //! A scope's limits over time, read from the audit log, and restoring an
 //! earlier version (itself audited, with the reason given).
 
-use crate::audit::{append, audit_row};
+use crate::audit::{append, AuditCols};
 use crate::{AuditRow, NewAudit, Result, Store, StoreError, TenantScope};
 use domain::Limits;
 use serde_json::json;
-use sqlx::Row;
 use uuid::Uuid;
 
 /// Whose limits: a tenant, an app of a tenant, or a key of a tenant.
@@ -59,7 +58,7 @@ impl Store {
         if !scope.covers(owner.tenant()) {
             return Ok(Vec::new());
         }
-        let rows = sqlx::query(
+        let rows = sqlx::query_as::<_, AuditCols>(
             "SELECT id, at, actor, action, target, before, after, reason, prev_hash, hash FROM audit_log
              WHERE target = $1 AND jsonb_typeof(after -> 'limits') = 'object'
              ORDER BY id DESC LIMIT $2",
@@ -68,7 +67,7 @@ impl Store {
         .bind(HISTORY_ROWS)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.iter().map(audit_row).collect())
+        Ok(rows.into_iter().map(AuditRow::from).collect())
     }
 
     /// Sets `owner`'s limits back to an earlier version (audit row `from`),
@@ -99,14 +98,13 @@ impl Store {
         let update = format!("UPDATE {table} SET limits = {set} WHERE {which}");
         let after = serde_json::to_value(limits).expect("limits serialise");
         let mut tx = self.pool.begin().await?;
-        let mut q = sqlx::query(&select).bind(owner.tenant());
+        let mut q = sqlx::query_scalar::<_, serde_json::Value>(&select).bind(owner.tenant());
         if let Some(s) = &second {
             q = q.bind(s);
         }
         let before = q
             .fetch_optional(&mut *tx)
             .await?
-            .map(|r| r.get::<serde_json::Value, _>("limits"))
             .ok_or_else(|| StoreError::NotFound(owner.target()))?;
         let mut q = sqlx::query(&update).bind(owner.tenant());
         if let Some(s) = &second {

@@ -5,23 +5,32 @@ use crate::audit::{append, NewAudit};
 use crate::{Result, Store, StoreError};
 use domain::provider::{CapField, Dialect, ProviderProfile};
 use serde_json::json;
-use sqlx::Row;
 
 /// The profile's columns, for SELECT lists.
 pub(crate) const PROFILE_COLUMNS: &str = "cap_field, hidden_reasoning, apis";
 
-pub(crate) fn profile_of(r: &sqlx::postgres::PgRow) -> Result<ProviderProfile> {
-    let cap: String = r.get("cap_field");
-    let apis: Vec<String> = r.get("apis");
-    Ok(ProviderProfile {
-        cap_field: CapField::parse(&cap)
-            .ok_or_else(|| StoreError::Corrupt(format!("cap_field {cap:?}")))?,
-        hidden_reasoning: r.get("hidden_reasoning"),
-        apis: apis
-            .iter()
-            .map(|a| Dialect::parse(a).ok_or_else(|| StoreError::Corrupt(format!("api {a:?}"))))
-            .collect::<Result<_>>()?,
-    })
+/// The profile's columns as stored; [`ProfileCols::profile`] parses them.
+#[derive(sqlx::FromRow)]
+pub(crate) struct ProfileCols {
+    cap_field: String,
+    hidden_reasoning: bool,
+    apis: Vec<String>,
+}
+
+impl ProfileCols {
+    pub(crate) fn profile(self) -> Result<ProviderProfile> {
+        let cap = self.cap_field;
+        Ok(ProviderProfile {
+            cap_field: CapField::parse(&cap)
+                .ok_or_else(|| StoreError::Corrupt(format!("cap_field {cap:?}")))?,
+            hidden_reasoning: self.hidden_reasoning,
+            apis: self
+                .apis
+                .iter()
+                .map(|a| Dialect::parse(a).ok_or_else(|| StoreError::Corrupt(format!("api {a:?}"))))
+                .collect::<Result<_>>()?,
+        })
+    }
 }
 
 pub(crate) fn apis_of(p: &ProviderProfile) -> Vec<String> {
@@ -42,14 +51,14 @@ impl Store {
         profile: &ProviderProfile,
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        let before = sqlx::query(&format!(
+        let before = sqlx::query_as::<_, ProfileCols>(&format!(
             "SELECT {PROFILE_COLUMNS} FROM models WHERE id = $1 FOR UPDATE"
         ))
         .bind(id)
         .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("model {id}")))?;
-        let before = profile_of(&before)?;
+        let before = before.profile()?;
         sqlx::query(
             "UPDATE models SET cap_field = $2, hidden_reasoning = $3, apis = $4, updated_at = now()
              WHERE id = $1",

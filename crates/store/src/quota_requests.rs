@@ -5,10 +5,9 @@ use crate::{Result, Store, StoreError, TenantScope};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::json;
-use sqlx::Row;
 use uuid::Uuid;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct QuotaRequestRow {
     pub id: Uuid,
     pub tenant_id: String,
@@ -37,7 +36,7 @@ pub struct NewQuotaRequest {
 }
 
 /// An approved, unexpired grant, as the hot path applies it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct GrantRow {
     pub tenant_id: String,
     pub app_id: Option<String>,
@@ -61,37 +60,9 @@ pub(crate) const ACTIVE_GRANTS: &str =
     "SELECT tenant_id, app_id, tokens, cost_micro, expires_at FROM quota_requests
      WHERE state = 'approved' AND expires_at > now() AND ($1::text IS NULL OR tenant_id = $1)";
 
-pub(crate) fn grant_row(r: &sqlx::postgres::PgRow) -> GrantRow {
-    GrantRow {
-        tenant_id: r.get("tenant_id"),
-        app_id: r.get("app_id"),
-        tokens: r.get("tokens"),
-        cost_micro: r.get("cost_micro"),
-        expires_at: r.get("expires_at"),
-    }
-}
-
 const COLS: &str =
     "id, tenant_id, app_id, tokens, cost_micro, expires_at, reason, state, requested_by, \
                     decided_by, decided_at, note, created_at";
-
-fn row(r: sqlx::postgres::PgRow) -> QuotaRequestRow {
-    QuotaRequestRow {
-        id: r.get("id"),
-        tenant_id: r.get("tenant_id"),
-        app_id: r.get("app_id"),
-        tokens: r.get("tokens"),
-        cost_micro: r.get("cost_micro"),
-        expires_at: r.get("expires_at"),
-        reason: r.get("reason"),
-        state: r.get("state"),
-        requested_by: r.get("requested_by"),
-        decided_by: r.get("decided_by"),
-        decided_at: r.get("decided_at"),
-        note: r.get("note"),
-        created_at: r.get("created_at"),
-    }
-}
 
 impl Store {
     pub async fn create_quota_request(
@@ -101,7 +72,7 @@ impl Store {
     ) -> Result<QuotaRequestRow> {
         let id = Uuid::now_v7();
         let mut tx = self.pool.begin().await?;
-        let r = sqlx::query(&format!(
+        let r = sqlx::query_as::<_, QuotaRequestRow>(&format!(
             "INSERT INTO quota_requests (id, tenant_id, app_id, tokens, cost_micro, expires_at, reason, requested_by)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {COLS}"
         ))
@@ -115,7 +86,7 @@ impl Store {
         .bind(q.requested_by)
         .fetch_one(&mut *tx)
         .await?;
-        let created = row(r);
+        let created = r;
         append(
             &mut tx,
             NewAudit::new(actor, "quota_request.create", format!("quota_request:{id}"))
@@ -132,14 +103,14 @@ impl Store {
         scope: &TenantScope,
         id: Uuid,
     ) -> Result<Option<QuotaRequestRow>> {
-        let r = sqlx::query(&format!(
+        let r = sqlx::query_as::<_, QuotaRequestRow>(&format!(
             "SELECT {COLS} FROM quota_requests WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)"
         ))
         .bind(id)
         .bind(scope.tenant())
         .fetch_optional(&self.pool)
         .await?;
-        Ok(r.map(row))
+        Ok(r)
     }
 
     /// Approves or rejects a pending request, once. The caller has checked
@@ -154,7 +125,7 @@ impl Store {
     ) -> Result<QuotaRequestRow> {
         let state = if approve { "approved" } else { "rejected" };
         let mut tx = self.pool.begin().await?;
-        let r = sqlx::query(&format!(
+        let r = sqlx::query_as::<_, QuotaRequestRow>(&format!(
             "UPDATE quota_requests SET state = $2, decided_by = $3, decided_at = now(), note = $4
              WHERE id = $1 AND state = 'pending' RETURNING {COLS}"
         ))
@@ -165,7 +136,7 @@ impl Store {
         .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| StoreError::Conflict(format!("quota request {id} is not pending")))?;
-        let decided = row(r);
+        let decided = r;
         append(
             &mut tx,
             NewAudit::new(
@@ -187,21 +158,20 @@ impl Store {
 
     /// The scope's requests, newest first.
     pub async fn quota_requests(&self, scope: &TenantScope) -> Result<Vec<QuotaRequestRow>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query_as::<_, QuotaRequestRow>(&format!(
             "SELECT {COLS} FROM quota_requests WHERE ($1::text IS NULL OR tenant_id = $1) ORDER BY created_at DESC LIMIT 500"
         ))
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().map(row).collect())
+        Ok(rows)
     }
 
     /// The scope's approved grants that have not expired yet.
     pub async fn active_grants(&self, scope: &TenantScope) -> Result<Vec<GrantRow>> {
-        let rows = sqlx::query(ACTIVE_GRANTS)
+        Ok(sqlx::query_as(ACTIVE_GRANTS)
             .bind(scope.tenant())
             .fetch_all(&self.pool)
-            .await?;
-        Ok(rows.iter().map(grant_row).collect())
+            .await?)
     }
 }

@@ -4,9 +4,9 @@
 use crate::{Result, Store, TenantScope};
 use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::Value;
-use sqlx::{QueryBuilder, Row};
+use sqlx::QueryBuilder;
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct RequestDecisionRow {
     pub request_id: String,
     pub at: DateTime<Utc>,
@@ -62,7 +62,7 @@ impl Store {
         scope: &TenantScope,
         request_id: &str,
     ) -> Result<Option<RequestDecisionRow>> {
-        let r = sqlx::query(&format!(
+        let r = sqlx::query_as::<_, RequestDecisionRow>(&format!(
             "SELECT {COLUMNS} FROM request_decisions WHERE request_id = $1
                AND ($2::text IS NULL OR tenant_id = $2)"
         ))
@@ -70,20 +70,6 @@ impl Store {
         .bind(scope.tenant())
         .fetch_optional(&self.pool)
         .await?;
-        Ok(r.map(|r| RequestDecisionRow {
-            request_id: r.get("request_id"),
-            at: r.get("at"),
-            period: r.get("period"),
-            day: r.get("day"),
-            tenant_id: r.get("tenant_id"),
-            app_id: r.get("app_id"),
-            key_id: r.get("key_id"),
-            model: r.get("model"),
-            decision: r.get("decision"),
-            reason: r.get("reason"),
-            status: r.get("status"),
-            scope: r.get("scope"),
-            detail: r.get("detail"),
-        }))
+        Ok(r)
     }
 }

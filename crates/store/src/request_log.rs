@@ -6,7 +6,7 @@
 
 use crate::{Result, Store, TenantScope};
 use chrono::{DateTime, Utc};
-use sqlx::{Postgres, QueryBuilder, Row};
+use sqlx::{Postgres, QueryBuilder};
 
 #[derive(Debug, Clone, Default)]
 pub struct RequestLogFilter {
@@ -52,7 +52,7 @@ impl RequestCursor {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct RequestLogRow {
     pub request_id: String,
     pub at: DateTime<Utc>,
@@ -73,6 +73,7 @@ pub struct RequestLogRow {
     /// The deployment that answered (none for refusals and estimates).
     pub deployment: Option<String>,
     /// Tags and end user (none for refusals: they were never booked).
+    #[sqlx(flatten, try_from = "crate::ledger::AttributionCols")]
     pub attribution: domain::attribution::Attribution,
 }
 
@@ -179,27 +180,7 @@ impl Store {
         }
         q.push(") page ORDER BY at DESC, request_id DESC LIMIT ")
             .push_bind(limit);
-        let rows = q.build().fetch_all(&self.pool).await?;
-        Ok(rows
-            .iter()
-            .map(|r| RequestLogRow {
-                request_id: r.get("request_id"),
-                at: r.get("at"),
-                tenant_id: r.get("tenant_id"),
-                app_id: r.get("app_id"),
-                key_id: r.get("key_id"),
-                model: r.get("model"),
-                outcome: r.get("outcome"),
-                status: r.get("status"),
-                reason: r.get("reason"),
-                http_status: r.get("http_status"),
-                input_tokens: r.get("input_tokens"),
-                output_tokens: r.get("output_tokens"),
-                cost_micro: r.get("cost_micro"),
-                deployment: r.get("deployment"),
-                attribution: crate::ledger::attribution_of(r),
-            })
-            .collect())
+        Ok(q.build_query_as().fetch_all(&self.pool).await?)
     }
 }
 

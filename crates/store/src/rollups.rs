@@ -4,7 +4,6 @@
 
 use crate::ledger::{sat_sum, ROLLUP_KEY};
 use crate::{Result, Store};
-use sqlx::Row;
 
 /// A rollup row that does not match its events.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -51,7 +50,7 @@ impl Store {
         period: &str,
         limit: i64,
     ) -> Result<Vec<RollupDifference>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query_as::<_, DifferenceCols>(&format!(
             "WITH e AS (
                 SELECT {ROLLUP_KEY}, count(*)::int8 AS requests, {si} AS input_tokens,
                        {so} AS output_tokens, {sc} AS cost_micro
@@ -74,29 +73,38 @@ impl Store {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        let quad = |r: &sqlx::postgres::PgRow, p: &str| -> Option<[i64; 4]> {
-            let req: Option<i64> = r.get(format!("{p}_req").as_str());
-            req.map(|req| {
-                [
-                    req,
-                    r.get(format!("{p}_in").as_str()),
-                    r.get(format!("{p}_out").as_str()),
-                    r.get(format!("{p}_cost").as_str()),
-                ]
-            })
-        };
         Ok(rows
-            .iter()
+            .into_iter()
             .map(|r| RollupDifference {
-                period: r.get("period"),
-                tenant_id: r.get("tenant_id"),
-                app_id: r.get("app_id"),
-                key_id: r.get("key_id"),
-                model: r.get("model"),
-                day: r.get("day"),
-                rollup: quad(r, "r"),
-                events: quad(r, "e"),
+                rollup: r.r_req.map(|req| [Some(req), r.r_in, r.r_out, r.r_cost].map(Option::unwrap_or_default)),
+                events: r.e_req.map(|req| [Some(req), r.e_in, r.e_out, r.e_cost].map(Option::unwrap_or_default)),
+                period: r.period,
+                tenant_id: r.tenant_id,
+                app_id: r.app_id,
+                key_id: r.key_id,
+                model: r.model,
+                day: r.day,
             })
             .collect())
     }
+}
+
+/// A row of the rollup/event comparison: the rollup's and the events' four
+/// sums side by side (all NULL on the side that has no row).
+#[derive(sqlx::FromRow)]
+struct DifferenceCols {
+    period: String,
+    tenant_id: String,
+    app_id: String,
+    key_id: String,
+    model: String,
+    day: String,
+    r_req: Option<i64>,
+    r_in: Option<i64>,
+    r_out: Option<i64>,
+    r_cost: Option<i64>,
+    e_req: Option<i64>,
+    e_in: Option<i64>,
+    e_out: Option<i64>,
+    e_cost: Option<i64>,
 }

@@ -7,10 +7,8 @@
 
 use crate::audit::{append, NewAudit};
 use crate::auth::{revoke_user_sessions, Principal};
-use crate::users::user_row;
 use crate::{Result, Store};
 use serde_json::json;
-use sqlx::Row;
 use uuid::Uuid;
 
 /// A password hash no password verifies (not a PHC string): SSO users
@@ -62,7 +60,7 @@ impl Store {
                 return Ok(Err(SsoRefusal::UnknownTenant));
             }
         }
-        let by_identity = sqlx::query(
+        let by_identity = sqlx::query_as::<_, ExistingUser>(
             "SELECT id, role, tenant_id, disabled FROM users \
              WHERE oidc_issuer = $1 AND oidc_subject = $2 FOR UPDATE",
         )
@@ -73,21 +71,19 @@ impl Store {
         let existing = match by_identity {
             Some(r) => Some(r),
             None => {
-                let by_email = sqlx::query(
+                let by_email = sqlx::query_as::<_, ExistingUser>(
                     "SELECT id, role, tenant_id, disabled, oidc_issuer FROM users WHERE email = $1 FOR UPDATE",
                 )
                 .bind(&email)
                 .fetch_optional(&mut *tx)
                 .await?;
                 match by_email {
-                    Some(r)
-                        if !id.email_verified
-                            || r.get::<Option<String>, _>("oidc_issuer").is_some() =>
+                    Some(r) if !id.email_verified || r.oidc_issuer.is_some() =>
                     {
                         return Ok(Err(SsoRefusal::EmailTaken));
                     }
                     Some(r) => {
-                        let uid: Uuid = r.get("id");
+                        let uid = r.id;
                         sqlx::query(
                             "UPDATE users SET oidc_issuer = $2, oidc_subject = $3 WHERE id = $1",
                         )
@@ -110,11 +106,11 @@ impl Store {
         };
         let uid = match existing {
             Some(r) => {
-                let uid: Uuid = r.get("id");
-                if r.get::<bool, _>("disabled") {
+                let uid = r.id;
+                if r.disabled {
                     return Ok(Err(SsoRefusal::Disabled));
                 }
-                let (role, tenant): (String, Option<String>) = (r.get("role"), r.get("tenant_id"));
+                let (role, tenant) = (r.role, r.tenant_id);
                 if role != id.role || tenant.as_deref() != id.tenant {
                     sqlx::query("UPDATE users SET role = $2, tenant_id = $3 WHERE id = $1")
                         .bind(uid)
@@ -159,13 +155,25 @@ impl Store {
                 uid
             }
         };
-        let row = sqlx::query(
+        let row = sqlx::query_as::<_, crate::UserRow>(
             "SELECT id, email, password_hash, role, tenant_id FROM users WHERE id = $1",
         )
         .bind(uid)
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(Principal::of(user_row(row)).ok_or(SsoRefusal::UnknownTenant))
+        Ok(Principal::of(row).ok_or(SsoRefusal::UnknownTenant))
     }
+}
+
+/// An account an SSO sign-in may land on, found by identity or by email
+/// (`oidc_issuer` is selected only by email: an identity match has one).
+#[derive(sqlx::FromRow)]
+struct ExistingUser {
+    id: Uuid,
+    role: String,
+    tenant_id: Option<String>,
+    disabled: bool,
+    #[sqlx(default)]
+    oidc_issuer: Option<String>,
 }

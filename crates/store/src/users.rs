@@ -3,10 +3,9 @@
 use crate::audit::{append, NewAudit};
 use crate::{conflict, Result, Store};
 use serde_json::json;
-use sqlx::Row;
 use uuid::Uuid;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct UserRow {
     pub id: Uuid,
     pub email: String,
@@ -63,31 +62,21 @@ impl Store {
     }
 
     pub async fn user_by_email(&self, email: &str) -> Result<Option<UserRow>> {
-        let r = sqlx::query("SELECT id, email, password_hash, role, tenant_id FROM users WHERE email = $1 AND NOT disabled")
+        let r = sqlx::query_as::<_, UserRow>("SELECT id, email, password_hash, role, tenant_id FROM users WHERE email = $1 AND NOT disabled")
             .bind(email.trim().to_lowercase())
             .fetch_optional(&self.pool)
             .await?;
-        Ok(r.map(user_row))
+        Ok(r)
     }
 }
 
 impl Store {
     pub async fn user_by_id(&self, id: Uuid) -> Result<Option<UserRow>> {
-        let r = sqlx::query("SELECT id, email, password_hash, role, tenant_id FROM users WHERE id = $1 AND NOT disabled")
+        let r = sqlx::query_as::<_, UserRow>("SELECT id, email, password_hash, role, tenant_id FROM users WHERE id = $1 AND NOT disabled")
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
-        Ok(r.map(user_row))
-    }
-}
-
-pub(crate) fn user_row(r: sqlx::postgres::PgRow) -> UserRow {
-    UserRow {
-        id: r.get("id"),
-        email: r.get("email"),
-        password_hash: r.get("password_hash"),
-        role: r.get("role"),
-        tenant_id: r.get("tenant_id"),
+        Ok(r)
     }
 }
 
@@ -97,7 +86,7 @@ impl Store {
     /// or whose creator no longer exists. At most 64 deep (`created_by`
     /// cannot form a cycle, but a bound costs nothing).
     pub async fn creation_chain(&self, id: Uuid) -> Result<Vec<(Uuid, Option<Uuid>)>> {
-        let rows = sqlx::query(
+        Ok(sqlx::query_as(
             "WITH RECURSIVE up(id, created_by, depth) AS (
                  SELECT id, created_by, 0 FROM users WHERE id = $1
                  UNION ALL
@@ -108,23 +97,15 @@ impl Store {
         )
         .bind(id)
         .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| (r.get("id"), r.get("created_by")))
-            .collect())
+        .await?)
     }
 
     /// The emails of these users (ids not found are left out).
     pub async fn user_emails(&self, ids: &[Uuid]) -> Result<Vec<(Uuid, String)>> {
-        let rows = sqlx::query("SELECT id, email FROM users WHERE id = ANY($1)")
+        Ok(sqlx::query_as("SELECT id, email FROM users WHERE id = ANY($1)")
             .bind(ids)
             .fetch_all(&self.pool)
-            .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| (r.get("id"), r.get("email")))
-            .collect())
+            .await?)
     }
 }
 

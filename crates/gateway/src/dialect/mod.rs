@@ -208,7 +208,6 @@ mod tests {
     #[tokio::test]
     async fn messages_errors_are_anthropic_shaped_and_keep_status_and_reason() {
         let e = ApiError::new(
-            "req_1",
             ReasonCode::InvalidRequest,
             "max_tokens is required",
         )
@@ -221,7 +220,6 @@ mod tests {
         assert_eq!(v["error"]["type"], "invalid_request_error");
         assert_eq!(v["error"]["message"], "max_tokens is required");
         let e = ApiError::new(
-            "req_2",
             ReasonCode::Limit(
                 domain::limits::ScopeKind::Tenant,
                 domain::limits::LimitKind::MonthlyTokens,
@@ -237,7 +235,7 @@ mod tests {
 
     #[tokio::test]
     async fn responses_errors_name_the_responses_field() {
-        let e = ApiError::new("r", ReasonCode::InvalidRequest, "too many").param("max_tokens");
+        let e = ApiError::new(ReasonCode::InvalidRequest, "too many").param("max_tokens");
         let v = body_of(error_response(Dialect::Responses, e)).await;
         assert_eq!(v["error"]["param"], "max_output_tokens");
         assert_eq!(v["error"]["code"], "invalid_request");

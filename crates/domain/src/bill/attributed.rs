@@ -1,0 +1,166 @@
+//! A bill grouped below the app by a tag's value or by end user: the rows
+//! the books hand over, merged into lines that sum to the bill.
+
+use super::Totals;
+use crate::money::MicroUsd;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// What a bill is grouped by below the app (`group_by=`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupBy {
+    /// One tag key's values (`tag:project`).
+    Tag(String),
+    /// The end users (`end_user`).
+    EndUser,
+}
+
+impl GroupBy {
+    pub fn parse(s: &str) -> Option<GroupBy> {
+        match s {
+            "end_user" => Some(GroupBy::EndUser),
+            _ => {
+                let key = s.strip_prefix("tag:")?;
+                crate::attribution::parse_header(&format!("{key}=x"))
+                    .ok()
+                    .filter(|t| t.len() == 1)
+                    .map(|_| GroupBy::Tag(key.to_string()))
+            }
+        }
+    }
+
+    pub fn as_param(&self) -> String {
+        match self {
+            GroupBy::Tag(k) => format!("tag:{k}"),
+            GroupBy::EndUser => "end_user".into(),
+        }
+    }
+}
+
+/// A month's usage of one tenant for one value of the grouping (None: the
+/// requests without that tag, or without an end user).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttributedRow {
+    pub tenant_id: String,
+    pub value: Option<String>,
+    pub totals: Totals,
+}
+
+/// One line of a bill grouped by a tag or by end user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttributedLine {
+    pub tenant_id: String,
+    pub value: Option<String>,
+    pub requests: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cost_usd: MicroUsd,
+    pub cost_micro: i64,
+}
+
+/// `valued` (rows of one value each) completed with each tenant's rest:
+/// its total minus its valued rows, as the row without a value (omitted
+/// when nothing is left).
+pub fn with_rest(
+    totals: &BTreeMap<String, Totals>,
+    mut valued: Vec<AttributedRow>,
+) -> Vec<AttributedRow> {
+    for (tenant, total) in totals {
+        let mut rest = *total;
+        for r in valued.iter().filter(|r| &r.tenant_id == tenant) {
+            rest.requests -= r.totals.requests;
+            rest.input_tokens -= r.totals.input_tokens;
+            rest.output_tokens -= r.totals.output_tokens;
+            rest.cost_micro -= r.totals.cost_micro;
+        }
+        if rest != Totals::default() {
+            valued.push(AttributedRow {
+                tenant_id: tenant.clone(),
+                value: None,
+                totals: rest,
+            });
+        }
+    }
+    valued
+}
+
+/// The lines in (tenant, value) order, rows of one pair merged; the costs
+/// sum to the tenants' bills.
+pub fn attributed_lines(rows: &[AttributedRow]) -> Vec<AttributedLine> {
+    let mut m: BTreeMap<(&str, Option<&str>), Totals> = BTreeMap::new();
+    for r in rows {
+        m.entry((r.tenant_id.as_str(), r.value.as_deref()))
+            .or_default()
+            .add(&r.totals);
+    }
+    m.into_iter()
+        .map(|((t, v), x)| AttributedLine {
+            tenant_id: t.to_string(),
+            value: v.map(str::to_string),
+            requests: x.requests,
+            input_tokens: x.input_tokens,
+            output_tokens: x.output_tokens,
+            cost_usd: MicroUsd(x.cost_micro),
+            cost_micro: x.cost_micro,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bill::attributed_csv;
+
+    #[test]
+    fn group_by_reads_a_tag_key_or_end_user() {
+        assert_eq!(
+            GroupBy::parse("tag:project"),
+            Some(GroupBy::Tag("project".into()))
+        );
+        assert_eq!(GroupBy::parse("end_user"), Some(GroupBy::EndUser));
+        for bad in ["tag:", "tag:Project", "tag:a,b", "tag:a=b", "project", ""] {
+            assert_eq!(GroupBy::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn attributed_lines_merge_and_sum_to_the_bill() {
+        let r = |t: &str, v: Option<&str>, c: i64| AttributedRow {
+            tenant_id: t.into(),
+            value: v.map(str::to_string),
+            totals: Totals {
+                requests: 1,
+                input_tokens: 2,
+                output_tokens: 3,
+                cost_micro: c,
+            },
+        };
+        let rows = [
+            r("a", Some("apollo"), 10),
+            r("a", None, 1),
+            r("a", Some("apollo"), 5),
+            r("a", Some("gemini"), 7),
+        ];
+        let lines = attributed_lines(&rows);
+        let got: Vec<_> = lines
+            .iter()
+            .map(|l| (l.value.as_deref(), l.requests, l.cost_micro))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (None, 1, 1),
+                (Some("apollo"), 2, 15),
+                (Some("gemini"), 1, 7)
+            ]
+        );
+        let csv = attributed_csv("2026-11", &GroupBy::Tag("project".into()), &rows, &[]);
+        let mut l = csv.lines();
+        assert_eq!(
+            l.next().unwrap(),
+            "period,tenant_id,tenant_name,cost_center,tag:project,requests,input_tokens,output_tokens,cost_usd"
+        );
+        assert_eq!(l.next().unwrap(), "2026-11,a,,,,1,2,3,0.000001");
+        assert_eq!(l.next().unwrap(), "2026-11,a,,,apollo,2,4,6,0.000015");
+    }
+}
