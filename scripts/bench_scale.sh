@@ -108,7 +108,8 @@ scale_bench() {
         S[$n.load]=$out
         psql_url "$sdb" -c "VACUUM ANALYZE usage_events" -c "VACUUM ANALYZE usage_rollups" -c "VACUUM ANALYZE request_decisions"
         rows=$(psql_url "$sdb" -At -F ' ' -c "SELECT (SELECT count(*) FROM usage_events), (SELECT count(*) FROM usage_rollups),
-            pg_size_pretty(pg_total_relation_size('usage_events')), pg_size_pretty(pg_total_relation_size('usage_rollups'))")
+            replace(pg_size_pretty(pg_total_relation_size('usage_events')), ' ', ''),
+            replace(pg_size_pretty(pg_total_relation_size('usage_rollups')), ' ', '')")
         S[$n.rows]=$rows
         scale_start a "$port_a"
         pid_a=$S_PID

@@ -257,6 +257,7 @@ impl TestEnv {
                     limits,
                     allowed_models: None,
                     expires_at: None,
+                    attribution: Default::default(),
                 },
             )
             .await

@@ -450,6 +450,101 @@ async fn bad_or_missing_tags_are_refused_by_name_and_book_nothing() {
     assert_eq!(ok["attribution"]["required_tags"], json!(["project"]));
 }
 
+/// A key issued with its own policy: its default tags override the app's,
+/// its required keys are added to the app's, and the ledger row carries the
+/// merge; the app's other keys keep the app's policy alone. End-user limits
+/// are the app's: a key asking for them, or naming a bad tag, is refused by
+/// the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_own_tags_override_its_apps_and_its_required_keys_are_added() {
+    let f = fixture().await;
+    let keys_url = format!("{}/api/v1/tenants/t/apps/a/keys", f.base);
+    let (s, e) = api(
+        "POST",
+        &keys_url,
+        Some(&f.admin),
+        Some(json!({"name": "k2", "attribution": {"end_user_limits": {"rpm": 5}}})),
+    )
+    .await;
+    assert_eq!(s, 400, "{e}");
+    assert_eq!(e["error"]["param"], "attribution.end_user_limits", "{e}");
+    let (s, e) = api(
+        "POST",
+        &keys_url,
+        Some(&f.admin),
+        Some(json!({"name": "k2", "attribution": {"default_tags": {"env": "pro d"}}})),
+    )
+    .await;
+    assert_eq!(s, 400, "{e}");
+    assert_eq!(e["error"]["param"], "attribution.default_tags.env", "{e}");
+    let (s, made) = api(
+        "POST",
+        &keys_url,
+        Some(&f.admin),
+        Some(json!({"name": "k2", "attribution":
+            {"default_tags": {"env": "staging", "team": "search"}, "required_tags": ["ticket"]}})),
+    )
+    .await;
+    assert_eq!(s, 201, "{made}");
+    let own = Fixture {
+        key: made["key"].as_str().unwrap().to_string(),
+        ..f
+    };
+    let body = chat_body("hello", Some(8));
+    let url = "/v1/chat/completions";
+
+    // The key's own required key, on top of the app's `project`.
+    let (s, e) = chat(&own, url, &[("x-tollgate-tags", "project=apollo")], &body).await;
+    assert_eq!(s, 400, "{e}");
+    assert_eq!(e["error"]["code"], "missing_required_tag", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"ticket\""),
+        "{e}"
+    );
+    let (s, e) = chat(&own, url, &[("x-tollgate-tags", "ticket=T-1")], &body).await;
+    assert_eq!(s, 400, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"project\""),
+        "the app's required key still applies: {e}"
+    );
+    let (s, a) = chat(
+        &own,
+        url,
+        &[("x-tollgate-tags", "project=apollo,ticket=T-1")],
+        &body,
+    )
+    .await;
+    assert_eq!(s, 200, "{a}");
+    wait_for_ledger(&own.env, 1).await;
+    let tags: Value = sqlx::query_scalar("SELECT tags FROM usage_events")
+        .fetch_one(own.env.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        tags,
+        json!({"env": "staging", "team": "search", "project": "apollo", "ticket": "T-1"}),
+        "the key's defaults over the app's, the request's over both"
+    );
+
+    // The app's first key: the app's policy alone (no `ticket` needed).
+    let (_, first) = own.env.key("t", "a", Limits::default()).await;
+    let plain = Fixture { key: first, ..own };
+    let (s, a) = chat(&plain, url, &[("x-tollgate-tags", "project=gemini")], &body).await;
+    assert_eq!(s, 200, "{a}");
+    wait_for_ledger(&plain.env, 2).await;
+    let tags: Vec<Value> = sqlx::query_scalar("SELECT tags FROM usage_events ORDER BY started_at")
+        .fetch_all(plain.env.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(tags[1], json!({"env": "prod", "project": "gemini"}));
+}
+
 // ------------------------------------------------------- end-user limits
 
 /// Tenant t, app `eu` whose end users are limited by `limits`, one key;

@@ -207,6 +207,7 @@ async fn keys_loaded_in_bulk_work_on_running_replicas() {
             limits: Limits::default(),
             allowed_models: (i == 5_999).then(|| vec!["gpt-4o-mini".to_string()]),
             expires_at: None,
+            attribution: Default::default(),
         })
         .collect();
     let mut ids = Vec::new();

@@ -112,6 +112,7 @@ async fn key(env: &TestEnv, limits: Limits) -> String {
                 limits,
                 allowed_models: None,
                 expires_at: None,
+                attribution: Default::default(),
             },
         )
         .await

@@ -30,6 +30,7 @@ async fn named_key(env: &TestEnv, tenant: &str, app: &str, name: &str) -> (Strin
                 limits: Limits::default(),
                 allowed_models: None,
                 expires_at: None,
+                attribution: Default::default(),
             },
         )
         .await

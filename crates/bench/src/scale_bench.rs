@@ -141,7 +141,9 @@ async fn keys(
         if first == 401 {
             refused_first[u] += 1;
         }
-        if revoke_every > 0 && i % revoke_every == 0 {
+        // Every `revoke_every`-th round of the replicas: each replica sees
+        // revocations, not only the one the round starts on.
+        if revoke_every > 0 && (i / urls.len()).is_multiple_of(revoke_every) {
             let r = c
                 .delete(format!("{admin}/api/v1/keys/{id}"))
                 .bearer_auth(token)

@@ -89,8 +89,7 @@ impl Plan {
         if r.limit == LimitKind::MaxInflight {
             return Next::Wait;
         }
-        if !self.borrowed && self.ask.may_borrow && r.scope == ScopeKind::Tenant && is_budget(r)
-        {
+        if !self.borrowed && self.ask.may_borrow && r.scope == ScopeKind::Tenant && is_budget(r) {
             self.borrowed = true;
             return Next::Borrow;
         }

@@ -291,7 +291,6 @@ pub fn drill_down(by: DrillBy, bill_rows: &[BillRow], day_rows: &[DayRow]) -> Ve
     m.iter().map(|((t, k), v)| drill_line(t, k, v)).collect()
 }
 
-
 /// Month-end forecast from this month's daily spend: what is spent so far,
 /// plus today at least the average complete day, plus the average complete
 /// day for each day left. None on the first day (no complete day yet).
@@ -518,7 +517,6 @@ mod tests {
         assert_eq!(csv.lines().count(), 4);
         assert!(csv.lines().nth(1).unwrap().starts_with("2026-11,a,"));
     }
-
 
     #[test]
     fn the_first_days_forecast_projects_today_so_far() {

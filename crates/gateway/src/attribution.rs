@@ -11,7 +11,7 @@ use serde_json::Value;
 pub const TAGS_HEADER: &str = "x-tollgate-tags";
 pub const END_USER_HEADER: &str = "x-tollgate-end-user";
 
-/// Keys carry no attribution policy of their own yet: the app's applies.
+/// A key without a policy of its own: the app's applies alone.
 static NO_POLICY: Policy = Policy {
     default_tags: std::collections::BTreeMap::new(),
     required_tags: Vec::new(),
@@ -20,11 +20,7 @@ static NO_POLICY: Policy = Policy {
 
 /// The request's attribution, or the 400 naming the bad tag. `body` is the
 /// client's body as sent (before any dialect translation).
-pub fn read(
-    headers: &HeaderMap,
-    body: &Value,
-    key: &KeyEntry,
-) -> Result<Attribution, ApiError> {
+pub fn read(headers: &HeaderMap, body: &Value, key: &KeyEntry) -> Result<Attribution, ApiError> {
     let text = |name: &str| -> Result<Option<&str>, TagError> {
         match headers.get(name) {
             None => Ok(None),
@@ -41,7 +37,8 @@ pub fn read(
     };
     let resolved = text(TAGS_HEADER).and_then(|tags| {
         let user = text(END_USER_HEADER)?;
-        attribution::resolve(&key.app.attribution, &NO_POLICY, tags, user, body)
+        let own = key.attribution.as_deref().unwrap_or(&NO_POLICY);
+        attribution::resolve(&key.app.attribution, own, tags, user, body)
     });
     resolved.map_err(|e| refusal(&e))
 }

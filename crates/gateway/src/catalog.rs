@@ -83,6 +83,9 @@ pub struct KeyEntry {
     pub limits: Limits,
     pub allowed_models: Option<HashSet<String>>,
     pub expires_at: Option<DateTime<Utc>>,
+    /// The key's own default tags and required tag keys, over its app's
+    /// (none for most keys: a pointer, not an empty policy, per key).
+    pub attribution: Option<Arc<domain::attribution::Policy>>,
 }
 
 impl KeyEntry {
@@ -97,6 +100,7 @@ impl KeyEntry {
             limits: row.limits.clone(),
             allowed_models: set(row.allowed_models.clone()),
             expires_at: row.expires_at,
+            attribution: (!row.attribution.is_empty()).then(|| Arc::new(row.attribution.clone())),
         })
     }
 
@@ -109,6 +113,7 @@ impl KeyEntry {
             limits: self.limits.clone(),
             allowed_models: self.allowed_models.clone(),
             expires_at: self.expires_at,
+            attribution: self.attribution.clone(),
         }
     }
 

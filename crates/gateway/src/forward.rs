@@ -2,11 +2,11 @@
 //! sent through its deployments, and the answer (a metered stream, or a
 //! read body settled in the background) or the provider's refusal.
 
+use crate::catalog::ModelEntry;
 use crate::dialect::Edge;
 use crate::errors::ApiError;
 use crate::metrics_names as m;
 use crate::settle::HeldRequest;
-use crate::catalog::ModelEntry;
 use crate::{stream, upstream, Gateway};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -138,9 +138,7 @@ pub(crate) async fn forward(
             return Err(oversized_answer(held, limit).await)
         }
         Ok(Err(e)) => return Err(broken_answer(held, &upstream_error_text(&*e)).await),
-        Err(_) => {
-            return Err(broken_answer(held, "no whole answer within the timeout").await)
-        }
+        Err(_) => return Err(broken_answer(held, "no whole answer within the timeout").await),
     };
     metrics::histogram!(m::UPSTREAM_SECONDS, "model" => held.model.id.clone())
         .record(t0.elapsed().as_secs_f64());
@@ -206,11 +204,7 @@ async fn oversized_answer(held: HeldRequest, limit: usize) -> ApiError {
 
 /// The provider refused before generating: tell the client why without
 /// passing on anything about our own credentials.
-fn upstream_refusal(
-    status: http::StatusCode,
-    retry_after: Option<u64>,
-    body: &str,
-) -> ApiError {
+fn upstream_refusal(status: http::StatusCode, retry_after: Option<u64>, body: &str) -> ApiError {
     let upstream_msg = serde_json::from_str::<Value>(body)
         .ok()
         .and_then(|v| v["error"]["message"].as_str().map(str::to_string))

@@ -317,7 +317,13 @@ async fn admit_and_forward(
             native
         }
         _ => {
-            crate::forward::rewrite_for_upstream(&mut json, &model, endpoint, &summary, adm.provider_cap);
+            crate::forward::rewrite_for_upstream(
+                &mut json,
+                &model,
+                endpoint,
+                &summary,
+                adm.provider_cap,
+            );
             json
         }
     };

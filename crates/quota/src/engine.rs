@@ -321,7 +321,6 @@ impl QuotaEngine {
         self.timed(inv.invoke_async(&mut conn)).await
     }
 
-
     /// Adds output to an open hold, with the same all-or-nothing checks as
     /// a hold for what the extension consumes.
     pub async fn extend(&self, req: &ExtendRequest<'_>) -> Result<ExtendOutcome, QuotaError> {
@@ -511,7 +510,6 @@ impl QuotaEngine {
         let reply = self.run(inv, limits).await?;
         Ok(int_at(&reply, 0)? == 1)
     }
-
 }
 
 pub(crate) fn int_at(v: &[redis::Value], i: usize) -> Result<i64, QuotaError> {

@@ -361,6 +361,7 @@ async fn issue_named_key(
         limits,
         allowed_models: None,
         expires_at: None,
+        attribution: Default::default(),
     };
     store.create_key(actor, &k).await?;
     Ok(key)

@@ -267,6 +267,7 @@ pub async fn load_keys(
                     limits: Limits::default(),
                     allowed_models: None,
                     expires_at: None,
+                    attribution: Default::default(),
                 }
             })
             .collect();

@@ -46,6 +46,8 @@ pub struct KeyRow {
     pub limits: Limits,
     pub allowed_models: Option<Vec<String>>,
     pub expires_at: Option<DateTime<Utc>>,
+    /// Default tags and required tag keys the key adds to its app's.
+    pub attribution: domain::attribution::Policy,
 }
 
 #[derive(Debug, Clone)]
@@ -90,6 +92,8 @@ pub struct NewKey {
     pub limits: Limits,
     pub allowed_models: Option<Vec<String>>,
     pub expires_at: Option<DateTime<Utc>>,
+    /// Default tags and required tag keys the key adds to its app's.
+    pub attribution: domain::attribution::Policy,
 }
 
 #[derive(Debug, Clone)]
@@ -122,7 +126,12 @@ pub(crate) struct KeyCols {
     limits: serde_json::Value,
     allowed_models: Option<Vec<String>>,
     expires_at: Option<DateTime<Utc>>,
+    attribution: serde_json::Value,
 }
+
+/// The columns `KeyCols` reads, in one place for every key query.
+pub(crate) const KEY_COLS: &str =
+    "id, tenant_id, app_id, name, prefix, key_hash, limits, allowed_models, expires_at, attribution";
 
 pub(crate) fn key_row(r: KeyCols) -> Result<KeyRow> {
     Ok(KeyRow {
@@ -135,6 +144,8 @@ pub(crate) fn key_row(r: KeyCols) -> Result<KeyRow> {
         limits: limits_of(r.limits)?,
         allowed_models: r.allowed_models,
         expires_at: r.expires_at,
+        attribution: serde_json::from_value(r.attribution)
+            .map_err(|e| StoreError::Corrupt(format!("key attribution: {e}")))?,
     })
 }
 
@@ -270,11 +281,11 @@ impl Store {
         .into_iter()
         .map(app_row)
         .collect::<Result<Vec<_>>>()?;
-        let keys = sqlx::query_as::<_, KeyCols>(
-            "SELECT id, tenant_id, app_id, name, prefix, key_hash, limits, allowed_models, expires_at
+        let keys = sqlx::query_as::<_, KeyCols>(&format!(
+            "SELECT {KEY_COLS}
              FROM virtual_keys WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
-               AND ($1::text IS NULL OR tenant_id = $1)",
-        )
+               AND ($1::text IS NULL OR tenant_id = $1)"
+        ))
         .bind(if p.keys { t } else { Some("") })
         .fetch_all(&mut *tx)
         .await?
@@ -403,8 +414,9 @@ impl Store {
         let id = Uuid::now_v7();
         let mut tx = self.pool.begin().await?;
         sqlx::query(
-            "INSERT INTO virtual_keys (id, tenant_id, app_id, name, prefix, key_hash, limits, allowed_models, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            "INSERT INTO virtual_keys (id, tenant_id, app_id, name, prefix, key_hash, limits, allowed_models, expires_at,
+                                       attribution)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(id)
         .bind(&k.tenant_id)
@@ -415,11 +427,13 @@ impl Store {
         .bind(limits_json(&k.limits))
         .bind(&k.allowed_models)
         .bind(k.expires_at)
+        .bind(serde_json::to_value(&k.attribution).expect("policy serialises"))
         .execute(&mut *tx)
         .await
         .map_err(conflict("key"))?;
         let after = json!({"id": id, "tenant_id": k.tenant_id, "app_id": k.app_id, "name": k.name,
-            "prefix": k.prefix, "limits": k.limits, "allowed_models": k.allowed_models, "expires_at": k.expires_at});
+            "prefix": k.prefix, "limits": k.limits, "allowed_models": k.allowed_models, "expires_at": k.expires_at,
+            "attribution": k.attribution});
         append(
             &mut tx,
             NewAudit::new(actor, "key.create", format!("key:{id}")).after(after),
@@ -445,13 +459,14 @@ impl Store {
         }
         let mut tx = self.pool.begin().await?;
         sqlx::query(
-            "INSERT INTO virtual_keys (id, tenant_id, app_id, name, prefix, key_hash, limits, allowed_models, expires_at)
+            "INSERT INTO virtual_keys (id, tenant_id, app_id, name, prefix, key_hash, limits, allowed_models, expires_at,
+                                       attribution)
              SELECT id, tenant_id, app_id, name, prefix, key_hash, limits,
                     CASE WHEN models IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(models)) END,
-                    expires_at
+                    expires_at, attribution
              FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::jsonb[],
-                         $8::jsonb[], $9::timestamptz[])
-                  AS k(id, tenant_id, app_id, name, prefix, key_hash, limits, models, expires_at)",
+                         $8::jsonb[], $9::timestamptz[], $10::jsonb[])
+                  AS k(id, tenant_id, app_id, name, prefix, key_hash, limits, models, expires_at, attribution)",
         )
         .bind(&ids)
         .bind(col!(|k| k.tenant_id.clone()))
@@ -462,6 +477,7 @@ impl Store {
         .bind(col!(|k| limits_json(&k.limits)))
         .bind(col!(|k| k.allowed_models.as_ref().map(|m| json!(m))))
         .bind(col!(|k| k.expires_at))
+        .bind(col!(|k| serde_json::to_value(&k.attribution).expect("policy serialises")))
         .execute(&mut *tx)
         .await
         .map_err(conflict("key"))?;

@@ -2,7 +2,7 @@
 //! makes to apply it (payloads are written by the triggers of
 //! `migrations/0011_scale.sql`).
 
-use crate::catalog::{key_row, KeyCols, KeyRow};
+use crate::catalog::{key_row, KeyCols, KeyRow, KEY_COLS};
 use crate::{Result, Store};
 
 /// Which parts of the catalog a load reads.
@@ -86,11 +86,11 @@ impl Store {
     /// by the unique index on `key_hash`.
     pub async fn usable_keys_by_hash(&self, hashes: &[[u8; 32]]) -> Result<Vec<KeyRow>> {
         let hashes: Vec<&[u8]> = hashes.iter().map(|h| h.as_slice()).collect();
-        sqlx::query_as::<_, KeyCols>(
-            "SELECT id, tenant_id, app_id, name, prefix, key_hash, limits, allowed_models, expires_at
+        sqlx::query_as::<_, KeyCols>(&format!(
+            "SELECT {KEY_COLS}
              FROM virtual_keys WHERE key_hash = ANY($1) AND revoked_at IS NULL
-               AND (expires_at IS NULL OR expires_at > now())",
-        )
+               AND (expires_at IS NULL OR expires_at > now())"
+        ))
         .bind(hashes)
         .fetch_all(&self.pool)
         .await?

@@ -3,7 +3,9 @@
 //! the audit log searched by actor, action, target and time.
 
 use crate::audit::{append, NewAudit};
-use crate::catalog::{app_row, model_row, tenant_row, AppCols, AppRow, ModelCols, ModelRow, TenantCols, TenantRow};
+use crate::catalog::{
+    app_row, model_row, tenant_row, AppCols, AppRow, ModelCols, ModelRow, TenantCols, TenantRow,
+};
 use crate::{Result, Store, StoreError, TenantScope};
 use chrono::{DateTime, Utc};
 use serde_json::json;

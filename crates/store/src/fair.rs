@@ -61,7 +61,6 @@ const BORROW_COLS: &str =
     "id, tenant_id, period, state, asked_tokens, tokens, cost_micro, outstanding_tokens,
     outstanding_cost_micro, trigger, replica, created_at, settled_at";
 
-
 /// Outstanding borrowed quota per tenant and period, of the tenant `$1`
 /// (NULL: every tenant).
 pub(crate) const OUTSTANDING: &str =
@@ -82,14 +81,15 @@ impl Store {
         )
         .fetch_optional(&self.pool)
         .await?;
-        Ok(r.map_or_else(PoolPolicy::default, |(tokens, cost, max_share, reclaim_below)| {
-            PoolPolicy {
+        Ok(r.map_or_else(
+            PoolPolicy::default,
+            |(tokens, cost, max_share, reclaim_below)| PoolPolicy {
                 monthly_tokens: tokens,
                 monthly_cost_micro: cost,
                 max_borrow_share_ppm: max_share as i64,
                 reclaim_below_share_ppm: reclaim_below as i64,
-            }
-        }))
+            },
+        ))
     }
 
     pub async fn set_pool_policy(&self, actor: &str, p: &PoolPolicy) -> Result<()> {
@@ -384,4 +384,3 @@ impl Store {
         Ok(())
     }
 }
-

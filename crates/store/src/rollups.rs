@@ -76,8 +76,12 @@ impl Store {
         Ok(rows
             .into_iter()
             .map(|r| RollupDifference {
-                rollup: r.r_req.map(|req| [Some(req), r.r_in, r.r_out, r.r_cost].map(Option::unwrap_or_default)),
-                events: r.e_req.map(|req| [Some(req), r.e_in, r.e_out, r.e_cost].map(Option::unwrap_or_default)),
+                rollup: r.r_req.map(|req| {
+                    [Some(req), r.r_in, r.r_out, r.r_cost].map(Option::unwrap_or_default)
+                }),
+                events: r.e_req.map(|req| {
+                    [Some(req), r.e_in, r.e_out, r.e_cost].map(Option::unwrap_or_default)
+                }),
                 period: r.period,
                 tenant_id: r.tenant_id,
                 app_id: r.app_id,

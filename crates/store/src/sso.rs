@@ -78,8 +78,7 @@ impl Store {
                 .fetch_optional(&mut *tx)
                 .await?;
                 match by_email {
-                    Some(r) if !id.email_verified || r.oidc_issuer.is_some() =>
-                    {
+                    Some(r) if !id.email_verified || r.oidc_issuer.is_some() => {
                         return Ok(Err(SsoRefusal::EmailTaken));
                     }
                     Some(r) => {

@@ -102,10 +102,12 @@ impl Store {
 
     /// The emails of these users (ids not found are left out).
     pub async fn user_emails(&self, ids: &[Uuid]) -> Result<Vec<(Uuid, String)>> {
-        Ok(sqlx::query_as("SELECT id, email FROM users WHERE id = ANY($1)")
-            .bind(ids)
-            .fetch_all(&self.pool)
-            .await?)
+        Ok(
+            sqlx::query_as("SELECT id, email FROM users WHERE id = ANY($1)")
+                .bind(ids)
+                .fetch_all(&self.pool)
+                .await?,
+        )
     }
 }
 

@@ -190,12 +190,23 @@ fn routes() -> Vec<Route> {
             )
         },
         Route {
-            not_shown: &[("allowed_models[0]", "the apps page lists no key's models")],
+            not_shown: &[
+                ("allowed_models[0]", "the apps page lists no key's models"),
+                (
+                    "attribution.default_tags.env",
+                    "the apps page lists no key's tags",
+                ),
+                (
+                    "attribution.required_tags[0]",
+                    "the apps page lists no key's tags",
+                ),
+            ],
             ..route(
                 "POST /api/v1/tenants/{id}/apps/{app}/keys",
                 &[("id", Param::Fixed("t")), ("app", Param::Fixed("a"))],
                 json!({"name": "key {n}", "expires_at": "2099-01-01T00:00:00Z", "limits": limits,
-                    "allowed_models": ["gpt-4o-mini"]}),
+                    "allowed_models": ["gpt-4o-mini"],
+                    "attribution": {"default_tags": {"env": "prod"}, "required_tags": ["ticket"]}}),
                 "",
                 &["/console/tenants/{id}/apps"],
             )

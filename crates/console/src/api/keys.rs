@@ -23,6 +23,11 @@ pub struct KeyIn {
     #[serde(default)]
     pub limits: Limits,
     pub allowed_models: Option<Vec<String>>,
+    /// Default tags and required tag keys the key adds to its app's (its
+    /// own override the app's defaults; both lists of required keys apply).
+    /// End-user limits are the app's alone.
+    #[serde(default)]
+    pub attribution: domain::attribution::Policy,
 }
 
 /// A key just issued. `key` is the plaintext: shown in this one answer and
@@ -53,6 +58,13 @@ pub async fn issue(
     if k.expires_at.is_some_and(|t| t <= Utc::now()) {
         return Err(ApiError::field("expires_at", "err.past"));
     }
+    super::valid_attribution(&k.attribution)?;
+    if k.attribution.end_user_limits.is_some() {
+        return Err(ApiError::invalid(
+            "attribution.end_user_limits",
+            "end-user limits are set on the app, not on a key".to_string(),
+        ));
+    }
     known_models(cp, k.allowed_models.as_deref()).await?;
     let key = keys::generate();
     let new = NewKey {
@@ -64,6 +76,7 @@ pub async fn issue(
         limits: k.limits,
         allowed_models: k.allowed_models,
         expires_at: k.expires_at,
+        attribution: k.attribution,
     };
     if !cp.store.app_exists(actor.scope(), tenant, app).await? {
         return Err(ApiError::NotFound(format!("app {tenant}/{app}")));

@@ -57,6 +57,26 @@ pub fn valid_id(field: &'static str, id: &str) -> Result<(), ApiError> {
     }
 }
 
+/// The policy obeys the request rules; a refusal names the field at fault
+/// (`attribution.required_tags[1]`, `attribution.default_tags.env`).
+pub fn valid_attribution(p: &domain::attribution::Policy) -> Result<(), ApiError> {
+    use domain::attribution::TagError;
+    p.validate().map_err(|e| {
+        let param = match &e {
+            TagError::BadKey { key } | TagError::BadValue { key } => {
+                match p.required_tags.iter().position(|k| k == key) {
+                    Some(i) if !p.default_tags.contains_key(key) => {
+                        format!("attribution.required_tags[{i}]")
+                    }
+                    _ => format!("attribution.default_tags.{key}"),
+                }
+            }
+            _ => "attribution".to_string(),
+        };
+        ApiError::invalid(param, e.message())
+    })
+}
+
 /// Limits must not be negative; the error names the limit.
 pub fn valid_limits(l: &domain::Limits) -> Result<(), ApiError> {
     l.validate()

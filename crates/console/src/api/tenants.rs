@@ -192,26 +192,6 @@ pub struct AppIn {
     pub attribution: domain::attribution::Policy,
 }
 
-/// The policy obeys the request rules; a refusal names the field at fault
-/// (`attribution.required_tags[1]`, `attribution.default_tags.env`).
-fn valid_attribution(p: &domain::attribution::Policy) -> Result<(), ApiError> {
-    use domain::attribution::TagError;
-    p.validate().map_err(|e| {
-        let param = match &e {
-            TagError::BadKey { key } | TagError::BadValue { key } => {
-                match p.required_tags.iter().position(|k| k == key) {
-                    Some(i) if !p.default_tags.contains_key(key) => {
-                        format!("attribution.required_tags[{i}]")
-                    }
-                    _ => format!("attribution.default_tags.{key}"),
-                }
-            }
-            _ => "attribution".to_string(),
-        };
-        ApiError::invalid(param, e.message())
-    })
-}
-
 /// Creates an app in a tenant the actor manages.
 pub async fn create_app_in(
     cp: &ControlPlane,
@@ -225,7 +205,7 @@ pub async fn create_app_in(
         return Err(ApiError::field("name", "err.required"));
     }
     valid_limits(&a.limits)?;
-    valid_attribution(&a.attribution)?;
+    super::valid_attribution(&a.attribution)?;
     known_models(cp, a.allowed_models.as_deref()).await?;
     if !cp.store.tenant_exists(actor.scope(), tenant).await? {
         return Err(ApiError::NotFound(format!("tenant {tenant}")));

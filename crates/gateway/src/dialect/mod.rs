@@ -207,11 +207,8 @@ mod tests {
 
     #[tokio::test]
     async fn messages_errors_are_anthropic_shaped_and_keep_status_and_reason() {
-        let e = ApiError::new(
-            ReasonCode::InvalidRequest,
-            "max_tokens is required",
-        )
-        .param("max_tokens");
+        let e =
+            ApiError::new(ReasonCode::InvalidRequest, "max_tokens is required").param("max_tokens");
         let r = error_response(Dialect::Messages, e);
         assert_eq!(r.status(), 400);
         assert_eq!(r.headers()["x-tollgate-reason"], "invalid_request");

@@ -6,7 +6,6 @@ use domain::{Limits, Refusal};
 use std::collections::HashMap;
 use std::future::Future;
 
-
 #[derive(Debug, thiserror::Error)]
 pub enum QuotaError {
     /// Redis is down, refused, or slower than the timeout: fail closed.

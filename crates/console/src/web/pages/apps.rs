@@ -219,6 +219,7 @@ pub async fn issue_key(
         expires_at,
         limits: Default::default(),
         allowed_models: split_list(&f.allowed_models),
+        attribution: Default::default(),
     });
     let result = match input {
         Ok(k) => key_svc::issue(&cp, &s.actor, &tenant, &app, k).await,
