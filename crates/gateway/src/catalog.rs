@@ -529,16 +529,34 @@ impl CatalogCache {
 
     /// Keeps the index current: LISTEN for changes and apply each burst;
     /// after the connection is lost, LISTEN again and load everything
-    /// (serving the last index meanwhile).
-    pub fn spawn_listener(self: Arc<Self>, store: Store) -> tokio::task::JoinHandle<()> {
+    /// (serving the last index meanwhile). `listening`, when given, has
+    /// been LISTENing since before the index was last loaded (at start), so
+    /// no change can have been missed and the first load is not repeated:
+    /// with a million keys a second load at start took seconds, and the
+    /// changes of those seconds (a revocation) waited behind it.
+    pub fn spawn_listener(
+        self: Arc<Self>,
+        store: Store,
+        listening: Option<store::ConfigListener>,
+    ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
+            let mut ready = listening;
             loop {
-                match store.config_listener().await {
-                    Ok(mut listener) => {
-                        // Load after LISTEN is in place so no change is missed.
-                        if let Err(e) = self.reload(&store).await {
-                            tracing::warn!(error = %e, "catalog load failed");
+                let listener = match ready.take() {
+                    Some(l) => Ok(l),
+                    None => match store.config_listener().await {
+                        Ok(l) => {
+                            // Load after LISTEN is in place so no change is missed.
+                            if let Err(e) = self.reload(&store).await {
+                                tracing::warn!(error = %e, "catalog load failed");
+                            }
+                            Ok(l)
                         }
+                        Err(e) => Err(e),
+                    },
+                };
+                match listener {
+                    Ok(mut listener) => {
                         loop {
                             let first = match listener.recv().await {
                                 Ok(n) => n,

@@ -96,6 +96,15 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         cfg.encryption_key()?,
         cfg.miss_tuning(),
     ));
+    // LISTEN first, then load once: the listener starts from this load
+    // without a second one, and misses no change made in between.
+    let listening = match store.config_listener().await {
+        Ok(l) => Some(l),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for config changes yet (retrying)");
+            None
+        }
+    };
     catalog
         .reload(&store)
         .await
@@ -114,7 +123,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
             quota.clone(),
             Duration::from_secs(cfg.gateway.heartbeat_ttl_secs.max(1)),
         ),
-        catalog.clone().spawn_listener(store.clone()),
+        catalog.clone().spawn_listener(store.clone(), listening),
         crate::redis_policy::spawn_watch(store.clone(), quota.clone()),
         settlement::ledger::spawn_sweeper(
             store.clone(),

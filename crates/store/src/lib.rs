@@ -47,6 +47,9 @@ use sqlx::postgres::{PgListener, PgPoolOptions};
 use sqlx::PgPool;
 use std::time::Duration;
 
+/// A connection LISTENing for catalog changes (`Store::config_listener`).
+pub type ConfigListener = PgListener;
+
 /// The channel every replica's catalog cache listens on (see migrations).
 pub const CONFIG_CHANNEL: &str = "tollgate_config";
 
@@ -115,7 +118,7 @@ impl Store {
     }
 
     /// A listener on the config channel; a notification means "reload".
-    pub async fn config_listener(&self) -> Result<PgListener> {
+    pub async fn config_listener(&self) -> Result<ConfigListener> {
         let mut l = PgListener::connect_with(&self.pool).await?;
         l.listen(CONFIG_CHANNEL).await?;
         Ok(l)
