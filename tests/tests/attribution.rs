@@ -895,6 +895,42 @@ async fn a_closed_month_is_billed_by_tag_and_end_user_from_the_archive() {
     assert_eq!(costs(&open_tag), want_tag);
     let (_, open_user) = lines("end_user").await;
     assert_eq!(costs(&open_user), want_user);
+    // FOCUS rows, sorted (the sources order rows of one day differently).
+    let focus = || {
+        let (base, admin) = (base.clone(), admin.clone());
+        async move {
+            let (s, text) = get_text(
+                &format!("{base}/api/v1/bills.focus.csv?period={period}"),
+                &admin,
+            )
+            .await;
+            assert_eq!(s, 200, "{text}");
+            let mut rows = csv_maps(&text);
+            rows.sort();
+            rows
+        }
+    };
+    let open_focus = focus().await;
+    // Cost per tag set, computed here from the events.
+    let mut want_focus: BTreeMap<String, i64> = BTreeMap::new();
+    for e in &events {
+        *want_focus
+            .entry(domain::attribution::tags_json(&e.attribution.tags))
+            .or_default() += e.cost_micro;
+    }
+    let focus_costs = |rows: &[BTreeMap<String, String>]| {
+        let mut m: BTreeMap<String, i64> = BTreeMap::new();
+        for r in rows {
+            let tags = if r["Tags"].is_empty() {
+                "{}".to_string()
+            } else {
+                r["Tags"].clone()
+            };
+            *m.entry(tags).or_default() += micro(&r["BilledCost"]);
+        }
+        m
+    };
+    assert_eq!(focus_costs(&open_focus), want_focus, "open month FOCUS");
 
     let runner = env
         .job_runner(Some(archive.clone()), Default::default(), "replica-a")
@@ -926,5 +962,15 @@ async fn a_closed_month_is_billed_by_tag_and_end_user_from_the_archive() {
         assert_eq!(tag, open_tag, "by tag, closed month");
         let (_, user) = lines("end_user").await;
         assert_eq!(user, open_user, "by end user, closed month");
+        let closed_focus = focus().await;
+        assert_eq!(
+            focus_costs(&closed_focus),
+            want_focus,
+            "closed month FOCUS tags"
+        );
+        assert_eq!(
+            closed_focus, open_focus,
+            "the closed month's FOCUS rows are the open month's"
+        );
     }
 }

@@ -133,6 +133,19 @@ struct GroupTotals {
 }
 
 #[derive(Row, Deserialize)]
+struct TaggedGroupTotals {
+    tenant_id: String,
+    app_id: String,
+    model: String,
+    day: String,
+    tags: String,
+    requests: i64,
+    input_tokens: i64,
+    output_tokens: i64,
+    cost_micro: i64,
+}
+
+#[derive(Row, Deserialize)]
 struct RefusalIn {
     tenant_id: String,
     app_id: String,
@@ -620,23 +633,54 @@ impl Archive {
             .bind(tenant.unwrap_or(""))
             .fetch_all::<GroupTotals>()
             .await?;
-        Ok(rows
+        let day_row = |r: GroupTotals, tags: &str| DayRow {
+            tenant_id: r.tenant_id,
+            app_id: r.app_id,
+            model: r.model,
+            day: r.day,
+            tags: domain::attribution::tags_from_json(tags),
+            totals: Totals {
+                requests: r.requests,
+                input_tokens: r.input_tokens,
+                output_tokens: r.output_tokens,
+                cost_micro: r.cost_micro,
+            },
+        };
+        let all = rows.into_iter().map(|r| day_row(r, "{}")).collect();
+        // The tagged requests keep their tags in `usage_attribution`: their
+        // rows split the day's totals (domain::bill::with_tagged).
+        let tagged = self
+            .client
+            .query(&format!(
+                "SELECT tenant_id, app_id, model, toString(day) AS day, tags, toInt64(count()) AS requests,
+                        sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
+                        sum(cost_micro) AS cost_micro
+                 FROM {} WHERE period = ? AND batch_id = ? AND (? = '' OR tenant_id = ?) AND tags != '{{}}'
+                 GROUP BY tenant_id, app_id, model, day, tags",
+                self.t("usage_attribution")
+            ))
+            .bind(valid_period(period)?)
+            .bind(batch.to_string())
+            .bind(tenant.unwrap_or(""))
+            .bind(tenant.unwrap_or(""))
+            .fetch_all::<TaggedGroupTotals>()
+            .await?
             .into_iter()
-            .map(|r| DayRow {
-                tenant_id: r.tenant_id,
-                app_id: r.app_id,
-                model: r.model,
-                day: r.day,
-                // Closed months' FOCUS rows carry no tags (docs/billing.md).
-                tags: Default::default(),
-                totals: Totals {
+            .map(|r| {
+                let g = GroupTotals {
+                    tenant_id: r.tenant_id,
+                    app_id: r.app_id,
+                    model: r.model,
+                    day: r.day,
                     requests: r.requests,
                     input_tokens: r.input_tokens,
                     output_tokens: r.output_tokens,
                     cost_micro: r.cost_micro,
-                },
+                };
+                day_row(g, &r.tags)
             })
-            .collect())
+            .collect();
+        Ok(domain::bill::with_tagged(all, tagged))
     }
 
     pub async fn refusal_rows(

@@ -32,6 +32,12 @@ pub fn tags_json(tags: &Tags) -> String {
     serde_json::to_string(tags).expect("a map of strings serialises")
 }
 
+/// Tags back from the JSON `tags_json` wrote (an archive's column); a
+/// value that is not a flat object of strings reads as no tags.
+pub fn tags_from_json(s: &str) -> Tags {
+    serde_json::from_str(s).unwrap_or_default()
+}
+
 /// What a request is attributed to, beside its tenant, app and key.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attribution {

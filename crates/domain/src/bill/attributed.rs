@@ -106,10 +106,125 @@ pub fn attributed_lines(rows: &[AttributedRow]) -> Vec<AttributedLine> {
         .collect()
 }
 
+/// A month's day rows with their tags, from `all` (one row per tenant ×
+/// app × model × day, without tags) and `tagged` (the tagged requests'
+/// rows of the same grain, one per tag set): each day row becomes its
+/// tagged rows and the rest without tags (omitted when nothing is left),
+/// so the rows still sum to `all`. How a closed month's FOCUS export gets
+/// its `Tags` from the archive, where only attributed requests keep theirs.
+pub fn with_tagged(all: Vec<super::DayRow>, tagged: Vec<super::DayRow>) -> Vec<super::DayRow> {
+    type Grain = (String, String, String, String);
+    let grain = |r: &super::DayRow| -> Grain {
+        (
+            r.tenant_id.clone(),
+            r.day.clone(),
+            r.app_id.clone(),
+            r.model.clone(),
+        )
+    };
+    let mut split: BTreeMap<Grain, Totals> = BTreeMap::new();
+    for t in &tagged {
+        split.entry(grain(t)).or_default().add(&t.totals);
+    }
+    let mut out = Vec::with_capacity(all.len() + tagged.len());
+    for mut r in all {
+        if let Some(t) = split.get(&grain(&r)) {
+            r.totals.requests -= t.requests;
+            r.totals.input_tokens -= t.input_tokens;
+            r.totals.output_tokens -= t.output_tokens;
+            r.totals.cost_micro -= t.cost_micro;
+        }
+        if r.totals != Totals::default() {
+            out.push(r);
+        }
+    }
+    out.extend(tagged);
+    out.sort_by(|a, b| (grain(a), &a.tags).cmp(&(grain(b), &b.tags)));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::bill::attributed_csv;
+
+    fn day(
+        tenant: &str,
+        day: &str,
+        tags: &[(&str, &str)],
+        requests: i64,
+        cost: i64,
+    ) -> crate::bill::DayRow {
+        crate::bill::DayRow {
+            tenant_id: tenant.into(),
+            app_id: "a".into(),
+            model: "m".into(),
+            day: day.into(),
+            tags: tags
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            totals: Totals {
+                requests,
+                input_tokens: 10 * requests,
+                output_tokens: requests,
+                cost_micro: cost,
+            },
+        }
+    }
+
+    #[test]
+    fn tagged_rows_split_their_day_and_the_rest_keeps_no_tags() {
+        let all = vec![
+            day("t", "2026-03-01", &[], 5, 500),
+            day("t", "2026-03-02", &[], 2, 200),
+            day("u", "2026-03-01", &[], 1, 100),
+        ];
+        let tagged = vec![
+            day("t", "2026-03-01", &[("project", "apollo")], 2, 150),
+            day("t", "2026-03-01", &[("project", "gemini")], 1, 50),
+            // The whole day tagged: no rest row.
+            day("t", "2026-03-02", &[("env", "dev")], 2, 200),
+        ];
+        let rows = with_tagged(all.clone(), tagged);
+        let got: Vec<(&str, &str, String, i64, i64)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.tenant_id.as_str(),
+                    r.day.as_str(),
+                    crate::attribution::tags_json(&r.tags),
+                    r.totals.requests,
+                    r.totals.cost_micro,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("t", "2026-03-01", "{}".to_string(), 2, 300),
+                (
+                    "t",
+                    "2026-03-01",
+                    r#"{"project":"apollo"}"#.to_string(),
+                    2,
+                    150
+                ),
+                (
+                    "t",
+                    "2026-03-01",
+                    r#"{"project":"gemini"}"#.to_string(),
+                    1,
+                    50
+                ),
+                ("t", "2026-03-02", r#"{"env":"dev"}"#.to_string(), 2, 200),
+                ("u", "2026-03-01", "{}".to_string(), 1, 100),
+            ]
+        );
+        // The rows still sum to the month.
+        let sum = |rs: &[crate::bill::DayRow]| rs.iter().map(|r| r.totals.cost_micro).sum::<i64>();
+        assert_eq!(sum(&rows), sum(&all));
+    }
 
     #[test]
     fn group_by_reads_a_tag_key_or_end_user() {
