@@ -243,6 +243,17 @@ impl TestEnv {
 
     /// Issues a key; returns (key id, key).
     pub async fn key(&self, tenant: &str, app: &str, limits: Limits) -> (String, String) {
+        self.named_key(tenant, app, "k", limits).await
+    }
+
+    /// Issues a key named `name`; returns (key id, key).
+    pub async fn named_key(
+        &self,
+        tenant: &str,
+        app: &str,
+        name: &str,
+        limits: Limits,
+    ) -> (String, String) {
         let key = keys::generate();
         let id = self
             .store
@@ -251,7 +262,7 @@ impl TestEnv {
                 &NewKey {
                     tenant_id: tenant.into(),
                     app_id: app.into(),
-                    name: "k".into(),
+                    name: name.into(),
                     prefix: keys::display_prefix(&key),
                     key_hash: keys::keyed_hash(PEPPER.as_bytes(), &key),
                     limits,

@@ -8,7 +8,7 @@
 
 mod browser_common;
 
-use browser_common::{artifacts_dir, Driver, Ui};
+use browser_common::{browse, Driver, Ui};
 use chrono::{Datelike, TimeZone, Utc};
 use domain::usage::UsageEvent;
 use domain::{Limits, MicroUsd};
@@ -18,17 +18,7 @@ use sqlx::Row;
 use std::collections::BTreeMap;
 
 async fn walk(env: &TestEnv) -> (server::app::Running, Driver, Ui) {
-    let mut cfg = env.config();
-    cfg.auth.cookie_secure = false;
-    cfg.platform.timezone = "UTC".into();
-    let srv = env.server_with(cfg).await;
-    let driver = Driver::start();
-    let ui = Ui {
-        c: driver.browser().await,
-        base: format!("http://{}", srv.addr),
-        shots: artifacts_dir(),
-    };
-    (srv, driver, ui)
+    browse(env, |c| c.platform.timezone = "UTC".into()).await
 }
 
 /// One settled request of tenant t on `day` (UTC) costing `cost` micro-USD.

@@ -14,11 +14,11 @@
 mod browser_common;
 
 use browser_common::{artifacts_dir, crawl, Driver, Ui};
-use domain::{keys, Limits};
+use domain::Limits;
 use e2e::*;
 use serde_json::Value;
 use std::time::Duration;
-use store::{NewKey, TenantRow};
+use store::TenantRow;
 
 const ROLES: [(&str, &str); 4] = [
     ("pa@x.io", "platform admin"),
@@ -98,28 +98,6 @@ async fn tenant(env: &TestEnv, id: &str, name: &str, priority: &str, limits: Lim
     env.store.create_tenant("test", &t).await.unwrap();
 }
 
-async fn key(env: &TestEnv, limits: Limits) -> String {
-    let key = keys::generate();
-    env.store
-        .create_key(
-            "test",
-            &NewKey {
-                tenant_id: "acme".into(),
-                app_id: "bot".into(),
-                name: "ci-key".into(),
-                prefix: keys::display_prefix(&key),
-                key_hash: keys::keyed_hash(PEPPER.as_bytes(), &key),
-                limits,
-                allowed_models: None,
-                expires_at: None,
-                attribution: Default::default(),
-            },
-        )
-        .await
-        .unwrap();
-    key
-}
-
 /// Two tenants with limits of every unit, an app with keys, admitted and
 /// refused requests, a pending quota request, one user per role.
 async fn platform(env: &TestEnv) -> server::app::Running {
@@ -139,15 +117,22 @@ async fn platform(env: &TestEnv) -> server::app::Running {
     tenant(env, "acme", "Acme Corp", "core", limits.clone()).await;
     tenant(env, "globex", "Globex", "batch", Limits::default()).await;
     env.app("acme", "bot", limits).await;
-    let ok = key(env, Limits::default()).await;
-    let tiny = key(
-        env,
-        Limits {
-            monthly_tokens: Some(50),
-            ..Default::default()
-        },
-    )
-    .await;
+    let ok = env
+        .named_key("acme", "bot", "ci-key", Limits::default())
+        .await
+        .1;
+    let tiny = env
+        .named_key(
+            "acme",
+            "bot",
+            "ci-key",
+            Limits {
+                monthly_tokens: Some(50),
+                ..Default::default()
+            },
+        )
+        .await
+        .1;
     let hash = store::passwords::hash(PASSWORD).unwrap();
     for (email, role, t) in [
         ("pa@x.io", "platform_admin", None),

@@ -9,28 +9,11 @@
 
 mod browser_common;
 
-use browser_common::{artifacts_dir, Driver, Ui};
+use browser_common::{browse, Ui};
 use domain::Limits;
 use e2e::*;
 use fantoccini::Locator;
 use std::time::Duration;
-
-async fn walk(env: &TestEnv) -> (server::app::Running, Driver, Ui) {
-    let mut cfg = env.config();
-    cfg.auth.cookie_secure = false;
-    let srv = env.server_with(cfg).await;
-    let driver = Driver::start();
-    let ui = Ui {
-        c: driver.browser().await,
-        base: format!("http://{}", srv.addr),
-        shots: artifacts_dir(),
-    };
-    (srv, driver, ui)
-}
-
-async fn count(ui: &Ui, css: &str) -> usize {
-    ui.c.find_all(Locator::Css(css)).await.unwrap().len()
-}
 
 /// Sets the tenant form's requests-per-minute and saves.
 async fn save_rpm(ui: &Ui, rpm: &str) {
@@ -75,7 +58,7 @@ async fn a_rollback_restores_the_tight_limits_on_the_hot_path_and_is_audited() {
     let (_, key) = env.simple_tenant(Limits::default()).await;
     user(&env, "admin@x.io", "platform_admin", None).await;
     user(&env, "ta@x.io", "tenant_admin", Some("t")).await;
-    let (srv, _driver, ui) = walk(&env).await;
+    let (srv, _driver, ui) = browse(&env, |_| ()).await;
     let gw = format!("{}/v1/chat/completions", ui.base);
     ui.login("admin@x.io", None).await;
 
@@ -122,7 +105,7 @@ async fn a_rollback_restores_the_tight_limits_on_the_hot_path_and_is_audited() {
     assert_eq!(rpm_change(1).await, ("unlimited".into(), "1".into()));
     assert!(rows[0].attr("data-current").await.unwrap().is_some());
     // The version in force offers no restore; the two earlier ones do.
-    assert_eq!(count(&ui, "form.restore").await, 2);
+    assert_eq!(ui.count("form.restore").await, 2);
     let tight = rows[1].attr("data-version").await.unwrap().unwrap();
     ui.shot("limits-01-history").await;
 
@@ -178,8 +161,8 @@ async fn a_rollback_restores_the_tight_limits_on_the_hot_path_and_is_audited() {
     ui.logout().await;
     ui.login("ta@x.io", None).await;
     ui.go("/console/tenants/t/limits").await;
-    assert_eq!(count(&ui, "#limits-history > tbody > tr").await, 4);
-    assert_eq!(count(&ui, "form.restore").await, 0);
+    assert_eq!(ui.count("#limits-history > tbody > tr").await, 4);
+    assert_eq!(ui.count("form.restore").await, 0);
     ui.click("button[name=lang][value=zh]").await;
     ui.wait("html[lang=zh]").await;
     assert!(ui.text("h1").await.contains("限额历史"));
@@ -338,7 +321,7 @@ async fn an_unknown_allowed_model_is_refused_beside_the_field_with_the_other_err
     env.tenant("t", Limits::default(), None).await;
     env.app("t", "a", Limits::default()).await;
     user(&env, "admin@x.io", "platform_admin", None).await;
-    let (srv, _driver, ui) = walk(&env).await;
+    let (srv, _driver, ui) = browse(&env, |_| ()).await;
     ui.login("admin@x.io", None).await;
 
     // Tenant form: an unknown model and a bad number, both shown at once.

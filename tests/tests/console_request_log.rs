@@ -8,35 +8,11 @@
 mod browser_common;
 
 use browser_common::{artifacts_dir, Driver, Ui};
-use domain::{keys, Limits};
+use domain::Limits;
 use e2e::*;
 use fantoccini::Locator;
 use std::time::Duration;
-use store::{NewKey, TenantRow};
-
-/// A key with a name; returns (id, key).
-async fn named_key(env: &TestEnv, tenant: &str, app: &str, name: &str) -> (String, String) {
-    let key = keys::generate();
-    let id = env
-        .store
-        .create_key(
-            "test",
-            &NewKey {
-                tenant_id: tenant.into(),
-                app_id: app.into(),
-                name: name.into(),
-                prefix: keys::display_prefix(&key),
-                key_hash: keys::keyed_hash(PEPPER.as_bytes(), &key),
-                limits: Limits::default(),
-                allowed_models: None,
-                expires_at: None,
-                attribution: Default::default(),
-            },
-        )
-        .await
-        .unwrap();
-    (id.to_string(), key)
-}
+use store::TenantRow;
 
 async fn named_tenant(env: &TestEnv, id: &str, name: &str, limits: Limits) {
     let t = TenantRow {
@@ -89,9 +65,15 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
     env.app("search", "a", Limits::default()).await;
     env.tenant("other", Limits::default(), None).await;
     env.app("other", "a", Limits::default()).await;
-    let (bot_id, bot) = named_key(&env, "search", "a", "ci-bot").await;
-    let (_, second) = named_key(&env, "search", "a", "second").await;
-    let (_, other_key) = named_key(&env, "other", "a", "theirs").await;
+    let (bot_id, bot) = env
+        .named_key("search", "a", "ci-bot", Limits::default())
+        .await;
+    let (_, second) = env
+        .named_key("search", "a", "second", Limits::default())
+        .await;
+    let (_, other_key) = env
+        .named_key("other", "a", "theirs", Limits::default())
+        .await;
     user(&env, "ta@x.io", "tenant_admin", Some("search")).await;
     user(&env, "admin@x.io", "platform_admin", None).await;
     let mut cfg = env.config();

@@ -6,21 +6,11 @@
 
 mod browser_common;
 
-use browser_common::{artifacts_dir, Driver, Ui};
+use browser_common::{browse, Driver, Ui};
 use e2e::*;
 
 async fn walk(env: &TestEnv, tz: &str) -> (server::app::Running, Driver, Ui) {
-    let mut cfg = env.config();
-    cfg.auth.cookie_secure = false;
-    cfg.platform.timezone = tz.into();
-    let srv = env.server_with(cfg).await;
-    let driver = Driver::start();
-    let ui = Ui {
-        c: driver.browser().await,
-        base: format!("http://{}", srv.addr),
-        shots: artifacts_dir(),
-    };
-    (srv, driver, ui)
+    browse(env, |c| c.platform.timezone = tz.into()).await
 }
 
 /// `YYYY-MM` `delta` months from this month in Asia/Shanghai, computed here

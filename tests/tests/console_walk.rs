@@ -7,35 +7,17 @@
 
 mod browser_common;
 
-use browser_common::{artifacts_dir, Driver, Ui};
+use browser_common::browse;
 use domain::Limits;
 use e2e::*;
 use fantoccini::Locator;
-
-/// A server with plain-HTTP cookies, a browser, and the page driver.
-async fn walk(env: &TestEnv) -> (server::app::Running, Driver, Ui) {
-    let mut cfg = env.config();
-    cfg.auth.cookie_secure = false;
-    let srv = env.server_with(cfg).await;
-    let driver = Driver::start();
-    let ui = Ui {
-        c: driver.browser().await,
-        base: format!("http://{}", srv.addr),
-        shots: artifacts_dir(),
-    };
-    (srv, driver, ui)
-}
-
-async fn count(ui: &Ui, css: &str) -> usize {
-    ui.c.find_all(Locator::Css(css)).await.unwrap().len()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_tenant_lands_on_its_own_page_and_money_reads_plainly() {
     let env = TestEnv::new().await;
     env.model("gpt-4o-mini", "chat", 150_000, 75_000).await;
     user(&env, "admin@x.io", "platform_admin", None).await;
-    let (srv, _driver, ui) = walk(&env).await;
+    let (srv, _driver, ui) = browse(&env, |_| ()).await;
     ui.login("admin@x.io", None).await;
 
     ui.go("/console/tenants/new").await;
@@ -49,7 +31,7 @@ async fn a_new_tenant_lands_on_its_own_page_and_money_reads_plainly() {
     ui.wait("#tenant-saved").await;
     let url = ui.c.current_url().await.unwrap();
     assert_eq!(url.path(), "/console/tenants/acme", "{url}");
-    assert_eq!(count(&ui, "header.top").await, 1, "one layout on the page");
+    assert_eq!(ui.count("header.top").await, 1, "one layout on the page");
     assert_eq!(ui.text("h1 code").await, "acme");
     ui.shot("walk-01-tenant-created").await;
 
@@ -99,7 +81,7 @@ async fn the_key_table_follows_an_issue_and_a_revoke_and_the_key_can_be_copied()
     env.tenant("t", Limits::default(), None).await;
     env.app("t", "a", Limits::default()).await;
     user(&env, "ta@x.io", "tenant_admin", Some("t")).await;
-    let (srv, _driver, ui) = walk(&env).await;
+    let (srv, _driver, ui) = browse(&env, |_| ()).await;
     ui.login("ta@x.io", None).await;
     ui.go("/console/tenants/t/apps").await;
     assert!(ui.text("#keys-a").await.contains("No keys yet"));
@@ -132,11 +114,11 @@ async fn the_key_table_follows_an_issue_and_a_revoke_and_the_key_can_be_copied()
     ui.click("#keys-a button.danger").await;
     ui.wait("#keys-a tr[data-state=revoked]").await;
     // The table's own row changed (not a row pasted inside a cell).
-    assert_eq!(count(&ui, "#keys-a tr").await, 2, "the head and one key");
+    assert_eq!(ui.count("#keys-a tr").await, 2, "the head and one key");
     let state = ui.text("#keys-a tbody > tr > td:nth-child(5)").await;
     assert_eq!(state, "revoked");
-    assert_eq!(count(&ui, "#keys-a button.danger").await, 0);
-    assert_eq!(count(&ui, "header.top").await, 1);
+    assert_eq!(ui.count("#keys-a button.danger").await, 0);
+    assert_eq!(ui.count("header.top").await, 1);
     ui.shot("walk-03-key-revoked").await;
     let keys = env
         .store
@@ -194,7 +176,7 @@ async fn four_eyes_shows_no_buttons_to_who_may_not_decide_and_says_why() {
     let b = admin_by(&env, "b@x.io", Some(&a)).await;
     admin_by(&env, "c@x.io", Some(&b)).await;
     admin_by(&env, "ops@x.io", None).await;
-    let (srv, _driver, ui) = walk(&env).await;
+    let (srv, _driver, ui) = browse(&env, |_| ()).await;
     request_as(&ui.base, "a@x.io", "from a").await;
     request_as(&ui.base, "root@x.io", "from root").await;
 
@@ -251,14 +233,14 @@ async fn four_eyes_shows_no_buttons_to_who_may_not_decide_and_says_why() {
     ui.go("/console/quota-requests").await;
     let page = ui.text("#quota-rows").await;
     assert!(page.contains("You made this request"), "{page}");
-    assert_eq!(count(&ui, "#quota-rows button.approve").await, 0);
+    assert_eq!(ui.count("#quota-rows button.approve").await, 0);
     ui.logout().await;
 
     // ops, outside root's line, decides the first admin's request; the row
     // names requester and decider.
     ui.login("ops@x.io", None).await;
     ui.go("/console/quota-requests").await;
-    assert_eq!(count(&ui, "#quota-rows button.approve").await, 2);
+    assert_eq!(ui.count("#quota-rows button.approve").await, 2);
     let root_row = ui.c.find_all(Locator::Css("#quota-rows tr")).await.unwrap();
     let mut id = String::new();
     for r in root_row {
@@ -285,13 +267,13 @@ async fn error_pages_keep_the_navigation_and_an_unknown_page_is_the_consoles_404
     let env = TestEnv::new().await;
     env.tenant("t", Limits::default(), None).await;
     user(&env, "ta@x.io", "tenant_admin", Some("t")).await;
-    let (srv, _driver, ui) = walk(&env).await;
+    let (srv, _driver, ui) = browse(&env, |_| ()).await;
     ui.login("ta@x.io", None).await;
 
     // A page the role may not see: 403, inside the console's layout.
     ui.go("/console/users").await;
     ui.wait("#error-message").await;
-    assert!(count(&ui, "nav.main-nav a").await > 0);
+    assert!(ui.count("nav.main-nav a").await > 0);
     ui.wait("#logout").await;
     // An address the console does not have: its own 404, same layout.
     ui.go("/console/no-such-page").await;
@@ -318,7 +300,7 @@ async fn an_audit_entry_reads_as_field_changes_and_exports_as_csv() {
     };
     env.tenant("t", rpm, None).await;
     user(&env, "admin@x.io", "platform_admin", None).await;
-    let (srv, _driver, ui) = walk(&env).await;
+    let (srv, _driver, ui) = browse(&env, |_| ()).await;
     ui.login("admin@x.io", None).await;
     // Change one limit through the form.
     ui.go("/console/tenants/t").await;
@@ -331,7 +313,7 @@ async fn an_audit_entry_reads_as_field_changes_and_exports_as_csv() {
     assert_eq!(ui.text(&format!("{cell} td.before")).await, "60");
     assert_eq!(ui.text(&format!("{cell} td.after")).await, "120");
     // Only what changed: the name stayed, so it is not listed.
-    assert_eq!(count(&ui, "#audit-table tr[data-field='name']").await, 0);
+    assert_eq!(ui.count("#audit-table tr[data-field='name']").await, 0);
     ui.shot("walk-07-audit-field-changes").await;
 
     // The export of the same filter, one line per field change.
@@ -371,7 +353,7 @@ async fn a_too_large_number_and_a_negative_default_max_output_are_refused_by_nam
     let env = TestEnv::new().await;
     env.tenant("t", Limits::default(), None).await;
     user(&env, "admin@x.io", "platform_admin", None).await;
-    let (srv, _driver, ui) = walk(&env).await;
+    let (srv, _driver, ui) = browse(&env, |_| ()).await;
     ui.login("admin@x.io", None).await;
 
     // 23 digits: "too large", not "not a whole number".

@@ -125,7 +125,6 @@ struct GroupTotals {
     tenant_id: String,
     app_id: String,
     model: String,
-    day: String,
     requests: i64,
     input_tokens: i64,
     output_tokens: i64,
@@ -133,7 +132,7 @@ struct GroupTotals {
 }
 
 #[derive(Row, Deserialize)]
-struct TaggedGroupTotals {
+struct DayTotals {
     tenant_id: String,
     app_id: String,
     model: String,
@@ -582,7 +581,7 @@ impl Archive {
         let rows = self
             .client
             .query(&format!(
-                "SELECT tenant_id, app_id, model, '' AS day, sum(requests) AS requests,
+                "SELECT tenant_id, app_id, model, sum(requests) AS requests,
                         sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
                         sum(cost_micro) AS cost_micro
                  FROM {} WHERE period = ? AND batch_id = ? AND (? = '' OR tenant_id = ?)
@@ -617,70 +616,67 @@ impl Archive {
         batch: Uuid,
         tenant: Option<&str>,
     ) -> Result<Vec<DayRow>> {
+        // Every request's totals, then the tagged requests' (they keep
+        // their tags in `usage_attribution`): the tagged rows split the
+        // day's totals (domain::bill::with_tagged).
+        let all = self
+            .day_totals("usage_events", "'{}'", "", period, batch, tenant)
+            .await?;
+        let tagged = self
+            .day_totals(
+                "usage_attribution",
+                "tags",
+                "AND tags != '{}'",
+                period,
+                batch,
+                tenant,
+            )
+            .await?;
+        Ok(domain::bill::with_tagged(all, tagged))
+    }
+
+    /// Totals per tenant × app × model × day (× tags) of one archived table.
+    async fn day_totals(
+        &self,
+        table: &str,
+        tags: &str,
+        and: &str,
+        period: &str,
+        batch: Uuid,
+        tenant: Option<&str>,
+    ) -> Result<Vec<DayRow>> {
         let rows = self
             .client
             .query(&format!(
-                "SELECT tenant_id, app_id, model, toString(day) AS day, toInt64(count()) AS requests,
-                        sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
-                        sum(cost_micro) AS cost_micro
-                 FROM {} WHERE period = ? AND batch_id = ? AND (? = '' OR tenant_id = ?)
-                 GROUP BY tenant_id, app_id, model, day ORDER BY tenant_id, day, app_id, model",
-                self.t("usage_events")
-            ))
-            .bind(valid_period(period)?)
-            .bind(batch.to_string())
-            .bind(tenant.unwrap_or(""))
-            .bind(tenant.unwrap_or(""))
-            .fetch_all::<GroupTotals>()
-            .await?;
-        let day_row = |r: GroupTotals, tags: &str| DayRow {
-            tenant_id: r.tenant_id,
-            app_id: r.app_id,
-            model: r.model,
-            day: r.day,
-            tags: domain::attribution::tags_from_json(tags),
-            totals: Totals {
-                requests: r.requests,
-                input_tokens: r.input_tokens,
-                output_tokens: r.output_tokens,
-                cost_micro: r.cost_micro,
-            },
-        };
-        let all = rows.into_iter().map(|r| day_row(r, "{}")).collect();
-        // The tagged requests keep their tags in `usage_attribution`: their
-        // rows split the day's totals (domain::bill::with_tagged).
-        let tagged = self
-            .client
-            .query(&format!(
-                "SELECT tenant_id, app_id, model, toString(day) AS day, tags, toInt64(count()) AS requests,
-                        sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
-                        sum(cost_micro) AS cost_micro
-                 FROM {} WHERE period = ? AND batch_id = ? AND (? = '' OR tenant_id = ?) AND tags != '{{}}'
+                "SELECT tenant_id, app_id, model, toString(day) AS day, {tags} AS tags,
+                        toInt64(count()) AS requests, sum(input_tokens) AS input_tokens,
+                        sum(output_tokens) AS output_tokens, sum(cost_micro) AS cost_micro
+                 FROM {} WHERE period = ? AND batch_id = ? AND (? = '' OR tenant_id = ?) {and}
                  GROUP BY tenant_id, app_id, model, day, tags",
-                self.t("usage_attribution")
+                self.t(table)
             ))
             .bind(valid_period(period)?)
             .bind(batch.to_string())
             .bind(tenant.unwrap_or(""))
             .bind(tenant.unwrap_or(""))
-            .fetch_all::<TaggedGroupTotals>()
-            .await?
+            .fetch_all::<DayTotals>()
+            .await?;
+        Ok(rows
             .into_iter()
-            .map(|r| {
-                let g = GroupTotals {
-                    tenant_id: r.tenant_id,
-                    app_id: r.app_id,
-                    model: r.model,
-                    day: r.day,
+            .map(|r| DayRow {
+                tenant_id: r.tenant_id,
+                app_id: r.app_id,
+                model: r.model,
+                day: r.day,
+                tags: domain::attribution::tags_from_json(&r.tags),
+                totals: Totals {
                     requests: r.requests,
                     input_tokens: r.input_tokens,
                     output_tokens: r.output_tokens,
                     cost_micro: r.cost_micro,
-                };
-                day_row(g, &r.tags)
+                },
             })
-            .collect();
-        Ok(domain::bill::with_tagged(all, tagged))
+            .collect())
     }
 
     pub async fn refusal_rows(

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use e2e::console_web::PASSWORD;
+use e2e::TestEnv;
 use fantoccini::{Client, ClientBuilder, Locator};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -89,7 +90,31 @@ pub struct Ui {
     pub shots: PathBuf,
 }
 
+/// The server (plain-HTTP cookies, then `tune`'s changes), a browser and
+/// the page driver, for a browser test.
+pub async fn browse(
+    env: &TestEnv,
+    tune: impl FnOnce(&mut server::config::Config),
+) -> (server::app::Running, Driver, Ui) {
+    let mut cfg = env.config();
+    cfg.auth.cookie_secure = false;
+    tune(&mut cfg);
+    let srv = env.server_with(cfg).await;
+    let driver = Driver::start();
+    let ui = Ui {
+        c: driver.browser().await,
+        base: format!("http://{}", srv.addr),
+        shots: artifacts_dir(),
+    };
+    (srv, driver, ui)
+}
+
 impl Ui {
+    /// How many elements match `css` now.
+    pub async fn count(&self, css: &str) -> usize {
+        self.c.find_all(Locator::Css(css)).await.unwrap().len()
+    }
+
     pub async fn go(&self, path: &str) {
         self.c.goto(&format!("{}{path}", self.base)).await.unwrap();
     }
