@@ -13,10 +13,12 @@ use std::time::Duration;
 use store::DeploymentRow;
 
 /// A base URL where the connection is refused.
+/// An upstream that refuses connections: ports 1, 2, 3… of loopback, where
+/// nothing listens. (A free port bound and dropped could be handed to
+/// another test's server meanwhile, which then answered as the "dead" one.)
 fn dead_url() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    drop(l);
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(1);
+    let port = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("http://127.0.0.1:{port}/v1")
 }
 
