@@ -427,6 +427,7 @@ async fn a_hold_left_by_a_killed_gateway_is_expired_by_the_job() {
     let ledger = settlement::ledger_source::StoreLedger {
         store: &env.store,
         quota: &dead,
+        writer: None,
     };
     assert!(matches!(
         dead.hold(&req, &ledger).await.unwrap(),

@@ -27,7 +27,8 @@ async fn hold_as(env: &TestEnv, replica: &str, rid: &str, key_id: &str) -> Quota
             &req,
             &settlement::ledger_source::StoreLedger {
                 store: &env.store,
-                quota: &q
+                quota: &q,
+                writer: None,
             }
         )
         .await

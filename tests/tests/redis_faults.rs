@@ -62,6 +62,52 @@ async fn after_flushall_the_month_is_rebuilt_from_postgres_and_the_budget_holds(
     srv.shutdown().await;
 }
 
+/// Redis lost while the ledger writer still queued what had settled (its
+/// outbox copies gone with Redis): the rebuild waits for this replica's
+/// writer, so the month is rebuilt with those requests and the budget
+/// binds. Before the wait, the rebuild read an empty ledger and admitted a
+/// request past the budget.
+#[tokio::test]
+async fn a_rebuild_waits_for_what_the_ledger_writer_still_queues() {
+    let redis = RedisProc::start();
+    let env = TestEnv::with_redis(redis.url(), Default::default()).await;
+    let (_, key) = env
+        .simple_tenant(Limits {
+            monthly_tokens: Some(98),
+            ..Default::default()
+        })
+        .await;
+    let mut cfg = env.config();
+    // The writer holds its batch for a minute unless asked to flush.
+    cfg.gateway.ledger_linger_ms = 60_000;
+    let srv = env.server_with(cfg).await;
+    let url = format!("http://{}/v1/chat/completions", srv.addr);
+    for _ in 0..3 {
+        let r = post(&url, &key, &chat_body("hello", Some(16))).await;
+        assert_eq!(r.status(), 200);
+    }
+    let month = this_month();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            env.counters("t", &month).await.get("t:ut") == Some(&72)
+        })
+        .await
+    );
+    assert_eq!(env.ledger_tokens("t", &month).await.0, 0, "not yet stored");
+
+    let mut c = env.redis().await;
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await.unwrap();
+    let r = post(&url, &key, &chat_body("hello", Some(16))).await;
+    assert_eq!(r.status(), 402, "admitted past the budget after the loss");
+    assert_eq!(
+        r.headers()["x-tollgate-reason"],
+        "tenant_monthly_budget_exhausted"
+    );
+    assert_eq!(env.counters("t", &month).await.get("t:ut"), Some(&72));
+    assert_eq!(env.ledger_tokens("t", &month).await.0, 72);
+    srv.shutdown().await;
+}
+
 #[tokio::test]
 async fn redis_stopped_means_503_within_100ms_and_nothing_forwarded() {
     let mut redis = RedisProc::start();
@@ -353,11 +399,11 @@ async fn restart_under_load(mode: AdmissionSetting) {
     assert_eq!(env.mock.snapshot().chat as usize, ok, "{refused} refused");
 
     // Afterwards the books agree: every success is in the ledger once, and
-    // Redis (rebuilt from it) is short by at most what had been settled but
-    // not yet stored by the ledger writer when Redis lost its data — the
+    // Redis (rebuilt from it) is short by at most what settled between the
+    // rebuild's flush of the ledger writer and the rebuild itself — the
     // documented bound of a rebuild. Per request that is what was in flight
-    // (8 workers); leases settle faster, so the writer's backlog is larger:
-    // at most one ledger batch (500 events) while Postgres keeps up.
+    // (8 workers); leases settle faster, so the bound kept there is one
+    // ledger batch (500 events).
     let month = this_month();
     let stored = eventually(Duration::from_secs(15), || async {
         env.ledger_tokens("t", &month).await.1 as usize == ok

@@ -430,6 +430,7 @@ async fn hold(
     let ledger = crate::ledger_source::StoreLedger {
         store: &gw.store,
         quota: &gw.quota,
+        writer: Some(&gw.ledger),
     };
     let eu = crate::attribution::end_user_scope(key, want.end_user);
     let outcome = gw

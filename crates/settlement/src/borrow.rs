@@ -343,6 +343,7 @@ impl Borrowing {
         let ledger = StoreLedger {
             store: &self.store,
             quota: &self.quota,
+            writer: None,
         };
         let mut headroom: HashMap<String, i64> = HashMap::new();
         let mut candidates = Vec::new();

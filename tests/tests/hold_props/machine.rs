@@ -324,6 +324,7 @@ impl Machine {
         StoreLedger {
             store: &self.env.store,
             quota: &self.q,
+            writer: None,
         }
     }
 
