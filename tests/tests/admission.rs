@@ -403,3 +403,49 @@ async fn hostile_bodies_get_a_clear_400_and_charge_nothing() {
     );
     srv.shutdown().await;
 }
+
+/// A client resending every 429 at once gets one refusal per connection
+/// per `fair.refusal_delay_ms`: a rate refusal is answered after the pause,
+/// a bad request and an unknown key at once.
+#[tokio::test]
+async fn rate_refusals_are_paced_and_other_refusals_answer_at_once() {
+    let env = TestEnv::new().await;
+    let (_, key) = env
+        .simple_tenant(Limits {
+            rpm: Some(1),
+            ..Default::default()
+        })
+        .await;
+    let mut cfg = env.config();
+    cfg.fair.refusal_delay_ms = 1_500;
+    let srv = env.server_with(cfg).await;
+    let url = format!("http://{}/v1/chat/completions", srv.addr);
+    assert_eq!(
+        post(&url, &key, &chat_body("hi", Some(8))).await.status(),
+        200
+    );
+    let t = std::time::Instant::now();
+    let r = post(&url, &key, &chat_body("hi", Some(8))).await;
+    assert_eq!(r.status(), 429);
+    assert!(
+        t.elapsed() >= std::time::Duration::from_millis(1_000),
+        "the 429 came after {:?}",
+        t.elapsed()
+    );
+    let t = std::time::Instant::now();
+    let mut bad = chat_body("hi", Some(8));
+    bad["max_tokens"] = json!(-1);
+    assert_eq!(post(&url, &key, &bad).await.status(), 400);
+    assert_eq!(
+        post(&url, "tg-unknown", &chat_body("hi", Some(8)))
+            .await
+            .status(),
+        401
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_millis(1_000),
+        "a 400 and a 401 took {:?}",
+        t.elapsed()
+    );
+    srv.shutdown().await;
+}

@@ -974,3 +974,95 @@ async fn a_closed_month_is_billed_by_tag_and_end_user_from_the_archive() {
         );
     }
 }
+
+/// The request log by tag and by end user, every outcome alike: an end
+/// user refused for their rpm is found under that end user with the tag
+/// the refused request carried; a malformed tag filter names the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_log_finds_an_end_users_refusals_and_a_tags_requests() {
+    let limits = domain::attribution::EndUserLimits {
+        rpm: Some(2),
+        ..Default::default()
+    };
+    let f = end_user_fixture(limits, server::config::AdmissionSetting::PerRequest).await;
+    let body = chat_body("hello there", Some(8));
+    let mut sent = Vec::new();
+    for (user, project) in [
+        ("alice", "apollo"),
+        ("alice", "apollo"),
+        ("alice", "apollo"),
+        ("bob", "gemini"),
+    ] {
+        let tags = format!("project={project}");
+        let headers = [
+            ("x-tollgate-end-user", user),
+            ("x-tollgate-tags", tags.as_str()),
+        ];
+        sent.push(chat(&f, "/v1/chat/completions", &headers, &body).await.0);
+    }
+    assert_eq!(sent, [200, 200, 429, 200]);
+
+    let log = |query: &'static str| {
+        let (base, admin) = (f.base.clone(), f.admin.clone());
+        async move {
+            let (s, v) = api(
+                "GET",
+                &format!("{base}/api/v1/requests?{query}"),
+                Some(&admin),
+                None,
+            )
+            .await;
+            assert_eq!(s, 200, "{query}: {v}");
+            v["data"].as_array().unwrap().clone()
+        }
+    };
+    let stored = eventually(Duration::from_secs(10), || async {
+        log("limit=100").await.len() == 4
+    })
+    .await;
+    assert!(stored, "the log never held 4 requests");
+
+    let alice = log("end_user=alice").await;
+    let outcomes: Vec<&str> = alice
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["refused", "admitted", "admitted"], "{alice:?}");
+    assert_eq!(alice[0]["reason"], "end_user_rpm_exceeded");
+    for r in &alice {
+        assert_eq!(r["end_user"], "alice", "{r}");
+        assert_eq!(r["tags"], json!({"project": "apollo"}), "{r}");
+    }
+    assert_eq!(log("tag=project:apollo").await.len(), 3);
+    let gemini = log("tag=project:gemini").await;
+    assert_eq!(gemini.len(), 1);
+    assert_eq!(gemini[0]["end_user"], "bob");
+    assert_eq!(log("tag=project:apollo&status=refused").await.len(), 1);
+    assert_eq!(log("end_user=bob&tag=project:apollo").await.len(), 0);
+
+    let (s, e) = api(
+        "GET",
+        &format!("{}/api/v1/requests?tag=project", f.base),
+        Some(&f.admin),
+        None,
+    )
+    .await;
+    assert_eq!(s, 400, "{e}");
+    assert_eq!(e["error"]["param"], "tag", "{e}");
+
+    // The console's request log filters the same way.
+    let w = e2e::console_web::Web::login(&f.base, "admin@x.io").await;
+    let page = w.get("/console/requests?end_user=alice").await;
+    assert_eq!(page.status, 200);
+    assert_eq!(
+        page.body.matches("<tr data-request=").count(),
+        3,
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains(r#"name="end_user" value="alice""#));
+    let page = w.get("/console/requests?tag=project%3Agemini").await;
+    assert_eq!(page.body.matches("<tr data-request=").count(), 1);
+    let page = w.get("/console/requests?tag=project").await;
+    assert!(page.body.contains(r#"id="log-bad""#), "{}", page.body);
+}

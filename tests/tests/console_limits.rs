@@ -415,3 +415,67 @@ async fn an_unknown_allowed_model_is_refused_beside_the_field_with_the_other_err
     ui.c.close().await.unwrap();
     srv.shutdown().await;
 }
+
+/// The key form's own limits: a bad number is refused beside its field with
+/// the form kept as typed (the limits open), and a key issued with one
+/// request a minute gets its first answer and then 429 `key_rpm_exceeded`
+/// — its tenant and app are unlimited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_issued_with_its_own_limits_in_the_console_is_held_to_them() {
+    let env = TestEnv::new().await;
+    env.model("gpt-4o-mini", "chat", 150_000, 600_000).await;
+    env.tenant("t", Limits::default(), None).await;
+    env.app("t", "a", Limits::default()).await;
+    user(&env, "ta@x.io", "tenant_admin", Some("t")).await;
+    let (srv, _driver, ui) = browse(&env, |_| ()).await;
+    let gw = format!("{}/v1/chat/completions", ui.base);
+    ui.login("ta@x.io", None).await;
+    ui.go("/console/tenants/t/apps").await;
+    ui.fill("#key-box-a input[name=name]", "limited").await;
+    ui.click("#key-box-a .key-limits summary").await;
+    ui.fill("#key-box-a input[name=rpm]", "1").await;
+    ui.fill("#key-box-a input[name=monthly_tokens]", "lots")
+        .await;
+    ui.click("#key-box-a button.issue-key").await;
+    ui.wait("#key-box-a .field-error").await;
+    assert_eq!(error_fields(&ui, "#key-box-a").await, ["monthly_tokens"]);
+    let kept = ui
+        .wait("#key-box-a input[name=rpm]")
+        .await
+        .prop("value")
+        .await
+        .unwrap();
+    assert_eq!(kept.as_deref(), Some("1"), "the form forgot what was typed");
+    assert_eq!(
+        ui.wait("#key-box-a input[name=name]")
+            .await
+            .prop("value")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("limited")
+    );
+    ui.fill("#key-box-a input[name=monthly_tokens]", "").await;
+    ui.click("#key-box-a button.issue-key").await;
+    let key = ui.text("#new-key").await;
+    assert!(key.starts_with("tg-"), "{key}");
+    let stored: serde_json::Value =
+        sqlx::query_scalar("SELECT limits FROM virtual_keys WHERE name = 'limited'")
+            .fetch_one(env.store.pool())
+            .await
+            .unwrap();
+    let limits: Limits = serde_json::from_value(stored.clone()).unwrap();
+    assert_eq!(
+        limits,
+        Limits {
+            rpm: Some(1),
+            ..Default::default()
+        },
+        "{stored}"
+    );
+
+    assert_eq!(reason_of(&gw, &key).await, "");
+    assert_eq!(reason_of(&gw, &key).await, "key_rpm_exceeded");
+    ui.c.close().await.unwrap();
+    srv.shutdown().await;
+}

@@ -68,7 +68,7 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
     let (bot_id, bot) = env
         .named_key("search", "a", "ci-bot", Limits::default())
         .await;
-    let (_, second) = env
+    let (second_id, second) = env
         .named_key("search", "a", "second", Limits::default())
         .await;
     let (_, other_key) = env
@@ -328,12 +328,38 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
     );
     assert_eq!(ui.text("dd[data-fact='req.key']").await, "ci-bot");
     ui.shot("log-04-lookup-admitted").await;
+
+    // The keys table: each key's spend this month is the sum of its
+    // requests' ledger rows (a refusal costs nothing), and the day it was
+    // last used.
+    let mut bot_cost = 0;
+    for rid in &admitted[..2] {
+        bot_cost += env.usage_event(rid).await.unwrap().cost_micro;
+    }
+    let second_cost = env.usage_event(&admitted[2]).await.unwrap().cost_micro;
+    ui.go("/console/tenants/search/apps").await;
+    let row = |id: &str| format!("#key-{id}");
+    assert_eq!(
+        ui.text(&format!("{} .key-spend", row(&bot_id))).await,
+        domain::MicroUsd(bot_cost).shown()
+    );
+    assert_eq!(
+        ui.text(&format!("{} .key-spend", row(&second_id))).await,
+        domain::MicroUsd(second_cost).shown()
+    );
+    assert_eq!(
+        ui.text(&format!("{} .key-last-used", row(&bot_id))).await,
+        usage.day
+    );
     ui.logout().await;
 
     // A platform admin reads every tenant and narrows to one.
     ui.login("admin@x.io", None).await;
     ui.go("/console/requests").await;
     assert_eq!(row_ids(&ui).await.len(), 5);
+    // The tenant column names the tenant, not its id.
+    let cells = ui.text("#log-table tbody").await;
+    assert!(cells.contains("Search Dept"), "{cells}");
     select(&ui, "tenant", "other").await;
     ui.click("#log-search").await;
     ui.wait_attr(

@@ -1,7 +1,11 @@
 //! The console's and the admin API's security: `/metrics` not public,
 //! revocable sessions, the sign-in back-off (per email across replicas,
-//! per IP, never a lock-out), login CSRF.
+//! per IP, never a lock-out), login CSRF; a platform admin disabling a
+//! user and setting their password in the browser.
 
+mod browser_common;
+
+use browser_common::browse;
 use e2e::console_web::Web;
 use e2e::*;
 use serde_json::json;
@@ -319,4 +323,152 @@ async fn one_client_ip_guessing_many_emails_is_slowed() {
     assert_eq!(s, 429);
     assert!(retry.is_some());
     srv.shutdown().await;
+}
+
+async fn signs_in(b: &str, email: &str, password: &str) -> u16 {
+    api(
+        "POST",
+        &format!("{b}/api/v1/auth/login"),
+        None,
+        Some(json!({"email": email, "password": password})),
+    )
+    .await
+    .0
+}
+
+/// In the browser: a platform admin disables an auditor (their session
+/// ends, they cannot sign in), enables them again, and sets a new password
+/// for them (their sessions end, only the new password works); each is
+/// audited, and the admin's own row offers none of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_platform_admin_disables_a_user_and_sets_their_password_in_the_console() {
+    let env = TestEnv::new().await;
+    user(&env, "admin@x.io", "platform_admin", None).await;
+    user(&env, "person@x.io", "auditor", None).await;
+    let (srv, _driver, ui) = browse(&env, |_| ()).await;
+    let b = &ui.base.clone();
+    let person = login(b, "person@x.io").await;
+    assert_eq!(can_read(b, &person).await, 200);
+    ui.login("admin@x.io", None).await;
+    ui.go("/console/users").await;
+    let me = r#"#users-table tr[data-email="admin@x.io"]"#;
+    let row = r#"#users-table tr[data-email="person@x.io"]"#;
+    assert_eq!(
+        ui.count(&format!("{me} form")).await,
+        0,
+        "own row has actions"
+    );
+    assert!(ui
+        .text(&format!("{row} .user-state"))
+        .await
+        .starts_with("active"));
+
+    ui.click(&format!("{row} .user-toggle")).await;
+    ui.wait("#users-done").await;
+    assert!(ui
+        .text(&format!("{row} .user-state"))
+        .await
+        .starts_with("disabled"));
+    assert_eq!(
+        can_read(b, &person).await,
+        401,
+        "a disabled user's session works"
+    );
+    assert_eq!(signs_in(b, "person@x.io", PASSWORD).await, 401);
+    // A disabled user has no password form (enable them first).
+    assert_eq!(ui.count(&format!("{row} .user-password")).await, 0);
+
+    ui.click(&format!("{row} .user-toggle")).await;
+    ui.wait("#users-done").await;
+    assert!(ui
+        .text(&format!("{row} .user-state"))
+        .await
+        .starts_with("active"));
+    let person = login(b, "person@x.io").await;
+
+    // Too short: refused beside the table, nothing changed.
+    ui.fill(
+        &format!("{row} .user-password input[name=password]"),
+        "short",
+    )
+    .await;
+    ui.c.execute(
+        "document.querySelector(arguments[0]).removeAttribute('minlength')",
+        vec![json!(format!("{row} .user-password input[name=password]"))],
+    )
+    .await
+    .unwrap();
+    ui.click(&format!("{row} .user-password button")).await;
+    ui.wait("#role-error").await;
+    assert_eq!(can_read(b, &person).await, 200);
+
+    let new = "a new password they chose";
+    ui.fill(&format!("{row} .user-password input[name=password]"), new)
+        .await;
+    ui.click(&format!("{row} .user-password button")).await;
+    ui.wait("#users-done").await;
+    assert_eq!(
+        can_read(b, &person).await,
+        401,
+        "the old session survived a reset"
+    );
+    assert_eq!(signs_in(b, "person@x.io", PASSWORD).await, 401);
+    assert_eq!(signs_in(b, "person@x.io", new).await, 200);
+
+    let actions: Vec<String> = sqlx::query_scalar(
+        "SELECT action FROM audit_log WHERE target = 'user:person@x.io'
+           AND action IN ('user.disable', 'user.enable', 'user.password_reset', 'user.password_change')
+         ORDER BY id",
+    )
+    .fetch_all(env.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        actions,
+        ["user.disable", "user.enable", "user.password_reset"],
+        "{actions:?}"
+    );
+
+    // The API: not one's own password, and a platform admin only.
+    let admin = login(b, "admin@x.io").await;
+    let admin_id = user_id_of(&env, "admin@x.io").await;
+    let (s, _) = api(
+        "POST",
+        &format!("{b}/api/v1/users/{admin_id}/password"),
+        Some(&admin),
+        Some(json!({"password": "another long password"})),
+    )
+    .await;
+    assert_eq!(s, 403);
+    let person = login_with(b, "person@x.io", new).await;
+    let (s, _) = api(
+        "POST",
+        &format!("{b}/api/v1/users/{admin_id}/password"),
+        Some(&person),
+        Some(json!({"password": "another long password"})),
+    )
+    .await;
+    assert_eq!(s, 403);
+    srv.shutdown().await;
+}
+
+async fn user_id_of(env: &TestEnv, email: &str) -> String {
+    sqlx::query_scalar::<_, uuid::Uuid>("SELECT id FROM users WHERE email = $1")
+        .bind(email)
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap()
+        .to_string()
+}
+
+async fn login_with(b: &str, email: &str, password: &str) -> String {
+    let (s, body) = api(
+        "POST",
+        &format!("{b}/api/v1/auth/login"),
+        None,
+        Some(json!({"email": email, "password": password})),
+    )
+    .await;
+    assert_eq!(s, 200);
+    body["token"].as_str().unwrap().to_string()
 }

@@ -52,7 +52,7 @@ async fn a_flooding_tenant_is_queued_or_refused_while_another_is_untouched() {
     );
     // A's queue is full now: A's next request is refused before its body
     // is even parsed (this one is not JSON), and the answer is paced by
-    // fair.queue_full_delay_ms (100 ms by default) so that a client that
+    // fair.refusal_delay_ms (100 ms by default) so that a client that
     // ignores Retry-After cannot turn refusals into a CPU-bound loop.
     let t = Instant::now();
     let r = reqwest::Client::new()

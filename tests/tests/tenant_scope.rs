@@ -63,6 +63,8 @@ fn decision(tenant: &str, request_id: &str, period: &str) -> RequestDecisionRow 
         status: 402,
         scope: Some(format!("tenant:{tenant}")),
         detail: json!({}),
+        tags: json!({}),
+        end_user: String::new(),
     }
 }
 
@@ -221,6 +223,18 @@ async fn a_tenant_admins_scope_reads_nothing_of_another_tenant() {
     assert_eq!(s.apps_of(all, THEIRS).await.unwrap().len(), 1);
     assert!(s.keys_of(mine, THEIRS).await.unwrap().is_empty());
     assert_eq!(s.keys_of(all, THEIRS).await.unwrap().len(), 1);
+    assert!(s
+        .key_spend(mine, THEIRS, &period, &period)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        s.key_spend(all, THEIRS, &period, &period)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     assert!(s.key_names(mine, &[kid]).await.unwrap().is_empty());
     assert_eq!(s.key_names(all, &[kid]).await.unwrap().len(), 1);
     let f = AuditFilter {

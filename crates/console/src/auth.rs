@@ -317,7 +317,7 @@ pub async fn change_password(
     let hash = crate::api::users::hash_password(c.new_password).await?;
     let id = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
     cp.store
-        .set_user_password(&actor.label(), id, &hash)
+        .set_user_password(&actor.label(), id, &hash, false)
         .await?;
     Ok(axum::http::StatusCode::NO_CONTENT)
 }

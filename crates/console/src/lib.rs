@@ -73,6 +73,7 @@ api_routes! {
     "/api/v1/auth/password" => post(auth::change_password),
     "/api/v1/users" => post(users::create),
     "/api/v1/users/{id}/disable" => post(users::disable),
+    "/api/v1/users/{id}/password" => post(users::password),
     "/api/v1/users/{id}/role" => post(users::set_role),
     "/api/v1/models" => post(models::create),
     "/api/v1/models/{id}" => get(models::show).patch(models::update),

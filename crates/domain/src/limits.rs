@@ -34,6 +34,19 @@ pub struct LimitsError {
 }
 
 impl Limits {
+    /// No limit at all (every field absent): what most keys carry.
+    pub const NONE: Limits = Limits {
+        monthly_tokens: None,
+        monthly_cost_usd: None,
+        daily_cost_soft_usd: None,
+        rpm: None,
+        input_tpm: None,
+        output_tpm: None,
+        max_inflight: None,
+        max_context_tokens: None,
+        max_output_tokens: None,
+    };
+
     pub fn validate(&self) -> Result<(), LimitsError> {
         let ints = [
             ("monthly_tokens", self.monthly_tokens),

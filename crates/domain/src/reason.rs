@@ -176,6 +176,26 @@ impl Refusal {
     }
 }
 
+/// How long a refusal waits before it is answered. A client that ignores
+/// `Retry-After` and resends every 429 or 402 at once would otherwise turn
+/// refusals into a loop bound only by CPU — the CPU the other tenants'
+/// requests need. Paced, it gets at most one refusal per connection per
+/// `delay` (never past its own `Retry-After`). Other refusals (a bad
+/// request, an unknown key, a quota store that is down) answer at once.
+pub fn refusal_pause(
+    http_status: u16,
+    retry_after_secs: Option<u64>,
+    delay: std::time::Duration,
+) -> std::time::Duration {
+    if http_status != 429 && http_status != 402 {
+        return std::time::Duration::ZERO;
+    }
+    match retry_after_secs {
+        Some(s) => delay.min(std::time::Duration::from_secs(s)),
+        None => delay,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,5 +263,26 @@ mod tests {
             ..r
         };
         assert_eq!(r.retry_after_secs(), Some(1));
+    }
+
+    #[test]
+    fn rate_and_budget_refusals_are_paced_others_answer_at_once() {
+        use std::time::Duration;
+        let d = Duration::from_millis(100);
+        assert_eq!(refusal_pause(429, Some(1), d), d);
+        assert_eq!(refusal_pause(402, None, d), d);
+        assert_eq!(
+            refusal_pause(429, Some(0), d),
+            Duration::ZERO,
+            "never past Retry-After"
+        );
+        for status in [400, 401, 403, 404, 413, 503] {
+            assert_eq!(
+                refusal_pause(status, Some(1), d),
+                Duration::ZERO,
+                "{status}"
+            );
+        }
+        assert_eq!(refusal_pause(429, None, Duration::ZERO), Duration::ZERO);
     }
 }

@@ -80,8 +80,12 @@ pub struct KeyEntry {
     pub id: String,
     pub tenant: Arc<TenantEntry>,
     pub app: Arc<AppEntry>,
-    pub limits: Limits,
-    pub allowed_models: Option<HashSet<String>>,
+    /// The key's own limits and allowed models, boxed and only when it has
+    /// any: most of a million keys have neither, and a pointer is 8 or 16
+    /// bytes where nine empty limits are 144 and an empty set 48. A key's
+    /// allowed models are a short list: a slice, searched in order.
+    own_limits: Option<Box<Limits>>,
+    allowed_models: Option<Box<[String]>>,
     pub expires_at: Option<DateTime<Utc>>,
     /// The key's own default tags and required tag keys, over its app's
     /// (none for most keys: a pointer, not an empty policy, per key).
@@ -97,8 +101,8 @@ impl KeyEntry {
             id: row.id.to_string(),
             tenant,
             app,
-            limits: row.limits.clone(),
-            allowed_models: set(row.allowed_models.clone()),
+            own_limits: (row.limits != Limits::NONE).then(|| Box::new(row.limits.clone())),
+            allowed_models: row.allowed_models.clone().map(Vec::into_boxed_slice),
             expires_at: row.expires_at,
             attribution: (!row.attribution.is_empty()).then(|| Arc::new(row.attribution.clone())),
         })
@@ -110,16 +114,21 @@ impl KeyEntry {
             id: self.id.clone(),
             tenant,
             app,
-            limits: self.limits.clone(),
+            own_limits: self.own_limits.clone(),
             allowed_models: self.allowed_models.clone(),
             expires_at: self.expires_at,
             attribution: self.attribution.clone(),
         }
     }
 
+    /// The key's own limits ([`Limits::NONE`] when it has none).
+    pub fn limits(&self) -> &Limits {
+        self.own_limits.as_deref().unwrap_or(&Limits::NONE)
+    }
+
     /// Limits of tenant, app and key: the order the hold engine expects.
     pub fn scope_limits(&self) -> [&Limits; 3] {
-        [&self.tenant.limits, &self.app.limits, &self.limits]
+        [&self.tenant.limits, &self.app.limits, self.limits()]
     }
 
     /// What budgets are checked against in `month` (docs/design.md §3): base +
@@ -129,19 +138,19 @@ impl KeyEntry {
         [
             self.tenant.effective(now, month),
             limits::effective(&self.app.limits, &self.app.grants, Default::default(), now),
-            self.limits.clone(),
+            self.limits().clone(),
         ]
     }
 
     /// A model is usable only if tenant, app and key all allow it.
     pub fn may_use(&self, model: &str) -> bool {
-        [
-            &self.tenant.allowed_models,
-            &self.app.allowed_models,
-            &self.allowed_models,
-        ]
-        .iter()
-        .all(|a| a.as_ref().is_none_or(|set| set.contains(model)))
+        let ok = |a: Option<&HashSet<String>>| a.is_none_or(|set| set.contains(model));
+        ok(self.tenant.allowed_models.as_ref())
+            && ok(self.app.allowed_models.as_ref())
+            && self
+                .allowed_models
+                .as_deref()
+                .is_none_or(|list| list.iter().any(|m| m == model))
     }
 
     /// The tightest per-request cap of the three scopes.
@@ -635,4 +644,18 @@ fn deployment(
         profile: d.profile.clone(),
         live: board.live(&d.model_id, &d.name),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A million keys live in the index: an entry stays a few pointers
+    /// (docs/scale.md, "RSS"). Nine inline limits (144 bytes) or an inline
+    /// set (48) would fail this.
+    #[test]
+    fn a_key_entry_stays_compact() {
+        let size = std::mem::size_of::<KeyEntry>();
+        assert!(size <= 96, "KeyEntry is {size} bytes");
+    }
 }

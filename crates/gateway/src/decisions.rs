@@ -11,6 +11,7 @@ use crate::catalog::KeyEntry;
 use crate::errors::ApiError;
 use crate::metrics_names as m;
 use chrono::{NaiveDate, Utc};
+use domain::attribution::Attribution;
 use domain::limits::{LimitKind, ScopeKind};
 use domain::period::PlatformClock;
 use domain::ReasonCode;
@@ -42,8 +43,9 @@ impl DecisionWriter {
         (Self { tx, clock }, task)
     }
 
-    /// Records a refusal of a request whose key was known.
-    pub fn refused(&self, e: &ApiError, key: &KeyEntry, model: &str) {
+    /// Records a refusal of a request whose key was known, with its tags
+    /// and end user as far as they were read.
+    pub fn refused(&self, e: &ApiError, key: &KeyEntry, model: &str, attribution: &Attribution) {
         let mut detail = e.counters.as_deref().cloned().unwrap_or_else(|| json!({}));
         if let ReasonCode::Limit(scope, limit) = e.reason {
             if let Some(v) = limit_value(&self.clock, key, scope, limit) {
@@ -61,6 +63,7 @@ impl DecisionWriter {
             e.reason,
             e.http_status() as i16,
             detail,
+            attribution,
         );
         self.submit(row);
     }
@@ -73,8 +76,18 @@ impl DecisionWriter {
         model: &str,
         reason: ReasonCode,
         detail: Value,
+        attribution: &Attribution,
     ) {
-        let row = self.row(request_id, key, model, "degraded", reason, 200, detail);
+        let row = self.row(
+            request_id,
+            key,
+            model,
+            "degraded",
+            reason,
+            200,
+            detail,
+            attribution,
+        );
         self.submit(row);
     }
 
@@ -87,10 +100,11 @@ impl DecisionWriter {
         model: &str,
         reason: ReasonCode,
         detail: Value,
+        attribution: &Attribution,
     ) {
         let mut detail = detail;
         detail["cut_off"] = json!(true);
-        self.degraded(request_id, key, model, reason, detail);
+        self.degraded(request_id, key, model, reason, detail, attribution);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -103,6 +117,7 @@ impl DecisionWriter {
         reason: ReasonCode,
         status: i16,
         detail: Value,
+        attribution: &Attribution,
     ) -> RequestDecisionRow {
         let now = Utc::now();
         let scope = match reason {
@@ -124,6 +139,8 @@ impl DecisionWriter {
             status,
             scope,
             detail,
+            tags: json!(attribution.tags),
+            end_user: attribution.end_user.clone().unwrap_or_default(),
         }
     }
 

@@ -11,8 +11,7 @@ use domain::tokens;
 use serde_json::Value;
 use std::sync::Arc;
 
-/// Bodies above this are tokenized on the blocking pool.
-const LARGE_BODY: usize = 64 * 1024;
+use crate::tokenize::LARGE_BODY;
 
 /// 413 when the body is larger than this model takes (its context window
 /// decides, `domain::tokens::body_limit`); the body was read up to the

@@ -53,6 +53,7 @@ fn set_cap(body: &mut Value, cap_field: CapField, per_choice: i64) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn forward(
     gw: &Arc<Gateway>,
     mut held: HeldRequest,
@@ -61,6 +62,7 @@ pub(crate) async fn forward(
     mut body: Value,
     mut headers: HeaderMap,
     edge: Edge,
+    large_body: bool,
 ) -> Result<Response, ApiError> {
     let t0 = Instant::now();
     // A non-stream request has the whole upstream timeout for headers and
@@ -75,6 +77,7 @@ pub(crate) async fn forward(
     // Tried on the model's deployments until one answers (docs/routing.md).
     let model = held.model.clone();
     let header_timeout = deadline - tokio::time::Instant::now();
+    let tenant = held.key.tenant.id.clone();
     let sent = crate::routing::send(
         gw,
         &model,
@@ -82,6 +85,7 @@ pub(crate) async fn forward(
         &mut body,
         header_timeout,
         edge.native.then_some(edge.dialect),
+        large_body.then_some(tenant.as_str()),
     )
     .await;
     let resp = match sent {

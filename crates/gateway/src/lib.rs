@@ -108,10 +108,11 @@ pub struct FairTuning {
     /// Output cap (per choice) of a request past the daily soft limit.
     pub degrade_max_output_tokens: Option<i64>,
     pub borrow: borrow::BorrowTuning,
-    /// A `tenant_queue_full` refusal is answered after this long: a client
-    /// that ignores Retry-After then gets at most one refusal per
-    /// connection per delay, and cannot spend the CPU other tenants need.
-    pub queue_full_delay: Duration,
+    /// A 429 or 402 refusal is answered after this long (at most its
+    /// Retry-After): a client that ignores Retry-After then gets at most one
+    /// refusal per connection per delay, and cannot spend the CPU other
+    /// tenants need (`domain::reason::refusal_pause`).
+    pub refusal_delay: Duration,
 }
 
 impl Default for FairTuning {
@@ -123,7 +124,7 @@ impl Default for FairTuning {
             slot_lifetime: Duration::from_secs(3600),
             degrade_max_output_tokens: Some(1024),
             borrow: Default::default(),
-            queue_full_delay: Duration::from_millis(100),
+            refusal_delay: Duration::from_millis(100),
         }
     }
 }

@@ -16,6 +16,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
+use domain::attribution::Attribution;
 use domain::keys;
 use domain::reason::{Decision, ReasonCode};
 use domain::request::{self, Endpoint, InvalidField, RequestSummary};
@@ -62,6 +63,9 @@ pub(crate) struct RequestCtx {
     /// "" until the body names a model; then the named, served, or
     /// degraded-to model, as far as the request got.
     pub model: String,
+    /// The request's tags and end user once read (a refusal is recorded
+    /// with them); moved into the held request on admission.
+    pub attribution: Attribution,
 }
 
 impl RequestCtx {
@@ -70,6 +74,7 @@ impl RequestCtx {
             id: new_request_id(),
             key: None,
             model: String::new(),
+            attribution: Attribution::default(),
         }
     }
 
@@ -117,11 +122,16 @@ async fn refusal(gw: &Gateway, ctx: &RequestCtx, dialect: Dialect, e: ApiError) 
         "decision" => Decision::Reject.as_str(), "reason" => e.reason.as_str())
     .increment(1);
     if let Some(k) = &ctx.key {
-        gw.decisions.refused(&e, k, &ctx.model);
+        gw.decisions.refused(&e, k, &ctx.model, &ctx.attribution);
     }
-    if e.reason == ReasonCode::TenantQueueFull {
-        // Paces a flood that ignores Retry-After (docs/fair.md).
-        tokio::time::sleep(gw.cfg.fair.queue_full_delay).await;
+    // Paces a flood that ignores Retry-After (docs/fair.md).
+    let pause = domain::reason::refusal_pause(
+        e.http_status(),
+        e.retry_after_secs,
+        gw.cfg.fair.refusal_delay,
+    );
+    if !pause.is_zero() {
+        tokio::time::sleep(pause).await;
     }
     crate::dialect::error_response(dialect, e)
 }
@@ -195,8 +205,8 @@ async fn admit_and_forward(
 ) -> Result<Response, ApiError> {
     let (key, bytes) = read_body(gw, ctx, headers, body).await?;
     crate::fair::refuse_if_queue_full(gw, &key)?;
-    let json = parse_json(&bytes)?;
-    let attribution = crate::attribution::read(headers, &json, &key)?;
+    let json = gw.tokenize.parse(&key.tenant.id, &bytes).await?;
+    ctx.attribution = crate::attribution::read(headers, &json, &key)?;
     let inbound = Inbound::read(dialect, json).map_err(invalid)?;
     let json = inbound.chat;
     let summary = request::validate(endpoint, &json).map_err(invalid)?;
@@ -251,15 +261,21 @@ async fn admit_and_forward(
         est_in,
         est_out: first_out,
         per_choice,
-        end_user: attribution.end_user.as_deref(),
+        end_user: ctx.attribution.end_user.as_deref(),
     };
     let adm = crate::admission::get_quota(gw, &key, &model, &month, &ctx.id, want).await?;
     let rid = ctx.id.as_str();
     if soft_degraded {
         let detail = json!({"requested_output_tokens": asked_per_choice * summary.choices,
             "output_tokens_cap": max_out, "requested_model": requested_model, "served_model": model.id});
-        gw.decisions
-            .degraded(rid, &key, &model.id, ReasonCode::DailyCostSoftLimit, detail);
+        gw.decisions.degraded(
+            rid,
+            &key,
+            &model.id,
+            ReasonCode::DailyCostSoftLimit,
+            detail,
+            &ctx.attribution,
+        );
     } else if adm.degraded {
         let detail = json!({"requested_output_tokens": max_out, "clamped_output_tokens": adm.est_out,
             "est_input_tokens": est_in});
@@ -269,6 +285,7 @@ async fn admit_and_forward(
             &model.id,
             ReasonCode::MaxTokensClampedToBudget,
             detail,
+            &ctx.attribution,
         );
     }
     let (decision, reason) = if soft_degraded {
@@ -298,7 +315,7 @@ async fn admit_and_forward(
         summary.stream,
         now.timestamp_millis(),
     );
-    held.attribution = attribution;
+    held.attribution = std::mem::take(&mut ctx.attribution);
     held.max_output = if adm.degraded { adm.est_out } else { max_out };
     let out_headers = answer_headers(rid, decision, reason, &model, &adm);
     held.slot = adm.slot.map(|mut s| {
@@ -327,7 +344,19 @@ async fn admit_and_forward(
             json
         }
     };
-    crate::forward::forward(gw, held, endpoint, &summary, body, out_headers, edge).await
+    let large_body = bytes.len() > crate::tokenize::LARGE_BODY;
+    drop(bytes); // parsed: not held for the whole answer
+    crate::forward::forward(
+        gw,
+        held,
+        endpoint,
+        &summary,
+        body,
+        out_headers,
+        edge,
+        large_body,
+    )
+    .await
 }
 
 /// The headers of an admitted request's answer: its id, the decision and

@@ -302,6 +302,8 @@ pub enum Routed {
 /// connect error, a timeout to headers, a 429 or a 5xx while tries and the
 /// total deadline last. Nothing has reached the client yet: the caller
 /// holds the one hold this request has, whichever deployment answers.
+/// `large_of`: the tenant of a body above the tokenize pool's threshold,
+/// whose turn in that pool writes it for each deployment tried.
 pub async fn send(
     gw: &Gateway,
     model: &ModelEntry,
@@ -309,6 +311,7 @@ pub async fn send(
     body: &mut Value,
     header_timeout: Duration,
     native: Option<domain::provider::Dialect>,
+    large_of: Option<&str>,
 ) -> Routed {
     let t = &gw.cfg.routing;
     let t0 = Instant::now();
@@ -326,10 +329,14 @@ pub async fn send(
             // The provider's own dialect: its model name, the body as is.
             Some(dialect) => {
                 body["model"] = Value::String(d.upstream_model.clone());
-                let bytes = serde_json::to_vec(body).expect("json serialises");
+                let bytes = gw.tokenize.serialise(large_of, body).await;
                 upstream::native_request(d, dialect, bytes)
             }
-            None => upstream::request(d, endpoint, for_deployment(body, d)),
+            None => {
+                for_deployment(body, d);
+                let bytes = gw.tokenize.serialise(large_of, body).await;
+                upstream::request(d, endpoint, bytes)
+            }
         };
         let req = match req {
             Ok(r) => r,
@@ -398,9 +405,9 @@ fn attempt_of(r: &upstream::Response) -> Attempt {
     Attempt::Status(s.as_u16())
 }
 
-/// The body as this deployment must see it: its own model name and, when
+/// Makes the body what this deployment must see: its own model name and, when
 /// it has a profile of its own, the output cap in the profile's field(s).
-fn for_deployment(body: &mut Value, d: &Deployment) -> Vec<u8> {
+fn for_deployment(body: &mut Value, d: &Deployment) {
     body["model"] = Value::String(d.upstream_model.clone());
     if let Some(p) = &d.profile {
         let fields = ["max_tokens", "max_completion_tokens"];
@@ -416,7 +423,6 @@ fn for_deployment(body: &mut Value, d: &Deployment) -> Vec<u8> {
             }
         }
     }
-    serde_json::to_vec(body).expect("json serialises")
 }
 
 /// The model that serves a request for `model`: itself while any of its

@@ -331,7 +331,14 @@ pub fn metered(
             metrics::counter!(m::STREAM_CUTOFFS, "reason" => c.code()).increment(1);
             if let Some(r) = c.reason() {
                 let detail = json!({"delivered_output_tokens": counted, "dialect": edge.dialect.as_str()});
-                held.gw.decisions.cut_off(&held.request_id, &held.key, &model, r, detail);
+                held.gw.decisions.cut_off(
+                    &held.request_id,
+                    &held.key,
+                    &model,
+                    r,
+                    detail,
+                    &held.attribution,
+                );
             }
             let input = held.billed_report().map_or(held.est_input, |b| b.input);
             let delivered = Actual { input, output: counted, status: "cut_off", source: "counted", anomaly: None };

@@ -54,10 +54,13 @@ pub struct FairConfig {
     pub max_wait_ms_batch: u64,
     /// Waiting requests per tenant on one replica; beyond: 429 tenant_queue_full.
     pub queue_max_per_tenant: usize,
-    /// A tenant_queue_full refusal is answered after this many ms (0 = at
-    /// once): a flood that ignores Retry-After gets one refusal per
-    /// connection per delay instead of a CPU-bound loop (docs/fair.md).
-    pub queue_full_delay_ms: u64,
+    /// A 429 or 402 refusal (rate, in flight, budget, full queue) is
+    /// answered after this many ms, at most its Retry-After (0 = at once):
+    /// a flood that ignores Retry-After gets one refusal per connection per
+    /// delay instead of a CPU-bound loop (docs/fair.md). Formerly
+    /// `queue_full_delay_ms`, which is still read.
+    #[serde(alias = "queue_full_delay_ms")]
+    pub refusal_delay_ms: u64,
     /// Polling for slots freed on other replicas backs off between these.
     pub poll_min_ms: u64,
     pub poll_max_ms: u64,
@@ -85,7 +88,7 @@ impl Default for FairConfig {
             max_wait_ms_standard: 2_000,
             max_wait_ms_batch: 60_000,
             queue_max_per_tenant: 64,
-            queue_full_delay_ms: 100,
+            refusal_delay_ms: 100,
             poll_min_ms: 10,
             poll_max_ms: 100,
             degrade_max_output_tokens: 1024,
@@ -125,7 +128,7 @@ impl FairConfig {
                 near_limit_ppm: share_ppm(self.near_limit_share).unwrap_or(900_000),
                 reclaim_fraction_ppm: share_ppm(self.reclaim_fraction).unwrap_or(500_000),
             },
-            queue_full_delay: std::time::Duration::from_millis(self.queue_full_delay_ms),
+            refusal_delay: std::time::Duration::from_millis(self.refusal_delay_ms),
         }
     }
 }

@@ -24,6 +24,17 @@ pub struct KeyListRow {
     pub created_at: DateTime<Utc>,
 }
 
+/// One key's use as its row in the console shows it: this month's requests
+/// and cost, and the last day (platform time) it was used in this month or
+/// the one before.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct KeySpendRow {
+    pub key_id: String,
+    pub requests: i64,
+    pub cost_micro: i64,
+    pub last_day: Option<chrono::NaiveDate>,
+}
+
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct UserListRow {
     pub id: Uuid,
@@ -107,6 +118,35 @@ impl Store {
              ORDER BY app_id, created_at DESC",
         )
         .bind(tenant)
+        .bind(scope.tenant())
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
+    }
+
+    /// Per key of a tenant: `period`'s requests and cost, and the last day
+    /// with usage in `period` or `previous` — from the rollups (two ranges
+    /// of their primary key, however large the ledger). Keys without usage
+    /// in either month have no row.
+    pub async fn key_spend(
+        &self,
+        scope: &TenantScope,
+        tenant: &str,
+        period: &str,
+        previous: &str,
+    ) -> Result<Vec<KeySpendRow>> {
+        let rows = sqlx::query_as::<_, KeySpendRow>(
+            "SELECT key_id,
+                    LEAST(COALESCE(sum(requests) FILTER (WHERE period = $2), 0), 9007199254740991)::bigint AS requests,
+                    LEAST(COALESCE(sum(cost_micro) FILTER (WHERE period = $2), 0), 9007199254740991)::bigint AS cost_micro,
+                    max(day) AS last_day
+             FROM usage_rollups
+             WHERE period IN ($2, $3) AND tenant_id = $1 AND ($4::text IS NULL OR tenant_id = $4)
+             GROUP BY key_id",
+        )
+        .bind(tenant)
+        .bind(period)
+        .bind(previous)
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;

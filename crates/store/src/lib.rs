@@ -30,7 +30,7 @@ pub use auth::{IssuedSession, Principal, Sessions, SignedInVia, TenantScope, Ver
 pub use billing::{ClosedMonth, VerifiedMonth};
 pub use catalog::{AppRow, Catalog, KeyRow, ModelRow, NewKey, NewModel, TenantRow};
 pub use catalog_delta::{CatalogChange, CatalogParts};
-pub use console::{AuditFilter, KeyListRow, UserListRow};
+pub use console::{AuditFilter, KeyListRow, KeySpendRow, UserListRow};
 pub use deployments::{DeploymentRow, RoutingRows};
 pub use fair::{BorrowRow, BorrowedRow, GuaranteeRow, ReclaimRow};
 pub use jobs::{AlertRow, JobRunRow, NewAlert, NoticeRow};

@@ -25,10 +25,14 @@ pub struct RequestDecisionRow {
     pub scope: Option<String>,
     /// Counters at the time (limit, headroom, estimate …).
     pub detail: Value,
+    /// The request's tags (a JSON object of strings, `{}` for none) and end
+    /// user (`""` for none), as far as the request was read.
+    pub tags: Value,
+    pub end_user: String,
 }
 
 const COLUMNS: &str =
-    "request_id, at, period, day, tenant_id, app_id, key_id, model, decision, reason, status, scope, detail";
+    "request_id, at, period, day, tenant_id, app_id, key_id, model, decision, reason, status, scope, detail, tags, end_user";
 
 impl Store {
     /// Stores a batch; a request id already stored is left as it was (a
@@ -51,7 +55,9 @@ impl Store {
                 .push_bind(&r.reason)
                 .push_bind(r.status)
                 .push_bind(&r.scope)
-                .push_bind(&r.detail);
+                .push_bind(&r.detail)
+                .push_bind(&r.tags)
+                .push_bind(&r.end_user);
         });
         q.push(" ON CONFLICT (request_id) DO NOTHING");
         Ok(q.build().execute(&self.pool).await?.rows_affected())

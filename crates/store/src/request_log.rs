@@ -22,6 +22,10 @@ pub struct RequestLogFilter {
     pub from: Option<DateTime<Utc>>,
     /// Exclusive.
     pub to: Option<DateTime<Utc>>,
+    /// Requests carrying this tag (key, value).
+    pub tag: Option<(String, String)>,
+    /// Requests of this end user.
+    pub end_user: Option<String>,
     /// Rows strictly older than this one.
     pub after: Option<RequestCursor>,
     pub limit: i64,
@@ -72,7 +76,8 @@ pub struct RequestLogRow {
     pub cost_micro: i64,
     /// The deployment that answered (none for refusals and estimates).
     pub deployment: Option<String>,
-    /// Tags and end user (none for refusals: they were never booked).
+    /// Tags and end user, as far as the request was read (a request refused
+    /// before its body was read has none).
     #[sqlx(flatten, try_from = "crate::ledger::AttributionCols")]
     pub attribution: domain::attribution::Attribution,
 }
@@ -108,6 +113,14 @@ fn conditions(
     eq(q, "app_id", &f.app);
     eq(q, "key_id", &f.key);
     eq(q, "model", &f.model);
+    eq(q, "end_user", &f.end_user);
+    if let Some((k, v)) = &f.tag {
+        q.push(format!(" AND {prefix}tags @> jsonb_build_object("))
+            .push_bind(k.clone())
+            .push("::text, ")
+            .push_bind(v.clone())
+            .push("::text)");
+    }
     if let Some(from) = f.from {
         q.push(format!(" AND {prefix}{at} >= ")).push_bind(from);
     }
@@ -166,7 +179,7 @@ impl Store {
                 "(SELECT r.request_id, r.at, r.tenant_id, r.app_id, r.key_id, r.model,
                          'refused' AS outcome, 'refused' AS status, r.reason, r.status AS http_status,
                          0::BIGINT AS input_tokens, 0::BIGINT AS output_tokens, 0::BIGINT AS cost_micro,
-                         NULL::TEXT AS deployment, '{}'::jsonb AS tags, ''::TEXT AS end_user
+                         NULL::TEXT AS deployment, r.tags, r.end_user
                   FROM request_decisions r",
             );
             conditions(&mut q, tenant, f, "at", "r.");

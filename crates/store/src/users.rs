@@ -140,12 +140,14 @@ impl Store {
     }
 
     /// Sets a user's password (already hashed) and ends every session of
-    /// theirs, the one that asked included.
+    /// theirs, the one that asked included. `reset`: a platform admin set
+    /// it for them (audited as a reset, not as their own change).
     pub async fn set_user_password(
         &self,
         actor: &str,
         id: Uuid,
         password_hash: &str,
+        reset: bool,
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         let email: String = sqlx::query_scalar(
@@ -159,8 +161,16 @@ impl Store {
         let ended = crate::auth::revoke_user_sessions(&mut tx, id).await?;
         append(
             &mut tx,
-            NewAudit::new(actor, "user.password_change", format!("user:{email}"))
-                .after(json!({"sessions_ended": ended})),
+            NewAudit::new(
+                actor,
+                if reset {
+                    "user.password_reset"
+                } else {
+                    "user.password_change"
+                },
+                format!("user:{email}"),
+            )
+            .after(json!({"sessions_ended": ended})),
         )
         .await?;
         tx.commit().await?;

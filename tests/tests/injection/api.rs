@@ -102,6 +102,13 @@ fn routes() -> Vec<Route> {
             &["/console/users"],
         ),
         route(
+            "POST /api/v1/users/{id}/password",
+            &[("id", Param::Victim)],
+            json!({"password": "long enough password {n}"}),
+            "",
+            &["/console/users"],
+        ),
+        route(
             "POST /api/v1/models",
             &[],
             json!({"id": "m-{n}", "kind": "chat", "upstream_base_url": "http://127.0.0.1:9/v1",

@@ -134,14 +134,27 @@ fn form_cases() -> Vec<FormCase> {
             )
         },
         FormCase {
-            shown: &[("allowed_models", Shown::Never)],
+            // A key's own limits show on its limits history, not in the
+            // apps page's key table.
+            shown: &[
+                ("allowed_models", Shown::Never),
+                ("monthly_tokens", Shown::Never),
+                ("monthly_cost_usd", Shown::Never),
+                ("daily_cost_soft_usd", Shown::Never),
+                ("rpm", Shown::Never),
+                ("input_tpm", Shown::Never),
+                ("output_tpm", Shown::Never),
+                ("max_inflight", Shown::Never),
+                ("max_context_tokens", Shown::Never),
+                ("max_output_tokens", Shown::Never),
+            ],
             ..case(
                 "/console/tenants/{}/apps/{}/keys",
-                &[
+                &with_limits(&[
                     ("name", "key {n}"),
                     ("expires_at", "2099-01-01T00:00"),
                     ("allowed_models", "gpt-4o-mini"),
-                ],
+                ]),
                 &["/console/tenants/t/apps"],
             )
         },
@@ -234,6 +247,24 @@ fn form_cases() -> Vec<FormCase> {
             )
         },
         FormCase {
+            target: Target::Victim,
+            shown: &[("disabled", Shown::Never)],
+            ..case(
+                "/console/users/{}/disabled",
+                &[("disabled", "false")],
+                &["/console/users"],
+            )
+        },
+        FormCase {
+            target: Target::Victim,
+            shown: &[("password", Shown::Never)],
+            ..case(
+                "/console/users/{}/password",
+                &[("password", "long enough password {n}")],
+                &["/console/users"],
+            )
+        },
+        FormCase {
             method: "get",
             ..case(
                 "/console/audit",
@@ -260,6 +291,8 @@ fn form_cases() -> Vec<FormCase> {
                     ("model", "gpt-4o-mini"),
                     ("status", "ok"),
                     ("reason", "model_not_found"),
+                    ("tag", "project:p{n}"),
+                    ("end_user", "user-{n}"),
                     ("from", "2000-01-01T00:00"),
                     ("to", "2099-01-01T00:00"),
                 ],

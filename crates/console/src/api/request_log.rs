@@ -23,6 +23,9 @@ pub struct LogQuery {
     pub model: Option<String>,
     pub status: Option<String>,
     pub reason: Option<String>,
+    /// `key:value`: requests carrying that tag.
+    pub tag: Option<String>,
+    pub end_user: Option<String>,
     pub from: Option<String>,
     pub to: Option<String>,
     pub cursor: Option<String>,
@@ -38,6 +41,19 @@ fn time(field: &'static str, v: &Option<String>) -> Result<Option<DateTime<Utc>>
             DateTime::parse_from_rfc3339(s)
                 .map(|t| t.with_timezone(&Utc))
                 .map_err(|_| ApiError::invalid(field, "expected an RFC 3339 time"))
+        })
+        .transpose()
+}
+
+/// `project:apollo` → ("project", "apollo"); tag keys never hold `:`.
+fn tag(v: &Option<String>) -> Result<Option<(String, String)>, ApiError> {
+    v.as_deref()
+        .map(|s| match s.split_once(':') {
+            Some((k, v)) if !k.is_empty() && !v.is_empty() => Ok((k.to_string(), v.to_string())),
+            _ => Err(ApiError::invalid(
+                "tag",
+                "expected key:value, e.g. project:apollo",
+            )),
         })
         .transpose()
 }
@@ -76,6 +92,8 @@ pub async fn page(
         model: q.model,
         status: q.status,
         reason: q.reason,
+        tag: tag(&q.tag)?,
+        end_user: q.end_user.filter(|e| !e.is_empty()),
         after,
         limit: limit + 1,
     };

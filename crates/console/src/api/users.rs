@@ -164,3 +164,41 @@ pub async fn disable(
     set_disabled(&cp, &actor, id, d.disabled).await?;
     Ok(Json(json!({"id": id, "disabled": d.disabled})))
 }
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PasswordReset {
+    pub password: String,
+}
+
+/// Sets another person's password (platform admins only; one's own goes
+/// through `/auth/password` with the current one). Every session of theirs
+/// ends; a disabled user stays disabled (404 here: enable them first).
+pub async fn reset_password(
+    cp: &ControlPlane,
+    actor: &Principal,
+    id: Uuid,
+    password: String,
+) -> Result<(), ApiError> {
+    require_platform_admin(actor)?;
+    if actor.user_id == id.to_string() {
+        return Err(ApiError::Forbidden(
+            "change your own password with your current one".into(),
+        ));
+    }
+    let hash = hash_password(password).await?;
+    cp.store
+        .set_user_password(&actor.label(), id, &hash, true)
+        .await?;
+    Ok(())
+}
+
+pub async fn password(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Params(id): Params<Uuid>,
+    Body(r): Body<PasswordReset>,
+) -> Result<axum::http::StatusCode, ApiError> {
+    reset_password(&cp, &actor, id, r.password).await?;
+    Ok(axum::http::StatusCode::NO_CONTENT)
+}

@@ -291,6 +291,8 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         )
         .route("/console/users", get(users::list).post(users::create))
         .route("/console/users/{id}/role", post(users::set_role))
+        .route("/console/users/{id}/disabled", post(users::set_disabled))
+        .route("/console/users/{id}/password", post(users::reset_password))
         .route("/console/audit", get(audit::list))
         .route("/console/audit/verify", get(audit::verify))
         .route("/console/audit.csv", get(audit::csv_export))

@@ -2,7 +2,8 @@
 //! the answer to the issue request and nowhere else), revoke keys.
 
 use super::{
-    form_error, limits_summary, model_problems, split_list, time, when, FieldError, LimitsForm,
+    form_error, limits_summary, model_problems, split_list, thousands, time, when, FieldError,
+    LimitsForm,
 };
 use crate::api::keys::{self as key_svc, KeyIn};
 use crate::api::tenants::{self as svc, AppIn};
@@ -14,8 +15,10 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Form;
+use domain::money::MicroUsd;
 use domain::roles::{Access, Role};
 use serde::Deserialize;
+use std::collections::HashMap;
 use std::sync::Arc;
 use uuid::Uuid;
 
@@ -33,10 +36,31 @@ pub struct KeyLine {
     pub created: String,
     pub expires: String,
     pub revoked: bool,
+    /// This month's cost (`$0.00` when unused) and requests.
+    pub spend: String,
+    pub requests: String,
+    /// The last day it was used (this month or the last), or empty.
+    pub last_used: String,
+}
+
+/// What each key of a tenant used, by key id (from the rollups).
+type KeyUses = HashMap<String, store::KeySpendRow>;
+
+async fn key_uses(cp: &ControlPlane, s: &Session, tenant: &str) -> Result<KeyUses, PageError> {
+    let period = cp.clock.month(chrono::Utc::now());
+    let previous = domain::period::previous_month(&period).unwrap_or_else(|| period.clone());
+    Ok(cp
+        .store
+        .key_spend(s.actor.scope(), tenant, &period, &previous)
+        .await?
+        .into_iter()
+        .map(|u| (u.key_id.clone(), u))
+        .collect())
 }
 
 impl KeyLine {
-    fn of(k: &store::KeyListRow) -> KeyLine {
+    fn of(k: &store::KeyListRow, uses: &KeyUses) -> KeyLine {
+        let used = uses.get(&k.id.to_string());
         KeyLine {
             id: k.id.to_string(),
             name: k.name.clone(),
@@ -44,15 +68,21 @@ impl KeyLine {
             created: when(k.created_at),
             expires: k.expires_at.map(when).unwrap_or_default(),
             revoked: k.revoked_at.is_some(),
+            spend: MicroUsd(used.map_or(0, |u| u.cost_micro)).shown(),
+            requests: thousands(used.map_or(0, |u| u.requests)),
+            last_used: used
+                .and_then(|u| u.last_day)
+                .map(|d| d.to_string())
+                .unwrap_or_default(),
         }
     }
 }
 
 /// The keys of one app, as its table shows them.
-fn key_lines(keys: &[store::KeyListRow], app: &str) -> Vec<KeyLine> {
+fn key_lines(keys: &[store::KeyListRow], app: &str, uses: &KeyUses) -> Vec<KeyLine> {
     keys.iter()
         .filter(|k| k.app_id == app)
-        .map(KeyLine::of)
+        .map(|k| KeyLine::of(k, uses))
         .collect()
 }
 
@@ -98,6 +128,7 @@ struct AppsPage {
     errors: FieldError,
     /// The key forms' (none on a fresh page).
     key_errors: FieldError,
+    key_draft: KeyForm,
 }
 
 async fn apps_page(
@@ -112,13 +143,14 @@ async fn apps_page(
         return Err(ApiError::NotFound(format!("tenant {tenant}")).into());
     }
     let keys = cp.store.keys_of(scope, tenant).await?;
+    let uses = key_uses(cp, s, tenant).await?;
     let apps = cp
         .store
         .apps_of(scope, tenant)
         .await?
         .into_iter()
         .map(|a| AppLine {
-            keys: key_lines(&keys, &a.id),
+            keys: key_lines(&keys, &a.id, &uses),
             limits: limits_summary(s.lang, &a.limits),
             id: a.id,
             name: a.name,
@@ -132,6 +164,7 @@ async fn apps_page(
         form,
         errors,
         key_errors: FieldError::default(),
+        key_draft: KeyForm::default(),
     })
 }
 
@@ -175,12 +208,17 @@ pub async fn create(
     }
 }
 
-#[derive(Deserialize, Default)]
+/// The key form: a name, an optional expiry and allowed models, and the
+/// key's own limits (empty: only its app's and tenant's apply). Kept as
+/// typed when refused, so every error shows beside what was typed.
+#[derive(Deserialize, Default, Clone)]
 #[serde(default)]
 pub struct KeyForm {
     name: String,
     expires_at: String,
     allowed_models: String,
+    #[serde(flatten)]
+    limits: LimitsForm,
 }
 
 #[derive(Template)]
@@ -204,6 +242,7 @@ struct KeyFormFragment {
     tenant: String,
     app: String,
     key_errors: FieldError,
+    key_draft: KeyForm,
 }
 
 /// Issues a key; the answer shows it once. Reloading the page shows only
@@ -214,12 +253,14 @@ pub async fn issue_key(
     Path((tenant, app)): Path<(String, String)>,
     Form(f): Form<KeyForm>,
 ) -> Result<Response, PageError> {
-    let input = time("expires_at", &f.expires_at).map(|expires_at| KeyIn {
-        name: f.name.trim().to_string(),
-        expires_at,
-        limits: Default::default(),
-        allowed_models: split_list(&f.allowed_models),
-        attribution: Default::default(),
+    let input = time("expires_at", &f.expires_at).and_then(|expires_at| {
+        Ok(KeyIn {
+            name: f.name.trim().to_string(),
+            expires_at,
+            limits: f.limits.parse()?,
+            allowed_models: split_list(&f.allowed_models),
+            attribution: Default::default(),
+        })
     });
     let result = match input {
         Ok(k) => key_svc::issue(&cp, &s.actor, &tenant, &app, k).await,
@@ -228,13 +269,14 @@ pub async fn issue_key(
     let html = match result {
         Ok(k) => {
             let keys = cp.store.keys_of(s.actor.scope(), &tenant).await?;
+            let uses = key_uses(&cp, &s, &tenant).await?;
             fragment_or_page(
                 &s,
                 "nav.apps",
                 "/console/apps",
                 Issued {
                     c: Chrome::new(&s, "nav.apps", "/console/apps"),
-                    keys: key_lines(&keys, &k.app_id),
+                    keys: key_lines(&keys, &k.app_id, &uses),
                     can_manage: true,
                     app: k.app_id,
                     name: k.name,
@@ -249,7 +291,10 @@ pub async fn issue_key(
                 c: Chrome::new(&s, "nav.apps", "/console/apps"),
                 tenant,
                 app,
-                key_errors: form_error(e)?.and(model_problems(&cp, &f.allowed_models).await),
+                key_errors: form_error(e)?
+                    .and(f.limits.problems())
+                    .and(model_problems(&cp, &f.allowed_models).await),
+                key_draft: f,
             };
             let html = fragment_or_page(&s, "nav.apps", "/console/apps", frag)?;
             return Ok((StatusCode::UNPROCESSABLE_ENTITY, html).into_response());
@@ -278,10 +323,11 @@ pub async fn revoke_key(
         return Ok(Redirect::to(&format!("/console/tenants/{tenant}/apps")).into_response());
     }
     let keys = cp.store.keys_of(s.actor.scope(), &tenant).await?;
+    let uses = key_uses(&cp, &s, &tenant).await?;
     let k = keys
         .iter()
         .find(|k| k.id == id)
-        .map(KeyLine::of)
+        .map(|k| KeyLine::of(k, &uses))
         .ok_or_else(|| ApiError::NotFound(format!("key {id}")))?;
     Ok(render(RevokedRow {
         c: Chrome::new(&s, "nav.apps", "/console/apps"),

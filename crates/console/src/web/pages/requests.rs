@@ -31,6 +31,11 @@ pub struct Lookup {
     model: String,
     status: String,
     reason: String,
+    /// `key:value` (`project:apollo`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    tag: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    end_user: String,
     /// `datetime-local`, UTC.
     from: String,
     to: String,
@@ -185,6 +190,8 @@ async fn log(cp: &ControlPlane, s: &Session, p: &mut RequestsPage) -> Result<(),
         model: opt(&q.model),
         status: opt(&q.status),
         reason: opt(&q.reason),
+        tag: opt(&q.tag),
+        end_user: opt(&q.end_user),
         from,
         to,
         cursor: opt(&q.cursor),
@@ -225,6 +232,17 @@ async fn log(cp: &ControlPlane, s: &Session, p: &mut RequestsPage) -> Result<(),
             .into_iter()
             .map(|t| pick(&t.id, t.name, &q.tenant))
             .collect();
+        // The tenant column names the tenant, as the filter does.
+        let names: HashMap<&str, &str> = p
+            .tenants
+            .iter()
+            .map(|(id, name, _)| (id.as_str(), name.as_str()))
+            .collect();
+        for l in &mut p.lines {
+            if let Some(n) = names.get(l.tenant.as_str()) {
+                l.tenant = n.to_string();
+            }
+        }
     }
     if let Some(t) = &tenant {
         p.keys = cp
@@ -658,6 +676,8 @@ mod tests {
             status: 402,
             scope: Some("tenant:search".into()),
             detail,
+            tags: json!({}),
+            end_user: String::new(),
         }
     }
 

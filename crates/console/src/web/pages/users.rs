@@ -1,11 +1,12 @@
-//! Console users: platform admins create them and change roles — never
-//! their own.
+//! Console users: platform admins create them, change their roles, disable
+//! and re-enable them and set a new password for them — never their own.
 
 use super::{form_error, when, FieldError};
 use crate::api::users::{self as svc, NewUser, RoleChange};
 use crate::web::{render, role_key, Chrome, PageError, Session};
 use crate::ControlPlane;
 use askama::Template;
+use axum::extract::Query;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -49,9 +50,29 @@ struct UsersPage {
     rows: Vec<UserLine>,
     form: UserForm,
     errors: FieldError,
-    /// A refused role change.
+    /// A refused role change, disable or password reset.
     role_errors: FieldError,
     roles: [(&'static str, &'static str); 4],
+    /// What the last action did (`?done=`), as a catalogue key.
+    done: Option<&'static str>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct Done {
+    done: String,
+}
+
+impl Done {
+    fn key(&self) -> Option<&'static str> {
+        match self.done.as_str() {
+            "disabled" => Some("users.done_disabled"),
+            "enabled" => Some("users.done_enabled"),
+            "password" => Some("users.done_password"),
+            "role" | "created" => Some("common.done"),
+            _ => None,
+        }
+    }
 }
 
 async fn page(
@@ -60,6 +81,7 @@ async fn page(
     form: UserForm,
     errors: FieldError,
     role_errors: FieldError,
+    done: Option<&'static str>,
 ) -> Result<UsersPage, PageError> {
     crate::api::require_platform_admin(&s.actor)?;
     let rows = cp
@@ -85,12 +107,14 @@ async fn page(
         errors,
         role_errors,
         roles: ROLES,
+        done,
     })
 }
 
 pub async fn list(
     State(cp): State<Arc<ControlPlane>>,
     s: Session,
+    Query(d): Query<Done>,
 ) -> Result<Html<String>, PageError> {
     render(
         page(
@@ -99,9 +123,41 @@ pub async fn list(
             UserForm::default(),
             FieldError::default(),
             FieldError::default(),
+            d.key(),
         )
         .await?,
     )
+}
+
+/// After an action on a row: the list again, saying what happened; a
+/// refusal: the list with the reason beside the table (422).
+async fn after_row_action(
+    cp: &ControlPlane,
+    s: &Session,
+    result: Result<(), crate::ApiError>,
+    done: &str,
+) -> Result<Response, PageError> {
+    match result {
+        Ok(()) => Ok(Redirect::to(&format!("/console/users?done={done}")).into_response()),
+        Err(e) => {
+            let errors = form_error(e)?;
+            Ok((
+                StatusCode::UNPROCESSABLE_ENTITY,
+                render(
+                    page(
+                        cp,
+                        s,
+                        UserForm::default(),
+                        FieldError::default(),
+                        errors,
+                        None,
+                    )
+                    .await?,
+                )?,
+            )
+                .into_response())
+        }
+    }
 }
 
 fn tenant_of(v: &str) -> Option<String> {
@@ -120,7 +176,7 @@ pub async fn create(
         tenant_id: tenant_of(&f.tenant_id),
     };
     match svc::create_user(&cp, &s.actor, u).await {
-        Ok(_) => Ok(Redirect::to("/console/users").into_response()),
+        Ok(_) => Ok(Redirect::to("/console/users?done=created").into_response()),
         Err(e) => {
             let mut errors = form_error(e)?;
             if errors.on("id").is_some() {
@@ -133,7 +189,7 @@ pub async fn create(
             };
             Ok((
                 StatusCode::UNPROCESSABLE_ENTITY,
-                render(page(&cp, &s, form, errors, FieldError::default()).await?)?,
+                render(page(&cp, &s, form, errors, FieldError::default(), None).await?)?,
             )
                 .into_response())
         }
@@ -157,15 +213,42 @@ pub async fn set_role(
         role: f.role,
         tenant_id: tenant_of(&f.tenant_id),
     };
-    match svc::change_role(&cp, &s.actor, id, change).await {
-        Ok(_) => Ok(Redirect::to("/console/users").into_response()),
-        Err(e) => {
-            let errors = form_error(e)?;
-            Ok((
-                StatusCode::UNPROCESSABLE_ENTITY,
-                render(page(&cp, &s, UserForm::default(), FieldError::default(), errors).await?)?,
-            )
-                .into_response())
-        }
-    }
+    let result = svc::change_role(&cp, &s.actor, id, change)
+        .await
+        .map(|_| ());
+    after_row_action(&cp, &s, result, "role").await
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct DisableForm {
+    disabled: String,
+}
+
+pub async fn set_disabled(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path(id): Path<Uuid>,
+    Form(f): Form<DisableForm>,
+) -> Result<Response, PageError> {
+    let disabled = f.disabled == "true";
+    let result = svc::set_disabled(&cp, &s.actor, id, disabled).await;
+    let done = if disabled { "disabled" } else { "enabled" };
+    after_row_action(&cp, &s, result, done).await
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct PasswordForm {
+    password: String,
+}
+
+pub async fn reset_password(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path(id): Path<Uuid>,
+    Form(f): Form<PasswordForm>,
+) -> Result<Response, PageError> {
+    let result = svc::reset_password(&cp, &s.actor, id, f.password).await;
+    after_row_action(&cp, &s, result, "password").await
 }
