@@ -115,7 +115,7 @@ async fn the_key_table_follows_an_issue_and_a_revoke_and_the_key_can_be_copied()
     ui.wait("#keys-a tr[data-state=revoked]").await;
     // The table's own row changed (not a row pasted inside a cell).
     assert_eq!(ui.count("#keys-a tr").await, 2, "the head and one key");
-    let state = ui.text("#keys-a tbody > tr > td:nth-child(5)").await;
+    let state = ui.text("#keys-a tbody > tr > td.key-state").await;
     assert_eq!(state, "revoked");
     assert_eq!(ui.count("#keys-a button.danger").await, 0);
     assert_eq!(ui.count("header.top").await, 1);
