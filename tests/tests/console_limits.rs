@@ -479,3 +479,131 @@ async fn a_key_issued_with_its_own_limits_in_the_console_is_held_to_them() {
     ui.c.close().await.unwrap();
     srv.shutdown().await;
 }
+
+/// The ledger event of one admitted request, once the writer stored it.
+async fn booked(env: &TestEnv, rid: &str) -> domain::usage::UsageEvent {
+    for _ in 0..100 {
+        if let Some(e) = env.usage_event(rid).await {
+            return e;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{rid} never reached the ledger");
+}
+
+/// A platform admin changes a model's prices on the models page: requests
+/// settled afterwards cost the new price (computed here from their tokens),
+/// the one booked before keeps its cost, the change is audited before →
+/// after, and a price that is not money is refused beside the model's row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_price_changed_in_the_console_prices_the_next_requests_only() {
+    let env = TestEnv::new().await;
+    let (_, key) = env.simple_tenant(Limits::default()).await;
+    let m = env.store.models().await.unwrap();
+    let m = m.iter().find(|m| m.id == "gpt-4o-mini").unwrap();
+    let (in_price, out_price) = (m.input_price_micro_per_mtok, m.output_price_micro_per_mtok);
+    assert_ne!((in_price, out_price), (3_000_000, 12_000_000));
+    user(&env, "admin@x.io", "platform_admin", None).await;
+    let (srv, _driver, ui) = browse(&env, |_| ()).await;
+    let gw = format!("{}/v1/chat/completions", ui.base);
+    let send = || async {
+        let r = post(&gw, &key, &chat_body("hello", Some(8))).await;
+        assert_eq!(r.status(), 200);
+        r.headers()["x-request-id"].to_str().unwrap().to_string()
+    };
+    let cost_at = |e: &domain::usage::UsageEvent, input: i64, output: i64| {
+        (e.input_tokens * input + e.output_tokens * output + 999_999) / 1_000_000
+    };
+    let first = booked(&env, &send().await).await;
+    assert_eq!(first.cost_micro, cost_at(&first, in_price, out_price));
+
+    ui.login("admin@x.io", None).await;
+    ui.go("/console/models").await;
+    let form = r#"form.model-prices[data-model="gpt-4o-mini"]"#;
+    ui.fill(
+        &format!("{form} input[name=input_price_per_mtok_usd]"),
+        "lots",
+    )
+    .await;
+    ui.click(&format!("{form} button")).await;
+    let err = ui
+        .wait(&format!(
+            "{form} .field-error[data-field=input_price_per_mtok_usd]"
+        ))
+        .await;
+    assert!(!err.text().await.unwrap().is_empty());
+    ui.fill(
+        &format!("{form} input[name=input_price_per_mtok_usd]"),
+        "$3.00",
+    )
+    .await;
+    ui.fill(
+        &format!("{form} input[name=output_price_per_mtok_usd]"),
+        "12",
+    )
+    .await;
+    ui.click(&format!("{form} button")).await;
+    ui.wait("#prices-saved").await;
+    assert_eq!(
+        ui.wait(&format!("{form} input[name=output_price_per_mtok_usd]"))
+            .await
+            .prop("value")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("$12.00")
+    );
+
+    // The catalog reaches the gateway a notification later.
+    let mut repriced = false;
+    for _ in 0..50 {
+        let e = booked(&env, &send().await).await;
+        if e.cost_micro == cost_at(&e, 3_000_000, 12_000_000) {
+            repriced = true;
+            break;
+        }
+        assert_eq!(
+            e.cost_micro,
+            cost_at(&e, in_price, out_price),
+            "neither price"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(repriced, "requests never cost the new price");
+    let again = env.usage_event(&first.request_id).await.unwrap();
+    assert_eq!(again.cost_micro, first.cost_micro, "a booked cost changed");
+
+    let (before, after): (serde_json::Value, serde_json::Value) = sqlx::query_as(
+        "SELECT before, after FROM audit_log WHERE action = 'model.prices' AND target = 'model:gpt-4o-mini'",
+    )
+    .fetch_one(env.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(before["input_price_micro_per_mtok"], in_price, "{before}");
+    assert_eq!(after["output_price_micro_per_mtok"], 12_000_000, "{after}");
+
+    // The API: a negative price names its field; a profile-only patch
+    // leaves the prices.
+    let admin = login(&ui.base, "admin@x.io").await;
+    let url = format!("{}/api/v1/models/gpt-4o-mini", ui.base);
+    let (s, e) = api(
+        "PATCH",
+        &url,
+        Some(&admin),
+        Some(serde_json::json!({"output_price_per_mtok_usd": "-1"})),
+    )
+    .await;
+    assert_eq!(s, 400, "{e}");
+    assert_eq!(e["error"]["param"], "output_price_per_mtok_usd", "{e}");
+    let (s, m) = api(
+        "PATCH",
+        &url,
+        Some(&admin),
+        Some(serde_json::json!({"hidden_reasoning": false})),
+    )
+    .await;
+    assert_eq!(s, 200, "{m}");
+    assert_eq!(m["input_price_per_mtok_usd"], "3.000000", "{m}");
+    ui.c.close().await.unwrap();
+    srv.shutdown().await;
+}

@@ -311,7 +311,9 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("models.hidden_reasoning", "Hidden reasoning", "隐藏推理"),
     ("models.suggested", "as the upstream name suggests", "按上游模型名推荐"),
     ("models.profile_note", "The gateway sends the output cap it holds in the field the provider reads; a model with hidden reasoning holds its whole cap for a stream. See docs/providers.md.", "网关把它预留的输出上限写入供应商读取的字段；隐藏推理的模型在流式请求开始时预留全部上限。参见 docs/providers.md。"),
-    ("models.price_note", "Prices are per million tokens; cost rounds up to the micro-dollar.", "价格按每百万 token 计；费用向上取整到微美元。"),
+("models.prices_saved", "New prices saved for", "已保存新价格："),
+    ("models.price_change_note", "A new price applies to requests admitted from now on; what is already booked keeps its cost.", "新价格适用于此后准入的请求；已入账的费用保持不变。"),
+        ("models.price_note", "Prices are per million tokens; cost rounds up to the micro-dollar.", "价格按每百万 token 计；费用向上取整到微美元。"),
     // users
     ("users.new", "New user", "新建用户"),
     ("users.role", "Role", "角色"),

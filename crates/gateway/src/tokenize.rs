@@ -136,4 +136,38 @@ mod tests {
             "one count per tenant at a time"
         );
     }
+
+    /// A body above `LARGE_BODY` is parsed on its tenant's turn (so it
+    /// waits while that tenant's turn is taken, and another tenant's does
+    /// not); a small one is parsed at once. Parsing a large body on the
+    /// async worker would make the first wait fail.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_body_is_parsed_on_its_tenants_turn_a_small_one_at_once() {
+        let pool = Arc::new(TokenizePool::new(2));
+        let big = bytes::Bytes::from(format!("{{\"x\":\"{}\"}}", "a".repeat(LARGE_BODY)));
+        let small = bytes::Bytes::from_static(b"{\"x\":\"small\"}");
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let p = pool.clone();
+        let busy = tokio::spawn(async move {
+            p.run("a", move || {
+                wait.recv().ok();
+            })
+            .await
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (p, b) = (pool.clone(), big.clone());
+        let waiting = tokio::spawn(async move { p.parse("a", &b).await });
+        // Another tenant's large body and a's small one do not wait.
+        assert!(pool.parse("b", &big).await.unwrap()["x"].is_string());
+        assert_eq!(pool.parse("a", &small).await.unwrap()["x"], "small");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "a's large body skipped a's turn");
+        release.send(()).unwrap();
+        busy.await.unwrap();
+        assert!(waiting.await.unwrap().unwrap()["x"].is_string());
+        // Written back the same way: on the tenant's turn, the value kept.
+        let mut v = serde_json::json!({"x": "y"});
+        assert_eq!(pool.serialise(Some("a"), &mut v).await, br#"{"x":"y"}"#);
+        assert_eq!(v["x"], "y");
+    }
 }

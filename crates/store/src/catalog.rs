@@ -550,6 +550,47 @@ impl Store {
         Ok(())
     }
 
+    /// A model's prices (micro-USD per million tokens), audited as
+    /// `model.prices` before → after. Requests admitted after the change are
+    /// priced by it; what is already booked keeps the cost it was booked at.
+    pub async fn set_model_prices(
+        &self,
+        actor: &str,
+        id: &str,
+        input_micro_per_mtok: i64,
+        output_micro_per_mtok: i64,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let before: (i64, i64) = sqlx::query_as(
+            "SELECT input_price_micro_per_mtok, output_price_micro_per_mtok FROM models
+             WHERE id = $1 FOR UPDATE",
+        )
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("model {id}")))?;
+        sqlx::query(
+            "UPDATE models SET input_price_micro_per_mtok = $2, output_price_micro_per_mtok = $3,
+                    updated_at = now()
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(input_micro_per_mtok)
+        .bind(output_micro_per_mtok)
+        .execute(&mut *tx)
+        .await?;
+        let prices = |i: i64, o: i64| json!({"input_price_micro_per_mtok": i, "output_price_micro_per_mtok": o});
+        append(
+            &mut tx,
+            NewAudit::new(actor, "model.prices", format!("model:{id}"))
+                .before(prices(before.0, before.1))
+                .after(prices(input_micro_per_mtok, output_micro_per_mtok)),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     pub async fn tenant_exists(&self, scope: &TenantScope, id: &str) -> Result<bool> {
         Ok(sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1 AND ($2::text IS NULL OR id = $2))",

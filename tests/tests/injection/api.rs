@@ -164,7 +164,8 @@ fn routes() -> Vec<Route> {
         route(
             "PATCH /api/v1/models/{id}",
             &[("id", Param::Fixed("gpt-4o-mini"))],
-            json!({"cap_field": "max_tokens", "hidden_reasoning": false, "apis": ["chat"]}),
+            json!({"input_price_per_mtok_usd": "1.5", "output_price_per_mtok_usd": "2",
+                "cap_field": "max_tokens", "hidden_reasoning": false, "apis": ["chat"]}),
             "/api/v1/models/{id}",
             &["/console/models"],
         ),

@@ -217,6 +217,17 @@ fn form_cases() -> Vec<FormCase> {
             )
         },
         FormCase {
+            target: Target::Model,
+            ..case(
+                "/console/models/{}/prices",
+                &[
+                    ("input_price_per_mtok_usd", "1.5"),
+                    ("output_price_per_mtok_usd", "2"),
+                ],
+                &["/console/models"],
+            )
+        },
+        FormCase {
             target: Target::ModelDeployment,
             shown: &[("enabled", Shown::Never)],
             ..case(
@@ -344,6 +355,7 @@ impl FormRun<'_> {
             Target::Request => vec![self.p.pending_request().await],
             Target::Victim => vec![self.p.victim.clone()],
             Target::ModelDeployment => vec!["gpt-4o-mini".to_string(), "inj".into()],
+            Target::Model => vec!["gpt-4o-mini".to_string()],
             Target::TenantLimitVersion => {
                 let url = format!("{}/api/v1/tenants/t/limits/versions", self.p.base);
                 let (status, h) = api("GET", &url, Some(&self.p.admin), None).await;

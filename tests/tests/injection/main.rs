@@ -584,6 +584,8 @@ enum Target {
     Request,
     /// The victim user.
     Victim,
+    /// Model gpt-4o-mini.
+    Model,
     /// Model gpt-4o-mini's deployment `inj` (made by the form before it).
     ModelDeployment,
     /// Tenant t, then the oldest version of its limits (an earlier one,

@@ -9,7 +9,7 @@ use domain::MicroUsd;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use store::NewModel;
+use store::{NewModel, Principal};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -48,13 +48,64 @@ fn chat() -> String {
     "chat".into()
 }
 
-/// A change to a model's provider profile: only the fields given change.
-#[derive(Deserialize)]
+/// A change to a model's prices and provider profile: only the fields
+/// given change.
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ModelPatch {
+    #[serde(default)]
+    pub input_price_per_mtok_usd: Option<MicroUsd>,
+    #[serde(default)]
+    pub output_price_per_mtok_usd: Option<MicroUsd>,
     pub cap_field: Option<String>,
     pub hidden_reasoning: Option<bool>,
     pub apis: Option<Vec<String>>,
+}
+
+/// Applies `p` to model `id` (platform admins only): new prices, each
+/// audited as `model.prices`, and a new profile as `model.profile`; a
+/// negative price names its field. Requests admitted from then on are
+/// priced by it.
+pub async fn patch_model(
+    cp: &ControlPlane,
+    actor: &Principal,
+    id: &str,
+    p: ModelPatch,
+) -> Result<store::ModelRow, ApiError> {
+    require_platform_admin(actor)?;
+    let m = find(cp, id).await?;
+    for (field, v) in [
+        ("input_price_per_mtok_usd", p.input_price_per_mtok_usd),
+        ("output_price_per_mtok_usd", p.output_price_per_mtok_usd),
+    ] {
+        if v.is_some_and(|v| v.0 < 0) {
+            return Err(ApiError::field(field, "err.negative"));
+        }
+    }
+    let profile_given = p.cap_field.is_some() || p.hidden_reasoning.is_some() || p.apis.is_some();
+    let profile = profile_with(
+        m.profile.clone(),
+        p.cap_field.as_deref(),
+        p.hidden_reasoning,
+        p.apis.as_deref(),
+    )?;
+    let input = p
+        .input_price_per_mtok_usd
+        .map_or(m.input_price_micro_per_mtok, |v| v.0);
+    let output = p
+        .output_price_per_mtok_usd
+        .map_or(m.output_price_micro_per_mtok, |v| v.0);
+    if (input, output) != (m.input_price_micro_per_mtok, m.output_price_micro_per_mtok) {
+        cp.store
+            .set_model_prices(&actor.label(), id, input, output)
+            .await?;
+    }
+    if profile_given {
+        cp.store
+            .set_model_profile(&actor.label(), id, &profile)
+            .await?;
+    }
+    find(cp, id).await
 }
 
 /// `base` with the given fields applied; an unknown cap field or dialect
@@ -132,26 +183,15 @@ pub async fn show(
     Ok(Json(model_json(&m, actor.is_platform_admin())))
 }
 
-/// `PATCH /api/v1/models/{id}`: changes the provider profile (platform
-/// admins only, audited).
+/// `PATCH /api/v1/models/{id}`: changes the prices and/or the provider
+/// profile (platform admins only, audited).
 pub async fn update(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
     Params(id): Params<String>,
     Body(p): Body<ModelPatch>,
 ) -> Result<Json<Value>, ApiError> {
-    require_platform_admin(&actor)?;
-    let m = find(&cp, &id).await?;
-    let profile = profile_with(
-        m.profile.clone(),
-        p.cap_field.as_deref(),
-        p.hidden_reasoning,
-        p.apis.as_deref(),
-    )?;
-    cp.store
-        .set_model_profile(&actor.label(), &id, &profile)
-        .await?;
-    let m = find(&cp, &id).await?;
+    let m = patch_model(&cp, &actor, &id, p).await?;
     Ok(Json(model_json(&m, true)))
 }
 

@@ -285,6 +285,7 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/console/borrowing", get(borrowing::show))
         .route("/console/models", get(models::list).post(models::create))
         .route("/console/models/deployments", post(deployments::put))
+        .route("/console/models/{id}/prices", post(models::set_prices))
         .route(
             "/console/models/{id}/deployments/{name}/enabled",
             post(deployments::set_enabled),

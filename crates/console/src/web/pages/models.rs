@@ -1,13 +1,13 @@
-//! Models and their prices; platform admins add models. The provider key
-//! is write-only: the page never shows it.
+//! Models and their prices; platform admins add models and change their
+//! prices. The provider key is write-only: the page never shows it.
 
 use super::{form_error, int, usd, FieldError};
-use crate::api::models::{self as svc, ModelIn};
+use crate::api::models::{self as svc, ModelIn, ModelPatch};
 use crate::error::ApiError;
 use crate::web::{render, Chrome, PageError, Session};
 use crate::ControlPlane;
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Form;
@@ -96,6 +96,11 @@ struct ModelsPage {
     can_create: bool,
     form: ModelForm,
     errors: FieldError,
+    /// A refused price change: the model and its errors.
+    price_model: String,
+    price_errors: FieldError,
+    /// `?saved=<model>`: that model's prices were changed.
+    saved: String,
     /// Platform admins only: every model's deployments and their health.
     deployments: Vec<super::deployments::DeploymentLine>,
 }
@@ -105,6 +110,25 @@ async fn page(
     s: &Session,
     form: ModelForm,
     errors: FieldError,
+) -> Result<ModelsPage, PageError> {
+    page_with(
+        cp,
+        s,
+        form,
+        errors,
+        (String::new(), FieldError::default()),
+        String::new(),
+    )
+    .await
+}
+
+async fn page_with(
+    cp: &ControlPlane,
+    s: &Session,
+    form: ModelForm,
+    errors: FieldError,
+    (price_model, price_errors): (String, FieldError),
+    saved: String,
 ) -> Result<ModelsPage, PageError> {
     let rows: Vec<ModelLine> = cp
         .store
@@ -139,6 +163,9 @@ async fn page(
         can_create: s.actor.is_platform_admin(),
         form,
         errors,
+        price_model,
+        price_errors,
+        saved,
         deployments,
     })
 }
@@ -157,11 +184,84 @@ fn profile_text(lang: crate::i18n::Lang, p: &domain::provider::ProviderProfile) 
     t
 }
 
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct Saved {
+    saved: String,
+}
+
 pub async fn list(
     State(cp): State<Arc<ControlPlane>>,
     s: Session,
+    axum::extract::Query(q): axum::extract::Query<Saved>,
 ) -> Result<Html<String>, PageError> {
-    render(page(&cp, &s, ModelForm::default(), FieldError::default()).await?)
+    let page = page_with(
+        &cp,
+        &s,
+        ModelForm::default(),
+        FieldError::default(),
+        (String::new(), FieldError::default()),
+        q.saved,
+    );
+    render(page.await?)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct PriceForm {
+    input_price_per_mtok_usd: String,
+    output_price_per_mtok_usd: String,
+}
+
+/// New prices for a model (platform admins): both fields, as money; every
+/// field in error is shown beside the model's row.
+pub async fn set_prices(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path(id): Path<String>,
+    Form(f): Form<PriceForm>,
+) -> Result<Response, PageError> {
+    let price = |field, v: &str| -> Result<MicroUsd, ApiError> {
+        usd(field, v)?.ok_or(ApiError::field(field, "err.required"))
+    };
+    let input = price("input_price_per_mtok_usd", &f.input_price_per_mtok_usd);
+    let output = price("output_price_per_mtok_usd", &f.output_price_per_mtok_usd);
+    let result = match (input, output) {
+        (Ok(i), Ok(o)) => {
+            let patch = ModelPatch {
+                input_price_per_mtok_usd: Some(i),
+                output_price_per_mtok_usd: Some(o),
+                ..Default::default()
+            };
+            svc::patch_model(&cp, &s.actor, &id, patch)
+                .await
+                .map(|_| ())
+                .map_err(|e| (e, Vec::new()))
+        }
+        (Err(e), Ok(_)) | (Ok(_), Err(e)) => Err((e, Vec::new())),
+        (Err(e), Err(more)) => Err((e, vec![more])),
+    };
+    match result {
+        Ok(()) => {
+            let to = format!(
+                "/console/models?{}",
+                serde_urlencoded::to_string([("saved", &id)]).unwrap_or_default()
+            );
+            Ok(Redirect::to(&to).into_response())
+        }
+        Err((e, more)) => {
+            let errors = form_error(e)?.and(more);
+            let page = page_with(
+                &cp,
+                &s,
+                ModelForm::default(),
+                FieldError::default(),
+                (id, errors),
+                String::new(),
+            );
+            Ok((StatusCode::UNPROCESSABLE_ENTITY, render(page.await?)?).into_response())
+        }
+    }
 }
 
 pub async fn create(
