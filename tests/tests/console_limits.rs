@@ -607,3 +607,76 @@ async fn a_price_changed_in_the_console_prices_the_next_requests_only() {
     ui.c.close().await.unwrap();
     srv.shutdown().await;
 }
+
+/// A tenant admin changes an app's limits on its limits page: a bad number
+/// is refused beside its field, one request a minute is saved, the history
+/// shows the change on top, and the gateway holds the app to it
+/// (429 `app_rpm_exceeded`). The API sets a key's limits the same way,
+/// for its own tenant only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apps_limits_changed_on_its_page_bind_on_the_hot_path() {
+    let env = TestEnv::new().await;
+    let (_, key) = env.simple_tenant(Limits::default()).await;
+    env.tenant("other", Limits::default(), None).await;
+    env.app("other", "a", Limits::default()).await;
+    let (other_key, _) = env.key("other", "a", Limits::default()).await;
+    let (own_key, _) = env.key("t", "a", Limits::default()).await;
+    user(&env, "ta@x.io", "tenant_admin", Some("t")).await;
+    user(&env, "aud@x.io", "auditor", None).await;
+    let (srv, _driver, ui) = browse(&env, |_| ()).await;
+    let gw = format!("{}/v1/chat/completions", ui.base);
+    assert_eq!(reason_of(&gw, &key).await, "");
+    ui.login("ta@x.io", None).await;
+    ui.go("/console/tenants/t/apps/a/limits").await;
+    ui.fill("#limits-form input[name=max_inflight]", "many")
+        .await;
+    ui.fill("#limits-form input[name=rpm]", "1").await;
+    ui.click("#limits-submit").await;
+    ui.wait("#limits-form .field-error").await;
+    assert_eq!(error_fields(&ui, "#limits-form").await, ["max_inflight"]);
+    ui.fill("#limits-form input[name=max_inflight]", "").await;
+    ui.click("#limits-submit").await;
+    ui.wait("#limits-saved").await;
+    let newest = ui
+        .text("#limits-history > tbody > tr[data-current] td.changes")
+        .await;
+    assert!(newest.contains('1'), "{newest}");
+    assert_eq!(
+        until_refused(&gw, &key, "app_rpm_exceeded").await,
+        "app_rpm_exceeded"
+    );
+    let action: String = sqlx::query_scalar(
+        "SELECT action FROM audit_log WHERE target = 'app:t/a' ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(env.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(action, "app.limits");
+
+    // The API: a key of one's own tenant, not another's; an auditor reads
+    // but sets nothing.
+    let ta = login(&ui.base, "ta@x.io").await;
+    let aud = login(&ui.base, "aud@x.io").await;
+    let body = serde_json::json!({"limits": {"monthly_tokens": 1000}});
+    let put = |id: &str, token: &str| {
+        let (url, token, body) = (
+            format!("{}/api/v1/keys/{id}/limits", ui.base),
+            token.to_string(),
+            body.clone(),
+        );
+        async move { api("PUT", &url, Some(&token), Some(body)).await }
+    };
+    assert_eq!(put(&own_key, &ta).await.0, 200);
+    assert_eq!(put(&other_key, &ta).await.0, 404);
+    assert_eq!(put(&own_key, &aud).await.0, 403);
+    let (s, e) = api(
+        "PUT",
+        &format!("{}/api/v1/keys/{own_key}/limits", ui.base),
+        Some(&ta),
+        Some(serde_json::json!({"limits": {"rpm": -1}})),
+    )
+    .await;
+    assert_eq!(s, 400, "{e}");
+    ui.c.close().await.unwrap();
+    srv.shutdown().await;
+}

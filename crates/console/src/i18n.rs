@@ -230,6 +230,9 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("limits.in_force", "in force", "当前生效"),
     ("limits.all_unlimited", "no limits set (unlimited)", "未设限额（不限）"),
     ("limits.restore", "Restore this version", "恢复此版本"),
+    ("limits.saved_ok", "Limits saved; they bind within a second.", "限额已保存，一秒内生效。"),
+    ("limits.edit", "Change the limits", "修改限额"),
+    ("limits.edit_note", "Empty means no limit of its own at this level; the limits above it (app, tenant) still apply.", "留空表示本级不设限额；上级（应用、租户）的限额仍然生效。"),
     ("limits.restored_ok", "Restored: these limits are in force again.", "已恢复：这些限额已重新生效。"),
     // tenants
     ("tenants.new", "New tenant", "新建租户"),

@@ -81,6 +81,36 @@ impl Store {
         from: i64,
         reason: &str,
     ) -> Result<()> {
+        let action = format!("{}.limits_restore", owner.kind());
+        let extra = Some(("restored_from", json!(from)));
+        self.write_limits(actor, owner, limits, &action, extra, Some(reason))
+            .await
+    }
+
+    /// Sets `owner`'s limits (an app's or a key's, edited), audited as
+    /// `<kind>.limits` with the limits before and after.
+    pub async fn set_limits(
+        &self,
+        actor: &str,
+        owner: &LimitsOwner,
+        limits: &Limits,
+    ) -> Result<()> {
+        let action = format!("{}.limits", owner.kind());
+        self.write_limits(actor, owner, limits, &action, None, None)
+            .await
+    }
+
+    /// The one write of a scope's limits, with its audit entry, in one
+    /// transaction.
+    async fn write_limits(
+        &self,
+        actor: &str,
+        owner: &LimitsOwner,
+        limits: &Limits,
+        action: &str,
+        extra: Option<(&str, serde_json::Value)>,
+        reason: Option<&str>,
+    ) -> Result<()> {
         // (table, the owner's WHERE, its binds after the tenant)
         let (table, which, second) = match owner {
             LimitsOwner::Tenant { .. } => ("tenants", "id = $1", None),
@@ -111,18 +141,17 @@ impl Store {
             q = q.bind(s);
         }
         q.bind(&after).execute(&mut *tx).await?;
-        append(
-            &mut tx,
-            NewAudit::new(
-                actor,
-                format!("{}.limits_restore", owner.kind()),
-                owner.target(),
-            )
+        let mut after = json!({"limits": after});
+        if let Some((k, v)) = extra {
+            after[k] = v;
+        }
+        let mut entry = NewAudit::new(actor, action, owner.target())
             .before(json!({"limits": before}))
-            .after(json!({"limits": after, "restored_from": from}))
-            .reason(reason),
-        )
-        .await?;
+            .after(after);
+        if let Some(r) = reason {
+            entry = entry.reason(r);
+        }
+        append(&mut tx, entry).await?;
         tx.commit().await?;
         Ok(())
     }

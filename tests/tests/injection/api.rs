@@ -255,6 +255,20 @@ fn routes() -> Vec<Route> {
             &["/console/tenants/{id}/apps/{app}/limits"],
         ),
         route(
+            "PUT /api/v1/tenants/{id}/apps/{app}/limits",
+            &[("id", Param::Fixed("t")), ("app", Param::Fixed("a"))],
+            json!({"limits": limits}),
+            "",
+            &["/console/tenants/{id}/apps/{app}/limits"],
+        ),
+        route(
+            "PUT /api/v1/keys/{id}/limits",
+            &[("id", Param::FreshKey)],
+            json!({"limits": limits}),
+            "",
+            &["/console/keys/{id}/limits"],
+        ),
+        route(
             "POST /api/v1/keys/{id}/limits/versions/{version}/restore",
             &[("id", Param::FreshKey), ("version", Param::LimitVersion)],
             json!({"reason": "rollback {n}"}),

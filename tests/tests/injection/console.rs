@@ -159,6 +159,14 @@ fn form_cases() -> Vec<FormCase> {
             )
         },
         FormCase {
+            target: Target::TenantApp,
+            ..case(
+                "/console/tenants/{}/apps/{}/limits",
+                &LIMITS,
+                &["/console/tenants/t/apps/a/limits"],
+            )
+        },
+        FormCase {
             target: Target::TenantLimitVersion,
             ..case(
                 "/console/tenants/{}/limits/{}/restore",

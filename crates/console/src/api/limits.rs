@@ -143,6 +143,56 @@ pub async fn restore(
     Ok(version.limits)
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsIn {
+    pub limits: Limits,
+}
+
+/// New limits for an app or a key (whoever manages its tenant: a tenant
+/// admin for their own tenant's, a platform admin for any), audited as
+/// `<kind>.limits`; they bind on the hot path once the catalog listener has
+/// them. A tenant's own limits are the platform's to set (PATCH the tenant),
+/// never a tenant admin's: 403 here.
+pub async fn set(
+    cp: &ControlPlane,
+    actor: &Principal,
+    owner: &LimitsOwner,
+    limits: &Limits,
+) -> Result<(), ApiError> {
+    if matches!(owner, LimitsOwner::Tenant { .. }) {
+        return Err(ApiError::Forbidden(
+            "a tenant's limits are set on the tenant".into(),
+        ));
+    }
+    require(actor, Access::Manage, owner.tenant())?;
+    valid_limits(limits)?;
+    cp.store.set_limits(&actor.label(), owner, limits).await?;
+    Ok(())
+}
+
+pub async fn app_set(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Params((tenant, app)): Params<(String, String)>,
+    Body(l): Body<LimitsIn>,
+) -> Result<Json<Value>, ApiError> {
+    let owner = app_owner(&cp, &actor, &tenant, &app).await?;
+    set(&cp, &actor, &owner, &l.limits).await?;
+    Ok(Json(json!({"limits": l.limits})))
+}
+
+pub async fn key_set(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Params(id): Params<Uuid>,
+    Body(l): Body<LimitsIn>,
+) -> Result<Json<Value>, ApiError> {
+    let owner = key_owner(&cp, &actor, id).await?;
+    set(&cp, &actor, &owner, &l.limits).await?;
+    Ok(Json(json!({"limits": l.limits})))
+}
+
 fn render(versions: &[LimitVersion]) -> Value {
     let items: Vec<Value> = versions
         .iter()

@@ -256,12 +256,18 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
             "/console/tenants/{id}/limits/{version}/restore",
             post(limits::tenant_restore),
         )
-        .route("/console/tenants/{id}/apps/{app}/limits", get(limits::app))
+        .route(
+            "/console/tenants/{id}/apps/{app}/limits",
+            get(limits::app).post(limits::app_edit),
+        )
         .route(
             "/console/tenants/{id}/apps/{app}/limits/{version}/restore",
             post(limits::app_restore),
         )
-        .route("/console/keys/{id}/limits", get(limits::key))
+        .route(
+            "/console/keys/{id}/limits",
+            get(limits::key).post(limits::key_edit),
+        )
         .route(
             "/console/keys/{id}/limits/{version}/restore",
             post(limits::key_restore),

@@ -1,9 +1,11 @@
 //! The limits history of a tenant, an app or a key: each change (who, when,
-//! each limit before → after, reason), and for platform admins a Restore on
+//! each limit before → after, reason), for platform admins a Restore on
 //! every earlier version, with a required reason
-//! (`crate::api::limits::restore`, audited).
+//! (`crate::api::limits::restore`, audited), and for whoever manages the
+//! tenant a form that changes an app's or a key's limits
+//! (`crate::api::limits::set`, audited).
 
-use super::{form_error, FieldError};
+use super::{form_error, FieldError, LimitsForm};
 use crate::api::limits::{self as svc, LimitVersion};
 use crate::web::{render, Chrome, PageError, Session};
 use crate::ControlPlane;
@@ -107,6 +109,11 @@ struct HistoryPage {
     /// The version whose restore failed (its form shows the error).
     failed: i64,
     restored: bool,
+    /// An app's or a key's limits, editable by whoever manages the tenant
+    /// (the limits in force, or as typed when refused).
+    edit: Option<LimitsForm>,
+    edit_errors: FieldError,
+    saved: bool,
 }
 
 struct Owner {
@@ -158,6 +165,13 @@ async fn page(
     restored: bool,
 ) -> Result<HistoryPage, PageError> {
     let rows = svc::history(cp, &s.actor, &o.owner).await?;
+    let editable = !matches!(o.owner, LimitsOwner::Tenant { .. })
+        && s.actor.may(domain::roles::Access::Manage, o.owner.tenant());
+    let edit = editable.then(|| {
+        rows.first()
+            .map(|v| LimitsForm::of(&v.limits))
+            .unwrap_or_default()
+    });
     Ok(HistoryPage {
         c: Chrome::new(s, "limits.history", "/console/tenants"),
         kind: o.kind,
@@ -169,14 +183,30 @@ async fn page(
         errors,
         failed,
         restored,
+        edit,
+        edit_errors: FieldError::default(),
+        saved: false,
     })
 }
 
-/// `?restored=1`: the history a restore lands on says it was done.
+/// `?restored=1` / `?saved=1`: the history a restore or an edit lands on
+/// says it was done.
 #[derive(Deserialize, Default)]
 #[serde(default)]
 pub struct Shown {
     restored: Option<String>,
+    saved: Option<String>,
+}
+
+async fn shown_page(
+    cp: &ControlPlane,
+    s: &Session,
+    o: Owner,
+    q: Shown,
+) -> Result<Html<String>, PageError> {
+    let mut p = page(cp, s, o, FieldError::default(), 0, q.restored.is_some()).await?;
+    p.saved = q.saved.is_some();
+    render(p)
 }
 
 pub async fn tenant(
@@ -186,8 +216,7 @@ pub async fn tenant(
     Query(q): Query<Shown>,
 ) -> Result<Html<String>, PageError> {
     let o = tenant_owner(&cp, &s, &t).await?;
-    let done = q.restored.is_some();
-    render(page(&cp, &s, o, FieldError::default(), 0, done).await?)
+    shown_page(&cp, &s, o, q).await
 }
 
 pub async fn app(
@@ -197,8 +226,7 @@ pub async fn app(
     Query(q): Query<Shown>,
 ) -> Result<Html<String>, PageError> {
     let o = app_owner(&cp, &s, &t, &a).await?;
-    let done = q.restored.is_some();
-    render(page(&cp, &s, o, FieldError::default(), 0, done).await?)
+    shown_page(&cp, &s, o, q).await
 }
 
 pub async fn key(
@@ -208,8 +236,7 @@ pub async fn key(
     Query(q): Query<Shown>,
 ) -> Result<Html<String>, PageError> {
     let o = key_owner(&cp, &s, id).await?;
-    let done = q.restored.is_some();
-    render(page(&cp, &s, o, FieldError::default(), 0, done).await?)
+    shown_page(&cp, &s, o, q).await
 }
 
 #[derive(Deserialize, Default)]
@@ -267,4 +294,49 @@ pub async fn key_restore(
 ) -> Result<Response, PageError> {
     let o = key_owner(&cp, &s, id).await?;
     restore(&cp, &s, o, version, f).await
+}
+
+/// Changes an app's or a key's limits from the history page's form; back to
+/// the history (the change on top), or the form with every field in error.
+async fn edit(
+    cp: &ControlPlane,
+    s: &Session,
+    o: Owner,
+    f: LimitsForm,
+) -> Result<Response, PageError> {
+    let owner = o.owner.clone();
+    let result = match f.parse() {
+        Ok(limits) => svc::set(cp, &s.actor, &owner, &limits).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => Ok(Redirect::to(&format!("{}?saved=1", o.base)).into_response()),
+        Err(e) => {
+            let errors = form_error(e)?.and(f.problems());
+            let mut p = page(cp, s, o, FieldError::default(), 0, false).await?;
+            p.edit = Some(f);
+            p.edit_errors = errors;
+            Ok((StatusCode::UNPROCESSABLE_ENTITY, render(p)?).into_response())
+        }
+    }
+}
+
+pub async fn app_edit(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path((t, a)): Path<(String, String)>,
+    Form(f): Form<LimitsForm>,
+) -> Result<Response, PageError> {
+    let o = app_owner(&cp, &s, &t, &a).await?;
+    edit(&cp, &s, o, f).await
+}
+
+pub async fn key_edit(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path(id): Path<Uuid>,
+    Form(f): Form<LimitsForm>,
+) -> Result<Response, PageError> {
+    let o = key_owner(&cp, &s, id).await?;
+    edit(&cp, &s, o, f).await
 }
