@@ -63,8 +63,7 @@ fn decision(tenant: &str, request_id: &str, period: &str) -> RequestDecisionRow 
         status: 402,
         scope: Some(format!("tenant:{tenant}")),
         detail: json!({}),
-        tags: json!({}),
-        end_user: String::new(),
+        attribution: Default::default(),
     }
 }
 

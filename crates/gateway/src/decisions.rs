@@ -139,8 +139,7 @@ impl DecisionWriter {
             status,
             scope,
             detail,
-            tags: json!(attribution.tags),
-            end_user: attribution.end_user.clone().unwrap_or_default(),
+            attribution: attribution.clone(),
         }
     }
 

@@ -77,7 +77,7 @@ pub(crate) async fn forward(
     // Tried on the model's deployments until one answers (docs/routing.md).
     let model = held.model.clone();
     let header_timeout = deadline - tokio::time::Instant::now();
-    let tenant = held.key.tenant.id.clone();
+    let key = held.key.clone();
     let sent = crate::routing::send(
         gw,
         &model,
@@ -85,7 +85,7 @@ pub(crate) async fn forward(
         &mut body,
         header_timeout,
         edge.native.then_some(edge.dialect),
-        large_body.then_some(tenant.as_str()),
+        large_body.then_some(key.tenant.id.as_str()),
     )
     .await;
     let resp = match sent {

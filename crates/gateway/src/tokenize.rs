@@ -56,9 +56,7 @@ impl TokenizePool {
             .await
             .expect("tokenize task does not panic")
     }
-}
 
-impl TokenizePool {
     /// The request body as JSON: here when small, else on the tenant's turn.
     pub(crate) async fn parse(
         &self,

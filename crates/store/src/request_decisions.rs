@@ -25,10 +25,10 @@ pub struct RequestDecisionRow {
     pub scope: Option<String>,
     /// Counters at the time (limit, headroom, estimate …).
     pub detail: Value,
-    /// The request's tags (a JSON object of strings, `{}` for none) and end
-    /// user (`""` for none), as far as the request was read.
-    pub tags: Value,
-    pub end_user: String,
+    /// The request's tags and end user, as far as the request was read
+    /// (stored in the ledger's encoding: `crate::ledger::AttributionCols`).
+    #[sqlx(flatten, try_from = "crate::ledger::AttributionCols")]
+    pub attribution: domain::attribution::Attribution,
 }
 
 const COLUMNS: &str =
@@ -56,8 +56,8 @@ impl Store {
                 .push_bind(r.status)
                 .push_bind(&r.scope)
                 .push_bind(&r.detail)
-                .push_bind(&r.tags)
-                .push_bind(&r.end_user);
+                .push_bind(crate::ledger::tags_json(&r.attribution.tags))
+                .push_bind(crate::ledger::end_user_col(&r.attribution.end_user));
         });
         q.push(" ON CONFLICT (request_id) DO NOTHING");
         Ok(q.build().execute(&self.pool).await?.rows_affected())

@@ -149,6 +149,17 @@ pub struct LimitsIn {
     pub limits: Limits,
 }
 
+/// Whether `actor` may set `owner`'s limits here: an app's or a key's, by
+/// whoever manages its tenant (the one rule the API and the page use).
+pub fn may_set(actor: &Principal, owner: &LimitsOwner) -> Result<(), ApiError> {
+    if matches!(owner, LimitsOwner::Tenant { .. }) {
+        return Err(ApiError::Forbidden(
+            "a tenant's limits are set on the tenant".into(),
+        ));
+    }
+    require(actor, Access::Manage, owner.tenant())
+}
+
 /// New limits for an app or a key (whoever manages its tenant: a tenant
 /// admin for their own tenant's, a platform admin for any), audited as
 /// `<kind>.limits`; they bind on the hot path once the catalog listener has
@@ -160,12 +171,7 @@ pub async fn set(
     owner: &LimitsOwner,
     limits: &Limits,
 ) -> Result<(), ApiError> {
-    if matches!(owner, LimitsOwner::Tenant { .. }) {
-        return Err(ApiError::Forbidden(
-            "a tenant's limits are set on the tenant".into(),
-        ));
-    }
-    require(actor, Access::Manage, owner.tenant())?;
+    may_set(actor, owner)?;
     valid_limits(limits)?;
     cp.store.set_limits(&actor.label(), owner, limits).await?;
     Ok(())

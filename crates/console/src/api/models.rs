@@ -62,6 +62,14 @@ pub struct ModelPatch {
     pub apis: Option<Vec<String>>,
 }
 
+/// A price is never negative (a refusal names its field).
+fn valid_price(field: &'static str, v: MicroUsd) -> Result<(), ApiError> {
+    if v.0 < 0 {
+        return Err(ApiError::field(field, "err.negative"));
+    }
+    Ok(())
+}
+
 /// Applies `p` to model `id` (platform admins only): new prices, each
 /// audited as `model.prices`, and a new profile as `model.profile`; a
 /// negative price names its field. Requests admitted from then on are
@@ -78,9 +86,7 @@ pub async fn patch_model(
         ("input_price_per_mtok_usd", p.input_price_per_mtok_usd),
         ("output_price_per_mtok_usd", p.output_price_per_mtok_usd),
     ] {
-        if v.is_some_and(|v| v.0 < 0) {
-            return Err(ApiError::field(field, "err.negative"));
-        }
+        v.map_or(Ok(()), |v| valid_price(field, v))?;
     }
     let profile_given = p.cap_field.is_some() || p.hidden_reasoning.is_some() || p.apis.is_some();
     let profile = profile_with(
@@ -249,12 +255,8 @@ pub async fn create_model(
     if m.upstream_model.trim().is_empty() {
         return Err(ApiError::field("upstream_model", "err.required"));
     }
-    if m.input_price_per_mtok_usd.0 < 0 {
-        return Err(ApiError::field("input_price_per_mtok_usd", "err.negative"));
-    }
-    if m.output_price_per_mtok_usd.0 < 0 {
-        return Err(ApiError::field("output_price_per_mtok_usd", "err.negative"));
-    }
+    valid_price("input_price_per_mtok_usd", m.input_price_per_mtok_usd)?;
+    valid_price("output_price_per_mtok_usd", m.output_price_per_mtok_usd)?;
     if m.default_max_output_tokens.is_some_and(|v| v < 1) {
         return Err(ApiError::field(
             "default_max_output_tokens",

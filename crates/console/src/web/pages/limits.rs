@@ -165,9 +165,7 @@ async fn page(
     restored: bool,
 ) -> Result<HistoryPage, PageError> {
     let rows = svc::history(cp, &s.actor, &o.owner).await?;
-    let editable = !matches!(o.owner, LimitsOwner::Tenant { .. })
-        && s.actor.may(domain::roles::Access::Manage, o.owner.tenant());
-    let edit = editable.then(|| {
+    let edit = svc::may_set(&s.actor, &o.owner).is_ok().then(|| {
         rows.first()
             .map(|v| LimitsForm::of(&v.limits))
             .unwrap_or_default()

@@ -45,11 +45,13 @@ pub struct ModelForm {
     hidden_reasoning: String,
 }
 
+/// A price field of a form: money, required.
+fn price(field: &'static str, v: &str) -> Result<MicroUsd, ApiError> {
+    usd(field, v)?.ok_or(ApiError::field(field, "err.required"))
+}
+
 impl ModelForm {
     fn to_input(&self) -> Result<ModelIn, ApiError> {
-        let price = |field, v: &str| -> Result<MicroUsd, ApiError> {
-            usd(field, v)?.ok_or(ApiError::field(field, "err.required"))
-        };
         Ok(ModelIn {
             id: self.id.trim().to_string(),
             kind: if self.kind.is_empty() {
@@ -221,9 +223,6 @@ pub async fn set_prices(
     Path(id): Path<String>,
     Form(f): Form<PriceForm>,
 ) -> Result<Response, PageError> {
-    let price = |field, v: &str| -> Result<MicroUsd, ApiError> {
-        usd(field, v)?.ok_or(ApiError::field(field, "err.required"))
-    };
     let input = price("input_price_per_mtok_usd", &f.input_price_per_mtok_usd);
     let output = price("output_price_per_mtok_usd", &f.output_price_per_mtok_usd);
     let result = match (input, output) {

@@ -676,8 +676,7 @@ mod tests {
             status: 402,
             scope: Some("tenant:search".into()),
             detail,
-            tags: json!({}),
-            end_user: String::new(),
+            attribution: Default::default(),
         }
     }
 
