@@ -150,6 +150,11 @@ async fn every_role_against_every_console_route() {
             [Is(404), Is(404), Is(404), Is(404), Is(404), Login],
         ),
         (&lookup, [Ok, Ok, Ok, Ok, Ok, Login]),
+        ("/console/borrowing", [Ok, Is(403), Is(403), Ok, Ok, Login]),
+        (
+            "/console/models/gpt-4o-mini/fairness",
+            [Ok, Is(403), Is(403), Is(403), Is(403), Login],
+        ),
     ];
     for (path, want) in &gets {
         for (i, w) in webs.iter().enumerate() {
@@ -210,6 +215,32 @@ async fn every_role_against_every_console_route() {
             &w.post("/console/tenants/t/apps", &[("id", &app), ("name", &app)])
                 .await,
             role_of([Ok, Ok, Is(404), Is(403), Is(403), Login]),
+        );
+        check(
+            who,
+            "edit app",
+            &w.post("/console/tenants/t/apps/a", &[("name", "A")]).await,
+            role_of([Ok, Ok, Is(404), Is(403), Is(403), Login]),
+        );
+        check(
+            who,
+            "set the pool",
+            &w.post(
+                "/console/borrowing/pool",
+                &[("max_borrow_share", "5"), ("reclaim_below_share", "20")],
+            )
+            .await,
+            role_of([Ok, Is(403), Is(403), Is(403), Is(403), Login]),
+        );
+        check(
+            who,
+            "set a model's fairness",
+            &w.post(
+                "/console/models/gpt-4o-mini/fairness",
+                &[("pool_capacity", "")],
+            )
+            .await,
+            role_of([Ok, Is(403), Is(403), Is(403), Is(403), Login]),
         );
         check(
             who,
@@ -296,6 +327,16 @@ async fn every_role_against_every_console_route() {
                     ("input_price_per_mtok_usd", "1"),
                     ("output_price_per_mtok_usd", "2"),
                 ],
+            )
+            .await,
+            role_of([Ok, Is(403), Is(403), Is(403), Is(403), Login]),
+        );
+        check(
+            who,
+            "disable a model",
+            &w.post(
+                &format!("/console/models/{model}/enabled"),
+                &[("enabled", "false")],
             )
             .await,
             role_of([Ok, Is(403), Is(403), Is(403), Is(403), Login]),

@@ -227,3 +227,172 @@ async fn chart_values_match_the_ledger_no_future_day_is_drawn_and_the_forecast_s
     ui.c.close().await.unwrap();
     srv.shutdown().await;
 }
+
+/// The platform admin's and finance's dashboards: this month's spend so
+/// far beside last month's, the change against the same days of last
+/// month, the cumulative trend (every hover value the running sum of the
+/// ledger's days, computed here) and the biggest spenders by name, in
+/// order; a tenant admin does not see the platform's spend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_this_months_spend_beside_last_months_from_the_ledger() {
+    let env = TestEnv::new().await;
+    env.model("gpt-4o-mini", "chat", 150_000, 600_000).await;
+    env.tenant("t", Limits::default(), None).await;
+    env.tenant("u", Limits::default(), None).await;
+    sqlx::query(
+        "UPDATE tenants SET name = CASE id WHEN 'u' THEN 'Research Lab' ELSE 'Core Team' END",
+    )
+    .execute(env.store.pool())
+    .await
+    .unwrap();
+    env.app("t", "a", Limits::default()).await;
+    env.app("u", "a", Limits::default()).await;
+    user(&env, "admin@x.io", "platform_admin", None).await;
+    user(&env, "fin@x.io", "finance", None).await;
+    user(&env, "ta@x.io", "tenant_admin", Some("t")).await;
+    let (srv, _driver, ui) = walk(&env).await;
+
+    let today = Utc::now().date_naive();
+    let first = today.with_day(1).unwrap();
+    let prev_first = (first - chrono::Days::new(1)).with_day(1).unwrap();
+    let prev_days = (first - prev_first).num_days() as u32;
+    let mut events = vec![];
+    let mut n = 10_000;
+    let mut push = |tenant: &str, day: chrono::NaiveDate, cost: i64| {
+        let mut e = event(n, day, cost);
+        e.tenant_id = tenant.into();
+        events.push(e);
+        n += 1;
+    };
+    // This month: u spends most every day so far; last month: every day.
+    for d in 0..today.day() {
+        let day = first + chrono::Days::new(u64::from(d));
+        push("t", day, 1_500_000 + i64::from(d) * 10_000);
+        push("u", day, 4_000_000);
+    }
+    for d in 0..prev_days {
+        let day = prev_first + chrono::Days::new(u64::from(d));
+        push("t", day, 2_000_000);
+        push("u", day, 1_000_000 + i64::from(d) * 3_333);
+    }
+    env.store.insert_usage_events(&events).await.unwrap();
+
+    // What the page must say, summed here from the ledger's events.
+    let per_day = |period: String| {
+        let pool = env.store.pool().clone();
+        async move {
+            sqlx::query(
+                "SELECT day::text AS day, sum(cost_micro)::int8 AS c FROM usage_events
+                 WHERE period = $1 GROUP BY day ORDER BY day",
+            )
+            .bind(period)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get::<String, _>("day"), r.get::<i64, _>("c")))
+            .collect::<Vec<_>>()
+        }
+    };
+    let period = this_month();
+    let previous = prev_first.format("%Y-%m").to_string();
+    let this_days = per_day(period.clone()).await;
+    let last_days = per_day(previous.clone()).await;
+    assert_eq!(this_days.len() as u32, today.day());
+    assert_eq!(last_days.len() as u32, prev_days);
+    let mtd: i64 = this_days.iter().map(|d| d.1).sum();
+    let last_total: i64 = last_days.iter().map(|d| d.1).sum();
+    let same_point: i64 = last_days
+        .iter()
+        .take(today.day() as usize)
+        .map(|d| d.1)
+        .sum();
+    let pct = (mtd - same_point) * 100 / same_point;
+    let running = |name: &str, days: &[(String, i64)]| {
+        let mut total = 0;
+        days.iter()
+            .map(|(day, c)| {
+                total += c;
+                format!("{name} · {day}: {}", MicroUsd(total).shown())
+            })
+            .collect::<Vec<_>>()
+    };
+
+    for who in ["admin@x.io", "fin@x.io"] {
+        ui.login(who, None).await;
+        ui.go("/console").await;
+        ui.wait("#spend").await;
+        assert_eq!(ui.text("#spend-mtd").await, MicroUsd(mtd).shown(), "{who}");
+        assert_eq!(ui.text("#spend-last").await, MicroUsd(last_total).shown());
+        let change = ui.text("#spend-change").await;
+        let want = if pct > 0 {
+            format!("+{pct} %")
+        } else {
+            format!("\u{2212}{} %", pct.abs())
+        };
+        assert_eq!(change, want, "against {}", MicroUsd(same_point).shown());
+        let section = ui.text("#spend").await;
+        assert!(section.contains(&MicroUsd(same_point).shown()), "{section}");
+        assert!(section.contains("UTC"), "the time zone named: {section}");
+        let this_line = titles(
+            &ui,
+            "#spend-trend g.series[data-name='This month'] circle.dot title",
+        )
+        .await;
+        assert_eq!(
+            this_line,
+            running("This month", &this_days),
+            "no day after today"
+        );
+        let last_line = titles(
+            &ui,
+            "#spend-trend g.series[data-name='Last month'] circle.dot title",
+        )
+        .await;
+        assert_eq!(last_line, running("Last month", &last_days));
+        // The biggest spender first, by name, with last month beside it.
+        let rows = ui.text("#top-spenders tbody").await;
+        let u_at = rows.find("Research Lab").expect("u by its name");
+        let t_at = rows.find("Core Team").expect("t by its name");
+        assert!(u_at < t_at, "{rows}");
+        let u_last: i64 = events_sum(&env, "u", &previous).await;
+        assert!(rows.contains(&MicroUsd(u_last).shown()), "{rows}");
+        ui.logout().await;
+    }
+    ui.shot("dashboard-01-spend").await;
+
+    // In Chinese, the same figures under Chinese labels.
+    ui.login("fin@x.io", None).await;
+    ui.click("button[name=lang][value=zh]").await;
+    ui.wait("html[lang=zh]").await;
+    ui.go("/console").await;
+    let section = ui.text("#spend").await;
+    assert!(
+        section.contains("本月至今花费") && section.contains("较上月同期"),
+        "{section}"
+    );
+    ui.click("button[name=lang][value=en]").await;
+    ui.wait("html[lang=en]").await;
+    ui.logout().await;
+
+    // A tenant admin's dashboard is their own tenant's, without the
+    // platform's spend.
+    ui.login("ta@x.io", None).await;
+    ui.go("/console").await;
+    ui.wait("h1").await;
+    assert!(ui.c.find(Locator::Css("#spend")).await.is_err());
+
+    ui.c.close().await.unwrap();
+    srv.shutdown().await;
+}
+
+async fn events_sum(env: &TestEnv, tenant: &str, period: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT sum(cost_micro)::int8 FROM usage_events WHERE tenant_id = $1 AND period = $2",
+    )
+    .bind(tenant)
+    .bind(period)
+    .fetch_one(env.store.pool())
+    .await
+    .unwrap()
+}

@@ -316,6 +316,15 @@ async fn a_tenant_admins_scope_reads_nothing_of_another_tenant() {
         keys(s.period_totals(all, &period).await.unwrap()),
         [MINE, THEIRS]
     );
+    // Day totals: a scope's days sum to its tenants' month, no more.
+    let cost = |m: std::collections::BTreeMap<String, domain::bill::Totals>| {
+        m.values().map(|t| t.cost_micro).sum::<i64>()
+    };
+    let mine_month = cost(s.period_totals(mine, &period).await.unwrap());
+    let all_month = cost(s.period_totals(all, &period).await.unwrap());
+    assert!(mine_month > 0 && all_month > mine_month);
+    assert_eq!(cost(s.day_totals(mine, &period).await.unwrap()), mine_month);
+    assert_eq!(cost(s.day_totals(all, &period).await.unwrap()), all_month);
     let only_mine = |ts: Vec<String>| ts.iter().all(|t| t == MINE) && !ts.is_empty();
     let both = |ts: Vec<String>| ts.iter().any(|t| t == THEIRS);
     let bill = |v: Vec<domain::bill::BillRow>| v.into_iter().map(|r| r.tenant_id).collect();

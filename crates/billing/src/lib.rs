@@ -12,9 +12,10 @@ pub use archive::Archive;
 use chrono::{DateTime, SecondsFormat, Utc};
 use domain::bill::{
     self, AttributedRow, Bill, BillRow, BillSource, DayRow, DrillBy, DrillLine, FocusPeriod,
-    GroupBy, MonthRows, TenantInfo,
+    GroupBy, MonthRows, TenantInfo, Totals,
 };
 use domain::period::PlatformClock;
+use std::collections::BTreeMap;
 use store::{ClosedMonth, Store, StoreError, TenantScope};
 use uuid::Uuid;
 
@@ -137,6 +138,34 @@ impl Books {
             &borrowed,
             &tenants,
         ))
+    }
+
+    /// A month's totals per day, from the rollups (open) or the archive
+    /// (closed): the dashboards' trend.
+    pub async fn day_totals(
+        &self,
+        period: &str,
+        scope: &TenantScope,
+    ) -> Result<BTreeMap<String, Totals>> {
+        Ok(match self.book(period).await?.0 {
+            MonthBook::Ledger => self.store.day_totals(scope, period).await?,
+            MonthBook::Archive(_) => bill::totals_by_day(&self.day_rows(period, scope).await?),
+        })
+    }
+
+    /// A month's totals per tenant, from the rollups (open) or the archive
+    /// (closed), without the rest of a bill.
+    pub async fn tenant_totals(
+        &self,
+        period: &str,
+        scope: &TenantScope,
+    ) -> Result<BTreeMap<String, Totals>> {
+        Ok(match self.book(period).await?.0 {
+            MonthBook::Ledger => self.store.period_totals(scope, period).await?,
+            MonthBook::Archive(_) => {
+                bill::totals_by_tenant(&self.rows(period, scope).await?.1.bill_rows)
+            }
+        })
     }
 
     pub async fn drill_down(

@@ -11,7 +11,7 @@ pub mod i18n;
 pub mod sso;
 mod web;
 
-use axum::routing::{delete, get, post, put};
+use axum::routing::{delete, get, patch, post, put};
 use axum::Router;
 use domain::period::PlatformClock;
 use quota::QuotaEngine;
@@ -80,6 +80,7 @@ api_routes! {
     "/api/v1/tenants" => post(tenants::create),
     "/api/v1/tenants/{id}" => get(tenants::show).patch(tenants::update),
     "/api/v1/tenants/{id}/apps" => post(tenants::create_app),
+    "/api/v1/tenants/{id}/apps/{app}" => patch(tenants::update_app),
     "/api/v1/tenants/{id}/limits/versions" => get(limits::tenant_history),
     "/api/v1/tenants/{id}/limits/versions/{version}/restore" => post(limits::tenant_restore),
     "/api/v1/tenants/{id}/apps/{app}/limits" => put(limits::app_set),

@@ -10,9 +10,11 @@ use std::collections::BTreeMap;
 
 mod attributed;
 mod export;
+mod trend;
 
 pub use attributed::*;
 pub use export::*;
+pub use trend::*;
 
 /// Requests, tokens and money of some set of usage events.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

@@ -413,7 +413,7 @@ pub(crate) fn resolve_model(
         .ok_or_else(|| {
             ApiError::new(
                 ReasonCode::ModelNotFound,
-                format!("model {:?} does not exist", s.model),
+                format!("model {:?} does not exist or is disabled", s.model),
             )
             .param("model")
         })?;

@@ -55,6 +55,13 @@ struct DayRowCols {
 }
 
 #[derive(sqlx::FromRow)]
+struct DayTotalsCols {
+    day: String,
+    #[sqlx(flatten)]
+    totals: TotalsCols,
+}
+
+#[derive(sqlx::FromRow)]
 struct AttributedRowCols {
     tenant_id: String,
     value: Option<String>,
@@ -263,6 +270,26 @@ impl Store {
                 totals: r.totals.into(),
             })
             .collect())
+    }
+
+    /// A month's totals per day (`YYYY-MM-DD`, platform time) from the
+    /// rollups, in day order: the dashboards' trend, one row a day
+    /// whatever the number of tenants.
+    pub async fn day_totals(
+        &self,
+        scope: &TenantScope,
+        period: &str,
+    ) -> Result<BTreeMap<String, Totals>> {
+        let rows = sqlx::query_as::<_, DayTotalsCols>(&format!(
+            "SELECT day::text AS day, {ROLLUP_SUMS} FROM usage_rollups
+             WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
+             GROUP BY day ORDER BY day"
+        ))
+        .bind(period)
+        .bind(scope.tenant())
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|r| (r.day, r.totals.into())).collect())
     }
 
     /// The tag keys a month's requests carry (at most 20, in order).

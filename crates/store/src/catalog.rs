@@ -64,6 +64,9 @@ pub struct ModelRow {
     pub degrade_to: Option<String>,
     pub pool_capacity: Option<i32>,
     pub profile: domain::provider::ProviderProfile,
+    /// A disabled model is not in the gateway's catalog: requests naming
+    /// it are answered as for an unknown model.
+    pub enabled: bool,
 }
 
 /// Everything the data plane needs, read in one consistent snapshot.
@@ -218,6 +221,7 @@ pub(crate) struct ModelCols {
     pool_capacity: Option<i32>,
     #[sqlx(flatten)]
     profile: crate::provider::ProfileCols,
+    enabled: bool,
 }
 
 pub(crate) fn model_row(r: ModelCols) -> Result<ModelRow> {
@@ -234,6 +238,7 @@ pub(crate) fn model_row(r: ModelCols) -> Result<ModelRow> {
         degrade_to: r.degrade_to,
         pool_capacity: r.pool_capacity,
         profile: r.profile.profile()?,
+        enabled: r.enabled,
     })
 }
 
@@ -296,7 +301,7 @@ impl Store {
             "SELECT id, kind, upstream_base_url, upstream_model, upstream_api_key_enc,
                     input_price_micro_per_mtok, output_price_micro_per_mtok, tokenizer,
                     default_max_output_tokens, degrade_to, pool_capacity, cap_field,
-                    hidden_reasoning, apis
+                    hidden_reasoning, apis, enabled
              FROM models WHERE enabled AND $1",
         )
         .bind(p.models)
@@ -403,6 +408,45 @@ impl Store {
             &mut tx,
             NewAudit::new(actor, "app.create", format!("app:{}/{}", a.tenant_id, a.id))
                 .after(after),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Changes an app's name, allowed models and attribution policy (its
+    /// limits change through `set_limits`), audited as `app.update` with
+    /// what it was before.
+    pub async fn update_app(&self, actor: &str, a: &AppRow) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let before: Option<(String, Option<Vec<String>>, serde_json::Value)> = sqlx::query_as(
+            "SELECT name, allowed_models, attribution FROM apps WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
+        )
+        .bind(&a.tenant_id)
+        .bind(&a.id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((name, allowed, attribution)) = before else {
+            return Err(StoreError::NotFound(format!(
+                "app {}/{}",
+                a.tenant_id, a.id
+            )));
+        };
+        sqlx::query(
+            "UPDATE apps SET name = $3, allowed_models = $4, attribution = $5 WHERE tenant_id = $1 AND id = $2",
+        )
+        .bind(&a.tenant_id)
+        .bind(&a.id)
+        .bind(&a.name)
+        .bind(&a.allowed_models)
+        .bind(serde_json::to_value(&a.attribution).expect("policy serialises"))
+        .execute(&mut *tx)
+        .await?;
+        append(
+            &mut tx,
+            NewAudit::new(actor, "app.update", format!("app:{}/{}", a.tenant_id, a.id))
+                .before(json!({"name": name, "allowed_models": allowed, "attribution": attribution}))
+                .after(json!({"name": a.name, "allowed_models": a.allowed_models, "attribution": a.attribution})),
         )
         .await?;
         tx.commit().await?;
@@ -585,6 +629,33 @@ impl Store {
             NewAudit::new(actor, "model.prices", format!("model:{id}"))
                 .before(prices(before.0, before.1))
                 .after(prices(input_micro_per_mtok, output_micro_per_mtok)),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Enables or disables a whole model (each deployment keeps its own
+    /// switch), audited as `model.enabled` with what it was; the catalog
+    /// listener drops it from (or returns it to) every replica's catalog.
+    pub async fn set_model_enabled(&self, actor: &str, id: &str, enabled: bool) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let before: bool =
+            sqlx::query_scalar("SELECT enabled FROM models WHERE id = $1 FOR UPDATE")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or_else(|| StoreError::NotFound(format!("model {id}")))?;
+        sqlx::query("UPDATE models SET enabled = $2, updated_at = now() WHERE id = $1")
+            .bind(id)
+            .bind(enabled)
+            .execute(&mut *tx)
+            .await?;
+        append(
+            &mut tx,
+            NewAudit::new(actor, "model.enabled", format!("model:{id}"))
+                .before(json!({"enabled": before}))
+                .after(json!({"enabled": enabled})),
         )
         .await?;
         tx.commit().await?;

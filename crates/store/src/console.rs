@@ -158,7 +158,7 @@ impl Store {
         let rows = sqlx::query_as::<_, ModelCols>(
             "SELECT id, kind, upstream_base_url, upstream_model, input_price_micro_per_mtok,
                     output_price_micro_per_mtok, tokenizer, default_max_output_tokens, degrade_to, pool_capacity,
-                    cap_field, hidden_reasoning, apis
+                    cap_field, hidden_reasoning, apis, enabled
              FROM models ORDER BY id",
         )
         .fetch_all(&self.pool)

@@ -338,6 +338,16 @@ impl Store {
 
     /// Sets a model's cheaper model, pool capacity and guarantees (the
     /// guarantee list replaces the old one); audited.
+    /// Model `model`'s guaranteed slots per core tenant, by tenant.
+    pub async fn model_guarantees(&self, model: &str) -> Result<Vec<GuaranteeRow>> {
+        Ok(sqlx::query_as::<_, GuaranteeRow>(
+            "SELECT model_id, tenant_id, slots FROM model_guarantees WHERE model_id = $1 ORDER BY tenant_id",
+        )
+        .bind(model)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     pub async fn set_model_fairness(
         &self,
         actor: &str,

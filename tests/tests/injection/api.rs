@@ -197,6 +197,15 @@ fn routes() -> Vec<Route> {
                 &["/console/tenants/{id}/apps"],
             )
         },
+        route(
+            "PATCH /api/v1/tenants/{id}/apps/{app}",
+            &[("id", Param::Fixed("t")), ("app", Param::Fixed("a"))],
+            json!({"name": "App {n}", "allowed_models": ["gpt-4o-mini"],
+                "attribution": {"default_tags": {"env": "prod"}, "required_tags": ["project"],
+                    "end_user_limits": {"rpm": 5, "monthly_cost_usd": "1.5"}}}),
+            "",
+            &["/console/tenants/{id}/apps"],
+        ),
         Route {
             not_shown: &[
                 ("allowed_models[0]", "the apps page lists no key's models"),

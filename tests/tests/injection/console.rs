@@ -120,6 +120,22 @@ fn form_cases() -> Vec<FormCase> {
                 &["/console/tenants", "/console/tenants/t"],
             )
         },
+        FormCase {
+            shown: &[
+                ("allowed_models", Shown::List),
+                ("required_tags", Shown::List),
+            ],
+            ..case(
+                "/console/tenants/{}/apps/{}",
+                &[
+                    ("name", "App {n}"),
+                    ("allowed_models", "gpt-4o-mini"),
+                    ("default_tags", "env=prod"),
+                    ("required_tags", "project"),
+                ],
+                &["/console/tenants/t/apps"],
+            )
+        },
         // The apps page lists no app's or key's models (the audit log has them).
         FormCase {
             shown: &[("allowed_models", Shown::Never)],
@@ -233,6 +249,39 @@ fn form_cases() -> Vec<FormCase> {
                     ("output_price_per_mtok_usd", "2"),
                 ],
                 &["/console/models"],
+            )
+        },
+        FormCase {
+            target: Target::Model,
+            shown: &[("enabled", Shown::Never)],
+            ..case(
+                "/console/models/{}/enabled",
+                &[("enabled", "true")],
+                &["/console/models"],
+            )
+        },
+        FormCase {
+            target: Target::Model,
+            ..case(
+                "/console/models/{}/fairness",
+                &[
+                    ("degrade_to", "cheap"),
+                    ("pool_capacity", "10"),
+                    ("guarantees", "core=1"),
+                ],
+                &["/console/models/gpt-4o-mini/fairness"],
+            )
+        },
+        FormCase {
+            ..case(
+                "/console/borrowing/pool",
+                &[
+                    ("monthly_tokens", "1000"),
+                    ("monthly_cost_usd", "10"),
+                    ("max_borrow_share", "5"),
+                    ("reclaim_below_share", "20"),
+                ],
+                &["/console/borrowing"],
             )
         },
         FormCase {

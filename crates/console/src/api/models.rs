@@ -60,6 +60,9 @@ pub struct ModelPatch {
     pub cap_field: Option<String>,
     pub hidden_reasoning: Option<bool>,
     pub apis: Option<Vec<String>>,
+    /// False takes the whole model out of service (requests naming it are
+    /// answered 404 `model_not_found`); true puts it back.
+    pub enabled: Option<bool>,
 }
 
 /// A price is never negative (a refusal names its field).
@@ -71,8 +74,8 @@ fn valid_price(field: &'static str, v: MicroUsd) -> Result<(), ApiError> {
 }
 
 /// Applies `p` to model `id` (platform admins only): new prices, each
-/// audited as `model.prices`, and a new profile as `model.profile`; a
-/// negative price names its field. Requests admitted from then on are
+/// audited as `model.prices`, a new profile as `model.profile`, and its
+/// switch as `model.enabled`; a negative price names its field. Requests admitted from then on are
 /// priced by it.
 pub async fn patch_model(
     cp: &ControlPlane,
@@ -110,6 +113,9 @@ pub async fn patch_model(
         cp.store
             .set_model_profile(&actor.label(), id, &profile)
             .await?;
+    }
+    if let Some(e) = p.enabled.filter(|e| *e != m.enabled) {
+        cp.store.set_model_enabled(&actor.label(), id, e).await?;
     }
     find(cp, id).await
 }
@@ -162,7 +168,7 @@ fn model_json(m: &store::ModelRow, platform_admin: bool) -> Value {
         "output_price_per_mtok_usd": MicroUsd(m.output_price_micro_per_mtok),
         "default_max_output_tokens": m.default_max_output_tokens,
         "degrade_to": m.degrade_to, "pool_capacity": m.pool_capacity,
-        "profile": profile_json(&m.profile)});
+        "enabled": m.enabled, "profile": profile_json(&m.profile)});
     // Where a model goes is for the platform's staff.
     if platform_admin {
         v["upstream_base_url"] = json!(m.upstream_base_url);

@@ -112,12 +112,12 @@ pub async fn show(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PoolIn {
-    monthly_tokens: Option<i64>,
-    monthly_cost_usd: Option<MicroUsd>,
+    pub monthly_tokens: Option<i64>,
+    pub monthly_cost_usd: Option<MicroUsd>,
     #[serde(default = "default_borrow_share")]
-    max_borrow_share: f64,
+    pub max_borrow_share: f64,
     #[serde(default = "default_reclaim_share")]
-    reclaim_below_share: f64,
+    pub reclaim_below_share: f64,
 }
 
 fn default_borrow_share() -> f64 {
@@ -128,34 +128,55 @@ fn default_reclaim_share() -> f64 {
     0.2
 }
 
+/// What is wrong with a pool, every field at once (sizes are never
+/// negative, the shares are between 0 and 1, a borrow may take more than
+/// nothing): the API answers the first, the console shows them all.
+pub fn pool_problems(p: &PoolIn) -> Vec<ApiError> {
+    let mut out = Vec::new();
+    if p.monthly_tokens.is_some_and(|t| t < 0) {
+        out.push(ApiError::field("monthly_tokens", "err.negative"));
+    }
+    if p.monthly_cost_usd.is_some_and(|c| c.0 < 0) {
+        out.push(ApiError::field("monthly_cost_usd", "err.negative"));
+    }
+    match share_ppm(p.max_borrow_share) {
+        None => out.push(ApiError::field("max_borrow_share", "err.share")),
+        Some(0) => out.push(ApiError::field("max_borrow_share", "err.share_positive")),
+        Some(_) => {}
+    }
+    if share_ppm(p.reclaim_below_share).is_none() {
+        out.push(ApiError::field("reclaim_below_share", "err.share"));
+    }
+    out
+}
+
+/// Sets the shared pool (platform admins, audited as `pool.update`); a
+/// refusal names its field ([`pool_problems`]).
+pub async fn set_pool(
+    cp: &ControlPlane,
+    actor: &Principal,
+    p: PoolIn,
+) -> Result<PoolPolicy, ApiError> {
+    require_platform_admin(actor)?;
+    if let Some(e) = pool_problems(&p).into_iter().next() {
+        return Err(e);
+    }
+    let policy = PoolPolicy {
+        monthly_tokens: p.monthly_tokens,
+        monthly_cost_micro: p.monthly_cost_usd.map(|c| c.0),
+        max_borrow_share_ppm: share_ppm(p.max_borrow_share).unwrap_or_default(),
+        reclaim_below_share_ppm: share_ppm(p.reclaim_below_share).unwrap_or_default(),
+    };
+    cp.store.set_pool_policy(&actor.label(), &policy).await?;
+    Ok(policy)
+}
+
 pub async fn update(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
     Body(p): Body<PoolIn>,
 ) -> Result<Json<Value>, ApiError> {
-    require_platform_admin(&actor)?;
-    let share = |v: f64, f: &str| {
-        share_ppm(v).ok_or_else(|| ApiError::BadRequest(format!("{f} must be between 0 and 1")))
-    };
-    let policy = PoolPolicy {
-        monthly_tokens: p.monthly_tokens,
-        monthly_cost_micro: p.monthly_cost_usd.map(|c| c.0),
-        max_borrow_share_ppm: share(p.max_borrow_share, "max_borrow_share")?,
-        reclaim_below_share_ppm: share(p.reclaim_below_share, "reclaim_below_share")?,
-    };
-    if policy.monthly_tokens.is_some_and(|t| t < 0)
-        || policy.monthly_cost_micro.is_some_and(|c| c < 0)
-    {
-        return Err(ApiError::BadRequest(
-            "pool sizes must not be negative".into(),
-        ));
-    }
-    if policy.max_borrow_share_ppm == 0 {
-        return Err(ApiError::BadRequest(
-            "max_borrow_share must be above 0".into(),
-        ));
-    }
-    cp.store.set_pool_policy(&actor.label(), &policy).await?;
+    let policy = set_pool(&cp, &actor, p).await?;
     Ok(Json(json!({
         "monthly_tokens": policy.monthly_tokens,
         "monthly_cost_usd": policy.monthly_cost_micro.map(MicroUsd),
@@ -209,70 +230,62 @@ pub async fn borrows(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GuaranteeIn {
-    tenant_id: String,
-    slots: i32,
+    pub tenant_id: String,
+    pub slots: i32,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FairnessIn {
-    degrade_to: Option<String>,
-    pool_capacity: Option<i32>,
+    pub degrade_to: Option<String>,
+    pub pool_capacity: Option<i32>,
     #[serde(default)]
-    guarantees: Vec<GuaranteeIn>,
+    pub guarantees: Vec<GuaranteeIn>,
 }
 
-/// `PUT /api/v1/models/{id}/fairness`: cheaper model, pool capacity and
-/// core tenants' guaranteed slots (replacing the previous ones).
-pub async fn model_fairness(
-    State(cp): State<Arc<ControlPlane>>,
-    Authed(actor): Authed,
-    Params(id): Params<String>,
-    Body(f): Body<FairnessIn>,
-) -> Result<Json<Value>, ApiError> {
-    require_platform_admin(&actor)?;
+/// Sets model `id`'s cheaper model, pool capacity and core tenants'
+/// guaranteed slots, replacing the previous ones (platform admins, audited
+/// as `model.fairness`); a refusal names its field.
+pub async fn set_fairness(
+    cp: &ControlPlane,
+    actor: &Principal,
+    id: &str,
+    f: &FairnessIn,
+) -> Result<(), ApiError> {
+    require_platform_admin(actor)?;
     if let Some(d) = &f.degrade_to {
-        if d == &id || !cp.store.model_exists(d).await? {
-            return Err(ApiError::invalid(
-                "degrade_to",
-                "must name another existing model",
-            ));
+        if d == id || !cp.store.model_exists(d).await? {
+            return Err(ApiError::field("degrade_to", "err.other_model"));
         }
     }
     if f.pool_capacity.is_some_and(|c| c <= 0) {
-        return Err(ApiError::BadRequest(
-            "pool_capacity must be positive".into(),
-        ));
+        return Err(ApiError::field("pool_capacity", "err.at_least_one"));
     }
     let mut total = 0i64;
-    for g in &f.guarantees {
+    for (i, g) in f.guarantees.iter().enumerate() {
         let t = cp
             .store
             .tenant(actor.scope(), &g.tenant_id)
             .await?
-            .ok_or_else(|| ApiError::NotFound(format!("tenant {}", g.tenant_id)))?;
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    format!("guarantees[{i}].tenant_id"),
+                    crate::i18n::english("err.unknown_tenant"),
+                )
+            })?;
         if t.priority != "core" {
-            return Err(ApiError::BadRequest(format!(
-                "only core tenants have guarantees; {} is {}",
-                t.id, t.priority
-            )));
+            return Err(ApiError::field("guarantees", "err.core_only"));
         }
         if g.slots <= 0 {
-            return Err(ApiError::BadRequest("slots must be positive".into()));
+            return Err(ApiError::field("guarantees", "err.at_least_one"));
         }
         total += i64::from(g.slots);
     }
     match f.pool_capacity {
         Some(c) if total > i64::from(c) => {
-            return Err(ApiError::BadRequest(
-                "guaranteed slots exceed the pool capacity".into(),
-            ))
+            return Err(ApiError::field("guarantees", "err.slots_exceed"))
         }
-        None if total > 0 => {
-            return Err(ApiError::BadRequest(
-                "guarantees need a pool_capacity".into(),
-            ))
-        }
+        None if total > 0 => return Err(ApiError::field("pool_capacity", "err.needs_capacity")),
         _ => {}
     }
     let guarantees: Vec<(String, i32)> = f
@@ -283,14 +296,26 @@ pub async fn model_fairness(
     cp.store
         .set_model_fairness(
             &actor.label(),
-            &id,
+            id,
             f.degrade_to.as_deref(),
             f.pool_capacity,
             &guarantees,
         )
         .await?;
+    Ok(())
+}
+
+/// `PUT /api/v1/models/{id}/fairness`: cheaper model, pool capacity and
+/// core tenants' guaranteed slots (replacing the previous ones).
+pub async fn model_fairness(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Params(id): Params<String>,
+    Body(f): Body<FairnessIn>,
+) -> Result<Json<Value>, ApiError> {
+    set_fairness(&cp, &actor, &id, &f).await?;
     Ok(Json(
         json!({"id": id, "degrade_to": f.degrade_to, "pool_capacity": f.pool_capacity,
-        "guarantees": guarantees.iter().map(|(t, s)| json!({"tenant_id": t, "slots": s})).collect::<Vec<_>>()}),
+        "guarantees": f.guarantees.iter().map(|g| json!({"tenant_id": g.tenant_id, "slots": g.slots})).collect::<Vec<_>>()}),
     ))
 }

@@ -192,6 +192,73 @@ pub struct AppIn {
     pub attribution: domain::attribution::Policy,
 }
 
+/// A present field, even `null`: `Some(None)` clears, absent leaves as is.
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
+/// A change to an app: only the fields given change (its limits change
+/// through `PUT …/limits`). `allowed_models: null` lifts the restriction.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AppPatch {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    pub allowed_models: Option<Option<Vec<String>>>,
+    #[serde(default)]
+    pub attribution: Option<domain::attribution::Policy>,
+}
+
+/// Changes an app of a tenant the actor manages (audited `app.update`).
+pub async fn update_app_in(
+    cp: &ControlPlane,
+    actor: &Principal,
+    tenant: &str,
+    app: &str,
+    p: AppPatch,
+) -> Result<AppRow, ApiError> {
+    require(actor, Access::Manage, tenant)?;
+    let mut a = cp
+        .store
+        .apps_of(actor.scope(), tenant)
+        .await?
+        .into_iter()
+        .find(|a| a.id == app)
+        .ok_or_else(|| ApiError::NotFound(format!("app {tenant}/{app}")))?;
+    if let Some(n) = p.name {
+        if n.trim().is_empty() {
+            return Err(ApiError::field("name", "err.required"));
+        }
+        a.name = n.trim().to_string();
+    }
+    if let Some(m) = p.allowed_models {
+        known_models(cp, m.as_deref()).await?;
+        a.allowed_models = m;
+    }
+    if let Some(pol) = p.attribution {
+        super::valid_attribution(&pol)?;
+        a.attribution = pol;
+    }
+    cp.store.update_app(&actor.label(), &a).await?;
+    Ok(a)
+}
+
+/// `PATCH /api/v1/tenants/{id}/apps/{app}`.
+pub async fn update_app(
+    State(cp): State<Arc<ControlPlane>>,
+    Authed(actor): Authed,
+    Params((tenant, app)): Params<(String, String)>,
+    Body(p): Body<AppPatch>,
+) -> Result<Json<Value>, ApiError> {
+    let a = update_app_in(&cp, &actor, &tenant, &app, p).await?;
+    Ok(Json(app_json(&a)))
+}
+
 /// Creates an app in a tenant the actor manages.
 pub async fn create_app_in(
     cp: &ControlPlane,
@@ -229,8 +296,10 @@ pub async fn create_app(
     Body(a): Body<AppIn>,
 ) -> Result<Json<Value>, ApiError> {
     let row = create_app_in(&cp, &actor, &tenant, a).await?;
-    Ok(Json(
-        json!({"tenant_id": row.tenant_id, "id": row.id, "name": row.name, "limits": row.limits,
-        "allowed_models": row.allowed_models, "attribution": row.attribution}),
-    ))
+    Ok(Json(app_json(&row)))
+}
+
+fn app_json(row: &AppRow) -> Value {
+    json!({"tenant_id": row.tenant_id, "id": row.id, "name": row.name, "limits": row.limits,
+        "allowed_models": row.allowed_models, "attribution": row.attribution})
 }

@@ -277,6 +277,7 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
             "/console/tenants/{id}/apps",
             get(apps::list).post(apps::create),
         )
+        .route("/console/tenants/{id}/apps/{app}", post(apps::update))
         .route(
             "/console/tenants/{id}/apps/{app}/keys",
             post(apps::issue_key),
@@ -289,9 +290,15 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/console/quota-requests/{id}/approve", post(quota::approve))
         .route("/console/quota-requests/{id}/reject", post(quota::reject))
         .route("/console/borrowing", get(borrowing::show))
+        .route("/console/borrowing/pool", post(borrowing::set_pool))
         .route("/console/models", get(models::list).post(models::create))
         .route("/console/models/deployments", post(deployments::put))
         .route("/console/models/{id}/prices", post(models::set_prices))
+        .route("/console/models/{id}/enabled", post(models::set_enabled))
+        .route(
+            "/console/models/{id}/fairness",
+            get(fairness::show).post(fairness::save),
+        )
         .route(
             "/console/models/{id}/deployments/{name}/enabled",
             post(deployments::set_enabled),

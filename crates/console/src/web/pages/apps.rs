@@ -6,7 +6,7 @@ use super::{
     LimitsForm,
 };
 use crate::api::keys::{self as key_svc, KeyIn};
-use crate::api::tenants::{self as svc, AppIn};
+use crate::api::tenants::{self as svc, AppIn, AppPatch};
 use crate::error::ApiError;
 use crate::web::{fragment_or_page, render, Chrome, PageError, Session};
 use crate::ControlPlane;
@@ -27,6 +27,60 @@ pub struct AppLine {
     pub name: String,
     pub limits: String,
     pub keys: Vec<KeyLine>,
+    /// The edit form, as stored (or as typed when refused) and its errors.
+    pub edit: AppEditForm,
+    pub edit_errors: FieldError,
+    /// The edit form was refused: it is shown open.
+    pub edit_open: bool,
+}
+
+/// An app's name, allowed models and attribution policy as a form holds
+/// them: lists comma-separated, default tags as `key=value`.
+#[derive(Deserialize, Default, Clone)]
+#[serde(default)]
+pub struct AppEditForm {
+    pub name: String,
+    pub allowed_models: String,
+    pub default_tags: String,
+    pub required_tags: String,
+}
+
+impl AppEditForm {
+    fn of(a: &store::AppRow) -> AppEditForm {
+        AppEditForm {
+            name: a.name.clone(),
+            allowed_models: a.allowed_models.as_deref().unwrap_or_default().join(", "),
+            default_tags: a
+                .attribution
+                .default_tags
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            required_tags: a.attribution.required_tags.join(", "),
+        }
+    }
+
+    /// The change, keeping the app's end-user limits (API only), or the
+    /// first field in error. Tags follow the request header's rules.
+    fn patch(&self, current: &domain::attribution::Policy) -> Result<AppPatch, ApiError> {
+        use domain::attribution::{parse_header, Policy};
+        let default_tags = parse_header(&self.default_tags)
+            .map_err(|_| ApiError::field("default_tags", "err.tags"))?;
+        let policy = Policy {
+            default_tags,
+            required_tags: split_list(&self.required_tags).unwrap_or_default(),
+            end_user_limits: current.end_user_limits.clone(),
+        };
+        policy
+            .validate()
+            .map_err(|_| ApiError::field("required_tags", "err.tags"))?;
+        Ok(AppPatch {
+            name: Some(self.name.trim().to_string()),
+            allowed_models: Some(split_list(&self.allowed_models)),
+            attribution: Some(policy),
+        })
+    }
 }
 
 pub struct KeyLine {
@@ -152,6 +206,9 @@ async fn apps_page(
         .map(|a| AppLine {
             keys: key_lines(&keys, &a.id, &uses),
             limits: limits_summary(s.lang, &a.limits),
+            edit: AppEditForm::of(&a),
+            edit_errors: FieldError::default(),
+            edit_open: false,
             id: a.id,
             name: a.name,
         })
@@ -203,6 +260,47 @@ pub async fn create(
             more.extend(model_problems(&cp, &f.allowed_models).await);
             let errors = form_error(e)?.and(more);
             let page = apps_page(&cp, &s, &tenant, f, errors).await?;
+            Ok((StatusCode::UNPROCESSABLE_ENTITY, render(page)?).into_response())
+        }
+    }
+}
+
+/// Changes an app's name, allowed models and attribution policy; a
+/// refusal shows the page with that app's form open, as typed, every field
+/// in error beside it.
+pub async fn update(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path((tenant, app)): Path<(String, String)>,
+    Form(f): Form<AppEditForm>,
+) -> Result<Response, PageError> {
+    let current = cp
+        .store
+        .apps_of(s.actor.scope(), &tenant)
+        .await?
+        .into_iter()
+        .find(|a| a.id == app)
+        .ok_or_else(|| ApiError::NotFound(format!("app {tenant}/{app}")))?;
+    let result = match f.patch(&current.attribution) {
+        Ok(p) => svc::update_app_in(&cp, &s.actor, &tenant, &app, p)
+            .await
+            .map(|_| ()),
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => {
+            Ok(Redirect::to(&format!("/console/tenants/{tenant}/apps#app-{app}")).into_response())
+        }
+        Err(e) => {
+            let more = model_problems(&cp, &f.allowed_models).await;
+            let errors = form_error(e)?.and(more);
+            let mut page =
+                apps_page(&cp, &s, &tenant, AppForm::default(), FieldError::default()).await?;
+            if let Some(line) = page.apps.iter_mut().find(|l| l.id == app) {
+                line.edit = f;
+                line.edit_errors = errors;
+                line.edit_open = true;
+            }
             Ok((StatusCode::UNPROCESSABLE_ENTITY, render(page)?).into_response())
         }
     }

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-fn books_error(e: BillingError) -> ApiError {
+pub(super) fn books_error(e: BillingError) -> ApiError {
     match e {
         BillingError::Invalid(m) => ApiError::BadRequest(m),
         BillingError::Store(s) => s.into(),
@@ -193,10 +193,17 @@ fn day_of(period: &str, d: u32) -> String {
     format!("{period}-{d:02}")
 }
 
-/// Daily spend per department: one line per tenant, for the days that
-/// have been (`shown` = today in the current month, the whole month once
-/// over, none for a future month) — days to come are not drawn as $0.
-pub fn daily_spend_chart(rows: &[DayRow], period: &str, days: u32, shown: u32) -> LineChart {
+/// Daily spend per department: one line per tenant, named by `names`
+/// (its id when it has none), for the days that have been (`shown` =
+/// today in the current month, the whole month once over, none for a
+/// future month) — days to come are not drawn as $0.
+pub fn daily_spend_chart(
+    rows: &[DayRow],
+    names: &BTreeMap<String, String>,
+    period: &str,
+    days: u32,
+    shown: u32,
+) -> LineChart {
     let mut by: BTreeMap<&str, BTreeMap<u32, i64>> = BTreeMap::new();
     for r in rows {
         let d: u32 = r.day.get(8..).and_then(|d| d.parse().ok()).unwrap_or(1);
@@ -215,13 +222,14 @@ pub fn daily_spend_chart(rows: &[DayRow], period: &str, days: u32, shown: u32) -
             let vals: Vec<(u32, i64)> = (1..=shown.min(days))
                 .map(|d| (d, m.get(&d).copied().unwrap_or(0)))
                 .collect();
+            let name = names.get(*t).map_or(*t, String::as_str);
             series(
-                t.to_string(),
+                name.to_string(),
                 COLORS[i % COLORS.len()],
                 false,
                 &vals,
                 (days, 0, max),
-                |d, v| format!("{t} · {}: {}", day_of(period, d), MicroUsd(v).shown()),
+                |d, v| format!("{name} · {}: {}", day_of(period, d), MicroUsd(v).shown()),
             )
         })
         .collect();
@@ -229,6 +237,41 @@ pub fn daily_spend_chart(rows: &[DayRow], period: &str, days: u32, shown: u32) -
         width: W,
         height: H,
         series: lines,
+        x_labels: x_labels(days),
+        y_ticks: y_ticks(0, max),
+    }
+}
+
+/// The dashboards' trend: spend so far this month, day by day (a solid
+/// line to today), beside last month's (dashed, the whole month), each
+/// named in the reader's language. `days`: the longer month's days.
+pub fn trend_chart(
+    this: (&str, &str, &[(u32, i64)]),
+    last: (&str, &str, &[(u32, i64)]),
+    days: u32,
+) -> LineChart {
+    let max = this
+        .2
+        .iter()
+        .chain(last.2)
+        .map(|(_, v)| *v)
+        .max()
+        .unwrap_or(0);
+    let max = nice_top(max);
+    let line = |(name, period, vals): (&str, &str, &[(u32, i64)]), color, dashed| {
+        series(
+            name.to_string(),
+            color,
+            dashed,
+            vals,
+            (days, 0, max),
+            |d, v| format!("{name} · {}: {}", day_of(period, d), MicroUsd(v).shown()),
+        )
+    };
+    LineChart {
+        width: W,
+        height: H,
+        series: vec![line(last, COLORS[7], true), line(this, COLORS[0], false)],
         x_labels: x_labels(days),
         y_ticks: y_ticks(0, max),
     }
@@ -324,7 +367,8 @@ struct BillsPage {
     /// What was typed for a period that is not a month.
     bad_period: Option<String>,
     /// (id, selected) for staff's tenant picker; empty for tenant admins.
-    tenants: Vec<(String, bool)>,
+    /// (id, name, selected)
+    tenants: Vec<(String, String, bool)>,
     /// The bill's state in plain words (an i18n key), empty when there is
     /// nothing to say (a future month, an old month not closed).
     state: &'static str,
@@ -469,12 +513,12 @@ pub async fn show(
     let staff = s.actor.role != Role::TenantAdmin;
     let tenants = if staff {
         cp.store
-            .tenant_ids(s.actor.scope())
+            .tenant_infos(s.actor.scope())
             .await?
             .into_iter()
             .map(|t| {
-                let sel = tenant.as_deref() == Some(t.as_str());
-                (t, sel)
+                let sel = tenant.as_deref() == Some(t.id.as_str());
+                (t.id, t.name, sel)
             })
             .collect()
     } else {
@@ -493,7 +537,12 @@ pub async fn show(
         _ => "",
     };
     let start = cp.clock.month_bounds(&period).map_or(now, |b| b.0);
-    let daily = daily_spend_chart(&day_rows, &period, days, today);
+    let names: BTreeMap<String, String> = bill
+        .tenants
+        .iter()
+        .map(|t| (t.tenant_id.clone(), t.name.clone()))
+        .collect();
+    let daily = daily_spend_chart(&day_rows, &names, &period, days, today);
     render(BillsPage {
         c: Chrome::new(&s, "nav.bills", "/console/bills"),
         state,
@@ -567,6 +616,20 @@ struct Burn {
     hours: u32,
 }
 
+/// Seconds of day `today` of `period` gone at `now`, in platform time.
+pub(super) fn secs_into_day(
+    cp: &ControlPlane,
+    period: &str,
+    today: u32,
+    now: chrono::DateTime<chrono::Utc>,
+) -> u32 {
+    let start = cp
+        .clock
+        .day_bounds(&format!("{period}-{today:02}"))
+        .map_or(now, |b| b.0);
+    (now - start).num_seconds().clamp(0, 86_400) as u32
+}
+
 /// The tenant's burn-down against its effective monthly cost budget (base
 /// + approved grants + borrowed, as the gateway enforces it), if it has one.
 async fn burn_down(
@@ -589,14 +652,8 @@ async fn burn_down(
     }
     // A forecast only while the month runs: seconds of today gone, in
     // platform time.
-    let fc: Option<Forecast> = (today > 0 && today < days).then(|| {
-        let start = cp
-            .clock
-            .day_bounds(&format!("{period}-{today:02}"))
-            .map_or(now, |b| b.0);
-        let secs = (now - start).num_seconds().clamp(0, 86_400) as u32;
-        forecast(&daily, today, days, secs)
-    });
+    let fc: Option<Forecast> = (today > 0 && today < days)
+        .then(|| forecast(&daily, today, days, secs_into_day(cp, period, today, now)));
     let (basis, hours) = match fc.map(|f| f.basis) {
         Some(ForecastBasis::CompleteDays(n)) => ("bills.forecast_days", n),
         Some(ForecastBasis::TodaySoFar { hours }) => ("bills.forecast_today", hours),
@@ -880,7 +937,7 @@ mod tests {
         // Five amounts on the y axis, bottom to top.
         assert_eq!(c.y_ticks.len(), 5);
         assert!(c.y_ticks.windows(2).all(|w| w[0].0 > w[1].0));
-        let daily = daily_spend_chart(&[], "2026-12", 30, 30);
+        let daily = daily_spend_chart(&[], &BTreeMap::new(), "2026-12", 30, 30);
         assert!(daily.series.is_empty());
     }
 
@@ -921,14 +978,16 @@ mod tests {
             },
         };
         let rows = [row("2026-12-01", 1_000_000), row("2026-12-03", 2_500_000)];
-        let c = daily_spend_chart(&rows, "2026-12", 31, 3);
+        let c = daily_spend_chart(&rows, &BTreeMap::new(), "2026-12", 31, 3);
         let dots = &c.series[0].dots;
         assert_eq!(dots.len(), 3, "days 1..=3, none after today");
         assert_eq!(dots[0].title, "t · 2026-12-01: $1.00");
         assert_eq!(dots[1].title, "t · 2026-12-02: $0.00");
         assert_eq!(dots[2].title, "t · 2026-12-03: $2.50");
-        assert!(daily_spend_chart(&rows, "2026-12", 31, 0).series[0]
-            .dots
-            .is_empty());
+        assert!(
+            daily_spend_chart(&rows, &BTreeMap::new(), "2026-12", 31, 0).series[0]
+                .dots
+                .is_empty()
+        );
     }
 }

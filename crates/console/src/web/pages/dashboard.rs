@@ -1,6 +1,7 @@
 //! The start page, one per role: what that person looks at first.
 
 use super::audit::AuditLine;
+use super::bills::{books_error, secs_into_day, trend_chart, LineChart};
 use super::quota::{self, QuotaLine};
 use super::thousands;
 use crate::api::{audit, quota_requests, tenants, usage};
@@ -9,7 +10,11 @@ use crate::ControlPlane;
 use askama::Template;
 use axum::extract::State;
 use axum::response::Html;
+use domain::bill::{cumulative, spend_by_day, spend_trend};
+use domain::period::{days_in_month, previous_month};
 use domain::roles::Role;
+use domain::MicroUsd;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use store::AuditFilter;
 
@@ -52,6 +57,149 @@ impl UsageLine {
     }
 }
 
+/// One of the month's biggest spenders.
+pub struct TopLine {
+    pub tenant: String,
+    pub name: String,
+    pub this_month: String,
+    pub last_month: String,
+    /// Share of this month's spend, e.g. `42.0 %`.
+    pub share: String,
+}
+
+/// The platform's spend: this month so far beside last month, its trend
+/// and the month's biggest spenders (platform admins and finance).
+pub struct Spend {
+    pub period: String,
+    pub previous: String,
+    pub zone: String,
+    pub month_to_date: String,
+    pub last_month: String,
+    pub last_month_to_date: String,
+    /// `+12 %` / `−75 %`; empty when last month had spent nothing by now.
+    pub change: String,
+    /// "up", "down" or "" (CSS class of the change).
+    pub direction: &'static str,
+    pub forecast: String,
+    pub chart: LineChart,
+    pub top: Vec<TopLine>,
+    /// Last month could not be read (its archive is unavailable).
+    pub last_missing: bool,
+}
+
+/// How many spenders the dashboard lists.
+const TOP: usize = 10;
+
+/// The spend section, read from the rollups (or the archive for a closed
+/// last month): one row a day and one a tenant per month, whatever the
+/// number of events.
+async fn spend(
+    cp: &ControlPlane,
+    s: &Session,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Spend, PageError> {
+    // Platform admins and finance: every tenant.
+    let all = s.actor.scope();
+    let period = cp.clock.month(now);
+    let previous = previous_month(&period).unwrap_or_default();
+    let day_costs = |m: &BTreeMap<String, domain::bill::Totals>| {
+        spend_by_day(m.iter().map(|(d, t)| (d.as_str(), t.cost_micro)))
+    };
+    let this = day_costs(
+        &cp.books
+            .day_totals(&period, all)
+            .await
+            .map_err(books_error)?,
+    );
+    // Last month may be closed into an archive that is down: the
+    // dashboard still shows this month, and says last month is missing.
+    let (last_days_t, last_t) = match (
+        cp.books.day_totals(&previous, all).await,
+        cp.books.tenant_totals(&previous, all).await,
+    ) {
+        (Ok(d), Ok(t)) => (Some(d), t),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!(error = %e, period = %previous, "dashboard: last month unreadable");
+            (None, BTreeMap::new())
+        }
+    };
+    let last_missing = last_days_t.is_none();
+    let last = last_days_t.as_ref().map(day_costs).unwrap_or_default();
+    let today = cp.clock.day_of_month(now);
+    let days = days_in_month(&period).unwrap_or(30);
+    let last_days = days_in_month(&previous).unwrap_or(30);
+    let t = spend_trend(
+        &this,
+        &last,
+        today,
+        days,
+        secs_into_day(cp, &period, today, now),
+    );
+    let (change, direction) = match t.change_pct {
+        Some(p) if p > 0 => (format!("+{p} %"), "up"),
+        Some(p) if p < 0 => (format!("\u{2212}{} %", p.unsigned_abs()), "down"),
+        Some(_) => ("0 %".to_string(), ""),
+        None => (String::new(), ""),
+    };
+    let chart = trend_chart(
+        (
+            s.lang.t("dash.this_month"),
+            &period,
+            &cumulative(&this, today),
+        ),
+        (
+            s.lang.t("dash.last_month"),
+            &previous,
+            &cumulative(&last, last_days),
+        ),
+        days.max(last_days),
+    );
+    let this_t = cp
+        .books
+        .tenant_totals(&period, all)
+        .await
+        .map_err(books_error)?;
+    let names: BTreeMap<String, String> = cp
+        .store
+        .tenant_infos(all)
+        .await?
+        .into_iter()
+        .map(|i| (i.id, i.name))
+        .collect();
+    let mut top: Vec<(&String, i64)> = this_t.iter().map(|(k, v)| (k, v.cost_micro)).collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let total = t.month_to_date.max(1) as f64;
+    let top = top
+        .into_iter()
+        .take(TOP)
+        .map(|(id, cost)| TopLine {
+            tenant: id.clone(),
+            name: names.get(id).cloned().unwrap_or_else(|| id.clone()),
+            this_month: MicroUsd(cost).shown(),
+            last_month: MicroUsd(last_t.get(id).map_or(0, |t| t.cost_micro)).shown(),
+            share: format!("{:.1} %", cost as f64 * 100.0 / total),
+        })
+        .collect();
+    let start = cp.clock.month_bounds(&period).map_or(now, |b| b.0);
+    Ok(Spend {
+        zone: cp.clock.zone_label(start),
+        month_to_date: MicroUsd(t.month_to_date).shown(),
+        last_month: MicroUsd(t.last_month).shown(),
+        last_month_to_date: MicroUsd(t.last_month_to_date).shown(),
+        change,
+        direction,
+        forecast: t
+            .forecast
+            .map(|f| MicroUsd(f.month_end).shown())
+            .unwrap_or_default(),
+        chart,
+        top,
+        last_missing,
+        period,
+        previous,
+    })
+}
+
 #[derive(Template)]
 #[template(path = "pages/dashboard.html")]
 struct Dashboard {
@@ -63,6 +211,7 @@ struct Dashboard {
     requests: Vec<QuotaLine>,
     audit: Vec<AuditLine>,
     show_verify: bool,
+    spend: Option<Spend>,
 }
 
 pub async fn show(
@@ -79,6 +228,7 @@ pub async fn show(
         requests: Vec::new(),
         audit: Vec::new(),
         show_verify: false,
+        spend: None,
     };
     let requests = quota_requests::visible_requests(&cp, a).await?;
     let pending = requests.iter().filter(|q| q.state == "pending").count();
@@ -111,6 +261,7 @@ pub async fn show(
                 .collect();
             d.requests = quota::lines(&cp, a, s.lang, &pending, now).await?;
             d.audit = recent_audit(&cp, a, 5).await?;
+            d.spend = Some(spend(&cp, &s, now).await?);
         }
         Role::TenantAdmin => {
             let t = a.tenant.clone().unwrap_or_default();
@@ -131,6 +282,7 @@ pub async fn show(
             d.requests = quota::lines(&cp, a, s.lang, &recent, now).await?;
         }
         Role::Finance => {
+            d.spend = Some(spend(&cp, &s, now).await?);
             for t in tenants::visible_tenants(&cp, a).await? {
                 d.usage.push(UsageLine::of(
                     &usage::month_usage(&cp, a, &t.id, None).await?,

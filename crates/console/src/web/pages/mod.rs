@@ -7,6 +7,7 @@ pub mod bills;
 pub mod borrowing;
 pub mod dashboard;
 pub mod deployments;
+pub mod fairness;
 pub mod limits;
 pub mod models;
 pub mod quota;
@@ -97,6 +98,20 @@ pub fn usd(field: &'static str, v: &str) -> Result<Option<MicroUsd>, ApiError> {
     MicroUsd::from_usd_str(&v)
         .map(Some)
         .map_err(|_| ApiError::field(field, "err.not_money"))
+}
+
+/// A percentage as typed ("5", "5.5", "5 %"), as a share of 1 (0.05);
+/// empty means absent. Range checks are the service's.
+pub fn percent(field: &'static str, v: &str) -> Result<Option<f64>, ApiError> {
+    let v = v.trim().trim_end_matches('%').trim();
+    if v.is_empty() {
+        return Ok(None);
+    }
+    v.parse::<f64>()
+        .ok()
+        .filter(|p| p.is_finite())
+        .map(|p| Some(p / 100.0))
+        .ok_or(ApiError::field(field, "err.percent"))
 }
 
 /// A `datetime-local` input, read as UTC (the form says so).

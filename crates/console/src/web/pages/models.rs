@@ -26,6 +26,7 @@ pub struct ModelLine {
     pub pool: String,
     /// The provider profile, e.g. `max_completion_tokens · hidden reasoning`.
     pub profile: String,
+    pub enabled: bool,
 }
 
 #[derive(Deserialize, Default, Clone)]
@@ -150,6 +151,7 @@ async fn page_with(
                 String::new()
             },
             upstream_model: m.upstream_model,
+            enabled: m.enabled,
             kind: m.kind,
             id: m.id,
         })
@@ -289,4 +291,28 @@ pub async fn create(
                 .into_response())
         }
     }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct EnabledForm {
+    /// "true" enables; anything else disables (the button's hidden field).
+    enabled: String,
+}
+
+/// Takes a whole model out of service or puts it back (platform admins,
+/// audited); requests naming a disabled model are answered as for an
+/// unknown one.
+pub async fn set_enabled(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path(id): Path<String>,
+    Form(f): Form<EnabledForm>,
+) -> Result<Response, PageError> {
+    let patch = ModelPatch {
+        enabled: Some(f.enabled == "true"),
+        ..Default::default()
+    };
+    svc::patch_model(&cp, &s.actor, &id, patch).await?;
+    Ok(Redirect::to("/console/models").into_response())
 }
