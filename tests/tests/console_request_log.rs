@@ -375,16 +375,33 @@ async fn the_request_log_filters_pages_and_opens_a_lookup_that_reads_as_a_senten
     srv.shutdown().await;
 }
 
-/// A revoked key's 401 comes before any tenant is known: it is not in the
-/// request log nor found by the lookup (docs/console.md says so).
-#[tokio::test]
-async fn a_revoked_keys_refusal_is_not_recorded() {
+/// The 401 of a key that exists but was revoked, or has expired, is filed
+/// under its tenant and found by its request id (the lookup says which);
+/// a flood of them is recorded a few a second per key, the rest counted;
+/// an unknown key's 401 is still not recorded (no tenant to file it under).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_or_expired_keys_refusal_is_found_by_its_request_id() {
     let env = TestEnv::new().await;
     let (key_id, key) = env.simple_tenant(Limits::default()).await;
     user(&env, "admin@x.io", "platform_admin", None).await;
     let srv = env.server().await;
     let base = format!("http://{}", srv.addr);
     let token = login(&base, "admin@x.io").await;
+    let url = format!("{base}/v1/chat/completions");
+    let lookup = |rid: String| {
+        let (base, token) = (base.clone(), token.clone());
+        async move {
+            api(
+                "GET",
+                &format!("{base}/api/v1/requests/{rid}"),
+                Some(&token),
+                None,
+            )
+            .await
+        }
+    };
+    let rid_of = |r: &reqwest::Response| r.headers()["x-request-id"].to_str().unwrap().to_string();
+
     let (status, _) = api(
         "DELETE",
         &format!("{base}/api/v1/keys/{key_id}"),
@@ -393,7 +410,6 @@ async fn a_revoked_keys_refusal_is_not_recorded() {
     )
     .await;
     assert_eq!(status, 204);
-    let url = format!("{base}/v1/chat/completions");
     let refused = eventually(Duration::from_secs(5), || async {
         post(&url, &key, &chat_body("hello", Some(8)))
             .await
@@ -402,16 +418,98 @@ async fn a_revoked_keys_refusal_is_not_recorded() {
     })
     .await;
     assert!(refused, "the revoked key was still accepted");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let r = post(&url, &key, &chat_body("hello", Some(8))).await;
-    let rid = r.headers()["x-request-id"].to_str().unwrap().to_string();
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let (status, _) = api(
-        "GET",
-        &format!("{base}/api/v1/requests/{rid}"),
+    assert_eq!(r.status(), 401);
+    let rid = rid_of(&r);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert!(
+        body.to_string().contains("revoked"),
+        "the client is told: {body}"
+    );
+    let found = eventually(Duration::from_secs(3), || {
+        let rid = rid.clone();
+        let lookup = &lookup;
+        async move { lookup(rid).await.0 == 200 }
+    })
+    .await;
+    assert!(found, "the revoked key's 401 is recorded");
+    let (_, d) = lookup(rid.clone()).await;
+    let text = d.to_string();
+    assert!(
+        text.contains("invalid_api_key") && text.contains("revoked"),
+        "{d}"
+    );
+    assert!(text.contains(&key_id), "filed under its key: {d}");
+    // The console's lookup says it in words.
+    let web = e2e::console_web::Web::login(&base, "admin@x.io").await;
+    let page = web.get(&format!("/console/requests?id={rid}")).await;
+    assert!(
+        page.body.contains("was revoked"),
+        "{}",
+        &page.body[..page.body.len().min(2000)]
+    );
+
+    // A flood in one go: a few a second are recorded, every one answered.
+    let mut ids = vec![];
+    for _ in 0..40 {
+        let r = post(&url, &key, &chat_body("hello", Some(8))).await;
+        assert_eq!(r.status(), 401);
+        ids.push(rid_of(&r));
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let recorded: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM request_decisions WHERE request_id = ANY($1)")
+            .bind(&ids)
+            .fetch_one(env.store.pool())
+            .await
+            .unwrap();
+    assert!((1..=5 * 3).contains(&recorded), "{recorded} of 40 recorded");
+
+    // An expired key: the same, said as expired.
+    let (s, k) = api(
+        "POST",
+        &format!("{base}/api/v1/tenants/t/apps/a/keys"),
         Some(&token),
-        None,
+        Some(serde_json::json!({"name": "short",
+            "expires_at": (chrono::Utc::now() + chrono::Duration::seconds(2)).to_rfc3339()})),
     )
     .await;
-    assert_eq!(status, 404, "a 401 of an unknown key is not recorded");
+    assert_eq!(s, 201, "{k}");
+    let short = k["key"].as_str().unwrap().to_string();
+    assert_eq!(
+        post(&url, &short, &chat_body("hello", Some(8)))
+            .await
+            .status(),
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let r = post(&url, &short, &chat_body("hello", Some(8))).await;
+    assert_eq!(r.status(), 401);
+    let rid = rid_of(&r);
+    let found = eventually(Duration::from_secs(3), || {
+        let rid = rid.clone();
+        let lookup = &lookup;
+        async move { lookup(rid).await.0 == 200 }
+    })
+    .await;
+    assert!(found, "the expired key's 401 is recorded");
+    assert!(lookup(rid).await.1.to_string().contains("expired"));
+
+    // A key nobody issued: refused, not recorded.
+    let r = post(
+        &url,
+        &format!("tg-{}", "x".repeat(40)),
+        &chat_body("hello", Some(8)),
+    )
+    .await;
+    assert_eq!(r.status(), 401);
+    let rid = rid_of(&r);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        lookup(rid).await.0,
+        404,
+        "an unknown key's 401 is not recorded"
+    );
     srv.shutdown().await;
 }

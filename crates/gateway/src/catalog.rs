@@ -5,7 +5,7 @@
 //! otherwise each `tollgate_config` notification names what changed and only
 //! that is read again (see docs/scale.md).
 
-use crate::key_index::{KeyIndex, MissTuning, Resolved};
+use crate::key_index::{KeyIndex, MissTuning, RefusedKey, Resolved};
 use arc_swap::ArcSwap;
 use chrono::{DateTime, Utc};
 use domain::fairq::Priority;
@@ -429,11 +429,17 @@ impl CatalogCache {
     }
 
     /// The usable key with this keyed hash: from the index, else looked up
-    /// in Postgres (see [`KeyIndex::resolve`]).
-    pub async fn key(&self, store: &Store, hash: &[u8; 32]) -> Option<Arc<KeyEntry>> {
+    /// in Postgres (see [`KeyIndex::resolve`]); else who it was if it
+    /// exists but was revoked or has expired, else nothing.
+    pub async fn key(
+        &self,
+        store: &Store,
+        hash: &[u8; 32],
+    ) -> Result<Arc<KeyEntry>, Option<Arc<RefusedKey>>> {
         match self.keys.resolve(store, &self.get(), hash).await {
-            Resolved::Key(k) => Some(k),
-            Resolved::Unknown => None,
+            Resolved::Key(k) => Ok(k),
+            Resolved::Refused(r) => Err(Some(r)),
+            Resolved::Unknown => Err(None),
             Resolved::LoadTenant(t) => {
                 let loaded = {
                     let _g = self.updating.lock().await;
@@ -441,11 +447,12 @@ impl CatalogCache {
                 };
                 if let Err(e) = loaded {
                     tracing::warn!(error = %e, "tenant load for a new key failed");
-                    return None;
+                    return Err(None);
                 }
                 match self.keys.resolve(store, &self.get(), hash).await {
-                    Resolved::Key(k) => Some(k),
-                    _ => None,
+                    Resolved::Key(k) => Ok(k),
+                    Resolved::Refused(r) => Err(Some(r)),
+                    _ => Err(None),
                 }
             }
         }

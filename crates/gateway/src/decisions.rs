@@ -9,6 +9,7 @@
 
 use crate::catalog::KeyEntry;
 use crate::errors::ApiError;
+use crate::key_index::RefusedKey;
 use crate::metrics_names as m;
 use chrono::{NaiveDate, Utc};
 use domain::attribution::Attribution;
@@ -66,6 +67,29 @@ impl DecisionWriter {
             attribution,
         );
         self.submit(row);
+    }
+
+    /// Records the 401 of a key that exists but was revoked or has expired
+    /// (before any body was read: no model, no tags).
+    pub fn refused_key(&self, e: &ApiError, k: &RefusedKey) {
+        let now = Utc::now();
+        self.submit(RequestDecisionRow {
+            request_id: e.request_id.clone(),
+            at: now,
+            period: self.clock.month(now),
+            day: NaiveDate::parse_from_str(&self.clock.day(now), "%Y-%m-%d")
+                .unwrap_or_else(|_| now.date_naive()),
+            tenant_id: k.tenant_id.clone(),
+            app_id: k.app_id.clone(),
+            key_id: k.key_id.clone(),
+            model: String::new(),
+            decision: "refused".to_string(),
+            reason: e.reason.as_str().to_string(),
+            status: e.http_status() as i16,
+            scope: None,
+            detail: json!({"key_state": k.state}),
+            attribution: Attribution::default(),
+        });
     }
 
     /// Records a request that went through changed (clamped max_tokens).

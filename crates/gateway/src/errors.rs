@@ -21,6 +21,9 @@ pub struct ApiError {
     /// What the hold engine said when it refused (headroom, estimate …),
     /// recorded for the request lookup; never sent to the client.
     pub counters: Option<Box<serde_json::Value>>,
+    /// A 401 of a key that exists but was revoked or has expired: who it
+    /// was, so the refusal is filed under its tenant.
+    pub refused_key: Option<std::sync::Arc<crate::key_index::RefusedKey>>,
 }
 
 impl ApiError {
@@ -33,6 +36,7 @@ impl ApiError {
             request_id: String::new(),
             status: None,
             counters: None,
+            refused_key: None,
         }
     }
 

@@ -53,9 +53,54 @@ pub struct MissStats {
     pub refused: AtomicU64,
 }
 
+/// A key that exists but may not be used (revoked, or past its expiry):
+/// who it was, so that its 401s are filed under its tenant and can be
+/// looked up — a few a second per key, so a client that keeps sending it
+/// cannot fill the tenant's request log.
+#[derive(Debug)]
+pub struct RefusedKey {
+    pub tenant_id: String,
+    pub app_id: String,
+    pub key_id: String,
+    /// "revoked" or "expired".
+    pub state: &'static str,
+    /// (second since the index started, refusals recorded in it).
+    recorded: Mutex<(u64, u32)>,
+}
+
+/// Refusals of one unusable key recorded per second; the rest are counted.
+pub const REFUSALS_RECORDED_PER_SEC: u32 = 5;
+
+/// Unusable keys remembered; past it the older half is forgotten (a
+/// forgotten key is looked up again within the miss budget).
+const REFUSED_CAPACITY: usize = 100_000;
+
+impl RefusedKey {
+    pub fn new(tenant_id: &str, app_id: &str, key_id: &str, state: &'static str) -> Self {
+        Self {
+            tenant_id: tenant_id.to_string(),
+            app_id: app_id.to_string(),
+            key_id: key_id.to_string(),
+            state,
+            recorded: Mutex::new((u64::MAX, 0)),
+        }
+    }
+
+    /// Whether this refusal, in second `now` of the index, is recorded.
+    pub fn may_record(&self, now: u64) -> bool {
+        let mut r = self.recorded.lock().expect("refused key");
+        if r.0 != now {
+            *r = (now, 0);
+        }
+        r.1 += 1;
+        r.1 <= REFUSALS_RECORDED_PER_SEC
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Lookup {
     Found(Arc<KeyEntry>),
+    Refused(Arc<RefusedKey>),
     Unknown,
     /// A usable key of a tenant or app this replica's index does not hold
     /// yet (created a moment ago).
@@ -66,13 +111,18 @@ enum Lookup {
 #[derive(Debug)]
 pub enum Resolved {
     Key(Arc<KeyEntry>),
-    /// Unknown, revoked, expired, or not looked up (rate bound).
+    /// A key that exists but was revoked or has expired.
+    Refused(Arc<RefusedKey>),
+    /// Unknown, or not looked up (rate bound).
     Unknown,
     /// Usable, but its tenant (named) must be loaded into the index first.
     LoadTenant(String),
 }
 
 type Shard = RwLock<HashMap<[u8; 32], Arc<KeyEntry>>>;
+
+/// Unusable keys by hash, with when each was learned.
+type RefusedKeys = HashMap<[u8; 32], (Instant, Arc<RefusedKey>)>;
 
 pub struct KeyIndex {
     shards: Box<[Shard]>,
@@ -81,6 +131,8 @@ pub struct KeyIndex {
     /// while it ran, so a slow lookup cannot put back a key just revoked.
     epoch: AtomicU64,
     negative: Mutex<HashMap<[u8; 32], Instant>>,
+    /// Keys known to be unusable, by hash, with when they were learned.
+    refused: Mutex<RefusedKeys>,
     inflight: Mutex<HashMap<[u8; 32], Arc<OnceCell<Lookup>>>>,
     budget: Mutex<MissBudget>,
     origin: Instant,
@@ -99,6 +151,7 @@ impl KeyIndex {
             shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
             epoch: AtomicU64::new(0),
             negative: Mutex::default(),
+            refused: Mutex::default(),
             inflight: Mutex::default(),
             budget: Mutex::new(MissBudget::new(tuning.lookups_per_sec, tuning.burst, 0.0)),
             origin: Instant::now(),
@@ -141,6 +194,9 @@ impl KeyIndex {
         if let Some(k) = self.get(index, hash) {
             return Resolved::Key(k);
         }
+        if let Some(r) = self.refused_key(hash) {
+            return Resolved::Refused(r);
+        }
         if self.negatively_cached(hash) {
             self.stats.negative_hits.fetch_add(1, Ordering::Relaxed);
             metrics::counter!(m::KEY_MISSES, "result" => "negative_cache").increment(1);
@@ -162,9 +218,38 @@ impl KeyIndex {
         }
         match answer {
             Lookup::Found(k) => Resolved::Key(k),
+            Lookup::Refused(r) => Resolved::Refused(r),
             Lookup::Unknown => Resolved::Unknown,
             Lookup::TenantUnknown(t) => Resolved::LoadTenant(t),
         }
+    }
+
+    /// Seconds since the index started (the refusal recording bound's clock).
+    pub fn second(&self) -> u64 {
+        self.origin.elapsed().as_secs()
+    }
+
+    fn refused_key(&self, hash: &[u8; 32]) -> Option<Arc<RefusedKey>> {
+        let r = self.refused.lock().expect("refused keys");
+        r.get(hash).map(|(_, k)| k.clone())
+    }
+
+    /// Remembers an unusable key (the one already remembered for this
+    /// hash, if any, so its recording bound carries on).
+    pub fn remember_refused(&self, hash: &[u8; 32], k: RefusedKey) -> Arc<RefusedKey> {
+        let mut r = self.refused.lock().expect("refused keys");
+        if let Some((_, old)) = r.get(hash) {
+            return old.clone();
+        }
+        if r.len() >= REFUSED_CAPACITY {
+            let mut ages: Vec<Instant> = r.values().map(|(t, _)| *t).collect();
+            ages.sort_unstable();
+            let cut = ages[ages.len() / 2];
+            r.retain(|_, (t, _)| *t > cut);
+        }
+        let k = Arc::new(k);
+        r.insert(*hash, (Instant::now(), k.clone()));
+        k
     }
 
     fn negatively_cached(&self, hash: &[u8; 32]) -> bool {
@@ -207,6 +292,13 @@ impl KeyIndex {
             }
         };
         let Some(row) = rows.into_iter().next() else {
+            // Revoked or expired: remembered with who it was.
+            if let Ok(Some(u)) = store.unusable_key_by_hash(hash).await {
+                metrics::counter!(m::KEY_MISSES, "result" => "unusable").increment(1);
+                let state = if u.revoked { "revoked" } else { "expired" };
+                let k = RefusedKey::new(&u.tenant_id, &u.app_id, &u.id.to_string(), state);
+                return Lookup::Refused(self.remember_refused(hash, k));
+            }
             metrics::counter!(m::KEY_MISSES, "result" => "unknown").increment(1);
             self.remember_unknown(hash);
             return Lookup::Unknown;
@@ -250,8 +342,22 @@ impl KeyIndex {
             let mut w = self.shards[shard_of(h)].write().expect("key shard");
             self.epoch.fetch_add(1, Ordering::AcqRel);
             match entry {
-                Some(e) => w.insert(*h, e),
-                None => w.remove(h),
+                Some(e) => {
+                    w.insert(*h, e);
+                    self.refused.lock().expect("refused keys").remove(h);
+                }
+                // No longer usable: revoked (a key that expires sends no
+                // change; its next miss lookup says which).
+                None => {
+                    let removed = w.remove(h);
+                    drop(w);
+                    if let Some(old) = removed.filter(|_| !found.contains_key(h)) {
+                        self.remember_refused(
+                            h,
+                            RefusedKey::new(&old.tenant.id, &old.app.id, &old.id, "revoked"),
+                        );
+                    }
+                }
             };
         }
     }
@@ -277,5 +383,36 @@ impl KeyIndex {
             *w = map;
         }
         self.negative.lock().expect("negative cache").clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unusable_keys_refusals_are_recorded_a_few_a_second() {
+        let k = RefusedKey::new("t", "a", "k", "revoked");
+        let first: Vec<bool> = (0..REFUSALS_RECORDED_PER_SEC + 3)
+            .map(|_| k.may_record(7))
+            .collect();
+        assert_eq!(
+            first.iter().filter(|r| **r).count() as u32,
+            REFUSALS_RECORDED_PER_SEC
+        );
+        assert!(first[..REFUSALS_RECORDED_PER_SEC as usize]
+            .iter()
+            .all(|r| *r));
+        assert!(k.may_record(8), "the next second records again");
+    }
+
+    #[test]
+    fn a_revoked_key_is_remembered_once_with_its_bound() {
+        let ix = KeyIndex::new(MissTuning::default());
+        let h = [7u8; 32];
+        let a = ix.remember_refused(&h, RefusedKey::new("t", "a", "k", "revoked"));
+        let b = ix.remember_refused(&h, RefusedKey::new("t", "a", "k", "expired"));
+        assert!(Arc::ptr_eq(&a, &b), "the first one stays, with its count");
+        assert_eq!(ix.refused_key(&h).map(|k| k.state), Some("revoked"));
     }
 }

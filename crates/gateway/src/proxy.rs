@@ -9,6 +9,7 @@ use crate::admission::Want;
 use crate::catalog::{KeyEntry, ModelEntry, ModelKind};
 use crate::dialect::{Dialect, Edge, Inbound};
 use crate::errors::ApiError;
+use crate::key_index::RefusedKey;
 use crate::metrics_names as m;
 use crate::settle::HeldRequest;
 use crate::Gateway;
@@ -117,12 +118,23 @@ pub(crate) async fn handle(
 
 /// A refused request: counted, recorded (when its key is known), answered.
 async fn refusal(gw: &Gateway, ctx: &RequestCtx, dialect: Dialect, e: ApiError) -> Response {
-    let tenant = ctx.key.as_ref().map_or("unknown", |k| k.tenant.id.as_str());
+    let tenant = match (&ctx.key, &e.refused_key) {
+        (Some(k), _) => k.tenant.id.as_str(),
+        (None, Some(r)) => r.tenant_id.as_str(),
+        (None, None) => "unknown",
+    };
     metrics::counter!(m::REQUESTS, "tenant" => tenant.to_string(), "model" => ctx.model.clone(),
         "decision" => Decision::Reject.as_str(), "reason" => e.reason.as_str())
     .increment(1);
     if let Some(k) = &ctx.key {
         gw.decisions.refused(&e, k, &ctx.model, &ctx.attribution);
+    } else if let Some(k) = &e.refused_key {
+        // A revoked or expired key: filed under its tenant, a few a second.
+        if k.may_record(gw.catalog.keys().second()) {
+            gw.decisions.refused_key(&e, k);
+        } else {
+            metrics::counter!(m::DECISIONS_DROPPED, "why" => "unusable_key_bound").increment(1);
+        }
     }
     // Paces a flood that ignores Retry-After (docs/fair.md).
     let pause = domain::reason::refusal_pause(
@@ -184,13 +196,24 @@ pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Arc<KeyEn
         return Err(bad("invalid API key"));
     }
     let hash = keys::keyed_hash(&gw.cfg.pepper, raw);
-    let key = gw
-        .catalog
-        .key(&gw.store, &hash)
-        .await
-        .ok_or_else(|| bad("invalid API key"))?;
+    let refused = |k: Arc<RefusedKey>| {
+        let msg = if k.state == "revoked" {
+            "this API key was revoked"
+        } else {
+            "this API key has expired"
+        };
+        let mut e = bad(msg);
+        e.refused_key = Some(k);
+        e
+    };
+    let key = match gw.catalog.key(&gw.store, &hash).await {
+        Ok(k) => k,
+        Err(Some(r)) => return Err(refused(r)),
+        Err(None) => return Err(bad("invalid API key")),
+    };
     if key.expires_at.is_some_and(|t| t <= chrono::Utc::now()) {
-        return Err(bad("this API key has expired"));
+        let k = RefusedKey::new(&key.tenant.id, &key.app.id, &key.id, "expired");
+        return Err(refused(gw.catalog.keys().remember_refused(&hash, k)));
     }
     Ok(key)
 }

@@ -29,7 +29,7 @@ pub use audit::{AuditRow, NewAudit};
 pub use auth::{IssuedSession, Principal, Sessions, SignedInVia, TenantScope, VerifiedSession};
 pub use billing::{ClosedMonth, VerifiedMonth};
 pub use catalog::{AppRow, Catalog, KeyRow, ModelRow, NewKey, NewModel, TenantRow};
-pub use catalog_delta::{CatalogChange, CatalogParts};
+pub use catalog_delta::{CatalogChange, CatalogParts, UnusableKey};
 pub use console::{AuditFilter, KeyListRow, KeySpendRow, UserListRow};
 pub use deployments::{DeploymentRow, RoutingRows};
 pub use fair::{BorrowRow, BorrowedRow, GuaranteeRow, ReclaimRow};

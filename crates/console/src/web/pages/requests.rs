@@ -344,6 +344,19 @@ async fn key_names<'a>(
     Ok(names.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
 
+/// The translation key of why a request was refused: its reason, said
+/// more precisely for a key that was revoked or has expired.
+fn why_key(d: &store::RequestDecisionRow) -> &'static str {
+    match (
+        d.reason.as_str(),
+        d.detail.get("key_state").and_then(Value::as_str),
+    ) {
+        ("invalid_api_key", Some("revoked")) => "keystate.revoked",
+        ("invalid_api_key", Some("expired")) => "keystate.expired",
+        _ => reason_key(Some(&d.reason)),
+    }
+}
+
 /// The translation key of a reason code (an unknown one reads as such).
 fn reason_key(code: Option<&str>) -> &'static str {
     let code = code.unwrap_or_default();
@@ -492,7 +505,7 @@ fn decision_sentence(lang: Lang, d: &store::RequestDecisionRow, who: &str) -> St
             &[
                 ("at", at),
                 ("status", d.status.to_string()),
-                ("why", lang.t(reason_key(Some(&d.reason))).into()),
+                ("why", lang.t(why_key(d)).into()),
             ],
         ),
     };
@@ -678,6 +691,24 @@ mod tests {
             detail,
             attribution: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_revoked_or_expired_keys_refusal_says_so() {
+        let mut d = decision("invalid_api_key", json!({"key_state": "revoked"}));
+        d.status = 401;
+        d.scope = None;
+        let en = decision_sentence(Lang::En, &d, "");
+        assert!(
+            en.contains("(HTTP 401)") && en.contains("was revoked"),
+            "{en}"
+        );
+        let zh = decision_sentence(Lang::Zh, &d, "");
+        assert!(zh.contains("已被吊销"), "{zh}");
+        d.detail = json!({"key_state": "expired"});
+        assert!(decision_sentence(Lang::En, &d, "").contains("has expired"));
+        d.detail = json!({});
+        assert!(decision_sentence(Lang::En, &d, "").contains("not valid"));
     }
 
     #[test]
