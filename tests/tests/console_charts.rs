@@ -302,12 +302,19 @@ async fn the_dashboard_shows_this_months_spend_beside_last_months_from_the_ledge
     assert_eq!(last_days.len() as u32, prev_days);
     let mtd: i64 = this_days.iter().map(|d| d.1).sum();
     let last_total: i64 = last_days.iter().map(|d| d.1).sum();
-    let same_point: i64 = last_days
-        .iter()
-        .take(today.day() as usize)
-        .map(|d| d.1)
-        .sum();
-    let pct = (mtd - same_point) * 100 / same_point;
+    // The change compares the days that are over (1 to today − 1).
+    let complete = today.day() as usize - 1;
+    let this_complete: i64 = this_days.iter().take(complete).map(|d| d.1).sum();
+    let same_point: i64 = last_days.iter().take(complete).map(|d| d.1).sum();
+    let days_in_month = domain::period::days_in_month(&period).unwrap() as i64;
+    // From the second day on, the forecast is the complete days' average
+    // (rounded up) for today (at least what it spent) and each day left.
+    let forecast = (complete > 0 && (today.day() as i64) < days_in_month).then(|| {
+        let avg = (this_complete + complete as i64 - 1) / complete as i64;
+        let spent_today = this_days.last().unwrap().1;
+        this_complete + spent_today.max(avg) + avg * (days_in_month - today.day() as i64)
+    });
+    let u_this = events_sum(&env, "u", &period).await;
     let running = |name: &str, days: &[(String, i64)]| {
         let mut total = 0;
         days.iter()
@@ -325,14 +332,24 @@ async fn the_dashboard_shows_this_months_spend_beside_last_months_from_the_ledge
         assert_eq!(ui.text("#spend-mtd").await, MicroUsd(mtd).shown(), "{who}");
         assert_eq!(ui.text("#spend-last").await, MicroUsd(last_total).shown());
         let change = ui.text("#spend-change").await;
-        let want = if pct > 0 {
-            format!("+{pct} %")
+        let want = if complete == 0 {
+            "first day: nothing to compare yet".to_string()
         } else {
-            format!("\u{2212}{} %", pct.abs())
+            let pct = (this_complete - same_point) * 100 / same_point;
+            if pct > 0 {
+                format!("+{pct} %")
+            } else {
+                format!("\u{2212}{} %", pct.abs())
+            }
         };
         assert_eq!(change, want, "against {}", MicroUsd(same_point).shown());
         let section = ui.text("#spend").await;
-        assert!(section.contains(&MicroUsd(same_point).shown()), "{section}");
+        if complete > 0 {
+            assert!(section.contains(&MicroUsd(same_point).shown()), "{section}");
+        }
+        if let Some(f) = forecast {
+            assert_eq!(ui.text("#spend-forecast").await, MicroUsd(f).shown());
+        }
         assert!(section.contains("UTC"), "the time zone named: {section}");
         let this_line = titles(
             &ui,
@@ -356,10 +373,16 @@ async fn the_dashboard_shows_this_months_spend_beside_last_months_from_the_ledge
         let t_at = rows.find("Core Team").expect("t by its name");
         assert!(u_at < t_at, "{rows}");
         let u_last: i64 = events_sum(&env, "u", &previous).await;
-        assert!(rows.contains(&MicroUsd(u_last).shown()), "{rows}");
+        let first_row = rows.lines().next().unwrap_or_default().to_string();
+        assert!(first_row.contains(&MicroUsd(u_this).shown()), "{rows}");
+        assert!(first_row.contains(&MicroUsd(u_last).shown()), "{rows}");
+        let share = format!("{:.1} %", u_this as f64 * 100.0 / mtd as f64);
+        assert!(first_row.contains(&share), "{share} in {first_row}");
+        if who == "fin@x.io" {
+            ui.shot("dashboard-01-spend").await;
+        }
         ui.logout().await;
     }
-    ui.shot("dashboard-01-spend").await;
 
     // In Chinese, the same figures under Chinese labels.
     ui.login("fin@x.io", None).await;
@@ -368,7 +391,7 @@ async fn the_dashboard_shows_this_months_spend_beside_last_months_from_the_ledge
     ui.go("/console").await;
     let section = ui.text("#spend").await;
     assert!(
-        section.contains("本月至今花费") && section.contains("较上月同期"),
+        section.contains("本月至今花费") && section.contains("上月同期"),
         "{section}"
     );
     ui.click("button[name=lang][value=en]").await;

@@ -450,6 +450,27 @@ async fn a_revoked_or_expired_keys_refusal_is_found_by_its_request_id() {
         &page.body[..page.body.len().min(2000)]
     );
 
+    // A replica started after the revocation never had the key in its
+    // index: it learns who the key was from its one miss lookup.
+    let other = env.server().await;
+    let r = post(
+        &format!("http://{}/v1/chat/completions", other.addr),
+        &key,
+        &chat_body("hello", Some(8)),
+    )
+    .await;
+    assert_eq!(r.status(), 401);
+    let rid2 = rid_of(&r);
+    let found = eventually(Duration::from_secs(3), || {
+        let rid = rid2.clone();
+        let lookup = &lookup;
+        async move { lookup(rid).await.0 == 200 }
+    })
+    .await;
+    assert!(found, "the other replica's 401 is recorded too");
+    assert!(lookup(rid2).await.1.to_string().contains("revoked"));
+    other.shutdown().await;
+
     // A flood in one go: a few a second are recorded, every one answered.
     let mut ids = vec![];
     for _ in 0..40 {

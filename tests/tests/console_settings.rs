@@ -185,6 +185,9 @@ async fn an_apps_allowed_models_and_a_disabled_model_bind_on_the_hot_path() {
     env.model("gpt-4o", "chat", 2_500_000, 10_000_000).await;
     user(&env, "admin@x.io", "platform_admin", None).await;
     user(&env, "ta@x.io", "tenant_admin", Some("t")).await;
+    env.tenant("other", Limits::default(), None).await;
+    user(&env, "other@x.io", "tenant_admin", Some("other")).await;
+    user(&env, "fin@x.io", "finance", None).await;
     let (srv, _driver, ui) = browse(&env, |_| ()).await;
     let gw = format!("{}/v1/chat/completions", ui.base);
     assert_eq!(until_status(&gw, &key, "gpt-4o", 200).await.0, 200);
@@ -229,8 +232,12 @@ async fn an_apps_allowed_models_and_a_disabled_model_bind_on_the_hot_path() {
     )
     .await;
     ui.click(&format!("{form} button[type=submit]")).await;
-    ui.wait("#app-a h2").await;
-    assert!(ui.text("#app-a h2").await.contains("Search backend"));
+    // The page before the save has the card too: wait for the new name.
+    let renamed = eventually(Duration::from_secs(10), || async {
+        ui.text("#app-a h2").await.contains("Search backend")
+    })
+    .await;
+    assert!(renamed, "{}", ui.text("#app-a h2").await);
     let (name, allowed, attribution): (String, Option<Vec<String>>, serde_json::Value) =
         sqlx::query_as("SELECT name, allowed_models, attribution FROM apps WHERE id = 'a'")
             .fetch_one(env.store.pool())
@@ -256,6 +263,18 @@ async fn an_apps_allowed_models_and_a_disabled_model_bind_on_the_hot_path() {
     assert_eq!(s, 200, "{a}");
     assert_eq!(a["allowed_models"], serde_json::Value::Null);
     assert_eq!(a["name"], "Search backend", "fields not given stay");
+    // Another tenant's admin does not find the app; finance may not change it.
+    for (who, want) in [("other@x.io", 404), ("fin@x.io", 403)] {
+        let token = login(&ui.base, who).await;
+        let (s, body) = api(
+            "PATCH",
+            &format!("{}/api/v1/tenants/t/apps/a", ui.base),
+            Some(&token),
+            Some(serde_json::json!({"name": "taken over"})),
+        )
+        .await;
+        assert_eq!(s, want, "{who}: {body}");
+    }
     assert_eq!(until_status(&gw, &key, "gpt-4o", 200).await.0, 200);
     ui.logout().await;
 

@@ -358,6 +358,19 @@ pub fn forecast(
     }
 }
 
+/// The forecast while the month runs: from its first day to the one
+/// before its last (None for a month not begun, `today` 0, and on its
+/// last day, when the month is all but spent).
+pub fn forecast_while_running(
+    daily: &BTreeMap<u32, i64>,
+    today: u32,
+    days_in_month: u32,
+    secs_into_today: u32,
+) -> Option<Forecast> {
+    (today > 0 && today < days_in_month)
+        .then(|| forecast(daily, today, days_in_month, secs_into_today))
+}
+
 /// The used-share thresholds that alert (docs/design.md §9): 70% and 90%.
 pub const ALERT_THRESHOLDS: [u32; 2] = [70, 90];
 

@@ -72,24 +72,18 @@ impl DecisionWriter {
     /// Records the 401 of a key that exists but was revoked or has expired
     /// (before any body was read: no model, no tags).
     pub fn refused_key(&self, e: &ApiError, k: &RefusedKey) {
-        let now = Utc::now();
-        self.submit(RequestDecisionRow {
-            request_id: e.request_id.clone(),
-            at: now,
-            period: self.clock.month(now),
-            day: NaiveDate::parse_from_str(&self.clock.day(now), "%Y-%m-%d")
-                .unwrap_or_else(|_| now.date_naive()),
-            tenant_id: k.tenant_id.clone(),
-            app_id: k.app_id.clone(),
-            key_id: k.key_id.clone(),
-            model: String::new(),
-            decision: "refused".to_string(),
-            reason: e.reason.as_str().to_string(),
-            status: e.http_status() as i16,
-            scope: None,
-            detail: json!({"key_state": k.state}),
-            attribution: Attribution::default(),
-        });
+        let row = self.stamped(
+            &e.request_id,
+            [&k.tenant_id, &k.app_id, &k.key_id],
+            "",
+            "refused",
+            e.reason,
+            e.http_status() as i16,
+            None,
+            json!({"key_state": k.state.as_str()}),
+            &Attribution::default(),
+        );
+        self.submit(row);
     }
 
     /// Records a request that went through changed (clamped max_tokens).
@@ -143,20 +137,47 @@ impl DecisionWriter {
         detail: Value,
         attribution: &Attribution,
     ) -> RequestDecisionRow {
-        let now = Utc::now();
         let scope = match reason {
             ReasonCode::Limit(s, _) => Some(scope_label(key, s)),
             _ => None,
         };
+        self.stamped(
+            request_id,
+            [&key.tenant.id, &key.app.id, &key.id],
+            model,
+            decision,
+            reason,
+            status,
+            scope,
+            detail,
+            attribution,
+        )
+    }
+
+    /// A decision row of (tenant, app, key), stamped now in platform time.
+    #[allow(clippy::too_many_arguments)]
+    fn stamped(
+        &self,
+        request_id: &str,
+        [tenant, app, key]: [&str; 3],
+        model: &str,
+        decision: &str,
+        reason: ReasonCode,
+        status: i16,
+        scope: Option<String>,
+        detail: Value,
+        attribution: &Attribution,
+    ) -> RequestDecisionRow {
+        let now = Utc::now();
         RequestDecisionRow {
             request_id: request_id.to_string(),
             at: now,
             period: self.clock.month(now),
             day: NaiveDate::parse_from_str(&self.clock.day(now), "%Y-%m-%d")
                 .unwrap_or_else(|_| now.date_naive()),
-            tenant_id: key.tenant.id.clone(),
-            app_id: key.app.id.clone(),
-            key_id: key.id.clone(),
+            tenant_id: tenant.to_string(),
+            app_id: app.to_string(),
+            key_id: key.to_string(),
             model: model.to_string(),
             decision: decision.to_string(),
             reason: reason.as_str().to_string(),

@@ -53,6 +53,40 @@ pub struct MissStats {
     pub refused: AtomicU64,
 }
 
+/// Why a key that exists may not be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyState {
+    Revoked,
+    Expired,
+}
+
+impl KeyState {
+    /// A key revoked, else one past its expiry.
+    pub fn of(revoked: bool) -> Self {
+        if revoked {
+            KeyState::Revoked
+        } else {
+            KeyState::Expired
+        }
+    }
+
+    /// As the request lookup stores it (`detail.key_state`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyState::Revoked => "revoked",
+            KeyState::Expired => "expired",
+        }
+    }
+
+    /// What the client is told.
+    pub fn message(self) -> &'static str {
+        match self {
+            KeyState::Revoked => "this API key was revoked",
+            KeyState::Expired => "this API key has expired",
+        }
+    }
+}
+
 /// A key that exists but may not be used (revoked, or past its expiry):
 /// who it was, so that its 401s are filed under its tenant and can be
 /// looked up — a few a second per key, so a client that keeps sending it
@@ -62,8 +96,7 @@ pub struct RefusedKey {
     pub tenant_id: String,
     pub app_id: String,
     pub key_id: String,
-    /// "revoked" or "expired".
-    pub state: &'static str,
+    pub state: KeyState,
     /// (second since the index started, refusals recorded in it).
     recorded: Mutex<(u64, u32)>,
 }
@@ -76,7 +109,7 @@ pub const REFUSALS_RECORDED_PER_SEC: u32 = 5;
 const REFUSED_CAPACITY: usize = 100_000;
 
 impl RefusedKey {
-    pub fn new(tenant_id: &str, app_id: &str, key_id: &str, state: &'static str) -> Self {
+    pub fn new(tenant_id: &str, app_id: &str, key_id: &str, state: KeyState) -> Self {
         Self {
             tenant_id: tenant_id.to_string(),
             app_id: app_id.to_string(),
@@ -234,11 +267,12 @@ impl KeyIndex {
         r.get(hash).map(|(_, k)| k.clone())
     }
 
-    /// Remembers an unusable key (the one already remembered for this
-    /// hash, if any, so its recording bound carries on).
+    /// Remembers an unusable key (the one already remembered for this hash
+    /// in the same state, if any, so its recording bound carries on; an
+    /// expired key revoked later is remembered as revoked).
     pub fn remember_refused(&self, hash: &[u8; 32], k: RefusedKey) -> Arc<RefusedKey> {
         let mut r = self.refused.lock().expect("refused keys");
-        if let Some((_, old)) = r.get(hash) {
+        if let Some((_, old)) = r.get(hash).filter(|(_, old)| old.state == k.state) {
             return old.clone();
         }
         if r.len() >= REFUSED_CAPACITY {
@@ -283,26 +317,27 @@ impl KeyIndex {
         }
         let epoch = self.epoch.load(Ordering::Acquire);
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
-        let rows = match store.usable_keys_by_hash(&[*hash]).await {
-            Ok(rows) => rows,
+        let (row, revoked) = match store.key_by_hash(hash).await {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                metrics::counter!(m::KEY_MISSES, "result" => "unknown").increment(1);
+                self.remember_unknown(hash);
+                return Lookup::Unknown;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "key lookup failed");
                 metrics::counter!(m::KEY_MISSES, "result" => "error").increment(1);
                 return Lookup::Unknown;
             }
         };
-        let Some(row) = rows.into_iter().next() else {
-            // Revoked or expired: remembered with who it was.
-            if let Ok(Some(u)) = store.unusable_key_by_hash(hash).await {
-                metrics::counter!(m::KEY_MISSES, "result" => "unusable").increment(1);
-                let state = if u.revoked { "revoked" } else { "expired" };
-                let k = RefusedKey::new(&u.tenant_id, &u.app_id, &u.id.to_string(), state);
-                return Lookup::Refused(self.remember_refused(hash, k));
-            }
-            metrics::counter!(m::KEY_MISSES, "result" => "unknown").increment(1);
-            self.remember_unknown(hash);
-            return Lookup::Unknown;
-        };
+        // Revoked or expired: remembered with who it was.
+        let expired = row.expires_at.is_some_and(|t| t <= chrono::Utc::now());
+        if revoked || expired {
+            metrics::counter!(m::KEY_MISSES, "result" => "unusable").increment(1);
+            let id = row.id.to_string();
+            let k = RefusedKey::new(&row.tenant_id, &row.app_id, &id, KeyState::of(revoked));
+            return Lookup::Refused(self.remember_refused(hash, k));
+        }
         // The tenant or app may be newer than this replica's index (created
         // a moment ago); the caller then loads it and asks again.
         let Some(entry) = KeyEntry::from_row(&row, index) else {
@@ -346,15 +381,17 @@ impl KeyIndex {
                     w.insert(*h, e);
                     self.refused.lock().expect("refused keys").remove(h);
                 }
-                // No longer usable: revoked (a key that expires sends no
-                // change; its next miss lookup says which).
                 None => {
                     let removed = w.remove(h);
                     drop(w);
                     if let Some(old) = removed.filter(|_| !found.contains_key(h)) {
+                        // Postgres no longer has it usable: past its expiry
+                        // (any write to the row sends a change), else revoked.
+                        let expired = old.expires_at.is_some_and(|t| t <= chrono::Utc::now());
+                        let state = KeyState::of(!expired);
                         self.remember_refused(
                             h,
-                            RefusedKey::new(&old.tenant.id, &old.app.id, &old.id, "revoked"),
+                            RefusedKey::new(&old.tenant.id, &old.app.id, &old.id, state),
                         );
                     }
                 }
@@ -392,7 +429,7 @@ mod tests {
 
     #[test]
     fn an_unusable_keys_refusals_are_recorded_a_few_a_second() {
-        let k = RefusedKey::new("t", "a", "k", "revoked");
+        let k = RefusedKey::new("t", "a", "k", KeyState::Revoked);
         let first: Vec<bool> = (0..REFUSALS_RECORDED_PER_SEC + 3)
             .map(|_| k.may_record(7))
             .collect();
@@ -410,9 +447,17 @@ mod tests {
     fn a_revoked_key_is_remembered_once_with_its_bound() {
         let ix = KeyIndex::new(MissTuning::default());
         let h = [7u8; 32];
-        let a = ix.remember_refused(&h, RefusedKey::new("t", "a", "k", "revoked"));
-        let b = ix.remember_refused(&h, RefusedKey::new("t", "a", "k", "expired"));
-        assert!(Arc::ptr_eq(&a, &b), "the first one stays, with its count");
-        assert_eq!(ix.refused_key(&h).map(|k| k.state), Some("revoked"));
+        let a = ix.remember_refused(&h, RefusedKey::new("t", "a", "k", KeyState::Expired));
+        let b = ix.remember_refused(&h, RefusedKey::new("t", "a", "k", KeyState::Expired));
+        assert!(
+            Arc::ptr_eq(&a, &b),
+            "the same state: the first stays, with its count"
+        );
+        let c = ix.remember_refused(&h, RefusedKey::new("t", "a", "k", KeyState::Revoked));
+        assert!(
+            !Arc::ptr_eq(&a, &c),
+            "revoked after it expired: said as revoked"
+        );
+        assert_eq!(ix.refused_key(&h).map(|k| k.state), Some(KeyState::Revoked));
     }
 }

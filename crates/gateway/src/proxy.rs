@@ -9,7 +9,7 @@ use crate::admission::Want;
 use crate::catalog::{KeyEntry, ModelEntry, ModelKind};
 use crate::dialect::{Dialect, Edge, Inbound};
 use crate::errors::ApiError;
-use crate::key_index::RefusedKey;
+use crate::key_index::{KeyState, RefusedKey};
 use crate::metrics_names as m;
 use crate::settle::HeldRequest;
 use crate::Gateway;
@@ -197,12 +197,7 @@ pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Arc<KeyEn
     }
     let hash = keys::keyed_hash(&gw.cfg.pepper, raw);
     let refused = |k: Arc<RefusedKey>| {
-        let msg = if k.state == "revoked" {
-            "this API key was revoked"
-        } else {
-            "this API key has expired"
-        };
-        let mut e = bad(msg);
+        let mut e = bad(k.state.message());
         e.refused_key = Some(k);
         e
     };
@@ -212,7 +207,7 @@ pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Arc<KeyEn
         Err(None) => return Err(bad("invalid API key")),
     };
     if key.expires_at.is_some_and(|t| t <= chrono::Utc::now()) {
-        let k = RefusedKey::new(&key.tenant.id, &key.app.id, &key.id, "expired");
+        let k = RefusedKey::new(&key.tenant.id, &key.app.id, &key.id, KeyState::Expired);
         return Err(refused(gw.catalog.keys().remember_refused(&hash, k)));
     }
     Ok(key)

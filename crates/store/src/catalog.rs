@@ -35,6 +35,15 @@ pub struct AppRow {
     pub attribution: domain::attribution::Policy,
 }
 
+/// A change to an app: only the fields given change
+/// (`allowed_models: Some(None)` lifts the restriction).
+#[derive(Debug, Clone, Default)]
+pub struct AppChange {
+    pub name: Option<String>,
+    pub allowed_models: Option<Option<Vec<String>>>,
+    pub attribution: Option<domain::attribution::Policy>,
+}
+
 #[derive(Debug, Clone)]
 pub struct KeyRow {
     pub id: Uuid,
@@ -414,43 +423,65 @@ impl Store {
         Ok(())
     }
 
-    /// Changes an app's name, allowed models and attribution policy (its
-    /// limits change through `set_limits`), audited as `app.update` with
-    /// what it was before.
-    pub async fn update_app(&self, actor: &str, a: &AppRow) -> Result<()> {
+    /// Changes an app's name, allowed models and/or attribution policy
+    /// (only what `c` gives; its limits change through `set_limits`),
+    /// merged under the row's lock so two changes of different fields both
+    /// stay; audited as `app.update` with what it was before. The app as
+    /// stored after.
+    pub async fn update_app(
+        &self,
+        actor: &str,
+        tenant: &str,
+        app: &str,
+        c: &AppChange,
+    ) -> Result<AppRow> {
         let mut tx = self.pool.begin().await?;
         let before: Option<(String, Option<Vec<String>>, serde_json::Value)> = sqlx::query_as(
             "SELECT name, allowed_models, attribution FROM apps WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
         )
-        .bind(&a.tenant_id)
-        .bind(&a.id)
+        .bind(tenant)
+        .bind(app)
         .fetch_optional(&mut *tx)
         .await?;
         let Some((name, allowed, attribution)) = before else {
-            return Err(StoreError::NotFound(format!(
-                "app {}/{}",
-                a.tenant_id, a.id
-            )));
+            return Err(StoreError::NotFound(format!("app {tenant}/{app}")));
+        };
+        let after_name = c.name.clone().unwrap_or_else(|| name.clone());
+        let after_allowed = c.allowed_models.clone().unwrap_or_else(|| allowed.clone());
+        let after_attribution = match &c.attribution {
+            Some(p) => serde_json::to_value(p).expect("policy serialises"),
+            None => attribution.clone(),
         };
         sqlx::query(
             "UPDATE apps SET name = $3, allowed_models = $4, attribution = $5 WHERE tenant_id = $1 AND id = $2",
         )
-        .bind(&a.tenant_id)
-        .bind(&a.id)
-        .bind(&a.name)
-        .bind(&a.allowed_models)
-        .bind(serde_json::to_value(&a.attribution).expect("policy serialises"))
+        .bind(tenant)
+        .bind(app)
+        .bind(&after_name)
+        .bind(&after_allowed)
+        .bind(&after_attribution)
         .execute(&mut *tx)
         .await?;
         append(
             &mut tx,
-            NewAudit::new(actor, "app.update", format!("app:{}/{}", a.tenant_id, a.id))
-                .before(json!({"name": name, "allowed_models": allowed, "attribution": attribution}))
-                .after(json!({"name": a.name, "allowed_models": a.allowed_models, "attribution": a.attribution})),
+            NewAudit::new(actor, "app.update", format!("app:{tenant}/{app}"))
+                .before(
+                    json!({"name": name, "allowed_models": allowed, "attribution": attribution}),
+                )
+                .after(json!({"name": after_name, "allowed_models": after_allowed,
+                    "attribution": after_attribution})),
         )
         .await?;
         tx.commit().await?;
-        Ok(())
+        let row = sqlx::query_as::<_, AppCols>(
+            "SELECT tenant_id, id, name, limits, allowed_models, attribution FROM apps
+             WHERE tenant_id = $1 AND id = $2",
+        )
+        .bind(tenant)
+        .bind(app)
+        .fetch_one(&self.pool)
+        .await?;
+        app_row(row)
     }
 
     /// Stores a new key by its keyed hash; returns its id.

@@ -81,21 +81,28 @@ fn decode_hash(hex: &str) -> Option<[u8; 32]> {
 }
 
 impl Store {
+    /// The key with this keyed hash, usable or not, and whether it was
+    /// revoked (one indexed point query: the gateway's miss lookup; it
+    /// tells usable from revoked or expired itself).
+    pub async fn key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<(KeyRow, bool)>> {
+        #[derive(sqlx::FromRow)]
+        struct Cols {
+            #[sqlx(flatten)]
+            key: KeyCols,
+            revoked: bool,
+        }
+        let row = sqlx::query_as::<_, Cols>(&format!(
+            "SELECT {KEY_COLS}, revoked_at IS NOT NULL AS revoked FROM virtual_keys WHERE key_hash = $1"
+        ))
+        .bind(hash.as_slice())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| Ok((key_row(r.key)?, r.revoked))).transpose()
+    }
+
     /// The usable keys (not revoked, not expired) among these keyed hashes;
     /// a hash missing from the answer is unknown or no longer usable. Backed
     /// by the unique index on `key_hash`.
-    /// Who a key no longer usable was (revoked, or past its expiry), by
-    /// its keyed hash: the gateway files that key's 401s under its tenant.
-    pub async fn unusable_key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<UnusableKey>> {
-        Ok(sqlx::query_as::<_, UnusableKey>(
-            "SELECT id, tenant_id, app_id, revoked_at IS NOT NULL AS revoked FROM virtual_keys
-             WHERE key_hash = $1 AND (revoked_at IS NOT NULL OR expires_at <= now())",
-        )
-        .bind(hash.as_slice())
-        .fetch_optional(&self.pool)
-        .await?)
-    }
-
     pub async fn usable_keys_by_hash(&self, hashes: &[[u8; 32]]) -> Result<Vec<KeyRow>> {
         let hashes: Vec<&[u8]> = hashes.iter().map(|h| h.as_slice()).collect();
         sqlx::query_as::<_, KeyCols>(&format!(
@@ -110,16 +117,6 @@ impl Store {
         .map(key_row)
         .collect()
     }
-}
-
-/// A key that exists but may not be used.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct UnusableKey {
-    pub id: uuid::Uuid,
-    pub tenant_id: String,
-    pub app_id: String,
-    /// Revoked (else: expired).
-    pub revoked: bool,
 }
 
 #[cfg(test)]

@@ -336,8 +336,6 @@ impl Store {
         .await?)
     }
 
-    /// Sets a model's cheaper model, pool capacity and guarantees (the
-    /// guarantee list replaces the old one); audited.
     /// Model `model`'s guaranteed slots per core tenant, by tenant.
     pub async fn model_guarantees(&self, model: &str) -> Result<Vec<GuaranteeRow>> {
         Ok(sqlx::query_as::<_, GuaranteeRow>(
@@ -348,6 +346,8 @@ impl Store {
         .await?)
     }
 
+    /// Sets a model's cheaper model, pool capacity and guarantees (the
+    /// guarantee list replaces the old one); audited.
     pub async fn set_model_fairness(
         &self,
         actor: &str,

@@ -262,7 +262,15 @@ pub async fn set_fairness(
         return Err(ApiError::field("pool_capacity", "err.at_least_one"));
     }
     let mut total = 0i64;
+    let mut seen = std::collections::HashSet::new();
     for (i, g) in f.guarantees.iter().enumerate() {
+        if !seen.insert(g.tenant_id.as_str()) {
+            return Err(ApiError::Element {
+                field: "guarantees",
+                index: i,
+                key: "err.duplicate_tenant",
+            });
+        }
         let t = cp
             .store
             .tenant(actor.scope(), &g.tenant_id)

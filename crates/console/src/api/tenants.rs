@@ -214,7 +214,8 @@ pub struct AppPatch {
     pub attribution: Option<domain::attribution::Policy>,
 }
 
-/// Changes an app of a tenant the actor manages (audited `app.update`).
+/// Changes an app of a tenant the actor manages (audited `app.update`);
+/// the store merges the change under the row's lock.
 pub async fn update_app_in(
     cp: &ControlPlane,
     actor: &Principal,
@@ -223,29 +224,35 @@ pub async fn update_app_in(
     p: AppPatch,
 ) -> Result<AppRow, ApiError> {
     require(actor, Access::Manage, tenant)?;
-    let mut a = cp
-        .store
-        .apps_of(actor.scope(), tenant)
-        .await?
-        .into_iter()
-        .find(|a| a.id == app)
-        .ok_or_else(|| ApiError::NotFound(format!("app {tenant}/{app}")))?;
-    if let Some(n) = p.name {
-        if n.trim().is_empty() {
-            return Err(ApiError::field("name", "err.required"));
-        }
-        a.name = n.trim().to_string();
+    if !cp.store.app_exists(actor.scope(), tenant, app).await? {
+        return Err(ApiError::NotFound(format!("app {tenant}/{app}")));
     }
-    if let Some(m) = p.allowed_models {
+    if let Some(n) = &p.name {
+        valid_app_name(n)?;
+    }
+    if let Some(m) = &p.allowed_models {
         known_models(cp, m.as_deref()).await?;
-        a.allowed_models = m;
     }
-    if let Some(pol) = p.attribution {
-        super::valid_attribution(&pol)?;
-        a.attribution = pol;
+    if let Some(pol) = &p.attribution {
+        super::valid_attribution(pol)?;
     }
-    cp.store.update_app(&actor.label(), &a).await?;
-    Ok(a)
+    let change = store::AppChange {
+        name: p.name,
+        allowed_models: p.allowed_models,
+        attribution: p.attribution,
+    };
+    Ok(cp
+        .store
+        .update_app(&actor.label(), tenant, app, &change)
+        .await?)
+}
+
+/// An app's name is not blank.
+fn valid_app_name(n: &str) -> Result<(), ApiError> {
+    if n.trim().is_empty() {
+        return Err(ApiError::field("name", "err.required"));
+    }
+    Ok(())
 }
 
 /// `PATCH /api/v1/tenants/{id}/apps/{app}`.
@@ -268,9 +275,7 @@ pub async fn create_app_in(
 ) -> Result<AppRow, ApiError> {
     require(actor, Access::Manage, tenant)?;
     valid_id("id", &a.id)?;
-    if a.name.trim().is_empty() {
-        return Err(ApiError::field("name", "err.required"));
-    }
+    valid_app_name(&a.name)?;
     valid_limits(&a.limits)?;
     super::valid_attribution(&a.attribution)?;
     known_models(cp, a.allowed_models.as_deref()).await?;

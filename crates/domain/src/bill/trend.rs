@@ -2,25 +2,29 @@
 //! the daily spend of each (day of month → micro-USD), and the month-end
 //! forecast the bills page shows.
 
-use super::{forecast, BillRow, DayRow, Forecast, Totals};
+use super::{forecast_while_running, BillRow, DayRow, Forecast, Totals};
 use std::collections::BTreeMap;
 
 /// This month's spend so far beside last month's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpendTrend {
-    /// This month, days 1 to today.
+    /// This month, days 1 to today (today so far).
     pub month_to_date: i64,
     /// All of last month.
     pub last_month: i64,
-    /// Last month's first `today` days (all of it when it was shorter):
-    /// the same point of the month, what `month_to_date` is compared with.
-    pub last_month_to_date: i64,
-    /// `month_to_date` against `last_month_to_date`, in whole percent
-    /// (rounded towards zero); None when last month had spent nothing by
-    /// then (no ratio to give).
+    /// The days of this month that are over (today − 1): the change
+    /// compares whole days with whole days, never today's part of a day
+    /// with a whole one.
+    pub complete_days: u32,
+    /// This month's complete days.
+    pub this_complete: i64,
+    /// Last month's same days (all of it when it was shorter).
+    pub last_complete: i64,
+    /// `this_complete` against `last_complete`, in whole percent (rounded
+    /// towards zero); None on the first day (no complete day yet) or when
+    /// last month had spent nothing by then.
     pub change_pct: Option<i64>,
-    /// Spend at this month's end; None once the month is over or before it
-    /// began (`today` 0).
+    /// Spend at this month's end, while it runs ([`forecast_while_running`]).
     pub forecast: Option<Forecast>,
 }
 
@@ -37,18 +41,21 @@ pub fn spend_trend(
         m.range(..=upto)
             .fold(0i64, |a, (_, v)| a.saturating_add(*v))
     };
-    let month_to_date = sum(this, today);
-    let last_month_to_date = sum(last, today);
-    let change_pct = (last_month_to_date > 0).then(|| {
-        let d = i128::from(month_to_date) - i128::from(last_month_to_date);
-        i64::try_from(d * 100 / i128::from(last_month_to_date)).unwrap_or(i64::MAX)
+    let complete_days = today.saturating_sub(1);
+    let this_complete = sum(this, complete_days);
+    let last_complete = sum(last, complete_days);
+    let change_pct = (complete_days > 0 && last_complete > 0).then(|| {
+        let d = i128::from(this_complete) - i128::from(last_complete);
+        i64::try_from(d * 100 / i128::from(last_complete)).unwrap_or(i64::MAX)
     });
     SpendTrend {
-        month_to_date,
+        month_to_date: sum(this, today),
         last_month: sum(last, u32::MAX),
-        last_month_to_date,
+        complete_days,
+        this_complete,
+        last_complete,
         change_pct,
-        forecast: (today > 0 && today < days).then(|| forecast(this, today, days, secs_into_today)),
+        forecast: forecast_while_running(this, today, days, secs_into_today),
     }
 }
 
@@ -106,35 +113,51 @@ mod tests {
     }
 
     #[test]
-    fn this_month_is_compared_with_the_same_days_of_last_month() {
-        let this = days(&[(1, 100), (2, 300), (3, 50)]);
-        let last = days(&[(1, 100), (2, 100), (3, 200), (20, 1_000)]);
+    fn this_months_complete_days_are_compared_with_the_same_days_of_last_month() {
+        let this = days(&[(1, 100), (2, 350), (3, 50)]);
+        let last = days(&[(1, 100), (2, 300), (3, 200), (20, 1_000)]);
         let t = spend_trend(&this, &last, 3, 31, 3600);
-        assert_eq!(t.month_to_date, 450);
-        assert_eq!(t.last_month_to_date, 400);
-        assert_eq!(t.last_month, 1_400);
+        assert_eq!(t.month_to_date, 500);
+        assert_eq!(t.complete_days, 2);
+        assert_eq!((t.this_complete, t.last_complete), (450, 400));
+        assert_eq!(t.last_month, 1_600);
         assert_eq!(t.change_pct, Some(12)); // 450 / 400 = +12.5 %
         let f = t.forecast.expect("the month runs");
         assert_eq!(f.basis, ForecastBasis::CompleteDays(2));
-        // 400 over two complete days: 200 a day; today's 50 counts as 200.
-        assert_eq!(f.month_end, 400 + 200 + 200 * 28);
+        // 450 over two complete days: 225 a day; today's 50 counts as 225.
+        assert_eq!(f.month_end, 450 + 225 + 225 * 28);
     }
 
     #[test]
-    fn a_month_after_a_quiet_one_has_no_ratio_and_a_fall_is_negative() {
-        let t = spend_trend(&days(&[(1, 5)]), &BTreeMap::new(), 1, 30, 7200);
-        assert_eq!(t.change_pct, None);
-        assert_eq!(t.last_month, 0);
-        let f = spend_trend(&days(&[(1, 25)]), &days(&[(1, 100)]), 1, 30, 7200);
-        assert_eq!(f.change_pct, Some(-75));
+    fn today_is_not_compared_with_a_whole_day() {
+        // Early on day 2, today's part of a day would read as a fall.
+        let t = spend_trend(
+            &days(&[(1, 100), (2, 1)]),
+            &days(&[(1, 100), (2, 100)]),
+            2,
+            30,
+            60,
+        );
+        assert_eq!(t.change_pct, Some(0));
+        assert_eq!(t.month_to_date, 101);
+    }
+
+    #[test]
+    fn the_first_day_and_a_month_after_a_quiet_one_have_no_ratio() {
+        let first = spend_trend(&days(&[(1, 5)]), &days(&[(1, 100)]), 1, 30, 7200);
+        assert_eq!((first.complete_days, first.change_pct), (0, None));
+        let quiet = spend_trend(&days(&[(1, 5), (2, 5)]), &BTreeMap::new(), 2, 30, 7200);
+        assert_eq!((quiet.change_pct, quiet.last_month), (None, 0));
+        let fall = spend_trend(&days(&[(1, 25)]), &days(&[(1, 100)]), 2, 30, 7200);
+        assert_eq!(fall.change_pct, Some(-75));
     }
 
     #[test]
     fn a_longer_month_is_compared_with_all_of_a_shorter_one() {
         // Day 31 of March against February (28 days): all of February.
         let last: BTreeMap<u32, i64> = (1..=28).map(|d| (d, 10)).collect();
-        let t = spend_trend(&days(&[(31, 7)]), &last, 31, 31, 0);
-        assert_eq!(t.last_month_to_date, 280);
+        let t = spend_trend(&days(&[(30, 7)]), &last, 31, 31, 0);
+        assert_eq!(t.last_complete, 280);
         assert_eq!(t.forecast, None, "the last day: the month is all but over");
     }
 

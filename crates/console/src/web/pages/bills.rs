@@ -12,7 +12,9 @@ use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
 use billing::BillingError;
-use domain::bill::{attributed_lines, forecast, DayRow, DrillBy, Forecast, ForecastBasis, GroupBy};
+use domain::bill::{
+    attributed_lines, forecast_while_running, DayRow, DrillBy, Forecast, ForecastBasis, GroupBy,
+};
 use domain::roles::Role;
 use domain::MicroUsd;
 use serde::Deserialize;
@@ -652,8 +654,8 @@ async fn burn_down(
     }
     // A forecast only while the month runs: seconds of today gone, in
     // platform time.
-    let fc: Option<Forecast> = (today > 0 && today < days)
-        .then(|| forecast(&daily, today, days, secs_into_day(cp, period, today, now)));
+    let fc: Option<Forecast> =
+        forecast_while_running(&daily, today, days, secs_into_day(cp, period, today, now));
     let (basis, hours) = match fc.map(|f| f.basis) {
         Some(ForecastBasis::CompleteDays(n)) => ("bills.forecast_days", n),
         Some(ForecastBasis::TodaySoFar { hours }) => ("bills.forecast_today", hours),
@@ -911,6 +913,7 @@ fn notice_message(lang: crate::i18n::Lang, n: &store::NoticeRow) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use domain::bill::forecast;
 
     const NAMES: BurnNames<'static> = BurnNames {
         remaining: "left",

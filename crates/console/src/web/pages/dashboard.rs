@@ -75,8 +75,11 @@ pub struct Spend {
     pub zone: String,
     pub month_to_date: String,
     pub last_month: String,
-    pub last_month_to_date: String,
-    /// `+12 %` / `−75 %`; empty when last month had spent nothing by now.
+    /// Days of the month that are over, and what last month spent in them.
+    pub complete_days: u32,
+    pub last_complete: String,
+    /// `+12 %` / `−75 %`; empty on the first day or when last month had
+    /// spent nothing by then.
     pub change: String,
     /// "up", "down" or "" (CSS class of the change).
     pub direction: &'static str,
@@ -185,7 +188,8 @@ async fn spend(
         zone: cp.clock.zone_label(start),
         month_to_date: MicroUsd(t.month_to_date).shown(),
         last_month: MicroUsd(t.last_month).shown(),
-        last_month_to_date: MicroUsd(t.last_month_to_date).shown(),
+        complete_days: t.complete_days,
+        last_complete: MicroUsd(t.last_complete).shown(),
         change,
         direction,
         forecast: t

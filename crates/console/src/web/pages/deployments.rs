@@ -16,6 +16,8 @@ use std::sync::Arc;
 pub struct DeploymentLine {
     pub model: String,
     pub name: String,
+    /// `model/deployments/name` as path segments (for the switch's action).
+    pub path: String,
     pub upstream: String,
     pub upstream_model: String,
     pub weight: String,
@@ -63,6 +65,7 @@ pub async fn lines<'a>(
             let (health, detail) = of("default");
             out.push(DeploymentLine {
                 model: model.to_string(),
+                path: format!("{}/deployments/default", super::path_segment(model)),
                 name: "default".into(),
                 upstream: String::new(),
                 upstream_model: String::new(),
@@ -79,6 +82,11 @@ pub async fn lines<'a>(
             let (health, detail) = of(&d.name);
             out.push(DeploymentLine {
                 model: model.to_string(),
+                path: format!(
+                    "{}/deployments/{}",
+                    super::path_segment(model),
+                    super::path_segment(&d.name)
+                ),
                 upstream: d.upstream_base_url,
                 upstream_model: d.upstream_model,
                 weight: d.weight.to_string(),

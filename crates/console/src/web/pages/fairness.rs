@@ -3,7 +3,7 @@
 //! slots. Platform admins change them here (the service
 //! `PUT /api/v1/models/{id}/fairness` calls).
 
-use super::{form_error, int, FieldError};
+use super::{form_error, int, path_segment, FieldError};
 use crate::api::pool::{self as svc, FairnessIn, GuaranteeIn};
 use crate::error::ApiError;
 use crate::web::{render, Chrome, PageError, Session};
@@ -123,7 +123,7 @@ async fn page(
     Ok(FairnessPage {
         c: Chrome::new(s, "nav.models", "/console/models"),
         model: id.to_string(),
-        model_path: urlencoding(id),
+        model_path: path_segment(id),
         others: models
             .iter()
             .filter(|o| o.id != id)
@@ -165,7 +165,7 @@ pub async fn save(
     };
     match result {
         Ok(()) => {
-            let to = format!("/console/models/{}/fairness?saved=true", urlencoding(&id));
+            let to = format!("/console/models/{}/fairness?saved=true", path_segment(&id));
             Ok(Redirect::to(&to).into_response())
         }
         Err((e, more)) => {
@@ -184,20 +184,6 @@ pub async fn save(
     }
 }
 
-/// `id` as one path segment: every byte but a-z, A-Z, 0-9, '-', '_', '.'
-/// and '~' percent-encoded (a model id may hold '/' and ':').
-fn urlencoding(id: &str) -> String {
-    id.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,11 +200,5 @@ mod tests {
         assert!(guarantees("").unwrap().is_empty());
         assert!(guarantees("core-a").is_none());
         assert!(guarantees("core-a=four").is_none());
-    }
-
-    #[test]
-    fn a_model_id_is_one_path_segment() {
-        assert_eq!(urlencoding("deepseek/chat:v3"), "deepseek%2Fchat%3Av3");
-        assert_eq!(urlencoding("gpt-4o_mini.2"), "gpt-4o_mini.2");
     }
 }

@@ -100,6 +100,20 @@ pub fn usd(field: &'static str, v: &str) -> Result<Option<MicroUsd>, ApiError> {
         .map_err(|_| ApiError::field(field, "err.not_money"))
 }
 
+/// `id` as one path segment: every byte but a-z, A-Z, 0-9, '-', '_', '.'
+/// and '~' percent-encoded (a model id may hold '/' and ':').
+pub fn path_segment(id: &str) -> String {
+    id.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
 /// A percentage as typed ("5", "5.5", "5 %"), as a share of 1 (0.05);
 /// empty means absent. Range checks are the service's.
 pub fn percent(field: &'static str, v: &str) -> Result<Option<f64>, ApiError> {
@@ -374,5 +388,16 @@ mod tests {
             limits_summary(Lang::Zh, &l),
             "每月 1,000,000 token · 每分钟 60 次请求 · 最多 4 个并发"
         );
+    }
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::*;
+
+    #[test]
+    fn a_model_id_is_one_path_segment() {
+        assert_eq!(path_segment("deepseek/chat:v3"), "deepseek%2Fchat%3Av3");
+        assert_eq!(path_segment("gpt-4o_mini.2"), "gpt-4o_mini.2");
     }
 }

@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 pub struct ModelLine {
     pub id: String,
+    /// `id` as a path segment (ids may hold '/' and ':').
+    pub path: String,
     pub kind: String,
     pub upstream: String,
     pub upstream_model: String,
@@ -153,6 +155,7 @@ async fn page_with(
             upstream_model: m.upstream_model,
             enabled: m.enabled,
             kind: m.kind,
+            path: super::path_segment(&m.id),
             id: m.id,
         })
         .collect();
