@@ -123,8 +123,9 @@ async fn the_pool_and_a_models_fairness_are_set_in_the_console_and_read_back_by_
         .unwrap();
     assert_eq!(v.as_deref(), Some("12.5"));
 
-    // A model's fairness: guarantees of a standard tenant are refused
-    // beside the field, then a core tenant's are stored.
+    // A model's fairness: guarantees of a standard tenant and a capacity
+    // of 0 are refused beside their fields together, then a core tenant's
+    // guarantees are stored.
     ui.go("/console/models").await;
     ui.click("tr[data-model='gpt-4o'] a.fairness-link").await;
     ui.wait("#fairness-form").await;
@@ -135,7 +136,7 @@ async fn the_pool_and_a_models_fairness_are_set_in_the_console_and_read_back_by_
     )
     .await
     .unwrap();
-    ui.fill("#fairness-form input[name=pool_capacity]", "8")
+    ui.fill("#fairness-form input[name=pool_capacity]", "0")
         .await;
     ui.fill("#fairness-form input[name=guarantees]", "std-b=2")
         .await;
@@ -143,8 +144,12 @@ async fn the_pool_and_a_models_fairness_are_set_in_the_console_and_read_back_by_
     ui.wait("#fairness-form .field-error").await;
     assert_eq!(
         error_fields(&ui, "#fairness-form").await,
-        vec!["guarantees"]
+        vec!["guarantees", "pool_capacity"],
+        "both at once"
     );
+    assert_eq!(audited(&env, "model.fairness").await, 0);
+    ui.fill("#fairness-form input[name=pool_capacity]", "8")
+        .await;
     ui.fill("#fairness-form input[name=guarantees]", "core-a=3")
         .await;
     ui.click("#fairness-form button[type=submit]").await;

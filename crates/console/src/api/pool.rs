@@ -243,9 +243,68 @@ pub struct FairnessIn {
     pub guarantees: Vec<GuaranteeIn>,
 }
 
+/// What is wrong with fairness settings for model `id`, each field at
+/// once (the cheaper model is another existing model, the capacity at
+/// least 1, guarantees only for core tenants, each named once, with slots,
+/// within the capacity): the API answers the first, the console shows all.
+pub async fn fairness_problems(
+    cp: &ControlPlane,
+    actor: &Principal,
+    id: &str,
+    f: &FairnessIn,
+) -> Result<Vec<ApiError>, ApiError> {
+    let mut out = Vec::new();
+    if let Some(d) = &f.degrade_to {
+        if d == id || !cp.store.model_exists(d).await? {
+            out.push(ApiError::field("degrade_to", "err.other_model"));
+        }
+    }
+    if f.pool_capacity.is_some_and(|c| c <= 0) {
+        out.push(ApiError::field("pool_capacity", "err.at_least_one"));
+    }
+    let mut total = 0i64;
+    let mut seen = std::collections::HashSet::new();
+    for (i, g) in f.guarantees.iter().enumerate() {
+        let problem = if !seen.insert(g.tenant_id.as_str()) {
+            Some(ApiError::Element {
+                field: "guarantees",
+                index: i,
+                key: "err.duplicate_tenant",
+            })
+        } else {
+            match cp.store.tenant(actor.scope(), &g.tenant_id).await? {
+                None => Some(ApiError::invalid(
+                    format!("guarantees[{i}].tenant_id"),
+                    crate::i18n::english("err.unknown_tenant"),
+                )),
+                Some(t) if t.priority != "core" => {
+                    Some(ApiError::field("guarantees", "err.core_only"))
+                }
+                Some(_) if g.slots <= 0 => Some(ApiError::field("guarantees", "err.at_least_one")),
+                Some(_) => None,
+            }
+        };
+        if let Some(p) = problem {
+            // One problem per field: the first guarantee in error.
+            out.push(p);
+            return Ok(out);
+        }
+        total += i64::from(g.slots);
+    }
+    match f.pool_capacity {
+        Some(c) if c > 0 && total > i64::from(c) => {
+            out.push(ApiError::field("guarantees", "err.slots_exceed"))
+        }
+        None if total > 0 => out.push(ApiError::field("pool_capacity", "err.needs_capacity")),
+        _ => {}
+    }
+    Ok(out)
+}
+
 /// Sets model `id`'s cheaper model, pool capacity and core tenants'
 /// guaranteed slots, replacing the previous ones (platform admins, audited
-/// as `model.fairness`); a refusal names its field.
+/// as `model.fairness`); a refusal names its field
+/// ([`fairness_problems`]).
 pub async fn set_fairness(
     cp: &ControlPlane,
     actor: &Principal,
@@ -253,48 +312,12 @@ pub async fn set_fairness(
     f: &FairnessIn,
 ) -> Result<(), ApiError> {
     require_platform_admin(actor)?;
-    if let Some(d) = &f.degrade_to {
-        if d == id || !cp.store.model_exists(d).await? {
-            return Err(ApiError::field("degrade_to", "err.other_model"));
-        }
-    }
-    if f.pool_capacity.is_some_and(|c| c <= 0) {
-        return Err(ApiError::field("pool_capacity", "err.at_least_one"));
-    }
-    let mut total = 0i64;
-    let mut seen = std::collections::HashSet::new();
-    for (i, g) in f.guarantees.iter().enumerate() {
-        if !seen.insert(g.tenant_id.as_str()) {
-            return Err(ApiError::Element {
-                field: "guarantees",
-                index: i,
-                key: "err.duplicate_tenant",
-            });
-        }
-        let t = cp
-            .store
-            .tenant(actor.scope(), &g.tenant_id)
-            .await?
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    format!("guarantees[{i}].tenant_id"),
-                    crate::i18n::english("err.unknown_tenant"),
-                )
-            })?;
-        if t.priority != "core" {
-            return Err(ApiError::field("guarantees", "err.core_only"));
-        }
-        if g.slots <= 0 {
-            return Err(ApiError::field("guarantees", "err.at_least_one"));
-        }
-        total += i64::from(g.slots);
-    }
-    match f.pool_capacity {
-        Some(c) if total > i64::from(c) => {
-            return Err(ApiError::field("guarantees", "err.slots_exceed"))
-        }
-        None if total > 0 => return Err(ApiError::field("pool_capacity", "err.needs_capacity")),
-        _ => {}
+    if let Some(e) = fairness_problems(cp, actor, id, f)
+        .await?
+        .into_iter()
+        .next()
+    {
+        return Err(e);
     }
     let guarantees: Vec<(String, i32)> = f
         .guarantees

@@ -154,34 +154,30 @@ pub async fn save(
     Form(f): Form<FairnessForm>,
 ) -> Result<Response, PageError> {
     crate::api::require_platform_admin(&s.actor)?;
-    let result = match f.parse() {
-        Ok(input) => svc::set_fairness(&cp, &s.actor, &id, &input)
-            .await
-            .map_err(|e| (e, vec![])),
-        Err(mut errs) => {
-            let first = errs.remove(0);
-            Err((first, errs))
+    let mut errs = match f.parse() {
+        Ok(input) => {
+            let problems = svc::fairness_problems(&cp, &s.actor, &id, &input).await?;
+            if problems.is_empty() {
+                svc::set_fairness(&cp, &s.actor, &id, &input).await?;
+                let to = format!("/console/models/{}/fairness?saved=true", path_segment(&id));
+                return Ok(Redirect::to(&to).into_response());
+            }
+            problems
         }
+        Err(errs) => errs,
     };
-    match result {
-        Ok(()) => {
-            let to = format!("/console/models/{}/fairness?saved=true", path_segment(&id));
-            Ok(Redirect::to(&to).into_response())
+    // An unknown tenant is named by its element in the API
+    // (`guarantees[0].tenant_id`); the form has one field for all.
+    let field = |e: ApiError| match e {
+        ApiError::Invalid { param, .. } if param.starts_with("guarantees[") => {
+            ApiError::field("guarantees", "err.unknown_tenant")
         }
-        Err((e, more)) => {
-            // An unknown tenant is named by its element in the API
-            // (`guarantees[0].tenant_id`); the form has one field for all.
-            let e = match e {
-                ApiError::Invalid { param, .. } if param.starts_with("guarantees[") => {
-                    ApiError::field("guarantees", "err.unknown_tenant")
-                }
-                e => e,
-            };
-            let errors = form_error(e)?.and(more);
-            let p = page(&cp, &s, &id, Some((f, errors)), false).await?;
-            Ok((StatusCode::UNPROCESSABLE_ENTITY, render(p)?).into_response())
-        }
-    }
+        e => e,
+    };
+    let first = field(errs.remove(0));
+    let errors = form_error(first)?.and(errs.into_iter().map(field).collect());
+    let p = page(&cp, &s, &id, Some((f, errors)), false).await?;
+    Ok((StatusCode::UNPROCESSABLE_ENTITY, render(p)?).into_response())
 }
 
 #[cfg(test)]
