@@ -9,7 +9,7 @@
 
 mod browser_common;
 
-use browser_common::{browse, Ui};
+use browser_common::{browse, error_fields, Ui};
 use domain::Limits;
 use e2e::*;
 use fantoccini::Locator;
@@ -295,23 +295,6 @@ async fn the_api_restores_app_and_key_limits_with_a_reason_and_only_for_platform
     assert_eq!(versions[0]["reason"], "same again");
     assert_eq!(versions[0]["current"], true);
     srv.shutdown().await;
-}
-
-/// The `data-field`s of a form's errors, sorted.
-/// Read in one script, so an htmx swap between finding the errors and
-/// reading them leaves no stale element behind.
-async fn error_fields(ui: &Ui, form: &str) -> Vec<String> {
-    let v =
-        ui.c.execute(
-            "return Array.from(document.querySelectorAll(arguments[0]))
-                .map(e => e.getAttribute('data-field') || '')",
-            vec![serde_json::json!(format!("{form} .field-error"))],
-        )
-        .await
-        .unwrap();
-    let mut fields: Vec<String> = serde_json::from_value(v).unwrap();
-    fields.sort();
-    fields
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,25 +8,10 @@
 
 mod browser_common;
 
-use browser_common::{browse, Ui};
+use browser_common::{browse, error_fields};
 use domain::Limits;
 use e2e::*;
 use std::time::Duration;
-
-/// The `data-field`s of a form's errors, sorted (read in one script).
-async fn error_fields(ui: &Ui, form: &str) -> Vec<String> {
-    let v =
-        ui.c.execute(
-            "return Array.from(document.querySelectorAll(arguments[0]))
-                .map(e => e.getAttribute('data-field') || '')",
-            vec![serde_json::json!(format!("{form} .field-error"))],
-        )
-        .await
-        .unwrap();
-    let mut fields: Vec<String> = serde_json::from_value(v).unwrap();
-    fields.sort();
-    fields
-}
 
 async fn audited(env: &TestEnv, action: &str) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action = $1")

@@ -184,6 +184,23 @@ impl Ui {
     }
 }
 
+/// The `data-field`s of a form's errors, sorted.
+/// Read in one script, so an htmx swap between finding the errors and
+/// reading them leaves no stale element behind.
+pub async fn error_fields(ui: &Ui, form: &str) -> Vec<String> {
+    let v =
+        ui.c.execute(
+            "return Array.from(document.querySelectorAll(arguments[0]))
+                .map(e => e.getAttribute('data-field') || '')",
+            vec![serde_json::json!(format!("{form} .field-error"))],
+        )
+        .await
+        .unwrap();
+    let mut fields: Vec<String> = serde_json::from_value(v).unwrap();
+    fields.sort();
+    fields
+}
+
 /// Every console page a signed-in person reaches by following links from
 /// the dashboard (GET links only; exports, paging, the language switch and
 /// log out left out; at most `PER_PATH` queries of one path). Paths with

@@ -13,7 +13,8 @@ use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
 use billing::BillingError;
 use domain::bill::{
-    attributed_lines, forecast_while_running, DayRow, DrillBy, Forecast, ForecastBasis, GroupBy,
+    attributed_lines, forecast_while_running, spend_by_day, DayRow, DrillBy, Forecast,
+    ForecastBasis, GroupBy,
 };
 use domain::roles::Role;
 use domain::MicroUsd;
@@ -206,11 +207,17 @@ pub fn daily_spend_chart(
     days: u32,
     shown: u32,
 ) -> LineChart {
-    let mut by: BTreeMap<&str, BTreeMap<u32, i64>> = BTreeMap::new();
+    let mut per_tenant: BTreeMap<&str, Vec<(&str, i64)>> = BTreeMap::new();
     for r in rows {
-        let d: u32 = r.day.get(8..).and_then(|d| d.parse().ok()).unwrap_or(1);
-        *by.entry(&r.tenant_id).or_default().entry(d).or_default() += r.totals.cost_micro;
+        per_tenant
+            .entry(&r.tenant_id)
+            .or_default()
+            .push((&r.day, r.totals.cost_micro));
     }
+    let by: BTreeMap<&str, BTreeMap<u32, i64>> = per_tenant
+        .into_iter()
+        .map(|(t, days)| (t, spend_by_day(days)))
+        .collect();
     let max = by
         .values()
         .flat_map(|m| m.values().copied())
@@ -647,11 +654,12 @@ async fn burn_down(
     let Some(budget) = b.effective.monthly_cost_usd else {
         return Ok(Burn::default());
     };
-    let mut daily: BTreeMap<u32, i64> = BTreeMap::new();
-    for r in day_rows.iter().filter(|r| r.tenant_id == t.id) {
-        let d: u32 = r.day.get(8..).and_then(|d| d.parse().ok()).unwrap_or(1);
-        *daily.entry(d).or_default() += r.totals.cost_micro;
-    }
+    let daily = spend_by_day(
+        day_rows
+            .iter()
+            .filter(|r| r.tenant_id == t.id)
+            .map(|r| (r.day.as_str(), r.totals.cost_micro)),
+    );
     // A forecast only while the month runs: seconds of today gone, in
     // platform time.
     let fc: Option<Forecast> =

@@ -155,15 +155,18 @@ pub async fn save(
 ) -> Result<Response, PageError> {
     crate::api::require_platform_admin(&s.actor)?;
     let mut errs = match f.parse() {
-        Ok(input) => {
-            let problems = svc::fairness_problems(&cp, &s.actor, &id, &input).await?;
-            if problems.is_empty() {
-                svc::set_fairness(&cp, &s.actor, &id, &input).await?;
+        Ok(input) => match svc::set_fairness(&cp, &s.actor, &id, &input).await {
+            Ok(()) => {
                 let to = format!("/console/models/{}/fairness?saved=true", path_segment(&id));
                 return Ok(Redirect::to(&to).into_response());
             }
-            problems
-        }
+            // Refused: the first problem, then every other field's.
+            Err(first) => {
+                let mut all = vec![first];
+                all.extend(svc::fairness_problems(&cp, &s.actor, &id, &input).await?);
+                all
+            }
+        },
         Err(errs) => errs,
     };
     // An unknown tenant is named by its element in the API
