@@ -24,6 +24,7 @@
 #   MODES= CONNS= HOLD_BENCH=0 ./scripts/bench.sh                  # isolation only
 #   SCALE=1 ./scripts/bench.sh          # the scale section instead (scripts/bench_scale.sh)
 #   BENCH_DB_SQL="CREATE INDEX …" ./scripts/bench.sh   # a schema ablation, run after the migrations
+#   TOLLGATE_BIN=/path/to/tollgate ./scripts/bench.sh   # another build of the gateway (A/B runs)
 #
 #   6. load scenarios (docs/benchmarks.md, "Load scenarios"): three tenants
 #      (core, standard, batch), every limit kind set, each scenario's loads
@@ -76,7 +77,9 @@ have redis-benchmark || apt_install redis-tools
 log "building tollgate (release)"
 cargo build -q --release -p tollgate-server --bin tollgate -p tollgate-bench --bin tollgate-bench --bin hold-bench --bin iso-bench --bin scen-bench
 target=${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/release
-bin=$target/tollgate
+# TOLLGATE_BIN: another build of the gateway (one saved from an earlier
+# commit), to compare two builds run by run in one session.
+bin=${TOLLGATE_BIN:-$target/tollgate}
 
 case $UPSTREAM in
 mock)
@@ -138,19 +141,17 @@ ticks_of() {
     for p in "$@"; do [[ -r /proc/$p/stat ]] && t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done
     echo "$t"
 }
-# A snapshot "pid:ticks …" of processes, and the ticks they used since it:
-# only processes alive at both ends count, so one that exits meanwhile (a
-# backend of another database on the shared server) cannot make the sum
-# negative.
-ticks_snap() {
-    local p
-    for p in "$@"; do [[ -r /proc/$p/stat ]] && printf '%s:%s ' "$p" "$(awk '{print $14+$15}' "/proc/$p/stat")"; done
-}
-ticks_since() {
-    local t=0 e p
-    for e in $1; do
-        p=${e%%:*}
-        [[ -r /proc/$p/stat ]] && t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat") - ${e#*:}))
+# CPU ticks of the whole Postgres server: every process of user postgres,
+# its own time and the time of its children that exited (cutime + cstime,
+# non-zero only for the postmaster, which reaps them). The difference of two
+# readings counts a process that started or exited during the run (an
+# autovacuum worker, a connection opened and closed) for exactly the time it
+# ran in between; Postgres processes of other databases on the shared server
+# are in it too (measure on an otherwise idle machine).
+pg_ticks() {
+    local t=0 p
+    for p in $(pgrep -u postgres); do
+        [[ -r /proc/$p/stat ]] && t=$((t + $(awk '{print $14+$15+$16+$17}' "/proc/$p/stat" 2>/dev/null || echo 0)))
     done
     echo "$t"
 }
@@ -191,12 +192,12 @@ field() { echo "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1==k{print $2}'; }
 run() { # name url lua conns [pid]
     local t=1 out line
     [[ $4 -gt 1 ]] && t=2
-    local c0=0 up pg rd u0 p0 r0
+    local c0=0 up rd u0 p0 r0
     if [[ -n ${5:-} ]]; then
         c0=$(ticks_of "$5")
-        up=$(upstream_pids) pg=$(pgrep -u postgres | tr '\n' ' ') rd=$(pgrep -x redis-server | tr '\n' ' ')
+        up=$(upstream_pids) rd=$(pgrep -x redis-server | tr '\n' ' ')
         # shellcheck disable=SC2086
-        u0=$(ticks_of $up) p0=$(ticks_snap $pg) r0=$(ticks_of $rd)
+        u0=$(ticks_of $up) p0=$(pg_ticks) r0=$(ticks_of $rd)
     fi
     out=$({ TIMEFORMAT='WRKCPU %U %S'; time wrk -t"$t" -c"$4" -d"${DUR}s" --latency -s "$3" "$2" 2>&1; } 2>&1)
     line=$(echo "$out" | grep '^BENCH ')
@@ -212,7 +213,7 @@ run() { # name url lua conns [pid]
         wrk_s=$(echo "$out" | awk '/^WRKCPU/{print $2+$3}')
         # shellcheck disable=SC2086
         R[$1.$4.per]=$(awk -v n="$n" -v g="$g" -v u=$(($(ticks_of $up) - u0)) \
-            -v p="$(ticks_since "$p0")" -v r=$(($(ticks_of $rd) - r0)) -v w="${wrk_s:-0}" \
+            -v p=$(($(pg_ticks) - p0)) -v r=$(($(ticks_of $rd) - r0)) -v w="${wrk_s:-0}" \
             'BEGIN{ if (n < 1) n = 1; f = 1e6 / 100 / n;
                     printf "%.0f | %.0f | %.0f | %.0f | %.0f | %.0f", g*f, u*f, p*f, r*f, w*1e6/n, (g+u+p+r)*f + w*1e6/n }')
     fi

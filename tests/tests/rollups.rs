@@ -148,3 +148,96 @@ async fn reconcile_passes_then_names_a_tampered_rollup() {
             .unwrap()
     );
 }
+
+fn event(n: u64) -> domain::usage::UsageEvent {
+    domain::usage::UsageEvent {
+        request_id: format!("req_batch_{n:04}"),
+        tenant_id: "batch".into(),
+        app_id: format!("app-{}", n % 2),
+        key_id: "k".into(),
+        model: "gpt-4o-mini".into(),
+        period: PERIOD.into(),
+        day: format!("{PERIOD}-{:02}", 1 + n % 3),
+        input_tokens: 100 + n as i64,
+        output_tokens: 7 * n as i64,
+        cost_micro: 1_000 + 3 * n as i64,
+        est_tokens: 1,
+        est_cost_micro: 1,
+        overrun_tokens: 0,
+        overrun_cost_micro: 0,
+        status: "ok".into(),
+        stream: false,
+        usage_source: "provider".into(),
+        deployment: None,
+        attribution: Default::default(),
+        anomaly: None,
+        replica: "r".into(),
+        started_at_ms: 1_772_323_200_000 + n as i64,
+        settled_at_ms: 1_772_323_200_000 + n as i64,
+    }
+}
+
+/// A batch holding request ids already stored (a retried batch, the outbox
+/// sweeper racing the ledger writer) stores and rolls up only its new
+/// events, also when two such batches run at once: the rollups equal sums
+/// computed here from the distinct events, not read back from the ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_holding_stored_events_add_only_their_new_ones() {
+    let env = TestEnv::new().await;
+    let batch = |r: std::ops::Range<u64>| r.map(event).collect::<Vec<_>>();
+    assert_eq!(
+        env.store.insert_usage_events(&batch(0..10)).await.unwrap(),
+        10
+    );
+    assert_eq!(
+        env.store.insert_usage_events(&batch(0..10)).await.unwrap(),
+        0
+    );
+    let (a, b) = (env.store.clone(), env.store.clone());
+    let (x, y) = tokio::join!(
+        async move { a.insert_usage_events(&batch(5..25)).await.unwrap() },
+        async move { b.insert_usage_events(&batch(15..40)).await.unwrap() },
+    );
+    assert_eq!(
+        x + y,
+        30,
+        "new events stored by the two overlapping batches"
+    );
+
+    let mut expected: BTreeMap<(String, String), [i64; 4]> = BTreeMap::new();
+    for e in batch(0..40) {
+        let t = expected.entry((e.app_id, e.day)).or_default();
+        t[0] += 1;
+        t[1] += e.input_tokens;
+        t[2] += e.output_tokens;
+        t[3] += e.cost_micro;
+    }
+    let rows = sqlx::query(
+        "SELECT app_id, day::text AS day, requests, input_tokens, output_tokens, cost_micro
+         FROM usage_rollups WHERE tenant_id = 'batch' ORDER BY app_id, day",
+    )
+    .fetch_all(env.store.pool())
+    .await
+    .unwrap();
+    let rolled: BTreeMap<(String, String), [i64; 4]> = rows
+        .iter()
+        .map(|r| {
+            (
+                (r.get("app_id"), r.get("day")),
+                [
+                    r.get("requests"),
+                    r.get("input_tokens"),
+                    r.get("output_tokens"),
+                    r.get("cost_micro"),
+                ],
+            )
+        })
+        .collect();
+    assert_eq!(rolled, expected);
+    let stored: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM usage_events WHERE tenant_id = 'batch'")
+            .fetch_one(env.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(stored, 40);
+}

@@ -1,6 +1,6 @@
 //! The usage ledger: settled requests, one row each, inserted in batches.
 
-use crate::{Result, Store, TenantScope};
+use crate::{Result, Store, StoreError, TenantScope};
 use chrono::{DateTime, NaiveDate, Utc};
 use domain::attribution::{Attribution, Tags};
 use domain::usage::{UsageAnomaly, UsageEvent};
@@ -180,15 +180,24 @@ fn ts(ms: i64) -> DateTime<Utc> {
 }
 
 /// The ledger's insert (see `insert_usage_events`), built once from
-/// `EVENT_COLUMNS` and `ROLLUP_KEY`.
-fn insert_sql() -> &'static str {
-    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SQL.get_or_init(|| {
+/// `EVENT_COLUMNS` and `ROLLUP_KEY`: `plain` fails the whole statement on a
+/// request id already stored (the usual case, a batch of new events, costs
+/// one unique-index probe a row); the other skips such rows (`ON CONFLICT DO
+/// NOTHING`: a speculative insertion, a second probe and WAL record a row).
+fn insert_sql(plain: bool) -> &'static str {
+    static PLAIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static SKIPPING: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let (cell, on_conflict) = if plain {
+        (&PLAIN, "")
+    } else {
+        (&SKIPPING, "ON CONFLICT (request_id) DO NOTHING")
+    };
+    cell.get_or_init(|| {
         format!(
             "WITH new_events AS (
                 INSERT INTO usage_events ({cols})
                 SELECT * FROM UNNEST({arrays})
-                ON CONFLICT (request_id) DO NOTHING
+                {on_conflict}
                 RETURNING {ROLLUP_KEY}, input_tokens, output_tokens, cost_micro, overrun_tokens, overrun_cost_micro
              ), rolled AS (
                 INSERT INTO usage_rollups ({ROLLUP_KEY}, requests, input_tokens, output_tokens, cost_micro,
@@ -239,6 +248,26 @@ impl Store {
         // deadlock (seen under load); in one order, one simply waits.
         let mut events: Vec<&UsageEvent> = events.iter().collect();
         events.sort_unstable_by(|a, b| a.request_id.cmp(&b.request_id));
+        // Most batches are all new: the plain insert. A request id already
+        // stored (a retried batch, the outbox sweeper racing the writer, a
+        // second loader run) fails it as a whole, nothing written; then the
+        // skipping insert stores the rest.
+        match self.insert_events_as(&events, true).await {
+            Err(StoreError::Db(sqlx::Error::Database(e)))
+                if e.constraint() == Some("usage_events_pkey") =>
+            {
+                self.insert_events_as(&events, false).await
+            }
+            other => other,
+        }
+    }
+
+    /// One ledger insert of events sorted by request id (`insert_sql`): the
+    /// events that were new, and their sums added to the rollups, commit
+    /// together or not at all. Rollup totals saturate at i64::MAX (summed as
+    /// numeric) so absurd reports stored before any bound existed never fail
+    /// the ledger's writes.
+    async fn insert_events_as(&self, events: &[&UsageEvent], plain: bool) -> Result<u64> {
         macro_rules! col {
             ($f:expr) => {
                 events.iter().map($f).collect::<Vec<_>>()
@@ -246,11 +275,7 @@ impl Store {
         }
         let days: Vec<NaiveDate> =
             col!(|e| NaiveDate::parse_from_str(&e.day, "%Y-%m-%d").unwrap_or_default());
-        // One statement: the events that were new, and their sums added to
-        // the rollups, commit together or not at all. Rollup totals saturate
-        // at i64::MAX (summed as numeric) so absurd reports stored before any
-        // bound existed never fail the ledger's writes.
-        let n: i64 = sqlx::query_scalar(insert_sql())
+        let n: i64 = sqlx::query_scalar(insert_sql(plain))
             .bind(col!(|e| e.request_id.clone()))
             .bind(col!(|e| e.tenant_id.clone()))
             .bind(col!(|e| e.app_id.clone()))
