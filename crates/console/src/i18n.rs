@@ -540,6 +540,8 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("outcome.differences", "differences found", "发现差异"),
     ("outcome.failed", "failed", "失败"),
     ("outcome.skipped", "skipped", "已跳过"),
+    ("outcome.running", "running", "运行中"),
+    ("outcome.abandoned", "abandoned (its replica stopped)", "已中止（其副本已停止）"),
     ("job.stale-holds", "stale holds", "过期预扣清理"),
     ("job.rollover", "month rollover", "月度结转"),
     ("job.grant-expiry", "grant expiry", "临时额度到期"),
