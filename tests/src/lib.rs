@@ -490,3 +490,39 @@ pub async fn only_usage_event(env: &TestEnv) -> domain::usage::UsageEvent {
         .unwrap();
     env.usage_event(&rid).await.unwrap()
 }
+
+/// A ledger row for tests that write the ledger directly: a plain served
+/// request of `tenant` (app `a`, key `k`, gpt-4o-mini, replica `r`) with no
+/// tokens, cost or attribution; set what the test is about with `..`.
+pub fn ledger_event(
+    request_id: &str,
+    tenant: &str,
+    period: &str,
+    day: &str,
+) -> domain::usage::UsageEvent {
+    domain::usage::UsageEvent {
+        request_id: request_id.into(),
+        tenant_id: tenant.into(),
+        app_id: "a".into(),
+        key_id: "k".into(),
+        model: "gpt-4o-mini".into(),
+        period: period.into(),
+        day: day.into(),
+        input_tokens: 0,
+        output_tokens: 0,
+        cost_micro: 0,
+        est_tokens: 0,
+        est_cost_micro: 0,
+        overrun_tokens: 0,
+        overrun_cost_micro: 0,
+        status: "ok".into(),
+        stream: false,
+        usage_source: "provider".into(),
+        replica: "r".into(),
+        started_at_ms: 0,
+        settled_at_ms: 0,
+        deployment: None,
+        attribution: Default::default(),
+        anomaly: None,
+    }
+}

@@ -449,29 +449,12 @@ async fn a_rebuild_from_a_ledger_summing_past_i64_saturates() {
         .await;
     let month = this_month();
     let event = |i: usize| domain::usage::UsageEvent {
-        request_id: format!("absurd-{i}"),
-        tenant_id: "t".into(),
-        app_id: "a".into(),
-        key_id: "k".into(),
-        model: "gpt-4o-mini".into(),
-        period: month.clone(),
-        day: format!("{month}-01"),
         input_tokens: 1 << 62,
         output_tokens: 1 << 62,
         cost_micro: 1 << 62,
         est_tokens: 10,
-        est_cost_micro: 0,
         overrun_tokens: 1 << 62,
-        overrun_cost_micro: 0,
-        status: "ok".into(),
-        stream: false,
-        usage_source: "provider".into(),
-        deployment: None,
-        attribution: Default::default(),
-        anomaly: None,
-        replica: "r".into(),
-        started_at_ms: 0,
-        settled_at_ms: 0,
+        ..ledger_event(&format!("absurd-{i}"), "t", &month, &format!("{month}-01"))
     };
     env.store
         .insert_usage_events(&[event(1), event(2), event(3)])

@@ -150,30 +150,22 @@ async fn reconcile_passes_then_names_a_tampered_rollup() {
 }
 
 fn event(n: u64) -> domain::usage::UsageEvent {
+    let at = 1_772_323_200_000 + n as i64;
     domain::usage::UsageEvent {
-        request_id: format!("req_batch_{n:04}"),
-        tenant_id: "batch".into(),
         app_id: format!("app-{}", n % 2),
-        key_id: "k".into(),
-        model: "gpt-4o-mini".into(),
-        period: PERIOD.into(),
-        day: format!("{PERIOD}-{:02}", 1 + n % 3),
         input_tokens: 100 + n as i64,
         output_tokens: 7 * n as i64,
         cost_micro: 1_000 + 3 * n as i64,
         est_tokens: 1,
         est_cost_micro: 1,
-        overrun_tokens: 0,
-        overrun_cost_micro: 0,
-        status: "ok".into(),
-        stream: false,
-        usage_source: "provider".into(),
-        deployment: None,
-        attribution: Default::default(),
-        anomaly: None,
-        replica: "r".into(),
-        started_at_ms: 1_772_323_200_000 + n as i64,
-        settled_at_ms: 1_772_323_200_000 + n as i64,
+        started_at_ms: at,
+        settled_at_ms: at,
+        ..ledger_event(
+            &format!("req_batch_{n:04}"),
+            "batch",
+            PERIOD,
+            &format!("{PERIOD}-{:02}", 1 + n % 3),
+        )
     }
 }
 
