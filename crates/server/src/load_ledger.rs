@@ -128,20 +128,27 @@ async fn ensure_scopes(store: &Store, tenants: u32, apps: u32) -> anyhow::Result
 }
 
 /// The `n`-th synthetic event of the plan: spread over tenants, apps, four
-/// keys per app, two models and the month's days.
+/// keys per app and two models, and in time order over the month like a
+/// gateway's traffic (the `n`-th of `events` starts in the `n`-th equal
+/// slice of the month, at a random moment in it), so the ledger's
+/// time-ordered indexes grow at their end as they do in production.
 fn event(plan: &LoadPlan, first_day: NaiveDate, days: u32, n: u64, rng: &mut Mix) -> UsageEvent {
     let t = rng.below(u64::from(plan.tenants)) as u32;
     let a = rng.below(u64::from(plan.apps.max(1)));
     let k = rng.below(4);
     let (model, price) = &MODELS[rng.below(MODELS.len() as u64) as usize];
-    let day = first_day + chrono::Days::new(rng.below(u64::from(days)));
     let input = 20 + rng.below(2000) as i64;
     let output = 1 + rng.below(800) as i64;
     let cost = price.cost(input, output).0;
-    let started = Utc
-        .from_utc_datetime(&day.and_hms_opt(0, 0, 0).expect("midnight"))
-        .timestamp_millis()
-        + rng.below(86_400_000) as i64;
+    let month_ms = u128::from(days) * 86_400_000;
+    let events = u128::from(plan.events.max(1));
+    let slice = (month_ms / events).max(1) as u64;
+    let offset = (u128::from(n) * month_ms / events) as u64 + rng.below(slice);
+    let month_start = Utc
+        .from_utc_datetime(&first_day.and_hms_opt(0, 0, 0).expect("midnight"))
+        .timestamp_millis();
+    let started = month_start + offset.min(month_ms as u64 - 1) as i64;
+    let day = first_day + chrono::Days::new(offset.min(month_ms as u64 - 1) / 86_400_000);
     UsageEvent {
         request_id: format!("load_{}_{n:012}", plan.period),
         tenant_id: tenant_id(t),
@@ -279,4 +286,60 @@ pub async fn load_keys(
     }
     eprintln!();
     Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::DateTime;
+
+    fn plan(events: u64) -> LoadPlan {
+        LoadPlan {
+            events,
+            tenants: 3,
+            apps: 2,
+            period: "2026-02".into(),
+            batch: 500,
+            parallel: 1,
+            progress: false,
+        }
+    }
+
+    /// Time order over the whole month, every day used, each event's day the
+    /// UTC date of its start, all inside February 2026.
+    #[test]
+    fn events_run_through_the_month_in_time_order() {
+        let p = plan(1000);
+        let first = NaiveDate::from_ymd_opt(2026, 2, 1).unwrap();
+        let mut rng = Mix(7);
+        let evs: Vec<UsageEvent> = (0..p.events)
+            .map(|n| event(&p, first, 28, n, &mut rng))
+            .collect();
+        assert!(evs
+            .windows(2)
+            .all(|w| w[0].started_at_ms < w[1].started_at_ms));
+        let start = Utc
+            .with_ymd_and_hms(2026, 2, 1, 0, 0, 0)
+            .unwrap()
+            .timestamp_millis();
+        let end = Utc
+            .with_ymd_and_hms(2026, 3, 1, 0, 0, 0)
+            .unwrap()
+            .timestamp_millis();
+        assert!(evs.iter().all(|e| (start..end).contains(&e.started_at_ms)));
+        for e in &evs {
+            let date = DateTime::from_timestamp_millis(e.started_at_ms)
+                .unwrap()
+                .date_naive();
+            assert_eq!(e.day, date.format("%Y-%m-%d").to_string());
+        }
+        let days: std::collections::BTreeSet<&str> = evs.iter().map(|e| e.day.as_str()).collect();
+        assert_eq!(days.len(), 28);
+        assert_eq!(evs[0].day, "2026-02-01");
+        assert_eq!(evs[999].day, "2026-02-28");
+        // More events than milliseconds in the month still stay inside it.
+        let p = plan(3_000_000_000);
+        let last = event(&p, first, 28, p.events - 1, &mut rng);
+        assert!(last.started_at_ms < end && last.day == "2026-02-28");
+    }
 }

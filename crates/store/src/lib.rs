@@ -17,6 +17,7 @@ mod jobs;
 mod ledger;
 mod limits_history;
 pub mod passwords;
+mod pgcopy;
 mod provider;
 mod quota_requests;
 mod request_decisions;
