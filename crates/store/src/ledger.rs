@@ -250,7 +250,7 @@ fn event_column_list() -> String {
         .join(", ")
 }
 
-/// The new events' copy into the ledger (binary COPY, `copy_rows`).
+/// The new events' copy into the ledger (binary COPY, rows by `copy_row`).
 fn copy_sql() -> &'static str {
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SQL.get_or_init(|| {
