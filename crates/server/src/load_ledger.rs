@@ -143,12 +143,13 @@ fn event(plan: &LoadPlan, first_day: NaiveDate, days: u32, n: u64, rng: &mut Mix
     let month_ms = u128::from(days) * 86_400_000;
     let events = u128::from(plan.events.max(1));
     let slice = (month_ms / events).max(1) as u64;
-    let offset = (u128::from(n) * month_ms / events) as u64 + rng.below(slice);
+    let offset =
+        ((u128::from(n) * month_ms / events) as u64 + rng.below(slice)).min(month_ms as u64 - 1);
     let month_start = Utc
         .from_utc_datetime(&first_day.and_hms_opt(0, 0, 0).expect("midnight"))
         .timestamp_millis();
-    let started = month_start + offset.min(month_ms as u64 - 1) as i64;
-    let day = first_day + chrono::Days::new(offset.min(month_ms as u64 - 1) / 86_400_000);
+    let started = month_start + offset as i64;
+    let day = first_day + chrono::Days::new(offset / 86_400_000);
     UsageEvent {
         request_id: format!("load_{}_{n:012}", plan.period),
         tenant_id: tenant_id(t),

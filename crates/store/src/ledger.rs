@@ -161,8 +161,8 @@ pub(crate) fn tags_json(tags: &Tags) -> serde_json::Value {
 }
 
 /// The end user as the ledger stores it: '' for none (it is in a key).
-pub(crate) fn end_user_col(u: &Option<String>) -> String {
-    u.clone().unwrap_or_default()
+pub(crate) fn end_user_col(u: &Option<String>) -> &str {
+    u.as_deref().unwrap_or("")
 }
 
 /// A stored tags object back into tags (non-string entries skipped).
@@ -284,7 +284,11 @@ fn rollup_upsert_sql() -> &'static str {
 /// A ledger row in binary COPY format, columns in `EVENT_COLUMNS` order
 /// (the field count is checked against it; a type that does not match the
 /// column fails the copy).
-fn copy_row(c: &mut BinaryCopy, e: &UsageEvent) -> std::result::Result<(), FieldTooLarge> {
+fn copy_row(
+    c: &mut BinaryCopy,
+    e: &UsageEvent,
+    day: NaiveDate,
+) -> std::result::Result<(), FieldTooLarge> {
     c.row(EVENT_COLUMNS.len() as i16);
     c.text(&e.request_id)?;
     c.text(&e.tenant_id)?;
@@ -292,7 +296,7 @@ fn copy_row(c: &mut BinaryCopy, e: &UsageEvent) -> std::result::Result<(), Field
     c.text(&e.key_id)?;
     c.text(&e.model)?;
     c.text(&e.period)?;
-    c.date(event_day(e));
+    c.date(day);
     c.int8(e.input_tokens);
     c.int8(e.output_tokens);
     c.int8(e.cost_micro);
@@ -310,7 +314,7 @@ fn copy_row(c: &mut BinaryCopy, e: &UsageEvent) -> std::result::Result<(), Field
     c.opt_jsonb(e.anomaly.as_ref().map(|a| &a.reported))?;
     c.opt_text(e.deployment.as_deref())?;
     c.jsonb(&tags_json(&e.attribution.tags))?;
-    c.text(&end_user_col(&e.attribution.end_user))
+    c.text(end_user_col(&e.attribution.end_user))
 }
 
 /// The settle day as the ledger stores it (an unparsable day is stored as
@@ -329,7 +333,7 @@ type RollupKey<'a> = (
     &'a str,
     NaiveDate,
     &'a Tags,
-    String,
+    &'a str,
 );
 
 /// One batch's totals per rollup row, summed in Rust for the copy path the
@@ -342,33 +346,30 @@ struct RollupSums<'a> {
 }
 
 impl<'a> RollupSums<'a> {
-    fn of(events: &[&'a UsageEvent]) -> Self {
-        let mut s = Self::default();
-        for e in events {
-            let key = (
-                e.period.as_str(),
-                e.tenant_id.as_str(),
-                e.app_id.as_str(),
-                e.key_id.as_str(),
-                e.model.as_str(),
-                event_day(e),
-                &e.attribution.tags,
-                end_user_col(&e.attribution.end_user),
-            );
-            let t = s.rows.entry(key).or_default();
-            let add = [
-                1,
-                e.input_tokens,
-                e.output_tokens,
-                e.cost_micro,
-                e.overrun_tokens,
-                e.overrun_cost_micro,
-            ];
-            for (sum, v) in t.iter_mut().zip(add) {
-                *sum += i128::from(v);
-            }
+    /// Adds one event (its settle day parsed once, by the caller).
+    fn add(&mut self, e: &'a UsageEvent, day: NaiveDate) {
+        let key = (
+            e.period.as_str(),
+            e.tenant_id.as_str(),
+            e.app_id.as_str(),
+            e.key_id.as_str(),
+            e.model.as_str(),
+            day,
+            &e.attribution.tags,
+            end_user_col(&e.attribution.end_user),
+        );
+        let t = self.rows.entry(key).or_default();
+        let add = [
+            1,
+            e.input_tokens,
+            e.output_tokens,
+            e.cost_micro,
+            e.overrun_tokens,
+            e.overrun_cost_micro,
+        ];
+        for (sum, v) in t.iter_mut().zip(add) {
+            *sum += i128::from(v);
         }
-        s
     }
 
     fn capped(v: i128) -> i64 {
@@ -394,7 +395,7 @@ impl<'a> RollupSums<'a> {
             .bind(col!(|(k, _)| k.4))
             .bind(col!(|(k, _)| k.5))
             .bind(col!(|(k, _)| tags_json(k.6)))
-            .bind(col!(|(k, _)| k.7.as_str()))
+            .bind(col!(|(k, _)| k.7))
             .bind(total!(0))
             .bind(total!(1))
             .bind(total!(2))
@@ -447,10 +448,12 @@ impl Store {
     /// COPY").
     async fn copy_events(&self, events: &[&UsageEvent]) -> Result<u64> {
         let mut data = BinaryCopy::with_capacity(events.len() * 400);
+        let mut sums = RollupSums::default();
         for e in events {
-            copy_row(&mut data, e).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+            let day = event_day(e);
+            copy_row(&mut data, e, day).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+            sums.add(e, day);
         }
-        let sums = RollupSums::of(events);
         let mut tx = self.pool.begin().await?;
         let mut copy = tx.copy_in_raw(copy_sql()).await?;
         copy.send(data.finish()).await?;
@@ -493,7 +496,7 @@ impl Store {
             .bind(col!(|e| e.anomaly.as_ref().map(|a| a.reported.clone())))
             .bind(col!(|e| e.deployment.clone()))
             .bind(col!(|e| tags_json(&e.attribution.tags)))
-            .bind(col!(|e| end_user_col(&e.attribution.end_user)))
+            .bind(col!(|e| end_user_col(&e.attribution.end_user).to_string()))
             .fetch_one(&self.pool)
             .await?;
         Ok(n as u64)

@@ -106,10 +106,19 @@ impl BinaryCopy {
 
     /// A `jsonb`: format version 1, then the JSON text.
     pub fn jsonb(&mut self, v: &serde_json::Value) -> Result<(), FieldTooLarge> {
-        let mut bytes = vec![1u8];
+        // Written in place: the length is filled in once the text is.
+        let at = self.buf.len();
+        self.buf.extend_from_slice(&[0, 0, 0, 0, 1]);
         // Writing a Value into a Vec cannot fail.
-        serde_json::to_writer(&mut bytes, v).expect("a JSON value serialises");
-        self.field(&bytes)
+        serde_json::to_writer(&mut self.buf, v).expect("a JSON value serialises");
+        let len = self.buf.len() - at - 4;
+        let Ok(len32) = i32::try_from(len) else {
+            self.buf.truncate(at);
+            return Err(FieldTooLarge(len));
+        };
+        self.counted();
+        self.buf[at..at + 4].copy_from_slice(&len32.to_be_bytes());
+        Ok(())
     }
 
     pub fn opt_jsonb(&mut self, v: Option<&serde_json::Value>) -> Result<(), FieldTooLarge> {
