@@ -97,3 +97,74 @@ async fn past_the_soft_limit_the_cheaper_model_answers_and_is_billed() {
     assert_eq!(by_model[1].0, "gpt-4o-mini");
     srv.shutdown().await;
 }
+
+/// The day counter the soft limit reads is fed by each replica in batches
+/// (docs/fair.md, "Day counter"): after a burst spread over two replicas it
+/// holds exactly the day's cost in the ledger — no settle lost, none counted
+/// twice — computed here by SQL over the stored events.
+#[tokio::test]
+async fn the_day_counter_adds_up_to_the_ledger_across_replicas() {
+    use futures::StreamExt;
+    let env = TestEnv::new().await;
+    let limits = Limits {
+        // Far out of reach: nothing is degraded, every request settles.
+        daily_cost_soft_usd: Some(MicroUsd(1_000_000_000)),
+        ..Default::default()
+    };
+    env.model("gpt-4o-mini", "chat", 150_000, 600_000).await;
+    let key = tenant(&env, "t", "standard", limits, None).await;
+    let a = env.server_with(config(&env)).await;
+    let b = env.server_with(config(&env)).await;
+    let urls = [
+        format!("http://{}/v1/chat/completions", a.addr),
+        format!("http://{}/v1/chat/completions", b.addr),
+    ];
+    const N: usize = 240;
+    let statuses: Vec<u16> = futures::stream::iter(0..N)
+        .map(|i| {
+            let (url, key) = (urls[i % 2].clone(), key.clone());
+            // Output lengths vary, so costs differ from request to request.
+            let req = body("", 5 + (i % 17) as i64);
+            async move { post(&url, &key, &req).await.status().as_u16() }
+        })
+        .buffer_unordered(12)
+        .collect()
+        .await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+
+    let day = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    let ledger = || async {
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT count(*), COALESCE(SUM(cost_micro), 0)::bigint FROM usage_events \
+             WHERE tenant_id = 't' AND day::text = $1",
+        )
+        .bind(&day)
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap()
+    };
+    let counter = || async {
+        let mut c = env.redis().await;
+        let v: Option<i64> = redis::cmd("HGET")
+            .arg(format!("{}:{{t:t}}:d:{day}", env.prefix))
+            .arg("uc")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        v
+    };
+    let settled = eventually(Duration::from_secs(10), || async {
+        let (n, cost) = ledger().await;
+        n == N as i64 && counter().await == Some(cost)
+    })
+    .await;
+    let (n, cost) = ledger().await;
+    assert!(
+        settled,
+        "ledger: {n} events costing {cost}; day counter: {:?}",
+        counter().await
+    );
+    assert!(cost > 0);
+    a.shutdown().await;
+    b.shutdown().await;
+}

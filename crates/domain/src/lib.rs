@@ -11,6 +11,7 @@ pub mod bill;
 pub mod borrowing;
 pub mod bpe;
 pub mod counter;
+pub mod day_cost;
 pub mod fairq;
 pub mod keys;
 pub mod lease;

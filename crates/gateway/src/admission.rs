@@ -57,6 +57,8 @@ pub struct Admission {
     mode: AdmissionMode,
     quota: Arc<QuotaEngine>,
     leases: Option<Arc<LeaseBook>>,
+    /// Registered once (first use): counted on every lease admission.
+    lease_admissions: std::sync::OnceLock<metrics::Counter>,
 }
 
 impl Admission {
@@ -70,6 +72,7 @@ impl Admission {
             mode,
             quota,
             leases,
+            lease_admissions: Default::default(),
         }
     }
 
@@ -116,7 +119,9 @@ impl Admission {
                     remaining_tokens,
                 } = book.admit(req, ledger).await?
                 {
-                    metrics::counter!(m::ADMISSIONS, "path" => "lease").increment(1);
+                    self.lease_admissions
+                        .get_or_init(|| metrics::counter!(m::ADMISSIONS, "path" => "lease"))
+                        .increment(1);
                     return Ok(HoldOutcome::Admitted {
                         remaining_requests,
                         remaining_tokens,
@@ -171,6 +176,34 @@ impl Admission {
             }
         }
         self.quota.settle_with(req, end_user).await
+    }
+
+    /// Was this request admitted from a lease (and not settled yet)?
+    pub fn leased(&self, request_id: &str) -> bool {
+        self.leases.as_ref().is_some_and(|b| b.admitted(request_id))
+    }
+
+    /// Settles a lease-admitted request at its `billable` amounts
+    /// (`SettleRequest::billable`); `done` finishes it in the lease's
+    /// flusher once its batch is in Redis — no task of its own. False when
+    /// the request was not admitted from a lease (ask [`Self::leased`]).
+    pub fn settle_leased(
+        &self,
+        request_id: &str,
+        billable: (i64, i64, i64),
+        event_json: String,
+        done: quota::SettleDone,
+    ) -> bool {
+        let Some(book) = &self.leases else {
+            return false;
+        };
+        let (input, output, cost) = billable;
+        let actual = domain::lease::Need {
+            input,
+            output,
+            cost,
+        };
+        book.settle_with(request_id, actual, event_json, done)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -438,7 +471,7 @@ async fn hold(
         .hold_with(&req, eu, &ledger, want.summary.stream)
         .await;
     pending.armed = outcome.is_err();
-    metrics::histogram!(m::HOLD_SECONDS).record(t0.elapsed().as_secs_f64());
+    gw.meters.hold_seconds().record(t0.elapsed().as_secs_f64());
     outcome.map_err(|err| {
         metrics::counter!(m::QUOTA_STORE_ERRORS, "op" => "hold").increment(1);
         let kind = if matches!(err, QuotaError::Ledger(_)) {

@@ -4,13 +4,12 @@
 //! the borrow-and-retry are steps of `admission::get_quota`.
 
 use crate::catalog::{KeyEntry, ModelEntry};
-use crate::errors::{ApiError, Internal};
+use crate::errors::ApiError;
 use crate::Gateway;
 use domain::reason::ReasonCode;
 use quota::SlotOutcome;
 use std::sync::Arc;
 use std::time::Duration;
-use store::TenantScope;
 
 /// One upstream slot of a model pool, given back when dropped (with the
 /// request that holds it).
@@ -146,7 +145,7 @@ pub async fn degrade_step(
         return Ok(None);
     };
     let day = gw.cfg.clock.day(chrono::Utc::now());
-    let spent = day_cost(gw, &key.tenant.id, &day).await.map_err(|e| {
+    let spent = gw.day_costs.current(&key.tenant.id, &day).await.map_err(|e| {
         tracing::warn!(error = %e, "day cost: failing closed");
         ApiError::store_down()
     })?;
@@ -165,42 +164,11 @@ pub async fn degrade_step(
     }))
 }
 
-async fn day_cost(gw: &Gateway, tenant: &str, day: &str) -> Result<i64, Internal> {
-    if let Some(c) = gw.quota.day_cost(tenant, day).await? {
-        return Ok(c);
-    }
-    let from_ledger = gw
-        .store
-        .tenant_day_cost(&TenantScope::system(), tenant, day)
-        .await?;
-    let (_, cost) = gw.quota.day_cost_rebuild(tenant, day, from_ledger).await?;
-    Ok(cost)
-}
-
-/// After a settle of a tenant with a daily soft limit: count its cost in
-/// the day. A day without a counter starts from the ledger plus this event
-/// (which reaches the ledger only after this call).
-pub async fn count_day_cost(gw: &Gateway, key: &KeyEntry, day: &str, cost: i64) {
-    if key.tenant.limits.daily_cost_soft_usd.is_none() || cost <= 0 {
-        return;
-    }
-    let t = &key.tenant.id;
-    let r = async {
-        if gw.quota.day_cost_add(t, day, cost).await? {
-            return Ok(());
-        }
-        let ledger = gw
-            .store
-            .tenant_day_cost(&TenantScope::system(), t, day)
-            .await?;
-        let (started, _) = gw.quota.day_cost_rebuild(t, day, ledger + cost).await?;
-        if !started {
-            gw.quota.day_cost_add(t, day, cost).await?;
-        }
-        Ok::<(), Internal>(())
-    }
-    .await;
-    if let Err(e) = r {
-        tracing::warn!(tenant = %t, error = %e, "day cost not counted");
+/// After a settle of a tenant with a daily soft limit: its cost counts
+/// toward its day at once on this replica, and in Redis soon
+/// (`day_cost::DayCosts`).
+pub fn count_day_cost(gw: &Gateway, key: &KeyEntry, day: &str, cost: i64) {
+    if key.tenant.limits.daily_cost_soft_usd.is_some() {
+        gw.day_costs.add(&key.tenant.id, day, cost);
     }
 }

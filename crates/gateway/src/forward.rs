@@ -5,7 +5,6 @@
 use crate::catalog::ModelEntry;
 use crate::dialect::Edge;
 use crate::errors::ApiError;
-use crate::metrics_names as m;
 use crate::settle::HeldRequest;
 use crate::{stream, upstream, Gateway};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -144,7 +143,9 @@ pub(crate) async fn forward(
         Ok(Err(e)) => return Err(broken_answer(held, &upstream_error_text(&*e)).await),
         Err(_) => return Err(broken_answer(held, "no whole answer within the timeout").await),
     };
-    metrics::histogram!(m::UPSTREAM_SECONDS, "model" => held.model.id.clone())
+    gw.meters
+        .model(&held.model.id)
+        .upstream_seconds
         .record(t0.elapsed().as_secs_f64());
     // No usage from the provider: charged the estimate (what was held);
     // usage it sent (in the dialect the provider answered in): billed

@@ -7,6 +7,7 @@ pub mod admission;
 mod anomaly;
 pub mod attribution;
 pub mod catalog;
+pub mod day_cost;
 pub mod decisions;
 mod dialect;
 mod errors;
@@ -14,6 +15,7 @@ mod estimate;
 mod fair;
 mod forward;
 pub mod key_index;
+mod meters;
 mod metrics_names;
 mod models;
 mod proxy;
@@ -153,6 +155,10 @@ pub struct Gateway {
     pub borrower: Arc<borrow::Borrowing>,
     /// Refused and degraded requests, for the request lookup.
     pub decisions: decisions::DecisionWriter,
+    /// Each tenant's cost of the day, for the daily soft limit.
+    pub day_costs: Arc<day_cost::DayCosts>,
+    /// Metric handles of the hot path.
+    meters: meters::Meters,
     /// Exact counts of long inputs, off the async workers.
     tokenize: tokenize::TokenizePool,
     http: upstream::Client,
@@ -184,7 +190,10 @@ impl Gateway {
         let (decisions, _task) = decisions::DecisionWriter::start(store.clone(), cfg.clock);
         let admission = admission::Admission::new(cfg.admission, quota.clone(), cfg.lease.clone());
         let tokenize = tokenize::TokenizePool::new(cfg.tokenize_threads);
+        let day_costs = day_cost::DayCosts::start(quota.clone(), store.clone());
         Self {
+            day_costs,
+            meters: Default::default(),
             tokenize,
             cfg,
             catalog,

@@ -318,9 +318,13 @@ async fn admit_and_forward(
     } else {
         (Decision::Allow, "none")
     };
-    metrics::counter!(m::REQUESTS, "tenant" => key.tenant.id.clone(), "model" => model.id.clone(),
-        "decision" => decision.as_str(), "reason" => reason)
-    .increment(1);
+    if decision == Decision::Allow {
+        gw.meters.of(&key.tenant.id, &model.id).allowed.increment(1);
+    } else {
+        metrics::counter!(m::REQUESTS, "tenant" => key.tenant.id.clone(), "model" => model.id.clone(),
+            "decision" => decision.as_str(), "reason" => reason)
+        .increment(1);
+    }
 
     let est_cost = model.price.cost(est_in, adm.est_out).0;
     let mut held = HeldRequest::new(

@@ -142,11 +142,17 @@ impl HeldRequest {
         let _ = tokio::spawn(job.run()).await;
     }
 
-    /// Settles in a task of its own that nobody waits for (the answer
-    /// goes out beside it): one task, not a task waiting on another.
+    /// Settles without anybody waiting (the answer goes out beside it): a
+    /// lease-admitted request is finished by its lease's flusher, any other
+    /// in a task of its own.
     pub fn settle_in_background(mut self, actual: Actual) {
         self.closed = true;
-        tokio::spawn(SettleJob::from(&self, actual).run());
+        let job = SettleJob::from(&self, actual);
+        if self.gw.admission.leased(&self.request_id) {
+            job.settle_leased();
+        } else {
+            tokio::spawn(job.run());
+        }
     }
 
     pub async fn release(mut self) {
@@ -308,10 +314,9 @@ impl SettleJob {
         }
     }
 
-    async fn run(self) {
-        let json = serde_json::to_string(&self.event).expect("event serialises");
+    fn request<'a>(&'a self, event_json: &'a str) -> SettleRequest<'a> {
         let e = &self.event;
-        let req = SettleRequest {
+        SettleRequest {
             request_id: &e.request_id,
             tenant: &e.tenant_id,
             app: &e.app_id,
@@ -320,11 +325,34 @@ impl SettleJob {
             input_tokens: e.input_tokens,
             output_tokens: e.output_tokens,
             cost: e.cost_micro,
-            event_json: &json,
+            event_json,
             status: &e.status,
             limits: self.key.scope_limits(),
             bound: self.bound,
-        };
+        }
+    }
+
+    /// A lease-admitted request: queued for its lease's next batch, and
+    /// finished in the flusher when the batch is in Redis (the flusher
+    /// retries a batch until Redis takes it).
+    fn settle_leased(self) {
+        let json = serde_json::to_string(&self.event).expect("event serialises");
+        let billable = self.request(&json).billable();
+        let rid = self.event.request_id.clone();
+        let gw = self.gw.clone();
+        let done: quota::SettleDone = Box::new(move |outcome| {
+            if let SettleOutcome::Settled { overrun_tokens, .. } = outcome {
+                self.settled(overrun_tokens);
+            }
+        });
+        let queued = gw.admission.settle_leased(&rid, billable, json, done);
+        debug_assert!(queued, "asked leased() first; one owner settles");
+    }
+
+    async fn run(self) {
+        let json = serde_json::to_string(&self.event).expect("event serialises");
+        let req = self.request(&json);
+        let e = &self.event;
         // Redis may be down for a while: keep retrying (backoff capped at
         // 5 s, for up to half an hour) so the hold does not wait for the
         // stale-hold reconciler's day; then leave it to that reconciler.
@@ -332,7 +360,7 @@ impl SettleJob {
             let end_user = e.attribution.end_user.as_deref();
             match self.gw.admission.settle(&req, end_user).await {
                 Ok(SettleOutcome::Settled { overrun_tokens, .. }) => {
-                    self.settled(overrun_tokens).await;
+                    self.settled(overrun_tokens);
                     return;
                 }
                 Ok(SettleOutcome::AlreadyClosed { .. }) => return,
@@ -348,23 +376,21 @@ impl SettleJob {
 
     /// The usage is in Redis: metrics, the day's cost, and the event to the
     /// ledger writer (moved, not copied: this runs once per request).
-    async fn settled(self, overrun_tokens: i64) {
+    fn settled(self, overrun_tokens: i64) {
         let e = &self.event;
-        let (t, md) = (e.tenant_id.clone(), e.model.clone());
-        metrics::counter!(m::TOKENS, "tenant" => t.clone(), "model" => md.clone(), "direction" => "input")
-            .increment(e.input_tokens as u64);
-        metrics::counter!(m::TOKENS, "tenant" => t, "model" => md, "direction" => "output")
-            .increment(e.output_tokens as u64);
-        let labels = [("tenant", e.tenant_id.clone()), ("model", e.model.clone())];
-        metrics::counter!(m::COST, &labels).increment(e.cost_micro as u64);
+        let meters = self.gw.meters.of(&e.tenant_id, &e.model);
+        meters.input_tokens.increment(e.input_tokens as u64);
+        meters.output_tokens.increment(e.output_tokens as u64);
+        meters.cost.increment(e.cost_micro as u64);
         if overrun_tokens > 0 {
+            let labels = [("tenant", e.tenant_id.clone()), ("model", e.model.clone())];
             metrics::counter!(m::OVERRUN_TOKENS, &labels).increment(overrun_tokens as u64);
         }
         if let Some(a) = &e.anomaly {
             crate::anomaly::report(&self.gw, e, a);
         }
         self.gw.queue.slot_freed();
-        crate::fair::count_day_cost(&self.gw, &self.key, &e.day, e.cost_micro).await;
+        crate::fair::count_day_cost(&self.gw, &self.key, &e.day, e.cost_micro);
         self.gw.ledger.submit(self.event);
     }
 }

@@ -256,23 +256,25 @@ impl QuotaEngine {
         Ok((int_at(&reply, 0)? == 1, int_at(&reply, 1)?))
     }
 
-    /// Adds a settled cost to the tenant's day; false when the day has no
-    /// counter yet (nothing changed: the caller rebuilds it).
+    /// Adds settled cost to the tenant's day: the day's cost after the
+    /// add, or None when the day has no counter yet (nothing changed: the
+    /// caller rebuilds it). Adding 0 reads it.
     pub async fn day_cost_add(
         &self,
         tenant: &str,
         day: &str,
         cost: i64,
-    ) -> Result<bool, QuotaError> {
+    ) -> Result<Option<i64>, QuotaError> {
         let mut inv = SCRIPTS.day_cost.prepare_invoke();
         inv.key(self.keys().day(tenant, day))
             .arg("add")
             .arg(cost)
             .arg(DAY_TTL_SECS);
-        Ok(!matches!(
-            self.run_script(inv).await?,
-            redis::Value::Int(-1)
-        ))
+        match self.run_script(inv).await? {
+            redis::Value::Int(-1) => Ok(None),
+            redis::Value::Int(total) => Ok(Some(total)),
+            other => Err(QuotaError::Protocol(format!("{other:?}"))),
+        }
     }
 }
 

@@ -124,8 +124,15 @@ struct LeaseState {
     remaining_tokens: Option<i64>,
 }
 
+/// What finishes a lease settle once its batch is in Redis; it runs in the
+/// lease's flusher, so it must be short (the gateway books the event and
+/// counts it; no task of its own per request). Dropped unrun only when the
+/// flusher stops (runtime shutting down): the event is then in the outbox
+/// if the batch landed, and the sweeper stores it.
+pub type SettleDone = Box<dyn FnOnce(SettleOutcome) + Send>;
+
 enum Msg {
-    Item(LeaseItem, oneshot::Sender<SettleOutcome>),
+    Item(LeaseItem, SettleDone),
     /// Give this back now (the lease shrinks); answered once Redis has it.
     Give(Chunk, oneshot::Sender<()>),
     Close,
@@ -445,11 +452,40 @@ impl LeaseBook {
         actual: Need,
         event_json: String,
     ) -> Option<oneshot::Receiver<SettleOutcome>> {
-        let t = self
+        let (tx, rx) = oneshot::channel();
+        let done: SettleDone = Box::new(move |o| {
+            let _ = tx.send(o);
+        });
+        self.settle_with(request_id, actual, event_json, done)
+            .then_some(rx)
+    }
+
+    /// Was this request admitted from a lease (and not settled yet)?
+    pub fn admitted(&self, request_id: &str) -> bool {
+        self.tickets
+            .lock()
+            .expect("tickets lock")
+            .contains_key(request_id)
+    }
+
+    /// [`LeaseBook::settle`], finished by `done` in the flusher instead of
+    /// a channel. False (and `done` dropped unrun) when the request was not
+    /// admitted from a lease: ask [`LeaseBook::admitted`] first.
+    pub fn settle_with(
+        &self,
+        request_id: &str,
+        actual: Need,
+        event_json: String,
+        done: SettleDone,
+    ) -> bool {
+        let Some(t) = self
             .tickets
             .lock()
             .expect("tickets lock")
-            .remove(request_id)?;
+            .remove(request_id)
+        else {
+            return false;
+        };
         // A batch cannot refuse one item without the others, so amounts
         // outside the counters' range are saturated here (the gateway bounds
         // what a provider reports before it gets this far).
@@ -459,7 +495,6 @@ impl LeaseBook {
             output: sat(actual.output),
             cost: sat(actual.cost),
         };
-        let (tx, rx) = oneshot::channel();
         let mut ls = t.lease.state.lock().expect("lease lock");
         ls.pools.settle(&t.need, &actual);
         ls.inflight -= 1;
@@ -469,9 +504,9 @@ impl LeaseBook {
             cost: actual.cost,
             event_json,
         };
-        let _ = t.lease.tx.send(Msg::Item(item, tx));
+        let _ = t.lease.tx.send(Msg::Item(item, done));
         close_if_drained(&t.lease, &mut ls);
-        Some(rx)
+        true
     }
 
     /// Gives back a lease-admitted request that consumed nothing. False

@@ -24,7 +24,7 @@ pub use engine::{
 pub use eviction::{policy_problem, NodePolicy, REQUIRED_POLICY};
 pub use fair::{BorrowOutcome, SlotOutcome};
 pub use keys::KeySpace;
-pub use lease::{LeaseAdmit, LeaseBook, LeaseTuning};
+pub use lease::{LeaseAdmit, LeaseBook, LeaseTuning, SettleDone};
 pub use lease_engine::{
     LeaseAcquire, LeaseBatch, LeaseBatchOutcome, LeaseGrant, LeaseItem, OpenLease,
 };

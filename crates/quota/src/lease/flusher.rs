@@ -133,9 +133,9 @@ impl Flusher {
             for w in given {
                 let _ = w.send(());
             }
-            for (i, w) in waiters.into_iter().enumerate() {
+            for (i, done) in waiters.into_iter().enumerate() {
                 let (t, c) = per.get(&i).copied().unwrap_or((0, 0));
-                let _ = w.send(SettleOutcome::Settled {
+                done(SettleOutcome::Settled {
                     overrun_tokens: t,
                     overrun_cost: c,
                 });
