@@ -19,6 +19,8 @@
 #
 #   SCALE=1 ./scripts/bench.sh
 #   SCALE=1 SCALE_KEYS=100000 SCALE_EVENTS="100000 1000000" ./scripts/bench.sh   # a quick one
+#   SCALE_KEEP_DB=1 …      # keep tollgate_scale at the end (e.g. to profile a
+#                          # 100M ledger without loading it again; ~54 GB)
 
 SCALE_KEYS=${SCALE_KEYS:-1000000}
 SCALE_TENANTS=${SCALE_TENANTS:-10000}
@@ -170,7 +172,11 @@ scale_bench() {
     for n in "${runs[@]}"; do
         echo "- $n: ${S[$n.load]}; statuses: bills $(field "${S[$n.bills]}" status), csv $(field "${S[$n.csv]}" status), dashboard $(field "${S[$n.dash]}" status); request log ${S[$n.log]}; tenant ${S[$n.log_t]}"
     done
-    pg_drop_scale_db "$sdb"
+    if [[ ${SCALE_KEEP_DB:-0} == 1 ]]; then
+        log "scale: keeping the database tollgate_scale (SCALE_KEEP_DB=1; drop it when done)"
+    else
+        pg_drop_scale_db "$sdb"
+    fi
 }
 
 pg_drop_scale_db() {
