@@ -162,7 +162,9 @@ impl DayCosts {
         // Another replica started it meanwhile: add to its count.
         match self.quota.day_cost_add(tenant, day, amount).await? {
             Some(total) => Ok(total),
-            None => Err(quota::QuotaError::Protocol("the day's cost counter vanished".into()).into()),
+            None => {
+                Err(quota::QuotaError::Protocol("the day's cost counter vanished".into()).into())
+            }
         }
     }
 

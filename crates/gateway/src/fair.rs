@@ -145,10 +145,14 @@ pub async fn degrade_step(
         return Ok(None);
     };
     let day = gw.cfg.clock.day(chrono::Utc::now());
-    let spent = gw.day_costs.current(&key.tenant.id, &day).await.map_err(|e| {
-        tracing::warn!(error = %e, "day cost: failing closed");
-        ApiError::store_down()
-    })?;
+    let spent = gw
+        .day_costs
+        .current(&key.tenant.id, &day)
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "day cost: failing closed");
+            ApiError::store_down()
+        })?;
     if spent < soft.0 {
         return Ok(None);
     }

@@ -154,7 +154,10 @@ async fn the_day_cost_starts_from_the_ledger_once_then_counts() {
     let q = engine();
     assert_eq!(q.day_cost("t", "2026-11-29").await.unwrap(), None);
     assert!(
-        q.day_cost_add("t", "2026-11-29", 5).await.unwrap().is_none(),
+        q.day_cost_add("t", "2026-11-29", 5)
+            .await
+            .unwrap()
+            .is_none(),
         "no counter yet"
     );
     assert_eq!(
@@ -165,7 +168,13 @@ async fn the_day_cost_starts_from_the_ledger_once_then_counts() {
         q.day_cost_rebuild("t", "2026-11-29", 7).await.unwrap(),
         (false, 100)
     );
-    assert_eq!(q.day_cost_add("t", "2026-11-29", 5).await.unwrap(), Some(105));
-    assert_eq!(q.day_cost_add("t", "2026-11-29", 0).await.unwrap(), Some(105));
+    assert_eq!(
+        q.day_cost_add("t", "2026-11-29", 5).await.unwrap(),
+        Some(105)
+    );
+    assert_eq!(
+        q.day_cost_add("t", "2026-11-29", 0).await.unwrap(),
+        Some(105)
+    );
     assert_eq!(q.day_cost("t", "2026-11-29").await.unwrap(), Some(105));
 }

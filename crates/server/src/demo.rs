@@ -291,6 +291,8 @@ fn bench_limits() -> Limits {
     Limits {
         monthly_tokens: Some(1_000_000_000_000),
         monthly_cost_usd: Some(usd("1000000")),
+        // Out of reach like the rest, but read on every request.
+        daily_cost_soft_usd: Some(usd("100000")),
         rpm: Some(100_000_000),
         input_tpm: Some(100_000_000_000),
         output_tpm: Some(100_000_000_000),
