@@ -134,18 +134,39 @@ impl Ui {
             .unwrap_or_else(|e| panic!("{css} never appeared: {e}"))
     }
 
+    /// Runs `act` on the element `css` finds; when htmx swapped it out
+    /// between the find and the act (a stale element), finds it again.
+    async fn on<T, F, Fut>(&self, css: &str, act: F) -> T
+    where
+        F: Fn(fantoccini::elements::Element) -> Fut,
+        Fut: std::future::Future<Output = Result<T, fantoccini::error::CmdError>>,
+    {
+        for _ in 0..50 {
+            match act(self.wait(css).await).await {
+                Ok(t) => return t,
+                Err(e) if e.is_stale_element_reference() => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Err(e) => panic!("{css}: {e}"),
+            }
+        }
+        panic!("{css} kept being replaced for 5 s")
+    }
+
     pub async fn fill(&self, css: &str, text: &str) {
-        let e = self.wait(css).await;
-        e.clear().await.unwrap();
-        e.send_keys(text).await.unwrap();
+        self.on(css, |e| async move {
+            e.clear().await?;
+            e.send_keys(text).await
+        })
+        .await
     }
 
     pub async fn click(&self, css: &str) {
-        self.wait(css).await.click().await.unwrap();
+        self.on(css, |e| async move { e.click().await }).await
     }
 
     pub async fn text(&self, css: &str) -> String {
-        self.wait(css).await.text().await.unwrap()
+        self.on(css, |e| async move { e.text().await }).await
     }
 
     pub async fn login(&self, email: &str, shot: Option<&str>) {
