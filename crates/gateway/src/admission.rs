@@ -130,7 +130,9 @@ impl Admission {
             }
             _ => {}
         }
-        let out = self.quota.hold_with(req, end_user, ledger).await;
+        // Boxed, like every Redis call off the lease path: the request's
+        // future stays small (docs/scale.md, "The gateway's own work").
+        let out = Box::pin(self.quota.hold_with(req, end_user, ledger)).await;
         if let Ok(HoldOutcome::Admitted { .. }) = out {
             metrics::counter!(m::ADMISSIONS, "path" => "per_request").increment(1);
         }
@@ -314,7 +316,7 @@ pub(crate) async fn get_quota(
         let slot = match crate::fair::take_slot(gw, key, model, request_id, attempt).await {
             Ok(Slot::Free(slot)) => slot,
             Ok(Slot::Full) => {
-                fair.wait(Blocked::Model(model.id.clone()), "model_pool_full", model)
+                Box::pin(fair.wait(Blocked::Model(model.id.clone()), "model_pool_full", model))
                     .await?;
                 continue;
             }
@@ -346,11 +348,10 @@ pub(crate) async fn get_quota(
         match plan.after_refusal(&refusal) {
             Next::Wait => {
                 let why = refusal.reason().as_str();
-                fair.wait(Blocked::Tenant(key.tenant.id.clone()), why, model)
-                    .await?;
+                Box::pin(fair.wait(Blocked::Tenant(key.tenant.id.clone()), why, model)).await?;
             }
             // Lent something: the next attempt holds against the raised limit.
-            Next::Borrow if gw.borrower.borrow_for(key.tenant.clone(), month).await => {}
+            Next::Borrow if Box::pin(gw.borrower.borrow_for(key.tenant.clone(), month)).await => {}
             Next::Borrow | Next::Refuse => return Err(fair.refused(refused(&refusal, &want))),
         }
     }

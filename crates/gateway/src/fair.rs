@@ -80,21 +80,19 @@ pub(crate) async fn take_slot(
         return Ok(Slot::Free(None));
     };
     let slot_id = format!("{request_id}.{attempt}");
-    let out = gw
-        .quota
-        .model_acquire(
-            &model.id,
-            &key.tenant.id,
-            &slot_id,
-            capacity,
-            gw.cfg.fair.slot_lifetime.as_millis() as u64,
-            &model.guarantees,
-        )
-        .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, "model slot: failing closed");
-            ApiError::store_down()
-        })?;
+    let acquire = gw.quota.model_acquire(
+        &model.id,
+        &key.tenant.id,
+        &slot_id,
+        capacity,
+        gw.cfg.fair.slot_lifetime.as_millis() as u64,
+        &model.guarantees,
+    );
+    // Boxed: only pooled models wait on Redis here.
+    let out = Box::pin(acquire).await.map_err(|e| {
+        tracing::warn!(error = %e, "model slot: failing closed");
+        ApiError::store_down()
+    })?;
     match out {
         SlotOutcome::Taken => Ok(Slot::Free(Some(ModelSlot {
             gw: gw.clone(),

@@ -15,7 +15,7 @@ use crate::settle::HeldRequest;
 use crate::Gateway;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::Response;
 use domain::attribution::Attribution;
 use domain::keys;
@@ -368,7 +368,9 @@ async fn admit_and_forward(
     };
     let large_body = bytes.len() > crate::tokenize::LARGE_BODY;
     drop(bytes); // parsed: not held for the whole answer
-    crate::forward::forward(
+                 // Boxed: forwarding's state (the upstream call, the body read) is not
+                 // part of the admission's future, which axum moves into its box whole.
+    Box::pin(crate::forward::forward(
         gw,
         held,
         endpoint,
@@ -377,9 +379,18 @@ async fn admit_and_forward(
         out_headers,
         edge,
         large_body,
-    )
+    ))
     .await
 }
+
+/// The answer's own headers, parsed once (not per request).
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const X_DECISION: HeaderName = HeaderName::from_static("x-tollgate-decision");
+const X_REASON: HeaderName = HeaderName::from_static("x-tollgate-reason");
+const X_MODEL: HeaderName = HeaderName::from_static("x-tollgate-model");
+const X_QUEUE_WAIT: HeaderName = HeaderName::from_static("x-tollgate-queue-wait-ms");
+const X_REMAINING_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-remaining-requests");
+const X_REMAINING_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-remaining-tokens");
 
 /// The headers of an admitted request's answer: its id, the decision and
 /// its reason, the model served, the queue wait, what is left.
@@ -390,32 +401,24 @@ fn answer_headers(
     model: &ModelEntry,
     adm: &crate::admission::Admitted,
 ) -> HeaderMap {
-    let mut out_headers = HeaderMap::new();
-    out_headers.insert(
-        "x-request-id",
-        HeaderValue::from_str(rid).expect("ascii id"),
-    );
-    out_headers.insert(
-        "x-tollgate-decision",
-        HeaderValue::from_static(decision.as_str()),
-    );
+    // Room for these and the content type and cache control added later.
+    let mut out_headers = HeaderMap::with_capacity(12);
+    out_headers.insert(X_REQUEST_ID, HeaderValue::from_str(rid).expect("ascii id"));
+    out_headers.insert(X_DECISION, HeaderValue::from_static(decision.as_str()));
     if reason != "none" {
-        out_headers.insert("x-tollgate-reason", HeaderValue::from_static(reason));
+        out_headers.insert(X_REASON, HeaderValue::from_static(reason));
     }
     if let Ok(served) = HeaderValue::from_str(&model.id) {
-        out_headers.insert("x-tollgate-model", served);
+        out_headers.insert(X_MODEL, served);
     }
     if let Some((waited, _)) = adm.queued {
-        out_headers.insert(
-            "x-tollgate-queue-wait-ms",
-            HeaderValue::from(waited.as_millis() as u64),
-        );
+        out_headers.insert(X_QUEUE_WAIT, HeaderValue::from(waited.as_millis() as u64));
     }
     if let Some(r) = adm.remaining_requests {
-        out_headers.insert("x-ratelimit-remaining-requests", HeaderValue::from(r));
+        out_headers.insert(X_REMAINING_REQUESTS, HeaderValue::from(r));
     }
     if let Some(t) = adm.remaining_tokens {
-        out_headers.insert("x-ratelimit-remaining-tokens", HeaderValue::from(t));
+        out_headers.insert(X_REMAINING_TOKENS, HeaderValue::from(t));
     }
     out_headers
 }

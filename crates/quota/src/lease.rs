@@ -238,15 +238,30 @@ impl LeaseBook {
         if let Some(a) = self.try_local(&chain, req, &need) {
             return Ok(a);
         }
+        // Boxed: the refill's future (a Redis round trip) is large and
+        // rare; the request's own future stays small (docs/scale.md,
+        // "The gateway's own work").
+        Box::pin(self.refill_and_admit(&chain, req, &need, ledger)).await
+    }
+
+    /// The lease ran dry: tops it up from Redis (one refiller per chain)
+    /// and admits from it, or sends the request the per-request way.
+    async fn refill_and_admit(
+        &self,
+        chain: &Arc<Chain>,
+        req: &HoldRequest<'_>,
+        need: &Need,
+        ledger: &impl LedgerSource,
+    ) -> Result<LeaseAdmit, QuotaError> {
         let _refill = chain.refill.lock().await;
         for _ in 0..2 {
-            if let Some(a) = self.try_local(&chain, req, &need) {
+            if let Some(a) = self.try_local(chain, req, need) {
                 return Ok(a);
             }
-            if self.near_limit(&chain) {
+            if self.near_limit(chain) {
                 return Ok(LeaseAdmit::PerRequest);
             }
-            let (lease, want, min) = self.prepare_top_up(&chain, req, &need);
+            let (lease, want, min) = self.prepare_top_up(chain, req, need);
             let fresh = !lease.state.lock().expect("lease lock").granted;
             let acq = LeaseAcquire {
                 fresh,
@@ -278,7 +293,7 @@ impl LeaseBook {
                     // from it would spend budget Redis no longer reserves);
                     // the next round makes a new one.
                     tracing::warn!(lease = %lease.id, state, "lease closed or unknown in Redis; dropping its local grant");
-                    self.retire_current(&chain, &lease);
+                    self.retire_current(chain, &lease);
                     drop_grant(&lease);
                 }
                 LeaseGrant::NearLimit { .. } => {
@@ -299,7 +314,7 @@ impl LeaseBook {
             }
         }
         Ok(self
-            .try_local(&chain, req, &need)
+            .try_local(chain, req, need)
             .unwrap_or(LeaseAdmit::PerRequest))
     }
 
