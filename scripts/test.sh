@@ -66,15 +66,12 @@ cargo clippy -q --workspace --all-targets -- -D warnings
 log "+ cargo build -p tollgate-server --bin tollgate"
 cargo build -q -p tollgate-server --bin tollgate
 
-# Private redis-servers the tests started (marked in their environment; a
-# test binary's shared ones live in statics that are never dropped).
+# Private redis-servers the tests started (their process title says
+# tollgate-test-redis: redis-server writes its title over its environment,
+# so a mark there is lost; a test binary's shared servers live in statics
+# that are never dropped).
 stop_test_redis() {
-    local p
-    for p in $(pgrep -x redis-server || true); do
-        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'TOLLGATE_TEST_REDIS=1'; then
-            kill "$p" 2>/dev/null || true
-        fi
-    done
+    pkill -f 'tollgate-test-redis' 2>/dev/null || true
 }
 trap stop_test_redis EXIT
 

@@ -8,7 +8,7 @@ pub mod hostile;
 pub mod oidc;
 mod procs;
 
-pub use procs::{PgProc, RedisCluster, RedisProc, TEST_REDIS_MARK};
+pub use procs::{PgProc, RedisCluster, RedisProc, TEST_REDIS_TITLE};
 
 use domain::{keys, Limits};
 use mock_upstream::{MockConfig, MockStats};

@@ -5,10 +5,12 @@ use std::net::TcpListener as StdListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Set in the environment of every redis-server a test starts: a test
-/// binary's shared servers live in statics, which are never dropped, so
-/// scripts/test.sh stops the processes carrying this mark after the suite.
-pub const TEST_REDIS_MARK: &str = "TOLLGATE_TEST_REDIS";
+/// The process title of every redis-server a test starts: a test binary's
+/// shared servers live in statics, which are never dropped, so
+/// scripts/test.sh stops the processes whose title carries
+/// `tollgate-test-redis` after the suite. (A mark in the environment does
+/// not survive: redis-server writes its title over its environment.)
+pub const TEST_REDIS_TITLE: &str = "{title} {listen-addr} tollgate-test-redis";
 
 /// A private redis-server for tests that flush or stop Redis.
 pub struct RedisProc {
@@ -46,7 +48,7 @@ impl RedisProc {
 
     fn spawn(&mut self) {
         let child = Command::new("redis-server")
-            .env(TEST_REDIS_MARK, "1")
+            .args(["--proc-title-template", TEST_REDIS_TITLE])
             .args([
                 "--port",
                 &self.port.to_string(),
@@ -125,7 +127,7 @@ impl RedisCluster {
             let node_dir = dir.join(p.to_string());
             std::fs::create_dir_all(&node_dir).unwrap();
             let child = Command::new("redis-server")
-                .env(TEST_REDIS_MARK, "1")
+                .args(["--proc-title-template", TEST_REDIS_TITLE])
                 .args([
                     "--port",
                     &p.to_string(),

@@ -28,7 +28,11 @@ impl PrivateRedis {
             .unwrap()
             .port();
         let child = Command::new("redis-server")
-            .env("TOLLGATE_TEST_REDIS", "1")
+            // scripts/test.sh stops what a test left by this title.
+            .args([
+                "--proc-title-template",
+                "{title} {listen-addr} tollgate-test-redis",
+            ])
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())

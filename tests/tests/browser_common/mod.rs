@@ -6,6 +6,7 @@
 use e2e::console_web::PASSWORD;
 use e2e::TestEnv;
 use fantoccini::{Client, ClientBuilder, Locator};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -37,7 +38,11 @@ impl Driver {
             .local_addr()
             .unwrap()
             .port();
+        // Its own process group: the browsers it starts are in it, and go
+        // with it (a browser whose session was not closed outlives a killed
+        // chromedriver otherwise).
         let child = Command::new("chromedriver")
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -79,6 +84,8 @@ impl Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
