@@ -134,27 +134,6 @@ stop_gateway() {
     wait "$gw_pid" 2>/dev/null || true
     gw_pid=
 }
-# CPU ticks (user + system) of one or more processes, summed (those gone
-# since are skipped).
-ticks_of() {
-    local t=0 p
-    for p in "$@"; do [[ -r /proc/$p/stat ]] && t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done
-    echo "$t"
-}
-# CPU ticks of the whole Postgres server: every process of user postgres,
-# its own time and the time of its children that exited (cutime + cstime,
-# non-zero only for the postmaster, which reaps them). The difference of two
-# readings counts a process that started or exited during the run (an
-# autovacuum worker, a connection opened and closed) for exactly the time it
-# ran in between; Postgres processes of other databases on the shared server
-# are in it too (measure on an otherwise idle machine).
-pg_ticks() {
-    local t=0 p
-    for p in $(pgrep -u postgres); do
-        [[ -r /proc/$p/stat ]] && t=$((t + $(awk '{print $14+$15+$16+$17}' "/proc/$p/stat" 2>/dev/null || echo 0)))
-    done
-    echo "$t"
-}
 # The upstream's processes: the mock, or nginx's master and workers.
 upstream_pids() {
     case $UPSTREAM in
@@ -162,7 +141,6 @@ upstream_pids() {
     nginx) local m=${pids[0]}; echo "$m $(pgrep -P "$m" | tr '\n' ' ')" ;;
     esac
 }
-rss_mb() { awk '/VmRSS/{printf "%.0f", $2/1024}' "/proc/$1/status"; }
 
 body='{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello in one short sentence please."}],"max_tokens":64}'
 lua() { # file, headers...

@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Shared helpers for scripts/services.sh, scripts/dev.sh and scripts/test.sh.
+# Shared helpers for scripts/services.sh, scripts/dev.sh, scripts/test.sh and
+# the benchmarks.
 #
 # Source it; it defines functions and constants only and does not change the
 # caller's shell options. Everything here targets a Debian machine: services
@@ -448,3 +449,27 @@ ensure_browser() {
         fi
     fi
 }
+
+# CPU ticks (user + system) of one or more processes, summed (those gone
+# since are skipped).
+ticks_of() {
+    local t=0 p
+    for p in "$@"; do [[ -r /proc/$p/stat ]] && t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done
+    echo "$t"
+}
+# CPU ticks of the whole Postgres server: every process of user postgres,
+# its own time and the time of its children that exited (cutime + cstime,
+# non-zero only for the postmaster, which reaps them). The difference of two
+# readings counts a process that started or exited during the run (an
+# autovacuum worker, a connection opened and closed) for exactly the time it
+# ran in between; Postgres processes of other databases on the shared server
+# are in it too (measure on an otherwise idle machine).
+pg_ticks() {
+    local t=0 p
+    for p in $(pgrep -u postgres); do
+        [[ -r /proc/$p/stat ]] && t=$((t + $(awk '{print $14+$15+$16+$17}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+    done
+    echo "$t"
+}
+# A process's resident set size, in MB.
+rss_mb() { awk '/VmRSS/{printf "%.0f", $2/1024}' "/proc/$1/status"; }

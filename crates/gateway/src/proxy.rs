@@ -367,9 +367,10 @@ async fn admit_and_forward(
         }
     };
     let large_body = bytes.len() > crate::tokenize::LARGE_BODY;
-    drop(bytes); // parsed: not held for the whole answer
-                 // Boxed: forwarding's state (the upstream call, the body read) is not
-                 // part of the admission's future, which axum moves into its box whole.
+    // Parsed: not held for the whole answer.
+    drop(bytes);
+    // Boxed: forwarding's state (the upstream call, the body read) is not
+    // part of the admission's future, which axum moves into its box whole.
     Box::pin(crate::forward::forward(
         gw,
         held,

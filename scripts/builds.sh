@@ -1,0 +1,40 @@
+# shellcheck shell=bash
+# The setup scripts/ab.sh and scripts/rss.sh share, to run gateway builds
+# one after another on the peers setup: the nginx upstream on :18080 (started
+# unless one answers; stopped on exit), the environment, and `gw_start`.
+# Sourced after lib.sh.
+
+W=${TMPDIR:-/tmp}/tollgate-ab
+mkdir -p "$W/nginx/body"
+if ! curl -fs -o /dev/null -X POST http://127.0.0.1:18080/v1/chat/completions; then
+    sed "s#__DIR__#$W/nginx#g" bench/peers/mock-upstream.nginx.conf >"$W/nginx/nginx.conf"
+    nginx -c "$W/nginx/nginx.conf"
+    trap 'kill "$(cat "$W/nginx/nginx.pid")" 2>/dev/null || true' EXIT
+    sleep 1
+fi
+body='{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello in one short sentence please."}],"max_tokens":64}'
+db_url=$(url_with_db "postgres://postgres@127.0.0.1:5432/postgres" tollgate_ab)
+export TOLLGATE__DATABASE__URL=$db_url TOLLGATE__REDIS__URL=redis://127.0.0.1:6379
+export TOLLGATE__KEYS__PEPPER=peers-pepper-0123456789abcdef0123456789abcdef
+export TOLLGATE__KEYS__ENCRYPTION_KEY=0011223344556677889900112233445566778899001122334455667788990011
+export TOLLGATE_LOG=warn
+
+# gw_start NAME BIN PORT [SETUP_BIN]: a fresh database and Redis prefix, the
+# bench tenant seeded by SETUP_BIN's `admin bench-setup` (default BIN), BIN
+# serving on PORT; sets gw (its pid) and lua (the wrk script with its key).
+gw_start() {
+    local name=$1 bin=$2 port=$3 key
+    pg_recreate_db "$db_url" >/dev/null
+    export TOLLGATE__REDIS__KEY_PREFIX=tgab$$$name$RANDOM
+    key=$("${4:-$bin}" admin bench-setup --upstream http://127.0.0.1:18080/v1 2>"$W/setup.log")
+    "$bin" serve --listen "127.0.0.1:$port" >"$W/gw-$name.log" 2>&1 &
+    gw=$!
+    until curl -fs -o /dev/null "http://127.0.0.1:$port/healthz"; do sleep 0.05; done
+    lua=$W/$name.lua
+    {
+        echo 'wrk.method = "POST"'
+        echo "wrk.body = '$body'"
+        echo 'wrk.headers["Content-Type"] = "application/json"'
+        echo "wrk.headers[\"Authorization\"] = \"Bearer $key\""
+    } >"$lua"
+}
