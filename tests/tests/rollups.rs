@@ -233,3 +233,31 @@ async fn batches_holding_stored_events_add_only_their_new_ones() {
             .unwrap();
     assert_eq!(stored, 40);
 }
+
+/// An event whose period is not `YYYY-MM` fails its whole batch, on both
+/// ledger writes (the copy, and the skipping insert of a batch holding a
+/// stored id): usage_events no longer checks the period itself, the rollup
+/// row every event is summed into in the same transaction does
+/// (migration 0017).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_with_a_malformed_period_fails_its_whole_batch() {
+    let env = TestEnv::new().await;
+    let count = || async {
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM usage_events WHERE tenant_id = 'batch'")
+                .fetch_one(env.store.pool())
+                .await
+                .unwrap();
+        n
+    };
+    let mut bad = event(3);
+    bad.period = "2026-3x".into();
+    let copy = vec![event(1), event(2), bad.clone()];
+    assert!(env.store.insert_usage_events(&copy).await.is_err());
+    assert_eq!(count().await, 0, "nothing of the copied batch stored");
+    // A stored id sends the batch down the skipping insert.
+    assert_eq!(env.store.insert_usage_events(&[event(1)]).await.unwrap(), 1);
+    let skipping = vec![event(1), event(2), bad];
+    assert!(env.store.insert_usage_events(&skipping).await.is_err());
+    assert_eq!(count().await, 1, "nothing of the skipping batch stored");
+}

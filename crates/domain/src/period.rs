@@ -23,13 +23,13 @@ impl PlatformClock {
     /// `YYYY-MM` of the instant, in platform time.
     pub fn month(&self, at: DateTime<Utc>) -> String {
         let l = self.tz.from_utc_datetime(&at.naive_utc());
-        format!("{:04}-{:02}", l.year(), l.month())
+        date_text(l.year(), l.month(), None)
     }
 
     /// `YYYY-MM-DD` of the instant, in platform time.
     pub fn day(&self, at: DateTime<Utc>) -> String {
         let l = self.tz.from_utc_datetime(&at.naive_utc());
-        format!("{:04}-{:02}-{:02}", l.year(), l.month(), l.day())
+        date_text(l.year(), l.month(), Some(l.day()))
     }
 
     pub fn month_of_unix_ms(&self, ms: i64) -> String {
@@ -104,6 +104,31 @@ impl PlatformClock {
     }
 }
 
+/// `YYYY-MM` or `YYYY-MM-DD`, as `format!("{:04}-{:02}-{:02}")` writes it
+/// (settling asks for the day and month of every request; the formatting
+/// machinery costs ~20× these few pushes).
+fn date_text(y: i32, m: u32, d: Option<u32>) -> String {
+    if !(0..=9999).contains(&y) {
+        return match d {
+            Some(d) => format!("{y:04}-{m:02}-{d:02}"),
+            None => format!("{y:04}-{m:02}"),
+        };
+    }
+    // Two digits of v (which is below 100).
+    let two = |s: &mut String, v: u32| {
+        s.push(char::from(b'0' + (v / 10) as u8));
+        s.push(char::from(b'0' + (v % 10) as u8));
+    };
+    let (y, mut s) = (y as u32, String::with_capacity(10));
+    two(&mut s, y / 100);
+    two(&mut s, y % 100);
+    for v in std::iter::once(m).chain(d) {
+        s.push('-');
+        two(&mut s, v % 100);
+    }
+    s
+}
+
 /// Where a `YYYY-MM` period lies from the current month.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MonthPhase {
@@ -160,6 +185,22 @@ pub fn parse_month(s: &str) -> Option<(i32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The pushed digits against `format!` (the independent spelling), over
+    /// every day of four centuries and the years it hands to `format!`.
+    #[test]
+    fn date_text_writes_what_format_writes() {
+        let mut d = chrono::NaiveDate::from_ymd_opt(1900, 1, 1).unwrap();
+        while d.year() < 2300 {
+            let (y, m, dd) = (d.year(), d.month(), d.day());
+            assert_eq!(date_text(y, m, Some(dd)), format!("{y:04}-{m:02}-{dd:02}"));
+            assert_eq!(date_text(y, m, None), format!("{y:04}-{m:02}"));
+            d = d.succ_opt().unwrap();
+        }
+        for y in [0, 7, 99, 999, 9999, 10_000, -1, 262_143] {
+            assert_eq!(date_text(y, 3, Some(9)), format!("{y:04}-03-09"));
+        }
+    }
 
     #[test]
     fn month_follows_the_platform_zone() {

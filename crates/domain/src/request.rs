@@ -78,7 +78,7 @@ pub fn validate(endpoint: Endpoint, body: &Value) -> Result<RequestSummary, Inva
     let obj = body
         .as_object()
         .ok_or_else(|| InvalidField::new("", "request body must be a JSON object"))?;
-    reject_upstream_keys(obj, "")?;
+    reject_upstream_keys(obj)?;
     let model = match obj.get("model") {
         Some(Value::String(m)) if !m.trim().is_empty() && m.len() <= 256 => m.clone(),
         _ => {
@@ -164,37 +164,42 @@ pub fn validate(endpoint: Endpoint, body: &Value) -> Result<RequestSummary, Inva
 /// is sent on as it is (a dialect passed through to its provider).
 pub fn refuse_upstream_keys(body: &Value) -> Result<(), InvalidField> {
     match body.as_object() {
-        Some(obj) => reject_upstream_keys(obj, ""),
+        Some(obj) => reject_upstream_keys(obj),
         None => Ok(()),
     }
 }
 
-fn reject_upstream_keys(obj: &Map<String, Value>, path: &str) -> Result<(), InvalidField> {
+fn reject_upstream_keys(obj: &Map<String, Value>) -> Result<(), InvalidField> {
+    match forbidden_key_path(obj) {
+        Some(path) => Err(InvalidField::new(
+            path,
+            "upstream URLs and credentials are set by the gateway, not the client",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The path (`a.b[2].c`) of the first forbidden key in `obj`, at any depth:
+/// built on the way back up, so a clean body (every request) allocates
+/// nothing.
+fn forbidden_key_path(obj: &Map<String, Value>) -> Option<String> {
     for (k, v) in obj {
-        let here = if path.is_empty() {
-            k.clone()
-        } else {
-            format!("{path}.{k}")
-        };
         if FORBIDDEN_KEYS.iter().any(|f| f.eq_ignore_ascii_case(k)) {
-            return Err(InvalidField::new(
-                here,
-                "upstream URLs and credentials are set by the gateway, not the client",
-            ));
+            return Some(k.clone());
         }
-        match v {
-            Value::Object(o) => reject_upstream_keys(o, &here)?,
-            Value::Array(a) => {
-                for (i, x) in a.iter().enumerate() {
-                    if let Value::Object(o) = x {
-                        reject_upstream_keys(o, &format!("{here}[{i}]"))?;
-                    }
-                }
-            }
-            _ => {}
+        let below = match v {
+            Value::Object(o) => forbidden_key_path(o).map(|p| format!("{k}.{p}")),
+            Value::Array(a) => a.iter().enumerate().find_map(|(i, x)| match x {
+                Value::Object(o) => forbidden_key_path(o).map(|p| format!("{k}[{i}].{p}")),
+                _ => None,
+            }),
+            _ => None,
+        };
+        if below.is_some() {
+            return below;
         }
     }
-    Ok(())
+    None
 }
 
 fn validate_messages(obj: &Map<String, Value>) -> Result<(), InvalidField> {

@@ -53,10 +53,28 @@ impl TokenizerFamily {
         }
     }
 
+    /// Tokens in `text`; a text counted before (of at least
+    /// `count_cache::MIN_BYTES`) is found in the process's table
+    /// (crate::count_cache) instead of counted again.
     pub fn count(self, text: &str) -> u64 {
         if text.is_empty() {
             return 0;
         }
+        if text.len() < crate::count_cache::MIN_BYTES {
+            return self.count_fresh(text);
+        }
+        let cache = crate::count_cache::global();
+        let h = cache.hash(self as u8, text);
+        if let Some(n) = cache.get(h) {
+            return n;
+        }
+        let n = self.count_fresh(text);
+        cache.put(h, n);
+        n
+    }
+
+    /// Tokens in `text`, counted with the family's tables.
+    fn count_fresh(self, text: &str) -> u64 {
         match self {
             Self::O200k => o200k().count(text),
             Self::Cl100k => cl100k().count(text),
@@ -262,6 +280,27 @@ fn collect_text(v: &Value, out: &mut String) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Counts found in the table are the counts: each text counted fresh,
+    /// then through `count` twice (a miss that fills the table, then a hit),
+    /// in every family.
+    #[test]
+    fn remembered_counts_equal_fresh_counts() {
+        let texts: Vec<String> = (0..300)
+            .map(|i| format!("Message {i}: {} — 中文 {}", "word ".repeat(i % 40), i * 7919))
+            .collect();
+        for f in [
+            TokenizerFamily::O200k,
+            TokenizerFamily::Cl100k,
+            TokenizerFamily::Other,
+        ] {
+            for t in &texts {
+                let fresh = f.count_fresh(t);
+                assert_eq!(f.count(t), fresh, "{f:?} first {t}");
+                assert_eq!(f.count(t), fresh, "{f:?} again {t}");
+            }
+        }
+    }
 
     #[test]
     fn families_follow_the_model_name() {

@@ -13,7 +13,7 @@ use domain::limits::{self, Limits};
 use domain::pricing::Price;
 use domain::secret::{self, Secret};
 use domain::tokens::TokenizerFamily;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use store::{Catalog, CatalogChange, CatalogParts, KeyRow, Store, TenantScope};
@@ -241,7 +241,7 @@ impl Index {
                 (t.id, Arc::new(e))
             })
             .collect();
-        let mut apps: HashMap<String, HashMap<String, Arc<AppEntry>>> = HashMap::new();
+        let mut apps: HashMap<String, HashMap<String, Arc<AppEntry>>> = HashMap::default();
         for a in c.apps {
             let e = AppEntry {
                 id: a.id.clone(),
@@ -254,13 +254,13 @@ impl Index {
                 .or_default()
                 .insert(a.id, Arc::new(e));
         }
-        let mut rows_of: HashMap<&str, Vec<&store::DeploymentRow>> = HashMap::new();
+        let mut rows_of: HashMap<&str, Vec<&store::DeploymentRow>> = HashMap::default();
         for d in &c.routing.deployments {
             rows_of.entry(d.model_id.as_str()).or_default().push(d);
         }
         let mut fallbacks_of: HashMap<String, Vec<String>> =
             c.routing.fallbacks.iter().cloned().collect();
-        let mut models = HashMap::new();
+        let mut models = HashMap::default();
         for m in c.models {
             let api_key = match m
                 .upstream_api_key_enc
@@ -486,8 +486,8 @@ impl CatalogCache {
         if changes.len() > MAX_DELTAS {
             return self.reload_locked(store).await;
         }
-        let mut tenants = HashSet::new();
-        let mut keys = HashSet::new();
+        let mut tenants = HashSet::default();
+        let mut keys = HashSet::default();
         let (mut models, mut config) = (false, false);
         for c in changes {
             match c {

@@ -19,7 +19,7 @@
 use crate::errors::Internal;
 use domain::day_cost::DayView;
 use quota::QuotaEngine;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use store::{Store, TenantScope};
@@ -54,7 +54,7 @@ impl DayCosts {
         let me = Arc::new(Self {
             quota,
             store,
-            views: Mutex::new(HashMap::new()),
+            views: Mutex::new(HashMap::default()),
             wake: Arc::new(Notify::new()),
             origin: Instant::now(),
         });

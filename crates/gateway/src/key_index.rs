@@ -8,7 +8,7 @@
 use crate::catalog::{Index, KeyEntry};
 use crate::metrics_names as m;
 use domain::keys::MissBudget;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -357,7 +357,7 @@ impl KeyIndex {
     /// Applies what Postgres says now of these hashes: `usable` are the
     /// rows among them still usable; every other hash is removed.
     pub fn apply(&self, index: &Index, hashes: &HashSet<[u8; 32]>, usable: Vec<KeyRow>) {
-        let mut found: HashMap<[u8; 32], KeyRow> = HashMap::with_capacity(usable.len());
+        let mut found: HashMap<[u8; 32], KeyRow> = HashMap::with_capacity_and_hasher(usable.len(), Default::default());
         for r in usable {
             if let Ok(h) = <[u8; 32]>::try_from(r.key_hash.as_slice()) {
                 found.insert(h, r);
@@ -404,7 +404,7 @@ impl KeyIndex {
     /// in between.
     pub fn replace_all(&self, index: &Index, rows: Vec<KeyRow>) {
         let mut maps: Vec<HashMap<[u8; 32], Arc<KeyEntry>>> =
-            (0..SHARDS).map(|_| HashMap::new()).collect();
+            (0..SHARDS).map(|_| HashMap::default()).collect();
         for r in rows {
             let Ok(h) = <[u8; 32]>::try_from(r.key_hash.as_slice()) else {
                 continue;

@@ -162,6 +162,8 @@ pub struct Gateway {
     /// Exact counts of long inputs, off the async workers.
     tokenize: tokenize::TokenizePool,
     http: upstream::Client,
+    /// The keyed hash of virtual keys, keyed once with `cfg.pepper`.
+    key_hasher: domain::keys::KeyHasher,
 }
 
 impl Gateway {
@@ -192,6 +194,7 @@ impl Gateway {
         let tokenize = tokenize::TokenizePool::new(cfg.tokenize_threads);
         let day_costs = day_cost::DayCosts::start(quota.clone(), store.clone());
         Self {
+            key_hasher: domain::keys::KeyHasher::new(&cfg.pepper),
             day_costs,
             meters: Default::default(),
             tokenize,

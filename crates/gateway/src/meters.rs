@@ -6,7 +6,7 @@
 
 use crate::metrics_names as m;
 use metrics::{Counter, Histogram};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
 
 /// What a (tenant, model) counts on every request.

@@ -195,7 +195,7 @@ pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Arc<KeyEn
     if !keys::is_well_formed(raw) {
         return Err(bad("invalid API key"));
     }
-    let hash = keys::keyed_hash(&gw.cfg.pepper, raw);
+    let hash = gw.key_hasher.hash(raw);
     let refused = |k: Arc<RefusedKey>| {
         let mut e = bad(k.state.message());
         e.refused_key = Some(k);

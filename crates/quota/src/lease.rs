@@ -22,7 +22,7 @@ use crate::lease_engine::{LeaseAcquire, LeaseGrant, LeaseItem};
 use domain::lease::{Chunk, Demand, Need, Pools};
 use domain::Limits;
 use flusher::Flusher;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -172,8 +172,8 @@ impl LeaseBook {
         let book = Arc::new(Self {
             engine,
             tuning,
-            chains: Mutex::new(HashMap::new()),
-            tickets: Mutex::new(HashMap::new()),
+            chains: Mutex::new(HashMap::default()),
+            tickets: Mutex::new(HashMap::default()),
             next_id: AtomicU64::new(1),
             open: Arc::default(),
         });

@@ -342,7 +342,7 @@ type RollupKey<'a> = (
 /// `sat_sum`, so the two are checked against each other.
 #[derive(Default)]
 struct RollupSums<'a> {
-    rows: std::collections::HashMap<RollupKey<'a>, [i128; 6]>,
+    rows: rustc_hash::FxHashMap<RollupKey<'a>, [i128; 6]>,
 }
 
 impl<'a> RollupSums<'a> {
