@@ -76,7 +76,10 @@ mod tests {
     #[test]
     fn a_count_is_found_by_its_own_text_only() {
         let c = CountCache::new(SLOTS);
-        let (a, b) = (c.hash(0, "the same system prompt"), c.hash(0, "another prompt"));
+        let (a, b) = (
+            c.hash(0, "the same system prompt"),
+            c.hash(0, "another prompt"),
+        );
         assert_eq!(c.get(a), None);
         c.put(a, 17);
         assert_eq!(c.get(a), Some(17));

@@ -287,7 +287,13 @@ mod tests {
     #[test]
     fn remembered_counts_equal_fresh_counts() {
         let texts: Vec<String> = (0..300)
-            .map(|i| format!("Message {i}: {} — 中文 {}", "word ".repeat(i % 40), i * 7919))
+            .map(|i| {
+                format!(
+                    "Message {i}: {} — 中文 {}",
+                    "word ".repeat(i % 40),
+                    i * 7919
+                )
+            })
             .collect();
         for f in [
             TokenizerFamily::O200k,

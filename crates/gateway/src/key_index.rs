@@ -357,7 +357,8 @@ impl KeyIndex {
     /// Applies what Postgres says now of these hashes: `usable` are the
     /// rows among them still usable; every other hash is removed.
     pub fn apply(&self, index: &Index, hashes: &HashSet<[u8; 32]>, usable: Vec<KeyRow>) {
-        let mut found: HashMap<[u8; 32], KeyRow> = HashMap::with_capacity_and_hasher(usable.len(), Default::default());
+        let mut found: HashMap<[u8; 32], KeyRow> =
+            HashMap::with_capacity_and_hasher(usable.len(), Default::default());
         for r in usable {
             if let Ok(h) = <[u8; 32]>::try_from(r.key_hash.as_slice()) {
                 found.insert(h, r);
