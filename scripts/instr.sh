@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Instructions per request of gateway builds, counted by callgrind: the
+# figure to rank small changes by on a machine whose wall clock is noisy
+# (the count is the same whatever else the machine does). Each build serves
+# the peers setup (scripts/builds.sh: the nginx upstream on :18080, the bench
+# tenant with every limit kind set) under `valgrind --tool=callgrind`; after
+# a warm-up the counters are zeroed, wrk runs for DUR seconds, the counters
+# are dumped, and the total is divided by the requests wrk completed
+# (background work — the lease flusher, the ledger writer — included).
+#   ROUNDS=2 DUR=10 ./scripts/instr.sh base=/path/bin new=/path/bin2
+# Under valgrind SHA-256 runs in software (no SHA-NI), so hashing counts
+# more than it costs natively.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"; cd "$TOLLGATE_ROOT"
+have valgrind || apt_install valgrind
+have wrk || apt_install wrk
+have nginx || apt_install nginx
+. scripts/builds.sh
+ROUNDS=${ROUNDS:-2}; DUR=${DUR:-10}; CONNS=${CONNS:-8}; PORT=18092
+for r in $(seq "$ROUNDS"); do
+  for nb in "$@"; do
+    name=${nb%%=*}; bin=${nb#*=}
+    out=$W/cg-$name-$r.out
+    rm -f "$out"*
+    wrap=$W/cg-$name.sh
+    printf '#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=%s "%s" "$@"\n' "$out" "$bin" >"$wrap"
+    chmod +x "$wrap"
+    gw_start "$name" "$wrap" "$PORT" "$bin"
+    url=http://127.0.0.1:$PORT/v1/chat/completions
+    wrk -t1 -c4 -d5s -s "$lua" "$url" >/dev/null
+    callgrind_control -z "$gw" >/dev/null 2>&1
+    res=$(wrk -t1 -c"$CONNS" -d"${DUR}s" -s "$lua" "$url")
+    callgrind_control -d "$gw" >/dev/null 2>&1
+    kill "$gw"; wait "$gw" 2>/dev/null || true
+    reqs=$(echo "$res" | awk '/requests in/{print $1}')
+    non=$(echo "$res" | awk '/Non-2xx/{print $NF}')
+    ir=$(callgrind_annotate "$out.1" 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",","",$1); print $1}')
+    printf 'r%s %-6s requests=%-6s instructions=%-11s per_request=%s %s\n' \
+      "$r" "$name" "$reqs" "$ir" "$((ir / reqs))" "${non:+non2xx=$non}"
+  done
+done
