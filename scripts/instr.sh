@@ -17,24 +17,36 @@ have wrk || apt_install wrk
 have nginx || apt_install nginx
 . scripts/builds.sh
 ROUNDS=${ROUNDS:-2}; DUR=${DUR:-10}; CONNS=${CONNS:-8}; PORT=18092
+gw=
+# The gateway under valgrind is stopped however the script ends, and the
+# nginx upstream too when builds.sh started it (it set an EXIT trap then).
+nginx_ours=$(trap -p EXIT)
+stop_all() {
+    if [[ -n $gw ]]; then kill "$gw" 2>/dev/null || true; fi
+    if [[ -n $nginx_ours ]]; then kill "$(cat "$W/nginx/nginx.pid")" 2>/dev/null || true; fi
+}
+trap stop_all EXIT
 for r in $(seq "$ROUNDS"); do
   for nb in "$@"; do
     name=${nb%%=*}; bin=${nb#*=}
     out=$W/cg-$name-$r.out
     rm -f "$out"*
     wrap=$W/cg-$name.sh
-    printf '#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=%s "%s" "$@"\n' "$out" "$bin" >"$wrap"
+    printf '#!/bin/sh\nexec valgrind --tool=callgrind "--callgrind-out-file=%s" "%s" "$@"\n' "$out" "$bin" >"$wrap"
     chmod +x "$wrap"
     gw_start "$name" "$wrap" "$PORT" "$bin"
     url=http://127.0.0.1:$PORT/v1/chat/completions
     wrk -t1 -c4 -d5s -s "$lua" "$url" >/dev/null
-    callgrind_control -z "$gw" >/dev/null 2>&1
+    callgrind_control -z "$gw" >/dev/null 2>&1 || die "callgrind_control -z $gw failed"
     res=$(wrk -t1 -c"$CONNS" -d"${DUR}s" -s "$lua" "$url")
-    callgrind_control -d "$gw" >/dev/null 2>&1
-    kill "$gw"; wait "$gw" 2>/dev/null || true
+    # The first triggered dump is written to "$out.1".
+    callgrind_control -d "$gw" >/dev/null 2>&1 || die "callgrind_control -d $gw failed"
+    kill "$gw"; wait "$gw" 2>/dev/null || true; gw=
     reqs=$(echo "$res" | awk '/requests in/{print $1}')
     non=$(echo "$res" | awk '/Non-2xx/{print $NF}')
+    [[ -s $out.1 ]] || die "no callgrind dump at $out.1"
     ir=$(callgrind_annotate "$out.1" 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",","",$1); print $1}')
+    [[ ${reqs:-0} -gt 0 && ${ir:-0} -gt 0 ]] || die "no requests ($reqs) or no count ($ir) for $name"
     printf 'r%s %-6s requests=%-6s instructions=%-11s per_request=%s %s\n' \
       "$r" "$name" "$reqs" "$ir" "$((ir / reqs))" "${non:+non2xx=$non}"
   done

@@ -10,8 +10,8 @@
 //! text's tag is a miss and is counted; it then takes the slot. The hash is
 //! SipHash keyed at random per process (`std`'s `RandomState`), so a client
 //! cannot choose texts that collide; a false hit needs 54 equal hash bits.
-//! A wrong count would in any case only move a hold's estimate: the
-//! provider's usage settles the request.
+//! Counts are remembered per tenant ([`scope`]) and only for the request's
+//! input estimate; what a stream's output is counted with is never cached.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,9 +39,10 @@ impl CountCache {
         }
     }
 
-    /// The hash a text of a tokenizer (`family`) is remembered by.
-    pub fn hash(&self, family: u8, text: &str) -> u64 {
-        self.seed.hash_one((family, text))
+    /// The hash a text of a tokenizer (`family`) is remembered by in a
+    /// scope ([`scope`]).
+    pub fn hash(&self, scope: u64, family: u8, text: &str) -> u64 {
+        self.seed.hash_one((scope, family, text))
     }
 
     fn slot(&self, h: u64) -> &AtomicU64 {
@@ -63,6 +64,15 @@ impl CountCache {
     }
 }
 
+/// The scope of a tenant's counts: a text is remembered per tenant, so a
+/// tenant cannot time a request to learn whether another tenant sent the
+/// same text (a hit costs microseconds, a miss on a long text
+/// milliseconds). The repetition the table is for — a conversation's
+/// earlier turns, an agent's prompt and tools — is within one tenant.
+pub fn scope(tenant: &str) -> u64 {
+    global().seed.hash_one(tenant)
+}
+
 /// The process's table.
 pub fn global() -> &'static CountCache {
     static T: OnceLock<CountCache> = OnceLock::new();
@@ -77,15 +87,16 @@ mod tests {
     fn a_count_is_found_by_its_own_text_only() {
         let c = CountCache::new(SLOTS);
         let (a, b) = (
-            c.hash(0, "the same system prompt"),
-            c.hash(0, "another prompt"),
+            c.hash(7, 0, "the same system prompt"),
+            c.hash(7, 0, "another prompt"),
         );
         assert_eq!(c.get(a), None);
         c.put(a, 17);
         assert_eq!(c.get(a), Some(17));
         assert_eq!(c.get(b), None);
-        // The family is part of the key.
-        assert_eq!(c.get(c.hash(1, "the same system prompt")), None);
+        // The family and the scope are part of the key.
+        assert_eq!(c.get(c.hash(7, 1, "the same system prompt")), None);
+        assert_eq!(c.get(c.hash(8, 0, "the same system prompt")), None);
     }
 
     /// One slot, so every text shares it: each put takes the slot, and a
@@ -95,11 +106,15 @@ mod tests {
         let c = CountCache::new(1);
         let texts: Vec<String> = (0..1_000).map(|i| format!("text number {i}")).collect();
         for (i, t) in texts.iter().enumerate() {
-            let h = c.hash(0, t);
+            let h = c.hash(7, 0, t);
             c.put(h, i as u64 + 1);
             assert_eq!(c.get(h), Some(i as u64 + 1));
             if i > 0 {
-                assert_eq!(c.get(c.hash(0, &texts[i - 1])), None, "evicted, not shared");
+                assert_eq!(
+                    c.get(c.hash(7, 0, &texts[i - 1])),
+                    None,
+                    "evicted, not shared"
+                );
             }
         }
     }
@@ -107,7 +122,7 @@ mod tests {
     #[test]
     fn counts_beyond_24_bits_are_not_remembered() {
         let c = CountCache::new(8);
-        let h = c.hash(0, "a very long text");
+        let h = c.hash(7, 0, "a very long text");
         c.put(h, COUNT_MASK + 1);
         assert_eq!(c.get(h), None);
         c.put(h, COUNT_MASK);

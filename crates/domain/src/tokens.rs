@@ -53,18 +53,25 @@ impl TokenizerFamily {
         }
     }
 
-    /// Tokens in `text`; a text counted before (of at least
-    /// `count_cache::MIN_BYTES`) is found in the process's table
-    /// (crate::count_cache) instead of counted again.
+    /// Tokens in `text`, counted with the family's tables.
     pub fn count(self, text: &str) -> u64 {
         if text.is_empty() {
             return 0;
         }
+        self.count_fresh(text)
+    }
+
+    /// [`Self::count`], remembered in the process's table
+    /// (crate::count_cache) under `scope` (one tenant's: a tenant never
+    /// learns from a count's speed what another sent): a text of at least
+    /// `count_cache::MIN_BYTES` counted before in the scope is looked up,
+    /// not counted.
+    pub fn count_remembered(self, scope: u64, text: &str) -> u64 {
         if text.len() < crate::count_cache::MIN_BYTES {
-            return self.count_fresh(text);
+            return self.count(text);
         }
         let cache = crate::count_cache::global();
-        let h = cache.hash(self as u8, text);
+        let h = cache.hash(scope, self as u8, text);
         if let Some(n) = cache.get(h) {
             return n;
         }
@@ -73,7 +80,6 @@ impl TokenizerFamily {
         n
     }
 
-    /// Tokens in `text`, counted with the family's tables.
     fn count_fresh(self, text: &str) -> u64 {
         match self {
             Self::O200k => o200k().count(text),
@@ -103,6 +109,7 @@ impl TokenizerFamily {
     fn count_as(self, text: &str, counting: Counting) -> u64 {
         match counting {
             Counting::Exact => self.count(text),
+            Counting::Remembered(scope) => self.count_remembered(scope, text),
             Counting::UpperBound => self.upper_bound(text),
         }
     }
@@ -122,6 +129,10 @@ impl TokenizerFamily {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Counting {
     Exact,
+    /// Exact, remembered per text within a scope
+    /// ([`TokenizerFamily::count_remembered`]; the scope is a tenant's,
+    /// `count_cache::scope`).
+    Remembered(u64),
     UpperBound,
 }
 
@@ -282,8 +293,8 @@ mod tests {
     use serde_json::json;
 
     /// Counts found in the table are the counts: each text counted fresh,
-    /// then through `count` twice (a miss that fills the table, then a hit),
-    /// in every family.
+    /// then remembered twice (a miss that fills the table, then a hit), in
+    /// every family and two scopes.
     #[test]
     fn remembered_counts_equal_fresh_counts() {
         let texts: Vec<String> = (0..300)
@@ -302,8 +313,10 @@ mod tests {
         ] {
             for t in &texts {
                 let fresh = f.count_fresh(t);
-                assert_eq!(f.count(t), fresh, "{f:?} first {t}");
-                assert_eq!(f.count(t), fresh, "{f:?} again {t}");
+                for scope in [1, 2] {
+                    assert_eq!(f.count_remembered(scope, t), fresh, "{f:?} first {t}");
+                    assert_eq!(f.count_remembered(scope, t), fresh, "{f:?} again {t}");
+                }
             }
         }
     }

@@ -88,6 +88,14 @@ pub(crate) fn estimate(
     counting: tokens::Counting,
 ) -> Result<(i64, i64), ApiError> {
     let f = model.tokenizer;
+    // Exact counts of texts this tenant sent before are looked up, not
+    // counted again (domain::count_cache).
+    let counting = match counting {
+        tokens::Counting::Exact => {
+            tokens::Counting::Remembered(domain::count_cache::scope(&key.tenant.id))
+        }
+        other => other,
+    };
     let input = match endpoint {
         Endpoint::ChatCompletions => {
             let msgs = body["messages"]
