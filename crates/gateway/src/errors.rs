@@ -2,6 +2,7 @@
 //! shape with tollgate's reason code and headers. Internal error texts (Redis,
 //! Postgres) never reach a client.
 
+use crate::headers;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use domain::reason::{Decision, ReasonCode};
@@ -92,14 +93,14 @@ impl IntoResponse for ApiError {
         }});
         let mut h = HeaderMap::new();
         if let Ok(v) = HeaderValue::from_str(&self.request_id) {
-            h.insert("x-request-id", v);
+            h.insert(headers::REQUEST_ID, v);
         }
         h.insert(
-            "x-tollgate-decision",
+            headers::DECISION,
             HeaderValue::from_static(Decision::Reject.as_str()),
         );
         h.insert(
-            "x-tollgate-reason",
+            headers::REASON,
             HeaderValue::from_static(self.reason.as_str()),
         );
         if let Some(s) = self.retry_after_secs {

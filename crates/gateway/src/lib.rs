@@ -14,6 +14,7 @@ mod errors;
 mod estimate;
 mod fair;
 mod forward;
+mod headers;
 pub mod key_index;
 mod meters;
 mod metrics_names;

@@ -9,13 +9,14 @@ use crate::admission::Want;
 use crate::catalog::{KeyEntry, ModelEntry, ModelKind};
 use crate::dialect::{Dialect, Edge, Inbound};
 use crate::errors::ApiError;
+use crate::headers;
 use crate::key_index::{KeyState, RefusedKey};
 use crate::metrics_names as m;
 use crate::settle::HeldRequest;
 use crate::Gateway;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
 use domain::attribution::Attribution;
 use domain::keys;
@@ -384,15 +385,6 @@ async fn admit_and_forward(
     .await
 }
 
-/// The answer's own headers, parsed once (not per request).
-const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-const X_DECISION: HeaderName = HeaderName::from_static("x-tollgate-decision");
-const X_REASON: HeaderName = HeaderName::from_static("x-tollgate-reason");
-const X_MODEL: HeaderName = HeaderName::from_static("x-tollgate-model");
-const X_QUEUE_WAIT: HeaderName = HeaderName::from_static("x-tollgate-queue-wait-ms");
-const X_REMAINING_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-remaining-requests");
-const X_REMAINING_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-remaining-tokens");
-
 /// The headers of an admitted request's answer: its id, the decision and
 /// its reason, the model served, the queue wait, what is left.
 fn answer_headers(
@@ -404,22 +396,31 @@ fn answer_headers(
 ) -> HeaderMap {
     // Room for these and the content type and cache control added later.
     let mut out_headers = HeaderMap::with_capacity(12);
-    out_headers.insert(X_REQUEST_ID, HeaderValue::from_str(rid).expect("ascii id"));
-    out_headers.insert(X_DECISION, HeaderValue::from_static(decision.as_str()));
+    out_headers.insert(
+        headers::REQUEST_ID,
+        HeaderValue::from_str(rid).expect("ascii id"),
+    );
+    out_headers.insert(
+        headers::DECISION,
+        HeaderValue::from_static(decision.as_str()),
+    );
     if reason != "none" {
-        out_headers.insert(X_REASON, HeaderValue::from_static(reason));
+        out_headers.insert(headers::REASON, HeaderValue::from_static(reason));
     }
     if let Ok(served) = HeaderValue::from_str(&model.id) {
-        out_headers.insert(X_MODEL, served);
+        out_headers.insert(headers::MODEL, served);
     }
     if let Some((waited, _)) = adm.queued {
-        out_headers.insert(X_QUEUE_WAIT, HeaderValue::from(waited.as_millis() as u64));
+        out_headers.insert(
+            headers::QUEUE_WAIT,
+            HeaderValue::from(waited.as_millis() as u64),
+        );
     }
     if let Some(r) = adm.remaining_requests {
-        out_headers.insert(X_REMAINING_REQUESTS, HeaderValue::from(r));
+        out_headers.insert(headers::REMAINING_REQUESTS, HeaderValue::from(r));
     }
     if let Some(t) = adm.remaining_tokens {
-        out_headers.insert(X_REMAINING_TOKENS, HeaderValue::from(t));
+        out_headers.insert(headers::REMAINING_TOKENS, HeaderValue::from(t));
     }
     out_headers
 }

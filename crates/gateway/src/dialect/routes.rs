@@ -48,7 +48,7 @@ pub async fn count_tokens(
         Ok(n) => {
             let mut h = HeaderMap::new();
             if let Ok(v) = HeaderValue::from_str(&ctx.id) {
-                h.insert("x-request-id", v);
+                h.insert(crate::headers::REQUEST_ID, v);
             }
             (h, axum::Json(json!({"input_tokens": n}))).into_response()
         }
