@@ -31,6 +31,6 @@ for r in $(seq "$ROUNDS"); do
         "$r" "$name" "$c" "$rps" "$p50" "$(us $g0 $g1)" "$(us $p0 $p1)" "$(us $r0 $r1)" "$(us $n0 $n1)" "${non:+non2xx=$non}"
     done
     echo "r$r $name rss_mb=$(rss_mb $gw)"
-    kill $gw; wait $gw 2>/dev/null || true
+    gw_stop
   done
 done

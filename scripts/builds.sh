@@ -1,15 +1,22 @@
 # shellcheck shell=bash
-# The setup scripts/ab.sh and scripts/rss.sh share, to run gateway builds
-# one after another on the peers setup: the nginx upstream on :18080 (started
-# unless one answers; stopped on exit), the environment, and `gw_start`.
-# Sourced after lib.sh.
+# The setup scripts/ab.sh, scripts/rss.sh and scripts/instr.sh share, to run
+# gateway builds one after another on the peers setup: the nginx upstream on
+# :18080 (started unless one answers), the environment, `gw_start` and
+# `gw_stop`. However the script ends, the gateway still running and the
+# nginx started here are stopped. Sourced after lib.sh.
 
 W=${TMPDIR:-/tmp}/tollgate-ab
 mkdir -p "$W/nginx/body"
+gw= nginx_started=
+builds_stop() {
+    if [[ -n $gw ]]; then kill "$gw" 2>/dev/null || true; fi
+    if [[ -n $nginx_started ]]; then kill "$(cat "$W/nginx/nginx.pid")" 2>/dev/null || true; fi
+}
+trap builds_stop EXIT
 if ! curl -fs -o /dev/null -X POST http://127.0.0.1:18080/v1/chat/completions; then
     sed "s#__DIR__#$W/nginx#g" bench/peers/mock-upstream.nginx.conf >"$W/nginx/nginx.conf"
     nginx -c "$W/nginx/nginx.conf"
-    trap 'kill "$(cat "$W/nginx/nginx.pid")" 2>/dev/null || true' EXIT
+    nginx_started=1
     sleep 1
 fi
 body='{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello in one short sentence please."}],"max_tokens":64}'
@@ -37,4 +44,11 @@ gw_start() {
         echo 'wrk.headers["Content-Type"] = "application/json"'
         echo "wrk.headers[\"Authorization\"] = \"Bearer $key\""
     } >"$lua"
+}
+
+# gw_stop: stops the gateway gw_start started.
+gw_stop() {
+    kill "$gw" 2>/dev/null || true
+    wait "$gw" 2>/dev/null || true
+    gw=
 }

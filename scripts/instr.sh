@@ -17,15 +17,6 @@ have wrk || apt_install wrk
 have nginx || apt_install nginx
 . scripts/builds.sh
 ROUNDS=${ROUNDS:-2}; DUR=${DUR:-10}; CONNS=${CONNS:-8}; PORT=18092
-gw=
-# The gateway under valgrind is stopped however the script ends, and the
-# nginx upstream too when builds.sh started it (it set an EXIT trap then).
-nginx_ours=$(trap -p EXIT)
-stop_all() {
-    if [[ -n $gw ]]; then kill "$gw" 2>/dev/null || true; fi
-    if [[ -n $nginx_ours ]]; then kill "$(cat "$W/nginx/nginx.pid")" 2>/dev/null || true; fi
-}
-trap stop_all EXIT
 for r in $(seq "$ROUNDS"); do
   for nb in "$@"; do
     name=${nb%%=*}; bin=${nb#*=}
@@ -41,7 +32,7 @@ for r in $(seq "$ROUNDS"); do
     res=$(wrk -t1 -c"$CONNS" -d"${DUR}s" -s "$lua" "$url")
     # The first triggered dump is written to "$out.1".
     callgrind_control -d "$gw" >/dev/null 2>&1 || die "callgrind_control -d $gw failed"
-    kill "$gw"; wait "$gw" 2>/dev/null || true; gw=
+    gw_stop
     reqs=$(echo "$res" | awk '/requests in/{print $1}')
     non=$(echo "$res" | awk '/Non-2xx/{print $NF}')
     [[ -s $out.1 ]] || die "no callgrind dump at $out.1"

@@ -15,5 +15,5 @@ for nb in "$@"; do
     total=$((total + n)); line="$line $(rss_mb $gw)"
   done
   echo "$line  (requests after warm-up: $total)"
-  kill $gw; wait $gw 2>/dev/null || true
+  gw_stop
 done
