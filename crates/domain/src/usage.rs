@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+mod json;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageEvent {
     pub request_id: String,

@@ -336,7 +336,7 @@ impl SettleJob {
     /// finished in the flusher when the batch is in Redis (the flusher
     /// retries a batch until Redis takes it).
     fn settle_leased(self) {
-        let json = serde_json::to_string(&self.event).expect("event serialises");
+        let json = self.event.to_json();
         let billable = self.request(&json).billable();
         let rid = self.event.request_id.clone();
         let gw = self.gw.clone();
@@ -350,7 +350,7 @@ impl SettleJob {
     }
 
     async fn run(self) {
-        let json = serde_json::to_string(&self.event).expect("event serialises");
+        let json = self.event.to_json();
         let req = self.request(&json);
         let e = &self.event;
         // Redis may be down for a while: keep retrying (backoff capped at

@@ -173,7 +173,7 @@ async fn expire(
         attribution: Default::default(),
         anomaly: None,
     };
-    let json = serde_json::to_string(&event).expect("event serialises");
+    let json = event.to_json();
     // Settling at the estimate moves no token bucket: the limits only bound
     // bucket refunds, and there is nothing to refund.
     let none = Limits::default();
