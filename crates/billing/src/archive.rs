@@ -160,8 +160,8 @@ struct Count {
 }
 
 fn days_since_epoch(day: &str) -> Result<u16> {
-    let d = NaiveDate::parse_from_str(day, "%Y-%m-%d")
-        .map_err(|_| BillingError::Invalid(format!("bad day {day:?}")))?;
+    let d = domain::period::parse_day(day)
+        .ok_or_else(|| BillingError::Invalid(format!("bad day {day:?}")))?;
     let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).expect("epoch");
     u16::try_from((d - epoch).num_days())
         .map_err(|_| BillingError::Invalid(format!("day {day} outside ClickHouse Date")))

@@ -22,14 +22,53 @@ impl PlatformClock {
 
     /// `YYYY-MM` of the instant, in platform time.
     pub fn month(&self, at: DateTime<Utc>) -> String {
-        let l = self.tz.from_utc_datetime(&at.naive_utc());
-        date_text(l.year(), l.month(), None)
+        self.dated(at, |d| d.month.clone())
     }
 
     /// `YYYY-MM-DD` of the instant, in platform time.
     pub fn day(&self, at: DateTime<Utc>) -> String {
+        self.dated(at, |d| d.day.clone())
+    }
+
+    /// The instant's platform-time date, from this thread's memo of the
+    /// current minute (every request asks for its month and day two or
+    /// three times; the zone's conversion costs ~700 instructions a time).
+    /// A minute is memoised only when it starts and ends on the same date,
+    /// so a minute a date boundary falls in (an offset with seconds, as
+    /// old local mean times have) is converted each time: a date cannot
+    /// change twice within one minute.
+    fn dated<R>(&self, at: DateTime<Utc>, f: impl FnOnce(&Dated) -> R) -> R {
+        let minute = at.timestamp().div_euclid(60);
+        DATED.with(|memo| {
+            let mut memo = memo.borrow_mut();
+            if let Some(d) = memo
+                .as_ref()
+                .filter(|d| d.tz == self.tz && d.minute == minute)
+            {
+                return f(d);
+            }
+            let d = self.dated_directly(at);
+            let end = DateTime::<Utc>::from_timestamp(minute * 60 + 59, 999_999_999);
+            let first = DateTime::<Utc>::from_timestamp(minute * 60, 0);
+            let whole_minute = match (first, end) {
+                (Some(a), Some(b)) => self.dated_directly(a) == d && self.dated_directly(b) == d,
+                _ => false,
+            };
+            if !whole_minute {
+                return f(&d);
+            }
+            f(memo.insert(Dated { minute, ..d }))
+        })
+    }
+
+    fn dated_directly(&self, at: DateTime<Utc>) -> Dated {
         let l = self.tz.from_utc_datetime(&at.naive_utc());
-        date_text(l.year(), l.month(), Some(l.day()))
+        Dated {
+            tz: self.tz,
+            minute: 0,
+            day: date_text(l.year(), l.month(), Some(l.day())),
+            month: date_text(l.year(), l.month(), None),
+        }
     }
 
     pub fn month_of_unix_ms(&self, ms: i64) -> String {
@@ -48,7 +87,7 @@ impl PlatformClock {
 
     /// The instants a `YYYY-MM-DD` day starts and ends, in platform time.
     pub fn day_bounds(&self, day: &str) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
-        let d = chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d").ok()?;
+        let d = parse_day(day)?;
         let next = d.succ_opt()?;
         Some((
             self.local_midnight(d.year(), d.month(), d.day())?,
@@ -102,6 +141,19 @@ impl PlatformClock {
     pub fn day_of_month(&self, at: DateTime<Utc>) -> u32 {
         self.tz.from_utc_datetime(&at.naive_utc()).day()
     }
+}
+
+/// One minute's platform-time date (`PlatformClock::dated`).
+#[derive(PartialEq, Eq)]
+struct Dated {
+    tz: Tz,
+    minute: i64,
+    day: String,
+    month: String,
+}
+
+thread_local! {
+    static DATED: std::cell::RefCell<Option<Dated>> = const { std::cell::RefCell::new(None) };
 }
 
 /// `YYYY-MM` or `YYYY-MM-DD`, as `format!("{:04}-{:02}-{:02}")` writes it
@@ -171,6 +223,26 @@ pub fn days_in_month(period: &str) -> Option<u32> {
     Some((next - first).num_days() as u32)
 }
 
+/// A `YYYY-MM-DD` day, as chrono's `%Y-%m-%d` reads it. The form the
+/// gateway writes (four, two and two digits) is read directly: chrono's
+/// format parser cost ~1,250 instructions per ledger row (docs/scale.md,
+/// "The outbox event written directly"); anything else goes to chrono, so
+/// what is accepted is unchanged.
+pub fn parse_day(s: &str) -> Option<chrono::NaiveDate> {
+    let b = s.as_bytes();
+    let digits = |r: std::ops::Range<usize>| {
+        b[r].iter().try_fold(0u32, |n, &c| {
+            c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
+        })
+    };
+    if b.len() == 10 && b[4] == b'-' && b[7] == b'-' {
+        if let (Some(y), Some(m), Some(d)) = (digits(0..4), digits(5..7), digits(8..10)) {
+            return chrono::NaiveDate::from_ymd_opt(y as i32, m, d);
+        }
+    }
+    chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").ok()
+}
+
 /// Validates a `YYYY-MM` period string.
 pub fn parse_month(s: &str) -> Option<(i32, u32)> {
     let (y, m) = s.split_once('-')?;
@@ -185,6 +257,114 @@ pub fn parse_month(s: &str) -> Option<(i32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The memoised day and month against chrono-tz's own conversion and
+    /// formatting, in zones with half- and quarter-hour offsets, DST at
+    /// midnight, a skipped day (Apia, 2011-12-30) and seconds in old local
+    /// mean times: over stretches around such changes, and around every
+    /// hour of two years, in order (memo hits) and with another zone asked
+    /// in between (misses).
+    #[test]
+    fn the_memoised_date_is_the_zones_date() {
+        let zones = [
+            "UTC",
+            "Asia/Shanghai",
+            "Asia/Kolkata",
+            "Asia/Kathmandu",
+            "Australia/Lord_Howe",
+            "America/Sao_Paulo",
+            "Pacific/Apia",
+            "America/St_Johns",
+            "Europe/London",
+            "Asia/Tehran",
+            "Europe/Amsterdam",
+        ];
+        // (start, days, step in seconds): a fine step where midnight falls
+        // within a minute (offsets with seconds), so one memoised minute
+        // is asked before and after it.
+        let starts = [
+            ("1890-01-01T00:00:00Z", 1, 17),  // local mean times with seconds
+            ("1937-06-30T12:00:00Z", 1, 17),  // Amsterdam's +00:19:32 → +00:20
+            ("2011-12-28T00:00:00Z", 4, 433), // Apia skips the 30th
+            ("2018-11-03T00:00:00Z", 3, 433), // Sao Paulo's DST began at midnight
+            ("2026-03-08T00:00:00Z", 3, 433),
+            ("2026-10-24T00:00:00Z", 3, 433),
+        ];
+        let utc = PlatformClock::parse("UTC").unwrap();
+        for z in zones {
+            let clock = PlatformClock::parse(z).unwrap();
+            let want = |at: DateTime<Utc>| {
+                let l = clock.tz.from_utc_datetime(&at.naive_utc());
+                (
+                    l.format("%Y-%m-%d").to_string(),
+                    l.format("%Y-%m").to_string(),
+                )
+            };
+            let check = |at: DateTime<Utc>| {
+                assert_eq!((clock.day(at), clock.month(at)), want(at), "{z} {at}");
+            };
+            for (start, days, step) in starts {
+                let start: DateTime<Utc> = start.parse().unwrap();
+                let mut at = start;
+                while at < start + chrono::Duration::days(days) {
+                    check(at);
+                    utc.day(at); // another zone in between: the memo misses
+                    check(at);
+                    at += chrono::Duration::seconds(step);
+                }
+            }
+            let mut at: DateTime<Utc> = "2025-01-01T00:00:00Z".parse().unwrap();
+            while at.year() < 2027 {
+                for s in [-61, -1, 0, 1, 59, 60, 1799, 1800] {
+                    check(at + chrono::Duration::seconds(s));
+                }
+                at += chrono::Duration::hours(1);
+            }
+        }
+    }
+
+    /// The direct reading against chrono's `%Y-%m-%d` (the independent
+    /// reading): every day of four centuries, impossible dates, and
+    /// arbitrary strings of the same shape and of others.
+    #[test]
+    fn a_day_is_read_as_chrono_reads_it() {
+        let chrono = |s: &str| chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").ok();
+        let mut d = chrono::NaiveDate::from_ymd_opt(1900, 1, 1).unwrap();
+        while d.year() < 2300 {
+            let s = d.format("%Y-%m-%d").to_string();
+            assert_eq!(parse_day(&s), Some(d), "{s}");
+            d = d.succ_opt().unwrap();
+        }
+        for s in [
+            "2026-02-29",
+            "2024-02-29",
+            "2026-13-01",
+            "2026-00-10",
+            "2026-12-00",
+            "2026-12-32",
+            "0000-01-01",
+            "9999-12-31",
+            "2026-1-05",
+            "2026-01-5",
+            "+2026-01-05",
+            "2026/01/05",
+            "2026-01-05 ",
+            " 2026-01-05",
+            "",
+            "2026-0a-05",
+            "２０２６-01-05",
+        ] {
+            assert_eq!(parse_day(s), chrono(s), "{s:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_string_is_read_as_chrono_reads_it(s in "[0-9+-]{0,12}|[0-9]{4}-[0-9]{2}-[0-9]{2}|\\PC{0,12}") {
+            let want = chrono::NaiveDate::parse_from_str(&s, "%Y-%m-%d").ok();
+            proptest::prop_assert_eq!(parse_day(&s), want);
+        }
+    }
 
     /// The pushed digits against `format!` (the independent spelling), over
     /// every day of four centuries and the years it hands to `format!`.

@@ -11,7 +11,7 @@ use crate::catalog::KeyEntry;
 use crate::errors::ApiError;
 use crate::key_index::RefusedKey;
 use crate::metrics_names as m;
-use chrono::{NaiveDate, Utc};
+use chrono::Utc;
 use domain::attribution::Attribution;
 use domain::limits::{LimitKind, ScopeKind};
 use domain::period::PlatformClock;
@@ -173,8 +173,8 @@ impl DecisionWriter {
             request_id: request_id.to_string(),
             at: now,
             period: self.clock.month(now),
-            day: NaiveDate::parse_from_str(&self.clock.day(now), "%Y-%m-%d")
-                .unwrap_or_else(|_| now.date_naive()),
+            day: domain::period::parse_day(&self.clock.day(now))
+                .unwrap_or_else(|| now.date_naive()),
             tenant_id: tenant.to_string(),
             app_id: app.to_string(),
             key_id: key.to_string(),

@@ -321,8 +321,8 @@ impl Store {
         tenant: &str,
         day: &str,
     ) -> Result<i64> {
-        let day = chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d")
-            .map_err(|e| StoreError::Corrupt(format!("day {day}: {e}")))?;
+        let day = domain::period::parse_day(day)
+            .ok_or_else(|| StoreError::Corrupt(format!("day {day}: not a YYYY-MM-DD day")))?;
         Ok(sqlx::query_scalar(
             "SELECT COALESCE(sum(cost_micro), 0)::BIGINT FROM usage_rollups
              WHERE tenant_id = $1 AND day = $2

@@ -320,7 +320,7 @@ fn copy_row(
 /// The settle day as the ledger stores it (an unparsable day is stored as
 /// the epoch, as it always was).
 fn event_day(e: &UsageEvent) -> NaiveDate {
-    NaiveDate::parse_from_str(&e.day, "%Y-%m-%d").unwrap_or_default()
+    domain::period::parse_day(&e.day).unwrap_or_default()
 }
 
 /// A rollup row's key: `ROLLUP_KEY`'s columns (tags as the map they are
