@@ -7,7 +7,60 @@ use tollgate_server::{commands, config::Config};
 /// many small objects across two worker threads, and glibc's allocator was
 /// a fifth of the gateway's CPU in the profile (docs/benchmarks.md).
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: Mimalloc = Mimalloc;
+
+/// mimalloc, asked for an alignment only when one is needed. The `mimalloc`
+/// crate's allocator calls `mi_malloc_aligned` for every allocation, whose
+/// checks cost more than `mi_malloc`'s fast path; every mimalloc block is
+/// aligned to at least 8 bytes (its size classes are whole words), so an
+/// alignment of 8 or less needs none (docs/scale.md, "The outbox event
+/// written directly").
+struct Mimalloc;
+
+const WORD_ALIGNED: usize = 8;
+
+// SAFETY: each call forwards to mimalloc with the layout's size; blocks from
+// `mi_malloc`/`mi_zalloc`/`mi_realloc` are word-aligned, so they are used
+// only for alignments of at most a word, and the `_aligned` calls for the
+// rest; `mi_free` frees blocks of either kind.
+unsafe impl std::alloc::GlobalAlloc for Mimalloc {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        use libmimalloc_sys as mi;
+        unsafe {
+            if l.align() <= WORD_ALIGNED {
+                mi::mi_malloc(l.size()).cast()
+            } else {
+                mi::mi_malloc_aligned(l.size(), l.align()).cast()
+            }
+        }
+    }
+
+    unsafe fn alloc_zeroed(&self, l: std::alloc::Layout) -> *mut u8 {
+        use libmimalloc_sys as mi;
+        unsafe {
+            if l.align() <= WORD_ALIGNED {
+                mi::mi_zalloc(l.size()).cast()
+            } else {
+                mi::mi_zalloc_aligned(l.size(), l.align()).cast()
+            }
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, _: std::alloc::Layout) {
+        unsafe { libmimalloc_sys::mi_free(ptr.cast()) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, l: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        use libmimalloc_sys as mi;
+        unsafe {
+            if l.align() <= WORD_ALIGNED {
+                mi::mi_realloc(ptr.cast(), new_size).cast()
+            } else {
+                mi::mi_realloc_aligned(ptr.cast(), new_size, l.align()).cast()
+            }
+        }
+    }
+}
 
 #[derive(Parser)]
 #[command(
