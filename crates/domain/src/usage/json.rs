@@ -10,10 +10,13 @@
 //! does need escaping, the anomaly's verbatim report, tags) is written by
 //! serde_json itself. The output is byte for byte what
 //! `serde_json::to_string` gives: the tests below compare the two on
-//! arbitrary events, so the serde derive stays the one definition of the
-//! format and the decoder (`serde_json::from_str`) is unchanged.
+//! arbitrary events, so the serde derive stays the reference for the format
+//! and the decoder (`serde_json::from_str`) is unchanged. The writer names
+//! every field of the event, so a new field does not compile until it is
+//! written here too.
 
 use super::UsageEvent;
+use crate::attribution::Attribution;
 
 /// Room for a typical event (~450 bytes) without growing.
 const TYPICAL: usize = 640;
@@ -21,65 +24,91 @@ const TYPICAL: usize = 640;
 impl UsageEvent {
     /// `serde_json::to_string(self)`, faster.
     pub fn to_json(&self) -> String {
+        // Every field named: a field added to the event and not written
+        // here does not compile.
+        let UsageEvent {
+            request_id,
+            tenant_id,
+            app_id,
+            key_id,
+            model,
+            period,
+            day,
+            input_tokens,
+            output_tokens,
+            cost_micro,
+            est_tokens,
+            est_cost_micro,
+            overrun_tokens,
+            overrun_cost_micro,
+            status,
+            stream,
+            usage_source,
+            replica,
+            started_at_ms,
+            settled_at_ms,
+            deployment,
+            anomaly,
+            attribution: Attribution { tags, end_user },
+        } = self;
         let mut w = Writer(String::with_capacity(TYPICAL));
         w.raw("{\"request_id\":");
-        w.str(&self.request_id);
+        w.str(request_id);
         w.raw(",\"tenant_id\":");
-        w.str(&self.tenant_id);
+        w.str(tenant_id);
         w.raw(",\"app_id\":");
-        w.str(&self.app_id);
+        w.str(app_id);
         w.raw(",\"key_id\":");
-        w.str(&self.key_id);
+        w.str(key_id);
         w.raw(",\"model\":");
-        w.str(&self.model);
+        w.str(model);
         w.raw(",\"period\":");
-        w.str(&self.period);
+        w.str(period);
         w.raw(",\"day\":");
-        w.str(&self.day);
+        w.str(day);
         w.raw(",\"input_tokens\":");
-        w.int(self.input_tokens);
+        w.int(*input_tokens);
         w.raw(",\"output_tokens\":");
-        w.int(self.output_tokens);
+        w.int(*output_tokens);
         w.raw(",\"cost_micro\":");
-        w.int(self.cost_micro);
+        w.int(*cost_micro);
         w.raw(",\"est_tokens\":");
-        w.int(self.est_tokens);
+        w.int(*est_tokens);
         w.raw(",\"est_cost_micro\":");
-        w.int(self.est_cost_micro);
+        w.int(*est_cost_micro);
         w.raw(",\"overrun_tokens\":");
-        w.int(self.overrun_tokens);
+        w.int(*overrun_tokens);
         w.raw(",\"overrun_cost_micro\":");
-        w.int(self.overrun_cost_micro);
+        w.int(*overrun_cost_micro);
         w.raw(",\"status\":");
-        w.str(&self.status);
-        w.raw(if self.stream {
+        w.str(status);
+        w.raw(if *stream {
             ",\"stream\":true"
         } else {
             ",\"stream\":false"
         });
         w.raw(",\"usage_source\":");
-        w.str(&self.usage_source);
+        w.str(usage_source);
         w.raw(",\"replica\":");
-        w.str(&self.replica);
+        w.str(replica);
         w.raw(",\"started_at_ms\":");
-        w.int(self.started_at_ms);
+        w.int(*started_at_ms);
         w.raw(",\"settled_at_ms\":");
-        w.int(self.settled_at_ms);
-        if let Some(d) = &self.deployment {
+        w.int(*settled_at_ms);
+        if let Some(d) = deployment {
             w.raw(",\"deployment\":");
             w.str(d);
         }
-        if let Some(a) = &self.anomaly {
+        if let Some(a) = anomaly {
             w.raw(",\"anomaly\":");
             w.serde(a);
         }
         // The flattened attribution, as serde writes it: after the fields.
-        let at = &self.attribution;
-        if !at.tags.is_empty() {
+        if !tags.is_empty() {
             w.raw(",\"tags\":");
-            w.serde(&at.tags);
+            w.serde(tags);
         }
-        if let Some(u) = &at.end_user {
+        if let Some(u) = end_user {
             w.raw(",\"end_user\":");
             w.str(u);
         }
@@ -131,7 +160,6 @@ fn plain(b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribution::Attribution;
     use crate::usage::UsageAnomaly;
     use proptest::prelude::*;
 
