@@ -52,97 +52,75 @@ impl UsageEvent {
             attribution: Attribution { tags, end_user },
         } = self;
         let mut w = Writer(String::with_capacity(TYPICAL));
-        w.raw("{\"request_id\":");
-        w.str(request_id);
-        w.raw(",\"tenant_id\":");
-        w.str(tenant_id);
-        w.raw(",\"app_id\":");
-        w.str(app_id);
-        w.raw(",\"key_id\":");
-        w.str(key_id);
-        w.raw(",\"model\":");
-        w.str(model);
-        w.raw(",\"period\":");
-        w.str(period);
-        w.raw(",\"day\":");
-        w.str(day);
-        w.raw(",\"input_tokens\":");
-        w.int(*input_tokens);
-        w.raw(",\"output_tokens\":");
-        w.int(*output_tokens);
-        w.raw(",\"cost_micro\":");
-        w.int(*cost_micro);
-        w.raw(",\"est_tokens\":");
-        w.int(*est_tokens);
-        w.raw(",\"est_cost_micro\":");
-        w.int(*est_cost_micro);
-        w.raw(",\"overrun_tokens\":");
-        w.int(*overrun_tokens);
-        w.raw(",\"overrun_cost_micro\":");
-        w.int(*overrun_cost_micro);
-        w.raw(",\"status\":");
-        w.str(status);
-        w.raw(if *stream {
+        w.str("{\"request_id\":", request_id);
+        w.str(",\"tenant_id\":", tenant_id);
+        w.str(",\"app_id\":", app_id);
+        w.str(",\"key_id\":", key_id);
+        w.str(",\"model\":", model);
+        w.str(",\"period\":", period);
+        w.str(",\"day\":", day);
+        w.int(",\"input_tokens\":", *input_tokens);
+        w.int(",\"output_tokens\":", *output_tokens);
+        w.int(",\"cost_micro\":", *cost_micro);
+        w.int(",\"est_tokens\":", *est_tokens);
+        w.int(",\"est_cost_micro\":", *est_cost_micro);
+        w.int(",\"overrun_tokens\":", *overrun_tokens);
+        w.int(",\"overrun_cost_micro\":", *overrun_cost_micro);
+        w.str(",\"status\":", status);
+        w.0.push_str(if *stream {
             ",\"stream\":true"
         } else {
             ",\"stream\":false"
         });
-        w.raw(",\"usage_source\":");
-        w.str(usage_source);
-        w.raw(",\"replica\":");
-        w.str(replica);
-        w.raw(",\"started_at_ms\":");
-        w.int(*started_at_ms);
-        w.raw(",\"settled_at_ms\":");
-        w.int(*settled_at_ms);
+        w.str(",\"usage_source\":", usage_source);
+        w.str(",\"replica\":", replica);
+        w.int(",\"started_at_ms\":", *started_at_ms);
+        w.int(",\"settled_at_ms\":", *settled_at_ms);
         if let Some(d) = deployment {
-            w.raw(",\"deployment\":");
-            w.str(d);
+            w.str(",\"deployment\":", d);
         }
         if let Some(a) = anomaly {
-            w.raw(",\"anomaly\":");
-            w.serde(a);
+            w.serde(",\"anomaly\":", a);
         }
         // The flattened attribution, as serde writes it: after the fields.
         if !tags.is_empty() {
-            w.raw(",\"tags\":");
-            w.serde(tags);
+            w.serde(",\"tags\":", tags);
         }
         if let Some(u) = end_user {
-            w.raw(",\"end_user\":");
-            w.str(u);
+            w.str(",\"end_user\":", u);
         }
-        w.raw("}");
+        w.0.push('}');
         w.0
     }
 }
 
+/// The object being written. Each field comes with its key as a literal,
+/// the separator and colon included (`,"model":`): one copy per field.
 struct Writer(String);
 
 impl Writer {
-    fn raw(&mut self, s: &str) {
-        self.0.push_str(s);
-    }
-
-    fn int(&mut self, v: i64) {
-        self.raw(itoa::Buffer::new().format(v));
+    fn int(&mut self, key: &str, v: i64) {
+        self.0.push_str(key);
+        self.0.push_str(itoa::Buffer::new().format(v));
     }
 
     /// A JSON string: copied whole when serde_json would escape nothing in
     /// it (no `"`, `\` or control character), else written by serde_json.
-    fn str(&mut self, s: &str) {
+    fn str(&mut self, key: &str, s: &str) {
         if plain(s.as_bytes()) {
+            self.0.push_str(key);
             self.0.reserve(s.len() + 2);
             self.0.push('"');
             self.0.push_str(s);
             self.0.push('"');
         } else {
-            self.serde(s);
+            self.serde(key, s);
         }
     }
 
     /// Rare: a string that needs escaping, the anomaly, tags.
-    fn serde<T: serde::Serialize + ?Sized>(&mut self, v: &T) {
+    fn serde<T: serde::Serialize + ?Sized>(&mut self, key: &str, v: &T) {
+        self.0.push_str(key);
         let json = serde_json::to_string(v).expect("a string or a JSON value serialises");
         self.0.push_str(&json);
     }
