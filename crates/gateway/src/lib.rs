@@ -162,7 +162,7 @@ pub struct Gateway {
     meters: meters::Meters,
     /// Exact counts of long inputs, off the async workers.
     tokenize: tokenize::TokenizePool,
-    http: upstream::Client,
+    upstream: upstream::Upstream,
     /// The keyed hash of virtual keys, keyed once with `cfg.pepper`.
     key_hasher: domain::keys::KeyHasher,
 }
@@ -175,7 +175,7 @@ impl Gateway {
         store: Store,
         ledger: LedgerWriter,
     ) -> Self {
-        let http = upstream::client(&cfg);
+        let upstream = upstream::Upstream::new(&cfg);
         let queue = queue::AdmissionQueue::new(
             cfg.fair.queue.clone(),
             cfg.fair.poll_min,
@@ -208,7 +208,7 @@ impl Gateway {
             queue,
             borrower,
             decisions,
-            http,
+            upstream,
         }
     }
 }

@@ -64,6 +64,8 @@ pub struct Live {
     health: Mutex<Health>,
     inflight: AtomicU32,
     metrics: OnceLock<Meters>,
+    /// Idle connections to a plain-http upstream.
+    pub conns: Arc<upstream::Idle>,
 }
 
 impl std::fmt::Debug for Live {
@@ -103,6 +105,7 @@ impl Live {
             health: Mutex::new(Health::default()),
             inflight: AtomicU32::new(0),
             metrics: OnceLock::new(),
+            conns: Arc::default(),
         }
     }
 
@@ -289,7 +292,9 @@ fn report(taken: &Taken, outcome: Attempt, policy: &HealthPolicy) {
         });
 }
 
-/// What the routed call came to.
+/// What the routed call came to. Made once per request and taken apart at
+/// once: boxing the answer would cost an allocation per request.
+#[allow(clippy::large_enum_variant)]
 pub enum Routed {
     /// Response headers from one deployment (2xx, or the last refusal when
     /// no retry was left), with the deployment that sent them.
@@ -350,17 +355,18 @@ pub async fn send(
         let within =
             t.retry
                 .attempt_timeout(header_timeout.min(t.attempt_timeout), t0.elapsed(), floor);
-        let (outcome, resp) = match tokio::time::timeout(within, gw.http.request(req)).await {
-            Ok(Ok(r)) => (attempt_of(&r), Some(r)),
-            Ok(Err(e)) => {
-                last = crate::forward::upstream_error_text(&e);
-                (Attempt::ConnectFailed, None)
-            }
-            Err(_) => {
-                last = "no response headers within the timeout".to_string();
-                (Attempt::TimedOut, None)
-            }
-        };
+        let (outcome, resp) =
+            match tokio::time::timeout(within, gw.upstream.send(&d.live.conns, req)).await {
+                Ok(Ok(r)) => (attempt_of(&r), Some(r)),
+                Ok(Err(e)) => {
+                    last = crate::forward::upstream_error_text(&*e);
+                    (Attempt::ConnectFailed, None)
+                }
+                Err(_) => {
+                    last = "no response headers within the timeout".to_string();
+                    (Attempt::TimedOut, None)
+                }
+            };
         report(&taken, outcome, &t.health);
         let again = t.retry.again(tries, t0.elapsed(), outcome)
             && rules::pick(
@@ -470,9 +476,8 @@ pub async fn probe_round(gw: &Gateway) {
             };
             let outcome = match upstream::probe(d) {
                 Some(req) => {
-                    match tokio::time::timeout(gw.cfg.routing.attempt_timeout, gw.http.request(req))
-                        .await
-                    {
+                    let sent = gw.upstream.send(&d.live.conns, req);
+                    match tokio::time::timeout(gw.cfg.routing.attempt_timeout, sent).await {
                         Ok(Ok(r)) if r.status().is_success() => Attempt::Answered,
                         Ok(Ok(r)) => attempt_of(&r),
                         Ok(Err(_)) => Attempt::ConnectFailed,

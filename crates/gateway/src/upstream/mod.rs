@@ -2,10 +2,15 @@
 //! and the key only from the gateway's own store: nothing the client sends
 //! can redirect a request or pick its credentials.
 //!
-//! hyper's pooled client directly, not reqwest: reqwest's redirect layer
-//! re-parsed every request's URL and its extra layers cost ~8 % of the
-//! gateway's CPU at 32 connections (docs/benchmarks.md, "Profile"). This
-//! client never follows redirects: it has no redirect layer at all.
+//! https upstreams go through hyper's pooled client directly, not reqwest:
+//! reqwest's redirect layer re-parsed every request's URL and its extra
+//! layers cost ~8 % of the gateway's CPU at 32 connections
+//! (docs/benchmarks.md, "Profile"). Plain-http upstreams keep their own
+//! connections per deployment (`http1`). Neither follows redirects.
+
+mod http1;
+
+pub use http1::{Body, BoxError, Idle};
 
 use crate::routing::Deployment;
 use crate::GatewayConfig;
@@ -19,14 +24,40 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::time::Duration;
 
-pub type Client =
+type Client =
     hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
-pub type Response = http::Response<hyper::body::Incoming>;
+pub type Response = http::Response<Body>;
 
-/// Idle upstream connections are closed after this (as browsers and reqwest do).
-const POOL_IDLE: Duration = Duration::from_secs(90);
+/// The way to the providers.
+pub struct Upstream {
+    tls: Client,
+    connect_timeout: Duration,
+}
 
-pub fn client(cfg: &GatewayConfig) -> Client {
+impl Upstream {
+    pub fn new(cfg: &GatewayConfig) -> Upstream {
+        Upstream {
+            tls: client(cfg),
+            connect_timeout: cfg.upstream_connect_timeout,
+        }
+    }
+
+    /// Sends `req` to its URL: plain http over `idle`'s connections (the
+    /// deployment's own), https over the pooled client.
+    pub async fn send(
+        &self,
+        idle: &std::sync::Arc<Idle>,
+        req: Request<Full<Bytes>>,
+    ) -> Result<Response, BoxError> {
+        if req.uri().scheme() == Some(&http::uri::Scheme::HTTP) {
+            http1::send(idle, req, self.connect_timeout).await
+        } else {
+            Ok(self.tls.request(req).await?.map(Body::unpooled))
+        }
+    }
+}
+
+fn client(cfg: &GatewayConfig) -> Client {
     let mut http = HttpConnector::new();
     http.set_connect_timeout(Some(cfg.upstream_connect_timeout));
     http.set_nodelay(true);
@@ -43,7 +74,7 @@ pub fn client(cfg: &GatewayConfig) -> Client {
         .wrap_connector(http);
     hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(1024)
-        .pool_idle_timeout(POOL_IDLE)
+        .pool_idle_timeout(http1::IDLE_FOR)
         .pool_timer(TokioTimer::new())
         .timer(TokioTimer::new())
         .build(https)
