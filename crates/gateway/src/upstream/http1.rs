@@ -16,12 +16,13 @@ use http::{HeaderValue, Request};
 use http_body_util::Full;
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use hyper_util::client::legacy::connect::HttpConnector;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+use tower::ServiceExt;
 
 type Sender = SendRequest<Full<Bytes>>;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -68,9 +69,11 @@ impl Idle {
         self.len() == 0
     }
 
-    /// The most recently used connection to `to` that is still open, and
-    /// the generation a connection to `to` belongs to.
+    /// The most recently used connection to `to` that is still open and
+    /// was idle for at most `IDLE_FOR` (older ones are closed), and the
+    /// generation a connection to `to` belongs to.
     fn take(&self, to: &Authority) -> (Option<Sender>, u64) {
+        let now = Instant::now();
         let mut c = self.lock();
         if c.authority.as_ref() != Some(to) {
             c.idle.clear();
@@ -78,7 +81,12 @@ impl Idle {
             c.generation += 1;
             return (None, c.generation);
         }
-        while let Some((tx, _)) = c.idle.pop_back() {
+        while let Some((tx, since)) = c.idle.pop_back() {
+            if now.duration_since(since) > IDLE_FOR {
+                // The rest were idle longer still.
+                c.idle.clear();
+                break;
+            }
             if !tx.is_closed() {
                 return (Some(tx), c.generation);
             }
@@ -167,31 +175,29 @@ impl HttpBody for Body {
 }
 
 /// Sends `req` (an absolute `http://` URI) over one of `idle`'s
-/// connections, or a new one. A request a reused connection could not
-/// start (the upstream closed it meanwhile) goes again on the next
-/// connection; one that may have reached the upstream never does.
+/// connections, or a new one made by `tcp`. A request a reused connection
+/// could not start (the upstream closed it meanwhile) goes again on the
+/// next connection; one that may have reached the upstream never does.
 pub async fn send(
     idle: &Arc<Idle>,
     mut req: Request<Full<Bytes>>,
-    connect_timeout: Duration,
+    tcp: &HttpConnector,
 ) -> Result<http::Response<Body>, BoxError> {
-    let to = req
-        .uri()
+    let url = req.uri().clone();
+    let to = url
         .authority()
         .cloned()
         .ok_or("the upstream URL has no host")?;
-    let path = req
-        .uri()
+    let path = url
         .path_and_query()
         .cloned()
         .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
     *req.uri_mut() = Uri::from(path);
-    req.headers_mut()
-        .insert(HOST, HeaderValue::from_str(to.as_str())?);
+    req.headers_mut().insert(HOST, host_header(&to)?);
     loop {
         let (mut tx, reused, generation) = match idle.take(&to) {
             (Some(tx), generation) => (tx, true, generation),
-            (None, generation) => (connect(&to, connect_timeout).await?, false, generation),
+            (None, generation) => (connect(tcp, &url).await?, false, generation),
         };
         // A new connection takes its first request before its driver has
         // run; a reused one may still be finishing its last answer.
@@ -218,16 +224,21 @@ pub async fn send(
     }
 }
 
-/// A new connection to `to`, its driver running on the runtime.
-async fn connect(to: &Authority, within: Duration) -> Result<Sender, BoxError> {
-    let host = to.host().trim_start_matches('[').trim_end_matches(']');
-    let port = to.port_u16().unwrap_or(80);
-    let tcp = tokio::time::timeout(within, tokio::net::TcpStream::connect((host, port)))
-        .await
-        .map_err(|_| "tcp connect timed out")?
-        .map_err(|e| format!("tcp connect error: {e}"))?;
-    tcp.set_nodelay(true)?;
-    let (tx, conn) = http1::handshake(TokioIo::new(tcp)).await?;
+/// The Host header of a request to `to`: its host and any port other than
+/// http's 80 — never the URL's user information.
+fn host_header(to: &Authority) -> Result<HeaderValue, http::header::InvalidHeaderValue> {
+    match to.port_u16() {
+        Some(port) if port != 80 => HeaderValue::from_str(&format!("{}:{port}", to.host())),
+        _ => HeaderValue::from_str(to.host()),
+    }
+}
+
+/// A new connection to `url`'s host, its driver running on the runtime.
+/// `tcp` (hyper's connector, as the https client's) resolves the name and
+/// tries each address within the connect timeout, with TCP_NODELAY.
+async fn connect(tcp: &HttpConnector, url: &Uri) -> Result<Sender, BoxError> {
+    let io = tcp.clone().oneshot(url.clone()).await?;
+    let (tx, conn) = http1::handshake(io).await?;
     tokio::spawn(async move {
         if let Err(e) = conn.await {
             tracing::debug!(error = %e, "upstream connection ended");
@@ -254,22 +265,31 @@ mod tests {
         /// Close it a little later, as an upstream whose keep-alive timer
         /// fired does: the connection is idle on our side by then.
         CloseLater,
+        /// Answer the first request; read the second and close the
+        /// connection without answering (an upstream that crashed on it).
+        DropSecond,
     }
 
     /// An HTTP/1.1 upstream on a raw socket: reads one request head (and a
     /// `Content-Length` body), answers `{"n":<connection>}`, then `after`.
-    /// Counts the connections it accepted.
-    async fn upstream(after: After, answer_len: usize) -> (Authority, Arc<AtomicUsize>) {
+    /// Counts the connections it accepted and the requests it read.
+    async fn upstream(
+        after: After,
+        answer_len: usize,
+    ) -> (Authority, Arc<AtomicUsize>, Arc<AtomicUsize>) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
-        let count = accepted.clone();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let (count, seen) = (accepted.clone(), requests.clone());
         tokio::spawn(async move {
             loop {
                 let (mut s, _) = l.accept().await.unwrap();
                 let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+                let seen = seen.clone();
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
+                    let mut on_this = 0;
                     loop {
                         let mut chunk = [0u8; 4096];
                         let Ok(read) = s.read(&mut chunk).await else {
@@ -287,7 +307,8 @@ mod tests {
                             head.starts_with("post /v1/chat/completions http/1.1"),
                             "{head}"
                         );
-                        assert!(head.contains(&format!("\r\nhost: {addr}")), "{head}");
+                        assert!(head.contains(&format!("\r\nhost: {addr}\r\n")), "{head}");
+                        assert!(!head.contains("secret"), "{head}");
                         let len: usize = head
                             .lines()
                             .find_map(|l| l.strip_prefix("content-length: "))
@@ -297,6 +318,11 @@ mod tests {
                             buf.extend_from_slice(&chunk[..read]);
                         }
                         buf.drain(..end + 4 + len);
+                        seen.fetch_add(1, Ordering::SeqCst);
+                        on_this += 1;
+                        if matches!(after, After::DropSecond) && on_this == 2 {
+                            return;
+                        }
                         let mut body = format!("{{\"n\":{n}}}");
                         body.push_str(&" ".repeat(answer_len.saturating_sub(body.len())));
                         let answer = format!(
@@ -307,7 +333,7 @@ mod tests {
                             return;
                         }
                         match after {
-                            After::KeepAlive => {}
+                            After::KeepAlive | After::DropSecond => {}
                             After::Close => return,
                             After::CloseLater => {
                                 tokio::time::sleep(Duration::from_millis(30)).await;
@@ -318,11 +344,15 @@ mod tests {
                 });
             }
         });
-        (format!("{addr}").parse().unwrap(), accepted)
+        (format!("{addr}").parse().unwrap(), accepted, requests)
     }
 
     fn request(to: &Authority) -> Request<Full<Bytes>> {
-        Request::post(format!("http://{to}/v1/chat/completions"))
+        request_to(&format!("http://{to}/v1/chat/completions"))
+    }
+
+    fn request_to(url: &str) -> Request<Full<Bytes>> {
+        Request::post(url)
             .body(Full::new(Bytes::from_static(b"{\"model\":\"m\"}")))
             .unwrap()
     }
@@ -332,14 +362,18 @@ mod tests {
         String::from_utf8_lossy(&b).trim().to_string()
     }
 
-    const T: Duration = Duration::from_secs(5);
+    fn tcp() -> HttpConnector {
+        let mut c = HttpConnector::new();
+        c.set_connect_timeout(Some(Duration::from_secs(5)));
+        c
+    }
 
     #[tokio::test]
     async fn answers_read_whole_reuse_one_connection() {
-        let (to, accepted) = upstream(After::KeepAlive, 0).await;
+        let (to, accepted, _) = upstream(After::KeepAlive, 0).await;
         let idle = Arc::new(Idle::default());
         for _ in 0..20 {
-            let r = send(&idle, request(&to), T).await.unwrap();
+            let r = send(&idle, request(&to), &tcp()).await.unwrap();
             assert_eq!(read(r).await, "{\"n\":1}");
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
@@ -348,14 +382,14 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_requests_open_at_most_one_connection_each() {
-        let (to, accepted) = upstream(After::KeepAlive, 0).await;
+        let (to, accepted, _) = upstream(After::KeepAlive, 0).await;
         let idle = Arc::new(Idle::default());
         for _ in 0..5 {
             let mut all = Vec::new();
             for _ in 0..8 {
                 let (idle, to) = (idle.clone(), to.clone());
                 all.push(tokio::spawn(async move {
-                    read(send(&idle, request(&to), T).await.unwrap()).await
+                    read(send(&idle, request(&to), &tcp()).await.unwrap()).await
                 }));
             }
             for a in all {
@@ -372,10 +406,10 @@ mod tests {
     /// new one, and none fails.
     #[tokio::test]
     async fn a_connection_the_upstream_closed_is_not_an_error() {
-        let (to, accepted) = upstream(After::Close, 0).await;
+        let (to, accepted, _) = upstream(After::Close, 0).await;
         let idle = Arc::new(Idle::default());
         for i in 1..=10 {
-            let r = send(&idle, request(&to), T).await.unwrap();
+            let r = send(&idle, request(&to), &tcp()).await.unwrap();
             assert_eq!(read(r).await, format!("{{\"n\":{i}}}"));
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 10);
@@ -385,10 +419,10 @@ mod tests {
     /// request finds its idle connection closed and goes on a new one.
     #[tokio::test]
     async fn an_idle_connection_the_upstream_closed_later_is_not_an_error() {
-        let (to, accepted) = upstream(After::CloseLater, 0).await;
+        let (to, accepted, _) = upstream(After::CloseLater, 0).await;
         let idle = Arc::new(Idle::default());
         for i in 1..=5 {
-            let r = send(&idle, request(&to), T).await.unwrap();
+            let r = send(&idle, request(&to), &tcp()).await.unwrap();
             assert_eq!(read(r).await, format!("{{\"n\":{i}}}"));
             assert_eq!(idle.len(), 1, "kept while the upstream keeps it");
             tokio::time::sleep(Duration::from_millis(80)).await;
@@ -400,12 +434,12 @@ mod tests {
     /// is not returned, and the next request opens another.
     #[tokio::test]
     async fn an_answer_dropped_unread_does_not_return_its_connection() {
-        let (to, accepted) = upstream(After::KeepAlive, 256 * 1024).await;
+        let (to, accepted, _) = upstream(After::KeepAlive, 256 * 1024).await;
         let idle = Arc::new(Idle::default());
-        let r = send(&idle, request(&to), T).await.unwrap();
+        let r = send(&idle, request(&to), &tcp()).await.unwrap();
         drop(r);
         assert_eq!(idle.len(), 0);
-        let r = send(&idle, request(&to), T).await.unwrap();
+        let r = send(&idle, request(&to), &tcp()).await.unwrap();
         assert!(read(r).await.starts_with("{\"n\":2}"));
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
         assert_eq!(idle.len(), 1);
@@ -414,18 +448,18 @@ mod tests {
     /// A deployment whose URL changed does not send to the old place.
     #[tokio::test]
     async fn a_new_authority_drops_the_old_connections() {
-        let (a, accepted_a) = upstream(After::KeepAlive, 0).await;
-        let (b, accepted_b) = upstream(After::KeepAlive, 0).await;
+        let (a, accepted_a, _) = upstream(After::KeepAlive, 0).await;
+        let (b, accepted_b, _) = upstream(After::KeepAlive, 0).await;
         let idle = Arc::new(Idle::default());
         // An answer from `a` still being read when the URL changes.
-        let late = send(&idle, request(&a), T).await.unwrap();
-        read(send(&idle, request(&b), T).await.unwrap()).await;
+        let late = send(&idle, request(&a), &tcp()).await.unwrap();
+        read(send(&idle, request(&b), &tcp()).await.unwrap()).await;
         read(late).await;
         assert_eq!(idle.len(), 1, "only b's connection is kept");
-        read(send(&idle, request(&b), T).await.unwrap()).await;
+        read(send(&idle, request(&b), &tcp()).await.unwrap()).await;
         assert_eq!(accepted_a.load(Ordering::SeqCst), 1);
         assert_eq!(accepted_b.load(Ordering::SeqCst), 1);
-        read(send(&idle, request(&a), T).await.unwrap()).await;
+        read(send(&idle, request(&a), &tcp()).await.unwrap()).await;
         assert_eq!(
             accepted_a.load(Ordering::SeqCst),
             2,
@@ -438,9 +472,88 @@ mod tests {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let to: Authority = l.local_addr().unwrap().to_string().parse().unwrap();
         drop(l);
-        let e = send(&Arc::new(Idle::default()), request(&to), T)
+        let e = send(&Arc::new(Idle::default()), request(&to), &tcp())
             .await
             .unwrap_err();
         assert!(e.to_string().contains("tcp connect error"), "{e}");
+    }
+
+    /// The upstream reads a request and closes without answering: the
+    /// request may have been acted on, so it is an error and it is never
+    /// sent again — not on a new connection, although the one it went on
+    /// was reused.
+    #[tokio::test]
+    async fn a_request_that_reached_the_upstream_is_never_sent_again() {
+        let (to, accepted, requests) = upstream(After::DropSecond, 0).await;
+        let idle = Arc::new(Idle::default());
+        read(send(&idle, request(&to), &tcp()).await.unwrap()).await;
+        assert_eq!(idle.len(), 1);
+        let e = send(&idle, request(&to), &tcp()).await.unwrap_err();
+        assert!(!e.to_string().is_empty());
+        assert_eq!(requests.load(Ordering::SeqCst), 2, "sent once each");
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    /// The same on a runtime with several workers, where a connection's
+    /// driver and the request run on different threads.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_several_workers_one_connection_serves_requests_in_turn() {
+        let (to, accepted, requests) = upstream(After::KeepAlive, 4096).await;
+        let idle = Arc::new(Idle::default());
+        for _ in 0..200 {
+            let r = send(&idle, request(&to), &tcp()).await.unwrap();
+            assert!(read(r).await.starts_with("{\"n\":1}"));
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        assert_eq!(requests.load(Ordering::SeqCst), 200);
+        // Idle connections the upstream closed meanwhile are skipped.
+        let (to, accepted, requests) = upstream(After::CloseLater, 0).await;
+        for _ in 0..5 {
+            let r = send(&idle, request(&to), &tcp()).await.unwrap();
+            read(r).await;
+            tokio::time::sleep(Duration::from_millis(80)).await;
+        }
+        assert_eq!(requests.load(Ordering::SeqCst), 5, "none sent twice");
+        assert_eq!(accepted.load(Ordering::SeqCst), 5);
+    }
+
+    /// A connection idle for longer than `IDLE_FOR` is closed, not used.
+    #[tokio::test]
+    async fn a_connection_idle_too_long_is_not_used() {
+        let (to, accepted, _) = upstream(After::KeepAlive, 0).await;
+        let idle = Arc::new(Idle::default());
+        read(send(&idle, request(&to), &tcp()).await.unwrap()).await;
+        {
+            let mut c = idle.lock();
+            let since = &mut c.idle.back_mut().unwrap().1;
+            *since = since
+                .checked_sub(IDLE_FOR + Duration::from_secs(1))
+                .expect("the clock has run for longer than IDLE_FOR");
+        }
+        read(send(&idle, request(&to), &tcp()).await.unwrap()).await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        assert_eq!(idle.len(), 1);
+    }
+
+    /// User information in the URL never reaches the upstream (the test
+    /// upstream refuses a Host other than its address, or any "secret").
+    #[tokio::test]
+    async fn the_host_header_carries_no_user_information() {
+        let (to, _, requests) = upstream(After::KeepAlive, 0).await;
+        let url = format!("http://user:secret@{to}/v1/chat/completions");
+        let r = send(&Arc::new(Idle::default()), request_to(&url), &tcp())
+            .await
+            .unwrap();
+        assert_eq!(read(r).await, "{\"n\":1}");
+        assert_eq!(requests.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn the_host_header_is_the_host_and_any_port_but_80() {
+        let h = |a: &str| host_header(&a.parse().unwrap()).unwrap();
+        assert_eq!(h("vllm.internal"), "vllm.internal");
+        assert_eq!(h("vllm.internal:80"), "vllm.internal");
+        assert_eq!(h("u:p@vllm.internal:8000"), "vllm.internal:8000");
+        assert_eq!(h("[::1]:8000"), "[::1]:8000");
     }
 }

@@ -31,14 +31,14 @@ pub type Response = http::Response<Body>;
 /// The way to the providers.
 pub struct Upstream {
     tls: Client,
-    connect_timeout: Duration,
+    tcp: HttpConnector,
 }
 
 impl Upstream {
     pub fn new(cfg: &GatewayConfig) -> Upstream {
         Upstream {
             tls: client(cfg),
-            connect_timeout: cfg.upstream_connect_timeout,
+            tcp: tcp_connector(cfg),
         }
     }
 
@@ -50,17 +50,24 @@ impl Upstream {
         req: Request<Full<Bytes>>,
     ) -> Result<Response, BoxError> {
         if req.uri().scheme() == Some(&http::uri::Scheme::HTTP) {
-            http1::send(idle, req, self.connect_timeout).await
+            http1::send(idle, req, &self.tcp).await
         } else {
             Ok(self.tls.request(req).await?.map(Body::unpooled))
         }
     }
 }
 
-fn client(cfg: &GatewayConfig) -> Client {
+/// TCP connections: names resolved, each address tried within the
+/// connect timeout, TCP_NODELAY.
+fn tcp_connector(cfg: &GatewayConfig) -> HttpConnector {
     let mut http = HttpConnector::new();
     http.set_connect_timeout(Some(cfg.upstream_connect_timeout));
     http.set_nodelay(true);
+    http
+}
+
+fn client(cfg: &GatewayConfig) -> Client {
+    let mut http = tcp_connector(cfg);
     // The TLS layer below decides http or https from the URL's scheme.
     http.enforce_http(false);
     let https = hyper_rustls::HttpsConnectorBuilder::new()
