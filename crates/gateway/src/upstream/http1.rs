@@ -55,6 +55,20 @@ struct Conns {
     idle: VecDeque<(Sender, Instant)>,
 }
 
+impl Conns {
+    /// Closes the connections idle for longer than `IDLE_FOR` (the oldest
+    /// are at the front).
+    fn close_expired(&mut self, now: Instant) {
+        while self
+            .idle
+            .front()
+            .is_some_and(|(_, since)| now.duration_since(*since) > IDLE_FOR)
+        {
+            self.idle.pop_front();
+        }
+    }
+}
+
 impl Idle {
     fn lock(&self) -> std::sync::MutexGuard<'_, Conns> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
@@ -81,12 +95,8 @@ impl Idle {
             c.generation += 1;
             return (None, c.generation);
         }
-        while let Some((tx, since)) = c.idle.pop_back() {
-            if now.duration_since(since) > IDLE_FOR {
-                // The rest were idle longer still.
-                c.idle.clear();
-                break;
-            }
+        c.close_expired(now);
+        while let Some((tx, _)) = c.idle.pop_back() {
             if !tx.is_closed() {
                 return (Some(tx), c.generation);
             }
@@ -105,13 +115,7 @@ impl Idle {
         if c.generation != generation {
             return;
         }
-        while c
-            .idle
-            .front()
-            .is_some_and(|(_, since)| now.duration_since(*since) > IDLE_FOR)
-        {
-            c.idle.pop_front();
-        }
+        c.close_expired(now);
         if c.idle.len() < MAX_IDLE {
             c.idle.push_back((tx, now));
         }

@@ -129,9 +129,8 @@ pub fn request(
         .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
         .header(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
     if let Some(k) = &deployment.api_key {
-        let mut v = HeaderValue::try_from(format!("Bearer {}", k.expose()))
-            .map_err(|_| "the model's upstream API key is not a valid header value")?;
-        v.set_sensitive(true);
+        let v = secret_header(format!("Bearer {}", k.expose()))
+            .ok_or("the model's upstream API key is not a valid header value")?;
         rb = rb.header(AUTHORIZATION, v);
     }
     rb.body(Full::new(Bytes::from(body)))
@@ -143,9 +142,10 @@ pub fn probe(d: &Deployment) -> Option<Request<Full<Bytes>>> {
     let uri: Uri = format!("{}/models", d.base_url).parse().ok()?;
     let mut rb = Request::get(uri).header(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
     if let Some(k) = &d.api_key {
-        let mut v = HeaderValue::try_from(format!("Bearer {}", k.expose())).ok()?;
-        v.set_sensitive(true);
-        rb = rb.header(AUTHORIZATION, v);
+        rb = rb.header(
+            AUTHORIZATION,
+            secret_header(format!("Bearer {}", k.expose()))?,
+        );
     }
     rb.body(Full::new(Bytes::new())).ok()
 }
@@ -167,14 +167,11 @@ pub fn native_request(
         .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
         .header(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
     if let Some(k) = &deployment.api_key {
-        let mut v = HeaderValue::try_from(format!("Bearer {}", k.expose()))
-            .map_err(|_| "the deployment's upstream API key is not a valid header value")?;
-        v.set_sensitive(true);
+        let invalid = "the deployment's upstream API key is not a valid header value";
+        let v = secret_header(format!("Bearer {}", k.expose())).ok_or(invalid)?;
         rb = rb.header(AUTHORIZATION, v);
         if dialect == Dialect::Messages {
-            let mut v = HeaderValue::try_from(k.expose())
-                .map_err(|_| "the deployment's upstream API key is not a valid header value")?;
-            v.set_sensitive(true);
+            let v = secret_header(k.expose().to_string()).ok_or(invalid)?;
             rb = rb.header("x-api-key", v);
         }
     }
@@ -183,6 +180,14 @@ pub fn native_request(
     }
     rb.body(Full::new(Bytes::from(body)))
         .map_err(|_| "the upstream request could not be built")
+}
+
+/// A header carrying the provider's key, marked sensitive (never shown in
+/// debug output, not indexed by HPACK); None if it is not a valid value.
+fn secret_header(v: String) -> Option<HeaderValue> {
+    let mut v = HeaderValue::try_from(v).ok()?;
+    v.set_sensitive(true);
+    Some(v)
 }
 
 const USER_AGENT_VALUE: &str = concat!("tollgate/", env!("CARGO_PKG_VERSION"));
