@@ -193,7 +193,7 @@ run() { # name url lua conns [pid]
         R[$1.$4.per]=$(awk -v n="$n" -v g="$g" -v u=$(($(ticks_of $up) - u0)) \
             -v p=$(($(pg_ticks) - p0)) -v r=$(($(ticks_of $rd) - r0)) -v w="${wrk_s:-0}" \
             'BEGIN{ if (n < 1) n = 1; f = 1e6 / 100 / n;
-                    printf "%.0f | %.0f | %.0f | %.0f | %.0f | %.0f", g*f, u*f, p*f, r*f, w*1e6/n, (g+u+p+r)*f + w*1e6/n }')
+                    printf "%.1f | %.1f | %.1f | %.1f | %.1f | %.1f", g*f, u*f, p*f, r*f, w*1e6/n, (g+u+p+r)*f + w*1e6/n }')
     fi
 }
 # The books of the bench tenant: ledger events, ledger tokens, Redis used.

@@ -11,8 +11,8 @@
 #      on B alternately: first calls refused, create → first 200 p50/p99,
 #      revocation → first 401 p50/p99 (every 10th key), RSS of A and B
 #      before and after;
-#   2. ledgers of SCALE_EVENTS events (cumulative, e.g. 1M then 10M) in the
-#      current month, written by `tollgate admin load-ledger` (the ledger's
+#   2. ledgers of SCALE_EVENTS events (each loaded afresh, e.g. 1M then 10M)
+#      in the current month, written by `tollgate admin load-ledger` (the ledger's
 #      own insert, rollups included): bills API, bill CSV, console dashboard,
 #      request log first page and a deep page (cursor followed
 #      SCALE_PAGES pages), each timed on a fresh replica.
@@ -105,6 +105,10 @@ scale_bench() {
     local n prev=0 runs=()
     for n in $SCALE_EVENTS; do
         log "scale: ledger of $n events ($SCALE_LEDGER_TENANTS tenants × $SCALE_LEDGER_APPS apps, $month)"
+        # Each size from an empty ledger: an event's request id carries its
+        # start, which depends on the plan's size, so a larger plan does not
+        # repeat a smaller one's ids (docs/scale.md, "The loader").
+        psql_url "$sdb" -c "TRUNCATE usage_events, usage_rollups" >/dev/null
         out=$("$bin" admin load-ledger --events "$n" --tenants "$SCALE_LEDGER_TENANTS" --apps "$SCALE_LEDGER_APPS" \
             --period "$month" --parallel "$SCALE_LOAD_PARALLEL" --batch "$SCALE_LOAD_BATCH" 2>/dev/null)
         S[$n.load]=$out

@@ -45,7 +45,11 @@ async fn stale_and_orphaned_holds_are_closed_at_their_estimate_once() {
     let month = this_month();
     // A replica that crashed mid-request (no heartbeat), and a live one.
     let dead = hold_as(&env, "replica-dead", "req-orphan", &key_id).await;
-    let live = hold_as(&env, "replica-live", "req-live", &key_id).await;
+    // The live one's request arrived 5 s before its hold (a slow body): a
+    // gateway id carrying that time.
+    let received_ms = chrono::Utc::now().timestamp_millis() - 5_000;
+    let live_id = domain::request_id::at_millis(received_ms, 7);
+    let live = hold_as(&env, "replica-live", &live_id, &key_id).await;
     live.heartbeat(Duration::from_secs(600)).await.unwrap();
     assert_eq!(env.counters("t", &month).await["t:ht"], 200);
 
@@ -79,6 +83,12 @@ async fn stale_and_orphaned_holds_are_closed_at_their_estimate_once() {
     let c = env.counters("t", &month).await;
     assert_eq!((c["t:ht"], c["t:ut"]), (0, 200));
     assert_eq!(live.inflight("t", "t").await.unwrap(), 0);
+    // Booked at the time its request was received, as the gateway books a
+    // request; the orphan's id carries no time: booked at its hold's.
+    let e = env.usage_event(&live_id).await.expect("in the ledger");
+    assert_eq!(e.started_at_ms, received_ms);
+    let orphan = env.usage_event("req-orphan").await.unwrap();
+    assert!(orphan.started_at_ms > received_ms + 4_000);
 
     // The crashed request's own settle, arriving late, changes nothing.
     let none = Limits::default();

@@ -171,3 +171,87 @@ async fn a_tenant_admin_reads_only_their_tenant() {
     );
     l.srv.shutdown().await;
 }
+
+/// A chat request whose body arrives in two halves `gap` apart; its answer's
+/// status and request id.
+async fn slow_post(url: &str, key: &str, body: &Value, gap: Duration) -> (u16, String) {
+    let bytes = serde_json::to_vec(body).unwrap();
+    let (a, b) = bytes.split_at(bytes.len() / 2);
+    let (a, b) = (a.to_vec(), b.to_vec());
+    let chunks = futures::stream::unfold(0, move |i| {
+        let (a, b) = (a.clone(), b.clone());
+        async move {
+            match i {
+                0 => Some((Ok::<_, std::io::Error>(a), 1)),
+                1 => {
+                    tokio::time::sleep(gap).await;
+                    Some((Ok(b), 2))
+                }
+                _ => None,
+            }
+        }
+    });
+    let r = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(key)
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    let id = r.headers()["x-request-id"].to_str().unwrap().to_string();
+    (r.status().as_u16(), id)
+}
+
+/// The log is in request-id order; a request's time there is when it was
+/// received (the time in its id), not when its body finished arriving or
+/// when it was refused — admitted and refused alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_is_logged_at_the_time_it_was_received() {
+    let env = TestEnv::new().await;
+    env.simple_tenant(Limits::default()).await;
+    let (_, key) = env.key("t", "a", Limits::default()).await;
+    user(&env, "admin@x.io", "platform_admin", None).await;
+    let srv = env.server().await;
+    let base = format!("http://{}", srv.addr);
+    let url = format!("{base}/v1/chat/completions");
+    let gap = Duration::from_millis(400);
+    let sent = chrono::Utc::now();
+    let (status, admitted) = slow_post(&url, &key, &chat_body("hello", Some(8)), gap).await;
+    assert_eq!(status, 200);
+    let mut unknown = chat_body("hello", Some(8));
+    unknown["model"] = "no-such-model".into();
+    let (status, refused) = slow_post(&url, &key, &unknown, gap).await;
+    assert_eq!(status, 404);
+    let admin = login(&base, "admin@x.io").await;
+    let get = || async {
+        let (status, body) = api(
+            "GET",
+            &format!("{base}/api/v1/requests?tenant=t"),
+            Some(&admin),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        body["data"].as_array().unwrap().clone()
+    };
+    let both = eventually(Duration::from_secs(10), || async { get().await.len() == 2 }).await;
+    assert!(both, "the log never showed both requests");
+    let rows = get().await;
+    let ids: Vec<&str> = rows
+        .iter()
+        .map(|r| r["request_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [refused.as_str(), admitted.as_str()], "newest first");
+    for r in &rows {
+        let id = r["request_id"].as_str().unwrap();
+        let at: chrono::DateTime<chrono::Utc> = r["at"].as_str().unwrap().parse().unwrap();
+        let received = domain::request_id::time_of(id).expect("a gateway id carries its time");
+        assert_eq!(at, received, "{r}");
+    }
+    // Received before the body's second half was sent: the first request's
+    // time is within the gap after it was sent.
+    let first = domain::request_id::time_of(&admitted).unwrap();
+    assert!(first < sent + gap, "{first} vs sent at {sent}");
+    srv.shutdown().await;
+}

@@ -24,6 +24,7 @@ pub mod pricing;
 pub mod provider;
 pub mod reason;
 pub mod request;
+pub mod request_id;
 pub mod roles;
 pub mod routing;
 pub mod secret;

@@ -11,7 +11,7 @@ use crate::catalog::KeyEntry;
 use crate::errors::ApiError;
 use crate::key_index::RefusedKey;
 use crate::metrics_names as m;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use domain::attribution::Attribution;
 use domain::limits::{LimitKind, ScopeKind};
 use domain::period::PlatformClock;
@@ -37,6 +37,12 @@ const QUEUE: usize = 20_000;
 const BATCH: usize = 500;
 const LINGER: Duration = Duration::from_millis(200);
 
+/// A refusal is booked at the time its request was received (the time in
+/// its id), so the request log, ordered by id, is ordered by time as well.
+fn received(request_id: &str) -> DateTime<Utc> {
+    domain::request_id::time_of(request_id).unwrap_or_else(Utc::now)
+}
+
 impl DecisionWriter {
     pub fn start(store: Store, clock: PlatformClock) -> (Self, JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(QUEUE);
@@ -57,6 +63,7 @@ impl DecisionWriter {
             detail["retry_after_secs"] = json!(s);
         }
         let row = self.row(
+            received(&e.request_id),
             &e.request_id,
             key,
             model,
@@ -73,6 +80,7 @@ impl DecisionWriter {
     /// (before any body was read: no model, no tags).
     pub fn refused_key(&self, e: &ApiError, k: &RefusedKey) {
         let row = self.stamped(
+            received(&e.request_id),
             &e.request_id,
             [&k.tenant_id, &k.app_id, &k.key_id],
             "",
@@ -97,6 +105,7 @@ impl DecisionWriter {
         attribution: &Attribution,
     ) {
         let row = self.row(
+            Utc::now(),
             request_id,
             key,
             model,
@@ -128,6 +137,7 @@ impl DecisionWriter {
     #[allow(clippy::too_many_arguments)]
     fn row(
         &self,
+        at: DateTime<Utc>,
         request_id: &str,
         key: &KeyEntry,
         model: &str,
@@ -142,6 +152,7 @@ impl DecisionWriter {
             _ => None,
         };
         self.stamped(
+            at,
             request_id,
             [&key.tenant.id, &key.app.id, &key.id],
             model,
@@ -154,10 +165,11 @@ impl DecisionWriter {
         )
     }
 
-    /// A decision row of (tenant, app, key), stamped now in platform time.
+    /// A decision row of (tenant, app, key) at `at`, dated in platform time.
     #[allow(clippy::too_many_arguments)]
     fn stamped(
         &self,
+        now: DateTime<Utc>,
         request_id: &str,
         [tenant, app, key]: [&str; 3],
         model: &str,
@@ -168,7 +180,6 @@ impl DecisionWriter {
         detail: Value,
         attribution: &Attribution,
     ) -> RequestDecisionRow {
-        let now = Utc::now();
         RequestDecisionRow {
             request_id: request_id.to_string(),
             at: now,

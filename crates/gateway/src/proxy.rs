@@ -52,7 +52,7 @@ pub async fn embeddings(
 }
 
 pub fn new_request_id() -> String {
-    format!("req_{}", uuid::Uuid::now_v7().simple())
+    domain::request_id::new().0
 }
 
 /// A request's context: its id and, once known, its key and the model a
@@ -61,6 +61,9 @@ pub fn new_request_id() -> String {
 /// parameters; [`handle`] answers a refusal with this.
 pub(crate) struct RequestCtx {
     pub id: String,
+    /// When the request was received: the time in its id, booked as its
+    /// start (the request log is ordered by the id).
+    pub received: chrono::DateTime<chrono::Utc>,
     pub key: Option<Arc<KeyEntry>>,
     /// "" until the body names a model; then the named, served, or
     /// degraded-to model, as far as the request got.
@@ -72,8 +75,10 @@ pub(crate) struct RequestCtx {
 
 impl RequestCtx {
     pub fn new() -> Self {
+        let (id, received) = domain::request_id::new();
         RequestCtx {
-            id: new_request_id(),
+            id,
+            received,
             key: None,
             model: String::new(),
             attribution: Attribution::default(),
@@ -272,7 +277,7 @@ async fn admit_and_forward(
     } else {
         max_out
     };
-    let now = chrono::Utc::now();
+    let now = ctx.received;
     let month = gw.cfg.clock.month(now);
     let want = Want {
         endpoint,

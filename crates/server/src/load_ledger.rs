@@ -151,7 +151,9 @@ fn event(plan: &LoadPlan, first_day: NaiveDate, days: u32, n: u64, rng: &mut Mix
     let started = month_start + offset as i64;
     let day = first_day + chrono::Days::new(offset / 86_400_000);
     UsageEvent {
-        request_id: format!("load_{}_{n:012}", plan.period),
+        // The gateway's id form, carrying the start: the request log is in
+        // id order. Stable for a plan, so a second run of it adds nothing.
+        request_id: domain::request_id::at_millis(started, n),
         tenant_id: tenant_id(t),
         app_id: format!("app-{a}"),
         key_id: format!("load-key-{t:05}-{a}-{k}"),
@@ -318,7 +320,11 @@ mod tests {
             .collect();
         assert!(evs
             .windows(2)
-            .all(|w| w[0].started_at_ms < w[1].started_at_ms));
+            .all(|w| w[0].started_at_ms < w[1].started_at_ms && w[0].request_id < w[1].request_id));
+        for e in &evs {
+            let at = domain::request_id::time_of(&e.request_id).unwrap();
+            assert_eq!(at.timestamp_millis(), e.started_at_ms, "{}", e.request_id);
+        }
         let start = Utc
             .with_ymd_and_hms(2026, 2, 1, 0, 0, 0)
             .unwrap()

@@ -167,7 +167,11 @@ async fn expire(
         stream: false,
         usage_source: "estimated".into(),
         replica: h.replica.clone(),
-        started_at_ms: h.at_ms,
+        // Booked at the time the request was received, as the gateway
+        // books it (the request log is in id order); a hold whose id
+        // carries no time, at the hold's own time.
+        started_at_ms: domain::request_id::time_of(&h.request_id)
+            .map_or(h.at_ms, |t| t.timestamp_millis()),
         settled_at_ms: now_ms,
         deployment: None,
         attribution: Default::default(),

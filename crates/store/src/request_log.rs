@@ -1,11 +1,14 @@
 //! The request log: admitted requests (usage events, with the reason when
 //! degraded) and refused ones (request decisions), newest first, one page
-//! at a time by keyset (the time and request id of the last row seen).
-//! Each filter that is set adds its own condition, so every query the
-//! planner sees can walk an index from the newest row (migration 0011).
+//! at a time by keyset (the request id of the last row seen). Request ids
+//! begin with the time the request was received (`domain::request_id`), so
+//! id order is time order and the primary keys serve the all-tenant log;
+//! each filter that is set adds its own condition, so every query the
+//! planner sees can walk an index from the newest row (migration 0018).
 
 use crate::{Result, Store, TenantScope};
 use chrono::{DateTime, Utc};
+use domain::request_id;
 use sqlx::{Postgres, QueryBuilder};
 
 #[derive(Debug, Clone, Default)]
@@ -31,26 +34,30 @@ pub struct RequestLogFilter {
     pub limit: i64,
 }
 
-/// Where a page ended: the time and request id of its last row.
+/// Where a page ended: the request id of its last row (the log is in
+/// request-id order, which is the order the requests were received in:
+/// `domain::request_id`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestCursor {
-    pub at: DateTime<Utc>,
     pub request_id: String,
 }
 
 impl RequestCursor {
-    /// `<microseconds since the epoch>.<request id>`: opaque to clients.
+    /// `i.<request id>`: opaque to clients.
     pub fn encode(&self) -> String {
-        format!("{}.{}", self.at.timestamp_micros(), self.request_id)
+        format!("i.{}", self.request_id)
     }
 
+    /// A cursor this API gave: `i.<id>`, or `<microseconds>.<id>` from
+    /// before the log was ordered by id alone (its id still marks the
+    /// place).
     pub fn decode(s: &str) -> Option<RequestCursor> {
-        let (micros, id) = s.split_once('.')?;
-        if id.is_empty() || id.len() > 128 {
+        let (tag, id) = s.split_once('.')?;
+        let known = tag == "i" || (!tag.is_empty() && tag.bytes().all(|b| b.is_ascii_digit()));
+        if !known || id.is_empty() || id.len() > 128 {
             return None;
         }
         Some(RequestCursor {
-            at: DateTime::from_timestamp_micros(micros.parse().ok()?)?,
             request_id: id.to_string(),
         })
     }
@@ -85,7 +92,6 @@ pub struct RequestLogRow {
 impl RequestLogRow {
     pub fn cursor(&self) -> RequestCursor {
         RequestCursor {
-            at: self.at,
             request_id: self.request_id.clone(),
         }
     }
@@ -121,18 +127,25 @@ fn conditions(
             .push_bind(v.clone())
             .push("::text)");
     }
+    // The window is on the time the requests were received, which is in
+    // their ids: the bounds on the id walk the index. The time column's
+    // own condition agrees with them for every row the gateway wrote since
+    // the receipt time was booked as the row's time; ids that carry no
+    // time (older synthetic ledgers: `load_…`) sort below every gateway id,
+    // so no `from` window holds them.
     if let Some(from) = f.from {
+        q.push(format!(" AND {prefix}request_id >= "))
+            .push_bind(request_id::floor_at(from));
         q.push(format!(" AND {prefix}{at} >= ")).push_bind(from);
     }
     if let Some(to) = f.to {
+        q.push(format!(" AND {prefix}request_id < "))
+            .push_bind(request_id::floor_at(to));
         q.push(format!(" AND {prefix}{at} < ")).push_bind(to);
     }
     if let Some(c) = &f.after {
-        q.push(format!(" AND ({prefix}{at}, {prefix}request_id) < ("))
-            .push_bind(c.at)
-            .push(", ")
-            .push_bind(c.request_id.clone())
-            .push(")");
+        q.push(format!(" AND {prefix}request_id < "))
+            .push_bind(c.request_id.clone());
     }
 }
 
@@ -166,7 +179,7 @@ impl Store {
             if let Some(r) = &f.reason {
                 q.push(" AND d.reason = ").push_bind(r.clone());
             }
-            q.push(" ORDER BY u.started_at DESC, u.request_id DESC LIMIT ")
+            q.push(" ORDER BY u.request_id DESC LIMIT ")
                 .push_bind(limit)
                 .push(")");
             halves += 1;
@@ -187,11 +200,11 @@ impl Store {
             if let Some(r) = &f.reason {
                 q.push(" AND r.reason = ").push_bind(r.clone());
             }
-            q.push(" ORDER BY r.at DESC, r.request_id DESC LIMIT ")
+            q.push(" ORDER BY r.request_id DESC LIMIT ")
                 .push_bind(limit)
                 .push(")");
         }
-        q.push(") page ORDER BY at DESC, request_id DESC LIMIT ")
+        q.push(") page ORDER BY request_id DESC LIMIT ")
             .push_bind(limit);
         Ok(q.build_query_as().fetch_all(&self.pool).await?)
     }
@@ -204,11 +217,17 @@ mod tests {
     #[test]
     fn a_cursor_round_trips_and_rejects_garbage() {
         let c = RequestCursor {
-            at: DateTime::from_timestamp_micros(1_764_000_000_123_456).unwrap(),
             request_id: "req_01.with.dots".into(),
         };
         assert_eq!(RequestCursor::decode(&c.encode()), Some(c));
-        for bad in ["", "x.req", "123.", "123", "9999999999999999999.r"] {
+        // A cursor of the (time, id) order still marks its place by its id.
+        assert_eq!(
+            RequestCursor::decode("1764000000123456.req_01"),
+            Some(RequestCursor {
+                request_id: "req_01".into()
+            })
+        );
+        for bad in ["", "x.req", "123.", "123", "i.", ".req", "garbage"] {
             assert_eq!(RequestCursor::decode(bad), None, "{bad:?}");
         }
     }
