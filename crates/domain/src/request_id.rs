@@ -44,7 +44,11 @@ pub fn time_of(id: &str) -> Option<DateTime<Utc>> {
     if hex.len() != 32 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
         return None;
     }
-    time_of_uuid(&Uuid::try_parse(hex).ok()?)
+    let id = Uuid::try_parse(hex).ok()?;
+    if id.get_version_num() != 7 {
+        return None;
+    }
+    time_of_uuid(&id)
 }
 
 /// The least id of any request received at or after `t`: ids received
@@ -84,6 +88,9 @@ mod tests {
             "req_0192f4c1a0b07c3e9d2a1b4c5d6e7f8",
             "req_0192f4c1-a0b0-7c3e-9d2a-1b4c5d6e",
             "req_0192f4c1a0b04c3e9d2a1b4c5d6e7f80",
+            // Version 1 and 6 UUIDs carry times too, not in this form.
+            "req_0192f4c1a0b01c3e9d2a1b4c5d6e7f80",
+            "req_0192f4c1a0b06c3e9d2a1b4c5d6e7f80",
         ] {
             assert_eq!(time_of(bad), None, "{bad:?}");
         }
