@@ -32,7 +32,21 @@ pub struct Driver {
 }
 
 impl Driver {
+    /// chromedriver on a free port. The port is found by binding and
+    /// releasing it, so another process (a server of a test running beside
+    /// this one) may take it first: then chromedriver exits, and it is
+    /// started again on another port. Ready means this child answers
+    /// `/status`, not merely that something listens on the port.
     pub fn start() -> Driver {
+        for _ in 0..5 {
+            if let Some(d) = Self::try_start() {
+                return d;
+            }
+        }
+        panic!("chromedriver did not start (5 ports tried)");
+    }
+
+    fn try_start() -> Option<Driver> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -48,15 +62,18 @@ impl Driver {
             .stderr(Stdio::null())
             .spawn()
             .expect("chromedriver on PATH (scripts/test.sh installs chromium-driver)");
+        let mut d = Driver { child, port };
         let t0 = std::time::Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "chromedriver did not start"
-            );
+        while t0.elapsed() < Duration::from_secs(20) {
+            if d.child.try_wait().ok().flatten().is_some() {
+                return None; // exited: the port was taken
+            }
+            if driver_status(port).is_some_and(|s| s.contains("\"ready\"")) {
+                return Some(d);
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Driver { child, port }
+        panic!("chromedriver did not answer /status within 20 s");
     }
 
     pub async fn browser(&self) -> Client {
@@ -80,6 +97,27 @@ impl Driver {
             .await
             .expect("a Chromium session")
     }
+}
+
+/// chromedriver's `GET /status` answer, if something on the port gave one.
+fn driver_status(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    // HTTP/1.1: chromedriver closes an HTTP/1.0 request unanswered.
+    c.write_all(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    // Until the answer says ready, or the peer closes or goes quiet (it
+    // may keep the connection open).
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n @ 1..) = c.read(&mut buf) {
+        out.extend_from_slice(&buf[..n]);
+        if out.windows(7).any(|w| w == b"\"ready\"") {
+            break;
+        }
+    }
+    Some(String::from_utf8_lossy(&out).into_owned())
 }
 
 impl Drop for Driver {
