@@ -55,25 +55,25 @@ async fn log() -> Log {
     };
     // The ledger and the decision writer store in batches.
     let all = eventually(Duration::from_secs(10), || async {
-        rows(&l, &l.admin, "limit=1000").await.len() == 8
+        rows(&l.base, &l.admin, "limit=1000").await.len() == 8
     })
     .await;
     assert!(all, "the log never showed 8 requests");
     l
 }
 
-async fn page(l: &Log, token: &str, query: &str) -> (u16, Value) {
+async fn page(base: &str, token: &str, query: &str) -> (u16, Value) {
     api(
         "GET",
-        &format!("{}/api/v1/requests?{query}", l.base),
+        &format!("{base}/api/v1/requests?{query}"),
         Some(token),
         None,
     )
     .await
 }
 
-async fn rows(l: &Log, token: &str, query: &str) -> Vec<Value> {
-    let (status, body) = page(l, token, query).await;
+async fn rows(base: &str, token: &str, query: &str) -> Vec<Value> {
+    let (status, body) = page(base, token, query).await;
     assert_eq!(status, 200, "{query}: {body}");
     body["data"].as_array().unwrap().clone()
 }
@@ -89,7 +89,7 @@ async fn pages_walk_the_whole_log_newest_first_without_repeats() {
             Some(c) => format!("limit=3&cursor={c}"),
             None => "limit=3".into(),
         };
-        let (status, body) = page(&l, &l.admin, &q).await;
+        let (status, body) = page(&l.base, &l.admin, &q).await;
         assert_eq!(status, 200, "{body}");
         let data = body["data"].as_array().unwrap();
         assert!(data.len() <= 3);
@@ -115,7 +115,7 @@ async fn pages_walk_the_whole_log_newest_first_without_repeats() {
         times.windows(2).all(|w| w[0] >= w[1]),
         "not newest first: {times:?}"
     );
-    let (status, _) = page(&l, &l.admin, "cursor=garbage").await;
+    let (status, _) = page(&l.base, &l.admin, "cursor=garbage").await;
     assert_eq!(status, 400);
     l.srv.shutdown().await;
 }
@@ -123,8 +123,8 @@ async fn pages_walk_the_whole_log_newest_first_without_repeats() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filters_select_refusals_models_keys_and_times() {
     let l = log().await;
-    assert_eq!(rows(&l, &l.admin, "tenant=t").await.len(), 6);
-    let refused = rows(&l, &l.admin, "tenant=t&status=refused").await;
+    assert_eq!(rows(&l.base, &l.admin, "tenant=t").await.len(), 6);
+    let refused = rows(&l.base, &l.admin, "tenant=t&status=refused").await;
     assert_eq!(refused.len(), 2);
     for r in &refused {
         assert_eq!(r["outcome"], "refused");
@@ -132,24 +132,35 @@ async fn filters_select_refusals_models_keys_and_times() {
         assert_eq!(r["http_status"], 404);
         assert_eq!(r["model"], "no-such-model");
     }
-    assert_eq!(rows(&l, &l.admin, "reason=model_not_found").await.len(), 2);
-    assert_eq!(rows(&l, &l.admin, "model=no-such-model").await.len(), 2);
-    let ok = rows(&l, &l.admin, "status=ok").await;
+    assert_eq!(
+        rows(&l.base, &l.admin, "reason=model_not_found")
+            .await
+            .len(),
+        2
+    );
+    assert_eq!(
+        rows(&l.base, &l.admin, "model=no-such-model").await.len(),
+        2
+    );
+    let ok = rows(&l.base, &l.admin, "status=ok").await;
     assert_eq!(ok.len(), 6);
     assert!(ok
         .iter()
         .all(|r| r["outcome"] == "admitted" && r["output_tokens"].as_i64() > Some(0)));
-    let theirs = rows(&l, &l.admin, &format!("key={}", l.other_key_id)).await;
+    let theirs = rows(&l.base, &l.admin, &format!("key={}", l.other_key_id)).await;
     assert_eq!(theirs.len(), 2);
     assert!(theirs.iter().all(|r| r["tenant_id"] == "other"));
-    assert_eq!(rows(&l, &l.admin, "app=nope").await.len(), 0);
+    assert_eq!(rows(&l.base, &l.admin, "app=nope").await.len(), 0);
     // from is inclusive, to exclusive: the oldest row's time splits the log.
-    let all = rows(&l, &l.admin, "").await;
+    let all = rows(&l.base, &l.admin, "").await;
     let oldest = all.last().unwrap()["at"].as_str().unwrap().to_string();
     let enc = oldest.replace('+', "%2B");
-    assert_eq!(rows(&l, &l.admin, &format!("to={enc}")).await.len(), 0);
-    assert_eq!(rows(&l, &l.admin, &format!("from={enc}")).await.len(), 8);
-    let (status, _) = page(&l, &l.admin, "from=yesterday").await;
+    assert_eq!(rows(&l.base, &l.admin, &format!("to={enc}")).await.len(), 0);
+    assert_eq!(
+        rows(&l.base, &l.admin, &format!("from={enc}")).await.len(),
+        8
+    );
+    let (status, _) = page(&l.base, &l.admin, "from=yesterday").await;
     assert_eq!(status, 400);
     l.srv.shutdown().await;
 }
@@ -157,14 +168,14 @@ async fn filters_select_refusals_models_keys_and_times() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_admin_reads_only_their_tenant() {
     let l = log().await;
-    let mine = rows(&l, &l.ta, "").await;
+    let mine = rows(&l.base, &l.ta, "").await;
     assert_eq!(mine.len(), 6);
     assert!(mine.iter().all(|r| r["tenant_id"] == "t"));
-    let (status, _) = page(&l, &l.ta, "tenant=other").await;
+    let (status, _) = page(&l.base, &l.ta, "tenant=other").await;
     assert_eq!(status, 404, "another tenant answers like an unknown one");
     // A filter naming another tenant's key finds nothing of it.
     assert_eq!(
-        rows(&l, &l.ta, &format!("key={}", l.other_key_id))
+        rows(&l.base, &l.ta, &format!("key={}", l.other_key_id))
             .await
             .len(),
         0
@@ -224,26 +235,18 @@ async fn a_request_is_logged_at_the_time_it_was_received() {
     let (status, refused) = slow_post(&url, &key, &unknown, gap).await;
     assert_eq!(status, 404);
     let admin = login(&base, "admin@x.io").await;
-    let get = || async {
-        let (status, body) = api(
-            "GET",
-            &format!("{base}/api/v1/requests?tenant=t"),
-            Some(&admin),
-            None,
-        )
-        .await;
-        assert_eq!(status, 200, "{body}");
-        body["data"].as_array().unwrap().clone()
-    };
-    let both = eventually(Duration::from_secs(10), || async { get().await.len() == 2 }).await;
+    let both = eventually(Duration::from_secs(10), || async {
+        rows(&base, &admin, "tenant=t").await.len() == 2
+    })
+    .await;
     assert!(both, "the log never showed both requests");
-    let rows = get().await;
-    let ids: Vec<&str> = rows
+    let logged = rows(&base, &admin, "tenant=t").await;
+    let ids: Vec<&str> = logged
         .iter()
         .map(|r| r["request_id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, [refused.as_str(), admitted.as_str()], "newest first");
-    for r in &rows {
+    for r in &logged {
         let id = r["request_id"].as_str().unwrap();
         let at: chrono::DateTime<chrono::Utc> = r["at"].as_str().unwrap().parse().unwrap();
         let received = domain::request_id::time_of(id).expect("a gateway id carries its time");

@@ -37,12 +37,6 @@ const QUEUE: usize = 20_000;
 const BATCH: usize = 500;
 const LINGER: Duration = Duration::from_millis(200);
 
-/// A refusal is booked at the time its request was received (the time in
-/// its id), so the request log, ordered by id, is ordered by time as well.
-fn received(request_id: &str) -> DateTime<Utc> {
-    domain::request_id::time_of(request_id).unwrap_or_else(Utc::now)
-}
-
 impl DecisionWriter {
     pub fn start(store: Store, clock: PlatformClock) -> (Self, JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(QUEUE);
@@ -51,8 +45,17 @@ impl DecisionWriter {
     }
 
     /// Records a refusal of a request whose key was known, with its tags
-    /// and end user as far as they were read.
-    pub fn refused(&self, e: &ApiError, key: &KeyEntry, model: &str, attribution: &Attribution) {
+    /// and end user as far as they were read. A refusal is booked at the
+    /// time its request was `received` (the time in its id), so the request
+    /// log, ordered by id, is ordered by time as well.
+    pub fn refused(
+        &self,
+        e: &ApiError,
+        received: DateTime<Utc>,
+        key: &KeyEntry,
+        model: &str,
+        attribution: &Attribution,
+    ) {
         let mut detail = e.counters.as_deref().cloned().unwrap_or_else(|| json!({}));
         if let ReasonCode::Limit(scope, limit) = e.reason {
             if let Some(v) = limit_value(&self.clock, key, scope, limit) {
@@ -63,7 +66,7 @@ impl DecisionWriter {
             detail["retry_after_secs"] = json!(s);
         }
         let row = self.row(
-            received(&e.request_id),
+            received,
             &e.request_id,
             key,
             model,
@@ -78,9 +81,9 @@ impl DecisionWriter {
 
     /// Records the 401 of a key that exists but was revoked or has expired
     /// (before any body was read: no model, no tags).
-    pub fn refused_key(&self, e: &ApiError, k: &RefusedKey) {
+    pub fn refused_key(&self, e: &ApiError, received: DateTime<Utc>, k: &RefusedKey) {
         let row = self.stamped(
-            received(&e.request_id),
+            received,
             &e.request_id,
             [&k.tenant_id, &k.app_id, &k.key_id],
             "",

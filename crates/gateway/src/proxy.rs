@@ -133,11 +133,12 @@ async fn refusal(gw: &Gateway, ctx: &RequestCtx, dialect: Dialect, e: ApiError) 
         "decision" => Decision::Reject.as_str(), "reason" => e.reason.as_str())
     .increment(1);
     if let Some(k) = &ctx.key {
-        gw.decisions.refused(&e, k, &ctx.model, &ctx.attribution);
+        gw.decisions
+            .refused(&e, ctx.received, k, &ctx.model, &ctx.attribution);
     } else if let Some(k) = &e.refused_key {
         // A revoked or expired key: filed under its tenant, a few a second.
         if k.may_record(gw.catalog.keys().second()) {
-            gw.decisions.refused_key(&e, k);
+            gw.decisions.refused_key(&e, ctx.received, k);
         } else {
             metrics::counter!(m::DECISIONS_DROPPED, "why" => "unusable_key_bound").increment(1);
         }
