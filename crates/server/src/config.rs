@@ -310,7 +310,12 @@ pub struct GatewayTuning {
     pub max_sse_event_bytes: usize,
     pub upstream_timeout_secs: u64,
     pub upstream_connect_timeout_ms: u64,
+    /// Most events the ledger writer stores in one transaction.
     pub ledger_batch: usize,
+    /// How long the ledger writer waits for a fuller batch after its first
+    /// event (events are already in the Redis outbox, so waiting risks
+    /// nothing; larger batches cost Postgres less a request: docs/scale.md,
+    /// "The ledger writer's linger at 50 ms").
     pub ledger_linger_ms: u64,
     pub outbox_sweep_secs: u64,
     pub stream_idle_timeout_secs: u64,
@@ -463,8 +468,8 @@ impl Default for Config {
                 max_sse_event_bytes: 1 << 20,
                 upstream_timeout_secs: 600,
                 upstream_connect_timeout_ms: 2000,
-                ledger_batch: 500,
-                ledger_linger_ms: 5,
+                ledger_batch: 2000,
+                ledger_linger_ms: 50,
                 outbox_sweep_secs: 5,
                 stream_idle_timeout_secs: 300,
                 stream_max_duration_secs: 1800,
