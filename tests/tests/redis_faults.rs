@@ -402,8 +402,10 @@ async fn restart_under_load(mode: AdmissionSetting) {
     // Redis (rebuilt from it) is short by at most what settled between the
     // rebuild's flush of the ledger writer and the rebuild itself — the
     // documented bound of a rebuild. Per request that is what was in flight
-    // (8 workers); leases settle faster, so the bound kept there is one
-    // ledger batch (500 events).
+    // (8 workers); leases settle faster, so the bound kept there is 500
+    // events (tighter than the documented bound of one ledger batch,
+    // `gateway.ledger_batch`, 2,000: this test runs one replica, whose
+    // writer the rebuild flushes).
     let month = this_month();
     let stored = eventually(Duration::from_secs(15), || async {
         env.ledger_tokens("t", &month).await.1 as usize == ok

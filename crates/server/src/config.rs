@@ -313,9 +313,10 @@ pub struct GatewayTuning {
     /// Most events the ledger writer stores in one transaction.
     pub ledger_batch: usize,
     /// How long the ledger writer waits for a fuller batch after its first
-    /// event (events are already in the Redis outbox, so waiting risks
-    /// nothing; larger batches cost Postgres less a request: docs/scale.md,
-    /// "The ledger writer's linger at 50 ms").
+    /// event (events are already in the Redis outbox, so waiting loses
+    /// nothing; they reach the ledger up to this much later, and larger
+    /// batches cost Postgres less a request: docs/scale.md, "The ledger
+    /// writer's linger at 50 ms").
     pub ledger_linger_ms: u64,
     pub outbox_sweep_secs: u64,
     pub stream_idle_timeout_secs: u64,
