@@ -200,12 +200,17 @@ run() { # name url lua conns [pid]
                     printf "%.1f | %.1f | %.1f | %.1f | %.1f | %.1f", g*f, u*f, p*f, r*f, w*1e6/n, (g+u+p+r)*f + w*1e6/n }')
     fi
 }
-# The books of the bench tenant: ledger events, ledger tokens, Redis used.
+# The books of the bench tenant: ledger events, ledger tokens, Redis used;
+# then the bench database's committed and rolled-back transactions (a
+# ledger COPY that failed on a stored request id rolls back; Postgres
+# reports a backend's counts when it goes idle, up to ~10 s late, so the
+# figures of a run are close, not exact).
 books() {
-    local ev tok used
+    local ev tok used xc xr
     read -r ev tok < <(psql_url "$db_url" -At -F ' ' -c "SELECT count(*), COALESCE(SUM(input_tokens+output_tokens),0) FROM usage_events WHERE tenant_id = 'bench' AND NOT stream")
     used=$(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" HGET "$prefix:{t:bench}:m:$month" t:ut)
-    echo "$ev ${tok:-0} ${used:-0}"
+    read -r xc xr < <(psql_url "$db_url" -At -F ' ' -c "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = current_database()")
+    echo "$ev ${tok:-0} ${used:-0} ${xc:-0} ${xr:-0}"
 }
 
 if [[ ${SCALE:-0} == 1 ]]; then
@@ -224,13 +229,13 @@ for mode in $MODES; do
     start_gateway "$mode"
     for c in $CONNS; do
         log "tollgate admission=$mode c=$c (${DUR}s)"
-        read -r ev0 tok0 used0 < <(books)
+        read -r ev0 tok0 used0 xc0 xr0 < <(books)
         run "$mode" "http://127.0.0.1:$GW_PORT/v1/chat/completions" "$work/tollgate.lua" "$c" "$gw_pid"
         # Let the last settles and the ledger writer finish, then compare.
         sleep 2
-        read -r ev1 tok1 used1 < <(books)
+        read -r ev1 tok1 used1 xc1 xr1 < <(books)
         served=$((${R[$mode.$c.requests]:-0} - ${R[$mode.$c.status]:-0}))
-        R[$mode.$c.books]="$((ev1 - ev0)) events / $served served; $((tok1 - tok0)) tokens in the ledger / $((used1 - used0)) in Redis"
+        R[$mode.$c.books]="$((ev1 - ev0)) events / $served served; $((tok1 - tok0)) tokens in the ledger / $((used1 - used0)) in Redis; Postgres: $((xc1 - xc0)) commits, $((xr1 - xr0)) rollbacks"
     done
     if [[ $mode == "${MODES##* }" ]]; then
         # Streams through the last (default) mode, while it runs.

@@ -118,3 +118,81 @@ async fn stale_and_orphaned_holds_are_closed_at_their_estimate_once() {
     assert_eq!((r.closed_orphaned, r.closed_stale), (0, 0));
     assert_eq!(env.ledger_tokens("t", &month).await, (200, 2));
 }
+
+/// The outbox sweeper leaves an event settled moments ago to the ledger
+/// writer that queued it (storing it at the same time made the writer's
+/// `COPY` fail on the primary key), and stores one settled longer ago than
+/// the writers' grace (2 s plus twice the writer's linger; the linger is
+/// 2 s here, so the grace is 6 s and the test's timing has room) — also
+/// one it first left alone, once it is that old: an event no writer holds
+/// is never lost. Both are put straight into the tenant's outbox; the real
+/// server's sweeper runs every second in tests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweeper_leaves_young_events_to_the_writer_and_stores_old_ones() {
+    let env = TestEnv::new().await;
+    env.simple_tenant(Limits::default()).await;
+    let mut cfg = env.config();
+    cfg.gateway.ledger_linger_ms = 2_000;
+    let srv = env.server_with(cfg).await;
+    let month = this_month();
+    let now = chrono::Utc::now().timestamp_millis();
+    let event = |rid: &str, settled_at_ms: i64| domain::usage::UsageEvent {
+        input_tokens: 5,
+        started_at_ms: settled_at_ms - 100,
+        settled_at_ms,
+        ..ledger_event(rid, "t", &month, &format!("{month}-01"))
+    };
+    // Settled a minute ago (a crashed replica's), and just now.
+    let old = event("req_sweep_old", now - 60_000);
+    let young = event("req_sweep_young", now);
+    let outbox = format!("{}:{{t:t}}:ob", env.prefix);
+    let mut r = env.redis().await;
+    for e in [&old, &young] {
+        let _: () = redis::cmd("HSET")
+            .arg(&outbox)
+            .arg(&e.request_id)
+            .arg(e.to_json())
+            .query_async(&mut r)
+            .await
+            .unwrap();
+    }
+
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            env.usage_event("req_sweep_old").await.is_some()
+        })
+        .await,
+        "the sweeper never stored an event settled a minute ago"
+    );
+    assert!(
+        env.usage_event("req_sweep_young").await.is_none(),
+        "the sweeper stored an event settled within the writers' grace"
+    );
+    let waiting: bool = redis::cmd("HEXISTS")
+        .arg(&outbox)
+        .arg("req_sweep_young")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert!(
+        waiting,
+        "the young event left the outbox without being stored"
+    );
+
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            env.usage_event("req_sweep_young").await.is_some()
+        })
+        .await,
+        "an event no writer holds was never stored once older than the grace"
+    );
+    let left: i64 = redis::cmd("HLEN")
+        .arg(&outbox)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "stored events are cleared from the outbox");
+    let (tokens, n) = env.ledger_tokens("t", &month).await;
+    assert_eq!((tokens, n), (10, 2), "each event once");
+    srv.shutdown().await;
+}

@@ -127,41 +127,83 @@ async fn store_batch(store: &Store, quota: &QuotaEngine, events: &mut Vec<UsageE
     events.clear();
 }
 
+/// Outbox entries read per `HSCAN` step, and so at most a batch's size.
+const SWEEP_PAGE: usize = 500;
+
+/// How long the periodic sweeper leaves a settled event to the ledger
+/// writer that queued it: a writer stores its batch within its linger and
+/// one insert, so an event settled longer ago than this was lost (a crash,
+/// a full queue, Postgres down) or is being retried. Storing the younger
+/// ones as well stored them twice at once: the writer's `COPY` then failed
+/// on the primary key (its rows left behind as dead tuples) and its batch
+/// went again through the skipping insert (docs/scale.md, "The sweeper
+/// leaves young events to the writer"). The margin covers clock skew
+/// between replicas, whose events any replica's sweeper stores.
+pub fn writer_grace(linger: Duration) -> Duration {
+    Duration::from_secs(2).saturating_add(linger.saturating_mul(2))
+}
+
+/// The settle time before which the sweeper's pass at `now_ms` stores
+/// events: `grace` earlier.
+fn grace_cutoff(now_ms: i64, grace: Duration) -> i64 {
+    let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+    now_ms.saturating_sub(grace_ms)
+}
+
+/// Whether a sweep storing the events settled before `settled_before_ms`
+/// (all of them: `None`) stores one settled at `settled_at_ms`.
+fn swept(settled_at_ms: i64, settled_before_ms: Option<i64>) -> bool {
+    settled_before_ms.is_none_or(|b| settled_at_ms < b)
+}
+
 /// Stores every event waiting in the outboxes of the given tenants (settled
 /// by any replica, including ones that crashed). Returns how many were new.
+/// For the jobs that need the ledger complete now (rollover, reconcile, a
+/// month's rebuild).
 pub async fn sweep_outboxes(
     store: &Store,
     quota: &QuotaEngine,
     tenants: &[String],
 ) -> crate::Result<u64> {
+    sweep(store, quota, tenants, None).await
+}
+
+/// The sweeper's pass: stores the events of the given tenants' outboxes
+/// settled before `settled_before_ms`, leaving younger ones to the writers
+/// that queued them. Returns how many were new.
+async fn sweep(
+    store: &Store,
+    quota: &QuotaEngine,
+    tenants: &[String],
+    settled_before_ms: Option<i64>,
+) -> crate::Result<u64> {
     let mut new = 0;
     for t in tenants {
+        let mut cursor = 0;
         loop {
-            let raw = quota.outbox_peek(t, 500).await?;
-            if raw.is_empty() {
-                break;
-            }
+            let (next, raw) = quota.outbox_scan(t, cursor, SWEEP_PAGE).await?;
             let mut events = Vec::with_capacity(raw.len());
             for (rid, json) in &raw {
                 match serde_json::from_str::<UsageEvent>(json) {
-                    Ok(e) => events.push(e),
+                    Ok(e) if swept(e.settled_at_ms, settled_before_ms) => events.push(e),
+                    Ok(_) => {}
                     Err(e) => {
                         tracing::error!(tenant = %t, request_id = %rid, error = %e, "unreadable outbox event left in place")
                     }
                 }
             }
-            if events.is_empty() {
+            if !events.is_empty() {
+                new += store.insert_usage_events(&events).await?;
+                let stored: Vec<(&str, &str)> = events
+                    .iter()
+                    .map(|e| (e.tenant_id.as_str(), e.request_id.as_str()))
+                    .collect();
+                quota.outbox_remove(&stored).await?;
+            }
+            if next == 0 {
                 break;
             }
-            new += store.insert_usage_events(&events).await?;
-            let stored: Vec<(&str, &str)> = events
-                .iter()
-                .map(|e| (e.tenant_id.as_str(), e.request_id.as_str()))
-                .collect();
-            quota.outbox_remove(&stored).await?;
-            if raw.len() < 500 {
-                break;
-            }
+            cursor = next;
         }
     }
     Ok(new)
@@ -172,6 +214,7 @@ pub fn spawn_sweeper(
     quota: Arc<QuotaEngine>,
     catalog: Arc<dyn Tenants>,
     every: Duration,
+    grace: Duration,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
@@ -179,11 +222,42 @@ pub fn spawn_sweeper(
         loop {
             tick.tick().await;
             let tenants = catalog.tenant_ids();
-            match sweep_outboxes(&store, &quota, &tenants).await {
+            let before = grace_cutoff(chrono::Utc::now().timestamp_millis(), grace);
+            match sweep(&store, &quota, &tenants, Some(before)).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(events = n, "outbox sweeper stored events"),
                 Err(e) => tracing::warn!(error = %e, "outbox sweep failed; will retry"),
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sweeper_leaves_events_younger_than_the_grace() {
+        let grace = writer_grace(Duration::from_millis(50));
+        assert_eq!(grace, Duration::from_millis(2_100));
+        let now = 1_764_770_000_000;
+        let before = grace_cutoff(now, grace);
+        assert_eq!(before, now - 2_100);
+        // Settled more than 2.1 s ago: lost or stuck, the sweeper's.
+        assert!(swept(now - 2_101, Some(before)));
+        assert!(!swept(now - 2_100, Some(before)));
+        // Younger, or stamped ahead by a replica's fast clock: the writer's.
+        assert!(!swept(now - 50, Some(before)));
+        assert!(!swept(now + 500, Some(before)));
+        // The jobs' sweep stores everything.
+        assert!(swept(now + 500, None));
+        assert!(swept(i64::MIN, None));
+    }
+
+    #[test]
+    fn absurd_graces_saturate() {
+        assert_eq!(grace_cutoff(10, Duration::MAX), 10 - i64::MAX);
+        assert_eq!(grace_cutoff(i64::MIN, Duration::from_secs(1)), i64::MIN);
+        assert_eq!(writer_grace(Duration::MAX), Duration::MAX);
+    }
 }

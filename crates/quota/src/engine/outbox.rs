@@ -4,27 +4,43 @@
 use super::*;
 
 impl QuotaEngine {
-    /// Up to `max` settled events waiting in a tenant's outbox.
+    /// Settled events waiting in a tenant's outbox: the first page of
+    /// about `max` (`HSCAN`'s count is a hint; a small outbox comes whole).
     pub async fn outbox_peek(
         &self,
         tenant: &str,
         max: usize,
     ) -> Result<Vec<(String, String)>, QuotaError> {
+        Ok(self.outbox_scan(tenant, 0, max).await?.1)
+    }
+
+    /// One step of a walk over a tenant's outbox (`HSCAN` from `cursor`,
+    /// about `count` entries): the next cursor (0 when the walk is done)
+    /// and the (request id, event JSON) pairs. An entry present for the
+    /// whole walk is returned at least once; entries may be removed while
+    /// walking.
+    pub async fn outbox_scan(
+        &self,
+        tenant: &str,
+        cursor: u64,
+        count: usize,
+    ) -> Result<(u64, Vec<(String, String)>), QuotaError> {
         let mut conn = self.link().await?;
-        let (_cursor, flat): (u64, Vec<String>) = self
+        let (next, flat): (u64, Vec<String>) = self
             .bounded(
                 redis::cmd("HSCAN")
                     .arg(self.keys.outbox(tenant))
-                    .arg(0)
+                    .arg(cursor)
                     .arg("COUNT")
-                    .arg(max)
+                    .arg(count)
                     .query_async(&mut conn),
             )
             .await?;
-        Ok(flat
+        let pairs = flat
             .chunks_exact(2)
             .map(|c| (c[0].clone(), c[1].clone()))
-            .collect())
+            .collect();
+        Ok((next, pairs))
     }
 
     /// Drops events the ledger has stored, one command per tenant.
