@@ -186,13 +186,68 @@ async fn the_sweeper_leaves_young_events_to_the_writer_and_stores_old_ones() {
         .await,
         "an event no writer holds was never stored once older than the grace"
     );
+    // The sweeper removes what it stored right after the insert commits.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            let left: i64 = redis::cmd("HLEN")
+                .arg(&outbox)
+                .query_async(&mut env.redis().await)
+                .await
+                .unwrap();
+            left == 0
+        })
+        .await,
+        "stored events are cleared from the outbox"
+    );
+    let (tokens, n) = env.ledger_tokens("t", &month).await;
+    assert_eq!((tokens, n), (10, 2), "each event once");
+    srv.shutdown().await;
+}
+
+/// The sweeper walks a whole outbox (a cursor over the hash, not its first
+/// page again and again): a few old events behind thousands of young ones
+/// it leaves in place are all stored in one pass, and the young ones all
+/// stay. Called directly, with the grace's cutoff, so nothing is timed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_sweep_reaches_old_events_behind_thousands_of_young_ones() {
+    let env = TestEnv::new().await;
+    env.simple_tenant(Limits::default()).await;
+    let q = QuotaEngine::new(&env.redis_url, &env.prefix, Duration::from_secs(1), "check").unwrap();
+    let month = this_month();
+    let now = chrono::Utc::now().timestamp_millis();
+    let event = |rid: String, settled_at_ms: i64| domain::usage::UsageEvent {
+        input_tokens: 3,
+        started_at_ms: settled_at_ms - 100,
+        settled_at_ms,
+        ..ledger_event(&rid, "t", &month, &format!("{month}-01"))
+    };
+    let outbox = format!("{}:{{t:t}}:ob", env.prefix);
+    let mut pipe = redis::pipe();
+    for i in 0..3_000 {
+        let e = event(format!("req_young_{i:04}"), now - 100);
+        pipe.hset(&outbox, &e.request_id, e.to_json()).ignore();
+    }
+    for i in 0..20 {
+        let e = event(format!("req_old_{i:02}"), now - 60_000);
+        pipe.hset(&outbox, &e.request_id, e.to_json()).ignore();
+    }
+    let mut r = env.redis().await;
+    let _: () = pipe.query_async(&mut r).await.unwrap();
+
+    let before = settlement::ledger::grace_cutoff(
+        now,
+        settlement::ledger::writer_grace(Duration::from_millis(50)),
+    );
+    let stored =
+        settlement::ledger::sweep_settled_before(&env.store, &q, &["t".to_string()], before)
+            .await
+            .unwrap();
+    assert_eq!(stored, 20, "every old event, in one pass");
+    assert_eq!(env.ledger_tokens("t", &month).await, (60, 20));
     let left: i64 = redis::cmd("HLEN")
         .arg(&outbox)
         .query_async(&mut r)
         .await
         .unwrap();
-    assert_eq!(left, 0, "stored events are cleared from the outbox");
-    let (tokens, n) = env.ledger_tokens("t", &month).await;
-    assert_eq!((tokens, n), (10, 2), "each event once");
-    srv.shutdown().await;
+    assert_eq!(left, 3_000, "the young events stay for their writers");
 }

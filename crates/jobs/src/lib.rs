@@ -118,6 +118,7 @@ impl Default for JobSettings {
             hold_ages: Arc::new(HoldAges {
                 stale_after: Duration::from_secs(24 * 3600),
                 orphan_after: Duration::from_secs(120),
+                writer_grace: settlement::ledger::writer_grace(Duration::from_millis(50)),
             }),
             rollover: RolloverOptions::default(),
         }

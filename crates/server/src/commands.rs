@@ -379,10 +379,7 @@ pub async fn stale_holds(
         .try_job_lock("hold-reconciler")
         .await?
         .context("another replica is running this job")?;
-    let ages = settlement::reconcile::HoldAges {
-        stale_after: std::time::Duration::from_secs(cfg.gateway.stale_hold_secs),
-        orphan_after: std::time::Duration::from_secs(cfg.gateway.orphan_hold_secs),
-    };
+    let ages = cfg.job_settings().hold_ages;
     let tenants = store.tenant_ids(&TenantScope::system()).await?;
     let r = settlement::reconcile::close_abandoned_holds(
         &store, &quota, &tenants, &clock, now_ms, &ages,

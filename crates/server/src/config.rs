@@ -316,7 +316,12 @@ pub struct GatewayTuning {
     /// event (events are already in the Redis outbox, so waiting loses
     /// nothing; they reach the ledger up to this much later, and larger
     /// batches cost Postgres less a request: docs/scale.md, "The ledger
-    /// writer's linger at 50 ms").
+    /// writer's linger at 50 ms"). It also sets the writers' grace
+    /// (`settlement::ledger::writer_grace`: 2 s plus twice this): the outbox
+    /// sweeper and the stale-holds job leave younger events to the writers,
+    /// so an event a crash lost reaches the ledger that much later. Keep it
+    /// the same on every replica: each sweeper judges all replicas' events
+    /// by its own.
     pub ledger_linger_ms: u64,
     pub outbox_sweep_secs: u64,
     pub stream_idle_timeout_secs: u64,
@@ -748,6 +753,9 @@ impl Config {
             hold_ages: std::sync::Arc::new(settlement::reconcile::HoldAges {
                 stale_after: std::time::Duration::from_secs(self.gateway.stale_hold_secs),
                 orphan_after: std::time::Duration::from_secs(self.gateway.orphan_hold_secs),
+                writer_grace: settlement::ledger::writer_grace(std::time::Duration::from_millis(
+                    self.gateway.ledger_linger_ms,
+                )),
             }),
             ..Default::default()
         }

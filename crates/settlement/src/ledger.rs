@@ -127,7 +127,8 @@ async fn store_batch(store: &Store, quota: &QuotaEngine, events: &mut Vec<UsageE
     events.clear();
 }
 
-/// Outbox entries read per `HSCAN` step, and so at most a batch's size.
+/// Outbox entries read per `HSCAN` step (a hint to Redis), and so about a
+/// batch's size.
 const SWEEP_PAGE: usize = 500;
 
 /// How long the periodic sweeper leaves a settled event to the ledger
@@ -138,14 +139,18 @@ const SWEEP_PAGE: usize = 500;
 /// on the primary key (its rows left behind as dead tuples) and its batch
 /// went again through the skipping insert (docs/scale.md, "The sweeper
 /// leaves young events to the writer"). The margin covers clock skew
-/// between replicas, whose events any replica's sweeper stores.
+/// between replicas, whose events any replica's sweeper stores, and an
+/// event stamped before a slow settle or a backed-up writer queue; one a
+/// writer still holds past the grace is only stored twice, counted once.
+/// An event stamped ahead by a replica whose clock runs fast waits until
+/// real time passes its stamp (or for the jobs' sweep, which stores all).
 pub fn writer_grace(linger: Duration) -> Duration {
     Duration::from_secs(2).saturating_add(linger.saturating_mul(2))
 }
 
 /// The settle time before which the sweeper's pass at `now_ms` stores
 /// events: `grace` earlier.
-fn grace_cutoff(now_ms: i64, grace: Duration) -> i64 {
+pub fn grace_cutoff(now_ms: i64, grace: Duration) -> i64 {
     let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
     now_ms.saturating_sub(grace_ms)
 }
@@ -168,9 +173,18 @@ pub async fn sweep_outboxes(
     sweep(store, quota, tenants, None).await
 }
 
-/// The sweeper's pass: stores the events of the given tenants' outboxes
-/// settled before `settled_before_ms`, leaving younger ones to the writers
-/// that queued them. Returns how many were new.
+/// Stores the events of the given tenants' outboxes settled before
+/// `settled_before_ms` (the sweeper's pass: `grace_cutoff`), leaving
+/// younger ones to the writers that queued them. Returns how many were new.
+pub async fn sweep_settled_before(
+    store: &Store,
+    quota: &QuotaEngine,
+    tenants: &[String],
+    settled_before_ms: i64,
+) -> crate::Result<u64> {
+    sweep(store, quota, tenants, Some(settled_before_ms)).await
+}
+
 async fn sweep(
     store: &Store,
     quota: &QuotaEngine,
@@ -223,7 +237,7 @@ pub fn spawn_sweeper(
             tick.tick().await;
             let tenants = catalog.tenant_ids();
             let before = grace_cutoff(chrono::Utc::now().timestamp_millis(), grace);
-            match sweep(&store, &quota, &tenants, Some(before)).await {
+            match sweep_settled_before(&store, &quota, &tenants, before).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(events = n, "outbox sweeper stored events"),
                 Err(e) => tracing::warn!(error = %e, "outbox sweep failed; will retry"),

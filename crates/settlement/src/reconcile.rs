@@ -2,10 +2,11 @@
 //! (orphan: its replica's heartbeat is gone) or that has been open longer
 //! than any request can run (stale). Each is settled at its estimate with
 //! status `expired`, through the same idempotent settle script, so a late
-//! real settle finds the hold closed and changes nothing. Then settled
-//! events still waiting in the outboxes are stored.
+//! real settle finds the hold closed and changes nothing. Then the events
+//! it settled are stored, and those the outboxes still hold from longer
+//! ago than the writers' grace (younger ones are the writers').
 
-use crate::ledger::sweep_outboxes;
+use crate::ledger::{grace_cutoff, sweep_settled_before};
 use domain::period::PlatformClock;
 use domain::usage::UsageEvent;
 use domain::Limits;
@@ -28,6 +29,9 @@ pub struct HoldAges {
     pub stale_after: Duration,
     /// A hold older than this whose replica has no heartbeat is closed.
     pub orphan_after: Duration,
+    /// An outbox event settled longer ago than this is no live writer's
+    /// (`crate::ledger::writer_grace` of the ledger writer's linger).
+    pub writer_grace: Duration,
 }
 
 const PAGE: usize = 500;
@@ -55,6 +59,7 @@ pub async fn close_abandoned_holds(
 ) -> crate::Result<ReconcileReport> {
     let mut report = ReconcileReport::default();
     let mut alive: HashMap<String, bool> = HashMap::new();
+    let mut closed: Vec<UsageEvent> = Vec::new();
     let stale_before = now_ms - ages.stale_after.as_millis() as i64;
     for t in tenants {
         // Page through the tenant's old holds; closing one removes it from
@@ -85,7 +90,8 @@ pub async fn close_abandoned_holds(
                 if !stale && replica_alive(quota, &mut alive, &h.replica).await? {
                     continue;
                 }
-                if expire(quota, t, &h, clock, now_ms).await? {
+                if let Some(event) = expire(quota, t, &h, clock, now_ms).await? {
+                    closed.push(event);
                     removed += 1;
                     if stale {
                         report.closed_stale += 1;
@@ -104,7 +110,20 @@ pub async fn close_abandoned_holds(
         report.leases_expired +=
             expire_abandoned_leases(quota, t, &mut alive, now_ms, ages).await?;
     }
-    report.outbox_stored = sweep_outboxes(store, quota, tenants).await?;
+    // The events settled here, stored now; then what the outboxes hold from
+    // before the writers' grace (lost by a crash, a full queue, Postgres
+    // down). Younger events are in some writer's batch: storing them too
+    // would race it (docs/decisions.md, "Ledger").
+    for chunk in closed.chunks(PAGE) {
+        report.outbox_stored += store.insert_usage_events(chunk).await?;
+        let stored: Vec<(&str, &str)> = chunk
+            .iter()
+            .map(|e| (e.tenant_id.as_str(), e.request_id.as_str()))
+            .collect();
+        quota.outbox_remove(&stored).await?;
+    }
+    let before = grace_cutoff(now_ms, ages.writer_grace);
+    report.outbox_stored += sweep_settled_before(store, quota, tenants, before).await?;
     Ok(report)
 }
 
@@ -147,7 +166,7 @@ async fn expire(
     h: &OpenHold,
     clock: &PlatformClock,
     now_ms: i64,
-) -> crate::Result<bool> {
+) -> crate::Result<Option<UsageEvent>> {
     let event = UsageEvent {
         request_id: h.request_id.clone(),
         tenant_id: tenant.to_string(),
@@ -202,8 +221,8 @@ async fn expire(
     match settled? {
         SettleOutcome::Settled { .. } => {
             tracing::warn!(tenant, request_id = %h.request_id, replica = %h.replica, "abandoned hold closed at its estimate");
-            Ok(true)
+            Ok(Some(event))
         }
-        SettleOutcome::AlreadyClosed { .. } => Ok(false),
+        SettleOutcome::AlreadyClosed { .. } => Ok(None),
     }
 }
