@@ -119,6 +119,23 @@ async fn stale_and_orphaned_holds_are_closed_at_their_estimate_once() {
     assert_eq!(env.ledger_tokens("t", &month).await, (200, 2));
 }
 
+/// A usage event of tenant `t` as the settle script parks it in the outbox:
+/// `tokens` input tokens, settled at `settled_at_ms`.
+fn outbox_event(rid: &str, tokens: i64, settled_at_ms: i64) -> domain::usage::UsageEvent {
+    let month = this_month();
+    domain::usage::UsageEvent {
+        input_tokens: tokens,
+        started_at_ms: settled_at_ms - 100,
+        settled_at_ms,
+        ..ledger_event(rid, "t", &month, &format!("{month}-01"))
+    }
+}
+
+/// Tenant `t`'s outbox (the hold engine's key, spelled out here).
+fn outbox_key(env: &TestEnv) -> String {
+    format!("{}:{{t:t}}:ob", env.prefix)
+}
+
 /// The outbox sweeper leaves an event settled moments ago to the ledger
 /// writer that queued it (storing it at the same time made the writer's
 /// `COPY` fail on the primary key), and stores one settled longer ago than
@@ -136,16 +153,10 @@ async fn the_sweeper_leaves_young_events_to_the_writer_and_stores_old_ones() {
     let srv = env.server_with(cfg).await;
     let month = this_month();
     let now = chrono::Utc::now().timestamp_millis();
-    let event = |rid: &str, settled_at_ms: i64| domain::usage::UsageEvent {
-        input_tokens: 5,
-        started_at_ms: settled_at_ms - 100,
-        settled_at_ms,
-        ..ledger_event(rid, "t", &month, &format!("{month}-01"))
-    };
     // Settled a minute ago (a crashed replica's), and just now.
-    let old = event("req_sweep_old", now - 60_000);
-    let young = event("req_sweep_young", now);
-    let outbox = format!("{}:{{t:t}}:ob", env.prefix);
+    let old = outbox_event("req_sweep_old", 5, now - 60_000);
+    let young = outbox_event("req_sweep_young", 5, now);
+    let outbox = outbox_key(&env);
     let mut r = env.redis().await;
     for e in [&old, &young] {
         let _: () = redis::cmd("HSET")
@@ -215,31 +226,22 @@ async fn one_sweep_reaches_old_events_behind_thousands_of_young_ones() {
     let q = QuotaEngine::new(&env.redis_url, &env.prefix, Duration::from_secs(1), "check").unwrap();
     let month = this_month();
     let now = chrono::Utc::now().timestamp_millis();
-    let event = |rid: String, settled_at_ms: i64| domain::usage::UsageEvent {
-        input_tokens: 3,
-        started_at_ms: settled_at_ms - 100,
-        settled_at_ms,
-        ..ledger_event(&rid, "t", &month, &format!("{month}-01"))
-    };
-    let outbox = format!("{}:{{t:t}}:ob", env.prefix);
+    let outbox = outbox_key(&env);
     let mut pipe = redis::pipe();
     for i in 0..3_000 {
-        let e = event(format!("req_young_{i:04}"), now - 100);
+        let e = outbox_event(&format!("req_young_{i:04}"), 3, now - 100);
         pipe.hset(&outbox, &e.request_id, e.to_json()).ignore();
     }
     for i in 0..20 {
-        let e = event(format!("req_old_{i:02}"), now - 60_000);
+        let e = outbox_event(&format!("req_old_{i:02}"), 3, now - 60_000);
         pipe.hset(&outbox, &e.request_id, e.to_json()).ignore();
     }
     let mut r = env.redis().await;
     let _: () = pipe.query_async(&mut r).await.unwrap();
 
-    let before = settlement::ledger::grace_cutoff(
-        now,
-        settlement::ledger::writer_grace(Duration::from_millis(50)),
-    );
+    let grace = settlement::ledger::writer_grace(Duration::from_millis(50));
     let stored =
-        settlement::ledger::sweep_settled_before(&env.store, &q, &["t".to_string()], before)
+        settlement::ledger::sweep_outside_grace(&env.store, &q, &["t".to_string()], now, grace)
             .await
             .unwrap();
     assert_eq!(stored, 20, "every old event, in one pass");

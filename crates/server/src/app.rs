@@ -132,7 +132,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
             quota.clone(),
             catalog.clone(),
             Duration::from_secs(cfg.gateway.outbox_sweep_secs.max(1)),
-            settlement::ledger::writer_grace(Duration::from_millis(cfg.gateway.ledger_linger_ms)),
+            cfg.writer_grace(),
         ),
     ];
     let gw_cfg = GatewayConfig {

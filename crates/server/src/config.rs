@@ -741,6 +741,15 @@ impl Config {
         )?)
     }
 
+    /// How long the outbox sweeper and the stale-holds job leave a settled
+    /// event to the ledger writers (`settlement::ledger::writer_grace` of
+    /// this replica's linger).
+    pub fn writer_grace(&self) -> std::time::Duration {
+        settlement::ledger::writer_grace(std::time::Duration::from_millis(
+            self.gateway.ledger_linger_ms,
+        ))
+    }
+
     /// What the background jobs need to know from the configuration.
     pub fn job_settings(&self) -> jobs::JobSettings {
         jobs::JobSettings {
@@ -753,9 +762,7 @@ impl Config {
             hold_ages: std::sync::Arc::new(settlement::reconcile::HoldAges {
                 stale_after: std::time::Duration::from_secs(self.gateway.stale_hold_secs),
                 orphan_after: std::time::Duration::from_secs(self.gateway.orphan_hold_secs),
-                writer_grace: settlement::ledger::writer_grace(std::time::Duration::from_millis(
-                    self.gateway.ledger_linger_ms,
-                )),
+                writer_grace: self.writer_grace(),
             }),
             ..Default::default()
         }

@@ -150,7 +150,7 @@ pub fn writer_grace(linger: Duration) -> Duration {
 
 /// The settle time before which the sweeper's pass at `now_ms` stores
 /// events: `grace` earlier.
-pub fn grace_cutoff(now_ms: i64, grace: Duration) -> i64 {
+fn grace_cutoff(now_ms: i64, grace: Duration) -> i64 {
     let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
     now_ms.saturating_sub(grace_ms)
 }
@@ -173,16 +173,33 @@ pub async fn sweep_outboxes(
     sweep(store, quota, tenants, None).await
 }
 
-/// Stores the events of the given tenants' outboxes settled before
-/// `settled_before_ms` (the sweeper's pass: `grace_cutoff`), leaving
-/// younger ones to the writers that queued them. Returns how many were new.
-pub async fn sweep_settled_before(
+/// Stores the events of the given tenants' outboxes settled more than
+/// `grace` (`writer_grace`) before `now_ms`, leaving younger ones to the
+/// writers that queued them. Returns how many were new.
+pub async fn sweep_outside_grace(
     store: &Store,
     quota: &QuotaEngine,
     tenants: &[String],
-    settled_before_ms: i64,
+    now_ms: i64,
+    grace: Duration,
 ) -> crate::Result<u64> {
-    sweep(store, quota, tenants, Some(settled_before_ms)).await
+    sweep(store, quota, tenants, Some(grace_cutoff(now_ms, grace))).await
+}
+
+/// Stores events taken from their tenants' outboxes, then removes them
+/// there. Returns how many were new.
+pub(crate) async fn store_from_outbox(
+    store: &Store,
+    quota: &QuotaEngine,
+    events: &[UsageEvent],
+) -> crate::Result<u64> {
+    let new = store.insert_usage_events(events).await?;
+    let stored: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| (e.tenant_id.as_str(), e.request_id.as_str()))
+        .collect();
+    quota.outbox_remove(&stored).await?;
+    Ok(new)
 }
 
 async fn sweep(
@@ -207,12 +224,7 @@ async fn sweep(
                 }
             }
             if !events.is_empty() {
-                new += store.insert_usage_events(&events).await?;
-                let stored: Vec<(&str, &str)> = events
-                    .iter()
-                    .map(|e| (e.tenant_id.as_str(), e.request_id.as_str()))
-                    .collect();
-                quota.outbox_remove(&stored).await?;
+                new += store_from_outbox(store, quota, &events).await?;
             }
             if next == 0 {
                 break;
@@ -236,8 +248,8 @@ pub fn spawn_sweeper(
         loop {
             tick.tick().await;
             let tenants = catalog.tenant_ids();
-            let before = grace_cutoff(chrono::Utc::now().timestamp_millis(), grace);
-            match sweep_settled_before(&store, &quota, &tenants, before).await {
+            let now_ms = chrono::Utc::now().timestamp_millis();
+            match sweep_outside_grace(&store, &quota, &tenants, now_ms, grace).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(events = n, "outbox sweeper stored events"),
                 Err(e) => tracing::warn!(error = %e, "outbox sweep failed; will retry"),

@@ -6,7 +6,7 @@
 //! it settled are stored, and those the outboxes still hold from longer
 //! ago than the writers' grace (younger ones are the writers').
 
-use crate::ledger::{grace_cutoff, sweep_settled_before};
+use crate::ledger::{store_from_outbox, sweep_outside_grace};
 use domain::period::PlatformClock;
 use domain::usage::UsageEvent;
 use domain::Limits;
@@ -115,15 +115,10 @@ pub async fn close_abandoned_holds(
     // down). Younger events are in some writer's batch: storing them too
     // would race it (docs/decisions.md, "Ledger").
     for chunk in closed.chunks(PAGE) {
-        report.outbox_stored += store.insert_usage_events(chunk).await?;
-        let stored: Vec<(&str, &str)> = chunk
-            .iter()
-            .map(|e| (e.tenant_id.as_str(), e.request_id.as_str()))
-            .collect();
-        quota.outbox_remove(&stored).await?;
+        report.outbox_stored += store_from_outbox(store, quota, chunk).await?;
     }
-    let before = grace_cutoff(now_ms, ages.writer_grace);
-    report.outbox_stored += sweep_settled_before(store, quota, tenants, before).await?;
+    report.outbox_stored +=
+        sweep_outside_grace(store, quota, tenants, now_ms, ages.writer_grace).await?;
     Ok(report)
 }
 
