@@ -10,6 +10,11 @@
 #
 #   ./scripts/peers.sh                       # direct tollgate litellm portkey
 #   DUR=8 ./scripts/peers.sh direct tollgate # a subset
+#   DUR=8 ./scripts/peers.sh direct nginx-proxy stack-floor tollgate
+#
+# stack-floor is a plain pass-through on tollgate's own libraries (the
+# `bare-proxy` bench binary, built and started here when asked for): what
+# axum, hyper and tokio cost before any metering.
 #
 # Only processes this script (or peers.sh) starts are stopped.
 set -euo pipefail
@@ -32,6 +37,15 @@ have wrk || apt_install wrk
 log "building tollgate (release)"
 cargo build -q --release -p tollgate-server --bin tollgate
 bin=${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/release/tollgate
+FLOOR_PORT=${FLOOR_PORT:-18093}
+if [[ " $* " == *" stack-floor "* ]]; then
+    cargo build -q --release -p tollgate-bench --bin bare-proxy
+    "${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/release/bare-proxy" \
+        --listen "127.0.0.1:$FLOOR_PORT" --upstream 127.0.0.1:18080 >"$work/floor.log" 2>&1 &
+    pids+=($!)
+    wait_until "bare-proxy on :$FLOOR_PORT" 10 tcp_open 127.0.0.1 "$FLOOR_PORT"
+    export STACK_FLOOR_URL=http://127.0.0.1:$FLOOR_PORT
+fi
 
 if ! tcp_open 127.0.0.1 18080; then
     mkdir -p "$work/nginx/body"

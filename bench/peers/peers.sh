@@ -2,10 +2,12 @@
 # Side-by-side proxy overhead: the same fixed upstream (nginx serving a chat.completion),
 # the same load (wrk, 1 and 32 connections), direct and through each gateway.
 #
-#   TOLLGATE_URL=http://127.0.0.1:8080 TOLLGATE_KEY=tg-... bench/peers/peers.sh [direct nginx-proxy tollgate litellm portkey]
+#   TOLLGATE_URL=http://127.0.0.1:8080 TOLLGATE_KEY=tg-... bench/peers/peers.sh [direct nginx-proxy stack-floor tollgate litellm portkey]
 #
 # nginx-proxy is the floor for any gateway on this machine: nginx as a plain reverse proxy
 # (two workers, keep-alive to the upstream), enforcing nothing. Compare ratios within one run.
+# stack-floor (STACK_FLOOR_URL) is the same plain pass-through written on tollgate's own
+# libraries (crates/bench/src/bare_proxy.rs): the floor of the stack, before any metering.
 #
 # Point tollgate's model `gpt-4o-mini` at http://127.0.0.1:18080/v1 before running, with a
 # tenant whose budget will not run out during the run. LiteLLM and Portkey are installed on
@@ -37,14 +39,29 @@ script() { # $1 file, rest: headers
   { echo 'wrk.method = "POST"'; echo "wrk.body = '$body'"; echo 'wrk.headers["Content-Type"] = "application/json"'
     for h in "$@"; do echo "wrk.headers[\"${h%%:*}\"] = \"${h#*: }\""; done; } > "$f"
 }
+# CPU=1: also each process's CPU per request during each run (user and
+# system, summed by command name from /proc; wrk itself is not counted).
+cpu_snapshot() {
+  for p in /proc/[0-9]*/stat; do cat "$p" 2>/dev/null; echo; done |
+    awk 'NF { c=$0; sub(/^[0-9]+ \(/, "", c); sub(/\) .*/, "", c); gsub(/ /, "_", c); r=$0; sub(/.*\) /, "", r)
+              split(r, f, " "); u[c]+=f[12]; s[c]+=f[13] }
+         END { for (k in u) print k, u[k], s[k] }' | sort
+}
 run() { # name url luafile
   for c in 1 32; do
     local t=1; [ $c -gt 1 ] && t=2
+    [ "${CPU:-0}" = 1 ] && cpu_snapshot > "$PEERS_DIR/cpu.before"
     out=$(wrk -t$t -c$c -d${DUR}s --latency -s "$3" "$2" 2>&1)
+    [ "${CPU:-0}" = 1 ] && cpu_snapshot > "$PEERS_DIR/cpu.after"
     rps=$(echo "$out" | awk '/Requests\/sec/{print $2}')
     p50=$(echo "$out" | awk '$1=="50%"{print $2}'); p99=$(echo "$out" | awk '$1=="99%"{print $2}')
     non=$(echo "$out" | awk '/Non-2xx/{print $NF}'); non=${non:-0}
     printf '%-9s c=%-3s rps=%-10s p50=%-9s p99=%-9s non2xx=%s\n' "$1" "$c" "$rps" "$p50" "$p99" "$non"
+    if [ "${CPU:-0}" = 1 ]; then
+      local n; n=$(echo "$out" | awk '/requests in/{print $1}')
+      join "$PEERS_DIR/cpu.before" "$PEERS_DIR/cpu.after" | awk -v n="$n" -v hz="$(getconf CLK_TCK)" '
+        { du=$4-$2; ds=$5-$3; if (du+ds > 1) printf "    cpu %-16s user %6.1f  sys %6.1f us/request\n", $1, du*1e6/hz/n, ds*1e6/hz/n }'
+    fi
   done
 }
 
@@ -74,6 +91,10 @@ NGX
   started+=("$(cat "$PEERS_DIR/proxy/nginx.pid")")
   script "$PEERS_DIR/direct.lua" "Authorization: Bearer sk-upstream"
   run nginx-proxy http://127.0.0.1:18082/v1/chat/completions "$PEERS_DIR/direct.lua" ;;
+stack-floor)
+  : "${STACK_FLOOR_URL:?set STACK_FLOOR_URL}"
+  script "$PEERS_DIR/direct.lua" "Authorization: Bearer sk-upstream"
+  run stack-floor "$STACK_FLOOR_URL/v1/chat/completions" "$PEERS_DIR/direct.lua" ;;
 tollgate)
   : "${TOLLGATE_URL:?set TOLLGATE_URL}" "${TOLLGATE_KEY:?set TOLLGATE_KEY}"
   script "$PEERS_DIR/tollgate.lua" "Authorization: Bearer $TOLLGATE_KEY"
