@@ -53,6 +53,9 @@ struct Conns {
     /// change is not kept.
     generation: u64,
     idle: VecDeque<(Sender, Instant)>,
+    /// The Host header of the last authority asked for, made once rather
+    /// than formatted again for every request.
+    host: Option<(Authority, HeaderValue)>,
 }
 
 impl Conns {
@@ -102,6 +105,19 @@ impl Idle {
             }
         }
         (None, c.generation)
+    }
+
+    /// The Host header of a request to `to` (see [`host_header`]).
+    fn host(&self, to: &Authority) -> Result<HeaderValue, http::header::InvalidHeaderValue> {
+        let mut c = self.lock();
+        if let Some((a, h)) = &c.host {
+            if a == to {
+                return Ok(h.clone());
+            }
+        }
+        let h = host_header(to)?;
+        c.host = Some((to.clone(), h.clone()));
+        Ok(h)
     }
 
     /// Keeps `tx`, a connection of `generation` whose last answer was read
@@ -197,7 +213,7 @@ pub async fn send(
         .cloned()
         .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
     *req.uri_mut() = Uri::from(path);
-    req.headers_mut().insert(HOST, host_header(&to)?);
+    req.headers_mut().insert(HOST, idle.host(&to)?);
     loop {
         let (mut tx, reused, generation) = match idle.take(&to) {
             (Some(tx), generation) => (tx, true, generation),
