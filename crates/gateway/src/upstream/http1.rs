@@ -25,6 +25,9 @@ use std::time::{Duration, Instant};
 use tower::ServiceExt;
 
 type Sender = SendRequest<Full<Bytes>>;
+/// What [`Idle::take`] gives: a connection if one is idle, the generation
+/// of connections to the authority, and the Host header of requests to it.
+type Taken = (Option<Sender>, u64, HeaderValue);
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Idle connections are closed after this (as browsers and reqwest do).
@@ -49,13 +52,13 @@ struct Conns {
     /// Where these connections go: a deployment whose URL changed drops
     /// its connections to the old place.
     authority: Option<Authority>,
+    /// The Host header of requests to `authority`, made when it is set
+    /// rather than formatted again for every request.
+    host: Option<HeaderValue>,
     /// Counts changes of `authority`: a connection opened before the last
     /// change is not kept.
     generation: u64,
     idle: VecDeque<(Sender, Instant)>,
-    /// The Host header of the last authority asked for, made once rather
-    /// than formatted again for every request.
-    host: Option<(Authority, HeaderValue)>,
 }
 
 impl Conns {
@@ -87,37 +90,30 @@ impl Idle {
     }
 
     /// The most recently used connection to `to` that is still open and
-    /// was idle for at most `IDLE_FOR` (older ones are closed), and the
-    /// generation a connection to `to` belongs to.
-    fn take(&self, to: &Authority) -> (Option<Sender>, u64) {
+    /// was idle for at most `IDLE_FOR` (older ones are closed), the
+    /// generation a connection to `to` belongs to, and the Host header of
+    /// requests to `to`.
+    fn take(&self, to: &Authority) -> Result<Taken, http::header::InvalidHeaderValue> {
         let now = Instant::now();
         let mut c = self.lock();
-        if c.authority.as_ref() != Some(to) {
-            c.idle.clear();
-            c.authority = Some(to.clone());
-            c.generation += 1;
-            return (None, c.generation);
-        }
+        let host = match (&c.authority, &c.host) {
+            (Some(a), Some(h)) if a == to => h.clone(),
+            _ => {
+                let h = host_header(to)?;
+                c.idle.clear();
+                c.authority = Some(to.clone());
+                c.host = Some(h.clone());
+                c.generation += 1;
+                return Ok((None, c.generation, h));
+            }
+        };
         c.close_expired(now);
         while let Some((tx, _)) = c.idle.pop_back() {
             if !tx.is_closed() {
-                return (Some(tx), c.generation);
+                return Ok((Some(tx), c.generation, host));
             }
         }
-        (None, c.generation)
-    }
-
-    /// The Host header of a request to `to` (see [`host_header`]).
-    fn host(&self, to: &Authority) -> Result<HeaderValue, http::header::InvalidHeaderValue> {
-        let mut c = self.lock();
-        if let Some((a, h)) = &c.host {
-            if a == to {
-                return Ok(h.clone());
-            }
-        }
-        let h = host_header(to)?;
-        c.host = Some((to.clone(), h.clone()));
-        Ok(h)
+        Ok((None, c.generation, host))
     }
 
     /// Keeps `tx`, a connection of `generation` whose last answer was read
@@ -213,11 +209,12 @@ pub async fn send(
         .cloned()
         .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
     *req.uri_mut() = Uri::from(path);
-    req.headers_mut().insert(HOST, idle.host(&to)?);
     loop {
-        let (mut tx, reused, generation) = match idle.take(&to) {
-            (Some(tx), generation) => (tx, true, generation),
-            (None, generation) => (connect(tcp, &url).await?, false, generation),
+        let (pooled, generation, host) = idle.take(&to)?;
+        req.headers_mut().insert(HOST, host);
+        let (mut tx, reused) = match pooled {
+            Some(tx) => (tx, true),
+            None => (connect(tcp, &url).await?, false),
         };
         // A new connection takes its first request before its driver has
         // run; a reused one may still be finishing its last answer.
