@@ -525,10 +525,18 @@ impl Machine {
 
     async fn reclaim(&mut self) -> Result<(), TestCaseError> {
         // What the job must leave covered: used, as the ledger (which a
-        // rebuild reads) has it, and held.
-        let held = self.counters().await.held_tokens("t");
-        let busy = self.m.used - self.m.undercount + held;
-        self.pool.reclaim(&self.budget, busy).await
+        // rebuild reads) has it, and held. The lease book's janitor may
+        // return an idle lease (idle after `lease_life_ms`) while the job
+        // runs, which only lowers what is held (no step runs meanwhile),
+        // so the job is held to the lower of the readings before and after
+        // it: with the reading before it alone, a lease returned during a
+        // slow job read as an over-reclaim (CI, on a loaded machine).
+        let limit = self.budget.limit();
+        let before = self.counters().await.held_tokens("t");
+        let taken = self.pool.reclaim(&self.budget).await?;
+        let after = self.counters().await.held_tokens("t");
+        let busy = self.m.used - self.m.undercount + before.min(after);
+        Pool::check_reclaim(taken, limit, busy)
     }
 
     async fn flush(&mut self) -> Result<(), TestCaseError> {
