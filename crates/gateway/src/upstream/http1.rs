@@ -49,14 +49,12 @@ impl std::fmt::Debug for Idle {
 
 #[derive(Default)]
 struct Conns {
-    /// Where these connections go: a deployment whose URL changed drops
-    /// its connections to the old place.
-    authority: Option<Authority>,
-    /// The Host header of requests to `authority`, made when it is set
-    /// rather than formatted again for every request.
-    host: Option<HeaderValue>,
-    /// Counts changes of `authority`: a connection opened before the last
-    /// change is not kept.
+    /// Where these connections go, and the Host header of requests there
+    /// (made once, when the place is set, not for every request): a
+    /// deployment whose URL changed drops its connections to the old place.
+    to: Option<(Authority, HeaderValue)>,
+    /// Counts changes of `to`: a connection opened before the last change
+    /// is not kept.
     generation: u64,
     idle: VecDeque<(Sender, Instant)>,
 }
@@ -96,13 +94,12 @@ impl Idle {
     fn take(&self, to: &Authority) -> Result<Taken, http::header::InvalidHeaderValue> {
         let now = Instant::now();
         let mut c = self.lock();
-        let host = match (&c.authority, &c.host) {
-            (Some(a), Some(h)) if a == to => h.clone(),
+        let host = match &c.to {
+            Some((a, h)) if a == to => h.clone(),
             _ => {
                 let h = host_header(to)?;
                 c.idle.clear();
-                c.authority = Some(to.clone());
-                c.host = Some(h.clone());
+                c.to = Some((to.clone(), h.clone()));
                 c.generation += 1;
                 return Ok((None, c.generation, h));
             }
