@@ -29,20 +29,29 @@ export TOLLGATE_LOG=warn
 # gw_start NAME BIN PORT [SETUP_BIN]: a fresh database and Redis prefix, the
 # bench tenant seeded by SETUP_BIN's `admin bench-setup` (default BIN), BIN
 # serving on PORT; sets gw (its pid) and lua (the wrk script with its key).
+# A SETUP_BIN (or BIN) named bare-proxy is the stack's floor
+# (crates/bench/src/bare_proxy.rs): no setup and no key, a plain
+# pass-through in front of the same upstream.
 gw_start() {
-    local name=$1 bin=$2 port=$3 key
-    pg_recreate_db "$db_url" >/dev/null
-    export TOLLGATE__REDIS__KEY_PREFIX=tgab$$$name$RANDOM
-    key=$("${4:-$bin}" admin bench-setup --upstream http://127.0.0.1:18080/v1 2>"$W/setup.log")
-    "$bin" serve --listen "127.0.0.1:$port" >"$W/gw-$name.log" 2>&1 &
-    gw=$!
-    until curl -fs -o /dev/null "http://127.0.0.1:$port/healthz"; do sleep 0.05; done
+    local name=$1 bin=$2 port=$3 key=
+    if [[ $(basename "${4:-$bin}") == bare-proxy ]]; then
+        "$bin" --listen "127.0.0.1:$port" --upstream 127.0.0.1:18080 >"$W/gw-$name.log" 2>&1 &
+        gw=$!
+        wait_until "bare-proxy on :$port" 30 tcp_open 127.0.0.1 "$port"
+    else
+        pg_recreate_db "$db_url" >/dev/null
+        export TOLLGATE__REDIS__KEY_PREFIX=tgab$$$name$RANDOM
+        key=$("${4:-$bin}" admin bench-setup --upstream http://127.0.0.1:18080/v1 2>"$W/setup.log")
+        "$bin" serve --listen "127.0.0.1:$port" >"$W/gw-$name.log" 2>&1 &
+        gw=$!
+        until curl -fs -o /dev/null "http://127.0.0.1:$port/healthz"; do sleep 0.05; done
+    fi
     lua=$W/$name.lua
     {
         echo 'wrk.method = "POST"'
         echo "wrk.body = '$body'"
         echo 'wrk.headers["Content-Type"] = "application/json"'
-        echo "wrk.headers[\"Authorization\"] = \"Bearer $key\""
+        [[ -z $key ]] || echo "wrk.headers[\"Authorization\"] = \"Bearer $key\""
     } >"$lua"
 }
 

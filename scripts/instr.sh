@@ -10,7 +10,7 @@
 #   ROUNDS=2 DUR=10 ./scripts/instr.sh base=/path/bin new=/path/bin2
 # A binary named bare-proxy (the stack's floor, `cargo build --release -p
 # tollgate-bench --bin bare-proxy`) is counted the same way, as a
-# pass-through in front of the same upstream:
+# pass-through in front of the same upstream (builds.sh's gw_start):
 #   ROUNDS=1 DUR=15 ./scripts/instr.sh floor=$CARGO_TARGET_DIR/release/bare-proxy cur=/path/bin
 # Under valgrind SHA-256 runs in software (no SHA-NI), so hashing counts
 # more than it costs natively.
@@ -29,16 +29,7 @@ for r in $(seq "$ROUNDS"); do
     wrap=$W/cg-$name.sh
     printf '#!/bin/sh\nexec valgrind --tool=callgrind "--callgrind-out-file=%s" "%s" "$@"\n' "$out" "$bin" >"$wrap"
     chmod +x "$wrap"
-    if [[ $(basename "$bin") == bare-proxy ]]; then
-      # The stack's floor (crates/bench/src/bare_proxy.rs): no key, no setup.
-      "$wrap" --listen "127.0.0.1:$PORT" --upstream 127.0.0.1:18080 >"$W/gw-$name.log" 2>&1 &
-      gw=$!
-      wait_until "bare-proxy on :$PORT" 30 tcp_open 127.0.0.1 "$PORT"
-      lua=$W/$name.lua
-      printf 'wrk.method = "POST"\nwrk.body = %s\nwrk.headers["Content-Type"] = "application/json"\n' "'$body'" >"$lua"
-    else
-      gw_start "$name" "$wrap" "$PORT" "$bin"
-    fi
+    gw_start "$name" "$wrap" "$PORT" "$bin"
     url=http://127.0.0.1:$PORT/v1/chat/completions
     wrk -t1 -c4 -d5s -s "$lua" "$url" >/dev/null
     callgrind_control -z "$gw" >/dev/null 2>&1 || die "callgrind_control -z $gw failed"
