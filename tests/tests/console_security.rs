@@ -364,7 +364,8 @@ async fn a_platform_admin_disables_a_user_and_sets_their_password_in_the_console
         .starts_with("active"));
 
     ui.click(&format!("{row} .user-toggle")).await;
-    ui.wait("#users-done").await;
+    ui.wait_attr("#users-done", "data-done", "users.done_disabled")
+        .await;
     assert!(ui
         .text(&format!("{row} .user-state"))
         .await
@@ -378,8 +379,11 @@ async fn a_platform_admin_disables_a_user_and_sets_their_password_in_the_console
     // A disabled user has no password form (enable them first).
     assert_eq!(ui.count(&format!("{row} .user-password")).await, 0);
 
+    // Wait for this action's own message: the previous one is still on
+    // the page until the browser has followed the redirect.
     ui.click(&format!("{row} .user-toggle")).await;
-    ui.wait("#users-done").await;
+    ui.wait_attr("#users-done", "data-done", "users.done_enabled")
+        .await;
     assert!(ui
         .text(&format!("{row} .user-state"))
         .await
@@ -406,7 +410,8 @@ async fn a_platform_admin_disables_a_user_and_sets_their_password_in_the_console
     ui.fill(&format!("{row} .user-password input[name=password]"), new)
         .await;
     ui.click(&format!("{row} .user-password button")).await;
-    ui.wait("#users-done").await;
+    ui.wait_attr("#users-done", "data-done", "users.done_password")
+        .await;
     assert_eq!(
         can_read(b, &person).await,
         401,
