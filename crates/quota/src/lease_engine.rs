@@ -182,32 +182,34 @@ impl QuotaEngine {
             check_amounts(&[("tokens", it.tokens), ("cost", it.cost)])?;
         }
         let k = &self.keys;
-        let mut inv = self.scripts.lease_settle.prepare_invoke();
-        inv.key(k.month(b.tenant, b.month))
-            .key(k.rates(b.tenant))
-            .key(k.lease(b.tenant, b.lease_id))
-            .key(k.leases(b.tenant))
-            .key(k.outbox(b.tenant))
+        let script = &self.scripts.lease_settle;
+        let mut cmd = crate::engine::script_call(script, 5);
+        cmd.arg(k.month(b.tenant, b.month))
+            .arg(k.rates(b.tenant))
+            .arg(k.lease(b.tenant, b.lease_id))
+            .arg(k.leases(b.tenant))
+            .arg(k.outbox(b.tenant))
             .arg(b.lease_id)
             .arg(b.app)
             .arg(b.key)
             .arg(b.seq)
             .arg(if b.close { 1 } else { 0 });
         for v in b.give.as_array() {
-            inv.arg(v);
+            cmd.arg(v);
         }
         for l in crate::engine::limit_args(b.limits) {
-            inv.arg(l);
+            cmd.arg(l);
         }
-        inv.arg(b.items.len());
+        cmd.arg(b.items.len());
         for it in b.items {
-            inv.arg(&it.request_id)
+            cmd.arg(&it.request_id)
                 .arg(it.tokens)
                 .arg(it.cost)
                 .arg(&it.event_json);
         }
         let mut conn = self.link().await?;
-        let reply: Vec<redis::Value> = self.bounded(inv.invoke_async(&mut conn)).await?;
+        let run = crate::engine::run_script(&mut conn, script, &cmd);
+        let reply: Vec<redis::Value> = self.bounded(run).await?;
         match int_at(&reply, 0)? {
             1 => {
                 let mut per = Vec::new();

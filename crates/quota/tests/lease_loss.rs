@@ -237,3 +237,100 @@ async fn after_a_flushall_a_top_up_never_resurrects_the_lease() {
     );
     w.book.shutdown(Duration::from_secs(2)).await;
 }
+
+/// A Redis that lost its scripts (a restart, `SCRIPT FLUSH`) is given the
+/// lease's settle script again by the call that found it missing: the
+/// batch is applied, once.
+#[tokio::test]
+async fn a_batch_settles_after_redis_lost_its_scripts() {
+    use domain::lease::Chunk;
+    use quota::{LeaseAcquire, LeaseBatch, LeaseBatchOutcome, LeaseGrant, LeaseItem};
+    let redis = PrivateRedis::start();
+    let q = QuotaEngine::new(&redis.url(), "tgnoscript", Duration::from_secs(1), "r1").unwrap();
+    let l = Limits {
+        monthly_tokens: Some(10_000),
+        ..Default::default()
+    };
+    let none = Limits::default();
+    let lim = [&l, &none, &none];
+    let want = Chunk {
+        tokens: 100,
+        cost: 100,
+        slots: 2,
+        requests: 2,
+        input: 50,
+        output: 50,
+    };
+    let acq = LeaseAcquire {
+        lease_id: "L1",
+        tenant: "acme",
+        app: "web",
+        key: "k1",
+        month: "2026-11",
+        want,
+        min: Chunk::default(),
+        limits: lim,
+        fresh: true,
+    };
+    let g = q
+        .lease_acquire(
+            &acq,
+            &Ledger {
+                tokens: AtomicI64::new(0),
+            },
+        )
+        .await
+        .unwrap();
+    assert!(matches!(g, LeaseGrant::Granted { .. }), "{g:?}");
+    let mut c = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let items = vec![LeaseItem {
+        request_id: "a".into(),
+        tokens: 40,
+        cost: 40,
+        event_json: "{\"request_id\":\"a\"}".into(),
+    }];
+    let batch = LeaseBatch {
+        lease_id: "L1",
+        tenant: "acme",
+        app: "web",
+        key: "k1",
+        month: "2026-11",
+        seq: 1,
+        items: &items,
+        close: false,
+        give: Chunk::default(),
+        limits: lim,
+    };
+    let r = q.lease_settle(&batch).await.unwrap();
+    assert!(
+        matches!(
+            r,
+            LeaseBatchOutcome::Applied {
+                held: (60, 60, 2),
+                overrun: (0, 0),
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    let outbox: Vec<String> = redis::cmd("HKEYS")
+        .arg(q.keys().outbox("acme"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(outbox, ["a"]);
+    let again = q.lease_settle(&batch).await.unwrap();
+    assert!(
+        matches!(again, LeaseBatchOutcome::Duplicate { .. }),
+        "{again:?}"
+    );
+}
