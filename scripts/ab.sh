@@ -6,6 +6,9 @@
 #   ROUNDS=3 DUR=8 ./scripts/ab.sh base=/path/bin new=/path/bin2
 #   SETUP_BIN=/path/bin …   # seed the tenant with this build's `admin bench-setup`
 #                           # (default: each build its own)
+#   REDIS_STATS=1 …         # also Redis' time per command during each run
+#                           # (INFO commandstats, reset before the run): µs of
+#                           # Redis a request, by command, the top five
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"; cd "$TOLLGATE_ROOT"
 . scripts/builds.sh
@@ -19,6 +22,7 @@ for r in $(seq "$ROUNDS"); do
       t=1; [ $c -gt 1 ] && t=2
       rd=$(pgrep -x redis-server | tr '\n' ' '); ng=$(pgrep -f 'nginx: worker' | tr '\n' ' ')
       # shellcheck disable=SC2086 # pid lists
+      [[ ${REDIS_STATS:-0} != 1 ]] || redis-cli CONFIG RESETSTAT >/dev/null
       { g0=$(ticks_of $gw); p0=$(pg_ticks); r0=$(ticks_of $rd); n0=$(ticks_of $ng); }
       out=$(wrk -t$t -c$c -d${DUR}s --latency -s "$lua" http://127.0.0.1:$PORT/v1/chat/completions)
       # shellcheck disable=SC2086
@@ -29,6 +33,14 @@ for r in $(seq "$ROUNDS"); do
       us() { echo $(( ($2 - $1) * 10000 / reqs )); }
       printf 'r%s %-6s c=%-2s rps=%-9s p50=%-8s gw=%s pg=%s redis=%s upstream=%s µs/req %s\n' \
         "$r" "$name" "$c" "$rps" "$p50" "$(us $g0 $g1)" "$(us $p0 $p1)" "$(us $r0 $r1)" "$(us $n0 $n1)" "${non:+non2xx=$non}"
+      if [[ ${REDIS_STATS:-0} == 1 ]]; then
+        # cmdstat_evalsha:calls=3955,usec=829871,usec_per_call=209.83,…
+        # (a script's own commands are counted under their names too).
+        redis-cli INFO commandstats | tr -d '\r' | awk -F'[:,=]' -v n="$reqs" '
+          /^cmdstat_/ { sub(/^cmdstat_/, "", $1); printf "%s %d %.2f %.1f\n", $1, $3, $5 / n, $7 }' |
+          sort -k3 -rn | head -5 |
+          awk '{ printf "    redis %-8s calls=%-6s %s µs/req (%s µs/call)\n", $1, $2, $3, $4 }'
+      fi
     done
     echo "r$r $name rss_mb=$(rss_mb $gw)"
     gw_stop
