@@ -21,8 +21,8 @@ for r in $(seq "$ROUNDS"); do
     for c in 32 1; do
       t=1; [ $c -gt 1 ] && t=2
       rd=$(pgrep -x redis-server | tr '\n' ' '); ng=$(pgrep -f 'nginx: worker' | tr '\n' ' ')
-      # shellcheck disable=SC2086 # pid lists
       [[ ${REDIS_STATS:-0} != 1 ]] || redis-cli CONFIG RESETSTAT >/dev/null
+      # shellcheck disable=SC2086 # pid lists
       { g0=$(ticks_of $gw); p0=$(pg_ticks); r0=$(ticks_of $rd); n0=$(ticks_of $ng); }
       out=$(wrk -t$t -c$c -d${DUR}s --latency -s "$lua" http://127.0.0.1:$PORT/v1/chat/completions)
       # shellcheck disable=SC2086
@@ -38,8 +38,8 @@ for r in $(seq "$ROUNDS"); do
         # (a script's own commands are counted under their names too).
         redis-cli INFO commandstats | tr -d '\r' | awk -F'[:,=]' -v n="$reqs" '
           /^cmdstat_/ { sub(/^cmdstat_/, "", $1); printf "%s %d %.2f %.1f\n", $1, $3, $5 / n, $7 }' |
-          sort -k3 -rn | head -5 |
-          awk '{ printf "    redis %-8s calls=%-6s %s µs/req (%s µs/call)\n", $1, $2, $3, $4 }'
+          sort -k3 -rn |
+          awk 'NR <= 5 { printf "    redis %-8s calls=%-6s %s µs/req (%s µs/call)\n", $1, $2, $3, $4 }'
       fi
     done
     echo "r$r $name rss_mb=$(rss_mb $gw)"

@@ -272,16 +272,33 @@ async fn a_batch_settles_after_redis_lost_its_scripts() {
         limits: lim,
         fresh: true,
     };
-    let g = q
-        .lease_acquire(
-            &acq,
-            &Ledger {
-                tokens: AtomicI64::new(0),
-            },
-        )
-        .await
-        .unwrap();
+    let ledger = Ledger {
+        tokens: AtomicI64::new(0),
+    };
+    let g = q.lease_acquire(&acq, &ledger).await.unwrap();
     assert!(matches!(g, LeaseGrant::Granted { .. }), "{g:?}");
+    let item = |rid: &str| LeaseItem {
+        request_id: rid.into(),
+        tokens: 40,
+        cost: 40,
+        event_json: format!("{{\"request_id\":\"{rid}\"}}"),
+    };
+    let batch = |seq, items| LeaseBatch {
+        lease_id: "L1",
+        tenant: "acme",
+        app: "web",
+        key: "k1",
+        month: "2026-11",
+        seq,
+        items,
+        close: false,
+        give: Chunk::default(),
+        limits: lim,
+    };
+    // The first batch loads the script; then Redis forgets it.
+    let first = [item("a")];
+    let r = q.lease_settle(&batch(1, &first)).await.unwrap();
+    assert!(matches!(r, LeaseBatchOutcome::Applied { .. }), "{r:?}");
     let mut c = redis::Client::open(redis.url())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -292,43 +309,36 @@ async fn a_batch_settles_after_redis_lost_its_scripts() {
         .query_async(&mut c)
         .await
         .unwrap();
-    let items = vec![LeaseItem {
-        request_id: "a".into(),
-        tokens: 40,
-        cost: 40,
-        event_json: "{\"request_id\":\"a\"}".into(),
-    }];
-    let batch = LeaseBatch {
-        lease_id: "L1",
-        tenant: "acme",
-        app: "web",
-        key: "k1",
-        month: "2026-11",
-        seq: 1,
-        items: &items,
-        close: false,
-        give: Chunk::default(),
-        limits: lim,
-    };
-    let r = q.lease_settle(&batch).await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(
+        info.contains("number_of_cached_scripts:0\r\n"),
+        "the scripts are gone: {info}"
+    );
+    let second = [item("b")];
+    let r = q.lease_settle(&batch(2, &second)).await.unwrap();
     assert!(
         matches!(
             r,
             LeaseBatchOutcome::Applied {
-                held: (60, 60, 2),
+                held: (20, 20, 2),
                 overrun: (0, 0),
                 ..
             }
         ),
         "{r:?}"
     );
-    let outbox: Vec<String> = redis::cmd("HKEYS")
+    let mut outbox: Vec<String> = redis::cmd("HKEYS")
         .arg(q.keys().outbox("acme"))
         .query_async(&mut c)
         .await
         .unwrap();
-    assert_eq!(outbox, ["a"]);
-    let again = q.lease_settle(&batch).await.unwrap();
+    outbox.sort();
+    assert_eq!(outbox, ["a", "b"]);
+    let again = q.lease_settle(&batch(2, &second)).await.unwrap();
     assert!(
         matches!(again, LeaseBatchOutcome::Duplicate { .. }),
         "{again:?}"
