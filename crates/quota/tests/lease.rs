@@ -11,6 +11,9 @@ use quota::{
 use std::sync::Arc;
 use std::time::Duration;
 
+mod common;
+use common::PrivateRedis;
+
 fn redis_url() -> String {
     std::env::var("TOLLGATE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
@@ -115,13 +118,10 @@ async fn a_lease_is_one_hold_and_its_batch_books_every_request_once() {
     assert_eq!(q.inflight("acme", "k:k1").await.unwrap(), 0);
 }
 
-#[tokio::test]
-async fn a_replayed_batch_changes_nothing_and_an_expired_lease_books_as_overrun() {
-    let p = prefix();
-    let q = engine(&p, "r1");
-    let l = budget(10_000);
-    let lim = [&l[0], &l[1], &l[2]];
-    let acq = LeaseAcquire {
+/// Lease L1 of acme/web/k1 in 2026-11, as a new lease: 100 tokens and
+/// cost, 2 slots.
+fn lease_l1<'a>(limits: [&'a Limits; 3]) -> LeaseAcquire<'a> {
+    LeaseAcquire {
         lease_id: "L1",
         tenant: "acme",
         app: "web",
@@ -136,29 +136,48 @@ async fn a_replayed_batch_changes_nothing_and_an_expired_lease_books_as_overrun(
             output: 50,
         },
         min: Chunk::default(),
-        limits: lim,
+        limits,
         fresh: true,
-    };
-    let g = q.lease_acquire(&acq, &EmptyLedger).await.unwrap();
-    assert!(matches!(g, LeaseGrant::Granted { .. }), "{g:?}");
-    let items = vec![LeaseItem {
-        request_id: "a".into(),
-        tokens: 40,
-        cost: 40,
-        event_json: "{}".into(),
-    }];
-    let batch = LeaseBatch {
+    }
+}
+
+/// L1's batch `seq`: `items` settled, nothing given back.
+fn batch_l1<'a>(seq: u64, items: &'a [LeaseItem], limits: [&'a Limits; 3]) -> LeaseBatch<'a> {
+    LeaseBatch {
         lease_id: "L1",
         tenant: "acme",
         app: "web",
         key: "k1",
         month: "2026-11",
-        seq: 1,
-        items: &items,
+        seq,
+        items,
         close: false,
         give: Chunk::default(),
-        limits: lim,
-    };
+        limits,
+    }
+}
+
+/// A request of 40 tokens and 40 micro-USD, its event naming it.
+fn item(rid: &str) -> LeaseItem {
+    LeaseItem {
+        request_id: rid.into(),
+        tokens: 40,
+        cost: 40,
+        event_json: format!("{{\"request_id\":\"{rid}\"}}"),
+    }
+}
+
+#[tokio::test]
+async fn a_replayed_batch_changes_nothing_and_an_expired_lease_books_as_overrun() {
+    let p = prefix();
+    let q = engine(&p, "r1");
+    let l = budget(10_000);
+    let lim = [&l[0], &l[1], &l[2]];
+    let acq = lease_l1(lim);
+    let g = q.lease_acquire(&acq, &EmptyLedger).await.unwrap();
+    assert!(matches!(g, LeaseGrant::Granted { .. }), "{g:?}");
+    let items = [item("a")];
+    let batch = batch_l1(1, &items, lim);
     let first = q.lease_settle(&batch).await.unwrap();
     assert!(
         matches!(
@@ -371,4 +390,66 @@ async fn in_flight_slots_are_leased_and_never_exceed_the_limit() {
     assert!(per_request >= 1, "the last slots go per request");
     assert_eq!(admitted, 8, "every slot used, none more");
     assert_eq!(q.inflight("acme", "t").await.unwrap(), 8);
+}
+
+/// A Redis that lost its scripts (a restart, `SCRIPT FLUSH`) is given the
+/// lease's settle script again by the call that found it missing: the
+/// batch is applied, once. On a private redis-server: this test flushes
+/// its scripts.
+#[tokio::test]
+async fn a_batch_settles_after_redis_lost_its_scripts() {
+    let redis = PrivateRedis::start();
+    let q = QuotaEngine::new(&redis.url(), &prefix(), Duration::from_secs(1), "r1").unwrap();
+    let l = budget(10_000);
+    let lim = [&l[0], &l[1], &l[2]];
+    let g = q.lease_acquire(&lease_l1(lim), &EmptyLedger).await.unwrap();
+    assert!(matches!(g, LeaseGrant::Granted { .. }), "{g:?}");
+    // The first batch loads the script; then Redis forgets it.
+    let first = [item("a")];
+    let r = q.lease_settle(&batch_l1(1, &first, lim)).await.unwrap();
+    assert!(matches!(r, LeaseBatchOutcome::Applied { .. }), "{r:?}");
+    let mut c = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(
+        info.contains("number_of_cached_scripts:0\r\n"),
+        "the scripts are gone: {info}"
+    );
+    let second = [item("b")];
+    let r = q.lease_settle(&batch_l1(2, &second, lim)).await.unwrap();
+    assert!(
+        matches!(
+            r,
+            LeaseBatchOutcome::Applied {
+                held: (20, 20, 2),
+                overrun: (0, 0),
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    let mut outbox: Vec<String> = redis::cmd("HKEYS")
+        .arg(q.keys().outbox("acme"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    outbox.sort();
+    assert_eq!(outbox, ["a", "b"]);
+    let again = q.lease_settle(&batch_l1(2, &second, lim)).await.unwrap();
+    assert!(
+        matches!(again, LeaseBatchOutcome::Duplicate { .. }),
+        "{again:?}"
+    );
 }

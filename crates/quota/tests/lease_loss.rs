@@ -9,58 +9,12 @@ use quota::{
     HoldOutcome, HoldRequest, LeaseAdmit, LeaseBook, LeaseTuning, LedgerSource, QuotaEngine,
     ScopeUsage, SettleOutcome, SettleRequest,
 };
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A redis-server of this test's own, killed when dropped.
-struct PrivateRedis {
-    port: u16,
-    child: Child,
-}
-
-impl PrivateRedis {
-    fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("redis-server")
-            // scripts/test.sh stops what a test left by this title.
-            .args([
-                "--proc-title-template",
-                "{title} {listen-addr} tollgate-test-redis",
-            ])
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH");
-        let t0 = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "redis-server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self { port, child }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+mod common;
+use common::PrivateRedis;
 
 /// The ledger as the ledger writer keeps it: every settled request's
 /// tokens, stored the moment it settled (the best case for a rebuild, so
@@ -236,111 +190,4 @@ async fn after_a_flushall_a_top_up_never_resurrects_the_lease() {
         "used {used} tokens of a {LIMIT} budget (one chunk: {chunk})"
     );
     w.book.shutdown(Duration::from_secs(2)).await;
-}
-
-/// A Redis that lost its scripts (a restart, `SCRIPT FLUSH`) is given the
-/// lease's settle script again by the call that found it missing: the
-/// batch is applied, once.
-#[tokio::test]
-async fn a_batch_settles_after_redis_lost_its_scripts() {
-    use domain::lease::Chunk;
-    use quota::{LeaseAcquire, LeaseBatch, LeaseBatchOutcome, LeaseGrant, LeaseItem};
-    let redis = PrivateRedis::start();
-    let q = QuotaEngine::new(&redis.url(), "tgnoscript", Duration::from_secs(1), "r1").unwrap();
-    let l = Limits {
-        monthly_tokens: Some(10_000),
-        ..Default::default()
-    };
-    let none = Limits::default();
-    let lim = [&l, &none, &none];
-    let want = Chunk {
-        tokens: 100,
-        cost: 100,
-        slots: 2,
-        requests: 2,
-        input: 50,
-        output: 50,
-    };
-    let acq = LeaseAcquire {
-        lease_id: "L1",
-        tenant: "acme",
-        app: "web",
-        key: "k1",
-        month: "2026-11",
-        want,
-        min: Chunk::default(),
-        limits: lim,
-        fresh: true,
-    };
-    let ledger = Ledger {
-        tokens: AtomicI64::new(0),
-    };
-    let g = q.lease_acquire(&acq, &ledger).await.unwrap();
-    assert!(matches!(g, LeaseGrant::Granted { .. }), "{g:?}");
-    let item = |rid: &str| LeaseItem {
-        request_id: rid.into(),
-        tokens: 40,
-        cost: 40,
-        event_json: format!("{{\"request_id\":\"{rid}\"}}"),
-    };
-    let batch = |seq, items| LeaseBatch {
-        lease_id: "L1",
-        tenant: "acme",
-        app: "web",
-        key: "k1",
-        month: "2026-11",
-        seq,
-        items,
-        close: false,
-        give: Chunk::default(),
-        limits: lim,
-    };
-    // The first batch loads the script; then Redis forgets it.
-    let first = [item("a")];
-    let r = q.lease_settle(&batch(1, &first)).await.unwrap();
-    assert!(matches!(r, LeaseBatchOutcome::Applied { .. }), "{r:?}");
-    let mut c = redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("memory")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert!(
-        info.contains("number_of_cached_scripts:0\r\n"),
-        "the scripts are gone: {info}"
-    );
-    let second = [item("b")];
-    let r = q.lease_settle(&batch(2, &second)).await.unwrap();
-    assert!(
-        matches!(
-            r,
-            LeaseBatchOutcome::Applied {
-                held: (20, 20, 2),
-                overrun: (0, 0),
-                ..
-            }
-        ),
-        "{r:?}"
-    );
-    let mut outbox: Vec<String> = redis::cmd("HKEYS")
-        .arg(q.keys().outbox("acme"))
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    outbox.sort();
-    assert_eq!(outbox, ["a", "b"]);
-    let again = q.lease_settle(&batch(2, &second)).await.unwrap();
-    assert!(
-        matches!(again, LeaseBatchOutcome::Duplicate { .. }),
-        "{again:?}"
-    );
 }
