@@ -16,6 +16,12 @@
 # `bare-proxy` bench binary, built and started here when asked for): what
 # axum, hyper and tokio cost before any metering.
 #
+# When the run had direct and nginx-proxy, the last lines give each other
+# path beside nginx-proxy, from this run's figures: its requests/s at 32
+# connections as a share of nginx-proxy's, and its added p50 at one
+# connection (its p50 less direct's) as a multiple of nginx-proxy's (the
+# goals: >= 50 % and <= 2x; docs/benchmarks.md).
+#
 # Only processes this script (or peers.sh) starts are stopped.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -70,4 +76,29 @@ pids+=($!)
 wait_until "tollgate on :$GW_PORT" 30 curl -fs -o /dev/null "http://127.0.0.1:$GW_PORT/healthz"
 
 log "peers.sh (${DUR:-8}s per run); tollgate log: $work/gw.log"
-TOLLGATE_URL=http://127.0.0.1:$GW_PORT TOLLGATE_KEY=$key bash "$shared/peers.sh" "$@"
+TOLLGATE_URL=http://127.0.0.1:$GW_PORT TOLLGATE_KEY=$key bash "$shared/peers.sh" "$@" |
+    tee "$work/peers.out"
+
+# The lines above look like `tollgate  c=32  rps=23197.62   p50=1.29ms ...`;
+# wrk writes p50 in us, ms or s.
+awk '
+  function us(v) { if (v ~ /us$/) return v + 0; if (v ~ /ms$/) return v * 1000; return v * 1e6 }
+  $2 ~ /^c=/ && $3 ~ /^rps=/ {
+    name = $1; c = substr($2, 3); sub(/^rps=/, "", $3); sub(/^p50=/, "", $4)
+    if (!(name in seen)) { seen[name] = 1; order[++n] = name }
+    rps[name, c] = $3; p50[name, c] = us($4)
+  }
+  END {
+    if (!(("direct", 1) in p50) || !(("nginx-proxy", 32) in rps)) {
+      print "ratios: run direct and nginx-proxy too for the shares and multiples"; exit
+    }
+    ng = p50["nginx-proxy", 1] - p50["direct", 1]
+    for (i = 1; i <= n; i++) {
+      t = order[i]; if (t == "direct" || t == "nginx-proxy") continue
+      share = (t, 32) in rps ? sprintf("%.1f %%", 100 * rps[t, 32] / rps["nginx-proxy", 32]) : "-"
+      added = (t, 1) in p50 ? p50[t, 1] - p50["direct", 1] : ""
+      mult = added == "" ? "-" : ng > 0 ? sprintf("%.1fx", added / ng) : "- (nginx-proxy added nothing)"
+      printf "ratio %-11s c=32 req/s %s of nginx-proxy'"'"'s; c=1 added p50 %s us against nginx-proxy'"'"'s %d us: %s\n", \
+        t, share, added == "" ? "-" : sprintf("%d", added), ng, mult
+    }
+  }' "$work/peers.out"

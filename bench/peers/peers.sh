@@ -40,7 +40,10 @@ script() { # $1 file, rest: headers
     for h in "$@"; do echo "wrk.headers[\"${h%%:*}\"] = \"${h#*: }\""; done; } > "$f"
 }
 # CPU=1: also each process's CPU per request during each run (user and
-# system, summed by command name from /proc; wrk itself is not counted).
+# system, summed by command name from /proc), wrk's own, and the whole
+# box's (from /proc/stat: user, system, softirq — the loopback network
+# stack, charged to no process — and idle), so a run shows what the box
+# spends a request and where.
 cpu_snapshot() {
   for p in /proc/[0-9]*/stat; do cat "$p" 2>/dev/null; echo; done |
     awk 'NF { c=$0; sub(/^[0-9]+ \(/, "", c); sub(/\) .*/, "", c); gsub(/ /, "_", c); r=$0; sub(/.*\) /, "", r)
@@ -50,9 +53,11 @@ cpu_snapshot() {
 run() { # name url luafile
   for c in 1 32; do
     local t=1; [ $c -gt 1 ] && t=2
-    [ "${CPU:-0}" = 1 ] && cpu_snapshot > "$PEERS_DIR/cpu.before"
-    out=$(wrk -t$t -c$c -d${DUR}s --latency -s "$3" "$2" 2>&1)
-    [ "${CPU:-0}" = 1 ] && cpu_snapshot > "$PEERS_DIR/cpu.after"
+    [ "${CPU:-0}" = 1 ] && { cpu_snapshot > "$PEERS_DIR/cpu.before"; head -1 /proc/stat > "$PEERS_DIR/box.before"; }
+    local TIMEFORMAT='%U %S'
+    { time wrk -t$t -c$c -d${DUR}s --latency -s "$3" "$2" > "$PEERS_DIR/wrk.out" 2>&1; } 2> "$PEERS_DIR/wrk.time"
+    out=$(cat "$PEERS_DIR/wrk.out")
+    [ "${CPU:-0}" = 1 ] && { cpu_snapshot > "$PEERS_DIR/cpu.after"; head -1 /proc/stat > "$PEERS_DIR/box.after"; }
     rps=$(echo "$out" | awk '/Requests\/sec/{print $2}')
     p50=$(echo "$out" | awk '$1=="50%"{print $2}'); p99=$(echo "$out" | awk '$1=="99%"{print $2}')
     non=$(echo "$out" | awk '/Non-2xx/{print $NF}'); non=${non:-0}
@@ -61,6 +66,13 @@ run() { # name url luafile
       local n; n=$(echo "$out" | awk '/requests in/{print $1}')
       join "$PEERS_DIR/cpu.before" "$PEERS_DIR/cpu.after" | awk -v n="$n" -v hz="$(getconf CLK_TCK)" '
         { du=$4-$2; ds=$5-$3; if (du+ds > 1) printf "    cpu %-16s user %6.1f  sys %6.1f us/request\n", $1, du*1e6/hz/n, ds*1e6/hz/n }'
+      awk -v n="$n" '{ printf "    cpu %-16s user %6.1f  sys %6.1f us/request\n", "wrk", $1*1e6/n, $2*1e6/n }' "$PEERS_DIR/wrk.time"
+      # cpu  user nice system idle iowait irq softirq steal ...
+      cat "$PEERS_DIR/box.before" "$PEERS_DIR/box.after" | awk -v n="$n" -v hz="$(getconf CLK_TCK)" '
+        { for (i = 2; i <= 9; i++) v[NR, i] = $i }
+        END { for (i = 2; i <= 9; i++) x[i] = (v[2, i] - v[1, i]) * 1e6 / hz / n
+              printf "    box  user %.1f  sys %.1f  softirq %.1f  idle %.1f  other %.1f us/request (all cores)\n",
+                x[2] + x[3], x[4], x[8], x[5] + x[6], x[7] + x[9] }'
     fi
   done
 }
