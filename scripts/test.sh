@@ -24,6 +24,9 @@ have cargo || die "cargo not found: install Rust (rustup) and make sure cargo is
 ensure_services
 ensure_test_python
 ensure_browser
+# libfaketime: replicas and a Redis whose clocks read another time
+# (tests/tests/hardening.rs, the month's last seconds).
+need_cmd faketime faketime
 
 export TOLLGATE_TEST_DATABASE_URL=${TOLLGATE_TEST_DATABASE_URL:-postgres://postgres@$PG_HOST:$PG_PORT/postgres}
 export TOLLGATE_TEST_REDIS_URL=${TOLLGATE_TEST_REDIS_URL:-redis://$REDIS_HOST:$REDIS_PORT}

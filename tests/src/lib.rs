@@ -7,8 +7,9 @@ pub mod console_web;
 pub mod hostile;
 pub mod oidc;
 mod procs;
+pub mod redis_clock;
 
-pub use procs::{PgProc, RedisCluster, RedisProc, TEST_REDIS_TITLE};
+pub use procs::{faketime_env, PgProc, RedisCluster, RedisProc, TEST_REDIS_TITLE};
 
 use domain::{keys, Limits};
 use mock_upstream::{MockConfig, MockStats};
@@ -335,6 +336,64 @@ impl TestEnv {
     }
 }
 
+/// The `tollgate` binary `cargo build -p tollgate-server --bin tollgate`
+/// puts beside this test (scripts/test.sh builds it first).
+pub fn tollgate_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .join("tollgate");
+    assert!(
+        bin.exists(),
+        "{} missing: cargo build -p tollgate-server --bin tollgate",
+        bin.display()
+    );
+    bin
+}
+
+/// A port free on 127.0.0.1 now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `tollgate serve` as its own process on `port`, on this test's database
+/// and Redis prefix, with the suite's secrets and metrics token; its stderr
+/// kept for the secrets scan. Add settings with `.env(..)`, then spawn.
+pub fn replica_command(env: &TestEnv, port: u16) -> std::process::Command {
+    let mut c = std::process::Command::new(tollgate_bin());
+    c.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env("TOLLGATE__DATABASE__URL", &env.db_url)
+        .env("TOLLGATE__REDIS__URL", &env.redis_url)
+        .env("TOLLGATE__REDIS__KEY_PREFIX", &env.prefix)
+        .env("TOLLGATE__KEYS__PEPPER", PEPPER)
+        .env("TOLLGATE__KEYS__ENCRYPTION_KEY", ENC_KEY)
+        .env("TOLLGATE__METRICS__TOKEN", METRICS_TOKEN)
+        .env("TOLLGATE__PLATFORM__TIMEZONE", "UTC")
+        .env("TOLLGATE_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(
+            log_file("replica").map_or_else(std::process::Stdio::null, std::process::Stdio::from),
+        );
+    c
+}
+
+/// Waits until the server on `port` answers `/healthz` (panics after 30 s).
+pub async fn wait_healthy(port: u16) {
+    let up = eventually(Duration::from_secs(30), || async {
+        reqwest::get(format!("http://127.0.0.1:{port}/healthz"))
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    assert!(up, "replica on {port} did not start");
+}
+
 /// A test server's `/metrics` text (`/metrics` is not public: this sends
 /// the suite's metrics token).
 pub async fn metrics(addr: std::net::SocketAddr) -> String {
@@ -473,16 +532,22 @@ pub fn keep_error_body(method: &str, url: &str, status: u16, body: &str) {
     }
 }
 
-/// The one usage event of a test's ledger, once the ledger writer stored it.
-pub async fn only_usage_event(env: &TestEnv) -> domain::usage::UsageEvent {
-    let one = eventually(Duration::from_secs(5), || async {
+/// Whether the ledger holds `n` usage events within `timeout` (the ledger
+/// writer stores them a little after the answers).
+pub async fn ledger_reaches(env: &TestEnv, n: i64, timeout: Duration) -> bool {
+    eventually(timeout, || async {
         sqlx::query_scalar::<_, i64>("SELECT count(*) FROM usage_events")
             .fetch_one(env.store.pool())
             .await
             .unwrap()
-            == 1
+            == n
     })
-    .await;
+    .await
+}
+
+/// The one usage event of a test's ledger, once the ledger writer stored it.
+pub async fn only_usage_event(env: &TestEnv) -> domain::usage::UsageEvent {
+    let one = ledger_reaches(env, 1, Duration::from_secs(5)).await;
     assert!(one, "expected exactly one usage event in the ledger");
     let rid: String = sqlx::query_scalar("SELECT request_id FROM usage_events")
         .fetch_one(env.store.pool())

@@ -12,6 +12,27 @@ use std::time::{Duration, Instant};
 /// not survive: redis-server writes its title over its environment.)
 pub const TEST_REDIS_TITLE: &str = "{title} {listen-addr} tollgate-test-redis";
 
+/// The environment that makes a process's clock start at `at` (`YYYY-MM-DD
+/// hh:mm:ss`, UTC) and run on from there: Debian's libfaketime (package
+/// `faketime`, which scripts/test.sh installs), the monotonic clock left
+/// alone so timers and timeouts work as usual. (Not for redis-server: see
+/// `redis_clock`.)
+pub fn faketime_env(at: &str) -> Vec<(String, String)> {
+    let lib = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+    .expect("libfaketime (Debian package faketime; scripts/test.sh installs it)");
+    vec![
+        ("LD_PRELOAD".into(), lib.into()),
+        ("FAKETIME".into(), format!("@{at}")),
+        ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+        ("TZ".into(), "UTC".into()),
+    ]
+}
+
 /// A private redis-server for tests that flush or stop Redis.
 pub struct RedisProc {
     pub port: u16,

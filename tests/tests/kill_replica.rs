@@ -6,53 +6,18 @@
 use domain::Limits;
 use e2e::*;
 use futures::StreamExt;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
-/// The `tollgate` binary cargo built beside this test.
-fn tollgate_bin() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .unwrap()
-        .join("tollgate");
-    assert!(
-        bin.exists(),
-        "{} missing: run the workspace's tests (cargo test --workspace)",
-        bin.display()
-    );
-    bin
-}
-
 fn spawn_replica(env: &TestEnv, port: u16, admission: &str) -> Child {
-    Command::new(tollgate_bin())
+    replica_command(env, port)
         .env("TOLLGATE__GATEWAY__ADMISSION", admission)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .env("TOLLGATE__DATABASE__URL", &env.db_url)
-        .env("TOLLGATE__REDIS__URL", &env.redis_url)
-        .env("TOLLGATE__REDIS__KEY_PREFIX", &env.prefix)
-        .env("TOLLGATE__KEYS__PEPPER", PEPPER)
-        .env("TOLLGATE__KEYS__ENCRYPTION_KEY", ENC_KEY)
-        .env("TOLLGATE__PLATFORM__TIMEZONE", "UTC")
         .env("TOLLGATE__GATEWAY__OUTBOX_SWEEP_SECS", "1")
         .env("TOLLGATE__GATEWAY__HEARTBEAT_TTL_SECS", "2")
         // Survival, not latency: three servers and 200 streams share two cores.
         .env("TOLLGATE__REDIS__TIMEOUT_MS", "1000")
-        .env("TOLLGATE_LOG", "warn")
-        .stdout(Stdio::null())
-        // Kept for the secrets scan when the suite runs under scripts/test.sh.
-        .stderr(log_file("replica").map_or_else(Stdio::null, Stdio::from))
         .spawn()
         .expect("tollgate runs")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The two variants start three processes and 200 streams each: one at a
@@ -87,13 +52,7 @@ async fn killed_mid_stream(admission: &str) {
         .map(|p| spawn_replica(&env, *p, admission))
         .collect();
     for p in ports {
-        let up = eventually(Duration::from_secs(30), || async {
-            reqwest::get(format!("http://127.0.0.1:{p}/healthz"))
-                .await
-                .is_ok_and(|r| r.status() == 200)
-        })
-        .await;
-        assert!(up, "replica on {p} did not start");
+        wait_healthy(p).await;
     }
 
     // Plain requests first: on the lease path each replica now holds a

@@ -275,23 +275,6 @@ async fn two_hundred_clients_beside_a_cpu_hog_get_no_503_from_a_healthy_redis() 
     srv.shutdown().await;
 }
 
-/// The binary `cargo build -p tollgate-server --bin tollgate` puts beside
-/// this test.
-fn tollgate_bin() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .unwrap()
-        .join("tollgate");
-    assert!(
-        bin.exists(),
-        "{} missing: cargo build -p tollgate-server --bin tollgate",
-        bin.display()
-    );
-    bin
-}
-
 /// Under any eviction policy Redis may drop a month's counters while its
 /// holds are open: `tollgate serve` refuses to start, naming the setting.
 #[tokio::test]

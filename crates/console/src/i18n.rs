@@ -605,6 +605,8 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("counter.clamped_output_tokens", "Output tokens allowed", "允许的输出 token"),
     ("counter.delivered_output_tokens", "Output tokens delivered", "已交付输出 token"),
     ("counter.cut_off", "Stream cut off", "流被截断"),
+    ("counter.upstream_status", "Provider's status", "供应商状态码"),
+    ("counter.upstream_error", "Provider's message", "供应商的消息"),
     ("status.ok", "answered", "已应答"),
     ("status.refused", "refused", "已拒绝"),
     ("status.upstream_error", "provider error", "供应商错误"),
@@ -656,6 +658,8 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("reason.invalid_tag", "a request tag was not valid", "请求标签无效"),
     ("reason.missing_required_tag", "a required request tag was missing", "缺少必需的请求标签"),
     ("reason.invalid_end_user", "the end user id was not valid", "终端用户 ID 无效"),
+    ("reason.upstream_rejected_request", "the provider refused the request as it was", "供应商拒绝了该请求"),
+    ("reason.key_count_tokens_exceeded", "the key counted too many tokens this minute", "该密钥本分钟计数的令牌过多"),
     ("reason.other", "another reason", "其他原因"),
 ];
 

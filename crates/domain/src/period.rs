@@ -9,6 +9,38 @@ pub struct PlatformClock {
     pub tz: Tz,
 }
 
+/// A skew smaller than this is within what one `TIME` call over a loaded
+/// network can tell apart, and is taken as none.
+pub const SKEW_NOISE_MS: i64 = 50;
+
+/// How far the platform's clock (Redis `TIME`, read at `server_ms`) is
+/// ahead of this replica's, from the replica's clock read just before
+/// (`before_ms`) and just after (`after_ms`) the call: the server's answer
+/// is taken as read half-way. A result within [`SKEW_NOISE_MS`] is 0.
+///
+/// Periods (the month and day a request is booked in, whether a grant or a
+/// key has expired) are read from the platform's clock, never a replica's:
+/// two replicas whose clocks disagree by seconds would otherwise book the
+/// requests of a month's last seconds into different months.
+pub fn clock_skew_ms(before_ms: i64, server_ms: i64, after_ms: i64) -> i64 {
+    let mid = before_ms + (after_ms - before_ms) / 2;
+    let skew = server_ms - mid;
+    if skew.abs() < SKEW_NOISE_MS {
+        0
+    } else {
+        skew
+    }
+}
+
+/// The platform's time: this replica's clock corrected by a measured skew.
+pub fn skewed(now: DateTime<Utc>, skew_ms: i64) -> DateTime<Utc> {
+    if skew_ms == 0 {
+        now
+    } else {
+        now + chrono::Duration::milliseconds(skew_ms)
+    }
+}
+
 impl PlatformClock {
     pub fn new(tz: Tz) -> Self {
         Self { tz }
@@ -271,6 +303,28 @@ pub fn parse_month(s: &str) -> Option<(i32, u32)> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn skew_is_the_server_time_less_the_calls_midpoint() {
+        // The replica is 30 s behind: Redis says 30 s later than the midpoint.
+        assert_eq!(clock_skew_ms(1_000, 31_010, 1_020), 30_000);
+        // Ahead by 30 s.
+        assert_eq!(clock_skew_ms(31_000, 1_005, 31_010), -30_000);
+        // Within the noise: none.
+        assert_eq!(clock_skew_ms(1_000, 1_030, 1_020), 0);
+        assert_eq!(clock_skew_ms(1_000, 961, 1_020), 0);
+    }
+
+    #[test]
+    fn a_replica_behind_books_the_platforms_month() {
+        let c = PlatformClock::parse("UTC").unwrap();
+        // The replica reads 23:59:35 on the 31st, the platform 00:00:05.
+        let local = "2026-12-31T23:59:35Z".parse::<DateTime<Utc>>().unwrap();
+        assert_eq!(c.month(local), "2026-12");
+        assert_eq!(c.month(skewed(local, 30_000)), "2027-01");
+        assert_eq!(skewed(local, 0), local);
+    }
+
     use super::*;
 
     /// The memoised day and month against chrono-tz's own conversion and

@@ -55,6 +55,12 @@ pub enum ReasonCode {
     MissingRequiredTag,
     /// The end user identifier is too long or has control characters.
     InvalidEndUser,
+    /// The key has had its minute's allowance of tokens counted by
+    /// `count_tokens` on this replica (`gateway.count_tokens_per_minute`).
+    CountTokensExceeded,
+    /// The provider refused the request as it was (its 400, 404, 413 or
+    /// 422); its words are kept in the request log, not sent on.
+    UpstreamRejectedRequest,
 }
 
 impl ReasonCode {
@@ -107,6 +113,8 @@ impl ReasonCode {
             ReasonCode::InvalidTag => "invalid_tag",
             ReasonCode::MissingRequiredTag => "missing_required_tag",
             ReasonCode::InvalidEndUser => "invalid_end_user",
+            ReasonCode::CountTokensExceeded => "key_count_tokens_exceeded",
+            ReasonCode::UpstreamRejectedRequest => "upstream_rejected_request",
         }
     }
 
@@ -120,7 +128,8 @@ impl ReasonCode {
             | ReasonCode::ContextTooLong
             | ReasonCode::InvalidTag
             | ReasonCode::MissingRequiredTag
-            | ReasonCode::InvalidEndUser => 400,
+            | ReasonCode::InvalidEndUser
+            | ReasonCode::UpstreamRejectedRequest => 400,
             ReasonCode::ModelNotFound => 404,
             ReasonCode::ModelNotAllowed => 403,
             ReasonCode::QuotaStoreUnavailable | ReasonCode::UpstreamUnavailable => 503,
@@ -128,7 +137,7 @@ impl ReasonCode {
             ReasonCode::UpstreamError | ReasonCode::UpstreamResponseTooLarge => 502,
             ReasonCode::MaxTokensClampedToBudget | ReasonCode::DailyCostSoftLimit => 200,
             ReasonCode::QueueTimeout => 503,
-            ReasonCode::TenantQueueFull => 429,
+            ReasonCode::TenantQueueFull | ReasonCode::CountTokensExceeded => 429,
         }
     }
 

@@ -179,27 +179,34 @@ fn reject_upstream_keys(obj: &Map<String, Value>) -> Result<(), InvalidField> {
     }
 }
 
-/// The path (`a.b[2].c`) of the first forbidden key in `obj`, at any depth:
-/// built on the way back up, so a clean body (every request) allocates
-/// nothing.
+/// The path (`a.b[2].c`, `x[0][1].y`) of the first forbidden key in `obj`,
+/// at any depth and through any nesting of arrays and objects: built on the
+/// way back up, so a clean body (every request) allocates nothing.
+/// (serde_json refuses documents nested deeper than 128, so this recursion
+/// is bounded.)
 fn forbidden_key_path(obj: &Map<String, Value>) -> Option<String> {
     for (k, v) in obj {
         if FORBIDDEN_KEYS.iter().any(|f| f.eq_ignore_ascii_case(k)) {
             return Some(k.clone());
         }
-        let below = match v {
-            Value::Object(o) => forbidden_key_path(o).map(|p| format!("{k}.{p}")),
-            Value::Array(a) => a.iter().enumerate().find_map(|(i, x)| match x {
-                Value::Object(o) => forbidden_key_path(o).map(|p| format!("{k}[{i}].{p}")),
-                _ => None,
-            }),
-            _ => None,
-        };
-        if below.is_some() {
-            return below;
+        if let Some(below) = forbidden_below(v) {
+            return Some(format!("{k}{below}"));
         }
     }
     None
+}
+
+/// The rest of the path (`.c`, `[2].c`, `[0][1].c`) of the first forbidden
+/// key inside `v`.
+fn forbidden_below(v: &Value) -> Option<String> {
+    match v {
+        Value::Object(o) => forbidden_key_path(o).map(|p| format!(".{p}")),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .find_map(|(i, x)| forbidden_below(x).map(|p| format!("[{i}]{p}"))),
+        _ => None,
+    }
 }
 
 fn validate_messages(obj: &Map<String, Value>) -> Result<(), InvalidField> {
@@ -332,6 +339,16 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.param, "extra_body.nested[0].Base_URL");
+        // Arrays of arrays are walked too.
+        let e = validate(
+            Endpoint::ChatCompletions,
+            &chat(json!({"x": [[{"api_base": "http://evil", "api_key": "sk-x"}]]})),
+        )
+        .unwrap_err();
+        assert_eq!(e.param, "x[0][0].api_base");
+        let e = refuse_upstream_keys(&json!({"input": [1, [2, [{"a": {"API_KEY": "k"}}]]]}))
+            .unwrap_err();
+        assert_eq!(e.param, "input[1][1][0].a.API_KEY");
     }
 
     #[test]
@@ -438,10 +455,19 @@ mod props {
 
         /// A forbidden key anywhere makes the request invalid, naming its path.
         #[test]
-        fn upstream_keys_are_refused_at_any_depth(depth in 0usize..5, key in prop_oneof![Just("api_base"), Just("base_url"), Just("API_KEY")]) {
+        fn upstream_keys_are_refused_at_any_depth(
+            wraps in proptest::collection::vec(0u8..3, 0..6),
+            key in prop_oneof![Just("api_base"), Just("base_url"), Just("API_KEY")],
+        ) {
             let mut inner = serde_json::json!({key: "http://169.254.169.254"});
-            for _ in 0..depth {
-                inner = serde_json::json!({"extra": [inner]});
+            // Any nesting: an object in an array, an array in an array, an
+            // object in an object.
+            for w in wraps {
+                inner = match w {
+                    0 => serde_json::json!({"extra": [inner]}),
+                    1 => serde_json::json!([1, inner]),
+                    _ => serde_json::json!({"o": inner}),
+                };
             }
             let mut body = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
             body["wrapper"] = inner;

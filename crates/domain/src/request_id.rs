@@ -22,6 +22,25 @@ pub fn new() -> (String, DateTime<Utc>) {
     (format!("{PREFIX}{}", id.simple()), at)
 }
 
+/// A new id for a request received now by a replica whose clock is
+/// `skew_ms` behind the platform's (`period::clock_skew_ms`): the id
+/// carries the platform's time. With no skew, [`new`] (monotonic ids).
+pub fn new_skewed(skew_ms: i64) -> (String, DateTime<Utc>) {
+    if skew_ms == 0 {
+        return new();
+    }
+    let at = crate::period::skewed(Utc::now(), skew_ms);
+    let micros = at.timestamp_micros().max(0);
+    let ts = uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        (micros / 1_000_000) as u64,
+        ((micros % 1_000_000) * 1_000) as u32,
+    );
+    let id = Uuid::new_v7(ts);
+    let at = time_of_uuid(&id).unwrap_or(at);
+    (format!("{PREFIX}{}", id.simple()), at)
+}
+
 /// The id of a request received at `at_ms` whose last 62 bits are those of
 /// `seq` (for synthetic ledgers, which need ids that are stable from one
 /// run to the next).
@@ -64,6 +83,17 @@ pub fn floor_at(t: DateTime<Utc>) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_skewed_id_carries_the_platforms_time() {
+        let (id, at) = new_skewed(-3_600_000);
+        let ago = Utc::now() - at;
+        assert!(ago > chrono::Duration::minutes(59) && ago < chrono::Duration::minutes(61));
+        assert_eq!(time_of(&id), Some(at));
+        let (a, _) = new_skewed(-3_600_000);
+        assert_ne!(a, id);
+    }
+
     use super::*;
     use proptest::prelude::*;
 

@@ -287,8 +287,83 @@ fn collect_text(v: &Value, out: &mut String) {
     }
 }
 
+/// What each key may still have counted by `count_tokens`: a bucket of
+/// tokens per key, `per_minute` deep and refilled continuously, full for a
+/// key not seen yet. A count is allowed while its key's bucket is above
+/// zero and then takes what it counted (the bucket may go below zero: the
+/// next counts wait for the refill), so one key can keep at most one
+/// minute's allowance, plus one request, of the gateway's CPU counting.
+/// Time is passed in (ms), so this is tested without a clock.
+#[derive(Debug, Default)]
+pub struct CountAllowances {
+    left: std::collections::HashMap<String, (f64, i64)>,
+}
+
+/// Buckets kept before full ones (idle keys) are dropped.
+const COUNT_ALLOWANCES_KEPT: usize = 10_000;
+
+impl CountAllowances {
+    fn level(&self, key: &str, per_minute: i64, now_ms: i64) -> f64 {
+        let full = per_minute as f64;
+        match self.left.get(key) {
+            Some(&(left, at)) => {
+                let refill = (now_ms - at).max(0) as f64 * full / 60_000.0;
+                (left + refill).min(full)
+            }
+            None => full,
+        }
+    }
+
+    /// `Ok` when `key` may have a count now; else the seconds until it may.
+    pub fn may_count(&self, key: &str, per_minute: i64, now_ms: i64) -> Result<(), u64> {
+        if per_minute <= 0 {
+            return Err(60);
+        }
+        let level = self.level(key, per_minute, now_ms);
+        if level > 0.0 {
+            return Ok(());
+        }
+        let ms = (-level + 1.0) * 60_000.0 / per_minute as f64;
+        Err(((ms / 1000.0).ceil() as u64).max(1))
+    }
+
+    /// Takes `tokens` a count used from `key`'s bucket.
+    pub fn spend(&mut self, key: &str, tokens: i64, per_minute: i64, now_ms: i64) {
+        let level = self.level(key, per_minute, now_ms) - tokens.max(0) as f64;
+        if self.left.len() >= COUNT_ALLOWANCES_KEPT && !self.left.contains_key(key) {
+            // Drop the full buckets: a key not kept reads as full.
+            let full = per_minute as f64;
+            self.left.retain(|_, &mut (left, at)| {
+                left + (now_ms - at).max(0) as f64 * full / 60_000.0 < full
+            });
+        }
+        self.left.insert(key.to_string(), (level, now_ms));
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_keys_count_allowance_refills_by_the_minute() {
+        let mut a = CountAllowances::default();
+        assert_eq!(a.may_count("k", 1_000, 0), Ok(()));
+        // One large count may take it below zero ...
+        a.spend("k", 1_600, 1_000, 0);
+        assert!(a.may_count("k", 1_000, 0).is_err());
+        // ... and the next waits for the refill: 600 short at 1,000 a minute.
+        assert_eq!(a.may_count("k", 1_000, 30_000), Err(7));
+        assert_eq!(a.may_count("k", 1_000, 37_000), Ok(()));
+        // Another key is untouched.
+        assert_eq!(a.may_count("other", 1_000, 0), Ok(()));
+        // Never more than a minute's worth saved up.
+        a.spend("k", 0, 1_000, 10_000_000);
+        a.spend("k", 1_000, 1_000, 10_000_000);
+        assert!(a.may_count("k", 1_000, 10_000_000).is_err());
+        // No allowance at all.
+        assert_eq!(a.may_count("k", 0, 0), Err(60));
+    }
+
     use super::*;
     use serde_json::json;
 

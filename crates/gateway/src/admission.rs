@@ -357,6 +357,48 @@ pub(crate) async fn get_quota(
     }
 }
 
+/// A request that asks for no tokens (a `count_tokens` call) still takes
+/// its place in every rate that applies: one hold of nothing — RPM and
+/// in-flight of tenant, app and key checked and taken, all or nothing —
+/// released at once. Never queued, never borrows, never clamps; a refusal
+/// is the hold's own (429 `key_rpm_exceeded`, …), a quota store down 503.
+pub(crate) async fn take_request_rates(
+    gw: &Arc<Gateway>,
+    key: &Arc<KeyEntry>,
+    model: &ModelEntry,
+    month: &str,
+    request_id: &str,
+    summary: &RequestSummary,
+) -> Result<(), ApiError> {
+    let want = Want {
+        endpoint: Endpoint::ChatCompletions,
+        summary,
+        est_in: 0,
+        est_out: 0,
+        per_choice: 0,
+        end_user: None,
+    };
+    match hold(gw, key, model, month, request_id, &want, 0).await? {
+        HoldOutcome::Admitted { .. } => {
+            // Its own task: a client gone meanwhile leaves no hold open.
+            tokio::spawn(crate::settle::release_hold(
+                gw.clone(),
+                key.clone(),
+                month.to_string(),
+                request_id.to_string(),
+                None,
+            ));
+            Ok(())
+        }
+        HoldOutcome::Refused(r) => Err(refused(&r, &want)),
+        HoldOutcome::Duplicate { .. } => Err(ApiError::new(
+            ReasonCode::QuotaStoreUnavailable,
+            "duplicate request id",
+        )
+        .retry_after(Some(1))),
+    }
+}
+
 /// The hold, and when a budget refuses it and the plan allows, the hold
 /// again with the output clamped (the refused hold recorded nothing: the
 /// same id can hold again).
@@ -439,7 +481,7 @@ async fn hold(
     want: &Want<'_>,
     est_out: i64,
 ) -> Result<HoldOutcome, ApiError> {
-    let limits = key.effective_limits(chrono::Utc::now(), month);
+    let limits = key.effective_limits(gw.now(), month);
     let req = HoldRequest {
         request_id,
         tenant: &key.tenant.id,

@@ -142,7 +142,7 @@ pub async fn degrade_step(
     let Some(soft) = key.tenant.limits.daily_cost_soft_usd else {
         return Ok(None);
     };
-    let day = gw.cfg.clock.day(chrono::Utc::now());
+    let day = gw.cfg.clock.day(gw.now());
     let spent = gw
         .day_costs
         .current(&key.tenant.id, &day)

@@ -207,15 +207,22 @@ async fn oversized_answer(held: HeldRequest, limit: usize) -> ApiError {
     )
 }
 
-/// The provider refused before generating: tell the client why without
-/// passing on anything about our own credentials.
+/// The provider refused before generating: the client is told the status
+/// and a reason code, never the provider's own words — they can name the
+/// upstream model, the gateway's organisation or account. The provider's
+/// message (at most 500 characters) is kept in the request log's detail
+/// (`upstream_error`), shown to platform admins only.
 fn upstream_refusal(status: http::StatusCode, retry_after: Option<u64>, body: &str) -> ApiError {
     let upstream_msg = serde_json::from_str::<Value>(body)
         .ok()
-        .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
-        .unwrap_or_default();
+        .and_then(|v| match &v["error"] {
+            Value::String(s) => Some(s.clone()),
+            e => e["message"].as_str().map(str::to_string),
+        })
+        .unwrap_or_else(|| body.to_string());
     let upstream_msg: String = upstream_msg.chars().take(500).collect();
-    match status.as_u16() {
+    let kept = json!({"upstream_status": status.as_u16(), "upstream_error": upstream_msg});
+    let refused = match status.as_u16() {
         // The provider's 429 text can name the gateway's own organisation.
         429 => ApiError::new(
             ReasonCode::UpstreamRateLimited,
@@ -226,16 +233,19 @@ fn upstream_refusal(status: http::StatusCode, retry_after: Option<u64>, body: &s
             ReasonCode::UpstreamError,
             "the upstream provider refused the gateway's credentials",
         ),
-        400 | 404 | 413 | 422 => ApiError::new(
-            ReasonCode::InvalidRequest,
-            format!("the upstream provider refused the request: {upstream_msg}"),
+        s @ (400 | 404 | 413 | 422) => ApiError::new(
+            ReasonCode::UpstreamRejectedRequest,
+            format!(
+                "the upstream provider refused the request (status {s}); the request log keeps its reason for the platform admins"
+            ),
         )
-        .status(status.as_u16()),
+        .status(s),
         s => ApiError::new(
             ReasonCode::UpstreamError,
             format!("the upstream provider failed with status {s}"),
         ),
-    }
+    };
+    refused.counters(kept)
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ mod tenants;
 mod tokenize;
 mod upstream;
 
-pub use metrics_names::REDIS_EVICTION_POLICY_OK;
+pub use metrics_names::{CLOCK_SKEW_SECONDS, REDIS_EVICTION_POLICY_OK};
 
 use axum::routing::{get, post};
 use axum::Router;
@@ -76,6 +76,9 @@ pub struct GatewayConfig {
     /// Output tokens a stream holds at a time: the first hold covers one
     /// slice, and the hold is extended a slice ahead as output is counted.
     pub stream_slice_tokens: i64,
+    /// Tokens one key may have counted (`count_tokens`) a minute on this
+    /// replica.
+    pub count_tokens_per_minute: i64,
     /// A non-stream request clamped to its budget must still be allowed at
     /// least this many output tokens per choice, or it is refused.
     pub min_clamped_output_tokens: i64,
@@ -162,6 +165,8 @@ pub struct Gateway {
     meters: meters::Meters,
     /// Exact counts of long inputs, off the async workers.
     tokenize: tokenize::TokenizePool,
+    /// What each key may still have counted by `count_tokens` this minute.
+    count_allowance: std::sync::Mutex<domain::tokens::CountAllowances>,
     upstream: upstream::Upstream,
     /// The keyed hash of virtual keys, keyed once with `cfg.pepper`.
     key_hasher: domain::keys::KeyHasher,
@@ -199,6 +204,7 @@ impl Gateway {
             day_costs,
             meters: Default::default(),
             tokenize,
+            count_allowance: Default::default(),
             cfg,
             catalog,
             admission,
@@ -210,6 +216,21 @@ impl Gateway {
             decisions,
             upstream,
         }
+    }
+}
+
+impl Gateway {
+    /// The platform's time: this replica's clock corrected by its measured
+    /// skew from Redis' (`QuotaEngine::sync_clock`). Periods, expiries and
+    /// receipt times are read from it, so replicas whose clocks disagree
+    /// book a month's last seconds in the same month.
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        domain::period::skewed(chrono::Utc::now(), self.quota.clock_skew_ms())
+    }
+
+    /// A new request id and its receipt time, on the platform's clock.
+    pub(crate) fn new_request_id(&self) -> (String, chrono::DateTime<chrono::Utc>) {
+        domain::request_id::new_skewed(self.quota.clock_skew_ms())
     }
 }
 

@@ -27,3 +27,6 @@ pub const KEY_MISSES: &str = "tollgate_key_miss_lookups_total";
 /// 1 while every Redis node runs `maxmemory-policy noeviction`, 0 when one
 /// does not (the books are then at risk: see docs/reliability.md).
 pub const REDIS_EVICTION_POLICY_OK: &str = "tollgate_redis_eviction_policy_ok";
+/// Redis time less this replica's clock, in seconds, as last measured
+/// (0 within the measurement's noise): periods are Redis time's.
+pub const CLOCK_SKEW_SECONDS: &str = "tollgate_clock_skew_seconds";

@@ -11,11 +11,7 @@ use std::sync::Arc;
 pub async fn list(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
     let key = match authenticate(&gw, &headers).await {
         Ok(k) => k,
-        Err(e) => {
-            return e
-                .for_request(&crate::proxy::new_request_id())
-                .into_response()
-        }
+        Err(e) => return e.for_request(&gw.new_request_id().0).into_response(),
     };
     let index = gw.catalog.get();
     let mut ids: Vec<&String> = index.models.keys().filter(|m| key.may_use(m)).collect();

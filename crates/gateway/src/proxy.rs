@@ -51,10 +51,6 @@ pub async fn embeddings(
     handle(gw, Endpoint::Embeddings, Dialect::Chat, headers, body).await
 }
 
-pub fn new_request_id() -> String {
-    domain::request_id::new().0
-}
-
 /// A request's context: its id and, once known, its key and the model a
 /// refusal is recorded under. The id, tenant and key are the fields of the
 /// request's tracing span, so the steps log and refuse without them as
@@ -74,8 +70,8 @@ pub(crate) struct RequestCtx {
 }
 
 impl RequestCtx {
-    pub fn new() -> Self {
-        let (id, received) = domain::request_id::new();
+    pub fn new(gw: &Gateway) -> Self {
+        let (id, received) = gw.new_request_id();
         RequestCtx {
             id,
             received,
@@ -111,7 +107,7 @@ pub(crate) async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let mut ctx = RequestCtx::new();
+    let mut ctx = RequestCtx::new(&gw);
     let span = ctx.span();
     let answer = admit_and_forward(&gw, &mut ctx, endpoint, dialect, &headers, body)
         .instrument(span)
@@ -123,13 +119,19 @@ pub(crate) async fn handle(
 }
 
 /// A refused request: counted, recorded (when its key is known), answered.
-async fn refusal(gw: &Gateway, ctx: &RequestCtx, dialect: Dialect, e: ApiError) -> Response {
+pub(crate) async fn refusal(
+    gw: &Gateway,
+    ctx: &RequestCtx,
+    dialect: Dialect,
+    e: ApiError,
+) -> Response {
     let tenant = match (&ctx.key, &e.refused_key) {
         (Some(k), _) => k.tenant.id.as_str(),
         (None, Some(r)) => r.tenant_id.as_str(),
         (None, None) => "unknown",
     };
-    metrics::counter!(m::REQUESTS, "tenant" => tenant.to_string(), "model" => ctx.model.clone(),
+    metrics::counter!(m::REQUESTS, "tenant" => tenant.to_string(),
+        "model" => model_label(gw, &ctx.model),
         "decision" => Decision::Reject.as_str(), "reason" => e.reason.as_str())
     .increment(1);
     if let Some(k) = &ctx.key {
@@ -153,6 +155,21 @@ async fn refusal(gw: &Gateway, ctx: &RequestCtx, dialect: Dialect, e: ApiError) 
         tokio::time::sleep(pause).await;
     }
     crate::dialect::error_response(dialect, e)
+}
+
+/// The `model` label of a refused request: the model's id when the catalog
+/// has it, else `unknown`. The name a client asked for is the client's to
+/// choose, and every label value is a series the recorder keeps for the
+/// process's life: labels carry only values the platform admin created.
+fn model_label(gw: &Gateway, asked: &str) -> String {
+    if asked.is_empty() {
+        return "none".into();
+    }
+    if gw.catalog.get().models.contains_key(asked) {
+        asked.to_string()
+    } else {
+        "unknown".into()
+    }
 }
 
 /// The request's key and body (413 above the size cap).
@@ -213,7 +230,7 @@ pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Arc<KeyEn
         Err(Some(r)) => return Err(refused(r)),
         Err(None) => return Err(bad("invalid API key")),
     };
-    if key.expires_at.is_some_and(|t| t <= chrono::Utc::now()) {
+    if key.expires_at.is_some_and(|t| t <= gw.now()) {
         let k = RefusedKey::new(&key.tenant.id, &key.app.id, &key.id, KeyState::Expired);
         return Err(refused(gw.catalog.keys().remember_refused(&hash, k)));
     }

@@ -279,7 +279,7 @@ impl SettleJob {
                 .unwrap_or_default(),
         });
         let est_tokens = h.est_input.saturating_add(h.est_output);
-        let now = chrono::Utc::now();
+        let now = h.gw.now();
         let event = UsageEvent {
             request_id: h.request_id.clone(),
             tenant_id: h.key.tenant.id.clone(),

@@ -165,7 +165,7 @@ async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<
         for add in [step, missing] {
             let add_cost = held.model.price.cost(0, add).0;
             let k = held.key.clone();
-            let limits = k.effective_limits(chrono::Utc::now(), &held.month);
+            let limits = k.effective_limits(held.gw.now(), &held.month);
             let req = ExtendRequest {
                 request_id: &held.request_id,
                 tenant: &k.tenant.id,

@@ -7,6 +7,9 @@ pub enum Fault {
     RateLimit,
     /// 500 `server_error`.
     Server,
+    /// 400 `invalid_request_error` whose message names the provider-side
+    /// model and organisation, as real providers' do.
+    BadRequest,
     /// Stream: send this many token chunks, then abort the connection.
     /// Non-stream: abort without a response.
     DisconnectAfter(u32),
@@ -58,6 +61,7 @@ pub(crate) fn parse_fault(value: &str) -> Option<Fault> {
     match value {
         "429" => Some(Fault::RateLimit),
         "500" => Some(Fault::Server),
+        "400" => Some(Fault::BadRequest),
         _ => {
             let n = value.strip_prefix("disconnect_after=")?;
             n.trim().parse().ok().map(Fault::DisconnectAfter)

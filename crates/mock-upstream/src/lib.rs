@@ -10,7 +10,7 @@
 //! `[mock:output_tokens=N]` or [`MockConfig::output_tokens`], capped by
 //! `max_tokens`/`max_completion_tokens`. The last user message (or prompt / embedding
 //! input) may carry directives: `[mock:output_tokens=N]`, `[mock:latency_ms=N]`,
-//! `[mock:chunk_delay_ms=N]`, `[mock:fault=429]`, `[mock:fault=500]`,
+//! `[mock:chunk_delay_ms=N]`, `[mock:fault=429]`, `[mock:fault=500]`, `[mock:fault=400]`,
 //! `[mock:fault=disconnect_after=N]`, `[mock:tool_call]` (with tools given: call the
 //! first one, until the conversation holds its result), and provider personalities
 //! (`personality.rs`: which cap field is read, hidden reasoning, absurd usage).
@@ -235,6 +235,12 @@ pub(crate) async fn latency_and_faults(
             "server_error",
             "internal_error",
             "mock: the server had an error while processing your request",
+        )),
+        Fault::BadRequest => Some(error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "invalid_value",
+            "mock: model 'acme-internal-gpt-ft:org-7Hq2' of organization org-7Hq2 does not support this request",
         )),
         Fault::DisconnectAfter(_) if stream => None,
         // A body that fails at once: hyper drops the connection without a response.

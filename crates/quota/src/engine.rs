@@ -89,6 +89,9 @@ pub struct QuotaEngine {
     pub(crate) replica: String,
     pub(crate) scripts: Scripts,
     booked: Option<Arc<dyn BookedCheck>>,
+    /// Redis time less this replica's clock, in ms (0 while within the
+    /// measurement's error): periods are Redis time's (`sync_clock`).
+    clock_skew_ms: std::sync::atomic::AtomicI64,
 }
 
 pub(crate) fn limit_args(limits: [&Limits; 3]) -> impl Iterator<Item = i64> + '_ {
@@ -145,6 +148,7 @@ impl QuotaEngine {
             turn_wait: DEFAULT_TURN_WAIT,
             replica: replica.to_string(),
             booked: None,
+            clock_skew_ms: Default::default(),
             scripts: Scripts {
                 hold: lua_script(include_str!("../lua/hold.lua")),
                 settle: lua_script(include_str!("../lua/settle.lua")),

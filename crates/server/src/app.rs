@@ -93,6 +93,8 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         tracing::warn!("Redis is not answering yet: requests fail closed (503) until it does");
     }
     crate::redis_policy::check_at_start(&quota).await?;
+    // Periods are Redis time's: measure this replica's skew before serving.
+    sync_clock(&quota).await;
     let catalog = Arc::new(CatalogCache::with_miss_tuning(
         cfg.encryption_key()?,
         cfg.miss_tuning(),
@@ -149,6 +151,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         stream_idle_timeout: Duration::from_secs(cfg.gateway.stream_idle_timeout_secs.max(1)),
         stream_max_duration: Duration::from_secs(cfg.gateway.stream_max_duration_secs.max(1)),
         stream_slice_tokens: cfg.gateway.stream_slice_tokens.max(1),
+        count_tokens_per_minute: cfg.gateway.count_tokens_per_minute.max(0),
         min_clamped_output_tokens: cfg.gateway.min_clamped_output_tokens.max(1),
         fair: cfg.fair.tuning(&cfg.gateway),
         admission: cfg.gateway.admission.mode(),
@@ -285,12 +288,35 @@ fn spawn_metrics_upkeep(every: Duration) -> JoinHandle<()> {
     })
 }
 
-/// Every sixth of the TTL (1 s after a failure): this replica is alive. Its
-/// holds become orphans once the heartbeat lapses.
+/// Measures this replica's clock against Redis' (`QuotaEngine::sync_clock`):
+/// a gauge, and a warning when it is a second or more off.
+async fn sync_clock(quota: &QuotaEngine) {
+    match quota.sync_clock().await {
+        Ok(skew_ms) => {
+            metrics::gauge!(gateway::CLOCK_SKEW_SECONDS).set(skew_ms as f64 / 1000.0);
+            // Once per change of a second or more, not every heartbeat.
+            static WARNED: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+            let warned = WARNED.load(std::sync::atomic::Ordering::Relaxed);
+            if skew_ms.abs() >= 1000 && (skew_ms - warned).abs() >= 1000 {
+                WARNED.store(skew_ms, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(
+                    skew_ms,
+                    "this replica's clock is off Redis' time; periods and expiries follow Redis' (fix NTP)"
+                );
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot read Redis time to measure clock skew"),
+    }
+}
+
+/// Every sixth of the TTL (1 s after a failure): this replica is alive (its
+/// holds become orphans once the heartbeat lapses), and its clock's skew
+/// from Redis' is measured again.
 fn spawn_heartbeat(quota: Arc<QuotaEngine>, ttl: Duration) -> JoinHandle<()> {
     let every = (ttl / 6).max(Duration::from_millis(200));
     tokio::spawn(async move {
         loop {
+            sync_clock(&quota).await;
             let pause = match quota.heartbeat(ttl).await {
                 Ok(()) => every,
                 Err(e) => {

@@ -328,6 +328,11 @@ pub struct GatewayTuning {
     pub stream_max_duration_secs: u64,
     pub stream_slice_tokens: i64,
     pub min_clamped_output_tokens: i64,
+    /// Tokens one key may have counted by `/v1/messages/count_tokens` per
+    /// minute on one replica (refilled continuously; 0 = no allowance).
+    /// Counting is the gateway's CPU, not the provider's: a count also
+    /// takes one request of every RPM that applies to the key.
+    pub count_tokens_per_minute: i64,
     /// A hold open longer than this is closed at its estimate (`expired`).
     pub stale_hold_secs: u64,
     /// A hold whose replica stopped heartbeating is closed after this.
@@ -481,6 +486,7 @@ impl Default for Config {
                 stream_max_duration_secs: 1800,
                 stream_slice_tokens: 256,
                 min_clamped_output_tokens: 64,
+                count_tokens_per_minute: 2_000_000,
                 stale_hold_secs: 24 * 3600,
                 orphan_hold_secs: 120,
                 heartbeat_ttl_secs: 30,

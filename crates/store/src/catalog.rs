@@ -726,16 +726,27 @@ impl Store {
         if before == base_url {
             return Ok(());
         }
-        sqlx::query("UPDATE models SET upstream_base_url = $2, updated_at = now() WHERE id = $1")
-            .bind(id)
-            .bind(base_url)
-            .execute(&mut *tx)
-            .await?;
+        // A stored key stays only with the origin it was given for.
+        let keep_key = domain::secret::key_stays_with(&before, base_url);
+        sqlx::query(
+            "UPDATE models SET upstream_base_url = $2,
+                upstream_api_key_enc = CASE WHEN $3 THEN upstream_api_key_enc END, updated_at = now()
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(base_url)
+        .bind(keep_key)
+        .execute(&mut *tx)
+        .await?;
+        let mut after = json!({"upstream_base_url": base_url});
+        if !keep_key {
+            after["upstream_api_key"] = json!("dropped: the upstream's origin changed");
+        }
         append(
             &mut tx,
             NewAudit::new(actor, "model.upstream", format!("model:{id}"))
                 .before(json!({"upstream_base_url": before}))
-                .after(json!({"upstream_base_url": base_url})),
+                .after(after),
         )
         .await?;
         tx.commit().await?;

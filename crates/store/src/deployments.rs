@@ -255,13 +255,38 @@ impl Store {
         .fetch_one(&mut *tx)
         .await?;
         write(&mut tx, d, position, true).await?;
+        // A stored key stays only with the origin it was given for.
+        let key_dropped = d.upstream_api_key_enc.is_none()
+            && before.as_ref().is_some_and(|b| {
+                b.upstream_api_key_enc.is_some()
+                    && !domain::secret::key_stays_with(&b.upstream_base_url, &d.upstream_base_url)
+            });
+        if key_dropped {
+            sqlx::query(
+                "UPDATE model_deployments SET upstream_api_key_enc = NULL WHERE model_id = $1 AND name = $2",
+            )
+            .bind(&d.model_id)
+            .bind(&d.name)
+            .execute(&mut *tx)
+            .await?;
+        }
         mirror_first(&mut tx, &d.model_id).await?;
+        let mut after = audited(d);
+        if key_dropped {
+            after["upstream_api_key"] = json!(
+                "dropped: the upstream's origin changed and no key was given for the new one"
+            );
+        } else if d.upstream_api_key_enc.is_none() {
+            after["has_upstream_api_key"] = json!(before
+                .as_ref()
+                .is_some_and(|b| b.upstream_api_key_enc.is_some()));
+        }
         let mut audit = NewAudit::new(
             actor,
             "model.deployment",
             format!("model:{}/{}", d.model_id, d.name),
         )
-        .after(audited(d));
+        .after(after);
         if let Some(b) = &before {
             audit = audit.before(audited(b));
         }

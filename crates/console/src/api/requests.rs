@@ -33,7 +33,14 @@ pub async fn lookup(
     if id.is_empty() || id.len() > 128 {
         return Err(not_found());
     }
-    let decision = cp.store.request_decision(actor.scope(), id).await?;
+    let mut decision = cp.store.request_decision(actor.scope(), id).await?;
+    // The provider's own words can name the upstream model, the platform's
+    // provider account or organisation: platform admins only.
+    if !actor.actor().is_platform_admin() {
+        if let Some(detail) = decision.as_mut().and_then(|d| d.detail.as_object_mut()) {
+            detail.remove("upstream_error");
+        }
+    }
     let usage = cp.store.usage_event(actor.scope(), id).await?;
     let tenant = decision
         .as_ref()

@@ -10,6 +10,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
+use domain::reason::ReasonCode;
 use domain::request::{self, Endpoint};
 use serde_json::json;
 use std::sync::Arc;
@@ -42,7 +43,7 @@ pub async fn count_tokens(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let mut ctx = RequestCtx::new();
+    let mut ctx = RequestCtx::new(&gw);
     let span = ctx.span();
     match count(&gw, &mut ctx, &headers, body).instrument(span).await {
         Ok(n) => {
@@ -52,7 +53,7 @@ pub async fn count_tokens(
             }
             (h, axum::Json(json!({"input_tokens": n}))).into_response()
         }
-        Err(e) => super::error_response(Dialect::Messages, e.for_request(&ctx.id)),
+        Err(e) => proxy::refusal(&gw, &ctx, Dialect::Messages, e.for_request(&ctx.id)).await,
     }
 }
 
@@ -68,6 +69,23 @@ async fn count(
     let summary = request::validate(Endpoint::ChatCompletions, &chat).map_err(proxy::invalid)?;
     let model = proxy::resolve_model(gw, &key, Endpoint::ChatCompletions, &summary)?;
     crate::estimate::check_body_size(gw, &model, bytes.len())?;
+    // A count is the gateway's CPU: within the key's allowance of counted
+    // tokens a minute, and one request of every RPM that applies.
+    let per_minute = gw.cfg.count_tokens_per_minute;
+    let now_ms = ctx.received.timestamp_millis();
+    let allowed = gw
+        .count_allowance
+        .lock()
+        .expect("count allowance lock")
+        .may_count(&key.id, per_minute, now_ms);
+    if let Err(secs) = allowed {
+        let msg = format!(
+            "this key has had {per_minute} tokens counted in the last minute on this gateway; try again in {secs} s"
+        );
+        return Err(ApiError::new(ReasonCode::CountTokensExceeded, msg).retry_after(Some(secs)));
+    }
+    let month = gw.cfg.clock.month(ctx.received);
+    crate::admission::take_request_rates(gw, &key, &model, &month, &ctx.id, &summary).await?;
     // Counted exactly (a count is what was asked), off the async workers
     // when long.
     let (est, _) = crate::estimate::estimate_input(
@@ -82,5 +100,9 @@ async fn count(
     )
     .await;
     let (input, _) = est?;
+    gw.count_allowance
+        .lock()
+        .expect("count allowance lock")
+        .spend(&key.id, input, per_minute, now_ms);
     Ok(input)
 }

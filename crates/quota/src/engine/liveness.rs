@@ -12,6 +12,32 @@ impl QuotaEngine {
         Ok(s * 1000 + us / 1000)
     }
 
+    /// Measures how far this replica's clock is from Redis' (one `TIME`,
+    /// taken as read half-way through the call) and keeps it for
+    /// [`Self::clock_skew_ms`]. Returns the skew kept.
+    pub async fn sync_clock(&self) -> Result<i64, QuotaError> {
+        let local_ms = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64)
+        };
+        let before = local_ms();
+        let server = self.now_ms().await?;
+        let after = local_ms();
+        let skew = domain::period::clock_skew_ms(before, server, after);
+        self.clock_skew_ms
+            .store(skew, std::sync::atomic::Ordering::Relaxed);
+        Ok(skew)
+    }
+
+    /// Redis time less this replica's clock, as last measured (0 until
+    /// then, and while within the measurement's error): add it to the
+    /// local clock to read the platform's time.
+    pub fn clock_skew_ms(&self) -> i64 {
+        self.clock_skew_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Marks this replica alive for `ttl`; holds of a replica without a
     /// heartbeat are orphans.
     pub async fn heartbeat(&self, ttl: Duration) -> Result<(), QuotaError> {

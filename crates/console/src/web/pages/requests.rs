@@ -582,6 +582,9 @@ fn counter(lang: Lang, k: &str, v: &Value) -> Option<(&'static str, String)> {
         "clamped_output_tokens" => "counter.clamped_output_tokens",
         "delivered_output_tokens" => "counter.delivered_output_tokens",
         "cut_off" => return Some(("counter.cut_off", lang.t("common.yes").into())),
+        "upstream_status" => "counter.upstream_status",
+        // Only a platform admin's lookup still has it (api::requests::lookup).
+        "upstream_error" => return Some(("counter.upstream_error", v.as_str()?.to_string())),
         _ => return None,
     };
     Some((label, thousands(n?)))
