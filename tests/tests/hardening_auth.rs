@@ -272,6 +272,36 @@ async fn login_with(base: &str, email: &str, password: &str) -> String {
     body["token"].as_str().unwrap().to_string()
 }
 
+/// Signs in through the console's form with this password; the session
+/// cookie (`tg_session=…`).
+async fn console_session(base: &str, email: &str, password: &str) -> String {
+    let (csrf, login_cookie) = Web::anonymous(base).login_form().await;
+    let r = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .post(format!("{base}/console/login"))
+        .header("cookie", login_cookie)
+        .form(&[("email", email), ("password", password), ("_csrf", &csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303, "console login of {email}");
+    let set = r.headers()["set-cookie"].to_str().unwrap();
+    set.split(';').next().unwrap().to_string()
+}
+
+async fn console_get(cookie: &str, url: &str) -> String {
+    let r = reqwest::Client::new()
+        .get(url)
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{url}");
+    r.text().await.unwrap()
+}
+
 #[tokio::test]
 async fn the_four_eyes_walk_around_is_refused_and_audited() {
     let env = TestEnv::new().await;
@@ -340,12 +370,37 @@ async fn the_four_eyes_walk_around_is_refused_and_audited() {
     .await
     .unwrap();
     assert_eq!(refused.len(), 2, "{refused:?}");
+    assert!(refused.iter().all(|r| r.0 == "user:u@x.io"));
     assert_eq!(refused[0].0, "user:u@x.io");
     assert_eq!(refused[0].1, format!("quota_request:{id}"));
     assert!(
-        refused[0].2.to_string().contains("account_set_by_the_other"),
+        refused[0]
+            .2
+            .to_string()
+            .contains("account_set_by_the_other"),
         "{refused:?}"
     );
+
+    // The console decides through the same function: U sees no buttons on
+    // A's request but the rule, and a forged form post is refused with it.
+    let console = console_session(&base, "u@x.io", chosen).await;
+    let page = console_get(&console, &format!("{base}/console/quota-requests")).await;
+    let rule = "you and the requester set one another";
+    assert!(page.contains(rule), "{page}");
+    assert!(
+        !page.contains(&format!("/console/quota-requests/{id}/approve")),
+        "{page}"
+    );
+    let csrf = e2e::console_web::csrf_of(&page).unwrap();
+    let r = reqwest::Client::new()
+        .post(format!("{base}/console/quota-requests/{id}/approve"))
+        .header("cookie", &console)
+        .form(&[("note", "ok"), ("_csrf", &csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(r.text().await.unwrap().contains(rule));
 
     // The other way round: A does not decide a request U makes either.
     let (s, q2) = api(
