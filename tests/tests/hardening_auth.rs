@@ -641,6 +641,76 @@ async fn the_compose_healthchecks_answer_2xx_against_a_real_server() {
     srv.shutdown().await;
 }
 
+/// `base` joined with a relative path, `..` resolved.
+fn resolve(base: &std::path::Path, rel: &str) -> PathBuf {
+    let mut p = base.to_path_buf();
+    for c in rel.split('/') {
+        match c {
+            ".." => {
+                p.pop();
+            }
+            "." | "" => {}
+            c => p.push(c),
+        }
+    }
+    p
+}
+
+/// The top-level directories (other than crates/) whose files the
+/// workspace's sources embed at compile time: `include_str!`,
+/// `include_bytes!` (relative to the file), `sqlx::migrate!` and askama's
+/// template dirs (relative to the crate).
+fn embedded_top_dirs() -> std::collections::BTreeSet<String> {
+    let root = repo();
+    let mut found = Vec::new();
+    let mut todo = vec![root.join("crates")];
+    while let Some(dir) = todo.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|n| n != "target") {
+                    todo.push(path);
+                }
+                continue;
+            }
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if name == "askama.toml" {
+                for lit in text.split('"').skip(1).step_by(2) {
+                    found.push(resolve(path.parent().unwrap(), lit));
+                }
+            } else if name.ends_with(".rs") {
+                for (mac, from_crate) in [
+                    ("include_str!(\"", false),
+                    ("include_bytes!(\"", false),
+                    ("migrate!(\"", true),
+                ] {
+                    for part in text.split(mac).skip(1) {
+                        let lit = part.split('"').next().unwrap();
+                        let base = if from_crate {
+                            let mut c = path.parent().unwrap();
+                            while !c.join("Cargo.toml").exists() {
+                                c = c.parent().unwrap();
+                            }
+                            c.to_path_buf()
+                        } else {
+                            path.parent().unwrap().to_path_buf()
+                        };
+                        found.push(resolve(&base, lit));
+                    }
+                }
+            }
+        }
+    }
+    found
+        .iter()
+        .filter_map(|p| p.strip_prefix(&root).ok())
+        .filter_map(|p| p.components().next())
+        .map(|c| c.as_os_str().to_string_lossy().to_string())
+        .filter(|c| c != "crates")
+        .collect()
+}
+
 #[test]
 fn the_dockerfile_builds_and_ships_what_the_repository_holds() {
     let docker = read("Dockerfile");
@@ -671,20 +741,36 @@ fn the_dockerfile_builds_and_ships_what_the_repository_holds() {
         "the Dockerfile builds `-p {package} --bin {bin}`"
     );
     assert!(docker.contains(&format!("target/release/{bin} /usr/local/bin/{bin}")));
-    // What the runtime image carries: the directories the binary's sources
-    // embed (migrations, the archive's SQL, templates, static files) exist.
+    // The directories outside crates/ that the binary's sources embed
+    // (read from the sources themselves): the build context must hold them
+    // (not .dockerignore'd), and the runtime image carries them too.
+    let embedded = embedded_top_dirs();
+    for d in ["migrations", "sql", "templates", "static"] {
+        assert!(
+            embedded.contains(d),
+            "{d}/ is no longer embedded? {embedded:?}"
+        );
+    }
     let copied: Vec<String> = docker
         .lines()
         .find_map(|l| l.trim().strip_prefix("&& for d in "))
         .and_then(|l| l.split_once("; do"))
         .map(|(dirs, _)| dirs.split_whitespace().map(str::to_string).collect())
         .expect("the Dockerfile's `for d in …` copy of data directories");
-    for d in ["migrations", "sql", "templates", "static"] {
+    let ignored = read(".dockerignore");
+    for d in &embedded {
         assert!(copied.iter().any(|c| c == d), "the image leaves out {d}/");
         let entries = std::fs::read_dir(repo().join(d))
             .unwrap_or_else(|e| panic!("{d}/: {e}"))
             .count();
         assert!(entries > 0, "{d}/ is empty");
+        assert!(
+            !ignored
+                .lines()
+                .map(|l| l.trim().trim_start_matches("**/").trim_end_matches('/'))
+                .any(|l| l == d),
+            ".dockerignore leaves {d}/ out of the build context"
+        );
     }
     // CMD is a `serve` that listens on the exposed port, as compose's is.
     let cmd = flow(&line("CMD")[0]);
