@@ -31,7 +31,7 @@ pub struct LoginLimiter {
 
 /// Where an attempt was counted, so its outcome is booked in the same place.
 #[derive(Clone, Copy)]
-enum Counted {
+pub(crate) enum Counted {
     Shared,
     Local,
 }
@@ -43,7 +43,7 @@ fn now_ms() -> i64 {
 impl LoginLimiter {
     /// Counts an attempt before the password is checked (so parallel
     /// guesses cannot all pass); `Err(ms)` when the subject must wait.
-    async fn attempt(
+    pub(crate) async fn attempt(
         &self,
         quota: &quota::QuotaEngine,
         subject: &str,
@@ -72,7 +72,7 @@ impl LoginLimiter {
 
     /// The attempt succeeded: `clear` ends the subject's run of failures,
     /// otherwise only this attempt is taken back.
-    async fn succeeded(
+    pub(crate) async fn succeeded(
         &self,
         quota: &quota::QuotaEngine,
         subject: &str,
@@ -103,13 +103,15 @@ impl LoginLimiter {
     }
 }
 
-fn wait_secs(ms: i64) -> ApiError {
+pub(crate) fn wait_secs(ms: i64) -> ApiError {
     ApiError::TooManyAttempts(u64::try_from(ms.max(0)).unwrap_or(0).div_ceil(1000).max(1))
 }
 
-/// The client's address: the configured proxy header's first entry when
-/// the console sits behind a proxy (`auth.client_ip_header`), else the TCP
-/// peer.
+/// The client's address: the TCP peer, or — when the peer is one of the
+/// operator's proxies (`auth.trusted_proxies`) — the right-most entry of
+/// their header (`auth.client_ip_header`) that is not one of them
+/// (`domain::client_ip`: the left part of the header is the client's own
+/// writing).
 pub struct ClientIp(pub Option<IpAddr>);
 
 impl FromRequestParts<Arc<ControlPlane>> for ClientIp {
@@ -124,20 +126,21 @@ impl FromRequestParts<Arc<ControlPlane>> for ClientIp {
 }
 
 fn client_ip(cp: &ControlPlane, h: &HeaderMap, parts: &Parts) -> Option<IpAddr> {
-    if let Some(name) = &cp.client_ip_header {
-        let from_proxy = h
-            .get(name.as_str())
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(',').next())
-            .and_then(|v| v.trim().parse().ok());
-        if from_proxy.is_some() {
-            return from_proxy;
-        }
-    }
-    parts
+    let peer = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip())
+        .map(|c| c.0.ip());
+    let Some(name) = &cp.client_ip_header else {
+        return peer;
+    };
+    // Every line of the header, in order (a proxy may add its own line).
+    let lines: Vec<&str> = h
+        .get_all(name.as_str())
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    let forwarded = (!lines.is_empty()).then(|| lines.join(","));
+    cp.trusted_proxies.client(peer, forwarded.as_deref())
 }
 
 #[derive(serde::Deserialize)]
@@ -176,6 +179,12 @@ pub(crate) async fn sign_in(
     Ok((p, session))
 }
 
+/// The per-IP back-off's subject: one budget for every way of signing in
+/// (password, SSO callback) from that address.
+pub(crate) fn ip_subject(ip: IpAddr) -> String {
+    format!("ip:{ip}")
+}
+
 /// Email + password → the person, behind the back-off per client IP and
 /// per email, audited on failure.
 async fn check_password(
@@ -185,7 +194,7 @@ async fn check_password(
     ip: Option<IpAddr>,
 ) -> Result<Principal, ApiError> {
     let email = email.trim().to_lowercase();
-    let by_ip = ip.map(|ip| format!("ip:{ip}"));
+    let by_ip = ip.map(ip_subject);
     let by_email = format!("email:{email}");
     let ip_counted = match &by_ip {
         Some(s) => Some(
@@ -317,7 +326,7 @@ pub async fn change_password(
     let hash = crate::api::users::hash_password(c.new_password).await?;
     let id = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
     cp.store
-        .set_user_password(&actor.label(), id, &hash, false)
+        .set_user_password(&actor.label(), Some(id), id, &hash, false)
         .await?;
     Ok(axum::http::StatusCode::NO_CONTENT)
 }

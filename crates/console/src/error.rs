@@ -32,6 +32,11 @@ pub enum ApiError {
     Unauthenticated,
     #[error("{0}")]
     Forbidden(String),
+    /// Four eyes refuses this decider this decision (403
+    /// `four_eyes_violation`; the console says the rule in the reader's
+    /// language).
+    #[error("{}", .0.message())]
+    FourEyes(domain::roles::DecisionRefusal),
     #[error("{0} not found")]
     NotFound(String),
     #[error("{0}")]
@@ -86,6 +91,7 @@ impl ApiError {
             | ApiError::Invalid { .. } => (StatusCode::BAD_REQUEST, "invalid_request"),
             ApiError::Unauthenticated => (StatusCode::UNAUTHORIZED, "unauthenticated"),
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            ApiError::FourEyes(_) => (StatusCode::FORBIDDEN, "four_eyes_violation"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::TooManyAttempts(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts"),

@@ -499,6 +499,7 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("quota.refuse_not_admin", "Only a platform admin decides quota requests.", "只有平台管理员可以审批额度申请。"),
     ("quota.refuse_own", "You made this request: another platform admin decides it.", "这是您本人的申请，需由另一位平台管理员审批。"),
     ("quota.refuse_same_line", "You and the requester are in one line of account creation (one created the other, directly or through others): another platform admin decides it.", "您与申请人处于同一账号创建链（一方直接或间接创建了另一方），需由另一位平台管理员审批。"),
+    ("quota.refuse_account_set", "Four eyes: you and the requester set one another's password, role, tenant or enabled state within the four-eyes window (auth.four_eyes_days, 30 days unless configured): another platform admin decides it.", "四眼原则：您与申请人在四眼期限内（auth.four_eyes_days，默认 30 天）设置过对方的密码、角色、租户或启用状态，需由另一位平台管理员审批。"),
     // time zone named, validation (console3)
     ("bills.state_closed", "This month is closed: its bill is final.", "本月已结账，账单为最终数据。"),
     ("bills.state_current", "This month is still running: the figures grow as requests are served.", "本月尚未结束：数据随请求实时增加。"),

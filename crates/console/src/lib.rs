@@ -40,9 +40,15 @@ pub struct ControlPlane {
     /// Email + password sign-in is allowed (config `auth.password_login`;
     /// off when everyone signs in through SSO).
     pub password_login: bool,
-    /// The header a trusted proxy puts the client's IP in
+    /// The header the trusted proxies append the client's IP to
     /// (`auth.client_ip_header`, e.g. `x-forwarded-for`); unset: the TCP peer.
     pub client_ip_header: Option<String>,
+    /// The proxies whose header is believed (`auth.trusted_proxies`).
+    pub trusted_proxies: domain::client_ip::TrustedProxies,
+    /// Four eyes' memory (`auth.four_eyes_days`): who set a person's
+    /// password, role, tenant or enabled state within it is not a second
+    /// pair of eyes for them.
+    pub four_eyes_days: u32,
     /// Single sign-on (config `auth.oidc`), when configured.
     pub sso: Option<Arc<sso::Sso>>,
     /// The data plane's deployment health, as this replica sees it.

@@ -67,6 +67,15 @@ pub struct Pending {
     pub expires: i64,
 }
 
+impl Pending {
+    /// The callback's `state` is the one this sign-in was started with: the
+    /// callback belongs to a flow this server began for this browser (only
+    /// such a callback is a sign-in attempt worth an audit row).
+    pub fn started(&self, state: &str) -> bool {
+        same(state, &self.state)
+    }
+}
+
 /// Who the provider signed in, and what the mapping gives them.
 #[derive(Debug)]
 pub struct SignedIn {

@@ -10,6 +10,7 @@ pub mod audit;
 pub mod bill;
 pub mod borrowing;
 pub mod bpe;
+pub mod client_ip;
 pub mod count_cache;
 pub mod counter;
 pub mod day_cost;

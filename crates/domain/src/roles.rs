@@ -1,6 +1,7 @@
 //! Who may do what in the control plane (docs/design.md §1). Pure rules; the console
 //! crate turns a signed session into a `Role` and asks these.
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,6 +82,10 @@ pub enum DecisionRefusal {
     OwnRequest,
     /// The decider and the requester are in one creation line.
     SameLine,
+    /// One of the two set the other's password, role, tenant or enabled
+    /// state within the four-eyes window (`auth.four_eyes_days`), directly
+    /// or through accounts they held so.
+    AccountSet,
 }
 
 impl DecisionRefusal {
@@ -92,30 +97,105 @@ impl DecisionRefusal {
             DecisionRefusal::SameLine => {
                 "the requester and the decider are in one line of account creation"
             }
+            DecisionRefusal::AccountSet => {
+                "four eyes: one of the requester and the decider set the other's password, role, tenant or enabled state within the last auth.four_eyes_days days (default 30); another platform admin decides"
+            }
+        }
+    }
+
+    /// What the audit row of a refusal names.
+    pub fn code(self) -> &'static str {
+        match self {
+            DecisionRefusal::NotPlatformAdmin => "not_platform_admin",
+            DecisionRefusal::OwnRequest => "own_request",
+            DecisionRefusal::SameLine => "same_creation_line",
+            DecisionRefusal::AccountSet => "account_set_by_the_other",
         }
     }
 }
 
-/// A person's creation line: their creator, that one's creator, and so on
-/// up to an account created by nobody (the operator's, from `tollgate admin
-/// create-user`, or the seed). `chain` runs from the person upwards as
-/// (account, created by), as `Store::creation_chain` reads it.
-pub fn creation_line(chain: &[(String, Option<String>)]) -> Vec<String> {
-    chain.iter().skip(1).map(|(id, _)| id.clone()).collect()
+/// Who holds a hand over one account: who created it, and who last set
+/// its password and its access (role, tenant, enabled state), and when —
+/// as `Store::account_hands` reads it (ids as text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountHands {
+    pub id: String,
+    pub created_by: Option<String>,
+    pub password_set: Option<(String, DateTime<Utc>)>,
+    pub access_set: Option<(String, DateTime<Utc>)>,
+}
+
+/// The accounts holding a hand over a person, at any depth: `creators`
+/// through account creation alone (however long ago), `recent` through
+/// creation or a password, role, tenant or enabled state set within the
+/// window (`now - window` or later). The person is in neither.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hands {
+    pub creators: Vec<String>,
+    pub recent: Vec<String>,
+}
+
+/// [`Hands`] over `user`, walking `accounts` (the person's and, upwards,
+/// every account reachable from it; an account missing from the list ends
+/// its branch). One's own password change is no one else's hand.
+pub fn hands_over(
+    user: &str,
+    accounts: &[AccountHands],
+    now: DateTime<Utc>,
+    window: chrono::Duration,
+) -> Hands {
+    let since = now - window;
+    let by_id: std::collections::HashMap<&str, &AccountHands> =
+        accounts.iter().map(|a| (a.id.as_str(), a)).collect();
+    let walk = |recent_too: bool| {
+        let mut seen: Vec<String> = Vec::new();
+        let mut todo = vec![user.to_string()];
+        while let Some(at) = todo.pop() {
+            let Some(a) = by_id.get(at.as_str()) else {
+                continue;
+            };
+            let mut parents: Vec<&String> = a.created_by.iter().collect();
+            if recent_too {
+                for (by, when) in [&a.password_set, &a.access_set].into_iter().flatten() {
+                    if *when >= since && by != &a.id {
+                        parents.push(by);
+                    }
+                }
+            }
+            for p in parents {
+                if p != user && !seen.contains(p) {
+                    seen.push(p.clone());
+                    todo.push(p.clone());
+                }
+            }
+        }
+        seen
+    };
+    Hands {
+        creators: walk(false),
+        recent: walk(true),
+    }
 }
 
 /// Four eyes: a quota request is decided by a platform admin who did not
-/// make it and is not in one creation line with the requester, in either
-/// direction and at any depth (A creates B creates C: C decides nothing of
-/// A's, A nothing of C's) — a second account made for the purpose is not a
-/// second pair of eyes. The first admin's requests are decided by another
-/// platform admin outside its line: one the operator made
-/// (`tollgate admin create-user`), or one created by such an admin.
+/// make it and over whom the requester holds no hand, nor they over the
+/// requester — in either direction and at any depth:
+///
+/// - not in one creation line (A creates B creates C: C decides nothing of
+///   A's, A nothing of C's) — a second account made for the purpose is not
+///   a second pair of eyes. The first admin's requests are decided by
+///   another platform admin outside its line: one the operator made
+///   (`tollgate admin create-user`), or one created by such an admin;
+/// - neither set the other's password, role, tenant or enabled state
+///   within the window (`auth.four_eyes_days`): an admin who resets a
+///   person's password and promotes them knows the password and made the
+///   approver — that person is the admin's second account for as long as
+///   the window runs (after it, changing their own password is theirs).
 pub fn may_decide(
     decider: &Actor,
     requested_by: &str,
-    decider_line: &[String],
-    requester_line: &[String],
+    decider_hands: &Hands,
+    requester_hands: &Hands,
 ) -> Result<(), DecisionRefusal> {
     if decider.role != Role::PlatformAdmin {
         return Err(DecisionRefusal::NotPlatformAdmin);
@@ -123,8 +203,16 @@ pub fn may_decide(
     if decider.user_id == requested_by {
         return Err(DecisionRefusal::OwnRequest);
     }
-    if decider_line.iter().any(|u| u == requested_by) || requester_line.contains(&decider.user_id) {
+    let holds = |hands: &[String], who: &str| hands.iter().any(|u| u == who);
+    if holds(&decider_hands.creators, requested_by)
+        || holds(&requester_hands.creators, &decider.user_id)
+    {
         return Err(DecisionRefusal::SameLine);
+    }
+    if holds(&decider_hands.recent, requested_by)
+        || holds(&requester_hands.recent, &decider.user_id)
+    {
+        return Err(DecisionRefusal::AccountSet);
     }
     Ok(())
 }
@@ -152,58 +240,150 @@ mod tests {
         assert!(actor(Role::PlatformAdmin, None).may(Access::Manage, "any"));
     }
 
-    #[test]
-    fn four_eyes() {
-        let admin = actor(Role::PlatformAdmin, None);
-        let none: &[String] = &[];
-        let line = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            may_decide(&admin, "u1", none, none),
-            Err(DecisionRefusal::OwnRequest)
-        );
-        assert!(may_decide(&admin, "u2", none, none).is_ok());
-        assert_eq!(
-            may_decide(&actor(Role::TenantAdmin, Some("t")), "u2", none, none),
-            Err(DecisionRefusal::NotPlatformAdmin)
-        );
-        // u2 made the decider's account, or the decider made u2's: refused.
-        assert!(may_decide(&admin, "u2", &line(&["u2"]), none).is_err());
-        assert!(may_decide(&admin, "u2", none, &line(&["u1"])).is_err());
-        assert!(may_decide(&admin, "u2", &line(&["u9"]), &line(&["u9"])).is_ok());
-        // Transitive: u2 made u3, u3 made the decider (u1).
-        assert_eq!(
-            may_decide(&admin, "u2", &line(&["u3", "u2"]), none),
-            Err(DecisionRefusal::SameLine)
-        );
-        // …and the other way: the decider made u3, u3 made the requester.
-        assert!(may_decide(&admin, "u2", none, &line(&["u3", "u1"])).is_err());
+    fn account(id: &str, created_by: Option<&str>) -> AccountHands {
+        AccountHands {
+            id: id.into(),
+            created_by: created_by.map(String::from),
+            password_set: None,
+            access_set: None,
+        }
     }
 
-    #[test]
-    fn a_creation_line_runs_up_to_an_account_made_by_nobody() {
-        let chain = |c: &[(&str, Option<&str>)]| {
-            c.iter()
-                .map(|(a, b)| (a.to_string(), b.map(String::from)))
-                .collect::<Vec<_>>()
-        };
-        // root made a, a made b, b made c: c's line is b, a, root.
-        let c = chain(&[
-            ("c", Some("b")),
-            ("b", Some("a")),
-            ("a", Some("root")),
-            ("root", None),
-        ]);
-        assert_eq!(creation_line(&c), vec!["b", "a", "root"]);
-        assert!(creation_line(&chain(&[("root", None)])).is_empty());
-        // So c decides nothing of root's; another root (ops) decides both.
-        let admin = |id: &str| Actor {
+    fn hands(user: &str, accounts: &[AccountHands]) -> Hands {
+        hands_over(user, accounts, now(), chrono::Duration::days(30))
+    }
+
+    fn now() -> DateTime<Utc> {
+        "2026-12-01T00:00:00Z".parse().unwrap()
+    }
+
+    fn admin(id: &str) -> Actor {
+        Actor {
             user_id: id.into(),
             email: format!("{id}@x.io"),
             role: Role::PlatformAdmin,
             tenant: None,
+        }
+    }
+
+    #[test]
+    fn four_eyes() {
+        let none = Hands::default();
+        let a = admin("u1");
+        assert_eq!(
+            may_decide(&a, "u1", &none, &none),
+            Err(DecisionRefusal::OwnRequest)
+        );
+        assert!(may_decide(&a, "u2", &none, &none).is_ok());
+        assert_eq!(
+            may_decide(&actor(Role::TenantAdmin, Some("t")), "u2", &none, &none),
+            Err(DecisionRefusal::NotPlatformAdmin)
+        );
+        // u2 made the decider's account, or the decider made u2's: refused.
+        let made_u1 = hands("u1", &[account("u1", Some("u2")), account("u2", None)]);
+        assert_eq!(
+            may_decide(&a, "u2", &made_u1, &none),
+            Err(DecisionRefusal::SameLine)
+        );
+        let made_u2 = hands("u2", &[account("u2", Some("u1")), account("u1", None)]);
+        assert!(may_decide(&a, "u2", &none, &made_u2).is_err());
+        // Siblings (one creator) are two pairs of eyes.
+        let sib = |u: &str| hands(u, &[account(u, Some("u9")), account("u9", None)]);
+        assert!(may_decide(&a, "u2", &sib("u1"), &sib("u2")).is_ok());
+        // Transitive: u2 made u3, u3 made the decider (u1)…
+        let line = [
+            account("u1", Some("u3")),
+            account("u3", Some("u2")),
+            account("u2", None),
+        ];
+        assert_eq!(
+            may_decide(&a, "u2", &hands("u1", &line), &none),
+            Err(DecisionRefusal::SameLine)
+        );
+        // …and the other way: the decider made u3, u3 made the requester.
+        let line = [
+            account("u2", Some("u3")),
+            account("u3", Some("u1")),
+            account("u1", None),
+        ];
+        assert!(may_decide(&a, "u2", &none, &hands("u2", &line)).is_err());
+    }
+
+    #[test]
+    fn who_set_a_persons_password_or_role_is_not_their_second_pair_of_eyes() {
+        let days = |d: i64| now() - chrono::Duration::days(d);
+        // A reset U's password yesterday, and promoted U: U decides nothing
+        // of A's, A nothing of U's.
+        let u = AccountHands {
+            password_set: Some(("a".into(), days(1))),
+            access_set: Some(("a".into(), days(1))),
+            ..account("u", None)
         };
-        assert!(may_decide(&admin("c"), "root", &creation_line(&c), &[]).is_err());
-        assert!(may_decide(&admin("ops"), "root", &[], &[]).is_ok());
-        assert!(may_decide(&admin("ops"), "c", &[], &creation_line(&c)).is_ok());
+        let accounts = [u.clone(), account("a", None)];
+        let (hu, ha) = (hands("u", &accounts), hands("a", &accounts));
+        assert_eq!(hu.recent, vec!["a"]);
+        assert!(hu.creators.is_empty());
+        assert_eq!(
+            may_decide(&admin("u"), "a", &hu, &ha),
+            Err(DecisionRefusal::AccountSet)
+        );
+        assert_eq!(
+            may_decide(&admin("a"), "u", &ha, &hu),
+            Err(DecisionRefusal::AccountSet)
+        );
+        // Only the role, or only the password, is enough.
+        for u in [
+            AccountHands {
+                access_set: Some(("a".into(), days(29))),
+                ..account("u", None)
+            },
+            AccountHands {
+                password_set: Some(("a".into(), days(29))),
+                ..account("u", None)
+            },
+        ] {
+            let h = hands("u", &[u, account("a", None)]);
+            assert!(may_decide(&admin("u"), "a", &h, &Hands::default()).is_err());
+        }
+        // After the window, and for one's own change, no hand.
+        let old = AccountHands {
+            password_set: Some(("a".into(), days(31))),
+            access_set: Some(("a".into(), days(31))),
+            ..account("u", None)
+        };
+        assert!(hands("u", &[old]).recent.is_empty());
+        let own = AccountHands {
+            password_set: Some(("u".into(), days(0))),
+            ..account("u", None)
+        };
+        assert!(hands("u", &[own]).recent.is_empty());
+        // At any depth: A set V's password, V promoted U.
+        let chain = [
+            AccountHands {
+                access_set: Some(("v".into(), days(2))),
+                ..account("u", None)
+            },
+            AccountHands {
+                password_set: Some(("a".into(), days(3))),
+                ..account("v", None)
+            },
+            account("a", None),
+        ];
+        assert_eq!(
+            may_decide(&admin("u"), "a", &hands("u", &chain), &Hands::default()),
+            Err(DecisionRefusal::AccountSet)
+        );
+        // Two people who set each other's passwords: no endless walk.
+        let cycle = [
+            AccountHands {
+                password_set: Some(("b".into(), days(1))),
+                ..account("a", None)
+            },
+            AccountHands {
+                password_set: Some(("a".into(), days(1))),
+                ..account("b", None)
+            },
+        ];
+        assert_eq!(hands("a", &cycle).recent, vec!["b"]);
     }
 }

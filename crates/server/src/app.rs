@@ -169,6 +169,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         )),
         None => None,
     };
+    let trusted_proxies = cfg.trusted_proxies()?;
     let control = cfg.auth.jwt_secret.as_ref().map(|secret| {
         Arc::new(console::ControlPlane {
             store: store.clone(),
@@ -182,6 +183,8 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
             cookie_secure: cfg.auth.cookie_secure,
             password_login: cfg.auth.password_login,
             client_ip_header: cfg.auth.client_ip_header.clone(),
+            trusted_proxies: trusted_proxies.clone(),
+            four_eyes_days: cfg.auth.four_eyes_days,
             sso: sso.clone(),
             routes: catalog.board.clone(),
         })

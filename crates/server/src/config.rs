@@ -204,10 +204,19 @@ pub struct AuthConfig {
     /// Email + password sign-in (turn off when everyone uses SSO; the CLI's
     /// `admin create-user` still works).
     pub password_login: bool,
-    /// The header a trusted reverse proxy sets to the client's IP
-    /// (`x-forwarded-for`), for the per-IP sign-in back-off. Unset: the TCP
-    /// peer. Set it only behind a proxy that overwrites it.
+    /// The header the operator's reverse proxies append the client's IP
+    /// to (`x-forwarded-for`), for the per-IP sign-in back-off. Believed
+    /// only from a peer in `trusted_proxies`, and read from the right: the
+    /// client is the right-most entry that is not a trusted proxy
+    /// (`domain::client_ip`). Unset: the TCP peer.
     pub client_ip_header: Option<String>,
+    /// The reverse proxies in front of the console, as CIDR blocks
+    /// (`["10.0.0.0/8", "127.0.0.1/32"]`); needed with `client_ip_header`.
+    pub trusted_proxies: Vec<String>,
+    /// Four eyes (docs/console.md): nobody decides a quota request of a
+    /// person who set their password, role, tenant or enabled state within
+    /// this many days (or whose own account they set so).
+    pub four_eyes_days: u32,
     /// Single sign-on with OpenID Connect (unset: off).
     pub oidc: Option<OidcConfig>,
 }
@@ -460,6 +469,8 @@ impl Default for Config {
                 session_secs: 8 * 3600,
                 password_login: true,
                 client_ip_header: None,
+                trusted_proxies: Vec::new(),
+                four_eyes_days: 30,
                 oidc: None,
             },
             keys: KeysConfig {
@@ -636,6 +647,19 @@ impl Config {
                 bail!("metrics.token must be at least 32 bytes");
             }
         }
+        let proxies = self.trusted_proxies()?;
+        match (&self.auth.client_ip_header, proxies.is_empty()) {
+            (Some(h), _) if axum::http::HeaderName::from_bytes(h.as_bytes()).is_err() => {
+                bail!("auth.client_ip_header must be a header name, not {h:?}")
+            }
+            (Some(_), true) => bail!(
+                "auth.client_ip_header needs auth.trusted_proxies: the proxies whose header is believed (CIDR blocks)"
+            ),
+            (None, false) => bail!(
+                "auth.trusted_proxies needs auth.client_ip_header (the header they append the client's IP to, e.g. x-forwarded-for)"
+            ),
+            _ => {}
+        }
         if let Some(o) = &self.auth.oidc {
             for (group, role) in &o.groups {
                 if domain::sso::RoleGrant::parse(role).is_none() {
@@ -660,6 +684,15 @@ impl Config {
             bail!("redis.key_prefix must be non-empty and free of braces");
         }
         Ok(())
+    }
+
+    /// `auth.trusted_proxies`, parsed (start refuses a block that does not).
+    pub fn trusted_proxies(&self) -> anyhow::Result<domain::client_ip::TrustedProxies> {
+        domain::client_ip::TrustedProxies::parse(&self.auth.trusted_proxies).map_err(|bad| {
+            anyhow::anyhow!(
+                "auth.trusted_proxies: {bad:?} is not an address or CIDR block (10.0.0.0/8)"
+            )
+        })
     }
 
     /// Fills missing secrets with the demo ones (demo mode only).
@@ -830,6 +863,9 @@ impl fmt::Debug for Config {
             .field("metrics.listen", &self.metrics.listen)
             .field("metrics.token", &set(&self.metrics.token))
             .field("auth.password_login", &self.auth.password_login)
+            .field("auth.client_ip_header", &self.auth.client_ip_header)
+            .field("auth.trusted_proxies", &self.auth.trusted_proxies)
+            .field("auth.four_eyes_days", &self.auth.four_eyes_days)
             .field(
                 "auth.oidc.issuer_url",
                 &self.auth.oidc.as_ref().map(|o| redact_url(&o.issuer_url)),
@@ -909,6 +945,21 @@ pub fn redact_webhook(u: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_proxy_header_is_believed_only_from_listed_proxies() {
+        let mut c = Config::default();
+        c.auth.client_ip_header = Some("x-forwarded-for".into());
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("auth.trusted_proxies"), "{err}");
+        c.auth.trusted_proxies = vec!["10.0.0.0/8".into(), "10.0.0/8".into()];
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("\"10.0.0/8\" is not an address"), "{err}");
+        c.auth.trusted_proxies = vec!["10.0.0.0/8".into(), "127.0.0.1".into()];
+        assert!(c.validate().is_ok());
+        c.auth.client_ip_header = None;
+        assert!(c.validate().is_err());
+    }
 
     #[test]
     fn secrets_never_print() {

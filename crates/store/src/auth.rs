@@ -247,20 +247,16 @@ impl Sessions {
 
 impl Store {
     /// Email + password → the person, or `None` (unknown email, wrong
-    /// password, disabled user). argon2 runs on the blocking pool, and an
-    /// unknown email costs the same time as a wrong password.
+    /// password, disabled user, SSO-only account). argon2 runs on the
+    /// blocking pool, and every refusal costs the time of a verification
+    /// (`passwords::check`).
     pub async fn sign_in(&self, email: &str, password: String) -> Result<Option<Principal>> {
         let user = self.user_by_email(email).await?;
         let stored = user.as_ref().map(|u| u.password_hash.clone());
-        let ok = tokio::task::spawn_blocking(move || match stored {
-            Some(h) => passwords::verify(&password, &h),
-            None => {
-                passwords::verify_dummy(&password);
-                false
-            }
-        })
-        .await
-        .unwrap_or(false);
+        let ok =
+            tokio::task::spawn_blocking(move || passwords::check(&password, stored.as_deref()))
+                .await
+                .unwrap_or(false);
         Ok(user.filter(|_| ok).and_then(Principal::of))
     }
 

@@ -180,6 +180,7 @@ impl Store {
     pub async fn set_user_role(
         &self,
         actor: &str,
+        by: Option<Uuid>,
         id: Uuid,
         role: &str,
         tenant_id: Option<&str>,
@@ -191,12 +192,16 @@ impl Store {
                 .fetch_optional(&mut *tx)
                 .await?
                 .ok_or_else(|| StoreError::NotFound(format!("user {id}")))?;
-        sqlx::query("UPDATE users SET role = $2, tenant_id = $3 WHERE id = $1")
-            .bind(id)
-            .bind(role)
-            .bind(tenant_id)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "UPDATE users SET role = $2, tenant_id = $3, access_set_by = $4, access_set_at = now() \
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(role)
+        .bind(tenant_id)
+        .bind(by)
+        .execute(&mut *tx)
+        .await?;
         append(
             &mut tx,
             NewAudit::new(actor, "user.role_change", format!("user:{email}"))

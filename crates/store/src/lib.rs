@@ -42,7 +42,7 @@ pub use request_decisions::RequestDecisionRow;
 pub use request_log::{RequestCursor, RequestLogFilter, RequestLogRow};
 pub use rollups::RollupDifference;
 pub use sso::{SsoIdentity, SsoRefusal};
-pub use users::UserRow;
+pub use users::{AccountHandsRow, UserRow};
 
 use sqlx::postgres::{PgListener, PgPoolOptions};
 use sqlx::PgPool;

@@ -36,9 +36,25 @@ pub fn verify(password: &str, stored: &str) -> bool {
         .is_ok_and(|h| argon().verify_password(password.as_bytes(), &h).is_ok())
 }
 
-/// Spends the time of a verification, so an unknown email answers as
-/// slowly as a wrong password (no user enumeration by timing).
-pub fn verify_dummy(password: &str) {
+/// A sign-in's password check, in the time of one argon2id verification
+/// whatever the account is: a stored hash is verified; no account (unknown
+/// email, disabled) and an account no password opens (SSO-only, whose
+/// "hash" is not a PHC string) verify against a dummy hash with the same
+/// parameters and fail. The one place that decides, so no kind of account
+/// answers faster than another (no enumeration by timing).
+pub fn check(password: &str, stored: Option<&str>) -> bool {
+    match stored.and_then(|s| PasswordHash::new(s).ok()) {
+        Some(h) => argon().verify_password(password.as_bytes(), &h).is_ok(),
+        None => {
+            verify_dummy(password);
+            false
+        }
+    }
+}
+
+/// Spends the time of a verification (against a real argon2id hash with
+/// the same parameters, made once).
+fn verify_dummy(password: &str) {
     static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let h = DUMMY.get_or_init(|| hash("dummy-password-for-timing").expect("hashes"));
     let _ = verify(password, h);
@@ -53,5 +69,10 @@ mod tests {
         assert!(super::verify("correct horse battery", &h));
         assert!(!super::verify("wrong horse battery", &h));
         assert!(super::hash("short").is_err());
+        assert!(super::check("correct horse battery", Some(&h)));
+        assert!(!super::check("wrong horse battery", Some(&h)));
+        // No account, or one no password opens: refused, after the work.
+        assert!(!super::check("correct horse battery", None));
+        assert!(!super::check("!sso", Some("!sso")));
     }
 }

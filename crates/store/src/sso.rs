@@ -111,12 +111,16 @@ impl Store {
                 }
                 let (role, tenant) = (r.role, r.tenant_id);
                 if role != id.role || tenant.as_deref() != id.tenant {
-                    sqlx::query("UPDATE users SET role = $2, tenant_id = $3 WHERE id = $1")
-                        .bind(uid)
-                        .bind(id.role)
-                        .bind(id.tenant)
-                        .execute(&mut *tx)
-                        .await?;
+                    // Set by the provider: no person's hand (four eyes).
+                    sqlx::query(
+                        "UPDATE users SET role = $2, tenant_id = $3, \
+                         access_set_by = NULL, access_set_at = now() WHERE id = $1",
+                    )
+                    .bind(uid)
+                    .bind(id.role)
+                    .bind(id.tenant)
+                    .execute(&mut *tx)
+                    .await?;
                     append(
                         &mut tx,
                         NewAudit::new(&actor, "user.role_change", format!("user:{email}"))

@@ -14,6 +14,31 @@ pub struct UserRow {
     pub tenant_id: Option<String>,
 }
 
+/// One account's row for four eyes (`Store::account_hands`).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct AccountHandsRow {
+    pub id: Uuid,
+    pub created_by: Option<Uuid>,
+    pub password_set_by: Option<Uuid>,
+    pub password_set_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub access_set_by: Option<Uuid>,
+    pub access_set_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl AccountHandsRow {
+    pub fn hands(&self) -> domain::roles::AccountHands {
+        let set = |by: Option<Uuid>, at: Option<chrono::DateTime<chrono::Utc>>| {
+            Some((by?.to_string(), at?))
+        };
+        domain::roles::AccountHands {
+            id: self.id.to_string(),
+            created_by: self.created_by.map(|c| c.to_string()),
+            password_set: set(self.password_set_by, self.password_set_at),
+            access_set: set(self.access_set_by, self.access_set_at),
+        }
+    }
+}
+
 impl Store {
     pub async fn create_user(
         &self,
@@ -81,19 +106,23 @@ impl Store {
 }
 
 impl Store {
-    /// A user's creation chain, from the user upwards: (account, created
-    /// by), ending at an account created by nobody (the CLI, the demo seed)
-    /// or whose creator no longer exists. At most 64 deep (`created_by`
-    /// cannot form a cycle, but a bound costs nothing).
-    pub async fn creation_chain(&self, id: Uuid) -> Result<Vec<(Uuid, Option<Uuid>)>> {
+    /// Who holds a hand over a user (four eyes, `domain::roles::hands_over`):
+    /// the user's row and every row reachable from it upwards through who
+    /// created it and who last set its password or its access (role,
+    /// tenant, enabled state), whenever that was — the rule decides what
+    /// counts. Bounded at 64 steps (the graph may have cycles: two admins
+    /// who set each other's passwords).
+    pub async fn account_hands(&self, id: Uuid) -> Result<Vec<AccountHandsRow>> {
         Ok(sqlx::query_as(
-            "WITH RECURSIVE up(id, created_by, depth) AS (
-                 SELECT id, created_by, 0 FROM users WHERE id = $1
-                 UNION ALL
-                 SELECT u.id, u.created_by, up.depth + 1
-                 FROM users u JOIN up ON u.id = up.created_by
-                 WHERE up.depth < 64)
-             SELECT id, created_by FROM up ORDER BY depth",
+            "WITH RECURSIVE up(id, depth) AS (
+                 SELECT $1::uuid, 0
+                 UNION
+                 SELECT p.by, up.depth + 1
+                 FROM up JOIN users u ON u.id = up.id
+                 CROSS JOIN LATERAL (VALUES (u.created_by), (u.password_set_by), (u.access_set_by)) AS p(by)
+                 WHERE p.by IS NOT NULL AND up.depth < 64)
+             SELECT id, created_by, password_set_by, password_set_at, access_set_by, access_set_at
+             FROM users WHERE id IN (SELECT id FROM up)",
         )
         .bind(id)
         .fetch_all(&self.pool)
@@ -113,15 +142,25 @@ impl Store {
 
 impl Store {
     /// Disables (or re-enables) a user; disabling ends their sessions.
-    pub async fn set_user_disabled(&self, actor: &str, id: Uuid, disabled: bool) -> Result<()> {
+    /// `by`: the person who did (four eyes remembers).
+    pub async fn set_user_disabled(
+        &self,
+        actor: &str,
+        by: Option<Uuid>,
+        id: Uuid,
+        disabled: bool,
+    ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        let email: String =
-            sqlx::query_scalar("UPDATE users SET disabled = $2 WHERE id = $1 RETURNING email")
-                .bind(id)
-                .bind(disabled)
-                .fetch_optional(&mut *tx)
-                .await?
-                .ok_or_else(|| crate::StoreError::NotFound(format!("user {id}")))?;
+        let email: String = sqlx::query_scalar(
+            "UPDATE users SET disabled = $2, access_set_by = $3, access_set_at = now() \
+             WHERE id = $1 RETURNING email",
+        )
+        .bind(id)
+        .bind(disabled)
+        .bind(by)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| crate::StoreError::NotFound(format!("user {id}")))?;
         let ended = crate::auth::revoke_user_sessions(&mut tx, id).await?;
         let action = if disabled {
             "user.disable"
@@ -141,20 +180,25 @@ impl Store {
 
     /// Sets a user's password (already hashed) and ends every session of
     /// theirs, the one that asked included. `reset`: a platform admin set
-    /// it for them (audited as a reset, not as their own change).
+    /// it for them (audited as a reset, not as their own change). `by`: the
+    /// person who set it (four eyes remembers; the user themselves for
+    /// their own change).
     pub async fn set_user_password(
         &self,
         actor: &str,
+        by: Option<Uuid>,
         id: Uuid,
         password_hash: &str,
         reset: bool,
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         let email: String = sqlx::query_scalar(
-            "UPDATE users SET password_hash = $2 WHERE id = $1 AND NOT disabled RETURNING email",
+            "UPDATE users SET password_hash = $2, password_set_by = $3, password_set_at = now() \
+             WHERE id = $1 AND NOT disabled RETURNING email",
         )
         .bind(id)
         .bind(password_hash)
+        .bind(by)
         .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| crate::StoreError::NotFound(format!("user {id}")))?;

@@ -6,12 +6,12 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use domain::roles::{self, may_decide, Access, DecisionRefusal, Role};
+use domain::roles::{self, may_decide, Access, DecisionRefusal, Hands, Role};
 use domain::MicroUsd;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use store::{NewQuotaRequest, Principal, QuotaRequestRow};
+use store::{NewAudit, NewQuotaRequest, Principal, QuotaRequestRow};
 use uuid::Uuid;
 
 #[derive(Deserialize)]
@@ -125,8 +125,10 @@ pub struct Decision {
     note: String,
 }
 
-/// Approves or rejects: a platform admin who is not the requester (four
-/// eyes). Anyone else is refused before the request is looked up.
+/// Approves or rejects: a platform admin who may (four eyes,
+/// [`may_decide_request`]). Anyone else is refused before the request is
+/// looked up; a four-eyes refusal is a 403 `four_eyes_violation` with an
+/// audit row (`quota_request.four_eyes_refused`).
 pub async fn decide_request(
     cp: &ControlPlane,
     actor: &Principal,
@@ -141,25 +143,42 @@ pub async fn decide_request(
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("quota request {id}")))?;
     let decider: Uuid = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
-    may_decide_request(cp, actor, q.requested_by)
-        .await?
-        .map_err(|r| ApiError::Forbidden(r.message().into()))?;
+    if let Err(r) = may_decide_request(cp, actor, q.requested_by).await? {
+        cp.store
+            .audit(
+                NewAudit::new(
+                    actor.label(),
+                    "quota_request.four_eyes_refused",
+                    format!("quota_request:{id}"),
+                )
+                .after(json!({"why": r.code(), "requested_by": q.requested_by,
+                              "decision": if approve { "approve" } else { "reject" }})),
+            )
+            .await?;
+        return Err(ApiError::FourEyes(r));
+    }
     Ok(cp
         .store
         .decide_quota_request(&actor.label(), id, decider, approve, note)
         .await?)
 }
 
-/// A person's creation line (`domain::roles::creation_line`).
-async fn creation_line(cp: &ControlPlane, user: Uuid) -> Result<Vec<String>, ApiError> {
-    let chain: Vec<(String, Option<String>)> = cp
+/// Who holds a hand over a person (`domain::roles::hands_over`), within
+/// the configured window.
+async fn hands(cp: &ControlPlane, user: Uuid) -> Result<Hands, ApiError> {
+    let accounts: Vec<_> = cp
         .store
-        .creation_chain(user)
+        .account_hands(user)
         .await?
-        .into_iter()
-        .map(|(id, by)| (id.to_string(), by.map(|b| b.to_string())))
+        .iter()
+        .map(|a| a.hands())
         .collect();
-    Ok(roles::creation_line(&chain))
+    Ok(roles::hands_over(
+        &user.to_string(),
+        &accounts,
+        Utc::now(),
+        chrono::Duration::days(i64::from(cp.four_eyes_days)),
+    ))
 }
 
 /// Whether `actor` may decide a request made by `requested_by`: the rule
@@ -174,13 +193,13 @@ pub async fn may_decide_request(
         return Ok(Err(DecisionRefusal::NotPlatformAdmin));
     }
     let decider: Uuid = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
-    let decider_line = creation_line(cp, decider).await?;
-    let requester_line = creation_line(cp, requested_by).await?;
+    let decider_hands = hands(cp, decider).await?;
+    let requester_hands = hands(cp, requested_by).await?;
     Ok(may_decide(
         actor,
         &requested_by.to_string(),
-        &decider_line,
-        &requester_line,
+        &decider_hands,
+        &requester_hands,
     ))
 }
 

@@ -102,7 +102,13 @@ pub async fn change_role(
         }
     }
     cp.store
-        .set_user_role(&actor.label(), id, role.as_str(), c.tenant_id.as_deref())
+        .set_user_role(
+            &actor.label(),
+            actor.user_id.parse().ok(),
+            id,
+            role.as_str(),
+            c.tenant_id.as_deref(),
+        )
         .await?;
     Ok(role)
 }
@@ -150,7 +156,7 @@ pub async fn set_disabled(
         return Err(ApiError::Forbidden("nobody disables themselves".into()));
     }
     cp.store
-        .set_user_disabled(&actor.label(), id, disabled)
+        .set_user_disabled(&actor.label(), actor.user_id.parse().ok(), id, disabled)
         .await?;
     Ok(())
 }
@@ -188,7 +194,7 @@ pub async fn reset_password(
     }
     let hash = hash_password(password).await?;
     cp.store
-        .set_user_password(&actor.label(), id, &hash, true)
+        .set_user_password(&actor.label(), actor.user_id.parse().ok(), id, &hash, true)
         .await?;
     Ok(())
 }

@@ -58,6 +58,7 @@ impl IntoResponse for PageError {
                 let (status, _) = e.status_code();
                 let (key, detail) = match &e {
                     ApiError::Forbidden(m) => ("error.forbidden", Some(m.clone())),
+                    ApiError::FourEyes(r) => (super::pages::quota::refusal_key(*r), None),
                     ApiError::NotFound(m) => ("error.not_found", Some(m.clone())),
                     ApiError::Conflict(_) => ("error.conflict", None),
                     ApiError::BadRequest(m) => ("error.bad_request", Some(m.clone())),

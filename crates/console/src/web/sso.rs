@@ -1,17 +1,20 @@
 //! The browser's side of single sign-on: `/console/sso/start` sends it to
 //! the provider with a sealed cookie holding `state`, `nonce` and the PKCE
 //! verifier; `/console/sso/callback` checks them, signs the person in (or
-//! refuses, audited) and sets the session cookie.
+//! refuses: audited when the callback belongs to a sign-in this server
+//! started) and sets the session cookie. Callbacks are rate-limited per
+//! client IP.
 
 use super::login::refused;
 use super::session::{cookie, session_cookie};
 use super::PageError;
-use crate::auth::open_session;
+use crate::auth::{ip_subject, open_session, wait_secs, ClientIp};
 use crate::sso::{Pending, SsoError, PENDING_SECS};
 use crate::ControlPlane;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
+use domain::login::Backoff;
 use serde::Deserialize;
 use std::sync::Arc;
 use store::{NewAudit, SignedInVia, SsoIdentity, SsoRefusal};
@@ -65,15 +68,51 @@ pub struct Callback {
     error: Option<String>,
 }
 
+/// The most of a provider's (or anyone's) text an audit row keeps.
+const WHY_CHARS: usize = 200;
+
+/// `why`, cut to [`WHY_CHARS`] characters (marked when cut).
+fn clip(why: &str) -> String {
+    match why.char_indices().nth(WHY_CHARS) {
+        Some((at, _)) => format!("{}… (cut)", &why[..at]),
+        None => why.to_string(),
+    }
+}
+
+/// The provider's answer. Every call counts against the caller's address
+/// in the sign-in back-off per client IP (the budget password sign-in
+/// uses), so a flood is answered 429 after twenty tries; a finished
+/// sign-in takes its try back. Only a callback whose `state` matches the
+/// sealed cookie of a sign-in this server started for this browser is a
+/// sign-in attempt: its refusal is audited, the provider's text cut short.
+/// Anything else is refused without an audit row (anyone can call this
+/// URL; the audit chain is permanent).
 pub async fn callback(
     State(cp): State<Arc<ControlPlane>>,
+    ClientIp(ip): ClientIp,
     headers: HeaderMap,
     Query(q): Query<Callback>,
 ) -> Result<Response, PageError> {
     let Some(sso) = &cp.sso else {
         return Ok(StatusCode::NOT_FOUND.into_response());
     };
+    let by_ip = ip.map(ip_subject);
+    let counted = match &by_ip {
+        Some(s) => Some(
+            cp.logins
+                .attempt(&cp.quota, s, &Backoff::PER_IP)
+                .await
+                .map_err(wait_secs)?,
+        ),
+        None => None,
+    };
     let (cp, headers) = (&cp, &headers);
+    let refuse = |status: StatusCode, key: &'static str| {
+        let mut r = refused(cp, headers, status, key)?;
+        r.headers_mut()
+            .append(header::SET_COOKIE, pending_cookie(cp, "", 0));
+        Ok::<_, PageError>(r)
+    };
     let fail = |status: StatusCode, key: &'static str, why: String| async move {
         cp.store
             .audit(
@@ -82,13 +121,14 @@ pub async fn callback(
                     "auth.sso_refused",
                     format!("sso:{}", sso.issuer()),
                 )
-                .after(serde_json::json!({ "why": why })),
+                .after(serde_json::json!({ "why": clip(&why) })),
             )
             .await?;
-        let mut r = refused(cp, headers, status, key)?;
-        r.headers_mut()
-            .append(header::SET_COOKIE, pending_cookie(cp, "", 0));
-        Ok::<_, PageError>(r)
+        refuse(status, key)
+    };
+    let pending = match (unseal(cp, headers), &q.state) {
+        (Some(p), Some(state)) if p.started(state) => p,
+        _ => return refuse(StatusCode::BAD_REQUEST, "login.sso_failed"),
     };
     let (Some(code), Some(state), None) = (&q.code, &q.state, &q.error) else {
         let why = format!(
@@ -96,14 +136,6 @@ pub async fn callback(
             q.error.as_deref().unwrap_or("without a code")
         );
         return fail(StatusCode::BAD_REQUEST, "login.sso_failed", why).await;
-    };
-    let Some(pending) = unseal(cp, headers) else {
-        return fail(
-            StatusCode::BAD_REQUEST,
-            "login.sso_failed",
-            "no sign-in under way in this browser".into(),
-        )
-        .await;
     };
     let who = match sso
         .finish(pending, code, state, chrono::Utc::now().timestamp())
@@ -115,7 +147,7 @@ pub async fn callback(
             return fail(StatusCode::FORBIDDEN, "login.sso_no_role", why).await;
         }
         Err(e) => {
-            tracing::warn!(error = %e, "SSO sign-in failed");
+            tracing::warn!(error = %clip(&e.to_string()), "SSO sign-in failed");
             return fail(StatusCode::BAD_REQUEST, "login.sso_failed", e.to_string()).await;
         }
     };
@@ -142,6 +174,11 @@ pub async fn callback(
         }
     };
     let session = open_session(cp, &p, SignedInVia::Oidc).await?;
+    if let (Some(s), Some(c)) = (&by_ip, counted) {
+        cp.logins
+            .succeeded(&cp.quota, s, &Backoff::PER_IP, c, false)
+            .await;
+    }
     // A page of our own, not a redirect: the session cookie is SameSite=
     // Strict, and a redirect chain that began at the provider would not
     // carry it; a navigation from this page does.
@@ -154,4 +191,19 @@ pub async fn callback(
     h.insert(header::SET_COOKIE, session_cookie(cp, &session.token));
     h.append(header::SET_COOKIE, pending_cookie(cp, "", 0));
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn provider_text_is_cut_short() {
+        assert_eq!(super::clip("access_denied"), "access_denied");
+        let long = "é".repeat(16 * 1024);
+        let cut = super::clip(&long);
+        assert!(cut.ends_with("… (cut)"), "{cut}");
+        assert_eq!(
+            cut.chars().count(),
+            super::WHY_CHARS + "… (cut)".chars().count()
+        );
+    }
 }
