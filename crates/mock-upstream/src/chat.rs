@@ -130,15 +130,19 @@ pub(crate) struct Plan {
     /// Hidden reasoning tokens: generated and billed, never sent.
     pub reasoning_tokens: u32,
     pub personality: Personality,
+    /// How the prompt is reported billed.
+    pub caching: crate::directives::Caching,
 }
 
 impl Plan {
     pub fn usage(&self) -> Value {
-        self.personality.usage(
+        let mut u = self.personality.usage(
             self.prompt_tokens,
             self.completion_tokens,
             self.reasoning_tokens,
-        )
+        );
+        self.caching.chat(&mut u, self.prompt_tokens);
+        u
     }
 }
 
@@ -274,6 +278,7 @@ async fn answer(app: &crate::App, spec: Spec, dir: Directives) -> Response {
         include_usage: spec.include_usage && !dir.no_usage,
         reasoning_tokens: reasoning,
         personality: spec.personality,
+        caching: dir.caching,
     };
     app.stats.prompt_tokens(plan.prompt_tokens);
     if spec.stream {

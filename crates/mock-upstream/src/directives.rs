@@ -25,6 +25,26 @@ pub struct Directives {
     pub no_usage: bool,
     /// Answer with a call of the request's first tool (`[mock:tool_call]`).
     pub tool_call: bool,
+    /// How the prompt is reported billed (`[mock:cached=N]` …).
+    pub caching: Caching,
+}
+
+/// How the provider reports the prompt billed, in its own dialect's shape
+/// (`caching.rs`): `[mock:cached=N]` tokens read from the prompt cache,
+/// `[mock:cache_write_5m=N]` / `[mock:cache_write_1h=N]` written to it,
+/// `[mock:web_search=N]` server-side searches run, `[mock:deepseek]`
+/// DeepSeek's hit/miss field names, `[mock:split_late]` an
+/// Anthropic-compatible host that reports the whole prompt as input in
+/// `message_start` and the cache split only in `message_delta`. Each part
+/// is at most what is left of the prompt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Caching {
+    pub cached: u32,
+    pub write_5m: u32,
+    pub write_1h: u32,
+    pub web_search: u32,
+    pub deepseek: bool,
+    pub split_late: bool,
 }
 
 impl Directives {
@@ -50,6 +70,18 @@ impl Directives {
                 "fault" => self.fault = parse_fault(value).or(self.fault),
                 "no_usage" => self.no_usage = true,
                 "tool_call" => self.tool_call = true,
+                "cached" => self.caching.cached = value.parse().unwrap_or(self.caching.cached),
+                "cache_write_5m" => {
+                    self.caching.write_5m = value.parse().unwrap_or(self.caching.write_5m)
+                }
+                "cache_write_1h" => {
+                    self.caching.write_1h = value.parse().unwrap_or(self.caching.write_1h)
+                }
+                "web_search" => {
+                    self.caching.web_search = value.parse().unwrap_or(self.caching.web_search)
+                }
+                "deepseek" => self.caching.deepseek = true,
+                "split_late" => self.caching.split_late = true,
                 _ => {}
             }
             text = &text[end + 1..];
@@ -88,6 +120,17 @@ mod tests {
                 fault: Some(Fault::DisconnectAfter(10)),
                 no_usage: false,
                 tool_call: false,
+                caching: Caching::default(),
+            }
+        );
+        let d = Directives::parse("[mock:cached=900] [mock:cache_write_1h=50][mock:deepseek]");
+        assert_eq!(
+            d.caching,
+            Caching {
+                cached: 900,
+                write_1h: 50,
+                deepseek: true,
+                ..Default::default()
             }
         );
     }

@@ -19,6 +19,7 @@
 // A dependency nothing uses fails CI (clippy -D warnings).
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
+mod caching;
 mod chat;
 mod directives;
 mod embeddings;

@@ -80,7 +80,7 @@ pub(crate) async fn messages(
         return Json(
             json!({"id": id, "type": "message", "role": "assistant", "model": model,
             "content": [block(true)], "stop_reason": stop, "stop_sequence": null,
-            "usage": {"input_tokens": prompt, "output_tokens": n}}),
+            "usage": dir.caching.anthropic(prompt, n)}),
         )
         .into_response();
     }
@@ -89,7 +89,7 @@ pub(crate) async fn messages(
         frame(ty, &v)
     };
     let start = json!({"id": id, "type": "message", "role": "assistant", "model": model, "content": [],
-        "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": prompt, "output_tokens": 1}});
+        "stop_reason": null, "stop_sequence": null, "usage": dir.caching.anthropic_start(prompt)});
     let mut head = vec![
         ev("message_start", json!({"message": start})),
         ev(
@@ -118,7 +118,7 @@ pub(crate) async fn messages(
         ev(
             "message_delta",
             json!({"delta": {"stop_reason": stop, "stop_sequence": null},
-            "usage": {"output_tokens": n}}),
+            "usage": dir.caching.anthropic_delta(prompt, n)}),
         ),
         ev("message_stop", json!({})),
     ];

@@ -73,8 +73,7 @@ pub(crate) async fn responses(
     } else {
         "completed"
     };
-    let usage = json!({"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": n, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + n});
+    let usage = dir.caching.responses(prompt, n);
     let response = |status: &str, output: Value, usage: Value| {
         let incomplete = (status == "incomplete").then(|| json!({"reason": "max_output_tokens"}));
         json!({"id": id, "object": "response", "created_at": created, "status": status, "model": model,
