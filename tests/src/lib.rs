@@ -576,6 +576,7 @@ pub fn ledger_event(
         input_tokens: 0,
         output_tokens: 0,
         cost_micro: 0,
+        cost_pico: 0,
         est_tokens: 0,
         est_cost_micro: 0,
         overrun_tokens: 0,
@@ -587,6 +588,7 @@ pub fn ledger_event(
         started_at_ms: 0,
         settled_at_ms: 0,
         deployment: None,
+        breakdown: None,
         attribution: Default::default(),
         anomaly: None,
     }

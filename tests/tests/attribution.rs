@@ -830,6 +830,7 @@ async fn a_closed_month_is_billed_by_tag_and_end_user_from_the_archive() {
                 input_tokens: 10 + i,
                 output_tokens: 5,
                 cost_micro: 1_000 * (i + 1),
+                cost_pico: 0,
                 est_tokens: 20,
                 est_cost_micro: 100_000,
                 overrun_tokens: 0,
@@ -841,6 +842,7 @@ async fn a_closed_month_is_billed_by_tag_and_end_user_from_the_archive() {
                 started_at_ms: 0,
                 settled_at_ms: 0,
                 deployment: None,
+                breakdown: None,
                 attribution: domain::attribution::Attribution {
                     tags,
                     end_user: (i % 2 == 0).then(|| format!("user-{}", i % 4)),

@@ -283,6 +283,7 @@ async fn the_month_end_forecast_alerts_when_it_exceeds_the_budget() {
             input_tokens: 10,
             output_tokens: 10,
             cost_micro: 100_000,
+            cost_pico: 0,
             est_tokens: 20,
             est_cost_micro: 100_000,
             overrun_tokens: 0,
@@ -294,6 +295,7 @@ async fn the_month_end_forecast_alerts_when_it_exceeds_the_budget() {
             started_at_ms: 0,
             settled_at_ms: 0,
             deployment: None,
+            breakdown: None,
             attribution: Default::default(),
             anomaly: None,
         })

@@ -466,6 +466,7 @@ async fn ledger_month(env: &TestEnv, period: &str, n: usize) {
             input_tokens: 10 + (i % 7) as i64,
             output_tokens: 20 + (i % 5) as i64,
             cost_micro: 13 + (i % 11) as i64,
+            cost_pico: 0,
             est_tokens: 60,
             est_cost_micro: 30,
             overrun_tokens: 0,
@@ -483,6 +484,7 @@ async fn ledger_month(env: &TestEnv, period: &str, n: usize) {
                 .unwrap()
                 .timestamp_millis(),
             deployment: None,
+            breakdown: None,
             attribution: Default::default(),
             anomaly: None,
         })

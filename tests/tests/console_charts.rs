@@ -42,6 +42,7 @@ fn event(n: u32, day: chrono::NaiveDate, cost: i64) -> UsageEvent {
         input_tokens: 100,
         output_tokens: 50,
         cost_micro: cost,
+        cost_pico: 0,
         est_tokens: 150,
         est_cost_micro: cost,
         overrun_tokens: 0,
@@ -54,6 +55,7 @@ fn event(n: u32, day: chrono::NaiveDate, cost: i64) -> UsageEvent {
         settled_at_ms: started + 100,
         anomaly: None,
         deployment: None,
+        breakdown: None,
         attribution: Default::default(),
     }
 }

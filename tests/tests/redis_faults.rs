@@ -437,6 +437,7 @@ async fn a_rebuild_from_a_ledger_summing_past_i64_saturates() {
         input_tokens: 1 << 62,
         output_tokens: 1 << 62,
         cost_micro: 1 << 62,
+        cost_pico: 0,
         est_tokens: 10,
         overrun_tokens: 1 << 62,
         ..ledger_event(&format!("absurd-{i}"), "t", &month, &format!("{month}-01"))

@@ -156,6 +156,7 @@ fn event(n: u64) -> domain::usage::UsageEvent {
         input_tokens: 100 + n as i64,
         output_tokens: 7 * n as i64,
         cost_micro: 1_000 + 3 * n as i64,
+        cost_pico: 0,
         est_tokens: 1,
         est_cost_micro: 1,
         started_at_ms: at,

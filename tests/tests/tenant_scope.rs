@@ -28,6 +28,7 @@ fn event(tenant: &str, request_id: &str, period: &str, day: &str) -> UsageEvent 
         input_tokens: 10,
         output_tokens: 20,
         cost_micro: 30,
+        cost_pico: 0,
         est_tokens: 30,
         est_cost_micro: 30,
         overrun_tokens: 0,
@@ -39,6 +40,7 @@ fn event(tenant: &str, request_id: &str, period: &str, day: &str) -> UsageEvent 
         started_at_ms: now,
         settled_at_ms: now,
         deployment: None,
+        breakdown: None,
         // A tag key and an end user named after the tenant.
         attribution: domain::attribution::Attribution {
             tags: [(tenant.to_string(), "x".to_string())].into(),

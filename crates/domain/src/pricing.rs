@@ -4,6 +4,10 @@
 use crate::money::MicroUsd;
 use serde::{Deserialize, Serialize};
 
+pub mod sheet;
+
+pub use sheet::{PriceBook, PriceSheet};
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Price {
     pub input_micro_per_mtok: i64,

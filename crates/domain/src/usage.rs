@@ -3,7 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod breakdown;
 mod json;
+
+pub use breakdown::Breakdown;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageEvent {
@@ -18,7 +21,14 @@ pub struct UsageEvent {
     pub day: String,
     pub input_tokens: i64,
     pub output_tokens: i64,
+    /// The cost in whole micro-USD, rounded up (what the Redis counters
+    /// took).
     pub cost_micro: i64,
+    /// The exact cost in pico-USD (10⁻¹² USD): tokens × µUSD per million
+    /// tokens per component, plus fees (0 in events from before it was kept:
+    /// `cost_micro` × 10⁶ then).
+    #[serde(default)]
+    pub cost_pico: i64,
     pub est_tokens: i64,
     pub est_cost_micro: i64,
     pub overrun_tokens: i64,
@@ -41,6 +51,11 @@ pub struct UsageEvent {
     /// the sanity bound, negative, malformed): what it said, for finance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anomaly: Option<UsageAnomaly>,
+    /// What the request was billed for, by component, when it was more
+    /// than plain input and output (cached input, cache writes, reasoning,
+    /// audio, tool calls, a served service tier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breakdown: Option<Breakdown>,
     /// Tags and end user (absent in events stored before attribution).
     #[serde(default, flatten)]
     pub attribution: crate::attribution::Attribution,

@@ -177,7 +177,11 @@ pub struct ModelEntry {
     pub endpoint_urls: [Option<http::Uri>; 3],
     pub upstream_model: String,
     pub api_key: Option<Secret>,
+    /// What holds are priced at (input, output): the dearest of the sheet
+    /// in force when the catalog was read.
     pub price: Price,
+    /// What requests are billed at: the base sheet and every dated one.
+    pub prices: domain::pricing::PriceBook,
     pub tokenizer: TokenizerFamily,
     pub default_max_output: i64,
     /// The cheaper model a tenant past its daily soft limit is sent to.
@@ -260,6 +264,24 @@ impl Index {
         }
         let mut fallbacks_of: HashMap<String, Vec<String>> =
             c.routing.fallbacks.iter().cloned().collect();
+        let mut sheets_of: HashMap<&str, Vec<domain::pricing::sheet::DatedSheet>> =
+            HashMap::default();
+        for s in &c.price_sheets {
+            // Checked when stored; a sheet that no longer reads (a field
+            // renamed since) is left out, loudly, rather than priced wrong.
+            match domain::pricing::PriceSheet::from_json(&s.sheet) {
+                Ok(sheet) => sheets_of.entry(s.model_id.as_str()).or_default().push(
+                    domain::pricing::sheet::DatedSheet {
+                        from_ms: s.effective_from.timestamp_millis(),
+                        deployment: (!s.deployment.is_empty()).then(|| s.deployment.clone()),
+                        sheet: Arc::new(sheet),
+                    },
+                ),
+                Err(e) => {
+                    tracing::error!(model = %s.model_id, error = %e, "price sheet unreadable; left out")
+                }
+            }
+        }
         let mut models = HashMap::default();
         for m in c.models {
             let api_key = match m
@@ -295,7 +317,22 @@ impl Index {
                     .filter_map(|d| deployment(d, secret_key, board))
                     .collect(),
             };
+            let prices = domain::pricing::PriceBook::new(
+                domain::pricing::PriceSheet::two(
+                    m.input_price_micro_per_mtok,
+                    m.output_price_micro_per_mtok,
+                ),
+                sheets_of.remove(m.id.as_str()).unwrap_or_default(),
+            );
+            // Holds are priced at the dearest input and output of the
+            // model's own sheet in force now.
+            let now_sheet = &prices.at(chrono::Utc::now().timestamp_millis(), None).base;
+            let price = Price {
+                input_micro_per_mtok: now_sheet.max_input(),
+                output_micro_per_mtok: now_sheet.max_output(),
+            };
             let entry = ModelEntry {
+                prices,
                 deployments,
                 fallbacks: fallbacks_of.remove(&m.id).unwrap_or_default(),
                 tokenizer: TokenizerFamily::for_model(m.tokenizer.as_deref(), &m.upstream_model),
@@ -309,10 +346,7 @@ impl Index {
                 base_url: m.upstream_base_url.trim_end_matches('/').to_string(),
                 upstream_model: m.upstream_model,
                 api_key,
-                price: Price {
-                    input_micro_per_mtok: m.input_price_micro_per_mtok,
-                    output_micro_per_mtok: m.output_price_micro_per_mtok,
-                },
+                price,
                 default_max_output: m.default_max_output_tokens,
                 degrade_to: m.degrade_to,
                 pool_capacity: m.pool_capacity.map(i64::from),

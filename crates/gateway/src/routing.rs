@@ -537,6 +537,7 @@ mod tests {
                 input_micro_per_mtok: 0,
                 output_micro_per_mtok: 0,
             },
+            prices: Default::default(),
             tokenizer: domain::tokens::TokenizerFamily::Cl100k,
             default_max_output: 16,
             degrade_to: None,

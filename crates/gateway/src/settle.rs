@@ -6,7 +6,8 @@
 use crate::catalog::{KeyEntry, ModelEntry};
 use crate::metrics_names as m;
 use crate::Gateway;
-use domain::usage::{AnomalyKind, Billed, Bound, Reported, UsageAnomaly, UsageEvent};
+use domain::pricing::sheet::{micro_of_pico, PICO_PER_MICRO};
+use domain::usage::{AnomalyKind, Billed, Bound, Breakdown, Reported, UsageAnomaly, UsageEvent};
 use quota::{SettleOutcome, SettleRequest};
 use std::sync::Arc;
 use std::time::Duration;
@@ -119,8 +120,17 @@ impl HeldRequest {
     /// The most this request may be billed: the input estimate plus its
     /// documented error, and the output cap the provider was sent.
     pub fn bound(&self) -> Bound {
-        let price = self.model.price;
-        Bound::for_request(self.est_input, self.max_output, |i, o| price.cost(i, o).0)
+        let sheet = self.price_sheet();
+        Bound::for_request(self.est_input, self.max_output, |i, o| {
+            sheet.worst_cost_micro(i, o)
+        })
+    }
+
+    /// The price sheet this request is billed by: the one in force when it
+    /// was received, its deployment's own where that has one.
+    pub fn price_sheet(&self) -> &domain::pricing::PriceSheet {
+        let deployment = self.route.as_ref().map(|r| &*r.name);
+        self.model.prices.at(self.started_at_ms, deployment)
     }
 
     /// The provider's report, once seen, as the sanity bound bills it.
@@ -268,8 +278,26 @@ impl SettleJob {
         // Every amount within the request's bound, whatever its source.
         let bound = h.bound();
         let (input, output, _) = bound.clamp(a.input, a.output, 0);
-        let cost = h.model.price.cost(input, output).0;
-        let (_, _, cost) = bound.clamp(0, 0, cost);
+        // The provider's breakdown when the totals billed are its own;
+        // otherwise plain input and output (the estimate, the counted
+        // output, the sanity bound).
+        let plain = Breakdown::plain(input, output);
+        let breakdown = h
+            .provider_usage
+            .as_ref()
+            .filter(|_| a.source == "provider" && a.anomaly.is_none())
+            .map(|r| Breakdown::read(&r.raw))
+            .filter(|b| b.fits(input, output))
+            .unwrap_or_else(|| plain.clone());
+        let exact = h.price_sheet().cost_pico(&breakdown);
+        let (_, _, cost) = bound.clamp(0, 0, micro_of_pico(exact));
+        // Above the bound: billed at the bound, exactly.
+        let cost_pico = if cost < micro_of_pico(exact) {
+            i128::from(cost) * PICO_PER_MICRO
+        } else {
+            exact
+        };
+        let cost_pico = i64::try_from(cost_pico).unwrap_or(i64::MAX);
         let anomaly = a.anomaly.map(|k| UsageAnomaly {
             kind: k.as_str().to_string(),
             reported: h
@@ -291,6 +319,7 @@ impl SettleJob {
             input_tokens: input,
             output_tokens: output,
             cost_micro: cost,
+            cost_pico,
             est_tokens,
             est_cost_micro: h.est_cost,
             overrun_tokens: (input + output).saturating_sub(est_tokens).max(0),
@@ -303,6 +332,7 @@ impl SettleJob {
             settled_at_ms: now.timestamp_millis(),
             deployment: h.route.as_ref().map(|r| r.name.to_string()),
             anomaly,
+            breakdown: (breakdown != plain).then_some(breakdown),
             attribution: h.attribution.clone(),
         };
         Self {

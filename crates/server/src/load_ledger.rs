@@ -163,6 +163,7 @@ fn event(plan: &LoadPlan, first_day: NaiveDate, days: u32, n: u64, rng: &mut Mix
         input_tokens: input,
         output_tokens: output,
         cost_micro: cost,
+        cost_pico: 0,
         est_tokens: input + output,
         est_cost_micro: cost,
         overrun_tokens: 0,
@@ -175,6 +176,7 @@ fn event(plan: &LoadPlan, first_day: NaiveDate, days: u32, n: u64, rng: &mut Mix
         settled_at_ms: started + 500,
         anomaly: None,
         deployment: None,
+        breakdown: None,
         attribution: Default::default(),
     }
 }

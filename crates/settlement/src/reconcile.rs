@@ -173,6 +173,7 @@ async fn expire(
         input_tokens: h.est_input,
         output_tokens: h.est_output,
         cost_micro: h.est_cost,
+        cost_pico: 0,
         est_tokens: h.est_input + h.est_output,
         est_cost_micro: h.est_cost,
         overrun_tokens: 0,
@@ -188,6 +189,7 @@ async fn expire(
             .map_or(h.at_ms, |t| t.timestamp_millis()),
         settled_at_ms: now_ms,
         deployment: None,
+        breakdown: None,
         attribution: Default::default(),
         anomaly: None,
     };

@@ -92,6 +92,8 @@ pub struct Catalog {
     pub guarantees: Vec<crate::GuaranteeRow>,
     /// Models' deployments and fallback models.
     pub routing: crate::RoutingRows,
+    /// Models' dated price sheets, oldest first.
+    pub price_sheets: Vec<crate::PriceSheetRow>,
 }
 
 #[derive(Debug, Clone)]
@@ -335,6 +337,11 @@ impl Store {
         .fetch_all(&mut *tx)
         .await?;
         let routing = crate::deployments::load(&mut tx).await?;
+        let price_sheets = if p.models {
+            crate::prices::load(&mut tx).await?
+        } else {
+            Vec::new()
+        };
         tx.commit().await?;
         Ok(Catalog {
             tenants,
@@ -345,6 +352,7 @@ impl Store {
             borrowed,
             guarantees,
             routing,
+            price_sheets,
         })
     }
 

@@ -68,6 +68,10 @@ pub(crate) struct UsageEventRow {
     #[sqlx(default)]
     reported_usage: Option<serde_json::Value>,
     deployment: Option<String>,
+    #[sqlx(default)]
+    cost_pico: i64,
+    #[sqlx(default)]
+    breakdown: Option<serde_json::Value>,
     #[sqlx(flatten)]
     attribution: AttributionCols,
 }
@@ -85,6 +89,7 @@ impl From<UsageEventRow> for UsageEvent {
             input_tokens: r.input_tokens,
             output_tokens: r.output_tokens,
             cost_micro: r.cost_micro,
+            cost_pico: r.cost_pico,
             est_tokens: r.est_tokens,
             est_cost_micro: r.est_cost_micro,
             overrun_tokens: r.overrun_tokens,
@@ -96,6 +101,7 @@ impl From<UsageEventRow> for UsageEvent {
             started_at_ms: r.started_at.timestamp_millis(),
             settled_at_ms: r.settled_at.timestamp_millis(),
             deployment: r.deployment,
+            breakdown: r.breakdown.and_then(|b| serde_json::from_value(b).ok()),
             anomaly: r.usage_anomaly.map(|kind| UsageAnomaly {
                 kind,
                 reported: r.reported_usage.unwrap_or_default(),
@@ -134,7 +140,26 @@ const EVENT_COLUMNS: &[(&str, &str)] = &[
     ("deployment", "text"),
     ("tags", "jsonb"),
     ("end_user", "text"),
+    ("cost_pico", "int8"),
+    ("breakdown", "jsonb"),
 ];
+
+/// A ledger row's exact cost: the event's, or (an event from before it was
+/// kept) its micro-USD as pico-USD.
+fn stored_pico(e: &UsageEvent) -> i64 {
+    if e.cost_pico > 0 {
+        e.cost_pico
+    } else {
+        e.cost_micro.saturating_mul(1_000_000)
+    }
+}
+
+/// A ledger row's breakdown as stored (None for plain input and output).
+fn breakdown_json(e: &UsageEvent) -> Option<serde_json::Value> {
+    e.breakdown
+        .as_ref()
+        .and_then(|b| serde_json::to_value(b).ok())
+}
 
 /// The grain of `usage_rollups`, its primary key: one row per
 /// combination, tags and end user included (migration 0013).
@@ -314,7 +339,9 @@ fn copy_row(
     c.opt_jsonb(e.anomaly.as_ref().map(|a| &a.reported))?;
     c.opt_text(e.deployment.as_deref())?;
     c.jsonb(&tags_json(&e.attribution.tags))?;
-    c.text(end_user_col(&e.attribution.end_user))
+    c.text(end_user_col(&e.attribution.end_user))?;
+    c.int8(stored_pico(e));
+    c.opt_jsonb(breakdown_json(e).as_ref())
 }
 
 /// The settle day as the ledger stores it (an unparsable day is stored as
@@ -497,6 +524,8 @@ impl Store {
             .bind(col!(|e| e.deployment.clone()))
             .bind(col!(|e| tags_json(&e.attribution.tags)))
             .bind(col!(|e| end_user_col(&e.attribution.end_user).to_string()))
+            .bind(col!(|e| stored_pico(e)))
+            .bind(col!(|e| breakdown_json(e)))
             .fetch_one(&self.pool)
             .await?;
         Ok(n as u64)
@@ -588,7 +617,7 @@ impl Store {
             "SELECT request_id, tenant_id, app_id, key_id, model, period, day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
                     status, stream, replica, started_at, settled_at, usage_source, usage_anomaly,
-                    reported_usage, deployment, tags, end_user
+                    reported_usage, deployment, tags, end_user, cost_pico, breakdown
              FROM usage_events WHERE request_id = $1 AND ($2::text IS NULL OR tenant_id = $2)",
         )
         .bind(request_id)

@@ -200,6 +200,7 @@ fn usage_event(
         input_tokens: ai,
         output_tokens: ao,
         cost_micro: 0,
+        cost_pico: 0,
         est_tokens: input + output,
         est_cost_micro: 0,
         overrun_tokens: (ai + ao - input - output).max(0),
@@ -211,6 +212,7 @@ fn usage_event(
         started_at_ms: 0,
         settled_at_ms: 0,
         deployment: None,
+        breakdown: None,
         attribution: domain::attribution::Attribution {
             tags: Default::default(),
             end_user: end_user.map(str::to_string),

@@ -8,6 +8,7 @@ pub mod keys;
 pub mod limits;
 pub mod models;
 pub mod pool;
+pub mod prices;
 pub mod quota_requests;
 pub mod request_log;
 pub mod requests;

@@ -37,6 +37,7 @@ impl UsageEvent {
             input_tokens,
             output_tokens,
             cost_micro,
+            cost_pico,
             est_tokens,
             est_cost_micro,
             overrun_tokens,
@@ -49,6 +50,7 @@ impl UsageEvent {
             settled_at_ms,
             deployment,
             anomaly,
+            breakdown,
             attribution: Attribution { tags, end_user },
         } = self;
         let mut w = Writer(String::with_capacity(TYPICAL));
@@ -62,6 +64,7 @@ impl UsageEvent {
         w.int(",\"input_tokens\":", *input_tokens);
         w.int(",\"output_tokens\":", *output_tokens);
         w.int(",\"cost_micro\":", *cost_micro);
+        w.int(",\"cost_pico\":", *cost_pico);
         w.int(",\"est_tokens\":", *est_tokens);
         w.int(",\"est_cost_micro\":", *est_cost_micro);
         w.int(",\"overrun_tokens\":", *overrun_tokens);
@@ -81,6 +84,9 @@ impl UsageEvent {
         }
         if let Some(a) = anomaly {
             w.serde(",\"anomaly\":", a);
+        }
+        if let Some(b) = breakdown {
+            w.serde(",\"breakdown\":", b);
         }
         // The flattened attribution, as serde writes it: after the fields.
         if !tags.is_empty() {
@@ -153,6 +159,7 @@ mod tests {
             input_tokens: 13,
             output_tokens: 9,
             cost_micro: 8,
+            cost_pico: 7_500_001,
             est_tokens: 77,
             est_cost_micro: 41,
             overrun_tokens: 0,
@@ -165,6 +172,7 @@ mod tests {
             settled_at_ms: 1_764_770_000_123,
             deployment: Some("primary".into()),
             anomaly: None,
+            breakdown: None,
             attribution: Attribution::default(),
         }
     }
@@ -206,6 +214,12 @@ mod tests {
         });
         e.attribution.tags = [("team".to_string(), "a\"b".to_string())].into();
         e.attribution.end_user = Some("u-1".into());
+        e.breakdown = Some(crate::usage::Breakdown {
+            input: 100,
+            cached_input: 900,
+            served_tier: Some("pri\"ority".into()),
+            ..Default::default()
+        });
         e.input_tokens = i64::MIN;
         e.output_tokens = i64::MAX;
         assert_eq!(e.to_json(), serde_json::to_string(&e).unwrap());
@@ -223,7 +237,7 @@ mod tests {
         #[test]
         fn any_event_is_written_exactly_as_serde_writes_it(
             strs in proptest::collection::vec(text(), 11),
-            ints in proptest::collection::vec(any::<i64>(), 9),
+            ints in proptest::collection::vec(any::<i64>(), 10),
             stream in any::<bool>(),
             deployment in proptest::option::of(text()),
             anomaly in proptest::option::of((text(), text())),
@@ -241,6 +255,7 @@ mod tests {
                 input_tokens: ints[0],
                 output_tokens: ints[1],
                 cost_micro: ints[2],
+                cost_pico: ints[9],
                 est_tokens: ints[3],
                 est_cost_micro: ints[4],
                 overrun_tokens: ints[5],
@@ -255,6 +270,10 @@ mod tests {
                 anomaly: anomaly.map(|(kind, v)| UsageAnomaly {
                     kind,
                     reported: serde_json::json!({ "v": v, "k": strs[10] }),
+                }),
+                breakdown: (ints[9] % 2 == 0).then(|| crate::usage::Breakdown {
+                    cached_input: ints[9].max(0),
+                    ..Default::default()
                 }),
                 attribution: Attribution { tags, end_user },
             };

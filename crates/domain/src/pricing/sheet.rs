@@ -1,0 +1,562 @@
+//! The price sheet: what each component of a request costs (docs/billing.md,
+//! "The price sheet"). Prices are integer micro-USD per million tokens, so
+//! tokens × price is an exact integer number of pico-USD (10⁻¹² USD): the
+//! ledger keeps every request's exact cost and the books round once per
+//! bill line. Holds and the Redis counters stay in whole micro-USD, rounded
+//! up.
+
+use crate::usage::Breakdown;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Pico-USD in one micro-USD.
+pub const PICO_PER_MICRO: i128 = 1_000_000;
+
+/// Server-side tool calls one request may be billed for (the sanity
+/// bound): a provider reporting more is billed for this many.
+pub const BOUND_TOOL_CALLS: i64 = 100;
+
+/// The token prices of one tier of a sheet, µUSD per million tokens. A
+/// component without its own price is billed at the price of what it is
+/// part of: cached input, cache writes, audio and image input at `input`
+/// (a 1-hour write at the 5-minute one first), audio and image output at
+/// `output`. Reasoning is output.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenPrices {
+    pub input: i64,
+    pub output: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_5m: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_1h: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audio_input: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audio_output: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_input: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_output: Option<i64>,
+}
+
+/// A whole-request tier: a request whose whole input (cached and written
+/// included) is above `above_input_tokens` has *every* token priced at the
+/// tier's prices (LiteLLM's `_above_Nk_tokens`, OpenAI's and Anthropic's
+/// long-context pricing). `service_tier`: the tier applies to requests
+/// served at that service tier (none: the default service).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputTier {
+    pub above_input_tokens: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_tier: Option<String>,
+    pub prices: TokenPrices,
+}
+
+/// Per-call fees of server-side tools, µUSD per call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolFees {
+    #[serde(default)]
+    pub web_search: i64,
+}
+
+/// A model's (or a deployment's) prices. In JSON the base prices sit at the
+/// top level beside `tiers`, `service_tiers`, `tool_fees` and
+/// `multiplier_ppm` ([`PriceSheet::from_json`] names an unknown field).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PriceSheet {
+    #[serde(flatten)]
+    pub base: TokenPrices,
+    /// Long-context tiers (whole request), any order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tiers: Vec<InputTier>,
+    /// Prices of the service tiers other than the default (`priority`,
+    /// `flex`, `batch`): a request is priced by the tier it was *served*
+    /// at (the answer's `service_tier`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub service_tiers: BTreeMap<String, TokenPrices>,
+    #[serde(default, skip_serializing_if = "is_default_fees")]
+    pub tool_fees: ToolFees,
+    /// A deployment's multiplier (regional processing, a negotiated
+    /// discount), parts per million: 1,000,000 is ×1. 0 or absent: ×1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multiplier_ppm: Option<i64>,
+}
+
+fn is_default_fees(f: &ToolFees) -> bool {
+    *f == ToolFees::default()
+}
+
+/// Why a sheet cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct SheetError {
+    pub field: String,
+    pub message: String,
+}
+
+fn bad(field: impl Into<String>, message: impl Into<String>) -> SheetError {
+    SheetError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Most any one price may be: $10⁶ per million tokens.
+pub const MAX_PRICE: i64 = 1_000_000_000_000;
+
+impl TokenPrices {
+    fn check(&self, at: &str) -> Result<(), SheetError> {
+        let all = [
+            ("input", Some(self.input)),
+            ("output", Some(self.output)),
+            ("cached_input", self.cached_input),
+            ("cache_write_5m", self.cache_write_5m),
+            ("cache_write_1h", self.cache_write_1h),
+            ("audio_input", self.audio_input),
+            ("audio_output", self.audio_output),
+            ("image_input", self.image_input),
+            ("image_output", self.image_output),
+        ];
+        for (name, v) in all {
+            if let Some(v) = v {
+                if !(0..=MAX_PRICE).contains(&v) {
+                    return Err(bad(
+                        format!("{at}{name}"),
+                        "a price is 0 to 10^12 µUSD per million tokens",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Only the input and output prices (a model priced by two numbers).
+    pub fn two(input: i64, output: i64) -> TokenPrices {
+        TokenPrices {
+            input,
+            output,
+            ..Default::default()
+        }
+    }
+
+    fn cached(&self) -> i64 {
+        self.cached_input.unwrap_or(self.input)
+    }
+    fn write_5m(&self) -> i64 {
+        self.cache_write_5m.unwrap_or(self.input)
+    }
+    fn write_1h(&self) -> i64 {
+        self.cache_write_1h.unwrap_or_else(|| self.write_5m())
+    }
+
+    /// The most one input token can cost at these prices.
+    pub fn max_input(&self) -> i64 {
+        [
+            self.input,
+            self.cached(),
+            self.write_5m(),
+            self.write_1h(),
+            self.audio_input.unwrap_or(self.input),
+            self.image_input.unwrap_or(self.input),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+    }
+
+    /// The most one output token can cost at these prices.
+    pub fn max_output(&self) -> i64 {
+        [
+            self.output,
+            self.audio_output.unwrap_or(self.output),
+            self.image_output.unwrap_or(self.output),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+    }
+}
+
+/// The top-level fields of a sheet in JSON.
+const SHEET_FIELDS: &[&str] = &[
+    "input",
+    "output",
+    "cached_input",
+    "cache_write_5m",
+    "cache_write_1h",
+    "audio_input",
+    "audio_output",
+    "image_input",
+    "image_output",
+    "tiers",
+    "service_tiers",
+    "tool_fees",
+    "multiplier_ppm",
+];
+
+impl PriceSheet {
+    /// A sheet from JSON, checked: an unknown field (a typo would silently
+    /// price at the fallback) or a bad price is named.
+    pub fn from_json(v: &serde_json::Value) -> Result<PriceSheet, SheetError> {
+        let obj = v
+            .as_object()
+            .ok_or_else(|| bad("", "a price sheet is a JSON object"))?;
+        if let Some(k) = obj.keys().find(|k| !SHEET_FIELDS.contains(&k.as_str())) {
+            return Err(bad(
+                k.clone(),
+                format!("unknown field; a sheet has {}", SHEET_FIELDS.join(", ")),
+            ));
+        }
+        let sheet: PriceSheet =
+            serde_json::from_value(v.clone()).map_err(|e| bad("", e.to_string()))?;
+        sheet.check()?;
+        Ok(sheet)
+    }
+
+    /// A sheet of two prices.
+    pub fn two(input: i64, output: i64) -> PriceSheet {
+        PriceSheet {
+            base: TokenPrices::two(input, output),
+            ..Default::default()
+        }
+    }
+
+    /// Refuses prices out of range, a tier that does not raise a threshold,
+    /// a multiplier out of (0, 100×].
+    pub fn check(&self) -> Result<(), SheetError> {
+        self.base.check("")?;
+        for (i, t) in self.tiers.iter().enumerate() {
+            if t.above_input_tokens <= 0 {
+                return Err(bad(
+                    format!("tiers[{i}].above_input_tokens"),
+                    "a threshold is a positive number of tokens",
+                ));
+            }
+            t.prices.check(&format!("tiers[{i}].prices."))?;
+        }
+        for (name, p) in &self.service_tiers {
+            if name.is_empty() || name.len() > 32 {
+                return Err(bad(
+                    "service_tiers",
+                    "a service tier's name is 1 to 32 characters",
+                ));
+            }
+            p.check(&format!("service_tiers.{name}."))?;
+        }
+        if !(0..=MAX_PRICE).contains(&self.tool_fees.web_search) {
+            return Err(bad(
+                "tool_fees.web_search",
+                "a fee is 0 to 10^12 µUSD per call",
+            ));
+        }
+        if let Some(m) = self.multiplier_ppm {
+            if !(1..=100_000_000).contains(&m) {
+                return Err(bad(
+                    "multiplier_ppm",
+                    "a multiplier is above 0 and at most 100× (100,000,000 ppm)",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The token prices a request is priced at: its served service tier's
+    /// (the default's when the sheet has no price for it), then the highest
+    /// whole-request tier of that service tier its whole input is above.
+    pub fn prices_for(&self, served_tier: Option<&str>, total_input: i64) -> &TokenPrices {
+        let service = served_tier.filter(|t| self.service_tiers.contains_key(*t));
+        let base = service.map_or(&self.base, |t| &self.service_tiers[t]);
+        self.tiers
+            .iter()
+            .filter(|t| t.service_tier.as_deref() == service && total_input > t.above_input_tokens)
+            .max_by_key(|t| t.above_input_tokens)
+            .map_or(base, |t| &t.prices)
+    }
+
+    fn multiplied(&self, pico: i128) -> i128 {
+        match self.multiplier_ppm {
+            Some(m) if m != 1_000_000 && m > 0 => {
+                // Rounded up to the pico-USD.
+                (pico * m as i128 + 999_999) / 1_000_000
+            }
+            _ => pico,
+        }
+    }
+
+    /// The exact cost of a request, in pico-USD.
+    pub fn cost_pico(&self, b: &Breakdown) -> i128 {
+        let p = self.prices_for(b.served_tier.as_deref(), b.total_input());
+        let t = |tokens: i64, price: i64| tokens.max(0) as i128 * price.max(0) as i128;
+        let audio_in = b.audio_input.max(0);
+        let image_in = b.image_input.max(0);
+        let text_in = (b.input - audio_in - image_in).max(0);
+        let audio_out = b.audio_output.max(0);
+        let image_out = b.image_output.max(0);
+        let text_out = (b.output - audio_out - image_out).max(0);
+        let tokens = t(text_in, p.input)
+            + t(audio_in, p.audio_input.unwrap_or(p.input))
+            + t(image_in, p.image_input.unwrap_or(p.input))
+            + t(b.cached_input, p.cached())
+            + t(b.cache_write_5m, p.write_5m())
+            + t(b.cache_write_1h, p.write_1h())
+            + t(text_out, p.output)
+            + t(audio_out, p.audio_output.unwrap_or(p.output))
+            + t(image_out, p.image_output.unwrap_or(p.output));
+        let calls = t(b.web_search_calls, self.tool_fees.web_search) * PICO_PER_MICRO;
+        self.multiplied(tokens + calls)
+    }
+
+    /// The most `input` and `output` tokens can cost under this sheet, in
+    /// micro-USD rounded up: every token at the dearest price any of its
+    /// tiers and service tiers has for it, plus up to
+    /// [`BOUND_TOOL_CALLS`] web searches. The sanity bound's cost.
+    pub fn worst_cost_micro(&self, input: i64, output: i64) -> i64 {
+        let all = std::iter::once(&self.base)
+            .chain(self.tiers.iter().map(|t| &t.prices))
+            .chain(self.service_tiers.values());
+        let (mut pin, mut pout) = (0i64, 0i64);
+        for p in all {
+            pin = pin.max(p.max_input());
+            pout = pout.max(p.max_output());
+        }
+        let tokens = input.max(0) as i128 * pin as i128 + output.max(0) as i128 * pout as i128;
+        let calls =
+            BOUND_TOOL_CALLS as i128 * self.tool_fees.web_search.max(0) as i128 * PICO_PER_MICRO;
+        micro_of_pico(self.multiplied(tokens + calls))
+    }
+
+    /// The cost in whole micro-USD, rounded up (what holds and the Redis
+    /// counters take), saturated to i64.
+    pub fn cost_micro(&self, b: &Breakdown) -> i64 {
+        micro_of_pico(self.cost_pico(b))
+    }
+}
+
+/// Pico-USD as whole micro-USD, rounded up, saturated to `[0, i64::MAX]`.
+pub fn micro_of_pico(pico: i128) -> i64 {
+    let micro = (pico.max(0) + PICO_PER_MICRO - 1) / PICO_PER_MICRO;
+    i64::try_from(micro).unwrap_or(i64::MAX)
+}
+
+/// One sheet with the instant it takes effect, for a model or one of its
+/// deployments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatedSheet {
+    /// Milliseconds since the epoch.
+    pub from_ms: i64,
+    /// The deployment it is for; None: the model's (every deployment
+    /// without its own).
+    pub deployment: Option<String>,
+    pub sheet: std::sync::Arc<PriceSheet>,
+}
+
+/// A model's prices over time: the sheet of its two base prices, in force
+/// until the first dated sheet, then each dated sheet from its instant. A
+/// request is priced by the sheet in force when it was received; a
+/// deployment's own sheet, where it has one in force, before the model's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PriceBook {
+    base: std::sync::Arc<PriceSheet>,
+    /// By `from_ms`, oldest first.
+    dated: Vec<DatedSheet>,
+}
+
+impl PriceBook {
+    pub fn new(base: PriceSheet, mut dated: Vec<DatedSheet>) -> PriceBook {
+        dated.sort_by_key(|d| d.from_ms);
+        PriceBook {
+            base: std::sync::Arc::new(base),
+            dated,
+        }
+    }
+
+    /// The sheet in force at `at_ms` for `deployment`.
+    pub fn at(&self, at_ms: i64, deployment: Option<&str>) -> &PriceSheet {
+        let latest = |own: bool| {
+            self.dated
+                .iter()
+                .rev()
+                .filter(|d| d.from_ms <= at_ms)
+                .find(|d| match (own, &d.deployment) {
+                    (true, Some(name)) => Some(name.as_str()) == deployment,
+                    (false, None) => true,
+                    _ => false,
+                })
+        };
+        latest(true)
+            .or_else(|| latest(false))
+            .map_or(&*self.base, |d| &*d.sheet)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+
+    #[test]
+    fn a_request_is_priced_by_the_sheet_in_force_when_it_came() {
+        let dated = |from_ms, deployment: Option<&str>, input| DatedSheet {
+            from_ms,
+            deployment: deployment.map(str::to_string),
+            sheet: std::sync::Arc::new(PriceSheet::two(input, 0)),
+        };
+        let book = PriceBook::new(
+            PriceSheet::two(1, 0),
+            vec![
+                dated(2_000, None, 3),
+                dated(1_000, None, 2),
+                dated(1_500, Some("eu"), 9),
+            ],
+        );
+        assert_eq!(book.at(999, None).base.input, 1);
+        assert_eq!(book.at(1_000, None).base.input, 2);
+        assert_eq!(book.at(1_999, Some("us")).base.input, 2);
+        assert_eq!(book.at(1_600, Some("eu")).base.input, 9);
+        // A deployment's own sheet stays in force after the model's changes.
+        assert_eq!(book.at(5_000, Some("eu")).base.input, 9);
+        assert_eq!(book.at(5_000, None).base.input, 3);
+    }
+
+    use super::*;
+
+    /// Claude Sonnet at list price: $3 in, $15 out, reads $0.30, 5-minute
+    /// writes $3.75, 1-hour writes $6; web search $10 per 1,000.
+    fn sonnet() -> PriceSheet {
+        PriceSheet {
+            base: TokenPrices {
+                input: 3_000_000,
+                output: 15_000_000,
+                cached_input: Some(300_000),
+                cache_write_5m: Some(3_750_000),
+                cache_write_1h: Some(6_000_000),
+                ..Default::default()
+            },
+            tool_fees: ToolFees { web_search: 10_000 },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn each_component_at_its_own_price() {
+        // 2k in + 80k cache read + 5k 5-minute write + 1k out: $0.064 less
+        // rounding on the invoice (0.006 + 0.024 + 0.01875 + 0.015).
+        let b = Breakdown {
+            input: 2_000,
+            cached_input: 80_000,
+            cache_write_5m: 5_000,
+            output: 1_000,
+            ..Default::default()
+        };
+        assert_eq!(sonnet().cost_pico(&b), 63_750_000_000);
+        assert_eq!(sonnet().cost_micro(&b), 63_750);
+        // 2k in + 50k written to the 1-hour cache + 1k out: $0.321.
+        let b = Breakdown {
+            input: 2_000,
+            cache_write_1h: 50_000,
+            output: 1_000,
+            ..Default::default()
+        };
+        assert_eq!(sonnet().cost_micro(&b), 321_000);
+        // Five web searches: $0.05 on top.
+        let b = Breakdown {
+            web_search_calls: 5,
+            ..Default::default()
+        };
+        assert_eq!(sonnet().cost_micro(&b), 50_000);
+    }
+
+    #[test]
+    fn unpriced_components_fall_back_to_what_they_are_part_of() {
+        let s = PriceSheet::two(1_000_000, 2_000_000);
+        let b = Breakdown {
+            input: 100,
+            cached_input: 900,
+            cache_write_1h: 10,
+            output: 50,
+            audio_output: 20,
+            ..Default::default()
+        };
+        assert_eq!(
+            s.cost_pico(&b),
+            (100 + 900 + 10) * 1_000_000 + 50 * 2_000_000
+        );
+    }
+
+    #[test]
+    fn a_tier_prices_the_whole_request() {
+        // gpt-5.4-like: $2.50 / $15 up to 272k input, $5 / $22.50 above.
+        let s = PriceSheet {
+            base: TokenPrices::two(2_500_000, 15_000_000),
+            tiers: vec![InputTier {
+                above_input_tokens: 272_000,
+                service_tier: None,
+                prices: TokenPrices::two(5_000_000, 22_500_000),
+            }],
+            ..Default::default()
+        };
+        let at = |input| Breakdown::plain(input, 1_000);
+        assert_eq!(s.cost_micro(&at(272_000)), 680_000 + 15_000);
+        // 300k in + 1k out: $1.5225 (the issue's $1.545 counts 2k out).
+        assert_eq!(s.cost_micro(&at(300_000)), 1_500_000 + 22_500);
+        // Cached input counts toward the threshold.
+        let b = Breakdown {
+            input: 100_000,
+            cached_input: 200_000,
+            output: 0,
+            ..Default::default()
+        };
+        assert_eq!(s.prices_for(None, b.total_input()).input, 5_000_000);
+    }
+
+    #[test]
+    fn the_served_service_tier_prices_the_request() {
+        let mut s = PriceSheet::two(1_250_000, 10_000_000);
+        s.service_tiers
+            .insert("priority".into(), TokenPrices::two(3_125_000, 25_000_000));
+        let mut b = Breakdown::plain(1_000, 1_000);
+        let default = s.cost_micro(&b);
+        b.served_tier = Some("priority".into());
+        assert_eq!(s.cost_micro(&b), 28_125);
+        // Served at default although priority was asked: the default price.
+        b.served_tier = Some("default".into());
+        assert_eq!(s.cost_micro(&b), default);
+    }
+
+    #[test]
+    fn the_multiplier_and_the_rounding() {
+        let mut s = PriceSheet::two(1, 1);
+        let b = Breakdown::plain(1, 0);
+        assert_eq!(s.cost_pico(&b), 1);
+        // One pico-USD is still a whole micro-USD for the hold.
+        assert_eq!(s.cost_micro(&b), 1);
+        s.multiplier_ppm = Some(1_100_000);
+        // 1.1 pico rounds up to 2.
+        assert_eq!(s.cost_pico(&b), 2);
+        assert!(s.check().is_ok());
+        s.multiplier_ppm = Some(0);
+        assert!(s.check().is_err());
+    }
+
+    #[test]
+    fn a_sheet_reads_and_writes_as_json() {
+        let s = sonnet();
+        let text = serde_json::to_string(&s).unwrap();
+        let back: PriceSheet = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, s);
+        let typo = serde_json::json!({"input": 1, "output": 2, "cahced_input": 3});
+        assert_eq!(
+            PriceSheet::from_json(&typo).unwrap_err().field,
+            "cahced_input"
+        );
+        let nested = serde_json::json!({"input": 1, "output": 2,
+            "tiers": [{"above_input_tokens": 5, "prices": {"input": 1, "output": 2, "x": 1}}]});
+        assert!(PriceSheet::from_json(&nested).is_err());
+        assert!(PriceSheet::from_json(&serde_json::json!({"input": 1, "output": 2})).is_ok());
+        let bad = PriceSheet::two(-1, 2);
+        assert_eq!(bad.check().unwrap_err().field, "input");
+    }
+}

@@ -1,0 +1,356 @@
+//! The usage breakdown: what a provider bills a request for, read from its
+//! `usage` object in any of the shapes providers send (the field names are
+//! the official SDKs' types: openai `CompletionUsage` and `ResponseUsage`,
+//! anthropic `Usage`, google-genai `UsageMetadata`, DeepSeek's and
+//! OpenRouter's additions).
+//!
+//! The traps (docs/billing.md, "What a request is billed for"):
+//! - OpenAI's `prompt_tokens` / `input_tokens` and Gemini's
+//!   `promptTokenCount` include the cached part; Anthropic's `input_tokens`
+//!   excludes both cache reads and cache writes.
+//! - DeepSeek reports `prompt_cache_hit_tokens` / `prompt_cache_miss_tokens`
+//!   beside a `prompt_tokens` that is their sum.
+//! - Anthropic splits cache writes by TTL in `cache_creation`
+//!   (`ephemeral_5m_input_tokens`, `ephemeral_1h_input_tokens`); a total in
+//!   `cache_creation_input_tokens` without the split is a 5-minute write.
+//! - Reasoning, audio and image tokens are *of* the totals, not beside them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A request's usage by component. Every count is a number of tokens (or
+/// calls) ≥ 0. `input` is the uncached input only; the whole prompt is
+/// [`Breakdown::total_input`]. `reasoning`, `audio_*` and `image_*` are
+/// parts of `input` / `output`, priced at their own rate where the price
+/// sheet has one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Breakdown {
+    /// Input read neither from nor into a cache.
+    #[serde(default)]
+    pub input: i64,
+    /// Input read from the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_input: i64,
+    /// Input written to a cache that lives ~5 minutes (Anthropic's default
+    /// TTL; a write whose TTL the provider does not say).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_5m: i64,
+    /// Input written to a cache that lives an hour (Anthropic `ttl: "1h"`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_1h: i64,
+    /// All output, reasoning and audio included.
+    #[serde(default)]
+    pub output: i64,
+    /// Of `output`: hidden reasoning.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning: i64,
+    /// Of `input` (uncached): audio.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub audio_input: i64,
+    /// Of `output`: audio.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub audio_output: i64,
+    /// Of `input` (uncached): images.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub image_input: i64,
+    /// Of `output`: images.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub image_output: i64,
+    /// Server-side web searches the provider ran (Anthropic
+    /// `server_tool_use.web_search_requests`, Responses `web_search_call`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub web_search_calls: i64,
+    /// The service tier the provider says it served (`priority`, `flex`,
+    /// `default`, `standard`, `batch` …), which can differ from the one asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_tier: Option<String>,
+    /// The provider's own price of the request, where it sends one
+    /// (OpenRouter's `usage.cost`, USD), in micro-USD: kept for
+    /// reconciliation, never billed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_cost_micro: Option<i64>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+/// A count as a non-negative integer; anything else (absent, negative,
+/// not a number) is 0 — the totals are checked separately
+/// (`usage::bill`), and a breakdown that does not add up to them is not
+/// used (`Breakdown::fits`).
+fn n(v: Option<&Value>) -> i64 {
+    match v {
+        Some(Value::Number(x)) => x
+            .as_i64()
+            .or_else(|| x.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
+            .unwrap_or(0)
+            .max(0),
+        Some(Value::String(s)) => s.trim().parse::<i64>().unwrap_or(0).max(0),
+        _ => 0,
+    }
+}
+
+fn at<'a>(u: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(u, |v, k| v.get(*k))
+}
+
+impl Breakdown {
+    /// Every input token: uncached, read from and written to caches.
+    pub fn total_input(&self) -> i64 {
+        self.input
+            .saturating_add(self.cached_input)
+            .saturating_add(self.cache_write_5m)
+            .saturating_add(self.cache_write_1h)
+    }
+
+    /// Input and output as one breakdown with nothing cached, for a request
+    /// billed without a usable report (the estimate, the counted output,
+    /// the sanity bound).
+    pub fn plain(input: i64, output: i64) -> Breakdown {
+        Breakdown {
+            input: input.max(0),
+            output: output.max(0),
+            ..Default::default()
+        }
+    }
+
+    /// Reads a provider's `usage` object, whichever provider's shape it
+    /// has. The shape is told by its field names, so one reader serves
+    /// every dialect and a provider that borrows another's API.
+    pub fn read(u: &Value) -> Breakdown {
+        let mut b =
+            if u.get("promptTokenCount").is_some() || u.get("candidatesTokenCount").is_some() {
+                Self::gemini(u)
+            } else if u.get("prompt_tokens").is_some() || u.get("completion_tokens").is_some() {
+                Self::openai_chat(u)
+            } else if u.get("cache_read_input_tokens").is_some()
+                || u.get("cache_creation_input_tokens").is_some()
+                || u.get("cache_creation").is_some()
+                || u.get("server_tool_use").is_some()
+            {
+                Self::anthropic(u)
+            } else {
+                // Responses (`input_tokens_details`), or a bare
+                // `input_tokens`/`output_tokens`, which both read alike.
+                Self::openai_responses(u)
+            };
+        if let Some(t) = u.get("service_tier").and_then(Value::as_str) {
+            b.served_tier = Some(t.to_string());
+        }
+        if let Some(c) = u.get("cost").and_then(Value::as_f64) {
+            if c.is_finite() && c >= 0.0 {
+                b.provider_cost_micro = Some((c * 1e6).round() as i64);
+            }
+        }
+        b
+    }
+
+    /// OpenAI chat `CompletionUsage` (DeepSeek's hit/miss fields too):
+    /// `prompt_tokens` includes the cached part.
+    fn openai_chat(u: &Value) -> Breakdown {
+        let prompt = n(u.get("prompt_tokens"));
+        let cached = match u.get("prompt_cache_hit_tokens") {
+            // DeepSeek: hit + miss = prompt.
+            Some(hit) => n(Some(hit)),
+            None => n(at(u, &["prompt_tokens_details", "cached_tokens"])),
+        };
+        let written = n(at(u, &["prompt_tokens_details", "cache_write_tokens"]));
+        let cached = cached.min(prompt);
+        let written = written.min(prompt - cached);
+        Breakdown {
+            input: prompt - cached - written,
+            cached_input: cached,
+            cache_write_5m: written,
+            output: n(u.get("completion_tokens")),
+            reasoning: n(at(u, &["completion_tokens_details", "reasoning_tokens"])),
+            audio_input: n(at(u, &["prompt_tokens_details", "audio_tokens"])),
+            audio_output: n(at(u, &["completion_tokens_details", "audio_tokens"])),
+            image_input: n(at(u, &["prompt_tokens_details", "image_tokens"])),
+            image_output: n(at(u, &["completion_tokens_details", "image_tokens"])),
+            ..Default::default()
+        }
+    }
+
+    /// OpenAI Responses `ResponseUsage`: `input_tokens` includes the cached
+    /// part.
+    fn openai_responses(u: &Value) -> Breakdown {
+        let prompt = n(u.get("input_tokens"));
+        let cached = n(at(u, &["input_tokens_details", "cached_tokens"])).min(prompt);
+        let written =
+            n(at(u, &["input_tokens_details", "cache_write_tokens"])).min(prompt - cached);
+        Breakdown {
+            input: prompt - cached - written,
+            cached_input: cached,
+            cache_write_5m: written,
+            output: n(u.get("output_tokens")),
+            reasoning: n(at(u, &["output_tokens_details", "reasoning_tokens"])),
+            ..Default::default()
+        }
+    }
+
+    /// Anthropic `Usage`: `input_tokens` excludes cache reads and writes.
+    fn anthropic(u: &Value) -> Breakdown {
+        let split_5m = at(u, &["cache_creation", "ephemeral_5m_input_tokens"]);
+        let split_1h = at(u, &["cache_creation", "ephemeral_1h_input_tokens"]);
+        let (w5, w1) = if split_5m.is_some() || split_1h.is_some() {
+            (n(split_5m), n(split_1h))
+        } else {
+            (n(u.get("cache_creation_input_tokens")), 0)
+        };
+        Breakdown {
+            input: n(u.get("input_tokens")),
+            cached_input: n(u.get("cache_read_input_tokens")),
+            cache_write_5m: w5,
+            cache_write_1h: w1,
+            output: n(u.get("output_tokens")),
+            web_search_calls: n(at(u, &["server_tool_use", "web_search_requests"])),
+            ..Default::default()
+        }
+    }
+
+    /// Gemini `UsageMetadata`: `promptTokenCount` includes the cached
+    /// part; thoughts are billed as output but counted beside the
+    /// candidates.
+    fn gemini(u: &Value) -> Breakdown {
+        let prompt =
+            n(u.get("promptTokenCount")).saturating_add(n(u.get("toolUsePromptTokenCount")));
+        let cached = n(u.get("cachedContentTokenCount")).min(prompt);
+        let thoughts = n(u.get("thoughtsTokenCount"));
+        let modality = |list: &str, m: &str| -> i64 {
+            u.get(list)
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter(|d| d.get("modality").and_then(Value::as_str) == Some(m))
+                        .map(|d| n(d.get("tokenCount")))
+                        .sum()
+                })
+                .unwrap_or(0)
+        };
+        Breakdown {
+            input: prompt - cached,
+            cached_input: cached,
+            output: n(u.get("candidatesTokenCount")).saturating_add(thoughts),
+            reasoning: thoughts,
+            audio_input: modality("promptTokensDetails", "AUDIO"),
+            audio_output: modality("candidatesTokensDetails", "AUDIO"),
+            image_input: modality("promptTokensDetails", "IMAGE"),
+            image_output: modality("candidatesTokensDetails", "IMAGE"),
+            ..Default::default()
+        }
+    }
+
+    /// Whether this breakdown adds up to the totals a request is billed at
+    /// (after the sanity bound): only then are its components priced;
+    /// otherwise the totals are, as plain input and output.
+    pub fn fits(&self, input: i64, output: i64) -> bool {
+        self.total_input() == input
+            && self.output == output
+            && self.reasoning <= self.output
+            && self.audio_output.saturating_add(self.image_output) <= self.output
+            && self.audio_input.saturating_add(self.image_input) <= self.input
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn openai_chat_counts_the_cached_part_inside_the_prompt() {
+        // The SDK's CompletionUsage: 1,000 prompt tokens of which 900 cached.
+        let b = Breakdown::read(&json!({"prompt_tokens": 1000, "completion_tokens": 50,
+            "total_tokens": 1050,
+            "prompt_tokens_details": {"cached_tokens": 900, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 20, "audio_tokens": 0,
+                "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}));
+        assert_eq!(
+            (b.input, b.cached_input, b.output, b.reasoning),
+            (100, 900, 50, 20)
+        );
+        assert_eq!(b.total_input(), 1000);
+        assert!(b.fits(1000, 50));
+    }
+
+    #[test]
+    fn deepseek_reports_hits_and_misses() {
+        let b = Breakdown::read(&json!({"prompt_tokens": 50000, "completion_tokens": 1000,
+            "prompt_cache_hit_tokens": 45000, "prompt_cache_miss_tokens": 5000}));
+        assert_eq!((b.input, b.cached_input, b.output), (5000, 45000, 1000));
+    }
+
+    #[test]
+    fn responses_count_the_cached_part_inside_the_input() {
+        let b = Breakdown::read(&json!({"input_tokens": 100000, "output_tokens": 1000,
+            "input_tokens_details": {"cached_tokens": 90000},
+            "output_tokens_details": {"reasoning_tokens": 600}, "total_tokens": 101000}));
+        assert_eq!(
+            (b.input, b.cached_input, b.output, b.reasoning),
+            (10000, 90000, 1000, 600)
+        );
+    }
+
+    #[test]
+    fn anthropic_input_excludes_cache_reads_and_writes() {
+        let b = Breakdown::read(&json!({"input_tokens": 2000, "output_tokens": 1000,
+            "cache_read_input_tokens": 80000, "cache_creation_input_tokens": 5000,
+            "cache_creation": {"ephemeral_5m_input_tokens": 5000, "ephemeral_1h_input_tokens": 0},
+            "server_tool_use": {"web_search_requests": 5}, "service_tier": "standard"}));
+        assert_eq!(
+            (
+                b.input,
+                b.cached_input,
+                b.cache_write_5m,
+                b.cache_write_1h,
+                b.output
+            ),
+            (2000, 80000, 5000, 0, 1000)
+        );
+        assert_eq!(b.web_search_calls, 5);
+        assert_eq!(b.served_tier.as_deref(), Some("standard"));
+        assert_eq!(b.total_input(), 87000);
+        // The 1-hour split.
+        let b = Breakdown::read(&json!({"input_tokens": 2000, "output_tokens": 1000,
+            "cache_creation_input_tokens": 50000,
+            "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 50000}}));
+        assert_eq!((b.cache_write_5m, b.cache_write_1h), (0, 50000));
+        // A write without the split is a 5-minute write.
+        let b = Breakdown::read(&json!({"input_tokens": 10, "output_tokens": 1,
+            "cache_creation_input_tokens": 300}));
+        assert_eq!((b.cache_write_5m, b.cache_write_1h), (300, 0));
+    }
+
+    #[test]
+    fn gemini_includes_the_cached_part_and_counts_thoughts_as_output() {
+        let b = Breakdown::read(
+            &json!({"promptTokenCount": 3000, "candidatesTokenCount": 200,
+            "cachedContentTokenCount": 2000, "thoughtsTokenCount": 300, "totalTokenCount": 3500,
+            "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 2742},
+                {"modality": "IMAGE", "tokenCount": 258}]}),
+        );
+        assert_eq!(
+            (b.input, b.cached_input, b.output, b.reasoning),
+            (1000, 2000, 500, 300)
+        );
+        assert_eq!(b.image_input, 258);
+    }
+
+    #[test]
+    fn openrouters_cost_is_kept_and_absurd_parts_are_clamped() {
+        let b = Breakdown::read(
+            &json!({"prompt_tokens": 10, "completion_tokens": 2, "cost": 0.000123}),
+        );
+        assert_eq!(b.provider_cost_micro, Some(123));
+        // More cached than the whole prompt: at most the prompt.
+        let b = Breakdown::read(&json!({"prompt_tokens": 10, "completion_tokens": 2,
+            "prompt_tokens_details": {"cached_tokens": 99}}));
+        assert_eq!((b.input, b.cached_input), (0, 10));
+        // Negative or malformed parts are none.
+        let b = Breakdown::read(&json!({"prompt_tokens": 10, "completion_tokens": 2,
+            "prompt_tokens_details": {"cached_tokens": -5}}));
+        assert_eq!((b.input, b.cached_input), (10, 0));
+        assert!(!Breakdown::plain(10, 2).fits(11, 2));
+    }
+}

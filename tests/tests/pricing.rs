@@ -1,0 +1,311 @@
+//! Priced as the provider bills (docs/billing.md, "What a request is billed
+//! for"): the provider's usage breakdown, read in every dialect and stream
+//! shape, priced component by component by the sheet in force when the
+//! request came, the exact cost kept on the ledger row. Every expected cost
+//! here is computed from what the mock provider says it served (its own
+//! counters) and the sheet the test set — never from the gateway's code.
+
+use domain::provider::{CapField, Dialect, ProviderProfile};
+use domain::Limits;
+use e2e::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// µUSD per million tokens of the test model's sheet.
+const INPUT: i64 = 2_000_000;
+const CACHED: i64 = 200_000;
+const WRITE_5M: i64 = 2_500_000;
+const WRITE_1H: i64 = 4_000_000;
+const OUTPUT: i64 = 8_000_000;
+const SEARCH_FEE: i64 = 10_000;
+/// Above this much input, every token at the tier's prices.
+const TIER_ABOVE: i64 = 5_000;
+const TIER_INPUT: i64 = 4_000_000;
+const TIER_OUTPUT: i64 = 12_000_000;
+
+fn sheet() -> Value {
+    json!({"input": INPUT, "output": OUTPUT, "cached_input": CACHED,
+        "cache_write_5m": WRITE_5M, "cache_write_1h": WRITE_1H,
+        "tool_fees": {"web_search": SEARCH_FEE},
+        "tiers": [{"above_input_tokens": TIER_ABOVE,
+            "prices": {"input": TIER_INPUT, "output": TIER_OUTPUT}}]})
+}
+
+struct Fixture {
+    env: TestEnv,
+    srv: server::app::Running,
+    base: String,
+    key: String,
+    admin: String,
+}
+
+/// Model `m` (every dialect native, a sheet from now on) and a tenant key.
+async fn fixture() -> Fixture {
+    let env = TestEnv::new().await;
+    env.model("m", "chat", 1, 1).await;
+    env.profile(
+        "m",
+        ProviderProfile {
+            cap_field: CapField::MaxTokens,
+            hidden_reasoning: false,
+            apis: vec![Dialect::Chat, Dialect::Responses, Dialect::Messages],
+        },
+    )
+    .await;
+    env.tenant("t", Limits::default(), None).await;
+    env.app("t", "a", Limits::default()).await;
+    let (_, key) = env.key("t", "a", Limits::default()).await;
+    user(&env, "root@example.com", "platform_admin", None).await;
+    let srv = env.server().await;
+    let base = format!("http://{}", srv.addr);
+    let admin = login(&base, "root@example.com").await;
+    let (status, body) = api(
+        "POST",
+        &format!("{base}/api/v1/models/m/prices"),
+        Some(&admin),
+        Some(json!({"sheet": sheet()})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    // The catalog takes the sheet on its change notice.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    Fixture {
+        env,
+        srv,
+        base,
+        key,
+        admin,
+    }
+}
+
+/// A prompt of about `tokens` tokens (the mock counts ~4 characters a
+/// token) with the mock's directives.
+fn prompt(tokens: usize, directives: &str) -> String {
+    format!("{directives} {}", "word ".repeat(tokens * 4 / 5))
+}
+
+/// Sends `content` in `dialect`, reads the whole answer; returns the
+/// request id and what the mock served (prompt and completion tokens, by
+/// its own counters).
+async fn served(f: &Fixture, dialect: &str, stream: bool, content: &str) -> (String, i64, i64) {
+    let before = f.env.mock.snapshot();
+    let (path, body) = match dialect {
+        "chat" => (
+            "/v1/chat/completions",
+            json!({"model": "m", "max_tokens": 20, "stream": stream,
+                "messages": [{"role": "user", "content": content}]}),
+        ),
+        "responses" => (
+            "/v1/responses",
+            json!({"model": "m", "max_output_tokens": 20, "stream": stream, "input": content}),
+        ),
+        _ => (
+            "/v1/messages",
+            json!({"model": "m", "max_tokens": 20, "stream": stream,
+                "messages": [{"role": "user", "content": content}]}),
+        ),
+    };
+    let r = reqwest::Client::new()
+        .post(format!("{}{path}", f.base))
+        .bearer_auth(&f.key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{dialect} stream={stream}");
+    let rid = r.headers()["x-request-id"].to_str().unwrap().to_string();
+    let _ = r.bytes().await.unwrap();
+    let booked = eventually(Duration::from_secs(10), || async {
+        f.env.usage_event(&rid).await.is_some()
+    })
+    .await;
+    assert!(booked, "{dialect} stream={stream}: booked");
+    let after = f.env.mock.snapshot();
+    (
+        rid,
+        (after.prompt_tokens - before.prompt_tokens) as i64,
+        (after.completion_tokens - before.completion_tokens) as i64,
+    )
+}
+
+/// Pico-USD as the books' micro-USD: rounded up.
+fn micro(pico: i64) -> i64 {
+    (pico + 999_999) / 1_000_000
+}
+
+async fn assert_cost(f: &Fixture, rid: &str, pico: i64, what: &str) {
+    let e = f.env.usage_event(rid).await.unwrap();
+    assert_eq!(e.cost_pico, pico, "{what}: exact cost ({e:?})");
+    assert_eq!(e.cost_micro, micro(pico), "{what}: micro-USD");
+}
+
+/// 900 of ~1,000 input tokens read from the cache: billed at 100 × input +
+/// 900 × cached + output × output — per dialect, streaming and not.
+#[tokio::test]
+async fn cached_input_is_billed_at_the_cached_price_in_every_dialect() {
+    let f = fixture().await;
+    for dialect in ["chat", "responses", "messages"] {
+        for stream in [false, true] {
+            let (rid, p, c) =
+                served(&f, dialect, stream, &prompt(1_000, "[mock:cached=900]")).await;
+            assert!(p > 900, "{dialect}: a prompt above the cached part ({p})");
+            let pico = (p - 900) * INPUT + 900 * CACHED + c * OUTPUT;
+            assert_cost(&f, &rid, pico, &format!("{dialect} stream={stream}")).await;
+            let e = f.env.usage_event(&rid).await.unwrap();
+            let b = e.breakdown.expect("the breakdown is kept");
+            assert_eq!((b.cached_input, b.input + b.cached_input), (900, p));
+        }
+    }
+    // Without a cache hit: the plain input price, no breakdown kept.
+    let (rid, p, c) = served(&f, "chat", false, &prompt(1_000, "")).await;
+    assert_cost(&f, &rid, p * INPUT + c * OUTPUT, "uncached").await;
+    assert!(f.env.usage_event(&rid).await.unwrap().breakdown.is_none());
+    f.srv.shutdown().await;
+}
+
+/// Anthropic's cache reads, 5-minute and 1-hour writes, each at its own
+/// price; web searches at the fee per call; DeepSeek's hit/miss fields; and
+/// a host that splits the input only in `message_delta` is not counted
+/// twice.
+#[tokio::test]
+async fn cache_writes_searches_and_providers_own_field_names() {
+    let f = fixture().await;
+    let directives =
+        "[mock:cached=600] [mock:cache_write_5m=200] [mock:cache_write_1h=100] [mock:web_search=3]";
+    for stream in [false, true] {
+        let (rid, p, c) = served(&f, "messages", stream, &prompt(1_000, directives)).await;
+        let pico = (p - 900) * INPUT
+            + 600 * CACHED
+            + 200 * WRITE_5M
+            + 100 * WRITE_1H
+            + c * OUTPUT
+            + 3 * SEARCH_FEE * 1_000_000;
+        assert_cost(&f, &rid, pico, &format!("anthropic stream={stream}")).await;
+        let b = f.env.usage_event(&rid).await.unwrap().breakdown.unwrap();
+        assert_eq!(
+            (b.cache_write_5m, b.cache_write_1h, b.web_search_calls),
+            (200, 100, 3)
+        );
+    }
+    // The split only at the end of the stream.
+    let (rid, p, c) = served(
+        &f,
+        "messages",
+        true,
+        &prompt(1_000, "[mock:cached=500] [mock:split_late]"),
+    )
+    .await;
+    let e = f.env.usage_event(&rid).await.unwrap();
+    assert_eq!(e.input_tokens, p, "the input counted once");
+    assert_cost(
+        &f,
+        &rid,
+        (p - 500) * INPUT + 500 * CACHED + c * OUTPUT,
+        "split late",
+    )
+    .await;
+    // DeepSeek: prompt_cache_hit_tokens / prompt_cache_miss_tokens.
+    for stream in [false, true] {
+        let (rid, p, c) = served(
+            &f,
+            "chat",
+            stream,
+            &prompt(1_000, "[mock:cached=700] [mock:deepseek]"),
+        )
+        .await;
+        assert_cost(
+            &f,
+            &rid,
+            (p - 700) * INPUT + 700 * CACHED + c * OUTPUT,
+            &format!("deepseek stream={stream}"),
+        )
+        .await;
+    }
+    f.srv.shutdown().await;
+}
+
+/// A prompt above the tier's threshold has every token at the tier's
+/// prices; one just below, none.
+#[tokio::test]
+async fn a_prompt_above_a_tier_is_billed_whole_at_the_tiers_prices() {
+    let f = fixture().await;
+    let (rid, p, c) = served(&f, "chat", false, &prompt(6_000, "")).await;
+    assert!(p > TIER_ABOVE, "{p}");
+    assert_cost(&f, &rid, p * TIER_INPUT + c * TIER_OUTPUT, "above").await;
+    let (rid, p, c) = served(&f, "chat", false, &prompt(4_900, "")).await;
+    assert!(p <= TIER_ABOVE, "{p}");
+    assert_cost(&f, &rid, p * INPUT + c * OUTPUT, "below").await;
+    // Cached tokens count toward the threshold.
+    let (rid, p, c) = served(&f, "responses", false, &prompt(6_000, "[mock:cached=5000]")).await;
+    assert_cost(
+        &f,
+        &rid,
+        (p - 5_000) * TIER_INPUT + 5_000 * TIER_INPUT + c * TIER_OUTPUT,
+        "above, cached (the tier has no cached price: its input price)",
+    )
+    .await;
+    f.srv.shutdown().await;
+}
+
+/// A price change effective at T: requests before T priced by the old
+/// sheet, after by the new; the change is audited; a sheet in the past, a
+/// typo and a negative price are refused naming the field.
+#[tokio::test]
+async fn a_price_change_takes_effect_at_its_instant_and_is_audited() {
+    let f = fixture().await;
+    let prices = format!("{}/api/v1/models/m/prices", f.base);
+    let at = chrono::Utc::now() + chrono::Duration::seconds(3);
+    let newer = json!({"input": INPUT * 3, "output": OUTPUT * 3});
+    let (status, listed) = api(
+        "POST",
+        &prices,
+        Some(&f.admin),
+        Some(json!({"sheet": newer, "effective_from": at})),
+    )
+    .await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["sheets"].as_array().unwrap().len(), 2);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (before, p, c) = served(&f, "chat", false, &prompt(100, "")).await;
+    assert_cost(&f, &before, p * INPUT + c * OUTPUT, "before T").await;
+    let wait = (at - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(wait + Duration::from_millis(100)).await;
+    let (after, p, c) = served(&f, "chat", false, &prompt(100, "")).await;
+    assert_cost(&f, &after, p * INPUT * 3 + c * OUTPUT * 3, "after T").await;
+
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action = 'model.price_sheet' AND target = 'model:m'",
+    )
+    .fetch_one(f.env.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(audited, 2);
+    for (body, param) in [
+        (
+            json!({"sheet": {"input": 1, "output": 1}, "effective_from": "2020-01-01T00:00:00Z"}),
+            "effective_from",
+        ),
+        (
+            json!({"sheet": {"input": 1, "output": 1, "cahced_input": 1}}),
+            "sheet.cahced_input",
+        ),
+        (json!({"sheet": {"input": -1, "output": 1}}), "sheet.input"),
+    ] {
+        let (status, e) = api("POST", &prices, Some(&f.admin), Some(body)).await;
+        assert_eq!(status, 400, "{e}");
+        assert_eq!(e["error"]["param"], param, "{e}");
+    }
+    // Every role reads the prices; only platform admins set them.
+    user(&f.env, "fin@example.com", "finance", None).await;
+    let fin = login(&f.base, "fin@example.com").await;
+    assert_eq!(api("GET", &prices, Some(&fin), None).await.0, 200);
+    let (status, _) = api(
+        "POST",
+        &prices,
+        Some(&fin),
+        Some(json!({"sheet": {"input": 1, "output": 1}})),
+    )
+    .await;
+    assert_eq!(status, 403);
+    f.srv.shutdown().await;
+}
