@@ -98,6 +98,9 @@ pub struct State {
     open_block: Option<usize>,
     /// Responses: the response's output items as they were built.
     output: Vec<Value>,
+    /// The stream's last event was read (`response.completed`,
+    /// `.incomplete` or `.failed`; `message_stop`).
+    pub ended: bool,
 }
 
 const RESPONSES_SILENT: &[&str] = &[
@@ -189,6 +192,7 @@ fn responses_event<'a>(
             st.output[i] = v["item"].clone();
         }
         "response.completed" | "response.incomplete" | "response.failed" => {
+            st.ended = true;
             if let Some(u) = v["response"]["usage"].as_object() {
                 *usage = Some(reported(Dialect::Responses, Value::Object(u.clone())));
             }
@@ -255,6 +259,7 @@ fn messages_event<'a>(
         }
         "content_block_start" => st.open_block = v["index"].as_u64().map(|i| i as usize),
         "content_block_stop" => st.open_block = None,
+        "message_stop" => st.ended = true,
         "message_delta" => {
             // The final count: message_start's usage (the input) with the
             // delta's own fields over it.
