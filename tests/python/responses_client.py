@@ -79,3 +79,12 @@ for kwargs, param in [
         assert e.response.headers["x-tollgate-reason"] == "invalid_request"
         print("NOCHARGE", e.response.headers["x-request-id"])
 print("bad input ok")
+
+got = client.models.retrieve(MODEL)
+assert got.id == MODEL and got.object == "model", got
+try:
+    client.models.retrieve("no-such-model")
+    sys.exit("an unknown model was retrieved")
+except openai.NotFoundError as e:
+    assert e.status_code == 404 and e.body["code"] == "model_not_found", e.body
+print("models ok")

@@ -113,6 +113,7 @@ async fn the_official_openai_and_anthropic_clients_speak_their_dialects_through_
             "cutoff ok",
             "tools ok",
             "bad input ok",
+            "models ok",
         ] {
             r.has(l);
         }
@@ -136,6 +137,7 @@ async fn the_official_openai_and_anthropic_clients_speak_their_dialects_through_
             "cutoff ok",
             "tools ok",
             "bad input ok",
+            "models ok",
         ] {
             m.has(l);
         }

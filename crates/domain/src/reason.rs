@@ -55,6 +55,10 @@ pub enum ReasonCode {
     MissingRequiredTag,
     /// The end user identifier is too long or has control characters.
     InvalidEndUser,
+    /// No route of the API at this path (404).
+    RouteNotFound,
+    /// The path is served, not with this method (405).
+    MethodNotAllowed,
 }
 
 impl ReasonCode {
@@ -107,6 +111,8 @@ impl ReasonCode {
             ReasonCode::InvalidTag => "invalid_tag",
             ReasonCode::MissingRequiredTag => "missing_required_tag",
             ReasonCode::InvalidEndUser => "invalid_end_user",
+            ReasonCode::RouteNotFound => "route_not_found",
+            ReasonCode::MethodNotAllowed => "method_not_allowed",
         }
     }
 
@@ -121,7 +127,8 @@ impl ReasonCode {
             | ReasonCode::InvalidTag
             | ReasonCode::MissingRequiredTag
             | ReasonCode::InvalidEndUser => 400,
-            ReasonCode::ModelNotFound => 404,
+            ReasonCode::ModelNotFound | ReasonCode::RouteNotFound => 404,
+            ReasonCode::MethodNotAllowed => 405,
             ReasonCode::ModelNotAllowed => 403,
             ReasonCode::QuotaStoreUnavailable | ReasonCode::UpstreamUnavailable => 503,
             ReasonCode::UpstreamRateLimited => 429,
@@ -140,7 +147,7 @@ impl ReasonCode {
             403 => "permission_error",
             404 => "not_found_error",
             429 => "rate_limit_error",
-            400 => "invalid_request_error",
+            400 | 405 => "invalid_request_error",
             _ => "api_error",
         }
     }

@@ -169,6 +169,37 @@ pub(crate) fn error_response(dialect: Dialect, mut e: ApiError) -> Response {
     r
 }
 
+/// A refusal in Google's Gemini API shape, `{"error":{code,message,status}}`
+/// (its `status` the canonical code name of the HTTP status); headers as
+/// in every dialect.
+pub(crate) fn google_error_response(e: ApiError) -> Response {
+    let status = e.http_status();
+    let body = json!({"error": {
+        "code": status,
+        "message": e.message.clone(),
+        "status": google_status(status),
+    }});
+    let mut r = e.into_response();
+    *r.body_mut() = axum::body::Body::from(body.to_string());
+    r.headers_mut().remove(axum::http::header::CONTENT_LENGTH);
+    r
+}
+
+/// Google's canonical status name for an HTTP status.
+fn google_status(status: u16) -> &'static str {
+    match status {
+        400 | 413 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        402 | 429 => "RESOURCE_EXHAUSTED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        405 | 501 => "UNIMPLEMENTED",
+        503 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        _ => "INTERNAL",
+    }
+}
+
 /// Anthropic's error `type` for an HTTP status.
 fn anthropic_error_type(status: u16) -> &'static str {
     match status {
@@ -177,6 +208,7 @@ fn anthropic_error_type(status: u16) -> &'static str {
         402 => "billing_error",
         403 => "permission_error",
         404 => "not_found_error",
+        405 => "invalid_request_error",
         413 => "request_too_large",
         429 => "rate_limit_error",
         503 | 529 => "overloaded_error",
