@@ -45,7 +45,9 @@ fn with_request_id(rid: &str, body: Value) -> Response {
     r
 }
 
-/// The ids this key may call, sorted.
+/// The names this key may call, sorted: the catalog models it may use, and
+/// the exact aliases of its tenant (or global) whose model it may use (a
+/// pattern names no one model to list).
 fn callable(gw: &Gateway, key: &crate::catalog::KeyEntry) -> Vec<String> {
     let index = gw.catalog.get();
     let mut ids: Vec<String> = index
@@ -54,6 +56,12 @@ fn callable(gw: &Gateway, key: &crate::catalog::KeyEntry) -> Vec<String> {
         .filter(|m| key.may_use(m))
         .cloned()
         .collect();
+    for a in index.aliases.iter().filter(|a| !a.is_pattern()) {
+        let served = index.model_for(&key.tenant.id, &a.alias);
+        if served.is_some_and(|m| key.may_use(&m.id)) && !ids.contains(&a.alias) {
+            ids.push(a.alias.clone());
+        }
+    }
     ids.sort();
     ids
 }
@@ -76,9 +84,9 @@ pub async fn list(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Respons
     with_request_id(&rid, body)
 }
 
-/// `models.retrieve`: a model this key may call; any other id (unknown or
-/// not allowed for the key, as the list would not show it) is 404
-/// `model_not_found`.
+/// `models.retrieve`: a model this key may call, by id or alias (a pattern
+/// alias too); any other id (unknown or not allowed for the key, as the
+/// list would not show it) is 404 `model_not_found`.
 pub async fn retrieve(
     State(gw): State<Arc<Gateway>>,
     Path(id): Path<String>,
@@ -90,7 +98,8 @@ pub async fn retrieve(
         Ok(k) => k,
         Err(e) => return error_response(dialect, e.for_request(&rid)),
     };
-    if !callable(&gw, &key).contains(&id) {
+    let served = gw.catalog.get().model_for(&key.tenant.id, &id).cloned();
+    if !served.is_some_and(|m| key.may_use(&m.id)) {
         let e = ApiError::new(
             ReasonCode::ModelNotFound,
             format!("the model `{id}` does not exist or this key may not use it"),

@@ -437,11 +437,11 @@ pub(crate) fn resolve_model(
     endpoint: Endpoint,
     s: &RequestSummary,
 ) -> Result<Arc<ModelEntry>, ApiError> {
+    // A name no catalog model has may be an alias (docs/clients.md).
     let model = gw
         .catalog
         .get()
-        .models
-        .get(&s.model)
+        .model_for(&key.tenant.id, &s.model)
         .cloned()
         .ok_or_else(|| {
             ApiError::new(

@@ -92,6 +92,8 @@ pub struct Catalog {
     pub guarantees: Vec<crate::GuaranteeRow>,
     /// Models' deployments and fallback models.
     pub routing: crate::RoutingRows,
+    /// Names clients ask for that catalog models serve (with the models).
+    pub aliases: Vec<domain::alias::ModelAlias>,
 }
 
 #[derive(Debug, Clone)]
@@ -335,6 +337,7 @@ impl Store {
         .fetch_all(&mut *tx)
         .await?;
         let routing = crate::deployments::load(&mut tx).await?;
+        let aliases = crate::model_aliases::load(&mut tx, p.models).await?;
         tx.commit().await?;
         Ok(Catalog {
             tenants,
@@ -345,6 +348,7 @@ impl Store {
             borrowed,
             guarantees,
             routing,
+            aliases,
         })
     }
 
