@@ -114,6 +114,7 @@ async fn the_official_openai_and_anthropic_clients_speak_their_dialects_through_
             "tools ok",
             "bad input ok",
             "models ok",
+            "codex tools ok",
         ] {
             r.has(l);
         }

@@ -248,6 +248,13 @@ async fn admit_and_forward(
         None => model,
     };
     ctx.model = model.id.clone();
+    // A Responses tool chat has no equivalent of: only for a provider that
+    // serves Responses natively (docs/clients.md, "Responses tools").
+    if let Some(f) = inbound.untranslated {
+        if !crate::dialect::speaks_natively(&model, dialect) {
+            return Err(invalid(f));
+        }
+    }
     crate::estimate::check_body_size(gw, &model, bytes.len())?;
     let (estimated, json_back) = crate::estimate::estimate_input(
         gw,
@@ -356,6 +363,7 @@ async fn admit_and_forward(
         native: crate::dialect::speaks_natively(&model, dialect),
         model: summary.model.clone(),
         request_id: rid.to_string(),
+        custom_tools: inbound.custom_tools,
     };
     let body = match inbound.original {
         Some(mut native) if edge.native => {

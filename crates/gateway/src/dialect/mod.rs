@@ -13,6 +13,7 @@ mod bench;
 pub(crate) mod messages;
 pub(crate) mod native;
 pub(crate) mod responses;
+mod responses_tools;
 pub(crate) mod routes;
 pub(crate) mod stream;
 
@@ -32,19 +33,29 @@ pub(crate) struct Inbound {
     /// The client's own body (Responses / Messages), kept for a provider
     /// that speaks the dialect natively.
     pub original: Option<Value>,
+    /// What only a provider speaking the dialect natively takes (a
+    /// Responses tool without a chat equivalent): refused for the others.
+    pub untranslated: Option<InvalidField>,
+    /// Responses `custom` tools, offered to chat as functions.
+    pub custom_tools: Vec<String>,
 }
 
 impl Inbound {
     pub fn read(dialect: Dialect, body: Value) -> Result<Inbound, InvalidField> {
-        let chat = match dialect {
+        let (chat, untranslated, custom_tools) = match dialect {
             Dialect::Chat => {
                 return Ok(Inbound {
                     chat: body,
                     original: None,
+                    untranslated: None,
+                    custom_tools: Vec::new(),
                 })
             }
-            Dialect::Responses => responses::to_chat(&body)?,
-            Dialect::Messages => messages::to_chat(&body, true)?,
+            Dialect::Responses => {
+                let r = responses::read(&body)?;
+                (r.chat, r.untranslated, r.custom_tools)
+            }
+            Dialect::Messages => (messages::to_chat(&body, true)?, None, Vec::new()),
         };
         // The original may be sent as is: the same refusal of client-chosen
         // upstreams and credentials as a chat body.
@@ -52,6 +63,8 @@ impl Inbound {
         Ok(Inbound {
             chat,
             original: Some(body),
+            untranslated,
+            custom_tools,
         })
     }
 }
@@ -94,6 +107,9 @@ pub(crate) struct Edge {
     /// The model as the client named it (translated answers carry it).
     pub model: String,
     pub request_id: String,
+    /// Responses `custom` tools: a chat call of one is written back as a
+    /// `custom_tool_call` item.
+    pub custom_tools: Vec<String>,
 }
 
 impl Edge {

@@ -114,6 +114,7 @@ const RESPONSES_SILENT: &[&str] = &[
     "response.output_text.done",
     "response.output_text.annotation.added",
     "response.function_call_arguments.done",
+    "response.custom_tool_call_input.done",
     "response.reasoning_summary_part.added",
     "response.reasoning_summary_part.done",
     "response.reasoning_summary_text.done",
@@ -206,6 +207,7 @@ fn responses_event<'a>(
         "response.output_text.delta"
         | "response.refusal.delta"
         | "response.function_call_arguments.delta"
+        | "response.custom_tool_call_input.delta"
         | "response.reasoning_text.delta"
         | "response.reasoning_summary_text.delta" => {
             let d = v["delta"].as_str();
@@ -480,6 +482,7 @@ mod tests {
             native: true,
             model: "x".into(),
             request_id: "req_2".into(),
+            custom_tools: Vec::new(),
         };
         let cut = String::from_utf8(
             cut_events(

@@ -173,6 +173,7 @@ mod tests {
             native: false,
             model: "m".into(),
             request_id: "req_1".into(),
+            custom_tools: Vec::new(),
         }
     }
 
