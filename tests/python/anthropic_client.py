@@ -38,6 +38,18 @@ assert n > 0, n
 print("NOCHARGE", raw.headers["x-request-id"])
 print("count_tokens ok")
 
+# Models in Anthropic's shape (the SDK sends anthropic-version).
+got = client.models.retrieve(MODEL)
+assert got.type == "model" and got.id == MODEL and got.display_name, got
+assert MODEL in [m.id for m in client.models.list()]
+try:
+    client.models.retrieve("no-such-model")
+    sys.exit("an unknown model was retrieved")
+except anthropic.NotFoundError as e:
+    assert e.status_code == 404 and e.body["type"] == "error", e.body
+    assert e.body["error"]["type"] == "not_found_error", e.body
+print("models ok")
+
 cut = anthropic.Anthropic(api_key=os.environ["CUTOFF_KEY"])
 with cut.messages.stream(model=MODEL, max_tokens=5000, messages=[
         {"role": "user", "content": "Write a lot [mock:output_tokens=5000] [mock:chunk_delay_ms=1]"}]) as s:

@@ -212,6 +212,104 @@ async fn the_provider_key_is_the_gateways_and_models_are_listed_per_key() {
     srv.shutdown().await;
 }
 
+/// Every answer under `/v1` and `/v1beta` has a shape: a path not served is
+/// a 404 and a method a path does not take a 405, each JSON in the dialect
+/// the path implies, with a request id; a model is retrieved by id, and an
+/// Anthropic client reads the models in Anthropic's shape.
+#[tokio::test]
+async fn every_answer_has_a_shape_and_a_request_id() {
+    let env = TestEnv::new().await;
+    let (_, key) = env.simple_tenant(Limits::default()).await;
+    let srv = env.server().await;
+    let base = format!("http://{}", srv.addr);
+    let c = reqwest::Client::new();
+    let cases = [
+        ("GET", "/v1/nothing/here", 404, "openai"),
+        ("POST", "/v1/chat/complete", 404, "openai"),
+        ("GET", "/v1/chat/completions", 405, "openai"),
+        ("DELETE", "/v1/models", 405, "openai"),
+        ("GET", "/v1/messages", 405, "anthropic"),
+        ("POST", "/v1/messages/batches", 404, "anthropic"),
+        ("POST", "/v1beta/models/x:generateContent", 404, "google"),
+    ];
+    for (method, path, status, shape) in cases {
+        let r = c
+            .request(method.parse().unwrap(), format!("{base}{path}"))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status, "{method} {path}");
+        assert!(r.headers().contains_key("x-request-id"), "{method} {path}");
+        let reason = if status == 404 {
+            "route_not_found"
+        } else {
+            "method_not_allowed"
+        };
+        assert_eq!(r.headers()["x-tollgate-reason"], reason, "{method} {path}");
+        let b: serde_json::Value = r.json().await.unwrap();
+        match shape {
+            "openai" => assert_eq!(b["error"]["code"], reason, "{b}"),
+            "anthropic" => {
+                assert_eq!(b["type"], "error", "{b}");
+                assert!(
+                    b["error"]["type"].is_string() && b["error"]["message"].is_string(),
+                    "{b}"
+                );
+            }
+            _ => {
+                assert_eq!(b["error"]["code"], status, "{b}");
+                assert_eq!(b["error"]["status"], "NOT_FOUND", "{b}");
+            }
+        }
+    }
+
+    let get = |path: &str, anthropic: bool| {
+        let mut r = c.get(format!("{base}{path}")).bearer_auth(&key);
+        if anthropic {
+            r = r.header("anthropic-version", "2023-06-01");
+        }
+        r.send()
+    };
+    let r = get("/v1/models/gpt-4o-mini", false).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().contains_key("x-request-id"));
+    let m: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        (m["id"].as_str(), m["object"].as_str()),
+        (Some("gpt-4o-mini"), Some("model"))
+    );
+    let m: serde_json::Value = get("/v1/models/gpt-4o-mini", true)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (m["type"].as_str(), m["id"].as_str()),
+        (Some("model"), Some("gpt-4o-mini")),
+        "{m}"
+    );
+    let r = get("/v1/models/nope", false).await.unwrap();
+    assert_eq!(r.status(), 404);
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(b["error"]["code"], "model_not_found");
+    let r = get("/v1/models/nope", true).await.unwrap();
+    assert_eq!(r.status(), 404);
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        (b["type"].as_str(), b["error"]["type"].as_str()),
+        (Some("error"), Some("not_found_error")),
+        "{b}"
+    );
+    let l: serde_json::Value = get("/v1/models", true).await.unwrap().json().await.unwrap();
+    assert_eq!(l["has_more"], false, "{l}");
+    assert_eq!(l["first_id"], "gpt-4o-mini", "{l}");
+    assert_eq!(l["last_id"], "text-embedding-3-small", "{l}");
+    assert_eq!(l["data"][0]["type"], "model", "{l}");
+    srv.shutdown().await;
+}
+
 #[tokio::test]
 async fn upstream_refusals_release_the_hold() {
     let env = TestEnv::new().await;

@@ -1068,3 +1068,66 @@ async fn the_request_log_finds_an_end_users_refusals_and_a_tags_requests() {
     let page = w.get("/console/requests?tag=project").await;
     assert!(page.body.contains(r#"id="log-bad""#), "{}", page.body);
 }
+
+/// Claude Code sends `metadata.user_id` as ~150 bytes of JSON naming its
+/// device, account and session: never refused, booked to the account, one
+/// end user across sessions. The `x-tollgate-end-user` header stays strict.
+#[tokio::test]
+async fn claude_codes_metadata_is_booked_to_its_account_across_sessions() {
+    let f = fixture().await;
+    let account = "5e1c3f0a-7b1d-4c2e-9a8f-0d3b6e2f4a11";
+    let mut rids = Vec::new();
+    for session in [
+        "c0a8012e-0000-4000-8000-000000000001",
+        "c0a8012e-0000-4000-8000-000000000002",
+    ] {
+        let user_id = json!({
+            "device_id": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+            "account_uuid": account,
+            "session_id": session,
+        })
+        .to_string();
+        assert!(user_id.len() > 128);
+        let msg = json!({"model": "gpt-4o-mini", "max_tokens": 8, "stream": true,
+            "metadata": {"user_id": user_id},
+            "messages": [{"role": "user", "content": "hi"}]});
+        let r = reqwest::Client::new()
+            .post(format!("{}/v1/messages", f.base))
+            .header("x-api-key", &f.key)
+            .header("anthropic-version", "2023-06-01")
+            .header("x-tollgate-tags", "project=apollo")
+            .json(&msg)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        rids.push(r.headers()["x-request-id"].to_str().unwrap().to_string());
+        let body = r.text().await.unwrap();
+        assert!(body.contains("message_stop"), "{body}");
+    }
+    wait_for_ledger(&f.env, 2).await;
+    for rid in &rids {
+        let e = f.env.usage_event(rid).await.unwrap();
+        assert_eq!(e.status, "ok");
+        assert_eq!(
+            e.attribution.end_user.as_deref(),
+            Some(format!("account:{account}").as_str())
+        );
+    }
+    // The header is tollgate's own: still refused past 128 bytes.
+    let msg = json!({"model": "gpt-4o-mini", "max_tokens": 8,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let long = "u".repeat(200);
+    let (s, e) = chat(
+        &f,
+        "/v1/messages",
+        &[
+            ("x-tollgate-tags", "project=apollo"),
+            ("x-tollgate-end-user", &long),
+        ],
+        &msg,
+    )
+    .await;
+    assert_eq!(s, 400, "{e}");
+    assert_eq!(e["error"]["code"], "invalid_end_user");
+}

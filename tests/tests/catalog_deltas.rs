@@ -242,3 +242,173 @@ async fn keys_loaded_in_bulk_work_on_running_replicas() {
         }
     }
 }
+
+/// Model aliases: made through replica A's admin API (platform admin only,
+/// audited), served on replica B within a second — a tenant's alias over a
+/// global one, an exact alias over a pattern, the longest pattern first —
+/// booked under the model that served it, answered under the name asked,
+/// listed by `GET /v1/models` when exact; deleted, the name is unknown again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn model_aliases_reach_every_replica_and_serve_in_order() {
+    let env = TestEnv::new().await;
+    let (_, key) = env.simple_tenant(Limits::default()).await;
+    env.model("cheap", "chat", 10_000, 20_000).await;
+    env.model("tenant-model", "chat", 10_000, 20_000).await;
+    user(&env, "admin@x.io", "platform_admin", None).await;
+    user(&env, "ta@x.io", "tenant_admin", Some("t")).await;
+    let a = env.server().await;
+    let b = env.server().await;
+    let base_a = format!("http://{}", a.addr);
+    let token = login(&base_a, "admin@x.io").await;
+    let alias = |body: serde_json::Value| {
+        let (url, token) = (format!("{base_a}/api/v1/model-aliases"), token.clone());
+        async move { api("POST", &url, Some(&token), Some(body)).await }
+    };
+    // Before: an unknown name.
+    let msg = |model: &str| json!({"model": model, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]});
+    let url_b = format!("http://{}/v1/messages", b.addr);
+    assert_eq!(
+        post(&url_b, &key, &msg("claude-opus-4-8")).await.status(),
+        404
+    );
+
+    let (s, made) = alias(json!({"alias": "claude-*", "model": "cheap"})).await;
+    assert_eq!(s, 200, "{made}");
+    let (s, opus) = alias(json!({"alias": "claude-opus-*", "model": "gpt-4o-mini"})).await;
+    assert_eq!(s, 200, "{opus}");
+    let (s, _) = alias(json!({"alias": "claude-opus-4-1", "model": "cheap"})).await;
+    assert_eq!(s, 200);
+    // The same name twice in one scope; a pattern of nothing; no such model.
+    assert_eq!(
+        alias(json!({"alias": "claude-*", "model": "gpt-4o-mini"}))
+            .await
+            .0,
+        409
+    );
+    assert_eq!(alias(json!({"alias": "*", "model": "cheap"})).await.0, 400);
+    assert_eq!(alias(json!({"alias": "x", "model": "nope"})).await.0, 400);
+    // A tenant admin may not read or write them.
+    let ta = login(&base_a, "ta@x.io").await;
+    let (s, _) = api(
+        "GET",
+        &format!("{base_a}/api/v1/model-aliases"),
+        Some(&ta),
+        None,
+    )
+    .await;
+    assert_eq!(s, 403);
+
+    // Served on the other replica within a second, in order.
+    let served = |asked: &'static str| {
+        let (url, key) = (url_b.clone(), key.clone());
+        async move {
+            let r = post(&url, &key, &msg(asked)).await;
+            let status = r.status().as_u16();
+            let rid = r.headers()["x-request-id"].to_str().unwrap().to_string();
+            let body: serde_json::Value = r.json().await.unwrap_or_default();
+            (status, rid, body)
+        }
+    };
+    let t0 = Instant::now();
+    while served("claude-opus-4-8").await.0 != 200 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "no alias on replica B"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (asked, model) in [
+        ("claude-opus-4-8", "gpt-4o-mini"), // the longer pattern
+        ("claude-opus-4-1", "cheap"),       // exact over pattern
+        ("claude-3-5-haiku", "cheap"),      // the only pattern
+    ] {
+        let (s, rid, body) = served(asked).await;
+        assert_eq!(s, 200, "{asked}: {body}");
+        assert_eq!(body["model"], asked, "answered under the name asked");
+        let booked = eventually(Duration::from_secs(5), || async {
+            env.usage_event(&rid).await.is_some()
+        })
+        .await;
+        assert!(booked);
+        assert_eq!(env.usage_event(&rid).await.unwrap().model, model, "{asked}");
+    }
+    // The tenant's own alias wins over every global one.
+    let (s, mine) =
+        alias(json!({"alias": "claude-*", "model": "tenant-model", "tenant_id": "t"})).await;
+    assert_eq!(s, 200, "{mine}");
+    let t0 = Instant::now();
+    loop {
+        let (_, rid, _) = served("claude-opus-4-1").await;
+        if eventually(Duration::from_secs(5), || async {
+            env.usage_event(&rid).await.is_some()
+        })
+        .await
+            && env.usage_event(&rid).await.unwrap().model == "tenant-model"
+        {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "the tenant's alias never won"
+        );
+    }
+    // Listed when exact (a pattern names no one model).
+    let models: serde_json::Value = reqwest::Client::new()
+        .get(format!("http://{}/v1/models", b.addr))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"claude-opus-4-1"), "{ids:?}");
+    assert!(!ids.iter().any(|i| i.contains('*')), "{ids:?}");
+    // Audited.
+    let (_, audit) = api("GET", &format!("{base_a}/api/v1/audit"), Some(&token), None).await;
+    assert!(audit.to_string().contains("model_alias.create"), "{audit}");
+    // Re-pointed, then deleted: unknown again.
+    let id = mine["id"].as_i64().unwrap();
+    let (s, _) = api(
+        "PATCH",
+        &format!("{base_a}/api/v1/model-aliases/{id}"),
+        Some(&token),
+        Some(json!({"model": "cheap"})),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (_, list) = api(
+        "GET",
+        &format!("{base_a}/api/v1/model-aliases"),
+        Some(&token),
+        None,
+    )
+    .await;
+    for a in list["data"].as_array().unwrap() {
+        let id = a["id"].as_i64().unwrap();
+        let (s, _) = api(
+            "DELETE",
+            &format!("{base_a}/api/v1/model-aliases/{id}"),
+            Some(&token),
+            None,
+        )
+        .await;
+        assert_eq!(s, 200);
+    }
+    let t0 = Instant::now();
+    while served("claude-opus-4-8").await.0 != 404 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "a deleted alias still served"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}

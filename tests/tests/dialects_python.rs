@@ -113,6 +113,8 @@ async fn the_official_openai_and_anthropic_clients_speak_their_dialects_through_
             "cutoff ok",
             "tools ok",
             "bad input ok",
+            "models ok",
+            "codex tools ok",
         ] {
             r.has(l);
         }
@@ -136,6 +138,7 @@ async fn the_official_openai_and_anthropic_clients_speak_their_dialects_through_
             "cutoff ok",
             "tools ok",
             "bad input ok",
+            "models ok",
         ] {
             m.has(l);
         }

@@ -1,9 +1,10 @@
 //! Streams pass through event by event and settle on the provider's usage.
 
+use domain::provider::{Dialect, ProviderProfile};
 use domain::Limits;
 use e2e::*;
 use futures::StreamExt;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::time::Duration;
 
 #[tokio::test]
@@ -141,5 +142,134 @@ async fn embeddings_are_held_and_settled() {
         })
         .await
     );
+    srv.shutdown().await;
+}
+
+/// A streaming request of `dialect` ("chat", "responses", "messages") for
+/// `model` with `content` as the user's text.
+fn dialect_stream(dialect: &str, model: &str, content: &str, cap: i64) -> (String, Value) {
+    let body = match dialect {
+        "chat" => json!({"model": model, "stream": true, "max_tokens": cap,
+            "messages": [{"role": "user", "content": content}]}),
+        "responses" => json!({"model": model, "stream": true, "max_output_tokens": cap,
+            "input": content}),
+        _ => json!({"model": model, "stream": true, "max_tokens": cap,
+            "messages": [{"role": "user", "content": content}]}),
+    };
+    let path = match dialect {
+        "chat" => "chat/completions",
+        d => d,
+    };
+    (path.to_string(), body)
+}
+
+/// The booked status of request `rid`, once the ledger has it.
+async fn booked_status(env: &TestEnv, rid: &str) -> String {
+    let ok = eventually(Duration::from_secs(10), || async {
+        env.usage_event(rid).await.is_some()
+    })
+    .await;
+    assert!(ok, "no usage event for {rid}");
+    env.usage_event(rid).await.unwrap().status
+}
+
+/// Every dialect — chat, Responses, Messages; translated to chat and passed
+/// through to a provider that speaks it — books a stream as what it was: read
+/// to its end `ok`, stopped at the budget `cut_off`, left by its client
+/// `client_closed`.
+#[tokio::test]
+async fn every_dialect_books_a_stream_as_what_it_was() {
+    let env = TestEnv::new().await;
+    let (_, key) = env
+        .simple_tenant(Limits {
+            monthly_tokens: Some(10_000_000),
+            ..Default::default()
+        })
+        .await;
+    env.model("native-model", "chat", 150_000, 600_000).await;
+    env.profile(
+        "native-model",
+        ProviderProfile {
+            apis: vec![Dialect::Chat, Dialect::Responses, Dialect::Messages],
+            ..ProviderProfile::default()
+        },
+    )
+    .await;
+    let srv = env.server().await;
+    let cases = [
+        ("chat", "gpt-4o-mini"),
+        ("responses", "gpt-4o-mini"),
+        ("messages", "gpt-4o-mini"),
+        ("responses", "native-model"),
+        ("messages", "native-model"),
+    ];
+    for (i, (dialect, model)) in cases.into_iter().enumerate() {
+        let case = format!("{dialect} {model}");
+        let send = |key: String, content: &'static str, cap: i64| {
+            let (path, body) = dialect_stream(dialect, model, content, cap);
+            let url = format!("http://{}/v1/{path}", srv.addr);
+            async move {
+                let r = post(&url, &key, &body).await;
+                assert_eq!(r.status(), 200);
+                let rid = r.headers()["x-request-id"].to_str().unwrap().to_string();
+                (rid, r)
+            }
+        };
+
+        // Read to its end.
+        let (rid, r) = send(key.clone(), "hello [mock:output_tokens=30]", 100).await;
+        let events = sse_events(r).await;
+        assert!(events.len() > 3, "{case}: {events:?}");
+        assert_eq!(booked_status(&env, &rid).await, "ok", "{case}");
+        if (dialect, model) == ("messages", "native-model") {
+            // A native provider's message_start carries its own input count:
+            // the one billed.
+            let start = events
+                .iter()
+                .find(|e| e.starts_with("event: message_start"))
+                .unwrap();
+            let start: Value = serde_json::from_str(start.split_once("data: ").unwrap().1).unwrap();
+            let billed = env.usage_event(&rid).await.unwrap().input_tokens;
+            assert_eq!(start["message"]["usage"]["input_tokens"], billed, "{start}");
+        }
+
+        // Stopped at the budget.
+        let tenant = format!("cut{i}");
+        env.tenant(
+            &tenant,
+            Limits {
+                monthly_tokens: Some(1_000),
+                ..Default::default()
+            },
+            None,
+        )
+        .await;
+        env.app(&tenant, "a", Limits::default()).await;
+        let (_, cut_key) = env.key(&tenant, "a", Limits::default()).await;
+        let (rid, r) = send(
+            cut_key,
+            "hello [mock:output_tokens=5000] [mock:chunk_delay_ms=1]",
+            5000,
+        )
+        .await;
+        sse_events(r).await;
+        assert_eq!(booked_status(&env, &rid).await, "cut_off", "{case}");
+
+        // Left by its client.
+        let (rid, r) = send(
+            key.clone(),
+            "hello [mock:output_tokens=200] [mock:chunk_delay_ms=10]",
+            200,
+        )
+        .await;
+        let mut s = r.bytes_stream();
+        let mut seen = 0;
+        while seen < 10 {
+            let b = s.next().await.unwrap().unwrap();
+            seen += String::from_utf8_lossy(&b).matches("data: ").count();
+        }
+        drop(s);
+        assert_eq!(booked_status(&env, &rid).await, "client_closed", "{case}");
+    }
     srv.shutdown().await;
 }

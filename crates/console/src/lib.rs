@@ -108,6 +108,8 @@ api_routes! {
     "/api/v1/models/{id}/deployments/{name}" => put(deployments::put).patch(deployments::set_enabled),
     "/api/v1/models/{id}/fallbacks" => put(deployments::set_fallbacks),
     "/api/v1/models/{id}/prices" => get(prices::list).post(prices::add),
+    "/api/v1/model-aliases" => get(model_aliases::list).post(model_aliases::create),
+    "/api/v1/model-aliases/{id}" => patch(model_aliases::update).delete(model_aliases::delete),
     "/api/v1/audit" => get(audit::list),
     "/api/v1/audit/verify" => get(audit::verify),
     "/api/v1/bills" => get(bills::show),

@@ -198,7 +198,7 @@ impl TagError {
     pub fn param(&self) -> &'static str {
         match self {
             TagError::BadMetadata { .. } => "metadata",
-            TagError::BadEndUser => "user",
+            TagError::BadEndUser => "x-tollgate-end-user",
             _ => "x-tollgate-tags",
         }
     }
@@ -331,23 +331,115 @@ pub fn metadata_tags(body: &Value) -> Result<Tags, TagError> {
     Ok(tags)
 }
 
-/// The end user: the header, else OpenAI's `user`, else Anthropic's
-/// `metadata.user_id`. Stored as given; an empty one is none.
-pub fn end_user<'a>(header: Option<&'a str>, body: &'a Value) -> Result<Option<String>, TagError> {
-    let given = header
-        .or_else(|| body.get("user").and_then(Value::as_str))
+/// The end user: the `x-tollgate-end-user` header, else OpenAI's `user`,
+/// else Anthropic's `metadata.user_id`; an empty one is none.
+///
+/// The header is sent for tollgate and is strict: 1-128 bytes without
+/// control characters, else refused. The body fields are the client's own
+/// (Claude Code always sends `metadata.user_id`), so they never refuse a
+/// request: [`body_end_user`] reduces them to a stable end user or drops
+/// them.
+pub fn end_user(header: Option<&str>, body: &Value) -> Result<Option<String>, TagError> {
+    if let Some(h) = header {
+        return match h {
+            "" => Ok(None),
+            u if !valid_end_user(u) => Err(TagError::BadEndUser),
+            u => Ok(Some(u.to_string())),
+        };
+    }
+    let given = body
+        .get("user")
+        .and_then(Value::as_str)
+        .filter(|u| !u.is_empty())
         .or_else(|| {
             body.get("metadata")
                 .and_then(|m| m.get("user_id"))
                 .and_then(Value::as_str)
         });
-    match given {
-        None | Some("") => Ok(None),
-        Some(u) if u.len() > MAX_END_USER_LEN || u.chars().any(char::is_control) => {
-            Err(TagError::BadEndUser)
+    Ok(given.and_then(|u| body_end_user(u).end_user))
+}
+
+fn valid_end_user(u: &str) -> bool {
+    !u.is_empty() && u.len() <= MAX_END_USER_LEN && !u.chars().any(char::is_control)
+}
+
+/// An end user read from a body field, and the agent session it named.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BodyUser {
+    pub end_user: Option<String>,
+    /// Claude Code's session id: an attribute of the request, never the
+    /// end user (each session would be a new end user).
+    pub session: Option<String>,
+}
+
+/// A body's end-user field, reduced to a stable end user (docs/clients.md):
+///
+/// - Claude Code's JSON string `{"device_id","account_uuid","session_id"}`:
+///   `account:<account_uuid>`, else `device:<device_id>`; the session id is
+///   kept apart. Its older form `user_<device>_account_<uuid>_session_<uuid>`
+///   reads the same way.
+/// - Any other JSON object or array: none (no id of a known agent in it).
+/// - A plain value of 1-128 bytes without control characters: as is.
+/// - A longer one: `sha256:` and the first 16 bytes of its SHA-256, hex —
+///   the same value is the same end user.
+/// - Control characters: none.
+pub fn body_end_user(raw: &str) -> BodyUser {
+    let raw = raw.trim();
+    if raw.starts_with('{') || raw.starts_with('[') {
+        if let Ok(v) = serde_json::from_str::<Value>(raw) {
+            let id = |k: &str| {
+                v.get(k)
+                    .and_then(Value::as_str)
+                    .filter(|s| valid_end_user(s) && s.len() <= MAX_END_USER_LEN - 8)
+                    .map(str::to_string)
+            };
+            let end_user = id("account_uuid")
+                .map(|a| format!("account:{a}"))
+                .or_else(|| id("device_id").map(|d| format!("device:{d}")));
+            return BodyUser {
+                end_user,
+                session: id("session_id"),
+            };
         }
-        Some(u) => Ok(Some(u.to_string())),
     }
+    if let Some(u) = claude_code_legacy(raw) {
+        return u;
+    }
+    let end_user = if raw.is_empty() || raw.chars().any(char::is_control) {
+        None
+    } else if raw.len() > MAX_END_USER_LEN {
+        Some(format!("sha256:{}", end_user_digest(raw)))
+    } else {
+        Some(raw.to_string())
+    };
+    BodyUser {
+        end_user,
+        session: None,
+    }
+}
+
+/// Claude Code's older `user_<device>_account_<uuid>_session_<uuid>` (the
+/// account may be empty).
+fn claude_code_legacy(raw: &str) -> Option<BodyUser> {
+    let rest = raw.strip_prefix("user_")?;
+    let (device, rest) = rest.split_once("_account_")?;
+    let (account, session) = rest.split_once("_session_")?;
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s.len() <= MAX_END_USER_LEN - 8
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    let end_user = if ok(account) {
+        format!("account:{account}")
+    } else if ok(device) {
+        format!("device:{device}")
+    } else {
+        return None;
+    };
+    Some(BodyUser {
+        end_user: Some(end_user),
+        session: ok(session).then(|| session.to_string()),
+    })
 }
 
 /// A request's attribution: its header and body read, merged over the
@@ -566,6 +658,63 @@ mod tests {
             end_user(Some("a\nb"), &json!({})),
             Err(TagError::BadEndUser)
         );
+    }
+
+    /// Claude Code 2.x's `metadata.user_id` (~150 bytes of JSON).
+    fn claude_code(session: &str) -> String {
+        json!({
+            "device_id": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+            "account_uuid": "5e1c3f0a-7b1d-4c2e-9a8f-0d3b6e2f4a11",
+            "session_id": session,
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn body_fields_never_refuse_and_reduce_to_a_stable_end_user() {
+        let s1 = "c0a8012e-0000-4000-8000-000000000001";
+        let s2 = "c0a8012e-0000-4000-8000-000000000002";
+        let raw = claude_code(s1);
+        assert!(raw.len() > MAX_END_USER_LEN, "{}", raw.len());
+        let a = body_end_user(&raw);
+        assert_eq!(
+            a.end_user.as_deref(),
+            Some("account:5e1c3f0a-7b1d-4c2e-9a8f-0d3b6e2f4a11")
+        );
+        assert_eq!(a.session.as_deref(), Some(s1));
+        // Another session of the same account: the same end user.
+        assert_eq!(body_end_user(&claude_code(s2)).end_user, a.end_user);
+        let body = json!({"metadata": {"user_id": raw}});
+        assert_eq!(end_user(None, &body).unwrap(), a.end_user);
+        // Signed out: the device.
+        let d = json!({"device_id": "dev1", "account_uuid": "", "session_id": s1}).to_string();
+        assert_eq!(body_end_user(&d).end_user.as_deref(), Some("device:dev1"));
+        // The older form.
+        let old = format!("user_abc123_account_5e1c3f0a-7b1d_session_{s1}");
+        let o = body_end_user(&old);
+        assert_eq!(o.end_user.as_deref(), Some("account:5e1c3f0a-7b1d"));
+        assert_eq!(o.session.as_deref(), Some(s1));
+        let no_account = format!("user_abc123_account__session_{s1}");
+        assert_eq!(
+            body_end_user(&no_account).end_user.as_deref(),
+            Some("device:abc123")
+        );
+        // Other structures name nobody; control characters nobody.
+        assert_eq!(body_end_user("{\"team\": \"x\"}").end_user, None);
+        assert_eq!(body_end_user("[1, 2]").end_user, None);
+        assert_eq!(body_end_user("a\nb").end_user, None);
+        assert_eq!(end_user(None, &json!({"user": "a\nb"})).unwrap(), None);
+        // Over-long plain text: a fixed-length digest, the same each time.
+        let long = "u".repeat(300);
+        let h = body_end_user(&long).end_user.unwrap();
+        assert_eq!(h, format!("sha256:{}", end_user_digest(&long)));
+        assert_eq!(end_user(None, &json!({"user": long})).unwrap(), Some(h));
+        // The header stays strict, and wins.
+        assert_eq!(
+            end_user(Some(&"h".repeat(200)), &body),
+            Err(TagError::BadEndUser)
+        );
+        assert_eq!(end_user(Some("h"), &body).unwrap().as_deref(), Some("h"));
     }
 
     #[test]

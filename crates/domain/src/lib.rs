@@ -5,6 +5,7 @@
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 pub mod admission;
+pub mod alias;
 pub mod attribution;
 pub mod audit;
 pub mod bill;

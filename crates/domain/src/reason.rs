@@ -61,6 +61,10 @@ pub enum ReasonCode {
     /// The provider refused the request as it was (its 400, 404, 413 or
     /// 422); its words are kept in the request log, not sent on.
     UpstreamRejectedRequest,
+    /// No route of the API at this path (404).
+    RouteNotFound,
+    /// The path is served, not with this method (405).
+    MethodNotAllowed,
 }
 
 impl ReasonCode {
@@ -115,6 +119,8 @@ impl ReasonCode {
             ReasonCode::InvalidEndUser => "invalid_end_user",
             ReasonCode::CountTokensExceeded => "key_count_tokens_exceeded",
             ReasonCode::UpstreamRejectedRequest => "upstream_rejected_request",
+            ReasonCode::RouteNotFound => "route_not_found",
+            ReasonCode::MethodNotAllowed => "method_not_allowed",
         }
     }
 
@@ -130,7 +136,8 @@ impl ReasonCode {
             | ReasonCode::MissingRequiredTag
             | ReasonCode::InvalidEndUser
             | ReasonCode::UpstreamRejectedRequest => 400,
-            ReasonCode::ModelNotFound => 404,
+            ReasonCode::ModelNotFound | ReasonCode::RouteNotFound => 404,
+            ReasonCode::MethodNotAllowed => 405,
             ReasonCode::ModelNotAllowed => 403,
             ReasonCode::QuotaStoreUnavailable | ReasonCode::UpstreamUnavailable => 503,
             ReasonCode::UpstreamRateLimited => 429,
@@ -149,7 +156,7 @@ impl ReasonCode {
             403 => "permission_error",
             404 => "not_found_error",
             429 => "rate_limit_error",
-            400 => "invalid_request_error",
+            400 | 405 => "invalid_request_error",
             _ => "api_error",
         }
     }

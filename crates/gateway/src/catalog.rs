@@ -208,6 +208,8 @@ pub struct Index {
     pub tenant_ids: Vec<String>,
     /// Tenants by id (the borrower and the reclaim job read these).
     pub tenants: HashMap<String, Arc<TenantEntry>>,
+    /// Model aliases in the order they are tried (`domain::alias::sort`).
+    pub aliases: Arc<[domain::alias::ModelAlias]>,
 }
 
 fn set(v: Option<Vec<String>>) -> Option<HashSet<String>> {
@@ -367,12 +369,25 @@ impl Index {
         });
         let mut tenant_ids: Vec<String> = tenants.keys().cloned().collect();
         tenant_ids.sort();
+        let mut aliases = c.aliases;
+        domain::alias::sort(&mut aliases);
         Index {
             models,
             apps,
             tenant_ids,
             tenants,
+            aliases: aliases.into(),
         }
+    }
+
+    /// The catalog model serving `asked` for `tenant`: the model of that
+    /// id, else the model of the alias that wins (docs/clients.md, "Model
+    /// aliases").
+    pub fn model_for(&self, tenant: &str, asked: &str) -> Option<&Arc<ModelEntry>> {
+        self.models.get(asked).or_else(|| {
+            let a = domain::alias::resolve(&self.aliases, tenant, asked)?;
+            self.models.get(&a.model)
+        })
     }
 
     /// A key's tenant and app entries.
@@ -399,16 +414,22 @@ impl Index {
         if let Some(a) = part.apps.remove(tenant) {
             apps.insert(tenant.to_string(), a);
         }
-        Index::assemble(self.models.clone(), apps, tenants)
+        Index::assemble(self.models.clone(), self.aliases.clone(), apps, tenants)
     }
 
     /// This index with every model replaced by `part`'s.
     fn with_models(&self, part: Index) -> Index {
-        Index::assemble(part.models, self.apps.clone(), self.tenants.clone())
+        Index::assemble(
+            part.models,
+            part.aliases,
+            self.apps.clone(),
+            self.tenants.clone(),
+        )
     }
 
     fn assemble(
         models: HashMap<String, Arc<ModelEntry>>,
+        aliases: Arc<[domain::alias::ModelAlias]>,
         apps: HashMap<String, HashMap<String, Arc<AppEntry>>>,
         tenants: HashMap<String, Arc<TenantEntry>>,
     ) -> Index {
@@ -419,6 +440,7 @@ impl Index {
             apps,
             tenant_ids,
             tenants,
+            aliases,
         }
     }
 }

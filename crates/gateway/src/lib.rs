@@ -32,7 +32,7 @@ mod upstream;
 
 pub use metrics_names::{CLOCK_SKEW_SECONDS, REDIS_EVICTION_POLICY_OK};
 
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 use catalog::CatalogCache;
 use domain::period::PlatformClock;
@@ -235,19 +235,37 @@ impl Gateway {
 }
 
 /// The `/v1` routes. Body limits are enforced by the handlers themselves so
-/// that an oversized body gets an OpenAI-shaped 413.
+/// that an oversized body gets an OpenAI-shaped 413. A path not served under
+/// `/v1` or `/v1beta`, or a method a path does not take, is answered in the
+/// path's dialect with a request id (never a bare 404 / 405).
 pub fn router(gw: Arc<Gateway>) -> Router {
+    use dialect::routes::{method_not_allowed, unknown_route};
+    let post_only = |h| axum::routing::MethodRouter::fallback(h, method_not_allowed("POST"));
     Router::new()
-        .route("/v1/chat/completions", post(proxy::chat_completions))
-        .route("/v1/completions", post(proxy::completions))
-        .route("/v1/embeddings", post(proxy::embeddings))
-        .route("/v1/responses", post(dialect::routes::responses))
-        .route("/v1/messages", post(dialect::routes::messages))
+        .route(
+            "/v1/chat/completions",
+            post_only(post(proxy::chat_completions)),
+        )
+        .route("/v1/completions", post_only(post(proxy::completions)))
+        .route("/v1/embeddings", post_only(post(proxy::embeddings)))
+        .route("/v1/responses", post_only(post(dialect::routes::responses)))
+        .route("/v1/messages", post_only(post(dialect::routes::messages)))
         .route(
             "/v1/messages/count_tokens",
-            post(dialect::routes::count_tokens),
+            post_only(post(dialect::routes::count_tokens)),
         )
-        .route("/v1/models", get(models::list))
+        .route(
+            "/v1/models",
+            get(models::list).fallback(method_not_allowed("GET")),
+        )
+        .route(
+            "/v1/models/{*id}",
+            get(models::retrieve).fallback(method_not_allowed("GET")),
+        )
+        .route("/v1", any(unknown_route))
+        .route("/v1/{*rest}", any(unknown_route))
+        .route("/v1beta", any(unknown_route))
+        .route("/v1beta/{*rest}", any(unknown_route))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(gw)
 }

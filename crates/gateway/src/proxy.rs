@@ -51,6 +51,13 @@ pub async fn embeddings(
     handle(gw, Endpoint::Embeddings, Dialect::Chat, headers, body).await
 }
 
+/// A request id for an answer no period depends on (a path nobody serves),
+/// where no gateway is at hand; every other request's id is
+/// `Gateway::new_request_id` (the platform's clock).
+pub fn new_request_id() -> String {
+    domain::request_id::new().0
+}
+
 /// A request's context: its id and, once known, its key and the model a
 /// refusal is recorded under. The id, tenant and key are the fields of the
 /// request's tracing span, so the steps log and refuse without them as
@@ -265,6 +272,13 @@ async fn admit_and_forward(
         None => model,
     };
     ctx.model = model.id.clone();
+    // A Responses tool chat has no equivalent of: only for a provider that
+    // serves Responses natively (docs/clients.md, "Responses tools").
+    if let Some(f) = inbound.untranslated {
+        if !crate::dialect::speaks_natively(&model, dialect) {
+            return Err(invalid(f));
+        }
+    }
     crate::estimate::check_body_size(gw, &model, bytes.len())?;
     let (estimated, json_back) = crate::estimate::estimate_input(
         gw,
@@ -373,6 +387,7 @@ async fn admit_and_forward(
         native: crate::dialect::speaks_natively(&model, dialect),
         model: summary.model.clone(),
         request_id: rid.to_string(),
+        custom_tools: inbound.custom_tools,
     };
     let body = match inbound.original {
         Some(mut native) if edge.native => {
@@ -454,11 +469,11 @@ pub(crate) fn resolve_model(
     endpoint: Endpoint,
     s: &RequestSummary,
 ) -> Result<Arc<ModelEntry>, ApiError> {
+    // A name no catalog model has may be an alias (docs/clients.md).
     let model = gw
         .catalog
         .get()
-        .models
-        .get(&s.model)
+        .model_for(&key.tenant.id, &s.model)
         .cloned()
         .ok_or_else(|| {
             ApiError::new(

@@ -37,6 +37,10 @@ pub struct HeldRequest {
     pub route: Option<crate::routing::Taken>,
     /// Tags and end user, booked with the usage event.
     pub attribution: domain::attribution::Attribution,
+    /// A stream whose last event (chat `[DONE]`, Responses
+    /// `response.completed`, Messages `message_stop`) went to the client:
+    /// dropped after that, it was delivered whole, not left by its client.
+    pub reached_end: bool,
     closed: bool,
 }
 
@@ -81,6 +85,7 @@ impl HeldRequest {
             slot: None,
             route: None,
             attribution: Default::default(),
+            reached_end: false,
             closed: false,
         }
     }
@@ -257,7 +262,12 @@ impl Drop for HeldRequest {
         if self.closed {
             return;
         }
-        let job = SettleJob::from(self, self.best_known("client_closed"));
+        let status = if self.reached_end {
+            "ok"
+        } else {
+            "client_closed"
+        };
+        let job = SettleJob::from(self, self.best_known(status));
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(job.run());
         }

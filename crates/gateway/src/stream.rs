@@ -298,6 +298,12 @@ pub fn metered(
                     cut = Some(c);
                     break 'read;
                 }
+                // The last event: from here a dropped body is a stream
+                // delivered whole, not one its client left.
+                held.reached_end |= match wire {
+                    Dialect::Chat => data_of(&ev) == Some(b"[DONE]".as_slice()),
+                    _ => native.ended,
+                };
                 if usage_only && !client_wants_usage {
                     continue;
                 }
@@ -350,7 +356,8 @@ pub fn metered(
             });
             return;
         }
-        let failed = broken || oversized;
+        // A provider that breaks off after its last event delivered it all.
+        let failed = (broken || oversized) && !held.reached_end;
         let actual = held.best_known(if failed { "upstream_error" } else { "ok" });
         if let (Some(b), false) = (held.billed_report(), failed) {
             metrics::counter!(m::STREAM_TOKENS_COUNTED, "model" => model.clone()).increment(counted as u64);

@@ -94,6 +94,8 @@ pub struct Catalog {
     pub routing: crate::RoutingRows,
     /// Models' dated price sheets, oldest first.
     pub price_sheets: Vec<crate::PriceSheetRow>,
+    /// Names clients ask for that catalog models serve (with the models).
+    pub aliases: Vec<domain::alias::ModelAlias>,
 }
 
 #[derive(Debug, Clone)]
@@ -342,6 +344,7 @@ impl Store {
         } else {
             Vec::new()
         };
+        let aliases = crate::model_aliases::load(&mut tx, p.models).await?;
         tx.commit().await?;
         Ok(Catalog {
             tenants,
@@ -353,6 +356,7 @@ impl Store {
             guarantees,
             routing,
             price_sheets,
+            aliases,
         })
     }
 

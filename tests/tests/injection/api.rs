@@ -161,6 +161,37 @@ fn routes() -> Vec<Route> {
             "",
             &["/console/models"],
         ),
+        Route {
+            not_shown: &[
+                ("alias", "no console page lists model aliases yet"),
+                ("model", "no console page lists model aliases yet"),
+                ("tenant_id", "no console page lists model aliases yet"),
+            ],
+            ..route(
+                "POST /api/v1/model-aliases",
+                &[],
+                json!({"alias": "alias-{n}-*", "model": "gpt-4o-mini", "tenant_id": "t"}),
+                "/api/v1/model-aliases",
+                &[],
+            )
+        },
+        Route {
+            not_shown: &[("model", "no console page lists model aliases yet")],
+            ..route(
+                "PATCH /api/v1/model-aliases/{id}",
+                &[("id", Param::FreshAlias)],
+                json!({"model": "gpt-4o-mini"}),
+                "/api/v1/model-aliases",
+                &[],
+            )
+        },
+        route(
+            "DELETE /api/v1/model-aliases/{id}",
+            &[("id", Param::FreshAlias)],
+            Value::Null,
+            "",
+            &[],
+        ),
         route(
             "PATCH /api/v1/models/{id}",
             &[("id", Param::Fixed("gpt-4o-mini"))],
@@ -319,6 +350,7 @@ impl ApiRun<'_> {
                 Param::Fixed(v) => v.to_string(),
                 Param::PendingRequest => self.p.pending_request().await,
                 Param::FreshKey => self.p.key().await,
+                Param::FreshAlias => self.p.alias().await,
                 Param::Victim => self.p.victim.clone(),
                 Param::LimitVersion => {
                     let (_, path) = route.op.split_once(' ').unwrap();

@@ -87,6 +87,18 @@ impl Platform {
         self.env.key("t", "a", Limits::default()).await.0
     }
 
+    /// A fresh global model alias; its id.
+    async fn alias(&self) -> String {
+        let n = uuid::Uuid::new_v4().simple().to_string();
+        let a = domain::alias::ModelAlias {
+            alias: format!("fresh-{n}"),
+            model: "gpt-4o-mini".into(),
+            tenant_id: None,
+        };
+        let row = self.env.store.create_model_alias("test", &a).await.unwrap();
+        row.id.to_string()
+    }
+
     /// Every page a platform admin and t's admin reach by links: no payload
     /// markup unescaped.
     async fn sweep(&self, found: &mut Findings) {
@@ -448,6 +460,7 @@ enum Param {
     Fixed(&'static str),
     PendingRequest,
     FreshKey,
+    FreshAlias,
     Victim,
     /// The newest limits version of the owner the earlier parameters name
     /// (the route's path up to `/versions`).

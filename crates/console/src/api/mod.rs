@@ -6,6 +6,7 @@ pub mod deployments;
 pub mod extract;
 pub mod keys;
 pub mod limits;
+pub mod model_aliases;
 pub mod models;
 pub mod pool;
 pub mod prices;

@@ -77,6 +77,7 @@ async fn translation_cost() {
             native: false,
             model: "m".into(),
             request_id: "req_0193".into(),
+            custom_tools: Vec::new(),
         };
         let t0 = Instant::now();
         for _ in 0..N {

@@ -498,6 +498,7 @@ mod tests {
             native: false,
             model: "claude".into(),
             request_id: "req_x".into(),
+            custom_tools: Vec::new(),
         }
     }
 

@@ -13,6 +13,7 @@ mod bench;
 pub(crate) mod messages;
 pub(crate) mod native;
 pub(crate) mod responses;
+mod responses_tools;
 pub(crate) mod routes;
 pub(crate) mod stream;
 
@@ -32,19 +33,29 @@ pub(crate) struct Inbound {
     /// The client's own body (Responses / Messages), kept for a provider
     /// that speaks the dialect natively.
     pub original: Option<Value>,
+    /// What only a provider speaking the dialect natively takes (a
+    /// Responses tool without a chat equivalent): refused for the others.
+    pub untranslated: Option<InvalidField>,
+    /// Responses `custom` tools, offered to chat as functions.
+    pub custom_tools: Vec<String>,
 }
 
 impl Inbound {
     pub fn read(dialect: Dialect, body: Value) -> Result<Inbound, InvalidField> {
-        let chat = match dialect {
+        let (chat, untranslated, custom_tools) = match dialect {
             Dialect::Chat => {
                 return Ok(Inbound {
                     chat: body,
                     original: None,
+                    untranslated: None,
+                    custom_tools: Vec::new(),
                 })
             }
-            Dialect::Responses => responses::to_chat(&body)?,
-            Dialect::Messages => messages::to_chat(&body, true)?,
+            Dialect::Responses => {
+                let r = responses::read(&body)?;
+                (r.chat, r.untranslated, r.custom_tools)
+            }
+            Dialect::Messages => (messages::to_chat(&body, true)?, None, Vec::new()),
         };
         // The original may be sent as is: the same refusal of client-chosen
         // upstreams and credentials as a chat body.
@@ -52,6 +63,8 @@ impl Inbound {
         Ok(Inbound {
             chat,
             original: Some(body),
+            untranslated,
+            custom_tools,
         })
     }
 }
@@ -94,6 +107,9 @@ pub(crate) struct Edge {
     /// The model as the client named it (translated answers carry it).
     pub model: String,
     pub request_id: String,
+    /// Responses `custom` tools: a chat call of one is written back as a
+    /// `custom_tool_call` item.
+    pub custom_tools: Vec<String>,
 }
 
 impl Edge {
@@ -169,6 +185,37 @@ pub(crate) fn error_response(dialect: Dialect, mut e: ApiError) -> Response {
     r
 }
 
+/// A refusal in Google's Gemini API shape, `{"error":{code,message,status}}`
+/// (its `status` the canonical code name of the HTTP status); headers as
+/// in every dialect.
+pub(crate) fn google_error_response(e: ApiError) -> Response {
+    let status = e.http_status();
+    let body = json!({"error": {
+        "code": status,
+        "message": e.message.clone(),
+        "status": google_status(status),
+    }});
+    let mut r = e.into_response();
+    *r.body_mut() = axum::body::Body::from(body.to_string());
+    r.headers_mut().remove(axum::http::header::CONTENT_LENGTH);
+    r
+}
+
+/// Google's canonical status name for an HTTP status.
+fn google_status(status: u16) -> &'static str {
+    match status {
+        400 | 413 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        402 | 429 => "RESOURCE_EXHAUSTED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        405 | 501 => "UNIMPLEMENTED",
+        503 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        _ => "INTERNAL",
+    }
+}
+
 /// Anthropic's error `type` for an HTTP status.
 fn anthropic_error_type(status: u16) -> &'static str {
     match status {
@@ -177,6 +224,7 @@ fn anthropic_error_type(status: u16) -> &'static str {
         402 => "billing_error",
         403 => "permission_error",
         404 => "not_found_error",
+        405 => "invalid_request_error",
         413 => "request_too_large",
         429 => "rate_limit_error",
         503 | 529 => "overloaded_error",

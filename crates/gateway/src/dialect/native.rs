@@ -98,6 +98,9 @@ pub struct State {
     open_block: Option<usize>,
     /// Responses: the response's output items as they were built.
     output: Vec<Value>,
+    /// The stream's last event was read (`response.completed`,
+    /// `.incomplete` or `.failed`; `message_stop`).
+    pub ended: bool,
 }
 
 const RESPONSES_SILENT: &[&str] = &[
@@ -111,6 +114,7 @@ const RESPONSES_SILENT: &[&str] = &[
     "response.output_text.done",
     "response.output_text.annotation.added",
     "response.function_call_arguments.done",
+    "response.custom_tool_call_input.done",
     "response.reasoning_summary_part.added",
     "response.reasoning_summary_part.done",
     "response.reasoning_summary_text.done",
@@ -189,6 +193,7 @@ fn responses_event<'a>(
             st.output[i] = v["item"].clone();
         }
         "response.completed" | "response.incomplete" | "response.failed" => {
+            st.ended = true;
             if let Some(u) = v["response"]["usage"].as_object() {
                 *usage = Some(reported(Dialect::Responses, Value::Object(u.clone())));
             }
@@ -202,6 +207,7 @@ fn responses_event<'a>(
         "response.output_text.delta"
         | "response.refusal.delta"
         | "response.function_call_arguments.delta"
+        | "response.custom_tool_call_input.delta"
         | "response.reasoning_text.delta"
         | "response.reasoning_summary_text.delta" => {
             let d = v["delta"].as_str();
@@ -255,6 +261,7 @@ fn messages_event<'a>(
         }
         "content_block_start" => st.open_block = v["index"].as_u64().map(|i| i as usize),
         "content_block_stop" => st.open_block = None,
+        "message_stop" => st.ended = true,
         "message_delta" => {
             // The final count: message_start's usage (the input) with the
             // delta's own fields over it.
@@ -475,6 +482,7 @@ mod tests {
             native: true,
             model: "x".into(),
             request_id: "req_2".into(),
+            custom_tools: Vec::new(),
         };
         let cut = String::from_utf8(
             cut_events(

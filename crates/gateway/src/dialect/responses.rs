@@ -5,6 +5,7 @@
 //! Stateless: `previous_response_id`, `conversation`, `background` and
 //! `store: true` are refused, naming the field.
 
+use super::responses_tools::{tools_to_chat, Left};
 use super::Edge;
 use domain::request::InvalidField;
 use serde_json::{json, Map, Value};
@@ -30,8 +31,42 @@ const STATEFUL: &[(&str, &str)] = &[
     ("prompt", "stored prompt templates are not supported"),
 ];
 
-/// The chat completions request a Responses request asks for.
+/// A Responses request read for the core: its chat completions request,
+/// and what a chat provider cannot take (docs/clients.md, "Responses tools").
+pub struct Read {
+    pub chat: Value,
+    /// The first tool or input item with no chat equivalent: refused (400,
+    /// naming it) unless the model's provider serves Responses natively.
+    pub untranslated: Option<InvalidField>,
+    /// The client's `custom` tools, offered to chat as functions of one
+    /// string `input`: their calls go back as `custom_tool_call` items.
+    pub custom_tools: Vec<String>,
+}
+
+/// The chat completions request a Responses request asks for; refused when
+/// any of it has no chat equivalent (the tests' strict reading).
+#[cfg(test)]
 pub fn to_chat(body: &Value) -> Result<Value, InvalidField> {
+    let r = read(body)?;
+    match r.untranslated {
+        Some(e) => Err(e),
+        None => Ok(r.chat),
+    }
+}
+
+/// A Responses request read: malformed is refused at once; what only a
+/// native provider takes is left out of the chat request and named.
+pub fn read(body: &Value) -> Result<Read, InvalidField> {
+    let mut left = Left::default();
+    let chat = read_into(body, &mut left)?;
+    Ok(Read {
+        chat,
+        untranslated: left.untranslated,
+        custom_tools: left.custom,
+    })
+}
+
+fn read_into(body: &Value, left: &mut Left) -> Result<Value, InvalidField> {
     let obj = body
         .as_object()
         .ok_or_else(|| bad("", "request body must be a JSON object"))?;
@@ -63,7 +98,7 @@ pub fn to_chat(body: &Value) -> Result<Value, InvalidField> {
         Some(Value::String(s)) => messages.push(json!({"role": "user", "content": s})),
         Some(Value::Array(items)) if !items.is_empty() => {
             for (i, item) in items.iter().enumerate() {
-                input_item(item, i, &mut messages)?;
+                input_item(item, i, &mut messages, left)?;
             }
         }
         _ => {
@@ -106,7 +141,7 @@ pub fn to_chat(body: &Value) -> Result<Value, InvalidField> {
         chat.insert("reasoning_effort".into(), e.clone());
     }
     if let Some(tools) = obj.get("tools").filter(|v| !v.is_null()) {
-        chat.insert("tools".into(), tools_to_chat(tools)?);
+        chat.insert("tools".into(), tools_to_chat(tools, left)?);
     }
     if let Some(tc) = obj.get("tool_choice").filter(|v| !v.is_null()) {
         chat.insert("tool_choice".into(), tool_choice_to_chat(tc)?);
@@ -140,7 +175,12 @@ pub fn to_chat(body: &Value) -> Result<Value, InvalidField> {
 
 /// One input item: a message, a function call the model made earlier, or
 /// a function call's output.
-fn input_item(item: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), InvalidField> {
+fn input_item(
+    item: &Value,
+    i: usize,
+    out: &mut Vec<Value>,
+    left: &mut Left,
+) -> Result<(), InvalidField> {
     let kind = item.get("type").and_then(Value::as_str);
     match kind {
         None | Some("message") => {
@@ -184,7 +224,7 @@ fn input_item(item: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), Invali
             let role = if role == "developer" { "system" } else { role };
             out.push(json!({"role": role, "content": content}));
         }
-        Some("function_call") => {
+        Some(ty @ ("function_call" | "custom_tool_call")) => {
             let (Some(call_id), Some(name)) = (
                 item.get("call_id").and_then(Value::as_str),
                 item.get("name").and_then(Value::as_str),
@@ -194,10 +234,17 @@ fn input_item(item: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), Invali
                     "a function_call item needs call_id and name",
                 ));
             };
-            let args = item
-                .get("arguments")
-                .and_then(Value::as_str)
-                .unwrap_or("{}");
+            // A custom tool's call: the function of one string `input`
+            // it was offered to chat as.
+            let args = if ty == "custom_tool_call" {
+                json!({"input": item.get("input").and_then(Value::as_str).unwrap_or("")})
+                    .to_string()
+            } else {
+                item.get("arguments")
+                    .and_then(Value::as_str)
+                    .unwrap_or("{}")
+                    .to_string()
+            };
             let call = json!({"id": call_id, "type": "function",
                 "function": {"name": name, "arguments": args}});
             // Consecutive calls are one assistant turn.
@@ -208,7 +255,7 @@ fn input_item(item: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), Invali
                 _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
             }
         }
-        Some("function_call_output") => {
+        Some("function_call_output" | "custom_tool_call_output") => {
             let Some(call_id) = item.get("call_id").and_then(Value::as_str) else {
                 return Err(bad(
                     format!("input[{i}].call_id"),
@@ -227,12 +274,12 @@ fn input_item(item: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), Invali
         }
         // The model's earlier reasoning: nothing a chat provider can take.
         Some("reasoning") => {}
-        Some(other) => {
-            return Err(bad(
-                format!("input[{i}].type"),
-                format!("input item type {other:?} is not supported"),
-            ))
-        }
+        // Items of tools chat has no equivalent of (`local_shell_call`,
+        // `tool_search_call`, …): only a native provider takes them.
+        Some(other) => left.untranslated(
+            format!("input[{i}].type"),
+            format!("input item type {other:?} has no chat equivalent: only a model whose provider serves Responses natively takes it"),
+        ),
     }
     Ok(())
 }
@@ -263,67 +310,6 @@ fn content_part(p: &Value, at: &str) -> Result<Value, InvalidField> {
             "content part type must be input_text, output_text or input_image",
         )),
     }
-}
-
-/// Tools the provider itself runs (OpenAI's hosted tools): a chat provider
-/// has none of them, so a translated request goes without them.
-const HOSTED_TOOLS: &[&str] = &[
-    "web_search",
-    "web_search_preview",
-    "file_search",
-    "code_interpreter",
-    "image_generation",
-    "computer_use_preview",
-    "mcp",
-    "local_shell",
-];
-
-fn tools_to_chat(tools: &Value) -> Result<Value, InvalidField> {
-    let Some(list) = tools.as_array() else {
-        return Err(bad("tools", "tools must be an array"));
-    };
-    let mut out = Vec::new();
-    function_tools(list, "tools", &mut out)?;
-    Ok(Value::Array(out))
-}
-
-/// Function tools as chat tools; a `namespace` (Codex groups tools so)
-/// gives its functions; hosted tools are left out; anything else is refused.
-fn function_tools(list: &[Value], at: &str, out: &mut Vec<Value>) -> Result<(), InvalidField> {
-    for (i, t) in list.iter().enumerate() {
-        match t.get("type").and_then(Value::as_str) {
-            Some("function") => {}
-            Some("namespace") => {
-                let inner = t
-                    .get("tools")
-                    .and_then(Value::as_array)
-                    .map_or(&[][..], Vec::as_slice);
-                function_tools(inner, &format!("{at}[{i}].tools"), out)?;
-                continue;
-            }
-            Some(h) if HOSTED_TOOLS.contains(&h) || h.starts_with("web_search") => continue,
-            _ => {
-                return Err(bad(
-                    format!("{at}[{i}].type"),
-                    "tool type must be function (or a hosted tool, which is left out)",
-                ))
-            }
-        }
-        let Some(name) = t.get("name").and_then(Value::as_str) else {
-            return Err(bad(
-                format!("{at}[{i}].name"),
-                "a function tool needs a name",
-            ));
-        };
-        let mut f = json!({"name": name});
-        for k in ["description", "parameters", "strict"] {
-            if let Some(v) = t.get(k).filter(|v| !v.is_null()) {
-                f[k] = v.clone();
-            }
-        }
-        out.push(json!({"type": "function", "function": f}));
-    }
-    Ok(())
 }
 
 fn tool_choice_to_chat(tc: &Value) -> Result<Value, InvalidField> {
@@ -374,6 +360,10 @@ pub struct Out {
     open_text: Option<usize>,
     /// Chat tool-call index → output index, for calls still open.
     open_calls: Vec<(i64, usize)>,
+    /// The client's custom tools, and the function arguments of their open
+    /// calls by output index (written as `input` when the call closes).
+    custom_tools: Vec<String>,
+    custom_args: Vec<(usize, String)>,
     pub usage: Option<(i64, i64)>,
     pub finish: Option<String>,
     /// The stream broke: the response failed.
@@ -397,6 +387,8 @@ impl Out {
             output: Vec::new(),
             open_text: None,
             open_calls: Vec::new(),
+            custom_tools: edge.custom_tools.clone(),
+            custom_args: Vec::new(),
             usage: None,
             finish: None,
             failed: None,
@@ -496,11 +488,20 @@ impl Out {
                 let call_id = call["id"]
                     .as_str()
                     .map_or_else(|| self.item_id("call"), str::to_string);
-                let item = json!({"id": self.item_id("fc"), "type": "function_call", "status": "in_progress",
-                    "call_id": call_id, "name": call["function"]["name"].as_str().unwrap_or(""),
-                    "arguments": ""});
+                let name = call["function"]["name"].as_str().unwrap_or("");
+                let custom = self.custom_tools.iter().any(|t| t == name);
+                let item = if custom {
+                    json!({"id": self.item_id("ctc"), "type": "custom_tool_call",
+                        "call_id": call_id, "name": name, "input": ""})
+                } else {
+                    json!({"id": self.item_id("fc"), "type": "function_call", "status": "in_progress",
+                        "call_id": call_id, "name": name, "arguments": ""})
+                };
                 self.output.push(item.clone());
                 let o = self.output.len() - 1;
+                if custom {
+                    self.custom_args.push((o, String::new()));
+                }
                 self.open_calls.push((index, o));
                 self.event(
                     "response.output_item.added",
@@ -513,6 +514,12 @@ impl Out {
             .as_str()
             .filter(|a| !a.is_empty())
         {
+            // A custom call's input is inside the JSON arguments: read
+            // whole when the call closes.
+            if let Some((_, buf)) = self.custom_args.iter_mut().find(|(o, _)| *o == idx) {
+                buf.push_str(args);
+                return;
+            }
             let item_id = self.output[idx]["id"].clone();
             let a = &mut self.output[idx]["arguments"];
             *a = json!(format!("{}{args}", a.as_str().unwrap_or("")));
@@ -550,6 +557,25 @@ impl Out {
         self.close_text();
         for (_, o) in std::mem::take(&mut self.open_calls) {
             let item_id = self.output[o]["id"].clone();
+            if let Some(k) = self.custom_args.iter().position(|(i, _)| *i == o) {
+                let (_, args) = self.custom_args.swap_remove(k);
+                let input = super::responses_tools::custom_input(&args);
+                self.event(
+                    "response.custom_tool_call_input.delta",
+                    json!({"item_id": item_id, "output_index": o, "delta": input}),
+                );
+                self.event(
+                    "response.custom_tool_call_input.done",
+                    json!({"item_id": item_id, "output_index": o, "input": input}),
+                );
+                self.output[o]["input"] = json!(input);
+                let item = self.output[o].clone();
+                self.event(
+                    "response.output_item.done",
+                    json!({"output_index": o, "item": item}),
+                );
+                continue;
+            }
             let args = self.output[o]["arguments"].clone();
             let name = self.output[o]["name"].clone();
             self.event(
@@ -630,6 +656,7 @@ mod tests {
             native: false,
             model: "m".into(),
             request_id: "req_abc".into(),
+            custom_tools: Vec::new(),
         }
     }
 
@@ -710,13 +737,16 @@ mod tests {
         }
         assert!(to_chat(&json!({"model": "m", "input": "x", "store": false})).is_ok());
         // Codex's request shape: a namespace of functions, a hosted tool,
-        // developer messages.
-        let c = to_chat(&json!({"model": "m", "input": [{"type": "message", "role": "developer",
+        // developer messages. The hosted tool is named: refused unless the
+        // provider serves Responses natively.
+        let r = read(&json!({"model": "m", "input": [{"type": "message", "role": "developer",
             "content": [{"type": "input_text", "text": "rules"}]}], "tools": [
             {"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "inner", "parameters": {}}]},
             {"type": "web_search", "external_web_access": false},
             {"type": "function", "name": "outer", "parameters": {}}]}))
         .unwrap();
+        assert_eq!(r.untranslated.unwrap().param, "tools[1].type");
+        let c = r.chat;
         let names: Vec<&str> = c["tools"]
             .as_array()
             .unwrap()
@@ -725,6 +755,42 @@ mod tests {
             .collect();
         assert_eq!(names, ["inner", "outer"]);
         assert_eq!(c["messages"][0]["role"], "system");
+    }
+
+    #[test]
+    fn custom_tool_calls_go_to_chat_as_functions_and_come_back_as_custom_calls() {
+        let body = json!({"model": "m", "input": [
+            {"role": "user", "content": "patch it"},
+            {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** Begin"},
+            {"type": "custom_tool_call_output", "call_id": "c1", "output": "done"},
+        ], "tools": [{"type": "custom", "name": "apply_patch"}, {"type": "tool_search"}]});
+        let r = read(&body).unwrap();
+        assert_eq!(r.custom_tools, ["apply_patch"]);
+        assert_eq!(r.untranslated.as_ref().unwrap().param, "tools[1].type");
+        let m = &r.chat["messages"];
+        assert_eq!(
+            m[1]["tool_calls"][0]["function"]["arguments"],
+            json!({"input": "*** Begin"}).to_string()
+        );
+        assert_eq!(
+            (m[2]["role"].as_str(), m[2]["content"].as_str()),
+            (Some("tool"), Some("done"))
+        );
+        // Strict for a chat provider.
+        assert_eq!(to_chat(&body).unwrap_err().param, "tools[1].type");
+        // The chat call of a custom tool is a custom_tool_call item.
+        let mut e = edge();
+        e.custom_tools = vec!["apply_patch".into()];
+        let chat = json!({"choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_9", "type": "function", "function": {"name": "apply_patch",
+             "arguments": "{\"input\":\"*** Begin Patch\"}"}}]}, "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 4}});
+        let out = from_chat(&chat, &e);
+        let item = &out["output"][0];
+        assert_eq!(item["type"], "custom_tool_call", "{out}");
+        assert_eq!(item["input"], "*** Begin Patch");
+        assert_eq!(item["call_id"], "call_9");
+        assert!(item.get("arguments").is_none());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `POST /v1/responses`, `POST /v1/messages` — the chat path's handler in
 //! another dialect — and `POST /v1/messages/count_tokens`, answered from
-//! the model's tokenizer without calling the provider or holding anything.
+//! the model's tokenizer without calling the provider or holding anything;
+//! and the answer, in the path's dialect, to a path or method not served.
 
 use super::{messages, Dialect};
 use crate::errors::ApiError;
@@ -8,7 +9,7 @@ use crate::proxy::{self, RequestCtx};
 use crate::Gateway;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use domain::reason::ReasonCode;
 use domain::request::{self, Endpoint};
@@ -105,4 +106,49 @@ async fn count(
         .expect("count allowance lock")
         .spend(&key.id, input, per_minute, now_ms);
     Ok(input)
+}
+
+/// The dialect a path's refusal is written in: Anthropic's under
+/// `/v1/messages`, Google's under `/v1beta`, OpenAI's otherwise.
+fn path_error(path: &str, e: ApiError) -> Response {
+    let e = e.for_request(&proxy::new_request_id());
+    if path == "/v1beta" || path.starts_with("/v1beta/") {
+        return super::google_error_response(e);
+    }
+    let dialect = if path.starts_with("/v1/messages") {
+        Dialect::Messages
+    } else {
+        Dialect::Chat
+    };
+    super::error_response(dialect, e)
+}
+
+/// A path under `/v1` or `/v1beta` that tollgate does not serve: 404
+/// `route_not_found` in the path's dialect, with a request id.
+pub async fn unknown_route(method: Method, uri: Uri) -> Response {
+    let path = uri.path();
+    let e = ApiError::new(
+        ReasonCode::RouteNotFound,
+        format!("tollgate serves no {method} {path}"),
+    );
+    path_error(path, e)
+}
+
+/// A served path asked with a method it does not take: 405
+/// `method_not_allowed` in the path's dialect, naming the method it takes
+/// (also in `allow`).
+pub fn method_not_allowed(
+    allow: &'static str,
+) -> impl Fn(Method, Uri) -> std::future::Ready<Response> + Clone + Send + Sync + 'static {
+    move |method: Method, uri: Uri| {
+        let path = uri.path();
+        let e = ApiError::new(
+            ReasonCode::MethodNotAllowed,
+            format!("{path} takes {allow}, not {method}"),
+        );
+        let mut r = path_error(path, e);
+        r.headers_mut()
+            .insert(axum::http::header::ALLOW, HeaderValue::from_static(allow));
+        std::future::ready(r)
+    }
 }

@@ -110,7 +110,8 @@ impl Writer {
 }
 
 /// The metered chat stream `chat`, written in `edge`'s dialect. Dropping
-/// this body drops the meter's, which settles what was generated.
+/// this body drops the meter's, which settles what was generated; read to
+/// its end, the meter settles the stream as what it was.
 pub(crate) fn translate(edge: Edge, est_input: i64, chat: Body) -> Body {
     let s = async_stream::stream! {
         let mut up = chat.into_data_stream();
@@ -153,6 +154,9 @@ pub(crate) fn translate(edge: Edge, est_input: i64, chat: Body) -> Body {
         }
         w.finish();
         yield Ok(Bytes::from(w.take()));
+        // Read the meter to its end: after `[DONE]` it settles the stream
+        // as delivered (`ok`) — or, cut, as `cut_off` — before it ends.
+        while up.next().await.is_some() {}
     };
     Body::from_stream(s)
 }
@@ -169,6 +173,7 @@ mod tests {
             native: false,
             model: "m".into(),
             request_id: "req_1".into(),
+            custom_tools: Vec::new(),
         }
     }
 
