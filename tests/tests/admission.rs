@@ -230,7 +230,12 @@ async fn every_answer_has_a_shape_and_a_request_id() {
         ("DELETE", "/v1/models", 405, "openai"),
         ("GET", "/v1/messages", 405, "anthropic"),
         ("POST", "/v1/messages/batches", 404, "anthropic"),
-        ("POST", "/v1beta/models/x:generateContent", 404, "google"),
+        (
+            "POST",
+            "/v1beta/tunedModels/x:generateContent",
+            404,
+            "google",
+        ),
     ];
     for (method, path, status, shape) in cases {
         let r = c
@@ -545,5 +550,114 @@ async fn rate_refusals_are_paced_and_other_refusals_answer_at_once() {
         "a 400 and a 401 took {:?}",
         t.elapsed()
     );
+    srv.shutdown().await;
+}
+
+/// Gemini API clients (Gemini CLI): the key in `x-goog-api-key`, `?key=`
+/// or a bearer token; generateContent answered in Gemini's shape with
+/// `usageMetadata` and billed; countTokens and the model list unbilled;
+/// refusals in Google's error shape.
+#[tokio::test]
+async fn gemini_clients_are_served_in_their_own_shape() {
+    let env = TestEnv::new().await;
+    let (_, key) = env.simple_tenant(Limits::default()).await;
+    let srv = env.server().await;
+    let base = format!("http://{}/v1beta", srv.addr);
+    let c = reqwest::Client::new();
+    let body = json!({"systemInstruction": {"parts": [{"text": "be brief"}]},
+        "contents": [{"role": "user", "parts": [{"text": "hello [mock:output_tokens=7]"}]}],
+        "generationConfig": {"maxOutputTokens": 50}});
+    let r = c
+        .post(format!("{base}/models/gpt-4o-mini:generateContent"))
+        .header("x-goog-api-key", &key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let rid = r.headers()["x-request-id"].to_str().unwrap().to_string();
+    let a: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(a["candidates"][0]["content"]["role"], "model", "{a}");
+    assert_eq!(a["candidates"][0]["finishReason"], "STOP", "{a}");
+    assert_eq!(a["usageMetadata"]["candidatesTokenCount"], 7, "{a}");
+    let booked = eventually(std::time::Duration::from_secs(5), || async {
+        env.usage_event(&rid).await.is_some()
+    })
+    .await;
+    assert!(booked);
+    let e = env.usage_event(&rid).await.unwrap();
+    assert_eq!(
+        (e.input_tokens, e.output_tokens),
+        (a["usageMetadata"]["promptTokenCount"].as_i64().unwrap(), 7)
+    );
+    // countTokens with ?key=: a count, nothing booked.
+    let r = c
+        .post(format!("{base}/models/gpt-4o-mini:countTokens?key={key}"))
+        .json(&json!({"contents": body["contents"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let n: serde_json::Value = r.json().await.unwrap();
+    assert!(n["totalTokens"].as_i64().unwrap() > 0, "{n}");
+    // The models, with a bearer token.
+    let l: serde_json::Value = c
+        .get(format!("{base}/models"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(l["models"][0]["name"], "models/gpt-4o-mini", "{l}");
+    let m: serde_json::Value = c
+        .get(format!("{base}/models/gpt-4o-mini?key={key}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(m["name"], "models/gpt-4o-mini", "{m}");
+    // Refusals in Google's shape.
+    for (url, status, google) in [
+        (
+            format!("{base}/models/nope:generateContent"),
+            404,
+            "NOT_FOUND",
+        ),
+        (
+            format!("{base}/models/gpt-4o-mini:streamGenerateContent"),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+    ] {
+        let r = c
+            .post(&url)
+            .header("x-goog-api-key", &key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status, "{url}");
+        assert!(r.headers().contains_key("x-request-id"));
+        let e: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(
+            (e["error"]["code"].as_i64(), e["error"]["status"].as_str()),
+            (Some(status as i64), Some(google)),
+            "{e}"
+        );
+    }
+    let r = c
+        .post(format!("{base}/models/gpt-4o-mini:generateContent"))
+        .header("x-goog-api-key", "tg-nope")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["status"], "UNAUTHENTICATED", "{e}");
     srv.shutdown().await;
 }

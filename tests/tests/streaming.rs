@@ -153,14 +153,17 @@ fn dialect_stream(dialect: &str, model: &str, content: &str, cap: i64) -> (Strin
             "messages": [{"role": "user", "content": content}]}),
         "responses" => json!({"model": model, "stream": true, "max_output_tokens": cap,
             "input": content}),
+        "gemini" => json!({"contents": [{"role": "user", "parts": [{"text": content}]}],
+            "generationConfig": {"maxOutputTokens": cap}}),
         _ => json!({"model": model, "stream": true, "max_tokens": cap,
             "messages": [{"role": "user", "content": content}]}),
     };
     let path = match dialect {
-        "chat" => "chat/completions",
-        d => d,
+        "chat" => "v1/chat/completions".to_string(),
+        "gemini" => format!("v1beta/models/{model}:streamGenerateContent?alt=sse"),
+        d => format!("v1/{d}"),
     };
-    (path.to_string(), body)
+    (path, body)
 }
 
 /// The booked status of request `rid`, once the ledger has it.
@@ -173,8 +176,8 @@ async fn booked_status(env: &TestEnv, rid: &str) -> String {
     env.usage_event(rid).await.unwrap().status
 }
 
-/// Every dialect — chat, Responses, Messages; translated to chat and passed
-/// through to a provider that speaks it — books a stream as what it was: read
+/// Every dialect — chat, Responses, Messages, Gemini; translated to chat and
+/// passed through to a provider that speaks it — books a stream as what it was: read
 /// to its end `ok`, stopped at the budget `cut_off`, left by its client
 /// `client_closed`.
 #[tokio::test]
@@ -202,12 +205,13 @@ async fn every_dialect_books_a_stream_as_what_it_was() {
         ("messages", "gpt-4o-mini"),
         ("responses", "native-model"),
         ("messages", "native-model"),
+        ("gemini", "gpt-4o-mini"),
     ];
     for (i, (dialect, model)) in cases.into_iter().enumerate() {
         let case = format!("{dialect} {model}");
         let send = |key: String, content: &'static str, cap: i64| {
             let (path, body) = dialect_stream(dialect, model, content, cap);
-            let url = format!("http://{}/v1/{path}", srv.addr);
+            let url = format!("http://{}/{path}", srv.addr);
             async move {
                 let r = post(&url, &key, &body).await;
                 assert_eq!(r.status(), 200);
@@ -221,6 +225,14 @@ async fn every_dialect_books_a_stream_as_what_it_was() {
         let events = sse_events(r).await;
         assert!(events.len() > 3, "{case}: {events:?}");
         assert_eq!(booked_status(&env, &rid).await, "ok", "{case}");
+        if dialect == "gemini" {
+            // Gemini's last event: the finish reason and the usage.
+            let last: Value =
+                serde_json::from_str(events.last().unwrap().strip_prefix("data: ").unwrap())
+                    .unwrap();
+            assert_eq!(last["candidates"][0]["finishReason"], "STOP", "{last}");
+            assert_eq!(last["usageMetadata"]["candidatesTokenCount"], 30, "{last}");
+        }
         if (dialect, model) == ("messages", "native-model") {
             // A native provider's message_start carries its own input count:
             // the one billed.

@@ -60,6 +60,10 @@ pub enum Dialect {
     Responses,
     /// Anthropic Messages (`/v1/messages`).
     Messages,
+    /// Google's Gemini API (`/v1beta/models/{m}:generateContent`): always
+    /// translated, never a provider's native dialect (not in `apis`).
+    #[serde(skip)]
+    Gemini,
 }
 
 impl Dialect {
@@ -68,6 +72,7 @@ impl Dialect {
             Dialect::Chat => "chat",
             Dialect::Responses => "responses",
             Dialect::Messages => "messages",
+            Dialect::Gemini => "gemini",
         }
     }
 

@@ -262,6 +262,16 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             "/v1/models/{*id}",
             get(models::retrieve).fallback(method_not_allowed("GET")),
         )
+        .route(
+            "/v1beta/models",
+            get(models::gemini_list).fallback(method_not_allowed("GET")),
+        )
+        .route(
+            "/v1beta/models/{*rest}",
+            get(models::gemini_one)
+                .post(dialect::routes::gemini_call)
+                .fallback(method_not_allowed("GET, POST")),
+        )
         .route("/v1", any(unknown_route))
         .route("/v1/{*rest}", any(unknown_route))
         .route("/v1beta", any(unknown_route))

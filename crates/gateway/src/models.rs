@@ -110,6 +110,49 @@ pub async fn retrieve(
     with_request_id(&rid, model_object(dialect, &id))
 }
 
+/// `GET /v1beta/models`: the models this key may call, in Gemini's shape.
+pub async fn gemini_list(
+    State(gw): State<Arc<Gateway>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> Response {
+    let rid = gw.new_request_id().0;
+    let headers = crate::dialect::routes::gemini_key(headers, uri.query());
+    let key = match authenticate(&gw, &headers).await {
+        Ok(k) => k,
+        Err(e) => return error_response(Dialect::Gemini, e.for_request(&rid)),
+    };
+    let models: Vec<Value> = callable(&gw, &key)
+        .iter()
+        .map(|id| crate::dialect::gemini::model_object(id))
+        .collect();
+    with_request_id(&rid, json!({"models": models}))
+}
+
+/// `GET /v1beta/models/{model}`.
+pub async fn gemini_one(
+    State(gw): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> Response {
+    let rid = gw.new_request_id().0;
+    let headers = crate::dialect::routes::gemini_key(headers, uri.query());
+    let key = match authenticate(&gw, &headers).await {
+        Ok(k) => k,
+        Err(e) => return error_response(Dialect::Gemini, e.for_request(&rid)),
+    };
+    let served = gw.catalog.get().model_for(&key.tenant.id, &id).cloned();
+    if !served.is_some_and(|m| key.may_use(&m.id)) {
+        let e = ApiError::new(
+            ReasonCode::ModelNotFound,
+            format!("models/{id} does not exist or this key may not use it"),
+        );
+        return error_response(Dialect::Gemini, e.for_request(&rid));
+    }
+    with_request_id(&rid, crate::dialect::gemini::model_object(&id))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

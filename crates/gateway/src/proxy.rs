@@ -114,9 +114,21 @@ pub(crate) async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    handle_call(gw, endpoint, dialect, headers, body, None).await
+}
+
+/// As [`handle`], for a call whose path names its model (Gemini's).
+pub(crate) async fn handle_call(
+    gw: Arc<Gateway>,
+    endpoint: Endpoint,
+    dialect: Dialect,
+    headers: HeaderMap,
+    body: Body,
+    path: Option<crate::dialect::PathCall>,
+) -> Response {
     let mut ctx = RequestCtx::new(&gw);
     let span = ctx.span();
-    let answer = admit_and_forward(&gw, &mut ctx, endpoint, dialect, &headers, body)
+    let answer = admit_and_forward(&gw, &mut ctx, endpoint, dialect, &headers, body, path)
         .instrument(span)
         .await;
     match answer {
@@ -251,12 +263,13 @@ async fn admit_and_forward(
     dialect: Dialect,
     headers: &HeaderMap,
     body: Body,
+    path: Option<crate::dialect::PathCall>,
 ) -> Result<Response, ApiError> {
     let (key, bytes) = read_body(gw, ctx, headers, body).await?;
     crate::fair::refuse_if_queue_full(gw, &key)?;
     let json = gw.tokenize.parse(&key.tenant.id, &bytes).await?;
     ctx.attribution = crate::attribution::read(headers, &json, &key)?;
-    let inbound = Inbound::read(dialect, json).map_err(invalid)?;
+    let inbound = Inbound::read(dialect, json, path.as_ref()).map_err(invalid)?;
     let json = inbound.chat;
     let summary = request::validate(endpoint, &json).map_err(invalid)?;
     ctx.model = summary.model.clone();

@@ -82,7 +82,7 @@ async fn translation_cost() {
         let t0 = Instant::now();
         for _ in 0..N {
             let v: Value = serde_json::from_slice(body).unwrap();
-            let inb = Inbound::read(*dialect, v).unwrap();
+            let inb = Inbound::read(*dialect, v, None).unwrap();
             domain::request::validate(domain::request::Endpoint::ChatCompletions, &inb.chat)
                 .unwrap();
             std::hint::black_box(serde_json::to_vec(&inb.chat).unwrap());

@@ -10,6 +10,7 @@
 
 #[cfg(test)]
 mod bench;
+pub(crate) mod gemini;
 pub(crate) mod messages;
 pub(crate) mod native;
 pub(crate) mod responses;
@@ -40,8 +41,18 @@ pub(crate) struct Inbound {
     pub custom_tools: Vec<String>,
 }
 
+/// What a Gemini call's path says: its model and whether it streams.
+pub(crate) struct PathCall {
+    pub model: String,
+    pub stream: bool,
+}
+
 impl Inbound {
-    pub fn read(dialect: Dialect, body: Value) -> Result<Inbound, InvalidField> {
+    pub fn read(
+        dialect: Dialect,
+        body: Value,
+        path: Option<&PathCall>,
+    ) -> Result<Inbound, InvalidField> {
         let (chat, untranslated, custom_tools) = match dialect {
             Dialect::Chat => {
                 return Ok(Inbound {
@@ -56,6 +67,17 @@ impl Inbound {
                 (r.chat, r.untranslated, r.custom_tools)
             }
             Dialect::Messages => (messages::to_chat(&body, true)?, None, Vec::new()),
+            Dialect::Gemini => {
+                let p = path.ok_or_else(|| InvalidField {
+                    param: "model".into(),
+                    message: "the path names no model".into(),
+                })?;
+                (
+                    gemini::to_chat(&body, &p.model, p.stream)?,
+                    None,
+                    Vec::new(),
+                )
+            }
         };
         // The original may be sent as is: the same refusal of client-chosen
         // upstreams and credentials as a chat body.
@@ -74,7 +96,7 @@ impl Inbound {
 /// lists it (`apis`). Chat always goes to chat completions, the core's own
 /// wire.
 pub(crate) fn speaks_natively(model: &ModelEntry, dialect: Dialect) -> bool {
-    dialect != Dialect::Chat && model.profile.speaks(dialect)
+    !matches!(dialect, Dialect::Chat | Dialect::Gemini) && model.profile.speaks(dialect)
 }
 
 /// A native body for the provider: its model name, and the held output
@@ -145,6 +167,7 @@ impl Edge {
             .map(|u| native::reported(Dialect::Chat, u.clone()));
         let out = match self.dialect {
             Dialect::Responses => responses::from_chat(&chat, self),
+            Dialect::Gemini => gemini::from_chat(&chat, self),
             _ => messages::from_chat(&chat, self),
         };
         (Bytes::from(out.to_string()), usage)
@@ -158,6 +181,9 @@ impl Edge {
 pub(crate) fn error_response(dialect: Dialect, mut e: ApiError) -> Response {
     if let Some(p) = e.param.take() {
         e.param = Some(client_field(dialect, &p).to_string());
+    }
+    if dialect == Dialect::Gemini {
+        return google_error_response(e);
     }
     if dialect != Dialect::Messages {
         return e.into_response();

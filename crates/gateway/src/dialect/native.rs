@@ -26,7 +26,8 @@ pub fn usage_of(dialect: Dialect, v: &Value) -> Option<(i64, i64)> {
     }
     let n = |k: &str| u[k].as_i64().unwrap_or(0);
     match dialect {
-        Dialect::Chat => Some((n("prompt_tokens"), n("completion_tokens"))),
+        // Gemini is never a wire: its answers are chat's.
+        Dialect::Chat | Dialect::Gemini => Some((n("prompt_tokens"), n("completion_tokens"))),
         Dialect::Responses => Some((n("input_tokens"), n("output_tokens"))),
         Dialect::Messages => Some((
             n("input_tokens") + n("cache_creation_input_tokens") + n("cache_read_input_tokens"),
@@ -42,7 +43,7 @@ pub fn usage_of(dialect: Dialect, v: &Value) -> Option<(i64, i64)> {
 /// counted as input).
 pub fn reported(dialect: Dialect, u: Value) -> Reported {
     match dialect {
-        Dialect::Chat => Reported::from_json(u),
+        Dialect::Chat | Dialect::Gemini => Reported::from_json(u),
         Dialect::Responses => Reported {
             input: Count::of(u.get("input_tokens")),
             output: Count::of(u.get("output_tokens")),

@@ -3,7 +3,7 @@
 //! the model's tokenizer without calling the provider or holding anything;
 //! and the answer, in the path's dialect, to a path or method not served.
 
-use super::{messages, Dialect};
+use super::{gemini, messages, Dialect, PathCall};
 use crate::errors::ApiError;
 use crate::proxy::{self, RequestCtx};
 use crate::Gateway;
@@ -46,7 +46,11 @@ pub async fn count_tokens(
 ) -> Response {
     let mut ctx = RequestCtx::new(&gw);
     let span = ctx.span();
-    match count(&gw, &mut ctx, &headers, body).instrument(span).await {
+    let read = |j: &serde_json::Value| messages::to_chat(j, false);
+    match count(&gw, &mut ctx, &headers, body, read)
+        .instrument(span)
+        .await
+    {
         Ok(n) => {
             let mut h = HeaderMap::new();
             if let Ok(v) = HeaderValue::from_str(&ctx.id) {
@@ -63,10 +67,11 @@ async fn count(
     ctx: &mut RequestCtx,
     headers: &HeaderMap,
     body: Body,
+    read: impl FnOnce(&serde_json::Value) -> Result<serde_json::Value, domain::request::InvalidField>,
 ) -> Result<i64, ApiError> {
     let (key, bytes) = proxy::read_body(gw, ctx, headers, body).await?;
     let json = proxy::parse_json(&bytes)?;
-    let chat = messages::to_chat(&json, false).map_err(proxy::invalid)?;
+    let chat = read(&json).map_err(proxy::invalid)?;
     let summary = request::validate(Endpoint::ChatCompletions, &chat).map_err(proxy::invalid)?;
     let model = proxy::resolve_model(gw, &key, Endpoint::ChatCompletions, &summary)?;
     crate::estimate::check_body_size(gw, &model, bytes.len())?;
@@ -150,5 +155,117 @@ pub fn method_not_allowed(
         r.headers_mut()
             .insert(axum::http::header::ALLOW, HeaderValue::from_static(allow));
         std::future::ready(r)
+    }
+}
+
+/// A Gemini client's key: `x-goog-api-key` or `?key=`, read as an
+/// `x-api-key` (a bearer token works as it is).
+pub(crate) fn gemini_key(mut headers: HeaderMap, query: Option<&str>) -> HeaderMap {
+    if headers.contains_key(axum::http::header::AUTHORIZATION) || headers.contains_key("x-api-key")
+    {
+        return headers;
+    }
+    let from_query = query.and_then(|q| {
+        q.split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| *k == "key")
+            .map(|(_, v)| v.to_string())
+    });
+    let key = headers
+        .get("x-goog-api-key")
+        .cloned()
+        .or_else(|| from_query.and_then(|k| HeaderValue::from_str(&k).ok()));
+    if let Some(k) = key {
+        headers.insert("x-api-key", k);
+    }
+    headers
+}
+
+fn query_has(query: Option<&str>, pair: &str) -> bool {
+    query.is_some_and(|q| q.split('&').any(|kv| kv == pair))
+}
+
+/// `POST /v1beta/models/{model}:{method}`: `generateContent`,
+/// `streamGenerateContent` (`alt=sse`) and `countTokens`.
+pub async fn gemini_call(
+    State(gw): State<Arc<Gateway>>,
+    axum::extract::Path(rest): axum::extract::Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let query = uri.query();
+    let headers = gemini_key(headers, query);
+    let not_found = || {
+        let e = ApiError::new(
+            ReasonCode::RouteNotFound,
+            format!("tollgate serves no POST {}", uri.path()),
+        );
+        path_error(uri.path(), e)
+    };
+    let Some((model, method)) = gemini::split_call(&rest) else {
+        return not_found();
+    };
+    let call = |stream| PathCall {
+        model: model.to_string(),
+        stream,
+    };
+    match method {
+        "generateContent" => {
+            let c = call(false);
+            proxy::handle_call(
+                gw,
+                Endpoint::ChatCompletions,
+                Dialect::Gemini,
+                headers,
+                body,
+                Some(c),
+            )
+            .await
+        }
+        "streamGenerateContent" if query_has(query, "alt=sse") => {
+            let c = call(true);
+            proxy::handle_call(
+                gw,
+                Endpoint::ChatCompletions,
+                Dialect::Gemini,
+                headers,
+                body,
+                Some(c),
+            )
+            .await
+        }
+        "streamGenerateContent" => {
+            let e = ApiError::new(
+                ReasonCode::InvalidRequest,
+                "streamGenerateContent is served as server-sent events: add ?alt=sse",
+            )
+            .param("alt");
+            path_error(uri.path(), e)
+        }
+        "countTokens" => {
+            let mut ctx = RequestCtx::new(&gw);
+            let span = ctx.span();
+            let m = model.to_string();
+            let read = move |j: &serde_json::Value| {
+                // countTokens may wrap the request: `{"generateContentRequest": {...}}`.
+                let inner = j.get("generateContentRequest").unwrap_or(j);
+                gemini::to_chat(inner, &m, false)
+            };
+            match count(&gw, &mut ctx, &headers, body, read)
+                .instrument(span)
+                .await
+            {
+                Ok(n) => {
+                    let mut h = HeaderMap::new();
+                    if let Ok(v) = HeaderValue::from_str(&ctx.id) {
+                        h.insert(crate::headers::REQUEST_ID, v);
+                    }
+                    (h, axum::Json(json!({"totalTokens": n}))).into_response()
+                }
+                Err(e) => super::google_error_response(e.for_request(&ctx.id)),
+            }
+        }
+        _ => not_found(),
     }
 }

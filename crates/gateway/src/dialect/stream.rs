@@ -6,7 +6,7 @@
 //! Responses `response.incomplete` (`max_output_tokens`), Messages
 //! `message_delta` with `stop_reason: "max_tokens"` and `message_stop`.
 
-use super::{messages, responses, Dialect, Edge};
+use super::{gemini, messages, responses, Dialect, Edge};
 use crate::sse::{data_of, SseSplitter};
 use axum::body::Body;
 use bytes::Bytes;
@@ -17,12 +17,14 @@ use serde_json::Value;
 pub(crate) enum Writer {
     Responses(responses::Out),
     Messages(messages::Out),
+    Gemini(gemini::Out),
 }
 
 impl Writer {
     pub fn new(edge: &Edge, est_input: i64) -> Writer {
         match edge.dialect {
             Dialect::Messages => Writer::Messages(messages::Out::new(edge, est_input)),
+            Dialect::Gemini => Writer::Gemini(gemini::Out::new(edge)),
             _ => Writer::Responses(responses::Out::new(edge, chrono::Utc::now().timestamp())),
         }
     }
@@ -31,6 +33,7 @@ impl Writer {
         match self {
             Writer::Responses(o) => o.start(),
             Writer::Messages(o) => o.start(),
+            Writer::Gemini(_) => {}
         }
     }
 
@@ -41,6 +44,7 @@ impl Writer {
             let finished = match self {
                 Writer::Responses(o) => o.finish.is_some(),
                 Writer::Messages(o) => o.finish.is_some(),
+                Writer::Gemini(o) => o.finish.is_some(),
             };
             // After its `length` chunk the meter's error names why it cut;
             // without one the upstream broke off.
@@ -55,6 +59,7 @@ impl Writer {
             match self {
                 Writer::Responses(o) => (o.cut_reason, o.failed) = (cut, failed),
                 Writer::Messages(o) => (o.cut_reason, o.failed) = (cut, failed),
+                Writer::Gemini(o) => (o.cut_reason, o.failed) = (cut, failed),
             }
             return;
         }
@@ -62,6 +67,7 @@ impl Writer {
             match self {
                 Writer::Responses(o) => o.usage = Some(u),
                 Writer::Messages(o) => o.usage = Some(u),
+                Writer::Gemini(o) => o.usage = Some(u),
             }
         }
         let Some(choice) = c["choices"].get(0) else {
@@ -72,6 +78,7 @@ impl Writer {
             match self {
                 Writer::Responses(o) => o.text_delta(t),
                 Writer::Messages(o) => o.text_delta(t),
+                Writer::Gemini(o) => o.text_delta(t),
             }
         }
         for (k, call) in delta["tool_calls"]
@@ -84,12 +91,14 @@ impl Writer {
             match self {
                 Writer::Responses(o) => o.tool_delta(index, call),
                 Writer::Messages(o) => o.tool_delta(index, call),
+                Writer::Gemini(o) => o.tool_delta(index, call),
             }
         }
         if let Some(f) = choice["finish_reason"].as_str() {
             match self {
                 Writer::Responses(o) => o.finish = Some(f.to_string()),
                 Writer::Messages(o) => o.finish = Some(f.to_string()),
+                Writer::Gemini(o) => o.finish = Some(f.to_string()),
             }
         }
     }
@@ -98,6 +107,7 @@ impl Writer {
         match self {
             Writer::Responses(o) => o.finish_events(),
             Writer::Messages(o) => o.finish_events(),
+            Writer::Gemini(o) => o.finish_events(),
         }
     }
 
@@ -105,6 +115,7 @@ impl Writer {
         match self {
             Writer::Responses(o) => o.take_events(),
             Writer::Messages(o) => o.take_events(),
+            Writer::Gemini(o) => o.take_events(),
         }
     }
 }
@@ -148,8 +159,14 @@ pub(crate) fn translate(edge: Edge, est_input: i64, chat: Body) -> Body {
             }
         }
         if !done {
-            if let Writer::Responses(o) = &mut w {
-                o.failed.get_or_insert_with(|| "the stream ended early".into());
+            match &mut w {
+                Writer::Responses(o) => {
+                    o.failed.get_or_insert_with(|| "the stream ended early".into());
+                }
+                Writer::Gemini(o) => {
+                    o.failed.get_or_insert_with(|| "the stream ended early".into());
+                }
+                Writer::Messages(_) => {}
             }
         }
         w.finish();
