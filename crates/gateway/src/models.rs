@@ -37,7 +37,7 @@ fn model_object(dialect: Dialect, id: &str) -> Value {
     }
 }
 
-fn with_request_id(rid: &str, body: Value) -> Response {
+pub(crate) fn with_request_id(rid: &str, body: Value) -> Response {
     let mut r = axum::Json(body).into_response();
     if let Ok(v) = HeaderValue::from_str(rid) {
         r.headers_mut().insert(crate::headers::REQUEST_ID, v);
@@ -110,17 +110,30 @@ pub async fn retrieve(
     with_request_id(&rid, model_object(dialect, &id))
 }
 
+/// A Gemini call's request id and key (from `x-goog-api-key`, `?key=` or a
+/// bearer token), or its refusal in Google's shape.
+async fn gemini_caller(
+    gw: &Gateway,
+    uri: &axum::http::Uri,
+    headers: HeaderMap,
+) -> Result<(String, Arc<crate::catalog::KeyEntry>), Response> {
+    let rid = gw.new_request_id().0;
+    let headers = crate::dialect::routes::gemini_key(headers, uri.query());
+    match authenticate(gw, &headers).await {
+        Ok(k) => Ok((rid, k)),
+        Err(e) => Err(error_response(Dialect::Gemini, e.for_request(&rid))),
+    }
+}
+
 /// `GET /v1beta/models`: the models this key may call, in Gemini's shape.
 pub async fn gemini_list(
     State(gw): State<Arc<Gateway>>,
     uri: axum::http::Uri,
     headers: HeaderMap,
 ) -> Response {
-    let rid = gw.new_request_id().0;
-    let headers = crate::dialect::routes::gemini_key(headers, uri.query());
-    let key = match authenticate(&gw, &headers).await {
-        Ok(k) => k,
-        Err(e) => return error_response(Dialect::Gemini, e.for_request(&rid)),
+    let (rid, key) = match gemini_caller(&gw, &uri, headers).await {
+        Ok(c) => c,
+        Err(r) => return r,
     };
     let models: Vec<Value> = callable(&gw, &key)
         .iter()
@@ -136,11 +149,9 @@ pub async fn gemini_one(
     uri: axum::http::Uri,
     headers: HeaderMap,
 ) -> Response {
-    let rid = gw.new_request_id().0;
-    let headers = crate::dialect::routes::gemini_key(headers, uri.query());
-    let key = match authenticate(&gw, &headers).await {
-        Ok(k) => k,
-        Err(e) => return error_response(Dialect::Gemini, e.for_request(&rid)),
+    let (rid, key) = match gemini_caller(&gw, &uri, headers).await {
+        Ok(c) => c,
+        Err(r) => return r,
     };
     let served = gw.catalog.get().model_for(&key.tenant.id, &id).cloned();
     if !served.is_some_and(|m| key.may_use(&m.id)) {

@@ -51,13 +51,7 @@ pub async fn count_tokens(
         .instrument(span)
         .await
     {
-        Ok(n) => {
-            let mut h = HeaderMap::new();
-            if let Ok(v) = HeaderValue::from_str(&ctx.id) {
-                h.insert(crate::headers::REQUEST_ID, v);
-            }
-            (h, axum::Json(json!({"input_tokens": n}))).into_response()
-        }
+        Ok(n) => crate::models::with_request_id(&ctx.id, json!({"input_tokens": n})),
         Err(e) => proxy::refusal(&gw, &ctx, Dialect::Messages, e.for_request(&ctx.id)).await,
     }
 }
@@ -256,14 +250,10 @@ pub async fn gemini_call(
                 .instrument(span)
                 .await
             {
-                Ok(n) => {
-                    let mut h = HeaderMap::new();
-                    if let Ok(v) = HeaderValue::from_str(&ctx.id) {
-                        h.insert(crate::headers::REQUEST_ID, v);
-                    }
-                    (h, axum::Json(json!({"totalTokens": n}))).into_response()
+                Ok(n) => crate::models::with_request_id(&ctx.id, json!({"totalTokens": n})),
+                Err(e) => {
+                    proxy::refusal(&gw, &ctx, Dialect::Gemini, e.for_request(&ctx.id)).await
                 }
-                Err(e) => super::google_error_response(e.for_request(&ctx.id)),
             }
         }
         _ => not_found(),
