@@ -38,7 +38,7 @@ pub use fair::{BorrowRow, BorrowedRow, GuaranteeRow, ReclaimRow};
 pub use jobs::{AlertRow, JobRunRow, NewAlert, NoticeRow};
 pub use ledger::MonthUsageRow;
 pub use limits_history::LimitsOwner;
-pub use prices::PriceSheetRow;
+pub use prices::{PriceSheetRow, PricedModel};
 pub use quota_requests::{GrantRow, NewQuotaRequest, QuotaRequestRow};
 pub use request_decisions::RequestDecisionRow;
 pub use request_log::{RequestCursor, RequestLogFilter, RequestLogRow};
