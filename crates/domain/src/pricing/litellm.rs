@@ -200,12 +200,15 @@ fn is_price_field(f: &str) -> bool {
     f.contains("cost") || f.contains("multiplier")
 }
 
+/// An entry's refused prices: (field, why).
+pub type FieldErrors = Vec<(String, String)>;
+
 /// One entry's sheet and the price fields it has that tollgate does not map,
 /// or every price refused.
 pub fn sheet_of_entry(
     entry: &Map<String, Value>,
     round: bool,
-) -> Result<(PriceSheet, Vec<String>), Vec<(String, String)>> {
+) -> Result<(PriceSheet, Vec<String>), FieldErrors> {
     type Parts = BTreeMap<&'static str, i64>;
     let mut base: Parts = BTreeMap::new();
     let mut services: BTreeMap<&'static str, Parts> = BTreeMap::new();
