@@ -471,6 +471,10 @@ mod tests {
         assert_eq!(per_mtok(0.1 + 0.2, true), Ok(300_000_000_000));
         assert!(per_mtok(-1e-6, true).is_err());
         assert!(per_mtok(f64::NAN, true).is_err());
+        // Real entries (databricks, derived from DBUs) carry float noise in
+        // their decimal: refused, or rounded when asked.
+        assert!(per_mtok(2.9999900000000002e-06, false).is_err());
+        assert_eq!(per_mtok(2.9999900000000002e-06, true), Ok(2_999_990));
         assert_eq!(scaled(0.025, 6, false), Ok(25_000));
         assert!(scaled(1e-7, 6, false).is_err());
     }
