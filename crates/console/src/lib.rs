@@ -11,6 +11,7 @@ pub mod i18n;
 pub mod sso;
 mod web;
 
+use axum::handler::Handler;
 use axum::routing::{delete, get, patch, post, put};
 use axum::Router;
 use domain::period::PlatformClock;
@@ -18,6 +19,7 @@ use quota::QuotaEngine;
 use std::sync::Arc;
 use store::{Sessions, Store};
 
+pub use api::prices::{import_catalog, ImportIn};
 pub use auth::LoginLimiter;
 pub use error::ApiError;
 
@@ -110,6 +112,7 @@ api_routes! {
     "/api/v1/models/{id}/prices" => get(prices::list).post(prices::add),
     "/api/v1/model-aliases" => get(model_aliases::list).post(model_aliases::create),
     "/api/v1/model-aliases/{id}" => patch(model_aliases::update).delete(model_aliases::delete),
+    "/api/v1/prices/import" => post(prices::import.layer(axum::extract::DefaultBodyLimit::max(prices::IMPORT_BODY_LIMIT))),
     "/api/v1/audit" => get(audit::list),
     "/api/v1/audit/verify" => get(audit::verify),
     "/api/v1/bills" => get(bills::show),

@@ -4,6 +4,7 @@
 use crate::money::MicroUsd;
 use serde::{Deserialize, Serialize};
 
+pub mod litellm;
 pub mod sheet;
 
 pub use sheet::{PriceBook, PriceSheet};

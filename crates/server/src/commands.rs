@@ -394,3 +394,66 @@ pub async fn stale_holds(
     );
     Ok(r)
 }
+
+/// `tollgate prices import FILE`: LiteLLM's price catalog against every
+/// model (docs/billing.md, "Importing prices"). Prints the diff; changes
+/// nothing without `apply`. False (exit 1) when a price was refused.
+pub async fn prices_import(
+    cfg: &Config,
+    file: &std::path::Path,
+    apply: bool,
+    effective_from: Option<&str>,
+    round: bool,
+) -> anyhow::Result<bool> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let catalog: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))?;
+    let effective_from = effective_from
+        .map(chrono::DateTime::parse_from_rfc3339)
+        .transpose()
+        .context("--effective-from: not an RFC 3339 instant")?
+        .map(|t| t.with_timezone(&chrono::Utc));
+    let store = Store::connect(&cfg.database.url, 2)
+        .await
+        .context("cannot connect to PostgreSQL")?;
+    let req = console::ImportIn {
+        format: "litellm".into(),
+        catalog,
+        apply,
+        effective_from,
+        round,
+    };
+    let (plan, applied) = console::import_catalog(&store, "cli", &req)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for m in &plan.matched {
+        println!("matched {} = {}", m.model, m.entry);
+    }
+    let price = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
+    for c in &plan.changes {
+        println!(
+            "change {} {}: {} -> {}",
+            c.model,
+            c.field,
+            price(c.old),
+            price(c.new)
+        );
+    }
+    for m in &plan.unmatched_models {
+        println!("unmatched {m}");
+    }
+    for u in &plan.unknown_fields {
+        println!("unknown {} {}: {} (not mapped)", u.model, u.entry, u.field);
+    }
+    for r in &plan.refused {
+        println!("error {} {}: {}", r.model, r.field, r.reason);
+    }
+    let changed = plan.new_sheets.len();
+    if applied {
+        println!("applied: {changed} new sheet(s)");
+    } else {
+        println!("not applied: {changed} model(s) would get a new sheet (pass --apply)");
+    }
+    Ok(plan.refused.is_empty())
+}

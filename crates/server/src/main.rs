@@ -109,6 +109,11 @@ enum Command {
         #[arg(long)]
         period: Option<String>,
     },
+    /// Price sheets.
+    Prices {
+        #[command(subcommand)]
+        command: PricesCommand,
+    },
     /// An OpenAI-compatible fake provider for demos, tests and benchmarks.
     MockUpstream {
         #[arg(long)]
@@ -124,6 +129,24 @@ enum Command {
         /// `absurd_usage=huge|max|negative|float|text`, comma-separated.
         #[arg(long)]
         personality: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum PricesCommand {
+    /// Read LiteLLM's `model_prices_and_context_window.json`, print what
+    /// would change for every model whose upstream name it prices; store
+    /// one new sheet per changed model only with --apply.
+    Import {
+        file: PathBuf,
+        #[arg(long)]
+        apply: bool,
+        /// When the new sheets take effect (RFC 3339; default now).
+        #[arg(long)]
+        effective_from: Option<String>,
+        /// Round a price finer than a µUSD per million tokens (default: refuse it).
+        #[arg(long)]
+        round: bool,
     },
 }
 
@@ -296,6 +319,15 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             }
             commands::reconcile_check(&cfg, period.as_deref()).await
         }
+        Command::Prices {
+            command:
+                PricesCommand::Import {
+                    file,
+                    apply,
+                    effective_from,
+                    round,
+                },
+        } => commands::prices_import(&cfg, &file, apply, effective_from.as_deref(), round).await,
         Command::MockUpstream {
             listen,
             latency_ms,

@@ -40,7 +40,7 @@ pub use jobs::{AlertRow, JobRunRow, NewAlert, NoticeRow};
 pub use ledger::MonthUsageRow;
 pub use limits_history::LimitsOwner;
 pub use model_aliases::ModelAliasRow;
-pub use prices::PriceSheetRow;
+pub use prices::{PriceSheetRow, PricedModel};
 pub use quota_requests::{GrantRow, NewQuotaRequest, QuotaRequestRow};
 pub use request_decisions::RequestDecisionRow;
 pub use request_log::{RequestCursor, RequestLogFilter, RequestLogRow};

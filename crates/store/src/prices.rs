@@ -104,3 +104,31 @@ impl Store {
         .await?)
     }
 }
+
+/// A model as a price import sees it: its upstream name, its two base
+/// prices and the model's own sheet in force at the instant asked.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct PricedModel {
+    pub id: String,
+    pub upstream_model: String,
+    pub input_price_micro_per_mtok: i64,
+    pub output_price_micro_per_mtok: i64,
+    pub sheet: Option<serde_json::Value>,
+}
+
+impl Store {
+    /// Every model (enabled or not), with its own sheet in force at `at`.
+    pub async fn priced_models(&self, at: DateTime<Utc>) -> Result<Vec<PricedModel>> {
+        Ok(sqlx::query_as::<_, PricedModel>(
+            "SELECT m.id, m.upstream_model, m.input_price_micro_per_mtok,
+                    m.output_price_micro_per_mtok,
+                    (SELECT s.sheet FROM model_price_sheets s
+                     WHERE s.model_id = m.id AND s.deployment = '' AND s.effective_from <= $1
+                     ORDER BY s.effective_from DESC LIMIT 1) AS sheet
+             FROM models m ORDER BY m.id",
+        )
+        .bind(at)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+}

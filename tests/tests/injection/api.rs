@@ -154,6 +154,17 @@ fn routes() -> Vec<Route> {
             "",
             &["/console/models"],
         ),
+        // Its strings are a fixed format and an instant: every hostile
+        // value is refused naming the field; nothing is stored without apply.
+        route(
+            "POST /api/v1/prices/import",
+            &[],
+            json!({"format": "litellm", "effective_from": "2099-01-01T00:00:00Z",
+                "catalog": {"gpt-4o-mini": {"input_cost_per_token": 1.5e-07,
+                    "output_cost_per_token": 6e-07}}}),
+            "",
+            &["/console/audit"],
+        ),
         route(
             "PUT /api/v1/models/{id}/fallbacks",
             &[("id", Param::Fixed("gpt-4o-mini"))],
