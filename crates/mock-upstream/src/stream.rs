@@ -32,7 +32,7 @@ pub(crate) fn output_delta(plan: &Plan, i: u32, audio_data: &str) -> Value {
         OutputField::Content => json!({"content": TOKEN}),
         OutputField::Unknown => json!({"x_future_field": TOKEN}),
         OutputField::Audio => {
-            let mut a = if i % 2 == 0 {
+            let mut a = if i.is_multiple_of(2) {
                 json!({"transcript": TOKEN})
             } else {
                 json!({"data": audio_data})
