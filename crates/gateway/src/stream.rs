@@ -1,6 +1,7 @@
 //! Streams metered as they flow (docs/design.md §6). The first hold covers the input
-//! and one slice of output; output is counted from the deltas (text,
-//! reasoning, tool-call arguments) and the hold is extended a slice ahead.
+//! and one slice of output; output is counted from the deltas (every kind:
+//! text, reasoning, refusals, tool calls, audio, unknown fields counted
+//! whole — `sse::Delta`) and the hold is extended a slice ahead.
 //! When an extension is refused — or the stream's wall-clock cap passes — the
 //! upstream is dropped (the provider stops), the client gets a final chunk
 //! with `finish_reason: "length"`, an `event: error` naming the reason, and
