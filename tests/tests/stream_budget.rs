@@ -458,3 +458,108 @@ async fn a_large_max_tokens_is_clamped_to_the_budget_when_the_tenant_allows_it()
     );
     srv.shutdown().await;
 }
+
+/// Four streams at once, each asking for 2,000 tokens of output in the delta
+/// field `directive` picks, on a 3,000-token tenant budget. Whatever field
+/// the output arrives in, the streams are held slice by slice and cut at
+/// the budget: the ledger and what the provider generated stay within the
+/// budget plus one slice per concurrent stream (each stream's hold runs at
+/// most a slice ahead of what it was counted, and a provider may generate
+/// that slice before the cut reaches it).
+async fn four_streams_on_a_small_budget(directive: &str) {
+    let env = TestEnv::new().await;
+    let limit = 3_000;
+    let (_, key) = env
+        .simple_tenant(Limits {
+            monthly_tokens: Some(limit),
+            ..Default::default()
+        })
+        .await;
+    let cfg = env.config();
+    let streams = 4;
+    let bound = streams * cfg.gateway.stream_slice_tokens;
+    let srv = env.server_with(cfg).await;
+    let url = format!("http://{}/v1/chat/completions", srv.addr);
+    let client = reqwest::Client::new();
+    let runs = (0..streams).map(|_| {
+        let (client, url, key) = (client.clone(), url.clone(), key.clone());
+        let mut body = stream_body(
+            &format!("hello [mock:output_tokens=2000] [mock:chunk_delay_ms=1] {directive}"),
+            2000,
+        );
+        body["modalities"] = json!(["text", "audio"]);
+        body["audio"] = json!({"voice": "alloy", "format": "pcm16"});
+        async move {
+            let r = client
+                .post(url)
+                .bearer_auth(key)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            (
+                status,
+                if status == 200 {
+                    events(r).await
+                } else {
+                    vec![]
+                },
+            )
+        }
+    });
+    let results = futures::future::join_all(runs).await;
+    let mut cut = 0;
+    for (status, evs) in &results {
+        assert!(*status == 200 || *status == 402, "{status}");
+        if *status == 200 {
+            assert_eq!(evs.last().unwrap().1, "[DONE]", "{evs:?}");
+            if evs.iter().any(|(n, _)| n.as_deref() == Some("error")) {
+                assert_eq!(assert_cut_off(evs), "tenant_monthly_budget_exhausted");
+                cut += 1;
+            }
+        }
+    }
+    let month = this_month();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            env.counters("t", &month).await.get("t:ht") == Some(&0)
+        })
+        .await
+    );
+    let used = env.counters("t", &month).await["t:ut"];
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            env.ledger_tokens("t", &month).await.0 == used
+        })
+        .await
+    );
+    let ledger = env.ledger_tokens("t", &month).await.0;
+    let generated = env.mock.snapshot().completion_tokens as i64;
+    eprintln!("{directive}: ledger {ledger}, provider generated {generated} output tokens, {cut} streams cut");
+    assert!(
+        ledger <= limit + bound,
+        "{directive}: ledger {ledger} > {limit} + {bound}"
+    );
+    assert!(
+        generated <= limit + bound,
+        "{directive}: the provider generated {generated} output tokens on a {limit}-token budget (+ {bound})"
+    );
+    assert!(cut > 0, "{directive}: the budget never cut a stream");
+    srv.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_text_streams_are_cut_at_a_small_budget() {
+    four_streams_on_a_small_budget("").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_audio_streams_are_cut_at_a_small_budget_like_text() {
+    four_streams_on_a_small_budget("[mock:audio]").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stream_in_an_unknown_delta_field_is_cut_at_a_small_budget() {
+    four_streams_on_a_small_budget("[mock:unknown_delta]").await
+}

@@ -1,6 +1,7 @@
 //! Streams metered as they flow (docs/design.md §6). The first hold covers the input
-//! and one slice of output; output is counted from the deltas (text,
-//! reasoning, tool-call arguments) and the hold is extended a slice ahead.
+//! and one slice of output; output is counted from the deltas (every kind:
+//! text, reasoning, refusals, tool calls, audio, unknown fields counted
+//! whole — `sse::Delta`) and the hold is extended a slice ahead.
 //! When an extension is refused — or the stream's wall-clock cap passes — the
 //! upstream is dropped (the provider stops), the client gets a final chunk
 //! with `finish_reason: "length"`, an `event: error` naming the reason, and
@@ -147,8 +148,8 @@ fn read_event(
                 *usage = Some(u.clone());
             }
             text.clear();
-            chunk.generated_text(text);
-            (family.count(text) as i64, chunk.is_usage_only())
+            let ruled = chunk.generated_text(text, family);
+            ((family.count(text) + ruled) as i64, chunk.is_usage_only())
         }
         None => (family.count(&String::from_utf8_lossy(ev)) as i64, false),
     }
@@ -423,6 +424,7 @@ mod tests {
 mod read_event_tests {
     use super::*;
     use domain::tokens::TokenizerFamily;
+    use proptest::prelude::*;
 
     #[test]
     fn what_cannot_be_read_is_counted_whole() {
@@ -458,5 +460,186 @@ mod read_event_tests {
             read_event(refusal, f, &mut text, &mut shape, &mut usage).0,
             1
         );
+    }
+
+    fn count(ev: &str) -> i64 {
+        let (mut text, mut shape, mut usage) = (String::new(), Shape::default(), None);
+        read_event(
+            ev.as_bytes(),
+            TokenizerFamily::O200k,
+            &mut text,
+            &mut shape,
+            &mut usage,
+        )
+        .0
+    }
+
+    fn delta_event(delta: &Value) -> String {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]})
+        )
+    }
+
+    #[test]
+    fn every_output_kind_counts() {
+        let f = TokenizerFamily::O200k;
+        let d = |v: Value| count(&delta_event(&v));
+        // The plain text delta, and the role chunk that carries nothing.
+        assert_eq!(d(json!({"content": " hello hello"})), 2);
+        assert_eq!(d(json!({"role": "assistant", "content": ""})), 0);
+        assert_eq!(
+            d(json!({"role": "assistant", "content": null, "refusal": null, "tool_calls": null})),
+            0
+        );
+        // Reasoning in both spellings.
+        assert_eq!(d(json!({"reasoning_content": " hello"})), 1);
+        assert_eq!(d(json!({"reasoning": " hello"})), 1);
+        // Tool-call arguments (the call's whole JSON: more than the arguments).
+        let args = r#"{\"city\": \"Paris\", \"days\": 3}"#;
+        let call = json!({"tool_calls": [{"index": 0, "function": {"arguments": args}}]});
+        assert!(d(call) as u64 >= f.count(args));
+        // Audio: the transcript as text, the data by the rule.
+        assert_eq!(
+            d(json!({"audio": {"id": "audio_1", "transcript": " hello hello"}})),
+            2
+        );
+        let data = "A".repeat(1280);
+        assert_eq!(d(json!({"audio": {"data": data}})), 2);
+        assert_eq!(
+            d(json!({"audio": {"data": "AAAA"}})),
+            1,
+            "rounded up per piece"
+        );
+        assert_eq!(
+            d(json!({"audio": {"id": "audio_1", "expires_at": 1700000000}})),
+            0
+        );
+        assert_eq!(d(json!({"audio": null})), 0);
+        // Unknown fields, in the delta or in its audio: counted whole.
+        assert!(d(json!({"x_future_field": " hello hello"})) >= 2);
+        assert!(d(json!({"audio": {"x_words": " hello hello"}})) >= 2);
+        assert_eq!(d(json!({"x_future_field": null})), 0);
+        // An image (OpenRouter's `images`) is an unknown field: whole; a
+        // large one bounded at one token per byte, not tokenized.
+        let small = json!({"images": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo"}}]});
+        assert!(d(small) >= 10);
+        let big = "A".repeat(100_000);
+        let big = json!({"images": [{"type": "image_url", "image_url": {"url": big}}]});
+        assert!(d(big) >= 100_000);
+        // A field twice: the whole event is counted.
+        let twice =
+            "data: {\"choices\":[{\"delta\":{\"content\":\" hello\",\"content\":\"\"}}]}\n\n";
+        assert!(count(twice) >= 1);
+    }
+
+    /// Arbitrary JSON for unknown fields.
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "\\PC{0,24}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::btree_map("[a-z_]{1,8}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A delta: known fields (often of the wrong type), audio pieces,
+    /// unknown fields.
+    fn any_delta() -> impl Strategy<Value = Value> {
+        let key = prop_oneof![
+            Just("content".to_string()),
+            Just("reasoning_content".to_string()),
+            Just("reasoning".to_string()),
+            Just("refusal".to_string()),
+            Just("tool_calls".to_string()),
+            Just("function_call".to_string()),
+            Just("images".to_string()),
+            "x_[a-z]{1,8}",
+            "[a-z]{1,6}",
+        ];
+        let text_or_any = prop_oneof![4 => "\\PC{0,32}".prop_map(Value::from), 1 => any_json()];
+        let audio = (
+            prop::option::of("audio_[a-z0-9]{1,6}"),
+            prop::option::of("\\PC{0,32}"),
+            prop::option::of("[A-Za-z0-9+/]{0,3000}"),
+            prop::option::of(any::<u32>()),
+            prop::option::of(("x_[a-z]{1,6}", any_json())),
+        )
+            .prop_map(|(id, transcript, data, expires, extra)| {
+                let mut a = serde_json::Map::new();
+                id.map(|v| a.insert("id".into(), v.into()));
+                transcript.map(|v| a.insert("transcript".into(), v.into()));
+                data.map(|v| a.insert("data".into(), v.into()));
+                expires.map(|v| a.insert("expires_at".into(), v.into()));
+                extra.map(|(k, v)| a.insert(k, v));
+                Value::Object(a)
+            });
+        (
+            prop::option::of(Just("assistant")),
+            prop::collection::btree_map(key, text_or_any, 0..4),
+            prop::option::of(audio),
+        )
+            .prop_map(|(role, fields, audio)| {
+                let mut d = serde_json::Map::new();
+                role.map(|r| d.insert("role".into(), r.into()));
+                d.extend(fields);
+                audio.map(|a| d.insert("audio".into(), a));
+                Value::Object(d)
+            })
+    }
+
+    /// The output a delta carries, as texts: every string in it but the
+    /// role, the audio's id and its data (counted by the rule instead).
+    fn text_content(v: &Value, path: &[&str], out: &mut Vec<String>) {
+        match v {
+            Value::String(s) => {
+                let skip = matches!(path, ["role"] | ["audio", "id"] | ["audio", "data"]);
+                if !skip && !s.is_empty() {
+                    out.push(s.clone());
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|x| text_content(x, path, out)),
+            Value::Object(m) => m.iter().for_each(|(k, x)| {
+                let mut p = path.to_vec();
+                p.push(k);
+                text_content(x, &p, out)
+            }),
+            _ => {}
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        /// No delta shape counts fewer tokens than its text content would,
+        /// plus its audio data by the rule: whatever field the output is in.
+        /// The texts are tokenized one by one here and together (in the
+        /// meter's order) by the meter: where two meet, a token may merge or
+        /// split differently, so one token per meeting is allowed.
+        #[test]
+        fn no_delta_counts_less_than_its_text(delta in any_delta()) {
+            let f = TokenizerFamily::O200k;
+            let mut texts = Vec::new();
+            text_content(&delta, &[], &mut texts);
+            let text: u64 = texts.iter().map(|t| f.count(t)).sum();
+            let meetings = texts.len().saturating_sub(1) as u64;
+            // The documented rule, restated here: one token per 10 ms of
+            // 24 kHz 16-bit PCM, 480 bytes, 640 base64 characters.
+            let audio = delta["audio"]["data"]
+                .as_str()
+                .map_or(0, |d| d.len().div_ceil(640) as u64);
+            let got = count(&delta_event(&delta)) as u64;
+            prop_assert!(
+                got + meetings >= text + audio,
+                "{delta}: counted {got}, its texts {text} ({} of them) + audio {audio}",
+                texts.len()
+            );
+        }
     }
 }

@@ -132,6 +132,8 @@ pub(crate) struct Plan {
     pub personality: Personality,
     /// How the prompt is reported billed.
     pub caching: crate::directives::Caching,
+    /// The delta field a chat stream's output goes in.
+    pub output: crate::directives::OutputField,
 }
 
 impl Plan {
@@ -142,6 +144,12 @@ impl Plan {
             self.reasoning_tokens,
         );
         self.caching.chat(&mut u, self.prompt_tokens);
+        if self.output == crate::directives::OutputField::Audio && self.kind == Kind::Chat {
+            // Audio steps alternate transcript (text) and data (audio).
+            let (audio, text) = crate::stream::audio_split(self.completion_tokens);
+            u["completion_tokens_details"]["audio_tokens"] = audio.into();
+            u["completion_tokens_details"]["text_tokens"] = text.into();
+        }
         u
     }
 }
@@ -279,6 +287,7 @@ async fn answer(app: &crate::App, spec: Spec, dir: Directives) -> Response {
         reasoning_tokens: reasoning,
         personality: spec.personality,
         caching: dir.caching,
+        output: dir.output,
     };
     app.stats.prompt_tokens(plan.prompt_tokens);
     if spec.stream {

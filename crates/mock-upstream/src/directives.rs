@@ -27,6 +27,20 @@ pub struct Directives {
     pub tool_call: bool,
     /// How the prompt is reported billed (`[mock:cached=N]` …).
     pub caching: Caching,
+    /// Which delta field a chat stream carries its output in.
+    pub output: OutputField,
+}
+
+/// Where a chat stream puts its output: `delta.content` (the default),
+/// `delta.audio` (`[mock:audio]`: transcript and base64 PCM pieces, as
+/// OpenAI streams `"modalities":["text","audio"]`), or a delta field no
+/// gateway knows (`[mock:unknown_delta]`: `delta.x_future_field`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OutputField {
+    #[default]
+    Content,
+    Audio,
+    Unknown,
 }
 
 /// How the provider reports the prompt billed, in its own dialect's shape
@@ -82,6 +96,8 @@ impl Directives {
                 }
                 "deepseek" => self.caching.deepseek = true,
                 "split_late" => self.caching.split_late = true,
+                "audio" => self.output = OutputField::Audio,
+                "unknown_delta" => self.output = OutputField::Unknown,
                 _ => {}
             }
             text = &text[end + 1..];
@@ -121,7 +137,13 @@ mod tests {
                 no_usage: false,
                 tool_call: false,
                 caching: Caching::default(),
+                output: OutputField::Content,
             }
+        );
+        assert_eq!(Directives::parse("[mock:audio]").output, OutputField::Audio);
+        assert_eq!(
+            Directives::parse("[mock:unknown_delta]").output,
+            OutputField::Unknown
         );
         let d = Directives::parse("[mock:cached=900] [mock:cache_write_1h=50][mock:deepseek]");
         assert_eq!(

@@ -9,7 +9,41 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::chat::{Kind, Plan, TOKEN};
+use crate::directives::OutputField;
 use crate::{aborted, pause, MockStats};
+
+/// Base64 of one audio token's worth of speech, as OpenAI bills it
+/// (~ 20 ms per output token): 20 ms of 24 kHz 16-bit mono PCM, 960 bytes
+/// (silence), 1,280 base64 characters.
+pub(crate) fn audio_token_data() -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode([0u8; 960])
+}
+
+/// (audio tokens, text tokens) of an audio answer of `n` steps: even steps
+/// send a transcript piece (one text token), odd ones one audio token.
+pub(crate) fn audio_split(n: u32) -> (u32, u32) {
+    (n / 2, n - n / 2)
+}
+
+/// The delta of output step `i` in the plan's output field.
+pub(crate) fn output_delta(plan: &Plan, i: u32, audio_data: &str) -> Value {
+    match plan.output {
+        OutputField::Content => json!({"content": TOKEN}),
+        OutputField::Unknown => json!({"x_future_field": TOKEN}),
+        OutputField::Audio => {
+            let mut a = if i.is_multiple_of(2) {
+                json!({"transcript": TOKEN})
+            } else {
+                json!({"data": audio_data})
+            };
+            if i == 0 {
+                a["id"] = format!("audio_{}", plan.id).into();
+            }
+            json!({"audio": a})
+        }
+    }
+}
 
 /// Counts `streams_closed_early` if the body is dropped before it finished.
 pub(crate) struct Guard {
@@ -46,6 +80,13 @@ pub(crate) fn sse(plan: Plan, stats: MockStats) -> Response {
             return;
         }
         let token = plan.chunk(json!({"content": TOKEN}), Some(TOKEN), None);
+        let audio_data = audio_token_data();
+        let step = |i: u32| match (plan.kind, plan.output) {
+            (Kind::Chat, OutputField::Audio | OutputField::Unknown) => {
+                plan.chunk(output_delta(&plan, i, &audio_data), None, None)
+            }
+            _ => token.clone(),
+        };
         let sent = match plan.disconnect_after {
             Some(k) => k.min(plan.completion_tokens),
             None => plan.completion_tokens,
@@ -55,7 +96,7 @@ pub(crate) fn sse(plan: Plan, stats: MockStats) -> Response {
                 pause(plan.chunk_delay.as_millis() as u64).await;
             }
             stats.completion_tokens(1);
-            yield Ok(token.clone());
+            yield Ok(step(i));
         }
         if plan.disconnect_after.is_some() {
             guard.finished = true;
@@ -63,6 +104,11 @@ pub(crate) fn sse(plan: Plan, stats: MockStats) -> Response {
             tokio::task::yield_now().await;
             yield Err(aborted());
             return;
+        }
+        if plan.kind == Kind::Chat && plan.output == OutputField::Audio {
+            // The last audio piece carries only its expiry.
+            let expires = plan.created + 3600;
+            yield Ok(plan.chunk(json!({"audio": {"id": format!("audio_{}", plan.id), "expires_at": expires}}), None, None));
         }
         yield Ok(plan.chunk(json!({}), Some(""), Some(plan.finish_reason)));
         if plan.include_usage {

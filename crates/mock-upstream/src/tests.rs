@@ -401,3 +401,79 @@ async fn models_stats_reset_and_bad_body() {
     assert_eq!(r.status(), 204);
     assert_eq!(stats.snapshot(), StatsSnapshot::default());
 }
+
+#[tokio::test]
+async fn audio_stream_sends_openai_audio_deltas_and_audio_usage() {
+    let (base, _stats) = spawn(MockConfig::default()).await;
+    let mut body = chat_body("hi [mock:output_tokens=5] [mock:audio]");
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let text = post(format!("{base}/chat/completions"), body)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let ev = events(&text);
+    // role, 5 audio pieces, the expiry piece, finish, usage, [DONE]
+    assert_eq!(ev.len(), 1 + 5 + 1 + 1 + 1 + 1, "{text}");
+    let chunks: Vec<Value> = ev[..9]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let audio: Vec<&Value> = chunks[1..7]
+        .iter()
+        .map(|c| &c["choices"][0]["delta"]["audio"])
+        .collect();
+    let id = audio[0]["id"].as_str().unwrap();
+    assert!(id.starts_with("audio_"), "{id}");
+    for (i, a) in audio[..5].iter().enumerate() {
+        // Only the ChoiceDeltaAudio fields, and no text content.
+        assert!(chunks[1 + i]["choices"][0]["delta"]
+            .get("content")
+            .is_none());
+        for k in a.as_object().unwrap().keys() {
+            assert!(
+                ["id", "data", "transcript", "expires_at"].contains(&k.as_str()),
+                "{k}"
+            );
+        }
+        if i % 2 == 0 {
+            assert_eq!(a["transcript"], " hello");
+        } else {
+            let d = a["data"].as_str().unwrap();
+            use base64::Engine;
+            let pcm = base64::engine::general_purpose::STANDARD.decode(d).unwrap();
+            assert_eq!(pcm.len(), 960, "20 ms of 24 kHz 16-bit PCM");
+        }
+    }
+    assert_eq!(audio[5]["id"], id);
+    assert!(audio[5]["expires_at"].as_u64().unwrap() > 0);
+    assert_eq!(chunks[7]["choices"][0]["finish_reason"], "stop");
+    let u = &chunks[8]["usage"];
+    assert_eq!(u["completion_tokens"], 5);
+    assert_eq!(u["completion_tokens_details"]["audio_tokens"], 2);
+    assert_eq!(u["completion_tokens_details"]["text_tokens"], 3);
+}
+
+#[tokio::test]
+async fn unknown_delta_stream_sends_output_in_a_field_nobody_knows() {
+    let (base, stats) = spawn(MockConfig::default()).await;
+    let mut body = chat_body("hi [mock:output_tokens=3] [mock:unknown_delta]");
+    body["stream"] = json!(true);
+    let text = post(format!("{base}/chat/completions"), body)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let ev = events(&text);
+    assert_eq!(ev.len(), 1 + 3 + 1 + 1, "{text}");
+    for e in &ev[1..4] {
+        let c: Value = serde_json::from_str(e).unwrap();
+        assert_eq!(
+            c["choices"][0]["delta"],
+            json!({"x_future_field": " hello"})
+        );
+    }
+    let s = wait_for(&stats, |s| s.streams_completed == 1).await;
+    assert_eq!(s.completion_tokens, 3);
+}
