@@ -154,6 +154,24 @@ fn routes() -> Vec<Route> {
             "",
             &["/console/models"],
         ),
+        // An instant (far ahead, one per request), a deployment the model
+        // has, a tier's service tier (stored: read back from the list).
+        Route {
+            not_shown: &[(
+                "sheet.tiers[0].service_tier",
+                "no console page shows price sheets yet",
+            )],
+            ..route(
+                "POST /api/v1/models/{id}/prices",
+                &[("id", Param::Fixed("gpt-4o-mini"))],
+                json!({"effective_from": "2099-01-01T00:00:00.{n}1Z", "deployment": "default",
+                    "sheet": {"input": 1, "output": 2, "service_tiers": {"priority": {"input": 2, "output": 4}},
+                        "tiers": [{"above_input_tokens": 100, "service_tier": "priority-{n}",
+                            "prices": {"input": 3, "output": 6}}]}}),
+                "/api/v1/models/{id}/prices",
+                &[],
+            )
+        },
         // Its strings are a fixed format and an instant: every hostile
         // value is refused naming the field; nothing is stored without apply.
         route(

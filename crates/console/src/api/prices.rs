@@ -95,8 +95,11 @@ pub async fn add(
     })?;
     let from = effective_from(p.effective_from, Utc::now())?;
     if let Some(d) = &p.deployment {
+        // A model still in its one-deployment form is served by one named
+        // `default` (docs/routing.md).
         let known = cp.store.deployments_of(&id).await?;
-        if !known.iter().any(|r| &r.name == d) {
+        let one_form = known.is_empty() && d == "default";
+        if !one_form && !known.iter().any(|r| &r.name == d) {
             return Err(ApiError::invalid(
                 "deployment",
                 format!("model {id} has no deployment {d:?}"),

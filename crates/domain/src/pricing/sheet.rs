@@ -231,6 +231,15 @@ impl PriceSheet {
     pub fn check(&self) -> Result<(), SheetError> {
         self.base.check("")?;
         for (i, t) in self.tiers.iter().enumerate() {
+            if t.service_tier
+                .as_ref()
+                .is_some_and(|n| n.is_empty() || n.len() > 32)
+            {
+                return Err(bad(
+                    format!("tiers[{i}].service_tier"),
+                    "a service tier's name is 1 to 32 characters",
+                ));
+            }
             if t.above_input_tokens <= 0 {
                 return Err(bad(
                     format!("tiers[{i}].above_input_tokens"),

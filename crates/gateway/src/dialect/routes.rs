@@ -251,9 +251,7 @@ pub async fn gemini_call(
                 .await
             {
                 Ok(n) => crate::models::with_request_id(&ctx.id, json!({"totalTokens": n})),
-                Err(e) => {
-                    proxy::refusal(&gw, &ctx, Dialect::Gemini, e.for_request(&ctx.id)).await
-                }
+                Err(e) => proxy::refusal(&gw, &ctx, Dialect::Gemini, e.for_request(&ctx.id)).await,
             }
         }
         _ => not_found(),
