@@ -10,7 +10,7 @@ use crate::Gateway;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use domain::reason::ReasonCode;
 use domain::request::{self, Endpoint};
 use serde_json::json;
