@@ -576,3 +576,46 @@ async fn litellms_catalog_imports_as_a_diff_then_as_sheets() {
     assert_eq!(status, 400, "{refused}");
     drop(srv);
 }
+
+/// A request is priced by the service tier the provider says it served
+/// (the answer's `service_tier`, which can differ from the one asked):
+/// served at priority, the priority prices; at default, the base prices.
+#[tokio::test]
+async fn the_served_service_tier_prices_the_request() {
+    let f = fixture().await;
+    let prices = format!("{}/api/v1/models/m/prices", f.base);
+    let mut s = sheet();
+    s["service_tiers"] = json!({"priority": {"input": INPUT * 2, "output": OUTPUT * 2}});
+    let (status, body) = api("POST", &prices, Some(&f.admin), Some(json!({"sheet": s}))).await;
+    assert_eq!(status, 200, "{body}");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (rid, p, c) = served(
+        &f,
+        "chat",
+        false,
+        &prompt(100, "[mock:served_tier=priority]"),
+    )
+    .await;
+    assert_cost(
+        &f,
+        &rid,
+        p * INPUT * 2 + c * OUTPUT * 2,
+        "served at priority",
+    )
+    .await;
+    let e = f.env.usage_event(&rid).await.unwrap();
+    assert_eq!(
+        e.breakdown.unwrap().served_tier.as_deref(),
+        Some("priority")
+    );
+    let (rid, p, c) = served(
+        &f,
+        "chat",
+        false,
+        &prompt(100, "[mock:served_tier=default]"),
+    )
+    .await;
+    assert_cost(&f, &rid, p * INPUT + c * OUTPUT, "served at default").await;
+    assert!(f.env.usage_event(&rid).await.unwrap().breakdown.is_none());
+    f.srv.shutdown().await;
+}

@@ -309,6 +309,7 @@ async fn answer(app: &crate::App, spec: Spec, dir: Directives) -> Response {
                 "finish_reason": plan.finish_reason,
             }],
             "usage": plan.usage(),
+            "service_tier": plan.caching.served_tier.unwrap_or("default"),
         }),
         Kind::Text => json!({
             "id": plan.id,

@@ -49,8 +49,9 @@ pub enum OutputField {
 /// `[mock:web_search=N]` server-side searches run, `[mock:deepseek]`
 /// DeepSeek's hit/miss field names, `[mock:split_late]` an
 /// Anthropic-compatible host that reports the whole prompt as input in
-/// `message_start` and the cache split only in `message_delta`. Each part
-/// is at most what is left of the prompt.
+/// `message_start` and the cache split only in `message_delta`,
+/// `[mock:served_tier=…]` the tier an OpenAI chat answer says it served.
+/// Each part is at most what is left of the prompt.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Caching {
     pub cached: u32,
@@ -59,6 +60,9 @@ pub struct Caching {
     pub web_search: u32,
     pub deepseek: bool,
     pub split_late: bool,
+    /// `[mock:served_tier=default|priority|flex]`: the `service_tier` an
+    /// OpenAI answer says it was served at (whatever was asked).
+    pub served_tier: Option<&'static str>,
 }
 
 impl Directives {
@@ -96,6 +100,14 @@ impl Directives {
                 }
                 "deepseek" => self.caching.deepseek = true,
                 "split_late" => self.caching.split_late = true,
+                "served_tier" => {
+                    self.caching.served_tier = match value {
+                        "default" => Some("default"),
+                        "priority" => Some("priority"),
+                        "flex" => Some("flex"),
+                        _ => self.caching.served_tier,
+                    }
+                }
                 "audio" => self.output = OutputField::Audio,
                 "unknown_delta" => self.output = OutputField::Unknown,
                 _ => {}

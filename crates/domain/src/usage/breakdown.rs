@@ -135,7 +135,13 @@ impl Breakdown {
                 // `input_tokens`/`output_tokens`, which both read alike.
                 Self::openai_responses(u)
             };
-        if let Some(t) = u.get("service_tier").and_then(Value::as_str) {
+        // The base service (OpenAI's `default`, Anthropic's `standard`) is
+        // the sheet's base prices: no tier to keep.
+        if let Some(t) = u
+            .get("service_tier")
+            .and_then(Value::as_str)
+            .filter(|t| !matches!(*t, "default" | "standard" | "auto" | ""))
+        {
             b.served_tier = Some(t.to_string());
         }
         if let Some(c) = u.get("cost").and_then(Value::as_f64) {
@@ -309,7 +315,12 @@ mod tests {
             (2000, 80000, 5000, 0, 1000)
         );
         assert_eq!(b.web_search_calls, 5);
-        assert_eq!(b.served_tier.as_deref(), Some("standard"));
+        // The base service is no tier.
+        assert_eq!(b.served_tier, None);
+        let p = Breakdown::read(
+            &json!({"input_tokens": 1, "output_tokens": 1, "service_tier": "priority"}),
+        );
+        assert_eq!(p.served_tier.as_deref(), Some("priority"));
         assert_eq!(b.total_input(), 87000);
         // The 1-hour split.
         let b = Breakdown::read(&json!({"input_tokens": 2000, "output_tokens": 1000,

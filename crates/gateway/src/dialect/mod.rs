@@ -161,10 +161,11 @@ impl Edge {
         let Ok(chat) = serde_json::from_slice::<Value>(&upstream) else {
             return (upstream, None);
         };
+        let tier = chat.get("service_tier").and_then(Value::as_str);
         let usage = chat
             .get("usage")
             .filter(|u| u.is_object())
-            .map(|u| native::reported(Dialect::Chat, u.clone()));
+            .map(|u| native::reported(Dialect::Chat, native::with_served_tier(u.clone(), tier)));
         let out = match self.dialect {
             Dialect::Responses => responses::from_chat(&chat, self),
             Dialect::Gemini => gemini::from_chat(&chat, self),

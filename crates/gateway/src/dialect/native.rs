@@ -78,12 +78,32 @@ fn add_counts(a: Count, b: Count) -> Count {
 pub struct UsageOnly {
     #[serde(default)]
     pub usage: Option<Value>,
+    /// The tier the provider served the request at (OpenAI's answers carry
+    /// it beside the usage, Anthropic's inside it).
+    #[serde(default)]
+    pub service_tier: Option<String>,
 }
 
 /// The provider's usage in a whole answer in `dialect`, if it sent one.
 pub fn answer_usage(dialect: Dialect, body: &[u8]) -> Option<Reported> {
-    let u = serde_json::from_slice::<UsageOnly>(body).ok()?.usage?;
+    let UsageOnly {
+        usage,
+        service_tier,
+    } = serde_json::from_slice::<UsageOnly>(body).ok()?;
+    let u = with_served_tier(usage?, service_tier.as_deref());
     u.is_object().then(|| reported(dialect, u))
+}
+
+/// The usage with the answer's served tier in it (`service_tier`), where
+/// the provider sent it beside the usage: the price sheet prices the tier
+/// served, which can differ from the one asked
+/// (`domain::usage::Breakdown::read`).
+pub fn with_served_tier(mut usage: Value, tier: Option<&str>) -> Value {
+    if let (Some(t), Some(u)) = (tier, usage.as_object_mut()) {
+        u.entry("service_tier")
+            .or_insert_with(|| Value::String(t.to_string()));
+    }
+    usage
 }
 
 /// What the meter learns of a native stream as it reads it.
