@@ -91,8 +91,76 @@ fn n(v: Option<&Value>) -> i64 {
     }
 }
 
-fn at<'a>(u: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter().try_fold(u, |v, k| v.get(*k))
+/// `v[key]` of a sub-object (`prompt_tokens_details.cached_tokens`).
+fn sub<'a>(v: Option<&'a Value>, key: &str) -> Option<&'a Value> {
+    v.and_then(|o| o.get(key))
+}
+
+/// The top-level fields of a usage object the breakdown reads, found in one
+/// pass over its keys (this runs on every settle: one pass, not a lookup
+/// per field and shape).
+#[derive(Default)]
+struct Fields<'a> {
+    prompt_tokens: Option<&'a Value>,
+    completion_tokens: Option<&'a Value>,
+    prompt_details: Option<&'a Value>,
+    completion_details: Option<&'a Value>,
+    cache_hit: Option<&'a Value>,
+    input_tokens: Option<&'a Value>,
+    input_details: Option<&'a Value>,
+    output_tokens: Option<&'a Value>,
+    output_details: Option<&'a Value>,
+    cache_read: Option<&'a Value>,
+    cache_creation_total: Option<&'a Value>,
+    cache_creation: Option<&'a Value>,
+    server_tool_use: Option<&'a Value>,
+    g_prompt: Option<&'a Value>,
+    g_candidates: Option<&'a Value>,
+    g_cached: Option<&'a Value>,
+    g_thoughts: Option<&'a Value>,
+    g_tool_prompt: Option<&'a Value>,
+    g_prompt_details: Option<&'a Value>,
+    g_candidates_details: Option<&'a Value>,
+    service_tier: Option<&'a Value>,
+    cost: Option<&'a Value>,
+}
+
+impl<'a> Fields<'a> {
+    fn of(u: &'a Value) -> Fields<'a> {
+        let mut f = Fields::default();
+        let Some(obj) = u.as_object() else {
+            return f;
+        };
+        for (k, v) in obj {
+            let slot = match k.as_str() {
+                "prompt_tokens" => &mut f.prompt_tokens,
+                "completion_tokens" => &mut f.completion_tokens,
+                "prompt_tokens_details" => &mut f.prompt_details,
+                "completion_tokens_details" => &mut f.completion_details,
+                "prompt_cache_hit_tokens" => &mut f.cache_hit,
+                "input_tokens" => &mut f.input_tokens,
+                "input_tokens_details" => &mut f.input_details,
+                "output_tokens" => &mut f.output_tokens,
+                "output_tokens_details" => &mut f.output_details,
+                "cache_read_input_tokens" => &mut f.cache_read,
+                "cache_creation_input_tokens" => &mut f.cache_creation_total,
+                "cache_creation" => &mut f.cache_creation,
+                "server_tool_use" => &mut f.server_tool_use,
+                "promptTokenCount" => &mut f.g_prompt,
+                "candidatesTokenCount" => &mut f.g_candidates,
+                "cachedContentTokenCount" => &mut f.g_cached,
+                "thoughtsTokenCount" => &mut f.g_thoughts,
+                "toolUsePromptTokenCount" => &mut f.g_tool_prompt,
+                "promptTokensDetails" => &mut f.g_prompt_details,
+                "candidatesTokensDetails" => &mut f.g_candidates_details,
+                "service_tier" => &mut f.service_tier,
+                "cost" => &mut f.cost,
+                _ => continue,
+            };
+            *slot = Some(v);
+        }
+        f
+    }
 }
 
 impl Breakdown {
@@ -119,32 +187,32 @@ impl Breakdown {
     /// has. The shape is told by its field names, so one reader serves
     /// every dialect and a provider that borrows another's API.
     pub fn read(u: &Value) -> Breakdown {
-        let mut b =
-            if u.get("promptTokenCount").is_some() || u.get("candidatesTokenCount").is_some() {
-                Self::gemini(u)
-            } else if u.get("prompt_tokens").is_some() || u.get("completion_tokens").is_some() {
-                Self::openai_chat(u)
-            } else if u.get("cache_read_input_tokens").is_some()
-                || u.get("cache_creation_input_tokens").is_some()
-                || u.get("cache_creation").is_some()
-                || u.get("server_tool_use").is_some()
-            {
-                Self::anthropic(u)
-            } else {
-                // Responses (`input_tokens_details`), or a bare
-                // `input_tokens`/`output_tokens`, which both read alike.
-                Self::openai_responses(u)
-            };
+        let f = Fields::of(u);
+        let mut b = if f.g_prompt.is_some() || f.g_candidates.is_some() {
+            Self::gemini(&f)
+        } else if f.prompt_tokens.is_some() || f.completion_tokens.is_some() {
+            Self::openai_chat(&f)
+        } else if f.cache_read.is_some()
+            || f.cache_creation_total.is_some()
+            || f.cache_creation.is_some()
+            || f.server_tool_use.is_some()
+        {
+            Self::anthropic(&f)
+        } else {
+            // Responses (`input_tokens_details`), or a bare
+            // `input_tokens`/`output_tokens`, which both read alike.
+            Self::openai_responses(&f)
+        };
         // The base service (OpenAI's `default`, Anthropic's `standard`) is
         // the sheet's base prices: no tier to keep.
-        if let Some(t) = u
-            .get("service_tier")
+        if let Some(t) = f
+            .service_tier
             .and_then(Value::as_str)
             .filter(|t| !matches!(*t, "default" | "standard" | "auto" | ""))
         {
             b.served_tier = Some(t.to_string());
         }
-        if let Some(c) = u.get("cost").and_then(Value::as_f64) {
+        if let Some(c) = f.cost.and_then(Value::as_f64) {
             if c.is_finite() && c >= 0.0 {
                 b.provider_cost_micro = Some((c * 1e6).round() as i64);
             }
@@ -154,63 +222,62 @@ impl Breakdown {
 
     /// OpenAI chat `CompletionUsage` (DeepSeek's hit/miss fields too):
     /// `prompt_tokens` includes the cached part.
-    fn openai_chat(u: &Value) -> Breakdown {
-        let prompt = n(u.get("prompt_tokens"));
-        let cached = match u.get("prompt_cache_hit_tokens") {
+    fn openai_chat(f: &Fields) -> Breakdown {
+        let prompt = n(f.prompt_tokens);
+        let cached = match f.cache_hit {
             // DeepSeek: hit + miss = prompt.
             Some(hit) => n(Some(hit)),
-            None => n(at(u, &["prompt_tokens_details", "cached_tokens"])),
+            None => n(sub(f.prompt_details, "cached_tokens")),
         };
-        let written = n(at(u, &["prompt_tokens_details", "cache_write_tokens"]));
+        let written = n(sub(f.prompt_details, "cache_write_tokens"));
         let cached = cached.min(prompt);
         let written = written.min(prompt - cached);
         Breakdown {
             input: prompt - cached - written,
             cached_input: cached,
             cache_write_5m: written,
-            output: n(u.get("completion_tokens")),
-            reasoning: n(at(u, &["completion_tokens_details", "reasoning_tokens"])),
-            audio_input: n(at(u, &["prompt_tokens_details", "audio_tokens"])),
-            audio_output: n(at(u, &["completion_tokens_details", "audio_tokens"])),
-            image_input: n(at(u, &["prompt_tokens_details", "image_tokens"])),
-            image_output: n(at(u, &["completion_tokens_details", "image_tokens"])),
+            output: n(f.completion_tokens),
+            reasoning: n(sub(f.completion_details, "reasoning_tokens")),
+            audio_input: n(sub(f.prompt_details, "audio_tokens")),
+            audio_output: n(sub(f.completion_details, "audio_tokens")),
+            image_input: n(sub(f.prompt_details, "image_tokens")),
+            image_output: n(sub(f.completion_details, "image_tokens")),
             ..Default::default()
         }
     }
 
     /// OpenAI Responses `ResponseUsage`: `input_tokens` includes the cached
     /// part.
-    fn openai_responses(u: &Value) -> Breakdown {
-        let prompt = n(u.get("input_tokens"));
-        let cached = n(at(u, &["input_tokens_details", "cached_tokens"])).min(prompt);
-        let written =
-            n(at(u, &["input_tokens_details", "cache_write_tokens"])).min(prompt - cached);
+    fn openai_responses(f: &Fields) -> Breakdown {
+        let prompt = n(f.input_tokens);
+        let cached = n(sub(f.input_details, "cached_tokens")).min(prompt);
+        let written = n(sub(f.input_details, "cache_write_tokens")).min(prompt - cached);
         Breakdown {
             input: prompt - cached - written,
             cached_input: cached,
             cache_write_5m: written,
-            output: n(u.get("output_tokens")),
-            reasoning: n(at(u, &["output_tokens_details", "reasoning_tokens"])),
+            output: n(f.output_tokens),
+            reasoning: n(sub(f.output_details, "reasoning_tokens")),
             ..Default::default()
         }
     }
 
     /// Anthropic `Usage`: `input_tokens` excludes cache reads and writes.
-    fn anthropic(u: &Value) -> Breakdown {
-        let split_5m = at(u, &["cache_creation", "ephemeral_5m_input_tokens"]);
-        let split_1h = at(u, &["cache_creation", "ephemeral_1h_input_tokens"]);
+    fn anthropic(f: &Fields) -> Breakdown {
+        let split_5m = sub(f.cache_creation, "ephemeral_5m_input_tokens");
+        let split_1h = sub(f.cache_creation, "ephemeral_1h_input_tokens");
         let (w5, w1) = if split_5m.is_some() || split_1h.is_some() {
             (n(split_5m), n(split_1h))
         } else {
-            (n(u.get("cache_creation_input_tokens")), 0)
+            (n(f.cache_creation_total), 0)
         };
         Breakdown {
-            input: n(u.get("input_tokens")),
-            cached_input: n(u.get("cache_read_input_tokens")),
+            input: n(f.input_tokens),
+            cached_input: n(f.cache_read),
             cache_write_5m: w5,
             cache_write_1h: w1,
-            output: n(u.get("output_tokens")),
-            web_search_calls: n(at(u, &["server_tool_use", "web_search_requests"])),
+            output: n(f.output_tokens),
+            web_search_calls: n(sub(f.server_tool_use, "web_search_requests")),
             ..Default::default()
         }
     }
@@ -218,14 +285,12 @@ impl Breakdown {
     /// Gemini `UsageMetadata`: `promptTokenCount` includes the cached
     /// part; thoughts are billed as output but counted beside the
     /// candidates.
-    fn gemini(u: &Value) -> Breakdown {
-        let prompt =
-            n(u.get("promptTokenCount")).saturating_add(n(u.get("toolUsePromptTokenCount")));
-        let cached = n(u.get("cachedContentTokenCount")).min(prompt);
-        let thoughts = n(u.get("thoughtsTokenCount"));
-        let modality = |list: &str, m: &str| -> i64 {
-            u.get(list)
-                .and_then(Value::as_array)
+    fn gemini(f: &Fields) -> Breakdown {
+        let prompt = n(f.g_prompt).saturating_add(n(f.g_tool_prompt));
+        let cached = n(f.g_cached).min(prompt);
+        let thoughts = n(f.g_thoughts);
+        let modality = |list: Option<&Value>, m: &str| -> i64 {
+            list.and_then(Value::as_array)
                 .map(|a| {
                     a.iter()
                         .filter(|d| d.get("modality").and_then(Value::as_str) == Some(m))
@@ -237,12 +302,12 @@ impl Breakdown {
         Breakdown {
             input: prompt - cached,
             cached_input: cached,
-            output: n(u.get("candidatesTokenCount")).saturating_add(thoughts),
+            output: n(f.g_candidates).saturating_add(thoughts),
             reasoning: thoughts,
-            audio_input: modality("promptTokensDetails", "AUDIO"),
-            audio_output: modality("candidatesTokensDetails", "AUDIO"),
-            image_input: modality("promptTokensDetails", "IMAGE"),
-            image_output: modality("candidatesTokensDetails", "IMAGE"),
+            audio_input: modality(f.g_prompt_details, "AUDIO"),
+            audio_output: modality(f.g_candidates_details, "AUDIO"),
+            image_input: modality(f.g_prompt_details, "IMAGE"),
+            image_output: modality(f.g_candidates_details, "IMAGE"),
             ..Default::default()
         }
     }
