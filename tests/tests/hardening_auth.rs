@@ -16,6 +16,11 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// One test of this file at a time: the timing test compares medians of
+/// sign-ins, and the others sign in (argon2) and flood the SSO callback —
+/// run beside it they would load one kind of try more than the other.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn audit_rows(env: &TestEnv) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM audit_log")
         .fetch_one(env.store.pool())
@@ -41,6 +46,7 @@ fn client_from(from: Ipv4Addr) -> reqwest::Client {
 
 #[tokio::test]
 async fn bogus_sso_callbacks_write_no_audit_row_and_are_rate_limited() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let env = TestEnv::new().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -100,6 +106,7 @@ async fn bogus_sso_callbacks_write_no_audit_row_and_are_rate_limited() {
 
 #[tokio::test]
 async fn rotating_forwarded_for_behind_a_trusted_proxy_is_limited_like_one_client() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let env = TestEnv::new().await;
     let mut cfg = env.config();
     cfg.auth.client_ip_header = Some("x-forwarded-for".into());
@@ -164,6 +171,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 #[tokio::test]
 async fn sso_only_and_password_accounts_refuse_a_wrong_password_in_the_same_time() {
+    let _one = ONE_AT_A_TIME.lock().await;
     const TRIES: usize = 21;
     let env = TestEnv::new().await;
     // One account per try (the per-email back-off allows five), and each
@@ -304,6 +312,7 @@ async fn console_get(cookie: &str, url: &str) -> String {
 
 #[tokio::test]
 async fn the_four_eyes_walk_around_is_refused_and_audited() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let env = TestEnv::new().await;
     env.tenant("sales", domain::Limits::default(), None).await;
     // Three people the operator made: nobody is in anyone's creation line.
@@ -562,6 +571,7 @@ fn port_and_path(url: &str) -> (u16, String) {
 
 #[tokio::test]
 async fn the_compose_healthchecks_answer_2xx_against_a_real_server() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let services = compose_services(&read("docker-compose.yml"));
     for s in ["postgres", "redis", "clickhouse", "tollgate"] {
         assert!(services.contains_key(s), "service {s} in {services:?}");
