@@ -204,31 +204,24 @@ pub async fn gemini_call(
         model: model.to_string(),
         stream,
     };
+    // generateContent, and streamGenerateContent over SSE: the request's way.
+    let stream = match method {
+        "generateContent" => Some(false),
+        "streamGenerateContent" if query_has(query, "alt=sse") => Some(true),
+        _ => None,
+    };
+    if let Some(stream) = stream {
+        return proxy::handle_call(
+            gw,
+            Endpoint::ChatCompletions,
+            Dialect::Gemini,
+            headers,
+            body,
+            Some(call(stream)),
+        )
+        .await;
+    }
     match method {
-        "generateContent" => {
-            let c = call(false);
-            proxy::handle_call(
-                gw,
-                Endpoint::ChatCompletions,
-                Dialect::Gemini,
-                headers,
-                body,
-                Some(c),
-            )
-            .await
-        }
-        "streamGenerateContent" if query_has(query, "alt=sse") => {
-            let c = call(true);
-            proxy::handle_call(
-                gw,
-                Endpoint::ChatCompletions,
-                Dialect::Gemini,
-                headers,
-                body,
-                Some(c),
-            )
-            .await
-        }
         "streamGenerateContent" => {
             let e = ApiError::new(
                 ReasonCode::InvalidRequest,
