@@ -387,7 +387,7 @@ ensure_test_python() {
             "$base" -m venv "$venv" || die "python: '$base -m venv $venv' failed"
         fi
         log "python: installing openai and anthropic into $venv"
-        "$py" -m pip install -q --disable-pip-version-check openai anthropic </dev/null ||
+        "$py" -m pip install -q --disable-pip-version-check 'openai==3.63.0' 'anthropic==2.17.0' </dev/null ||
             die "python: pip install openai anthropic failed"
         "$py" -c 'import openai, anthropic' || die "python: openai/anthropic still not importable from $py"
     fi
