@@ -24,7 +24,7 @@ if ! book_log=$("$MDBOOK" build docs -d "$book_dir" 2>&1); then
     die "manual: mdbook build failed"
 fi
 # A missing include or a page mdbook cannot read is only a warning to mdbook.
-if grep -E ' (WARN|ERROR) ' <<<"$book_log" >&2; then
+if grep -E '(^| )(WARN|ERROR) ' <<<"$book_log" >&2; then
     die "manual: mdbook warned (above)"
 fi
 for page in docs/*.md; do
