@@ -220,6 +220,13 @@ if [[ ${SCALE:-0} == 1 ]]; then
     # The scale section instead (its own function and database).
     # shellcheck source=scripts/bench_scale.sh
     . "$TOLLGATE_ROOT/scripts/bench_scale.sh"
+    # Kept in bench/results/ too (RECORD=0: printed only); the shell's own
+    # stdout, so that everything scale_bench starts stays this shell's.
+    if [[ ${RECORD:-1} == 1 ]]; then
+        results=bench/results/$(date -u +%F-%H%M)-scale.md
+        log "report kept in $results"
+        exec > >(tee "$results")
+    fi
     scale_bench
     exit 0
 fi
