@@ -48,8 +48,9 @@ done < <(awk -F'\t' 'NR > 1 { print $6 }' "$tsv" | sort -u)
 
 status=0
 for doc in docs/benchmarks.md README.md; do
-    grep -q '^<!-- figures:begin -->$' "$doc" && grep -q '^<!-- figures:end -->$' "$doc" ||
+    if ! grep -q '^<!-- figures:begin -->$' "$doc" || ! grep -q '^<!-- figures:end -->$' "$doc"; then
         die "figures: $doc has no <!-- figures:begin --> / <!-- figures:end --> lines"
+    fi
     new=$(awk -v table="$table" '
         /^<!-- figures:end -->$/ { skip = 0 }
         !skip { print }
