@@ -144,6 +144,10 @@ async fn assert_cost(f: &Fixture, rid: &str, pico: i64, what: &str) {
 #[tokio::test]
 async fn cached_input_is_billed_at_the_cached_price_in_every_dialect() {
     let f = fixture().await;
+    // What the test expects the books to hold, from the mock's counters
+    // and the sheet: (uncached input, cached input, output) tokens and the
+    // exact cost.
+    let (mut uncached, mut cached, mut output, mut exact) = (0i64, 0i64, 0i64, 0i64);
     for dialect in ["chat", "responses", "messages"] {
         for stream in [false, true] {
             let (rid, p, c) =
@@ -154,12 +158,46 @@ async fn cached_input_is_billed_at_the_cached_price_in_every_dialect() {
             let e = f.env.usage_event(&rid).await.unwrap();
             let b = e.breakdown.expect("the breakdown is kept");
             assert_eq!((b.cached_input, b.input + b.cached_input), (900, p));
+            let ch = e.charges.expect("the charge components are kept");
+            assert_eq!(ch.total_pico(), i128::from(pico), "{dialect}: components add up");
+            (uncached, cached, output, exact) =
+                (uncached + p - 900, cached + 900, output + c, exact + pico);
         }
     }
     // Without a cache hit: the plain input price, no breakdown kept.
     let (rid, p, c) = served(&f, "chat", false, &prompt(1_000, "")).await;
     assert_cost(&f, &rid, p * INPUT + c * OUTPUT, "uncached").await;
     assert!(f.env.usage_event(&rid).await.unwrap().breakdown.is_none());
+    (uncached, output, exact) = (uncached + p, output + c, exact + p * INPUT + c * OUTPUT);
+    // The bill line is the exact sum rounded once, half up; by component it
+    // shows each quantity, and the components add up to the line.
+    let (status, bill) = api(
+        "GET",
+        &format!("{}/api/v1/bills?period={}&by=component", f.base, this_month()),
+        Some(&f.admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{bill}");
+    let usd = |v: &Value| domain::money::MicroUsd::from_usd_str(v.as_str().unwrap()).unwrap().0;
+    let line = (exact + 500_000) / 1_000_000;
+    assert_eq!(usd(&bill["tenants"][0]["cost_usd"]), line, "{bill}");
+    let lines = bill["lines"].as_array().unwrap();
+    let qty = |k: &str| {
+        lines
+            .iter()
+            .find(|l| l["key"] == k)
+            .map_or(0, |l| l["quantity"].as_i64().unwrap())
+    };
+    assert_eq!(
+        (qty("input"), qty("cached_input"), qty("output")),
+        (uncached, cached, output),
+        "{bill}"
+    );
+    assert_eq!(lines.iter().map(|l| usd(&l["cost_usd"])).sum::<i64>(), line);
+    let cached_line = lines.iter().find(|l| l["key"] == "cached_input").unwrap();
+    // 5,400 cached tokens at $0.20 per million: $0.00108, to the micro-dollar.
+    assert_eq!(usd(&cached_line["cost_usd"]), cached * CACHED / 1_000_000);
     f.srv.shutdown().await;
 }
 
