@@ -646,6 +646,21 @@ async fn the_served_service_tier_prices_the_request() {
         e.breakdown.unwrap().served_tier.as_deref(),
         Some("priority")
     );
+    // Streamed: the tier comes on the chunks, the usage on the last one.
+    let (rid, p, c) = served(
+        &f,
+        "chat",
+        true,
+        &prompt(100, "[mock:served_tier=priority]"),
+    )
+    .await;
+    assert_cost(
+        &f,
+        &rid,
+        p * INPUT * 2 + c * OUTPUT * 2,
+        "streamed, served at priority",
+    )
+    .await;
     let (rid, p, c) = served(
         &f,
         "chat",

@@ -124,6 +124,22 @@ pub fn micro_rounded(pico: i128) -> i64 {
     i64::try_from(micro).unwrap_or(i64::MAX)
 }
 
+/// An exact amount of pico-USD as people read it, every significant digit
+/// kept: "$0.00018", "$1.500000000001", "$12.00" (cents always).
+pub fn pico_shown(pico: i128) -> String {
+    let sign = if pico < 0 { "-" } else { "" };
+    let a = pico.unsigned_abs();
+    let whole = u64::try_from(a / 1_000_000_000_000).unwrap_or(u64::MAX);
+    let frac = format!("{:012}", a % 1_000_000_000_000);
+    let frac = frac.trim_end_matches('0');
+    let frac = if frac.len() < 2 {
+        format!("{frac:0<2}")
+    } else {
+        frac.to_string()
+    };
+    format!("{sign}${}.{frac}", group_thousands(whole))
+}
+
 /// Splits `total` into shares proportional to `weights` that add up to
 /// `total` exactly: each share is its proportional part rounded down, and
 /// the units left over go one each to the largest remainders (ties: the
@@ -270,5 +286,14 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn exact_amounts_keep_every_digit() {
+        assert_eq!(super::pico_shown(180_000_000), "$0.00018");
+        assert_eq!(super::pico_shown(1_500_000_000_001), "$1.500000000001");
+        assert_eq!(super::pico_shown(12_000_000_000_000), "$12.00");
+        assert_eq!(super::pico_shown(0), "$0.00");
+        assert_eq!(super::pico_shown(-10_000_000_000), "-$0.01");
     }
 }
