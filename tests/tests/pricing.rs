@@ -672,3 +672,70 @@ async fn the_served_service_tier_prices_the_request() {
     assert!(f.env.usage_event(&rid).await.unwrap().breakdown.is_none());
     f.srv.shutdown().await;
 }
+
+/// The console's price-sheet page: every role reads the history with the
+/// sheet in force marked; a platform admin adds a sheet from an instant on
+/// (audited, like the API), a refused one keeps what was typed and names
+/// the field; other roles get no form and cannot post one.
+#[tokio::test]
+async fn the_console_lists_the_sheets_and_adds_one() {
+    let f = fixture().await;
+    let admin = e2e::console_web::Web::login(&f.base, "root@example.com").await;
+    let page = admin.get("/console/models/m/price-sheets").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    // The fixture's sheet, in force: cached input at $0.20 per million.
+    assert!(page.body.contains("in force"), "{}", page.body);
+    assert!(page.body.contains("$0.20"), "{}", page.body);
+    assert!(page.body.contains("id=\"sheet-form\""));
+    let models = admin.get("/console/models").await;
+    assert!(models.body.contains("/console/models/m/price-sheets"));
+
+    let at = (chrono::Utc::now() + chrono::Duration::days(2))
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let sheet = json!({"input": INPUT * 2, "output": OUTPUT * 2, "cached_input": 123_456});
+    let saved = admin
+        .post(
+            "/console/models/m/price-sheets",
+            &[("sheet", &sheet.to_string()), ("effective_from", &at), ("deployment", "")],
+        )
+        .await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    let page = admin.get("/console/models/m/price-sheets?saved=true").await;
+    assert!(page.body.contains("scheduled"), "{}", page.body);
+    assert!(page.body.contains("$0.123456"), "{}", page.body);
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action = 'model.price_sheet' AND target = 'model:m'",
+    )
+    .fetch_one(f.env.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(audited, 2, "the fixture's sheet and this one");
+
+    // A typo is refused naming the field, the text kept.
+    let refused = admin
+        .post(
+            "/console/models/m/price-sheets",
+            &[("sheet", r#"{"input": 1, "output": 1, "cahced_input": 1}"#), ("effective_from", "")],
+        )
+        .await;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert!(refused.body.contains("sheet.cahced_input"), "{}", refused.body);
+    assert!(refused.body.contains("cahced_input&quot;: 1") || refused.body.contains("cahced_input&#34;: 1"),
+        "what was typed is kept: {}", refused.body);
+
+    // Finance reads the history, gets no form, and cannot add a sheet.
+    user(&f.env, "fin2@example.com", "finance", None).await;
+    let fin = e2e::console_web::Web::login(&f.base, "fin2@example.com").await;
+    let page = fin.get("/console/models/m/price-sheets").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(!page.body.contains("id=\"sheet-form\""));
+    let denied = fin
+        .post(
+            "/console/models/m/price-sheets",
+            &[("sheet", r#"{"input": 1, "output": 1}"#), ("effective_from", "")],
+        )
+        .await;
+    assert_eq!(denied.status, 403, "{}", denied.body);
+    f.srv.shutdown().await;
+}
