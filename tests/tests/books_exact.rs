@@ -94,8 +94,8 @@ async fn a_million_rows_add_up_to_the_micro_dollar_in_every_view() {
         pico += i128::from(q[5]) * i128::from(p[5]) * 1_000_000;
         let e = expected.entry(tenant.clone()).or_default();
         e.0 += pico;
-        for k in 0..6 {
-            e.1[k] += q[k];
+        for (sum, v) in e.1.iter_mut().zip(q) {
+            *sum += v;
         }
         // The ledger row as the gateway books it: the sheet's charges.
         let charges = sheets[m].charges(&b);
