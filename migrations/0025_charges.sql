@@ -72,3 +72,7 @@ FROM (
 ) e
 WHERE (r.period, r.tenant_id, r.app_id, r.key_id, r.model, r.day, r.tags, r.end_user)
     = (e.period, e.tenant_id, e.app_id, e.key_id, e.model, e.day, e.tags, e.end_user);
+
+-- A closed month's exact cost, recorded with its other closing totals (the
+-- purge checks the archive still holds it); NULL for months closed before.
+ALTER TABLE closed_months ADD COLUMN cost_pico INT8;

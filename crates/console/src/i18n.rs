@@ -457,7 +457,7 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("prices.none", "No dated sheet: the model's two prices apply.", "没有定时价格表：使用模型的两个价格。"),
     ("prices.add", "Add a price sheet", "添加价格表"),
     ("prices.sheet", "Sheet (JSON, µUSD per million tokens)", "价格表（JSON，每百万 token 的微美元）"),
-    ("prices.form_note", "Fields: input, output, cached_input, cache_write_5m, cache_write_1h, audio_input, audio_output, image_input, image_output, tiers, service_tiers, tool_fees, multiplier_ppm (docs/billing.md). Empty time: now. Audited.", "字段：input、output、cached_input、cache_write_5m、cache_write_1h、audio_input、audio_output、image_input、image_output、tiers、service_tiers、tool_fees、multiplier_ppm（见 docs/billing.md）。时间留空即现在。会记入审计。"),
+    ("prices.form_note", "A sheet's fields are these. An empty time means now. Every sheet added is audited.", "价格表的字段如下。时间留空即现在。每次添加都会记入审计。"),
     ("prices.saved", "The sheet was added.", "价格表已添加。"),
     ("bills.by_component", "by charge component", "按计费项"),
     ("bills.component", "Charge component", "计费项"),

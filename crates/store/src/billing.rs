@@ -168,6 +168,9 @@ pub struct ClosedMonth {
     pub period: String,
     pub state: String,
     pub batch_id: Uuid,
+    /// The closing totals: requests, tokens, `cost_micro` and the exact
+    /// `cost_pico` (-1 for a month closed before it was recorded); no
+    /// components.
     pub totals: Totals,
     pub bill_rows: i64,
     pub refused: i64,
@@ -193,6 +196,7 @@ struct ClosedMonthCols {
     input_tokens: i64,
     output_tokens: i64,
     cost_micro: i64,
+    cost_pico: Option<i64>,
     bill_rows: i64,
     refused: i64,
     attempts: i32,
@@ -211,6 +215,7 @@ fn closed_month(r: ClosedMonthCols) -> ClosedMonth {
             input_tokens: r.input_tokens,
             output_tokens: r.output_tokens,
             cost_micro: r.cost_micro,
+            cost_pico: r.cost_pico.unwrap_or(-1),
             ..Default::default()
         },
         bill_rows: r.bill_rows,
@@ -223,7 +228,7 @@ fn closed_month(r: ClosedMonthCols) -> ClosedMonth {
 }
 
 const CLOSED_COLS: &str =
-    "period, state, batch_id, events, input_tokens, output_tokens, cost_micro, bill_rows,
+    "period, state, batch_id, events, input_tokens, output_tokens, cost_micro, cost_pico, bill_rows,
      refused, attempts, closed_at, purge_after, purged_at";
 
 /// What the rollover verified and closes the month with.
@@ -599,7 +604,7 @@ impl Store {
         let n = sqlx::query(
             "UPDATE closed_months SET state = 'closed', events = $3, input_tokens = $4,
                  output_tokens = $5, cost_micro = $6, bill_rows = $7, refused = $8,
-                 closed_at = now(), purge_after = $9
+                 closed_at = now(), purge_after = $9, cost_pico = $10
              WHERE period = $1 AND batch_id = $2 AND state = 'archiving'",
         )
         .bind(period)
@@ -611,6 +616,7 @@ impl Store {
         .bind(verified.bill_rows)
         .bind(verified.refused)
         .bind(purge_after)
+        .bind(t.cost_pico)
         .execute(&mut *tx)
         .await?
         .rows_affected();
