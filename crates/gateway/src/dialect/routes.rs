@@ -203,11 +203,13 @@ pub async fn gemini_call(
     let call = |stream| PathCall {
         model: model.to_string(),
         stream,
+        json_array: !query_has(query, "alt=sse"),
     };
-    // generateContent, and streamGenerateContent over SSE: the request's way.
+    // generateContent, and streamGenerateContent (over SSE with alt=sse,
+    // else as a JSON array): the request's way.
     let stream = match method {
         "generateContent" => Some(false),
-        "streamGenerateContent" if query_has(query, "alt=sse") => Some(true),
+        "streamGenerateContent" => Some(true),
         _ => None,
     };
     if let Some(stream) = stream {
@@ -222,14 +224,6 @@ pub async fn gemini_call(
         .await;
     }
     match method {
-        "streamGenerateContent" => {
-            let e = ApiError::new(
-                ReasonCode::InvalidRequest,
-                "streamGenerateContent is served as server-sent events: add ?alt=sse",
-            )
-            .param("alt");
-            path_error(uri.path(), e)
-        }
         "countTokens" => {
             let mut ctx = RequestCtx::new(&gw);
             let span = ctx.span();
