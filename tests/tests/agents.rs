@@ -128,9 +128,30 @@ async fn ledger(env: &TestEnv) -> Vec<UsageEvent> {
             .fetch_all(env.store.pool())
             .await
             .unwrap();
+    // Every request the agent sent was served: none refused.
+    let refused: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT request_id, reason, COALESCE(detail::text, '') FROM request_decisions WHERE decision = 'refused'",
+    )
+    .fetch_all(env.store.pool())
+    .await
+    .unwrap();
+    assert!(refused.is_empty(), "refused: {refused:?}");
     let mut rows = Vec::new();
     for id in ids {
         rows.push(env.usage_event(&id).await.unwrap());
+    }
+    // What the agent's requests were (shown when a test fails).
+    for r in &rows {
+        eprintln!(
+            "ledger: {} {} stream={} in={} out={} cost_pico={} end_user={:?}",
+            r.model,
+            r.status,
+            r.stream,
+            r.input_tokens,
+            r.output_tokens,
+            r.cost_pico,
+            r.attribution.end_user
+        );
     }
     rows
 }
