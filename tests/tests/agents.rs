@@ -236,7 +236,10 @@ async fn claude_code_runs_with_only_a_base_url_and_a_key() {
     said_hello(&r);
     assert_eq!(read(&dirs.work.join("proof.txt")).trim(), "tool-ran");
     let first = ledger(&env).await;
-    assert!(first.len() >= 2, "a tool round trip is two requests at least: {first:?}");
+    assert!(
+        first.len() >= 2,
+        "a tool round trip is two requests at least: {first:?}"
+    );
     // A second session of the same installation, in another directory.
     let elsewhere = dirs.work.join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
@@ -327,7 +330,11 @@ async fn codex_applies_a_patch(native: bool) {
     );
     // Hosted web search runs at the provider: a chat provider cannot, so
     // Codex is told not to offer it there.
-    let extra = if native { "" } else { "web_search = \"disabled\"" };
+    let extra = if native {
+        ""
+    } else {
+        "web_search = \"disabled\""
+    };
     let mut envs = codex_config(&dirs, &format!("http://{}", srv.addr), extra);
     envs.push(("TOLLGATE_API_KEY", key));
     let r = run(
@@ -414,10 +421,18 @@ async fn gemini_cli_runs_against_tollgate() {
     said_hello(&r);
     // The file's text went back to the model in the function response.
     let s = env.mock.snapshot();
+    let tool_message = s.last_body.as_ref().and_then(|b| {
+        b["messages"]
+            .as_array()?
+            .iter()
+            .find(|m| m["role"] == "tool")
+            .cloned()
+    });
     assert!(
-        s.last_body.as_ref().is_some_and(|b| b.to_string().contains("the secret word is tollgate")),
-        "{:?}",
-        s.last_body
+        tool_message
+            .as_ref()
+            .is_some_and(|m| m.to_string().contains("the secret word is tollgate")),
+        "the file's text did not reach the model: {tool_message:?}"
     );
     let rows = ledger(&env).await;
     all_ok(&rows, "house-model");

@@ -301,7 +301,11 @@ async fn the_google_genai_client_speaks_gemini_through_tollgate() {
     let ev = stored(&env, &c[0]).await;
     assert_eq!(ev.status, "cut_off", "{c:?}");
     assert!(ev.total_tokens() <= BUDGET, "{ev:?}");
-    assert_eq!(ev.output_tokens.to_string(), c[2], "the SDK saw what was billed");
+    assert_eq!(
+        ev.output_tokens.to_string(),
+        c[2],
+        "the SDK saw what was billed"
+    );
     let d = decision(&env, &c[0]).await;
     assert_eq!(d.reason, "tenant_monthly_budget_exhausted");
     assert_eq!(d.detail["dialect"], "gemini");
@@ -330,6 +334,9 @@ async fn the_google_genai_client_speaks_gemini_through_tollgate() {
     assert_eq!(last["candidates"][0]["finishReason"], "STOP");
     assert_eq!(last["usageMetadata"]["candidatesTokenCount"], 4);
     let ev = stored(&env, &rid).await;
-    assert_eq!((ev.status.as_str(), ev.stream, ev.output_tokens), ("ok", true, 4));
+    assert_eq!(
+        (ev.status.as_str(), ev.stream, ev.output_tokens),
+        ("ok", true, 4)
+    );
     srv.shutdown().await;
 }

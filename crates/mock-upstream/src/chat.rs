@@ -12,7 +12,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::{
-    approx_tokens, Call, bad_request, latency_and_faults, stream, Directives, Fault, Personality, Shared,
+    approx_tokens, bad_request, latency_and_faults, stream, Call, Directives, Fault, Personality,
+    Shared,
 };
 
 /// One output token: a single BPE token in both cl100k and o200k.
@@ -207,8 +208,17 @@ pub(crate) async fn chat(State(app): State<Shared>, headers: HeaderMap, body: By
         .iter()
         .rev()
         .filter(|m| m.role == "user")
-        .find_map(|m| m.content.iter().flat_map(Content::texts).find_map(Call::find))
-        .filter(|c| req.tools.iter().any(|t| t["function"]["name"] == c.name.as_str()))
+        .find_map(|m| {
+            m.content
+                .iter()
+                .flat_map(Content::texts)
+                .find_map(Call::find)
+        })
+        .filter(|c| {
+            req.tools
+                .iter()
+                .any(|t| t["function"]["name"] == c.name.as_str())
+        })
         .filter(|_| !req.messages.iter().any(|m| m.role == "tool"));
     // Structured output: a JSON value of the asked schema, as a provider
     // enforcing it answers (`"hello"` strings, 1s, trues, one-item arrays).

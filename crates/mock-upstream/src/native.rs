@@ -86,7 +86,6 @@ pub(crate) fn sse(s: Sse, stats: MockStats) -> Response {
 /// A chat completion (or stream) calling tool `name` with `args`
 /// ([`TOOL_ARGS`] for `[mock:tool_call]`; 5 completion tokens), finish
 /// reason `tool_calls`.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn chat_tool_call(
     app: &crate::App,
     model: &str,
@@ -158,7 +157,10 @@ pub(crate) fn sample(schema: &Value) -> Value {
     if let Some(first) = schema["enum"].as_array().and_then(|e| e.first()) {
         return first.clone();
     }
-    let ty = schema["type"].as_str().unwrap_or("object").to_ascii_lowercase();
+    let ty = schema["type"]
+        .as_str()
+        .unwrap_or("object")
+        .to_ascii_lowercase();
     match ty.as_str() {
         "object" => Value::Object(
             schema["properties"]
@@ -196,7 +198,8 @@ pub(crate) fn chat_text(
         .next_id
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let id = format!("chatcmpl-mock-{k}");
-    let usage = json!({"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n});
+    let usage =
+        json!({"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n});
     if !stream {
         return axum::Json(json!({"id": id, "object": "chat.completion", "created": 0, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null},

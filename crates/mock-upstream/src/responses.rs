@@ -113,8 +113,10 @@ pub(crate) async fn responses(
     app.stats.prompt_tokens(prompt);
     let msg_id = format!("msg_{id}");
     let item = |text: &str, status: &str| match tool {
-        Some(name) if custom => json!({"id": call_item_id, "type": "custom_tool_call", "status": status,
-            "call_id": format!("call_{id}"), "name": name, "input": text}),
+        Some(name) if custom => {
+            json!({"id": call_item_id, "type": "custom_tool_call", "status": status,
+            "call_id": format!("call_{id}"), "name": name, "input": text})
+        }
         Some(name) => json!({"id": call_item_id, "type": "function_call", "status": status,
             "call_id": format!("call_{id}"), "name": name, "arguments": text}),
         None => json!({"id": msg_id, "type": "message", "status": status, "role": "assistant",

@@ -486,7 +486,8 @@ async fn a_scripted_call_is_made_once_in_each_dialects_shape() {
     // Chat: a function call with the decoded arguments, until a tool answered.
     let tools = json!([{"type": "function", "function": {"name": "other"}},
         {"type": "function", "function": {"name": "apply_patch"}}]);
-    let mut body = json!({"model": "m", "tools": tools, "messages": [{"role": "user", "content": ask}]});
+    let mut body =
+        json!({"model": "m", "tools": tools, "messages": [{"role": "user", "content": ask}]});
     let v: Value = post(format!("{base}/chat/completions"), body.clone())
         .await
         .json()

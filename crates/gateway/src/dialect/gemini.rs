@@ -153,12 +153,12 @@ pub fn to_chat(body: &Value, model: &str, stream: bool) -> Result<Value, Invalid
                 };
                 chat.insert("response_format".into(), format);
             }
-            Some(other) => {
-                return Err(bad(
-                    "generationConfig.responseMimeType",
-                    format!("responseMimeType {other:?} is not supported: text/plain or application/json"),
-                ))
-            }
+            Some(other) => return Err(bad(
+                "generationConfig.responseMimeType",
+                format!(
+                    "responseMimeType {other:?} is not supported: text/plain or application/json"
+                ),
+            )),
         }
         if let Some(n) = g
             .get("candidateCount")
@@ -383,7 +383,7 @@ impl Out {
             self.chunk(parts, true);
         }
         if self.array {
-            self.events.push_str("]");
+            self.events.push(']');
         }
     }
 }
@@ -528,7 +528,10 @@ mod tests {
         body.push_str(&o.take_events());
         let all: Vec<Value> = serde_json::from_str(&body).unwrap();
         assert_eq!(all.len(), 3, "{body}");
-        assert_eq!(all[1]["candidates"][0]["content"]["parts"][0]["text"], " world");
+        assert_eq!(
+            all[1]["candidates"][0]["content"]["parts"][0]["text"],
+            " world"
+        );
         assert_eq!(all[2]["candidates"][0]["finishReason"], "STOP");
         assert_eq!(all[2]["usageMetadata"]["totalTokenCount"], 7);
         assert!(body.starts_with("[{") && body.contains("},\r\n{") && body.ends_with("}]"));

@@ -570,7 +570,10 @@ impl Out {
         {
             // A custom call's input is inside the JSON arguments: read
             // whole when the call closes.
-            let buffered = self.custom_args.iter_mut().chain(self.search_args.iter_mut());
+            let buffered = self
+                .custom_args
+                .iter_mut()
+                .chain(self.search_args.iter_mut());
             if let Some((_, buf)) = buffered.into_iter().find(|(o, _)| *o == idx) {
                 buf.push_str(args);
                 return;
@@ -972,6 +975,9 @@ mod tests {
         assert_eq!(item["status"], "completed");
         // A server-side tool search stays the provider's.
         let body = json!({"model": "m", "input": "x", "tools": [{"type": "tool_search"}]});
-        assert_eq!(read(&body).unwrap().untranslated.unwrap().param, "tools[0].type");
+        assert_eq!(
+            read(&body).unwrap().untranslated.unwrap().param,
+            "tools[0].type"
+        );
     }
 }
