@@ -195,12 +195,34 @@ fn read(p: &Path) -> String {
 
 #[tokio::test]
 async fn claude_code_runs_with_only_a_base_url_and_a_key() {
+    claude_code_runs(false).await;
+}
+
+#[tokio::test]
+async fn claude_code_runs_through_a_native_messages_provider() {
+    claude_code_runs(true).await;
+}
+
+/// Claude Code with only a base URL and a key: a Bash round trip, then a
+/// second session; through a chat provider (translated) or one serving
+/// Messages natively (passed through).
+async fn claude_code_runs(native: bool) {
     let claude = agent("TOLLGATE_TEST_CLAUDE");
     let env = TestEnv::new().await;
     // The names Claude Code asks for (its main model and its haiku
     // background model) are served by the catalog's model through one
     // pattern alias.
     env.model("house-model", "chat", 150_000, 600_000).await;
+    if native {
+        env.profile(
+            "house-model",
+            ProviderProfile {
+                apis: vec![Dialect::Chat, Dialect::Messages],
+                ..ProviderProfile::default()
+            },
+        )
+        .await;
+    }
     alias(&env, "claude-*", "house-model").await;
     let key = open_tenant(&env).await;
     let srv = env.server().await;
@@ -218,7 +240,7 @@ async fn claude_code_runs_with_only_a_base_url_and_a_key() {
 
     // A tool round trip: the model asks for Bash, Claude Code runs it and
     // sends the result back, the model answers.
-    let dirs = Dirs::new("claude");
+    let dirs = Dirs::new(if native { "claude-native" } else { "claude" });
     let cmd = serde_json::json!({"command": "echo tool-ran > proof.txt",
         "description": "Write the proof file"})
     .to_string();
@@ -254,6 +276,12 @@ async fn claude_code_runs_with_only_a_base_url_and_a_key() {
     let rows = ledger(&env).await;
     assert!(rows.len() > first.len());
     all_ok(&rows, "house-model");
+    let s = env.mock.snapshot();
+    if native {
+        assert!(s.messages >= 3 && s.chat == 0, "{s:?}");
+    } else {
+        assert!(s.chat >= 3 && s.messages == 0, "{s:?}");
+    }
     // Claude Code's metadata.user_id carries its device, account and
     // session: one end user for both sessions, none refused.
     let users: std::collections::BTreeSet<_> = rows
