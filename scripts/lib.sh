@@ -368,10 +368,12 @@ ensure_services() {
 
 # --- Python for the openai client tests -------------------------------------
 
-# ensure_test_python : venv with the official openai and anthropic packages,
+# ensure_test_python : venv with the official openai, anthropic and
+# google-genai packages,
 # the oidc-provider-mock OpenID provider and LiteLLM's price catalog; exports
 # TOLLGATE_TEST_PYTHON and TOLLGATE_TEST_LITELLM_PRICES.
 LITELLM_VERSION=1.110.2
+GOOGLE_GENAI_VERSION=3.6.1
 ensure_test_python() {
     local venv=${TOLLGATE_VENV:-$HOME/.cache/tollgate/venv}
     local py=$venv/bin/python base
@@ -390,6 +392,12 @@ ensure_test_python() {
         "$py" -m pip install -q --disable-pip-version-check 'openai==3.63.0' 'anthropic==2.17.0' </dev/null ||
             die "python: pip install openai anthropic failed"
         "$py" -c 'import openai, anthropic' || die "python: openai/anthropic still not importable from $py"
+    fi
+    # Google's Gemini SDK (tests/tests/dialects_python.rs, gemini_client.py).
+    if ! "$py" -c 'import importlib.metadata as m; assert m.version("google-genai") == "'$GOOGLE_GENAI_VERSION'"' >/dev/null 2>&1; then
+        log "python: installing google-genai $GOOGLE_GENAI_VERSION into $venv"
+        "$py" -m pip install -q --disable-pip-version-check "google-genai==$GOOGLE_GENAI_VERSION" </dev/null ||
+            die "python: pip install google-genai failed"
     fi
     # The OpenID provider the SSO tests start (tests/src/oidc.rs).
     if ! "$py" -c 'import oidc_provider_mock' >/dev/null 2>&1; then
@@ -519,3 +527,45 @@ pg_ticks() {
 }
 # A process's resident set size, in MB.
 rss_mb() { awk '/VmRSS/{printf "%.0f", $2/1024}' "/proc/$1/status"; }
+
+# --- the coding agents (tests/tests/agents.rs) ------------------------------
+
+# Pinned: the versions docs/clients.md ("Tried here") says were run.
+CLAUDE_CODE_VERSION=2.1.332
+CODEX_VERSION=0.171.0
+GEMINI_CLI_VERSION=0.61.0
+
+# ensure_agents : Claude Code, Codex and Gemini CLI from npm, at the pinned
+# versions, into one npm prefix (quick when they are there already); exports
+# TOLLGATE_TEST_CLAUDE, TOLLGATE_TEST_CODEX and TOLLGATE_TEST_GEMINI.
+ensure_agents() {
+    local dir=${TOLLGATE_AGENTS_DIR:-$HOME/.cache/tollgate/agents}
+    local want=("@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION"
+        "@google/gemini-cli@$GEMINI_CLI_VERSION")
+    local spec pkg version missing=()
+    need_cmd npm npm
+    for spec in "${want[@]}"; do
+        pkg=${spec%@*}
+        version=${spec##*@}
+        # The installed package.json's version, without running node on it.
+        if ! grep -qE "^[[:space:]]*\"version\": \"${version//./\\.}\"" \
+            "$dir/node_modules/$pkg/package.json" 2>/dev/null; then
+            missing+=("$spec")
+        fi
+    done
+    if ((${#missing[@]})); then
+        log "agents: installing ${missing[*]} into $dir"
+        mkdir -p "$dir"
+        [[ -f $dir/package.json ]] || printf '{"private":true}\n' >"$dir/package.json"
+        npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "${missing[@]}" </dev/null >&2 ||
+            die "agents: npm install ${missing[*]} failed"
+    fi
+    TOLLGATE_TEST_CLAUDE=$dir/node_modules/.bin/claude
+    TOLLGATE_TEST_CODEX=$dir/node_modules/.bin/codex
+    TOLLGATE_TEST_GEMINI=$dir/node_modules/.bin/gemini
+    local bin
+    for bin in "$TOLLGATE_TEST_CLAUDE" "$TOLLGATE_TEST_CODEX" "$TOLLGATE_TEST_GEMINI"; do
+        [[ -x $bin ]] || die "agents: $bin missing after npm install"
+    done
+    export TOLLGATE_TEST_CLAUDE TOLLGATE_TEST_CODEX TOLLGATE_TEST_GEMINI
+}

@@ -4,7 +4,9 @@
 #   2. a Python venv with the official openai package (TOLLGATE_TEST_PYTHON)
 #      and LiteLLM's price catalog (TOLLGATE_TEST_LITELLM_PRICES, the file
 #      tests/tests/pricing.rs imports),
-#      and headless Chromium + chromedriver for the console's browser test;
+#      and headless Chromium + chromedriver for the console's browser test,
+#      and Claude Code, Codex and Gemini CLI from npm at pinned versions
+#      (tests/tests/agents.rs; TOLLGATE_TEST_CLAUDE, _CODEX, _GEMINI);
 #   3. the manual: mdbook (pinned, built once into a cache) builds docs/ and
 #      scripts/doclinks.py fails on any relative link or anchor that points
 #      nowhere (in the book, the README and the run logs in bench/results/);
@@ -31,6 +33,7 @@ have cargo || die "cargo not found: install Rust (rustup) and make sure cargo is
 ensure_services
 ensure_test_python # exports TOLLGATE_TEST_PYTHON, TOLLGATE_TEST_LITELLM_PRICES
 ensure_browser
+ensure_agents # exports TOLLGATE_TEST_CLAUDE, TOLLGATE_TEST_CODEX, TOLLGATE_TEST_GEMINI
 # libfaketime: replicas and a Redis whose clocks read another time
 # (tests/tests/hardening.rs, the month's last seconds).
 need_cmd faketime faketime

@@ -401,6 +401,8 @@ async fn admit_and_forward(
         model: summary.model.clone(),
         request_id: rid.to_string(),
         custom_tools: inbound.custom_tools,
+        tool_search: inbound.tool_search,
+        json_array: inbound.json_array,
     };
     let body = match inbound.original {
         Some(mut native) if edge.native => {

@@ -117,7 +117,7 @@ pub async fn show(
         None | Some("") => None,
         Some(b) => Some(
             DrillBy::parse(b)
-                .ok_or_else(|| ApiError::BadRequest("by must be app, model or day".into()))?,
+                .ok_or_else(|| ApiError::BadRequest("by must be app, model, day or component".into()))?,
         ),
     };
     let group_by = group_by_of(&q)?;

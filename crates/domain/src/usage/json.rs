@@ -51,6 +51,7 @@ impl UsageEvent {
             deployment,
             anomaly,
             breakdown,
+            charges,
             attribution: Attribution { tags, end_user },
         } = self;
         let mut w = Writer(String::with_capacity(TYPICAL));
@@ -87,6 +88,10 @@ impl UsageEvent {
         }
         if let Some(b) = breakdown {
             w.serde(",\"breakdown\":", b);
+        }
+        if let Some(c) = charges {
+            w.0.push_str(",\"charges\":");
+            c.write_json(&mut w.0);
         }
         // The flattened attribution, as serde writes it: after the fields.
         if !tags.is_empty() {
@@ -173,6 +178,7 @@ mod tests {
             deployment: Some("primary".into()),
             anomaly: None,
             breakdown: None,
+            charges: None,
             attribution: Attribution::default(),
         }
     }
@@ -274,6 +280,12 @@ mod tests {
                 breakdown: (ints[9] % 2 == 0).then(|| crate::usage::Breakdown {
                     cached_input: ints[9].max(0),
                     ..Default::default()
+                }),
+                charges: (ints[9] % 3 != 0).then(|| {
+                    let mut c = crate::pricing::Charges::default();
+                    c.set(crate::pricing::Component::Input, ints[0], i128::from(ints[1]));
+                    c.set(crate::pricing::Component::WebSearch, ints[3], i128::from(ints[4]));
+                    c
                 }),
                 attribution: Attribution { tags, end_user },
             };

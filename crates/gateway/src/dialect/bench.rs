@@ -79,6 +79,8 @@ async fn translation_cost() {
             model: "m".into(),
             request_id: "req_0193".into(),
             custom_tools: Vec::new(),
+            tool_search: false,
+            json_array: false,
         };
         let t0 = Instant::now();
         for _ in 0..N {
