@@ -472,6 +472,38 @@ ensure_browser() {
     fi
 }
 
+# --- the manual ---------------------------------------------------------------
+
+# ensure_mdbook : mdbook, pinned, built once with cargo into a cache
+# directory (skipped when that version is already there); exports MDBOOK.
+# Only the search feature: no `serve`/`watch` (the book is built, not served).
+MDBOOK_VERSION=0.5.4
+ensure_mdbook() {
+    local root=${TOLLGATE_MDBOOK_ROOT:-$HOME/.cache/tollgate/mdbook-$MDBOOK_VERSION}
+    MDBOOK=$root/bin/mdbook
+    if ! "$MDBOOK" --version 2>/dev/null | grep -qx "mdbook v$MDBOOK_VERSION"; then
+        have cargo || die "mdbook: cargo not found (needed to build mdbook $MDBOOK_VERSION)"
+        log "mdbook: building $MDBOOK_VERSION into $root (once)"
+        cargo install -q --locked mdbook --version "$MDBOOK_VERSION" \
+            --no-default-features --features search --root "$root" </dev/null ||
+            die "mdbook: cargo install mdbook $MDBOOK_VERSION failed"
+        "$MDBOOK" --version | grep -qx "mdbook v$MDBOOK_VERSION" || die "mdbook: $MDBOOK is not $MDBOOK_VERSION"
+    fi
+    export MDBOOK
+}
+
+# record_figure KEY MEASURE VALUE GOAL SOURCE : one row of the current-figures
+# table (bench/results/figures.tsv; scripts/figures.sh writes the table).
+# SOURCE is the run's file in bench/results/.
+record_figure() {
+    local f
+    for f in "$@"; do
+        [[ $f != *$'\t'* && $f != *$'\n'* ]] || die "record_figure: a field holds a tab or a newline: $f"
+    done
+    (($# == 5)) || die "record_figure: KEY MEASURE VALUE GOAL SOURCE, got $# arguments"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%F)" "$@" >>"$TOLLGATE_ROOT/bench/results/figures.tsv"
+}
+
 # CPU ticks (user + system) of one or more processes, summed (those gone
 # since are skipped).
 ticks_of() {

@@ -1,9 +1,9 @@
 //! `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings`: the
-//! request's way through the gateway (docs/design.md §5, and the table in
-//! docs/architecture.md). `/v1/responses` and `/v1/messages` take the same
-//! way, read into chat at the edge (`dialect`). Every step runs in the
-//! request's tracing span (request id, tenant, key) and refuses with an
-//! [`ApiError`]; [`handle`] answers the refusal.
+//! request's way through the gateway (docs/design.md §5, and
+//! docs/architecture.md, "The request path, top down"). `/v1/responses` and
+//! `/v1/messages` take the same way, read into chat at the edge (`dialect`).
+//! Every step runs in the request's tracing span (request id, tenant, key) and
+//! refuses with an [`ApiError`]; [`handle`] answers the refusal.
 
 use crate::admission::Want;
 use crate::catalog::{KeyEntry, ModelEntry, ModelKind};

@@ -549,8 +549,8 @@ impl Store {
     /// (binary COPY: no arrays to decode, no intermediate result sets, the
     /// heap filled a page at a time) and its rollup sums upserted, in one
     /// transaction — four round trips instead of one statement, with a
-    /// fraction of the server's work (docs/scale.md, "The ledger written by
-    /// COPY").
+    /// fraction of the server's work (bench/results/
+    /// 2026-12-02-the-ledger-written-by-copy-measured.md).
     async fn copy_events(&self, events: &[&UsageEvent]) -> Result<u64> {
         let mut data = BinaryCopy::with_capacity(events.len() * 400);
         let mut sums = RollupSums::default();

@@ -1,16 +1,16 @@
 //! The usage event's JSON for the Redis outbox, written directly.
 //!
-//! Every settled request's event is serialised once on the request path
-//! (the settle carries it to Redis). Through serde_json that took ~7,400
-//! instructions per event (callgrind, docs/scale.md "The outbox event
-//! written directly"): `#[serde(flatten)]` makes the struct a map, and every
-//! key and value goes through the byte-by-byte escaper. Here the keys are
-//! literals and a string value that needs no escaping (the usual case:
-//! ids, model names, dates) is copied whole; anything else (a string that
-//! does need escaping, the anomaly's verbatim report, tags) is written by
-//! serde_json itself. The output is byte for byte what
-//! `serde_json::to_string` gives: the tests below compare the two on
-//! arbitrary events, so the serde derive stays the reference for the format
+//! Every settled request's event is serialised once on the request path (the
+//! settle carries it to Redis). Through serde_json that took ~7,400
+//! instructions per event (callgrind, bench/results/
+//! 2026-12-03-the-outbox-event-written-directly-and-three.md):
+//! `#[serde(flatten)]` makes the struct a map, and every key and value goes
+//! through the byte-by-byte escaper. Here the keys are literals and a string
+//! value that needs no escaping (the usual case: ids, model names, dates) is
+//! copied whole; anything else (a string that does need escaping, the anomaly's
+//! verbatim report, tags) is written by serde_json itself. The output is byte
+//! for byte what `serde_json::to_string` gives: the tests below compare the two
+//! on arbitrary events, so the serde derive stays the reference for the format
 //! and the decoder (`serde_json::from_str`) is unchanged. The writer names
 //! every field of the event, so a new field does not compile until it is
 //! written here too.
