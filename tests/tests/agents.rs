@@ -294,6 +294,16 @@ async fn claude_code_runs(native: bool) {
         user.starts_with("device:") || user.starts_with("account:"),
         "{user}"
     );
+    // Each row keeps the name Claude Code asked for (served by the alias)
+    // and its session: two runs, two sessions, one end user.
+    for r in &rows {
+        let asked = r.attribution.asked_model.as_deref().unwrap_or_default();
+        assert!(asked.starts_with("claude-"), "asked for {asked:?}: {r:?}");
+    }
+    let sessions: std::collections::BTreeSet<_> =
+        rows.iter().map(|r| r.attribution.session.clone()).collect();
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    assert!(sessions.iter().all(Option::is_some), "{sessions:?}");
 }
 
 /// Codex's config.toml for a tollgate provider at `base`.
@@ -392,6 +402,13 @@ async fn codex_applies_a_patch(native: bool) {
     let rows = ledger(&env).await;
     all_ok(&rows, "gpt-5.5");
     assert!(rows.iter().all(|r| r.stream), "{rows:?}");
+    // Asked by its catalog name: no other name kept. Codex names its
+    // session in a header on every request: one session.
+    assert!(rows.iter().all(|r| r.attribution.asked_model.is_none()), "{rows:?}");
+    let sessions: std::collections::BTreeSet<_> =
+        rows.iter().map(|r| r.attribution.session.clone()).collect();
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    assert!(sessions.iter().all(Option::is_some), "{sessions:?}");
 }
 
 #[tokio::test]
@@ -464,4 +481,8 @@ async fn gemini_cli_runs_against_tollgate() {
     );
     let rows = ledger(&env).await;
     all_ok(&rows, "house-model");
+    for r in &rows {
+        let asked = r.attribution.asked_model.as_deref().unwrap_or_default();
+        assert!(asked.starts_with("gemini-"), "asked for {asked:?}: {r:?}");
+    }
 }

@@ -851,6 +851,7 @@ async fn a_closed_month_is_billed_by_tag_and_end_user_from_the_archive() {
                 attribution: domain::attribution::Attribution {
                     tags,
                     end_user: (i % 2 == 0).then(|| format!("user-{}", i % 4)),
+                    ..Default::default()
                 },
                 anomaly: None,
             }

@@ -46,6 +46,7 @@ fn event(tenant: &str, request_id: &str, period: &str, day: &str) -> UsageEvent 
         attribution: domain::attribution::Attribution {
             tags: [(tenant.to_string(), "x".to_string())].into(),
             end_user: Some(tenant.to_string()),
+            ..Default::default()
         },
         anomaly: None,
     }

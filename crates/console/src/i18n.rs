@@ -393,6 +393,8 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("req.input_tokens", "Input tokens", "输入 token"),
     ("req.output_tokens", "Output tokens", "输出 token"),
     ("req.cost", "Cost", "费用"),
+    ("req.asked_model", "Model asked for", "请求的模型名"),
+    ("req.session", "Agent session", "智能体会话"),
     ("req.exact_cost", "Exact cost", "精确费用"),
     ("req.charges", "Charged for", "计费明细"),
     ("req.served_tier", "Served at service tier", "实际服务等级"),

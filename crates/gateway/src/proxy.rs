@@ -285,6 +285,11 @@ async fn admit_and_forward(
         None => model,
     };
     ctx.model = model.id.clone();
+    if model.id != summary.model {
+        // Served by another model than the name asked for (an alias, a
+        // fallback, a degrade): the ledger keeps the name asked for.
+        ctx.attribution.asked_model = domain::attribution::attribute(&summary.model);
+    }
     // A Responses tool chat has no equivalent of: only for a provider that
     // serves Responses natively (docs/clients.md, "Responses tools").
     if let Some(f) = inbound.untranslated {

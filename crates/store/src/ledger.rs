@@ -28,6 +28,11 @@ pub struct MonthUsageRow {
 pub struct AttributionCols {
     tags: serde_json::Value,
     end_user: String,
+    /// Only the ledger has these two (`session_id`, `asked_model`).
+    #[sqlx(default)]
+    session_id: Option<String>,
+    #[sqlx(default)]
+    asked_model: Option<String>,
 }
 
 impl From<AttributionCols> for Attribution {
@@ -35,6 +40,8 @@ impl From<AttributionCols> for Attribution {
         Attribution {
             tags: tags_of(c.tags),
             end_user: (!c.end_user.is_empty()).then_some(c.end_user),
+            session: c.session_id,
+            asked_model: c.asked_model,
         }
     }
 }
@@ -147,6 +154,8 @@ const EVENT_COLUMNS: &[(&str, &str)] = &[
     ("cost_pico", "int8"),
     ("breakdown", "jsonb"),
     ("charges", "jsonb"),
+    ("session_id", "text"),
+    ("asked_model", "text"),
 ];
 
 /// A ledger row's exact cost ([`UsageEvent::exact_cost_pico`]).
@@ -409,13 +418,12 @@ fn copy_row(
         Some(ch) => {
             let mut json = String::with_capacity(96);
             ch.write_json(&mut json);
-            c.jsonb_text(&json)
+            c.jsonb_text(&json)?;
         }
-        None => {
-            c.null();
-            Ok(())
-        }
+        None => c.null(),
     }
+    c.opt_text(e.attribution.session.as_deref())?;
+    c.opt_text(e.attribution.asked_model.as_deref())
 }
 
 /// The settle day as the ledger stores it (an unparsable day is stored as
@@ -605,6 +613,8 @@ impl Store {
             .bind(col!(|e| stored_pico(e)))
             .bind(col!(|e| breakdown_json(e)))
             .bind(col!(|e| charges_json(e)))
+            .bind(col!(|e| e.attribution.session.clone()))
+            .bind(col!(|e| e.attribution.asked_model.clone()))
             .fetch_one(&self.pool)
             .await?;
         Ok(n as u64)
@@ -696,7 +706,8 @@ impl Store {
             "SELECT request_id, tenant_id, app_id, key_id, model, period, day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
                     status, stream, replica, started_at, settled_at, usage_source, usage_anomaly,
-                    reported_usage, deployment, tags, end_user, cost_pico, breakdown, charges
+                    reported_usage, deployment, tags, end_user, cost_pico, breakdown, charges,
+                    session_id, asked_model
              FROM usage_events WHERE request_id = $1 AND ($2::text IS NULL OR tenant_id = $2)",
         )
         .bind(request_id)

@@ -217,6 +217,7 @@ fn usage_event(
         attribution: domain::attribution::Attribution {
             tags: Default::default(),
             end_user: end_user.map(str::to_string),
+            ..Default::default()
         },
         anomaly: None,
     }

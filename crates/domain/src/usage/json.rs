@@ -52,7 +52,13 @@ impl UsageEvent {
             anomaly,
             breakdown,
             charges,
-            attribution: Attribution { tags, end_user },
+            attribution:
+                Attribution {
+                    tags,
+                    end_user,
+                    session,
+                    asked_model,
+                },
         } = self;
         let mut w = Writer(String::with_capacity(TYPICAL));
         w.str("{\"request_id\":", request_id);
@@ -99,6 +105,12 @@ impl UsageEvent {
         }
         if let Some(u) = end_user {
             w.str(",\"end_user\":", u);
+        }
+        if let Some(s) = session {
+            w.str(",\"session\":", s);
+        }
+        if let Some(m) = asked_model {
+            w.str(",\"asked_model\":", m);
         }
         w.0.push('}');
         w.0
@@ -249,6 +261,7 @@ mod tests {
             anomaly in proptest::option::of((text(), text())),
             tags in proptest::collection::btree_map(text(), text(), 0..3),
             end_user in proptest::option::of(text()),
+            session in proptest::option::of(text()),
         ) {
             let e = UsageEvent {
                 request_id: strs[0].clone(),
@@ -287,7 +300,12 @@ mod tests {
                     c.set(crate::pricing::Component::WebSearch, ints[3], i128::from(ints[4]));
                     c
                 }),
-                attribution: Attribution { tags, end_user },
+                attribution: Attribution {
+                    tags,
+                    end_user,
+                    session,
+                    asked_model: (ints[0] % 2 == 0).then(|| strs[10].clone()),
+                },
             };
             let json = e.to_json();
             prop_assert_eq!(&json, &serde_json::to_string(&e).unwrap());

@@ -641,6 +641,12 @@ async fn format(
             facts.push(("req.key", key_label(lang, &names, &u.key_id)));
             facts.push(("req.model", u.model.clone()));
         }
+        if let Some(a) = &u.attribution.asked_model {
+            facts.push(("req.asked_model", a.clone()));
+        }
+        if let Some(s) = &u.attribution.session {
+            facts.push(("req.session", s.clone()));
+        }
         facts.push(("req.input_tokens", thousands(u.input_tokens)));
         facts.push(("req.output_tokens", thousands(u.output_tokens)));
         facts.push(("req.cost", MicroUsd(u.cost_micro).shown()));
