@@ -126,17 +126,34 @@ fn return_to(method: &Method, uri: &Uri, h: &HeaderMap, htmx: bool) -> Option<St
 /// "Sign in first": to the login page with the way back. htmx gets
 /// `HX-Redirect` (a full page load) on a non-redirect status — an XHR
 /// follows a 303 itself, and the login page would be swapped into the card.
-fn sign_in_first(method: &Method, uri: &Uri, h: &HeaderMap, htmx: bool) -> Response {
+/// A session cookie the server no longer honours (expired, signed out
+/// elsewhere) is cleared: the login form's POST would otherwise carry it
+/// and be refused for want of that session's CSRF token.
+fn sign_in_first(
+    cp: &ControlPlane,
+    method: &Method,
+    uri: &Uri,
+    h: &HeaderMap,
+    htmx: bool,
+) -> Response {
     let to = login_to(return_to(method, uri, h, htmx).as_deref());
-    if htmx {
+    let mut r = if htmx {
         let mut r = StatusCode::UNAUTHORIZED.into_response();
         r.headers_mut().insert(
             "hx-redirect",
             HeaderValue::from_str(&to).expect("an encoded console path"),
         );
-        return r;
+        r
+    } else {
+        Redirect::to(&to).into_response()
+    };
+    if super::session::cookie(h, super::session::SESSION_COOKIE).is_some() {
+        r.headers_mut().insert(
+            axum::http::header::SET_COOKIE,
+            super::session::clear_cookie(cp),
+        );
     }
-    Redirect::to(&to).into_response()
+    r
 }
 
 /// The signed-in layout when the request has a valid session, else the
@@ -249,7 +266,7 @@ pub async fn render_failures(
     let (method, uri, headers) = (req.method().clone(), req.uri().clone(), req.headers().clone());
     let mut resp = next.run(req).await;
     if resp.extensions_mut().remove::<NeedsLogin>().is_some() {
-        resp = sign_in_first(&method, &uri, &headers, htmx);
+        resp = sign_in_first(&cp, &method, &uri, &headers, htmx);
     }
     if let Some(Failure(status, key, detail)) = resp.extensions_mut().remove::<Failure>() {
         let message = lang.t(key);
