@@ -267,7 +267,8 @@ async fn an_htmx_action_after_the_session_ended_signs_in_again_and_comes_back_wi
             "const t = document.querySelector('#keys-a');
              const b = t.querySelector('button.danger').getBoundingClientRect();
              return [b.right, t.getBoundingClientRect().right, t.scrollWidth, t.clientWidth,
-                     t.querySelector('td.key-name .clip').getAttribute('title').length];",
+                     (t.querySelector('tbody td:first-child [title]') || {getAttribute: () => ''})
+                       .getAttribute('title').length];",
             vec![],
         )
         .await
