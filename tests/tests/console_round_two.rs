@@ -58,7 +58,12 @@ async fn a_200000_character_reason_is_refused_with_its_limit_and_the_dashboard_s
     // The API: 400, naming the field and the maximum.
     let huge = "x".repeat(200_000);
     let (status, body) = ask_quota(&ui.base, &token, &huge).await;
-    assert_eq!(status, 400, "{}", &body.to_string()[..200.min(body.to_string().len())]);
+    assert_eq!(
+        status,
+        400,
+        "{}",
+        &body.to_string()[..200.min(body.to_string().len())]
+    );
     assert_eq!(body["error"]["param"], "reason", "{body}");
     let msg = body["error"]["message"].as_str().unwrap();
     assert!(msg.contains("at most 2,000 characters"), "{msg}");
@@ -106,9 +111,8 @@ async fn a_200000_character_reason_is_refused_with_its_limit_and_the_dashboard_s
         "the dashboard is {} bytes",
         html.len()
     );
-    let cells = ui
-        .c
-        .execute(
+    let cells =
+        ui.c.execute(
             "return Array.from(document.querySelectorAll('td.reason .clip')).map(e =>
                 [e.getBoundingClientRect().height, (e.getAttribute('title') || '').length])",
             vec![],
@@ -116,7 +120,10 @@ async fn a_200000_character_reason_is_refused_with_its_limit_and_the_dashboard_s
         .await
         .unwrap();
     let cells: Vec<(f64, usize)> = serde_json::from_value(cells).unwrap();
-    let long = cells.iter().find(|(_, n)| *n > 1000).expect("the long reason's cell");
+    let long = cells
+        .iter()
+        .find(|(_, n)| *n > 1000)
+        .expect("the long reason's cell");
     assert!(long.0 < 90.0, "the long reason takes {} px", long.0);
     ui.shot("r2-02-dashboard-long-reason").await;
 
@@ -214,7 +221,11 @@ async fn two_tabs_editing_one_tenant_the_second_save_is_refused_naming_the_chang
         Some(json!({"limits": {"rpm": 5}, "version": v})),
     )
     .await;
-    assert_eq!((status, body["version"].as_i64()), (200, Some(v + 1)), "{body}");
+    assert_eq!(
+        (status, body["version"].as_i64()),
+        (200, Some(v + 1)),
+        "{body}"
+    );
     let (status, body) = api(
         "PUT",
         &key_url,
@@ -261,9 +272,8 @@ async fn an_htmx_action_after_the_session_ended_signs_in_again_and_comes_back_wi
     ui.go("/console/tenants/t/apps").await;
     // Its Revoke button stays on the card, the table needs no sideways
     // scrolling, and the name reads in full on demand.
-    let geo = ui
-        .c
-        .execute(
+    let geo =
+        ui.c.execute(
             "const t = document.querySelector('#keys-a');
              const b = t.querySelector('button.danger').getBoundingClientRect();
              return [b.right, t.getBoundingClientRect().right, t.scrollWidth, t.clientWidth,
@@ -275,7 +285,10 @@ async fn an_htmx_action_after_the_session_ended_signs_in_again_and_comes_back_wi
         .unwrap();
     let (button, card, scroll, client, title): (f64, f64, f64, f64, usize) =
         serde_json::from_value(geo).unwrap();
-    assert!(button <= card && scroll <= client + 1.0, "Revoke at {button:.0} px, the card ends at {card:.0} (scroll {scroll} of {client})");
+    assert!(
+        button <= card && scroll <= client + 1.0,
+        "Revoke at {button:.0} px, the card ends at {card:.0} (scroll {scroll} of {client})"
+    );
     assert!(title >= 100, "the name's title holds {title} characters");
     ui.fill("#key-box-a input[name=name]", "kept key").await;
 
@@ -291,7 +304,9 @@ async fn an_htmx_action_after_the_session_ended_signs_in_again_and_comes_back_wi
     let url = ui.c.current_url().await.unwrap();
     assert_eq!(url.path(), "/console/login", "{url}");
     assert_eq!(
-        url.query_pairs().find(|(k, _)| k == "next").map(|(_, v)| v.to_string()),
+        url.query_pairs()
+            .find(|(k, _)| k == "next")
+            .map(|(_, v)| v.to_string()),
         Some("/console/tenants/t/apps".to_string()),
         "{url}"
     );
@@ -367,7 +382,12 @@ async fn squeezed(ui: &Ui, css: &str) -> Vec<String> {
     rows.into_iter()
         // A value gets the width it needs, or at least ~10 characters'.
         .filter(|(_, w, needed, clipped)| *clipped || *w + 1.0 < needed.min(80.0))
-        .map(|(t, w, n, c)| format!("{t:?}: {w:.0} px of {n:.0} needed{}", if c { ", clipped" } else { "" }))
+        .map(|(t, w, n, c)| {
+            format!(
+                "{t:?}: {w:.0} px of {n:.0} needed{}",
+                if c { ", clipped" } else { "" }
+            )
+        })
         .collect()
 }
 
@@ -375,11 +395,30 @@ async fn squeezed(ui: &Ui, css: &str) -> Vec<String> {
 async fn quota_buttons_sit_in_the_actions_column_and_audit_values_read_at_both_widths() {
     let env = TestEnv::new().await;
     env.model("gpt-4o-mini", "chat", 150_000, 600_000).await;
-    env.model("claude-3-5-haiku-latest", "chat", 800_000, 4_000_000).await;
+    env.model("claude-3-5-haiku-latest", "chat", 800_000, 4_000_000)
+        .await;
     env.tenant("marketing-cn", rpm(60), None).await;
-    user(&env, "platform.admin.one@example-corp.io", "platform_admin", None).await;
-    user(&env, "second.platform.admin@example-corp.io", "platform_admin", None).await;
-    user(&env, "tenant.admin@marketing.example-corp.io", "tenant_admin", Some("marketing-cn")).await;
+    user(
+        &env,
+        "platform.admin.one@example-corp.io",
+        "platform_admin",
+        None,
+    )
+    .await;
+    user(
+        &env,
+        "second.platform.admin@example-corp.io",
+        "platform_admin",
+        None,
+    )
+    .await;
+    user(
+        &env,
+        "tenant.admin@marketing.example-corp.io",
+        "tenant_admin",
+        Some("marketing-cn"),
+    )
+    .await;
     user(&env, "auditor@example-corp.io", "auditor", None).await;
     let (srv, _driver, ui) = browse(&env, |_| ()).await;
     let base = ui.base.clone();
@@ -390,9 +429,11 @@ async fn quota_buttons_sit_in_the_actions_column_and_audit_values_read_at_both_w
         "PATCH",
         &format!("{base}/api/v1/tenants/marketing-cn"),
         Some(&admin),
-        Some(json!({"name": "Marketing China (Shanghai office)", "cost_center": "CC-4411-MKT",
+        Some(
+            json!({"name": "Marketing China (Shanghai office)", "cost_center": "CC-4411-MKT",
             "priority": "core", "allowed_models": ["gpt-4o-mini", "claude-3-5-haiku-latest"],
-            "limits": {"rpm": 700, "monthly_cost_usd": "12500.50", "max_output_tokens": 4096}})),
+            "limits": {"rpm": 700, "monthly_cost_usd": "12500.50", "max_output_tokens": 4096}}),
+        ),
     )
     .await;
     assert_eq!(status, 200, "{body}");
@@ -410,7 +451,8 @@ async fn quota_buttons_sit_in_the_actions_column_and_audit_values_read_at_both_w
 
     // The quota table: Approve and Reject under "Actions", the people's
     // cells ordinary table cells.
-    ui.login("second.platform.admin@example-corp.io", None).await;
+    ui.login("second.platform.admin@example-corp.io", None)
+        .await;
     ui.go("/console/quota-requests").await;
     ui.wait("#quota-rows button.approve").await;
     let geo = ui
@@ -446,7 +488,8 @@ async fn quota_buttons_sit_in_the_actions_column_and_audit_values_read_at_both_w
             for p in squeezed(&ui, "table.changes td.before, table.changes td.after").await {
                 problems.push(format!("{w} px {page}: {p}"));
             }
-            ui.shot(&format!("r2-07-audit-{w}{}", page.replace('/', "-"))).await;
+            ui.shot(&format!("r2-07-audit-{w}{}", page.replace('/', "-")))
+                .await;
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
@@ -464,7 +507,13 @@ async fn restoring_the_limits_in_force_reads_as_no_change_and_a_forms_result_rel
     let token = login(&ui.base, "admin@x.io").await;
     let url = format!("{}/api/v1/tenants/t", ui.base);
     for n in [120, 60] {
-        let (status, body) = api("PATCH", &url, Some(&token), Some(json!({"limits": {"rpm": n}}))).await;
+        let (status, body) = api(
+            "PATCH",
+            &url,
+            Some(&token),
+            Some(json!({"limits": {"rpm": n}})),
+        )
+        .await;
         assert_eq!(status, 200, "{body}");
     }
     // The first version (rpm 60) is the limits in force again.
@@ -475,14 +524,21 @@ async fn restoring_the_limits_in_force_reads_as_no_change_and_a_forms_result_rel
 
     ui.login("admin@x.io", None).await;
     ui.go("/console/tenants/t/limits").await;
-    ui.fill(&format!("#restore-{first} input[name=reason]"), "back to the start")
+    ui.fill(
+        &format!("#restore-{first} input[name=reason]"),
+        "back to the start",
+    )
+    .await;
+    ui.click(&format!("#restore-{first} button.restore-version"))
         .await;
-    ui.click(&format!("#restore-{first} button.restore-version")).await;
     ui.wait("#limits-restored").await;
     // Recorded as what it was: a restore that changed nothing, with its
     // reason — not "no limits set (unlimited)" (the tenant has rpm 60).
     let top = ui.text("#limits-history > tbody > tr[data-current]").await;
-    assert!(top.contains("no change") && top.contains("back to the start"), "{top}");
+    assert!(
+        top.contains("no change") && top.contains("back to the start"),
+        "{top}"
+    );
     assert!(!top.contains("no limits set"), "{top}");
     ui.shot("r2-08-restore-same-recorded").await;
 
@@ -502,7 +558,8 @@ async fn restoring_the_limits_in_force_reads_as_no_change_and_a_forms_result_rel
     .await
     .unwrap();
     ui.click(&format!("#{older} button.restore-version")).await;
-    ui.wait(&format!("#{older} .field-error[data-field=reason]")).await;
+    ui.wait(&format!("#{older} .field-error[data-field=reason]"))
+        .await;
     let posted = ui.c.current_url().await.unwrap();
     assert!(posted.path().ends_with("/restore"), "{posted}");
 
@@ -518,7 +575,11 @@ async fn restoring_the_limits_in_force_reads_as_no_change_and_a_forms_result_rel
     let url = ui.c.current_url().await.unwrap();
     assert_eq!(url.path(), "/console/tenants/t/limits", "{url}");
     assert_eq!(ui.count("#limits-history").await, 1);
-    for path in ["/console/users/0/role", "/console/borrowing/pool", "/console/logout"] {
+    for path in [
+        "/console/users/0/role",
+        "/console/borrowing/pool",
+        "/console/logout",
+    ] {
         let r = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()

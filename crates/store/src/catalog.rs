@@ -597,10 +597,14 @@ impl Store {
         append(
             &mut tx,
             NewAudit::new(actor, "key.revoke", format!("key:{id}"))
-                .before(json!({"name": name, "tenant": tenant, "app": app, "prefix": prefix,
-                    "state": "active"}))
-                .after(json!({"name": name, "tenant": tenant, "app": app, "prefix": prefix,
-                    "state": "revoked"})),
+                .before(
+                    json!({"name": name, "tenant": tenant, "app": app, "prefix": prefix,
+                    "state": "active"}),
+                )
+                .after(
+                    json!({"name": name, "tenant": tenant, "app": app, "prefix": prefix,
+                    "state": "revoked"}),
+                ),
         )
         .await?;
         tx.commit().await?;
@@ -840,13 +844,18 @@ impl Store {
     ) -> Result<i64> {
         let mut tx = self.pool.begin().await?;
         let target = format!("tenant:{}", t.id);
-        let current: i64 = sqlx::query_scalar("SELECT version FROM tenants WHERE id = $1 FOR UPDATE")
-            .bind(&t.id)
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or_else(|| StoreError::NotFound(format!("tenant {}", t.id)))?;
+        let current: i64 =
+            sqlx::query_scalar("SELECT version FROM tenants WHERE id = $1 FOR UPDATE")
+                .bind(&t.id)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or_else(|| StoreError::NotFound(format!("tenant {}", t.id)))?;
         if let Some(expected) = expected.filter(|v| *v != current) {
-            return Err(StoreError::Stale { what: target, expected, current });
+            return Err(StoreError::Stale {
+                what: target,
+                expected,
+                current,
+            });
         }
         bind_tenant(t, sqlx::query(
             "UPDATE tenants SET name = $2, cost_center = $3, priority = $4, limits = $5, may_borrow = $6,

@@ -196,7 +196,11 @@ pub fn page_of(path: &str) -> String {
 pub async fn method_not_allowed(method: Method, uri: Uri) -> Response {
     if matches!(method, Method::GET | Method::HEAD) {
         let page = page_of(uri.path());
-        let page = if page == uri.path() { "/console".into() } else { page };
+        let page = if page == uri.path() {
+            "/console".into()
+        } else {
+            page
+        };
         return Redirect::to(&page).into_response();
     }
     StatusCode::METHOD_NOT_ALLOWED.into_response()
@@ -214,9 +218,18 @@ mod tests {
     #[test]
     fn a_forms_post_address_leads_back_to_its_page() {
         for (post, page) in [
-            ("/console/tenants/t/limits/12/restore", "/console/tenants/t/limits"),
-            ("/console/tenants/t/apps/a/limits/3/restore", "/console/tenants/t/apps/a/limits"),
-            ("/console/keys/0b1c/limits/9/restore", "/console/keys/0b1c/limits"),
+            (
+                "/console/tenants/t/limits/12/restore",
+                "/console/tenants/t/limits",
+            ),
+            (
+                "/console/tenants/t/apps/a/limits/3/restore",
+                "/console/tenants/t/apps/a/limits",
+            ),
+            (
+                "/console/keys/0b1c/limits/9/restore",
+                "/console/keys/0b1c/limits",
+            ),
             ("/console/keys/0b1c/revoke", "/console/apps"),
             ("/console/tenants/t/apps/a", "/console/tenants/t/apps"),
             ("/console/tenants/t/apps/a/keys", "/console/tenants/t/apps"),
@@ -224,7 +237,10 @@ mod tests {
             ("/console/users/0b1c/password", "/console/users"),
             ("/console/models/gpt-4o/prices", "/console/models"),
             ("/console/models/deployments", "/console/models"),
-            ("/console/quota-requests/0b1c/approve", "/console/quota-requests"),
+            (
+                "/console/quota-requests/0b1c/approve",
+                "/console/quota-requests",
+            ),
             ("/console/borrowing/pool", "/console/borrowing"),
             ("/console/logout", "/console"),
             ("/console/lang", "/console"),
@@ -263,7 +279,11 @@ pub async fn render_failures(
     let lang = Lang::from_headers(req.headers());
     let htmx = req.headers().contains_key("hx-request");
     // Kept to find the session again, only when something failed.
-    let (method, uri, headers) = (req.method().clone(), req.uri().clone(), req.headers().clone());
+    let (method, uri, headers) = (
+        req.method().clone(),
+        req.uri().clone(),
+        req.headers().clone(),
+    );
     let mut resp = next.run(req).await;
     if resp.extensions_mut().remove::<NeedsLogin>().is_some() {
         resp = sign_in_first(&cp, &method, &uri, &headers, htmx);

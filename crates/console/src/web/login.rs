@@ -169,7 +169,9 @@ pub struct LoginForm {
 /// the login or logout itself, not the bare dashboard (where a sign-in lands
 /// anyway).
 pub fn safe_next(next: &str) -> Option<&str> {
-    let ok = next.bytes().all(|b| (0x21..0x7f).contains(&b) && b != b'\\')
+    let ok = next
+        .bytes()
+        .all(|b| (0x21..0x7f).contains(&b) && b != b'\\')
         && (next.starts_with("/console/") || next.starts_with("/console?"))
         && !next.starts_with("/console/login")
         && !next.starts_with("/console/logout")

@@ -339,9 +339,7 @@ async fn edit(
     };
     match result {
         Ok(_) => Ok(Redirect::to(&format!("{}?saved=1", o.base)).into_response()),
-        Err(crate::error::ApiError::Stale {
-            what, expected, ..
-        }) => {
+        Err(crate::error::ApiError::Stale { what, expected, .. }) => {
             let stale = stale_notice(cp, &what, expected).await?;
             let mut p = page(cp, s, o, FieldError::default(), 0, false).await?;
             p.edit = Some(f);

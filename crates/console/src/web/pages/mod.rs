@@ -436,7 +436,11 @@ pub async fn stale_notice(
             actor: r.entry.actor.clone(),
             at: format!(
                 "{} UTC",
-                r.entry.at.get(..19).unwrap_or(&r.entry.at).replace('T', " ")
+                r.entry
+                    .at
+                    .get(..19)
+                    .unwrap_or(&r.entry.at)
+                    .replace('T', " ")
             ),
             changes: domain::audit::field_changes(&r.entry.before, &r.entry.after)
                 .into_iter()
