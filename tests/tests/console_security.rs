@@ -107,7 +107,10 @@ async fn revoked_sessions_are_refused() {
     assert_eq!(w.post("/console/logout", &[]).await.status, 303);
     let after = w.get("/console/audit").await;
     assert_eq!(after.status, 303, "the cookie still works after logout");
-    assert_eq!(after.location.as_deref(), Some("/console/login"));
+    assert_eq!(
+        after.location.as_deref(),
+        Some("/console/login?next=%2Fconsole%2Faudit")
+    );
 
     // Password change: every session of the person ends, the new password works.
     let other = login(b, "aud@x.io").await;

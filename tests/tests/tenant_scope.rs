@@ -271,6 +271,22 @@ async fn a_tenant_admins_scope_reads_nothing_of_another_tenant() {
         tenant: MINE.into(),
     };
     assert_eq!(s.limit_history(mine, &my_tenant).await.unwrap().len(), 1);
+    // Row versions (the stale-save check): theirs unread in my scope.
+    for o in &owners {
+        assert_eq!(
+            s.limits_owner_version(mine, o).await.unwrap(),
+            None,
+            "{o:?}"
+        );
+        assert_eq!(
+            s.limits_owner_version(all, o).await.unwrap(),
+            Some(1),
+            "{o:?}"
+        );
+    }
+    assert_eq!(s.tenant_version(mine, THEIRS).await.unwrap(), None);
+    assert_eq!(s.tenant_version(all, THEIRS).await.unwrap(), Some(1));
+    assert_eq!(s.tenant_version(mine, MINE).await.unwrap(), Some(1));
 
     // Quota requests and grants.
     assert!(s

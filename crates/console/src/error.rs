@@ -41,6 +41,15 @@ pub enum ApiError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// A change based on an older version of what it changes (409
+    /// `version_conflict`): someone else changed it since the client read
+    /// it (`If-Match` / `version`, docs/console.md, "Versions").
+    #[error("{what} changed since version {expected} (now version {current}): read it again and reapply your change")]
+    Stale {
+        what: String,
+        expected: i64,
+        current: i64,
+    },
     /// The sign-in back-off (per email or per client IP): retry after
     /// this many seconds.
     #[error("too many login attempts; retry in {0} s")]
@@ -94,11 +103,18 @@ impl ApiError {
             ApiError::FourEyes(_) => (StatusCode::FORBIDDEN, "four_eyes_violation"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::Stale { .. } => (StatusCode::CONFLICT, "version_conflict"),
             ApiError::TooManyAttempts(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts"),
             ApiError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
             ApiError::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
     }
+}
+
+/// A row version as an entity tag (`"3"`): what `ETag` answers and
+/// `If-Match` sends back.
+pub fn etag(version: i64) -> axum::http::HeaderValue {
+    axum::http::HeaderValue::from_str(&format!("\"{version}\"")).expect("digits")
 }
 
 impl From<store::StoreError> for ApiError {
@@ -108,6 +124,15 @@ impl From<store::StoreError> for ApiError {
                 ApiError::Conflict(format!("{what} already exists or changed"))
             }
             store::StoreError::NotFound(what) => ApiError::NotFound(what),
+            store::StoreError::Stale {
+                what,
+                expected,
+                current,
+            } => ApiError::Stale {
+                what,
+                expected,
+                current,
+            },
             e if e.is_bad_text() => {
                 ApiError::BadRequest("text must not contain NUL (U+0000) characters".into())
             }
@@ -147,6 +172,10 @@ impl IntoResponse for ApiError {
             ApiError::Unavailable => {
                 r.headers_mut()
                     .insert("retry-after", axum::http::HeaderValue::from_static("5"));
+            }
+            ApiError::Stale { current, .. } => {
+                r.headers_mut()
+                    .insert(axum::http::header::ETAG, etag(current));
             }
             _ => {}
         }

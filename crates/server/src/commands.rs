@@ -50,8 +50,11 @@ fn print_banner(addr: SocketAddr, metrics: &str, demo_key: Option<&demo::DemoKey
     let url = format!("http://{addr}");
     println!("tollgate is serving on {url}");
     println!("  OpenAI-compatible API: {url}/v1    health: {url}/healthz    metrics: {metrics}");
+    println!(
+        "  console: {url}/console    admin API: {url}/api/v1 (OpenAPI: {url}/api/v1/openapi.json)"
+    );
     if let Some(k) = demo_key {
-        println!("demo users (console arrives with the control plane):");
+        println!("demo users (sign in to the console at {url}/console/login):");
         println!(
             "  platform admin: {} / {}",
             demo::ADMIN_EMAIL,

@@ -395,7 +395,7 @@ impl Store {
                 .fetch_optional(&mut *tx)
                 .await?;
         let before = before.ok_or_else(|| StoreError::NotFound(format!("tenant {tenant}")))?;
-        sqlx::query("UPDATE tenants SET limits = $2, updated_at = now() WHERE id = $1")
+        sqlx::query("UPDATE tenants SET limits = $2, updated_at = now(), version = version + 1 WHERE id = $1")
             .bind(tenant)
             .bind(limits_json(limits))
             .execute(&mut *tx)
@@ -465,7 +465,8 @@ impl Store {
             None => attribution.clone(),
         };
         sqlx::query(
-            "UPDATE apps SET name = $3, allowed_models = $4, attribution = $5 WHERE tenant_id = $1 AND id = $2",
+            "UPDATE apps SET name = $3, allowed_models = $4, attribution = $5, version = version + 1
+             WHERE tenant_id = $1 AND id = $2",
         )
         .bind(tenant)
         .bind(app)
@@ -578,21 +579,32 @@ impl Store {
         Ok(ids)
     }
 
+    /// Revokes a key, audited as `key.revoke` with which key it was (its
+    /// name, tenant, app and prefix) and its state before and after.
     pub async fn revoke_key(&self, actor: &str, id: Uuid) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        let n = sqlx::query(
-            "UPDATE virtual_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL",
+        let row: Option<(String, String, String, String)> = sqlx::query_as(
+            "UPDATE virtual_keys SET revoked_at = now(), version = version + 1
+             WHERE id = $1 AND revoked_at IS NULL
+             RETURNING name, tenant_id, app_id, prefix",
         )
         .bind(id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if n == 0 {
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((name, tenant, app, prefix)) = row else {
             return Err(StoreError::NotFound(format!("active key {id}")));
-        }
+        };
         append(
             &mut tx,
-            NewAudit::new(actor, "key.revoke", format!("key:{id}")),
+            NewAudit::new(actor, "key.revoke", format!("key:{id}"))
+                .before(
+                    json!({"name": name, "tenant": tenant, "app": app, "prefix": prefix,
+                    "state": "active"}),
+                )
+                .after(
+                    json!({"name": name, "tenant": tenant, "app": app, "prefix": prefix,
+                    "state": "revoked"}),
+                ),
         )
         .await?;
         tx.commit().await?;
@@ -775,7 +787,7 @@ impl Store {
     ) -> Result<u64> {
         let mut tx = self.pool.begin().await?;
         let ids: Vec<Uuid> = sqlx::query_scalar(
-            "UPDATE virtual_keys SET revoked_at = now()
+            "UPDATE virtual_keys SET revoked_at = now(), version = version + 1
              WHERE tenant_id = $1 AND app_id = $2 AND name = $3 AND revoked_at IS NULL RETURNING id",
         )
         .bind(tenant)
@@ -808,38 +820,65 @@ impl Store {
         r.map(tenant_row).transpose()
     }
 
-    /// Writes a tenant's settings (the caller merged the patch); audited
-    /// with the row before and after.
+    /// A tenant's row version (see migrations/0023_row_versions.sql).
+    pub async fn tenant_version(&self, scope: &TenantScope, id: &str) -> Result<Option<i64>> {
+        Ok(sqlx::query_scalar(
+            "SELECT version FROM tenants WHERE id = $1 AND ($2::text IS NULL OR id = $2)",
+        )
+        .bind(id)
+        .bind(scope.tenant())
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// Writes a tenant's settings (the caller merged the patch onto the row
+    /// at version `expected`, `None`: whichever is stored); refused as
+    /// `Stale` when the row is at another version by now. Audited with the row before and after, each with its
+    /// version. Returns the new version.
     pub async fn update_tenant(
         &self,
         actor: &str,
         t: &TenantRow,
-        before: serde_json::Value,
-    ) -> Result<()> {
+        mut before: serde_json::Value,
+        expected: Option<i64>,
+    ) -> Result<i64> {
         let mut tx = self.pool.begin().await?;
-        let n = bind_tenant(t, sqlx::query(
+        let target = format!("tenant:{}", t.id);
+        let current: i64 =
+            sqlx::query_scalar("SELECT version FROM tenants WHERE id = $1 FOR UPDATE")
+                .bind(&t.id)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or_else(|| StoreError::NotFound(format!("tenant {}", t.id)))?;
+        if let Some(expected) = expected.filter(|v| *v != current) {
+            return Err(StoreError::Stale {
+                what: target,
+                expected,
+                current,
+            });
+        }
+        bind_tenant(t, sqlx::query(
             "UPDATE tenants SET name = $2, cost_center = $3, priority = $4, limits = $5, may_borrow = $6,
-                borrow_cap_tokens = $7, allowed_models = $8, clamp_max_tokens = $9, updated_at = now()
+                borrow_cap_tokens = $7, allowed_models = $8, clamp_max_tokens = $9, updated_at = now(),
+                version = version + 1
              WHERE id = $1",
         ))
         .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if n == 0 {
-            return Err(StoreError::NotFound(format!("tenant {}", t.id)));
-        }
+        .await?;
+        before["version"] = json!(current);
         let after = json!({"id": t.id, "name": t.name, "cost_center": t.cost_center, "priority": t.priority,
             "limits": t.limits, "may_borrow": t.may_borrow, "borrow_cap_tokens": t.borrow_cap_tokens,
-            "allowed_models": t.allowed_models, "clamp_max_tokens": t.clamp_max_tokens});
+            "allowed_models": t.allowed_models, "clamp_max_tokens": t.clamp_max_tokens,
+            "version": current + 1});
         append(
             &mut tx,
-            NewAudit::new(actor, "tenant.update", format!("tenant:{}", t.id))
+            NewAudit::new(actor, "tenant.update", target)
                 .before(before)
                 .after(after),
         )
         .await?;
         tx.commit().await?;
-        Ok(())
+        Ok(current + 1)
     }
 
     pub async fn app_exists(&self, scope: &TenantScope, tenant: &str, app: &str) -> Result<bool> {

@@ -70,6 +70,14 @@ pub enum StoreError {
     NotFound(String),
     #[error("stored data is invalid: {0}")]
     Corrupt(String),
+    /// A change based on an older version of the row than the stored one
+    /// (`what` as the audit log names it: `tenant:t`, `key:<uuid>`).
+    #[error("{what} changed since version {expected} (now {current})")]
+    Stale {
+        what: String,
+        expected: i64,
+        current: i64,
+    },
 }
 
 impl StoreError {

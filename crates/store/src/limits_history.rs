@@ -83,25 +83,51 @@ impl Store {
     ) -> Result<()> {
         let action = format!("{}.limits_restore", owner.kind());
         let extra = Some(("restored_from", json!(from)));
-        self.write_limits(actor, owner, limits, &action, extra, Some(reason))
+        self.write_limits(actor, owner, limits, &action, extra, Some(reason), None)
             .await
+            .map(|_| ())
     }
 
-    /// Sets `owner`'s limits (an app's or a key's, edited), audited as
-    /// `<kind>.limits` with the limits before and after.
+    /// `owner`'s row version (see migrations/0023_row_versions.sql), if it
+    /// exists and the scope covers it.
+    pub async fn limits_owner_version(
+        &self,
+        scope: &TenantScope,
+        owner: &LimitsOwner,
+    ) -> Result<Option<i64>> {
+        if !scope.covers(owner.tenant()) {
+            return Ok(None);
+        }
+        let (table, which, second) = owner_row(owner);
+        let q = format!("SELECT version FROM {table} WHERE {which}");
+        let mut q = sqlx::query_scalar::<_, i64>(&q).bind(owner.tenant());
+        if let Some(s) = &second {
+            q = q.bind(s);
+        }
+        Ok(q.fetch_optional(&self.pool).await?)
+    }
+
+    /// Sets `owner`'s limits (an app's or a key's, edited from the row at
+    /// version `expected`; `None`: whichever is stored), audited as
+    /// `<kind>.limits` with the limits and versions before and after.
+    /// Refused as `Stale` when the row is at another version by now; returns
+    /// the new version.
     pub async fn set_limits(
         &self,
         actor: &str,
         owner: &LimitsOwner,
         limits: &Limits,
-    ) -> Result<()> {
+        expected: Option<i64>,
+    ) -> Result<i64> {
         let action = format!("{}.limits", owner.kind());
-        self.write_limits(actor, owner, limits, &action, None, None)
+        self.write_limits(actor, owner, limits, &action, None, None, expected)
             .await
     }
 
     /// The one write of a scope's limits, with its audit entry, in one
-    /// transaction.
+    /// transaction; the row's version goes up by one (and must be
+    /// `expected`, when given). Returns the new version.
+    #[allow(clippy::too_many_arguments)]
     async fn write_limits(
         &self,
         actor: &str,
@@ -110,49 +136,77 @@ impl Store {
         action: &str,
         extra: Option<(&str, serde_json::Value)>,
         reason: Option<&str>,
-    ) -> Result<()> {
-        // (table, the owner's WHERE, its binds after the tenant)
-        let (table, which, second) = match owner {
-            LimitsOwner::Tenant { .. } => ("tenants", "id = $1", None),
-            LimitsOwner::App { app, .. } => {
-                ("apps", "tenant_id = $1 AND id = $2", Some(app.clone()))
-            }
-            LimitsOwner::Key { id, .. } => (
-                "virtual_keys",
-                "tenant_id = $1 AND id::text = $2",
-                Some(id.to_string()),
-            ),
-        };
-        let select = format!("SELECT limits FROM {table} WHERE {which} FOR UPDATE");
+        expected: Option<i64>,
+    ) -> Result<i64> {
+        let (table, which, second) = owner_row(owner);
+        let select = format!("SELECT limits, version FROM {table} WHERE {which} FOR UPDATE");
         let set = if second.is_some() { "$3" } else { "$2" };
-        let update = format!("UPDATE {table} SET limits = {set} WHERE {which}");
+        let update =
+            format!("UPDATE {table} SET limits = {set}, version = version + 1 WHERE {which}");
         let after = serde_json::to_value(limits).expect("limits serialise");
         let mut tx = self.pool.begin().await?;
-        let mut q = sqlx::query_scalar::<_, serde_json::Value>(&select).bind(owner.tenant());
+        let mut q = sqlx::query_as::<_, (serde_json::Value, i64)>(&select).bind(owner.tenant());
         if let Some(s) = &second {
             q = q.bind(s);
         }
-        let before = q
+        let (before, current) = q
             .fetch_optional(&mut *tx)
             .await?
             .ok_or_else(|| StoreError::NotFound(owner.target()))?;
+        if let Some(expected) = expected.filter(|v| *v != current) {
+            return Err(StoreError::Stale {
+                what: owner.target(),
+                expected,
+                current,
+            });
+        }
         let mut q = sqlx::query(&update).bind(owner.tenant());
         if let Some(s) = &second {
             q = q.bind(s);
         }
         q.bind(&after).execute(&mut *tx).await?;
-        let mut after = json!({"limits": after});
+        let mut after = json!({"limits": after, "version": current + 1});
         if let Some((k, v)) = extra {
             after[k] = v;
         }
         let mut entry = NewAudit::new(actor, action, owner.target())
-            .before(json!({"limits": before}))
+            .before(json!({"limits": before, "version": current}))
             .after(after);
         if let Some(r) = reason {
             entry = entry.reason(r);
         }
         append(&mut tx, entry).await?;
         tx.commit().await?;
-        Ok(())
+        Ok(current + 1)
+    }
+
+    /// The audit entries about `target` that moved its row past version
+    /// `since` (each carries `after.version`), oldest first: what changed
+    /// since someone opened a form at that version.
+    pub async fn changes_since(&self, target: &str, since: i64) -> Result<Vec<AuditRow>> {
+        let rows = sqlx::query_as::<_, AuditCols>(
+            "SELECT id, at, actor, action, target, before, after, reason, prev_hash, hash FROM audit_log
+             WHERE target = $1 AND jsonb_typeof(after -> 'version') = 'number'
+               AND (after ->> 'version')::bigint > $2
+             ORDER BY id LIMIT 20",
+        )
+        .bind(target)
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(AuditRow::from).collect())
+    }
+}
+
+/// (table, the owner's WHERE, its bind after the tenant).
+fn owner_row(owner: &LimitsOwner) -> (&'static str, &'static str, Option<String>) {
+    match owner {
+        LimitsOwner::Tenant { .. } => ("tenants", "id = $1", None),
+        LimitsOwner::App { app, .. } => ("apps", "tenant_id = $1 AND id = $2", Some(app.clone())),
+        LimitsOwner::Key { id, .. } => (
+            "virtual_keys",
+            "tenant_id = $1 AND id::text = $2",
+            Some(id.to_string()),
+        ),
     }
 }

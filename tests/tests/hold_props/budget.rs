@@ -89,7 +89,7 @@ impl Budget {
     pub async fn set_base(&mut self, store: &Store, tokens: i64) {
         self.tenant.limits = monthly(tokens);
         store
-            .update_tenant("test", &self.tenant, serde_json::Value::Null)
+            .update_tenant("test", &self.tenant, serde_json::Value::Null, None)
             .await
             .unwrap();
         self.catalog.reload(store).await.unwrap();

@@ -64,6 +64,7 @@ const TENANT_EDIT_SHOWN: &[(&str, Shown)] = &[
     ("allowed_models", Shown::List),
     ("may_borrow", Shown::Never),
     ("clamp_max_tokens", Shown::Never),
+    ("version", Shown::Never),
 ];
 
 fn form_cases() -> Vec<FormCase> {
@@ -116,7 +117,9 @@ fn form_cases() -> Vec<FormCase> {
             shown: TENANT_EDIT_SHOWN,
             ..case(
                 "/console/tenants/{}",
-                &tenant_form("t", "T {n}"),
+                // `version`: empty is "no condition" (the hidden field's
+                // stale-save check, docs/console.md "Versions").
+                &[tenant_form("t", "T {n}"), vec![("version", "")]].concat(),
                 &["/console/tenants", "/console/tenants/t"],
             )
         },
@@ -176,9 +179,10 @@ fn form_cases() -> Vec<FormCase> {
         },
         FormCase {
             target: Target::TenantApp,
+            shown: &[("version", Shown::Never)],
             ..case(
                 "/console/tenants/{}/apps/{}/limits",
-                &LIMITS,
+                &[&LIMITS[..], &[("version", "")]].concat(),
                 &["/console/tenants/t/apps/a/limits"],
             )
         },

@@ -120,6 +120,49 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Params<
     }
 }
 
+/// The version a change is based on: `If-Match: "3"` (the `ETag` a read
+/// answered; `W/"3"` and a bare `3` are read alike, `*` is no condition).
+/// With a `version` field in the body as well, the two must agree.
+pub struct IfMatch(pub Option<i64>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IfMatch {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let Some(v) = parts.headers.get(axum::http::header::IF_MATCH) else {
+            return Ok(IfMatch(None));
+        };
+        let bad = || {
+            ApiError::invalid(
+                "If-Match",
+                "expected a version like \"3\" (the ETag of a read)",
+            )
+        };
+        let v = v.to_str().map_err(|_| bad())?.trim();
+        if v == "*" {
+            return Ok(IfMatch(None));
+        }
+        let v = v.strip_prefix("W/").unwrap_or(v).trim_matches('"');
+        v.parse::<i64>()
+            .map(|n| IfMatch(Some(n)))
+            .map_err(|_| bad())
+    }
+}
+
+impl IfMatch {
+    /// The version to check a change against: the header's, the body's
+    /// `version`, or none; refused when both are given and differ.
+    pub fn with(self, body: Option<i64>) -> Result<Option<i64>, ApiError> {
+        match (self.0, body) {
+            (Some(h), Some(b)) if h != b => Err(ApiError::invalid(
+                "version",
+                format!("If-Match says version {h}, the body's version {b}"),
+            )),
+            (h, b) => Ok(h.or(b)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,6 +54,7 @@ pub async fn issue(
     if k.name.trim().is_empty() {
         return Err(ApiError::field("name", "err.required"));
     }
+    super::valid_text("name", domain::text::KEY_NAME, &k.name)?;
     valid_limits(&k.limits)?;
     if k.expires_at.is_some_and(|t| t <= Utc::now()) {
         return Err(ApiError::field("expires_at", "err.past"));

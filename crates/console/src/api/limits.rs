@@ -4,11 +4,12 @@
 //! a reason required). The restore writes the scope's limits the way any
 //! limits change does: the catalog listener reloads it on the hot path.
 
-use super::extract::{Body, Params};
+use super::extract::{Body, IfMatch, Params};
 use super::{require, require_platform_admin, valid_limits};
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use domain::audit::{limits_change, FieldChange};
 use domain::roles::Access;
@@ -131,6 +132,7 @@ pub async fn restore(
     if reason.trim().is_empty() {
         return Err(ApiError::field("reason", "err.required"));
     }
+    super::valid_text("reason", domain::text::REASON, reason)?;
     let version = history(cp, actor, owner)
         .await?
         .into_iter()
@@ -147,6 +149,22 @@ pub async fn restore(
 #[serde(deny_unknown_fields)]
 pub struct LimitsIn {
     pub limits: Limits,
+    /// The version of the app or key the change is based on (or
+    /// `If-Match`): 409 `version_conflict` when it changed since.
+    #[serde(default)]
+    pub version: Option<i64>,
+}
+
+/// `owner`'s row version (404 when it is not in the actor's scope).
+pub async fn version_of(
+    cp: &ControlPlane,
+    actor: &Principal,
+    owner: &LimitsOwner,
+) -> Result<i64, ApiError> {
+    cp.store
+        .limits_owner_version(actor.scope(), owner)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(owner.target()))
 }
 
 /// Whether `actor` may set `owner`'s limits here: an app's or a key's, by
@@ -164,39 +182,73 @@ pub fn may_set(actor: &Principal, owner: &LimitsOwner) -> Result<(), ApiError> {
 /// admin for their own tenant's, a platform admin for any), audited as
 /// `<kind>.limits`; they bind on the hot path once the catalog listener has
 /// them. A tenant's own limits are the platform's to set (PATCH the tenant),
-/// never a tenant admin's: 403 here.
+/// never a tenant admin's: 403 here. `expected`: the row version the change
+/// is based on (a change in between is refused, `ApiError::Stale`). Returns
+/// the new version.
 pub async fn set(
     cp: &ControlPlane,
     actor: &Principal,
     owner: &LimitsOwner,
     limits: &Limits,
-) -> Result<(), ApiError> {
+    expected: Option<i64>,
+) -> Result<i64, ApiError> {
     may_set(actor, owner)?;
     valid_limits(limits)?;
-    cp.store.set_limits(&actor.label(), owner, limits).await?;
-    Ok(())
+    Ok(cp
+        .store
+        .set_limits(&actor.label(), owner, limits, expected)
+        .await?)
+}
+
+/// The answer of a limits change: the limits and the new version (also as
+/// the `ETag`).
+fn set_answer(limits: &Limits, version: i64) -> Response {
+    let mut r = Json(json!({"limits": limits, "version": version})).into_response();
+    r.headers_mut()
+        .insert(axum::http::header::ETAG, crate::error::etag(version));
+    r
 }
 
 pub async fn app_set(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
+    if_match: IfMatch,
     Params((tenant, app)): Params<(String, String)>,
     Body(l): Body<LimitsIn>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let owner = app_owner(&cp, &actor, &tenant, &app).await?;
-    set(&cp, &actor, &owner, &l.limits).await?;
-    Ok(Json(json!({"limits": l.limits})))
+    let expected = if_match.with(l.version)?;
+    let version = set(&cp, &actor, &owner, &l.limits, expected).await?;
+    Ok(set_answer(&l.limits, version))
 }
 
 pub async fn key_set(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
+    if_match: IfMatch,
     Params(id): Params<Uuid>,
     Body(l): Body<LimitsIn>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let owner = key_owner(&cp, &actor, id).await?;
-    set(&cp, &actor, &owner, &l.limits).await?;
-    Ok(Json(json!({"limits": l.limits})))
+    let expected = if_match.with(l.version)?;
+    let version = set(&cp, &actor, &owner, &l.limits, expected).await?;
+    Ok(set_answer(&l.limits, version))
+}
+
+/// A history answer: the versions and the owner's row version (the
+/// `version` field and the `ETag` a change sends back).
+async fn history_answer(
+    cp: &ControlPlane,
+    actor: &Principal,
+    owner: &LimitsOwner,
+) -> Result<Response, ApiError> {
+    let version = version_of(cp, actor, owner).await?;
+    let mut v = render(&history(cp, actor, owner).await?);
+    v["version"] = json!(version);
+    let mut r = Json(v).into_response();
+    r.headers_mut()
+        .insert(axum::http::header::ETAG, crate::error::etag(version));
+    Ok(r)
 }
 
 fn render(versions: &[LimitVersion]) -> Value {
@@ -219,9 +271,9 @@ pub async fn tenant_history(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
     Params(tenant): Params<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let owner = tenant_owner(&cp, &actor, &tenant).await?;
-    Ok(Json(render(&history(&cp, &actor, &owner).await?)))
+    history_answer(&cp, &actor, &owner).await
 }
 
 pub async fn tenant_restore(
@@ -239,9 +291,9 @@ pub async fn app_history(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
     Params((tenant, app)): Params<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let owner = app_owner(&cp, &actor, &tenant, &app).await?;
-    Ok(Json(render(&history(&cp, &actor, &owner).await?)))
+    history_answer(&cp, &actor, &owner).await
 }
 
 pub async fn app_restore(
@@ -259,9 +311,9 @@ pub async fn key_history(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
     Params(id): Params<Uuid>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let owner = key_owner(&cp, &actor, id).await?;
-    Ok(Json(render(&history(&cp, &actor, &owner).await?)))
+    history_answer(&cp, &actor, &owner).await
 }
 
 pub async fn key_restore(

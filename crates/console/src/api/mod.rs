@@ -79,6 +79,31 @@ pub fn valid_attribution(p: &domain::attribution::Policy) -> Result<(), ApiError
     })
 }
 
+/// Free text no longer than its kind's maximum (`domain::text`): the
+/// refusal names the field and says the maximum ("reason: too long: at most
+/// 2,000 characters").
+pub fn valid_text(
+    field: &'static str,
+    limit: domain::text::TextLimit,
+    v: &str,
+) -> Result<(), ApiError> {
+    limit
+        .check(v)
+        .map_err(|_| ApiError::field(field, too_long_key(limit)))
+}
+
+/// The message of a text past `limit`'s maximum (one translation key per
+/// maximum of the table; a unit test holds them in step).
+pub fn too_long_key(limit: domain::text::TextLimit) -> &'static str {
+    match limit.max_chars {
+        100 => "err.max_100",
+        200 => "err.max_200",
+        254 => "err.max_254",
+        2000 => "err.max_2000",
+        _ => "err.too_long",
+    }
+}
+
 /// Limits must not be negative; the error names the limit.
 pub fn valid_limits(l: &domain::Limits) -> Result<(), ApiError> {
     l.validate()
@@ -115,5 +140,19 @@ pub fn valid_id_model(id: &str) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::field("id", "err.id_format"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_text_limit_has_a_message_saying_its_maximum() {
+        for l in domain::text::ALL {
+            let key = super::too_long_key(*l);
+            assert_ne!(key, "err.too_long", "{l:?} has no message of its own");
+            let shown = domain::money::group_thousands(l.max_chars as u64);
+            assert!(crate::i18n::english(key).contains(&shown), "{key}");
+            assert!(crate::i18n::Lang::Zh.t(key).contains(&shown), "{key}");
+        }
     }
 }

@@ -75,6 +75,7 @@ pub async fn request_quota(
     if r.reason.trim().is_empty() {
         return Err(ApiError::field("reason", "err.required"));
     }
+    super::valid_text("reason", domain::text::REASON, &r.reason)?;
     // The tenant first: an unknown tenant is not reported as an unknown app.
     if !cp.store.tenant_exists(actor.scope(), &r.tenant_id).await? {
         return Err(ApiError::field("tenant_id", "err.unknown_tenant"));
@@ -137,6 +138,7 @@ pub async fn decide_request(
     note: &str,
 ) -> Result<QuotaRequestRow, ApiError> {
     require_platform_admin(actor)?;
+    super::valid_text("note", domain::text::NOTE, note)?;
     let q = cp
         .store
         .quota_request(actor.scope(), id)

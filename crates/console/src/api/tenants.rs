@@ -1,8 +1,9 @@
-use super::extract::{Body, Params};
+use super::extract::{Body, IfMatch, Params};
 use super::{known_models, require, require_platform_admin, valid_id, valid_limits};
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use domain::roles::{Access, Actor};
 use domain::Limits;
@@ -39,6 +40,8 @@ fn check(t: &TenantRow) -> Result<(), ApiError> {
     if t.name.trim().is_empty() {
         return Err(ApiError::field("name", "err.required"));
     }
+    super::valid_text("name", domain::text::NAME, &t.name)?;
+    super::valid_text("cost_center", domain::text::COST_CENTER, &t.cost_center)?;
     if !["core", "standard", "batch"].contains(&t.priority.as_str()) {
         return Err(ApiError::field("priority", "err.priority"));
     }
@@ -84,9 +87,35 @@ pub async fn create(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
     Body(t): Body<TenantIn>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let row = create_tenant(&cp, &actor, t).await?;
-    Ok(Json(render(&row)))
+    Ok(versioned(render(&row), 1))
+}
+
+/// A tenant's JSON with its row version, as the `version` field and the
+/// `ETag` a change sends back in `If-Match`.
+fn versioned(mut v: Value, version: i64) -> Response {
+    v["version"] = json!(version);
+    let mut r = Json(v).into_response();
+    r.headers_mut()
+        .insert(axum::http::header::ETAG, crate::error::etag(version));
+    r
+}
+
+/// A tenant in the actor's scope and its row version.
+pub async fn tenant_versioned(
+    cp: &ControlPlane,
+    actor: &Principal,
+    id: &str,
+) -> Result<(TenantRow, i64), ApiError> {
+    // The version first: a change landing between the two reads makes the
+    // pair look stale (refused, read again), never newer than it is.
+    let version = cp
+        .store
+        .tenant_version(actor.scope(), id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("tenant {id}")))?;
+    Ok((tenant_for(cp, actor, id).await?, version))
 }
 
 /// A tenant in the actor's scope (404 for another tenant's admin).
@@ -105,8 +134,9 @@ pub async fn show(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
     Params(id): Params<String>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(render(&tenant_for(&cp, &actor, &id).await?)))
+) -> Result<Response, ApiError> {
+    let (t, version) = tenant_versioned(&cp, &actor, &id).await?;
+    Ok(versioned(render(&t), version))
 }
 
 /// Tenants the actor may read: a tenant admin's own, everyone else all.
@@ -128,16 +158,23 @@ pub struct TenantPatch {
     pub borrow_cap_tokens: Option<i64>,
     pub allowed_models: Option<Option<Vec<String>>>,
     pub clamp_max_tokens: Option<bool>,
+    /// The version the change is based on (or `If-Match`): refused with
+    /// 409 `version_conflict` when the tenant changed since.
+    pub version: Option<i64>,
 }
 
 /// Changes a tenant (platform admins only; the before/after is audited).
+/// `p.version`, when given, is the version the change is based on;
+/// without it the change applies to the tenant as read here. Either way a
+/// change in between is refused (`ApiError::Stale`), never undone.
+/// Returns the tenant and its new version.
 pub async fn update_tenant(
     cp: &ControlPlane,
     actor: &Principal,
     id: &str,
     p: TenantPatch,
-) -> Result<TenantRow, ApiError> {
-    let mut t = tenant_for(cp, actor, id).await?;
+) -> Result<(TenantRow, i64), ApiError> {
+    let (mut t, read) = tenant_versioned(cp, actor, id).await?;
     require_platform_admin(actor)?;
     let before = render(&t);
     if let Some(v) = p.name {
@@ -166,17 +203,26 @@ pub async fn update_tenant(
     }
     check(&t)?;
     known_models(cp, t.allowed_models.as_deref()).await?;
-    cp.store.update_tenant(&actor.label(), &t, before).await?;
-    Ok(t)
+    let expected = p.version.unwrap_or(read);
+    let version = cp
+        .store
+        .update_tenant(&actor.label(), &t, before, Some(expected))
+        .await?;
+    Ok((t, version))
 }
 
+/// `PATCH /api/v1/tenants/{id}`: `If-Match: "<version>"` or a `version`
+/// field makes it conditional (docs/console.md, "Versions").
 pub async fn update(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
+    if_match: IfMatch,
     Params(id): Params<String>,
-    Body(p): Body<TenantPatch>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(render(&update_tenant(&cp, &actor, &id, p).await?)))
+    Body(mut p): Body<TenantPatch>,
+) -> Result<Response, ApiError> {
+    p.version = if_match.with(p.version)?;
+    let (t, version) = update_tenant(&cp, &actor, &id, p).await?;
+    Ok(versioned(render(&t), version))
 }
 
 #[derive(Deserialize)]
@@ -252,7 +298,7 @@ fn valid_app_name(n: &str) -> Result<(), ApiError> {
     if n.trim().is_empty() {
         return Err(ApiError::field("name", "err.required"));
     }
-    Ok(())
+    super::valid_text("name", domain::text::NAME, n)
 }
 
 /// `PATCH /api/v1/tenants/{id}/apps/{app}`.

@@ -43,6 +43,7 @@ pub async fn create_user(
     if !email.contains('@') || email.starts_with('@') || email.ends_with('@') {
         return Err(ApiError::field("email", "err.email"));
     }
+    super::valid_text("email", domain::text::EMAIL, &email)?;
     let role = role_and_tenant(&u.role, &u.tenant_id)?;
     if let Some(t) = &u.tenant_id {
         if !cp.store.tenant_exists(actor.scope(), t).await? {

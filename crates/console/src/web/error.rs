@@ -9,7 +9,7 @@ use crate::web::{Chrome, Session};
 use crate::ControlPlane;
 use askama::Template;
 use axum::extract::{FromRequestParts, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use std::sync::Arc;
@@ -61,6 +61,7 @@ impl IntoResponse for PageError {
                     ApiError::FourEyes(r) => (super::pages::quota::refusal_key(*r), None),
                     ApiError::NotFound(m) => ("error.not_found", Some(m.clone())),
                     ApiError::Conflict(_) => ("error.conflict", None),
+                    ApiError::Stale { .. } => ("error.stale", None),
                     ApiError::BadRequest(m) => ("error.bad_request", Some(m.clone())),
                     ApiError::Field { .. }
                     | ApiError::Element { .. }
@@ -79,11 +80,79 @@ impl IntoResponse for PageError {
     }
 }
 
+/// Marks an answer "sign in first": `render_failures`, which knows the
+/// request, sends the browser to the login page with the way back.
+#[derive(Clone, Copy)]
+struct NeedsLogin;
+
 fn login_redirect() -> Response {
     let mut r = Redirect::to("/console/login").into_response();
-    // htmx follows HX-Redirect with a full page load.
-    r.headers_mut()
-        .insert("hx-redirect", HeaderValue::from_static("/console/login"));
+    r.extensions_mut().insert(NeedsLogin);
+    r
+}
+
+/// The login page that comes back to `next` after signing in (when it is a
+/// console page worth coming back to).
+fn login_to(next: Option<&str>) -> String {
+    match next.and_then(super::login::safe_next) {
+        Some(n) => format!(
+            "/console/login?{}",
+            serde_urlencoded::to_string([("next", n)]).unwrap_or_default()
+        ),
+        None => "/console/login".into(),
+    }
+}
+
+/// The page to return to after signing in: the page htmx acted from, else
+/// the address asked for (GET), else the page the form was on.
+fn return_to(method: &Method, uri: &Uri, h: &HeaderMap, htmx: bool) -> Option<String> {
+    // `http://host:port/console/x?y#z` → `/console/x?y` (the host is the
+    // browser's; only the path is kept, and `safe_next` checks it).
+    let path_of = |url: &str| -> Option<String> {
+        let rest = url.split_once("://")?.1;
+        let path = &rest[rest.find('/')?..];
+        Some(path.split('#').next().unwrap_or_default().to_string())
+    };
+    let header = |name| h.get(name).and_then(|v: &HeaderValue| v.to_str().ok());
+    if htmx {
+        return header("hx-current-url").and_then(path_of);
+    }
+    if *method == Method::GET {
+        return uri.path_and_query().map(|p| p.as_str().to_string());
+    }
+    header("referer").and_then(path_of)
+}
+
+/// "Sign in first": to the login page with the way back. htmx gets
+/// `HX-Redirect` (a full page load) on a non-redirect status — an XHR
+/// follows a 303 itself, and the login page would be swapped into the card.
+/// A session cookie the server no longer honours (expired, signed out
+/// elsewhere) is cleared: the login form's POST would otherwise carry it
+/// and be refused for want of that session's CSRF token.
+fn sign_in_first(
+    cp: &ControlPlane,
+    method: &Method,
+    uri: &Uri,
+    h: &HeaderMap,
+    htmx: bool,
+) -> Response {
+    let to = login_to(return_to(method, uri, h, htmx).as_deref());
+    let mut r = if htmx {
+        let mut r = StatusCode::UNAUTHORIZED.into_response();
+        r.headers_mut().insert(
+            "hx-redirect",
+            HeaderValue::from_str(&to).expect("an encoded console path"),
+        );
+        r
+    } else {
+        Redirect::to(&to).into_response()
+    };
+    if super::session::cookie(h, super::session::SESSION_COOKIE).is_some() {
+        r.headers_mut().insert(
+            axum::http::header::SET_COOKIE,
+            super::session::clear_cookie(cp),
+        );
+    }
     r
 }
 
@@ -100,9 +169,87 @@ async fn chrome_of(cp: &Arc<ControlPlane>, uri: Uri, headers: HeaderMap, lang: L
     }
 }
 
+/// The page a form posting to `path` belongs to: where a GET of a
+/// POST-only address goes (a reload of a form's result, the language
+/// switch on it, a bookmark), instead of a bare 405.
+pub fn page_of(path: &str) -> String {
+    let segs: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    let keep = |n: usize| segs[..segs.len().saturating_sub(n)].join("/");
+    match segs.as_slice() {
+        // …/limits/{version}/restore → …/limits
+        [.., "limits", _, "restore"] => keep(2),
+        ["", "console", "keys", _, "revoke"] => "/console/apps".into(),
+        // /console/tenants/{t}/apps/{app}[/keys] → the tenant's apps
+        ["", "console", "tenants", _, "apps", _] => keep(1),
+        ["", "console", "tenants", _, "apps", _, "keys"] => keep(2),
+        ["", "console", area @ ("models" | "users" | "quota-requests" | "borrowing"), ..] => {
+            format!("/console/{area}")
+        }
+        ["", "console", "logout" | "lang"] => "/console".into(),
+        // A page that takes its own form (a tenant, a limits history).
+        _ => path.to_string(),
+    }
+}
+
+/// A console address asked with a method it does not serve: a GET of a
+/// form's POST address goes to the form's page (303); anything else is 405.
+pub async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+    if matches!(method, Method::GET | Method::HEAD) {
+        let page = page_of(uri.path());
+        let page = if page == uri.path() {
+            "/console".into()
+        } else {
+            page
+        };
+        return Redirect::to(&page).into_response();
+    }
+    StatusCode::METHOD_NOT_ALLOWED.into_response()
+}
+
 /// An unknown `/console/…` address: the console's own 404 page.
 pub async fn not_found(_s: Session) -> PageError {
     PageError::Api(ApiError::NotFound("page".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::page_of;
+
+    #[test]
+    fn a_forms_post_address_leads_back_to_its_page() {
+        for (post, page) in [
+            (
+                "/console/tenants/t/limits/12/restore",
+                "/console/tenants/t/limits",
+            ),
+            (
+                "/console/tenants/t/apps/a/limits/3/restore",
+                "/console/tenants/t/apps/a/limits",
+            ),
+            (
+                "/console/keys/0b1c/limits/9/restore",
+                "/console/keys/0b1c/limits",
+            ),
+            ("/console/keys/0b1c/revoke", "/console/apps"),
+            ("/console/tenants/t/apps/a", "/console/tenants/t/apps"),
+            ("/console/tenants/t/apps/a/keys", "/console/tenants/t/apps"),
+            ("/console/users/0b1c/role", "/console/users"),
+            ("/console/users/0b1c/password", "/console/users"),
+            ("/console/models/gpt-4o/prices", "/console/models"),
+            ("/console/models/deployments", "/console/models"),
+            (
+                "/console/quota-requests/0b1c/approve",
+                "/console/quota-requests",
+            ),
+            ("/console/borrowing/pool", "/console/borrowing"),
+            ("/console/logout", "/console"),
+            ("/console/lang", "/console"),
+            ("/console/tenants/t", "/console/tenants/t"),
+            ("/console/keys/0b1c/limits", "/console/keys/0b1c/limits"),
+        ] {
+            assert_eq!(page_of(post), page, "{post}");
+        }
+    }
 }
 
 #[derive(Template)]
@@ -132,8 +279,15 @@ pub async fn render_failures(
     let lang = Lang::from_headers(req.headers());
     let htmx = req.headers().contains_key("hx-request");
     // Kept to find the session again, only when something failed.
-    let (uri, headers) = (req.uri().clone(), req.headers().clone());
+    let (method, uri, headers) = (
+        req.method().clone(),
+        req.uri().clone(),
+        req.headers().clone(),
+    );
     let mut resp = next.run(req).await;
+    if resp.extensions_mut().remove::<NeedsLogin>().is_some() {
+        resp = sign_in_first(&cp, &method, &uri, &headers, htmx);
+    }
     if let Some(Failure(status, key, detail)) = resp.extensions_mut().remove::<Failure>() {
         let message = lang.t(key);
         let html = if htmx {

@@ -9,7 +9,7 @@ use crate::error::ApiError;
 use crate::i18n::{Lang, LANG_COOKIE};
 use crate::ControlPlane;
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
@@ -28,6 +28,8 @@ struct LoginPage {
     password_login: bool,
     /// The SSO button is offered.
     sso: bool,
+    /// Where signing in returns to ("" = the dashboard).
+    next: String,
 }
 
 /// Login CSRF (someone else's page signing the victim in as the attacker):
@@ -105,6 +107,7 @@ fn login_page(
         login_csrf: csrf.token(cp),
         password_login: cp.password_login,
         sso: cp.sso.is_some(),
+        next: String::new(),
     }
 }
 
@@ -129,15 +132,24 @@ pub(super) fn refused(
 pub async fn form(
     State(cp): State<Arc<ControlPlane>>,
     headers: HeaderMap,
+    Query(q): Query<Next>,
 ) -> Result<Response, PageError> {
     let csrf = LoginCsrf::of(&headers);
-    let page = login_page(
+    let mut page = login_page(
         &cp,
         Lang::from_headers(&headers),
         &csrf,
         String::new(),
         None,
     );
+    if let Some(n) = safe_next(&q.next) {
+        page.next = n.to_string();
+        // The language switch comes back here, the way back kept.
+        page.c.path = format!(
+            "/console/login?{}",
+            serde_urlencoded::to_string([("next", n)]).unwrap_or_default()
+        );
+    }
     csrf.answer(&cp, StatusCode::OK, page)
 }
 
@@ -147,6 +159,31 @@ pub struct LoginForm {
     password: String,
     #[serde(rename = "_csrf", default)]
     csrf: String,
+    /// The page to come back to (`?next=` of the login page).
+    #[serde(default)]
+    next: String,
+}
+
+/// `next` when it is a console page to come back to: a path of this
+/// console (no other site: not `//host`, no backslash, printable ASCII), not
+/// the login or logout itself, not the bare dashboard (where a sign-in lands
+/// anyway).
+pub fn safe_next(next: &str) -> Option<&str> {
+    let ok = next
+        .bytes()
+        .all(|b| (0x21..0x7f).contains(&b) && b != b'\\')
+        && (next.starts_with("/console/") || next.starts_with("/console?"))
+        && !next.starts_with("/console/login")
+        && !next.starts_with("/console/logout")
+        && !next.starts_with("/console/sso/");
+    ok.then_some(next)
+}
+
+/// `?next=` of the login page.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct Next {
+    next: String,
 }
 
 /// Checks the form's CSRF token, then the password like the API's login
@@ -160,7 +197,9 @@ pub async fn submit(
     let lang = Lang::from_headers(&headers);
     let csrf = LoginCsrf::of(&headers);
     let failed = |status: StatusCode, key: &'static str, email: String| {
-        csrf.answer(&cp, status, login_page(&cp, lang, &csrf, email, Some(key)))
+        let mut page = login_page(&cp, lang, &csrf, email, Some(key));
+        page.next = safe_next(&f.next).unwrap_or_default().to_string();
+        csrf.answer(&cp, status, page)
     };
     if !csrf.valid(&cp, &f.csrf) {
         return failed(StatusCode::FORBIDDEN, "login.csrf", f.email);
@@ -178,7 +217,8 @@ pub async fn submit(
         }
         Err(e) => return Err(e.into()),
     };
-    let mut r = Redirect::to("/console").into_response();
+    let to = safe_next(&f.next).unwrap_or("/console");
+    let mut r = Redirect::to(to).into_response();
     r.headers_mut()
         .insert(header::SET_COOKIE, session_cookie(&cp, &session.token));
     Ok(r)

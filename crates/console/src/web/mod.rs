@@ -176,6 +176,15 @@ impl Chrome {
         self.lang.t(key)
     }
 
+    /// The longest text of a kind (`reason`, `name`, … of
+    /// `domain::text`): a form's `maxlength`.
+    pub fn max(&self, kind: &str) -> usize {
+        domain::text::ALL
+            .iter()
+            .find(|l| l.kind == kind)
+            .map_or(0, |l| l.max_chars)
+    }
+
     /// A stored code (a priority, a model kind, a state) in the reader's
     /// language: the text of `area.code`, else the code as it is.
     pub fn tv(&self, area: &str, code: &str) -> String {
@@ -321,6 +330,7 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/console/jobs", get(bills::jobs))
         .route("/console/notices", get(bills::notices))
         .route("/console/{*rest}", get(error::not_found))
+        .method_not_allowed_fallback(error::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             cp.clone(),
             session::require_csrf,

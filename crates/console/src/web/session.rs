@@ -166,11 +166,16 @@ impl FromRequestParts<Arc<ControlPlane>> for Session {
             actor,
             csrf: csrf_token(&csrf_key(cp), session.jti()),
             lang: Lang::from_headers(&parts.headers),
-            path: parts
-                .uri
-                .path_and_query()
-                .map(|p| p.as_str().to_string())
-                .unwrap_or_else(|| "/console".into()),
+            // A form's result (a POST) is not an address to come back to:
+            // the language switch goes to the form's page.
+            path: match parts.method {
+                Method::GET | Method::HEAD => parts
+                    .uri
+                    .path_and_query()
+                    .map(|p| p.as_str().to_string())
+                    .unwrap_or_else(|| "/console".into()),
+                _ => super::error::page_of(parts.uri.path()),
+            },
             htmx: parts.headers.contains_key("hx-request"),
         })
     }

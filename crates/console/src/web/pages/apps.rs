@@ -117,7 +117,7 @@ impl KeyLine {
         let used = uses.get(&k.id.to_string());
         KeyLine {
             id: k.id.to_string(),
-            name: k.name.clone(),
+            name: super::clipped(&k.name, domain::text::KEY_NAME),
             prefix: k.prefix.clone(),
             created: when(k.created_at),
             expires: k.expires_at.map(when).unwrap_or_default(),

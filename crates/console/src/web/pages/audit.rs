@@ -42,6 +42,18 @@ impl AuditLine {
             changes: field_changes(&e.before, &e.after),
         }
     }
+
+    /// The line as a page shows it: long texts clipped (an export keeps
+    /// them whole).
+    pub fn clipped(mut self) -> AuditLine {
+        use domain::text::REASON;
+        self.reason = super::clipped(&self.reason, REASON);
+        for ch in &mut self.changes {
+            ch.before = super::clipped(&ch.before, REASON);
+            ch.after = super::clipped(&ch.after, REASON);
+        }
+        self
+    }
 }
 
 /// Rows per page.
@@ -127,7 +139,7 @@ pub async fn list(
         older: next.map(|n| f.with_before(Some(n))),
         csv: f.with_before(None),
         f,
-        rows: rows.iter().map(AuditLine::of).collect(),
+        rows: rows.iter().map(|r| AuditLine::of(r).clipped()).collect(),
         bad_time,
     })
 }

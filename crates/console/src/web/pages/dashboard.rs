@@ -313,6 +313,6 @@ async fn recent_audit(
     Ok(audit::search(cp, a, &f)
         .await?
         .iter()
-        .map(AuditLine::of)
+        .map(|r| AuditLine::of(r).clipped())
         .collect())
 }

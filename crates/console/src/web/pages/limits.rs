@@ -5,7 +5,7 @@
 //! tenant a form that changes an app's or a key's limits
 //! (`crate::api::limits::set`, audited).
 
-use super::{form_error, FieldError, LimitsForm};
+use super::{form_error, stale_notice, FieldError, LimitsForm, StaleLine};
 use crate::api::limits::{self as svc, LimitVersion};
 use crate::web::{render, Chrome, PageError, Session};
 use crate::ControlPlane;
@@ -39,6 +39,9 @@ pub struct VersionLine {
     pub reason: String,
     pub changes: Vec<ChangeLine>,
     pub current: bool,
+    /// A restore that changed no limit (the version restored was the one in
+    /// force): "no change", not "unlimited" (what an empty creation reads).
+    pub no_change: bool,
 }
 
 /// A limit's value as the console shows it (money as an amount).
@@ -76,7 +79,7 @@ impl VersionLine {
             at: format!("{} UTC", v.at.get(..19).unwrap_or(&v.at).replace('T', " ")),
             actor: v.actor.clone(),
             what,
-            reason: v.reason.clone(),
+            reason: super::clipped(&v.reason, domain::text::REASON),
             changes: v
                 .changes
                 .iter()
@@ -88,6 +91,7 @@ impl VersionLine {
                 })
                 .collect(),
             current: v.current,
+            no_change: what == "limits.restored" && v.changes.is_empty(),
         }
     }
 }
@@ -114,6 +118,11 @@ struct HistoryPage {
     edit: Option<LimitsForm>,
     edit_errors: FieldError,
     saved: bool,
+    /// The owner's row version the edit form is based on.
+    version: i64,
+    /// What someone else changed since the edit form was opened (a save
+    /// refused as stale).
+    stale: Vec<StaleLine>,
 }
 
 struct Owner {
@@ -147,10 +156,17 @@ async fn app_owner(cp: &ControlPlane, s: &Session, t: &str, a: &str) -> Result<O
 async fn key_owner(cp: &ControlPlane, s: &Session, id: Uuid) -> Result<Owner, PageError> {
     let owner = svc::key_owner(cp, &s.actor, id).await?;
     let back = format!("/console/tenants/{}/apps", owner.tenant());
+    // A key is named by its name (its id is the page's address).
+    let name = cp
+        .store
+        .key_names(s.actor.scope(), &[id])
+        .await?
+        .remove(&id)
+        .unwrap_or_else(|| id.to_string());
     Ok(Owner {
         owner,
         kind: "limits.of_key",
-        name: id.to_string(),
+        name,
         base: format!("/console/keys/{id}/limits"),
         back,
     })
@@ -164,6 +180,7 @@ async fn page(
     failed: i64,
     restored: bool,
 ) -> Result<HistoryPage, PageError> {
+    let version = svc::version_of(cp, &s.actor, &o.owner).await?;
     let rows = svc::history(cp, &s.actor, &o.owner).await?;
     let edit = svc::may_set(&s.actor, &o.owner).is_ok().then(|| {
         rows.first()
@@ -184,6 +201,8 @@ async fn page(
         edit,
         edit_errors: FieldError::default(),
         saved: false,
+        version,
+        stale: Vec::new(),
     })
 }
 
@@ -294,21 +313,39 @@ pub async fn key_restore(
     restore(&cp, &s, o, version, f).await
 }
 
+/// The limits form as posted: the limits and the version it was opened at.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct EditForm {
+    #[serde(flatten)]
+    limits: LimitsForm,
+    version: String,
+}
+
 /// Changes an app's or a key's limits from the history page's form; back to
-/// the history (the change on top), or the form with every field in error.
+/// the history (the change on top), or the form with every field in error,
+/// or — someone saved in between — what they changed, above what was typed.
 async fn edit(
     cp: &ControlPlane,
     s: &Session,
     o: Owner,
-    f: LimitsForm,
+    f: EditForm,
 ) -> Result<Response, PageError> {
     let owner = o.owner.clone();
-    let result = match f.parse() {
-        Ok(limits) => svc::set(cp, &s.actor, &owner, &limits).await,
-        Err(e) => Err(e),
+    let EditForm { limits: f, version } = f;
+    let result = match (f.parse(), super::int("version", &version)) {
+        (Ok(limits), Ok(expected)) => svc::set(cp, &s.actor, &owner, &limits, expected).await,
+        (Err(e), _) | (_, Err(e)) => Err(e),
     };
     match result {
-        Ok(()) => Ok(Redirect::to(&format!("{}?saved=1", o.base)).into_response()),
+        Ok(_) => Ok(Redirect::to(&format!("{}?saved=1", o.base)).into_response()),
+        Err(crate::error::ApiError::Stale { what, expected, .. }) => {
+            let stale = stale_notice(cp, &what, expected).await?;
+            let mut p = page(cp, s, o, FieldError::default(), 0, false).await?;
+            p.edit = Some(f);
+            p.stale = stale;
+            Ok((StatusCode::CONFLICT, render(p)?).into_response())
+        }
         Err(e) => {
             let errors = form_error(e)?.and(f.problems());
             let mut p = page(cp, s, o, FieldError::default(), 0, false).await?;
@@ -323,7 +360,7 @@ pub async fn app_edit(
     State(cp): State<Arc<ControlPlane>>,
     s: Session,
     Path((t, a)): Path<(String, String)>,
-    Form(f): Form<LimitsForm>,
+    Form(f): Form<EditForm>,
 ) -> Result<Response, PageError> {
     let o = app_owner(&cp, &s, &t, &a).await?;
     edit(&cp, &s, o, f).await
@@ -333,7 +370,7 @@ pub async fn key_edit(
     State(cp): State<Arc<ControlPlane>>,
     s: Session,
     Path(id): Path<Uuid>,
-    Form(f): Form<LimitsForm>,
+    Form(f): Form<EditForm>,
 ) -> Result<Response, PageError> {
     let o = key_owner(&cp, &s, id).await?;
     edit(&cp, &s, o, f).await

@@ -304,6 +304,17 @@ pub fn thousands(v: i64) -> String {
     format!("{sign}{}", domain::money::group_thousands(v.unsigned_abs()))
 }
 
+/// Free text as a page shows it: at most `limit`'s maximum characters (a
+/// row stored before the limit existed cannot make a page huge), `…` when
+/// cut. The cell shows a few lines of it with an ellipsis, and all of it on
+/// demand (its `title`, or a click: `.clip` in console.css).
+pub fn clipped(text: &str, limit: domain::text::TextLimit) -> String {
+    match domain::text::clip(text, limit.max_chars) {
+        (t, true) => format!("{t}…"),
+        (t, false) => t.to_string(),
+    }
+}
+
 /// A time as the console shows it (UTC, to the minute).
 pub fn when(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M UTC").to_string()
@@ -401,4 +412,46 @@ mod path_tests {
         assert_eq!(path_segment("deepseek/chat:v3"), "deepseek%2Fchat%3Av3");
         assert_eq!(path_segment("gpt-4o_mini.2"), "gpt-4o_mini.2");
     }
+}
+
+/// One change someone else made to what a form edits, after the version the
+/// form was opened at: who, when, each field before → after.
+pub struct StaleLine {
+    pub actor: String,
+    pub at: String,
+    pub changes: Vec<domain::audit::FieldChange>,
+}
+
+/// "Changed since you opened it": the changes to `target` (as the audit log
+/// names it) since version `since`, newest last. The form that was refused
+/// shows them above what was typed, which stays.
+pub async fn stale_notice(
+    cp: &crate::ControlPlane,
+    target: &str,
+    since: i64,
+) -> Result<Vec<StaleLine>, PageError> {
+    let rows = cp.store.changes_since(target, since).await?;
+    Ok(rows
+        .iter()
+        .map(|r| StaleLine {
+            actor: r.entry.actor.clone(),
+            at: format!(
+                "{} UTC",
+                r.entry
+                    .at
+                    .get(..19)
+                    .unwrap_or(&r.entry.at)
+                    .replace('T', " ")
+            ),
+            changes: domain::audit::field_changes(&r.entry.before, &r.entry.after)
+                .into_iter()
+                .filter(|c| c.field != "version")
+                .map(|mut c| {
+                    c.before = clipped(&c.before, domain::text::NAME);
+                    c.after = clipped(&c.after, domain::text::NAME);
+                    c
+                })
+                .collect(),
+        })
+        .collect())
 }

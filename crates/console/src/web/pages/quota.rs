@@ -104,12 +104,12 @@ impl QuotaLine {
             } else {
                 String::new()
             },
-            reason: q.reason.clone(),
+            reason: super::clipped(&q.reason, domain::text::REASON),
             state,
             state_key,
             expires: when(q.expires_at),
             left: time_left(lang, q.expires_at, now),
-            note: q.note.clone(),
+            note: super::clipped(&q.note, domain::text::NOTE),
             requested_by: String::new(),
             decided_by: String::new(),
             can_decide: false,

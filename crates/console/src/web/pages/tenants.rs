@@ -2,7 +2,10 @@
 //! admins create and edit; everyone else reads what their role may see.
 
 use super::dashboard::UsageLine;
-use super::{form_error, int, limits_summary, model_problems, split_list, FieldError, LimitsForm};
+use super::{
+    form_error, int, limits_summary, model_problems, split_list, stale_notice, FieldError,
+    LimitsForm, StaleLine,
+};
 use crate::api::tenants::{self as svc, TenantIn, TenantPatch};
 use crate::api::usage;
 use crate::error::ApiError;
@@ -60,11 +63,14 @@ pub struct TenantForm {
     pub borrow_cap_tokens: String,
     pub allowed_models: String,
     pub clamp_max_tokens: Option<String>,
+    /// The tenant's version the form was opened at ("" on a new tenant).
+    pub version: String,
 }
 
 impl TenantForm {
-    fn of(t: &TenantRow) -> TenantForm {
+    fn of(t: &TenantRow, version: i64) -> TenantForm {
         TenantForm {
+            version: version.to_string(),
             id: t.id.clone(),
             name: t.name.clone(),
             cost_center: t.cost_center.clone(),
@@ -124,6 +130,7 @@ impl TenantForm {
             borrow_cap_tokens: Some(t.borrow_cap_tokens),
             allowed_models: Some(t.allowed_models),
             clamp_max_tokens: Some(t.clamp_max_tokens),
+            version: int("version", &self.version)?,
         })
     }
 }
@@ -161,6 +168,7 @@ struct FormFragment {
     errors: FieldError,
     editing: bool,
     saved: bool,
+    stale: Vec<StaleLine>,
 }
 
 #[derive(Template)]
@@ -171,6 +179,7 @@ struct NewPage {
     errors: FieldError,
     editing: bool,
     saved: bool,
+    stale: Vec<StaleLine>,
 }
 
 pub async fn new_form(s: Session) -> Result<Html<String>, PageError> {
@@ -181,6 +190,7 @@ pub async fn new_form(s: Session) -> Result<Html<String>, PageError> {
         errors: FieldError::default(),
         editing: false,
         saved: false,
+        stale: Vec::new(),
     })
 }
 
@@ -214,6 +224,7 @@ pub async fn create(
                 errors,
                 editing: false,
                 saved: false,
+                stale: Vec::new(),
             };
             let html = fragment_or_page(&s, "tenants.new", "/console/tenants", frag)?;
             Ok((StatusCode::UNPROCESSABLE_ENTITY, html).into_response())
@@ -233,6 +244,7 @@ struct ShowPage {
     errors: FieldError,
     editing: bool,
     saved: bool,
+    stale: Vec<StaleLine>,
 }
 
 /// `?saved=1`: the page a just-created tenant lands on says so.
@@ -248,7 +260,7 @@ pub async fn show(
     Path(id): Path<String>,
     Query(q): Query<ShowQuery>,
 ) -> Result<Html<String>, PageError> {
-    let t = svc::tenant_for(&cp, &s.actor, &id).await?;
+    let (t, version) = svc::tenant_versioned(&cp, &s.actor, &id).await?;
     // Usage is live from Redis; the page still shows the tenant without it.
     let usage = usage::month_usage(&cp, &s.actor, &id, None)
         .await
@@ -260,10 +272,11 @@ pub async fn show(
         usage,
         can_edit: s.actor.is_platform_admin(),
         can_manage: s.actor.may(domain::roles::Access::Manage, &id),
-        form: TenantForm::of(&t),
+        form: TenantForm::of(&t, version),
         errors: FieldError::default(),
         editing: true,
         saved: q.saved.is_some(),
+        stale: Vec::new(),
     })
 }
 
@@ -277,10 +290,22 @@ pub async fn update(
         Ok(p) => svc::update_tenant(&cp, &s.actor, &id, p).await,
         Err(e) => Err(e),
     };
+    let mut stale = Vec::new();
     let (status, errors, saved) = match result {
-        Ok(t) => {
-            f = TenantForm::of(&t);
+        Ok((t, version)) => {
+            f = TenantForm::of(&t, version);
             (StatusCode::OK, FieldError::default(), true)
+        }
+        // Someone saved in between: say what they changed, keep what was
+        // typed, and base the next save on the version now stored.
+        Err(ApiError::Stale {
+            what,
+            expected,
+            current,
+        }) => {
+            stale = stale_notice(&cp, &what, expected).await?;
+            f.version = current.to_string();
+            (StatusCode::CONFLICT, FieldError::default(), false)
         }
         Err(e) => {
             let mut more = f.problems();
@@ -299,6 +324,7 @@ pub async fn update(
         errors,
         editing: true,
         saved,
+        stale,
     };
     let html = fragment_or_page(&s, "nav.tenants", "/console/tenants", frag)?;
     Ok((status, html).into_response())
