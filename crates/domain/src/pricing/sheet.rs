@@ -339,6 +339,44 @@ impl PriceSheet {
         micro_of_pico(self.multiplied(tokens + calls))
     }
 
+    /// What a request is held at, per million tokens (µUSD, the
+    /// multiplier applied, rounded up): the dearest input and output price
+    /// of the prices it can reach — the default service's and each service
+    /// tier in `tiers`, at the whole-request tier its input's upper bound
+    /// `input_upper` crosses. The same prices the settle bills by
+    /// ([`Self::prices_for`]), taken at their dearest.
+    pub fn hold_price<'t>(
+        &self,
+        tiers: impl IntoIterator<Item = &'t str>,
+        input_upper: i64,
+    ) -> crate::pricing::Price {
+        let at = |t: Option<&str>| {
+            let p = self.prices_for(t, input_upper);
+            (p.max_input(), p.max_output())
+        };
+        let (mut pin, mut pout) = at(None);
+        for t in tiers {
+            let (i, o) = at(Some(t));
+            pin = pin.max(i);
+            pout = pout.max(o);
+        }
+        let m = |p: i64| i64::try_from(self.multiplied(p as i128)).unwrap_or(i64::MAX);
+        crate::pricing::Price {
+            input_micro_per_mtok: m(pin),
+            output_micro_per_mtok: m(pout),
+        }
+    }
+
+    /// The fees of `web_search_calls` searches in whole micro-USD, rounded
+    /// up, the multiplier applied: what a request's tool calls are held at.
+    pub fn fees_micro(&self, web_search_calls: i64) -> i64 {
+        let b = Breakdown {
+            web_search_calls,
+            ..Default::default()
+        };
+        self.cost_micro(&b)
+    }
+
     /// The cost in whole micro-USD, rounded up (what holds and the Redis
     /// counters take), saturated to i64.
     pub fn cost_micro(&self, b: &Breakdown) -> i64 {
@@ -533,6 +571,48 @@ mod tests {
         // Served at default although priority was asked: the default price.
         b.served_tier = Some("default".into());
         assert_eq!(s.cost_micro(&b), default);
+    }
+
+    #[test]
+    fn a_request_is_held_at_the_dearest_price_it_can_reach() {
+        let mut s = PriceSheet {
+            base: TokenPrices::two(2_000_000, 8_000_000),
+            tiers: vec![InputTier {
+                above_input_tokens: 5_000,
+                service_tier: None,
+                prices: TokenPrices::two(4_000_000, 12_000_000),
+            }],
+            ..Default::default()
+        };
+        s.service_tiers
+            .insert("priority".into(), TokenPrices::two(5_000_000, 20_000_000));
+        let none: [&str; 0] = [];
+        let p = s.hold_price(none, 4_000);
+        assert_eq!(
+            (p.input_micro_per_mtok, p.output_micro_per_mtok),
+            (2_000_000, 8_000_000)
+        );
+        // The input's upper bound crosses the threshold: the tier's prices.
+        let p = s.hold_price(none, 5_001);
+        assert_eq!(
+            (p.input_micro_per_mtok, p.output_micro_per_mtok),
+            (4_000_000, 12_000_000)
+        );
+        let p = s.hold_price(["priority"], 10);
+        assert_eq!(
+            (p.input_micro_per_mtok, p.output_micro_per_mtok),
+            (5_000_000, 20_000_000)
+        );
+        // A tier the sheet does not price is held at the default's.
+        let p = s.hold_price(["flex"], 10);
+        assert_eq!(p.input_micro_per_mtok, 2_000_000);
+        s.multiplier_ppm = Some(1_500_000);
+        assert_eq!(s.hold_price(none, 10).input_micro_per_mtok, 3_000_000);
+        s.tool_fees.web_search = 10_000;
+        assert_eq!(s.fees_micro(5), 75_000);
+        // The hold and the bill agree: the same request priced both ways.
+        let b = Breakdown::plain(1_000, 100);
+        assert!(s.hold_price(none, 1_000).cost(1_000, 100).0 >= s.cost_micro(&b));
     }
 
     #[test]
