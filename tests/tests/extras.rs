@@ -329,19 +329,29 @@ async fn hosted_tools_are_refused_unless_allowed_then_capped_and_held() {
         micro(est_in, 20, (INPUT, OUTPUT)) + DEFAULT_TOOL_CALLS * SEARCH_FEE,
         "held: tokens + cap × fee ({e:?})"
     );
-    // The client's own cap is kept, and held.
+    // The client's own cap is kept, and held; the searches the provider
+    // ran (its `web_search_call` items) billed at the fee each.
     let mut capped = tools.clone();
     capped["max_tool_calls"] = json!(2);
-    let (status, rid, _) = send(&f, &k, "responses", &body("responses", "m", "hi", capped)).await;
+    let before = f.env.mock.snapshot();
+    let b = body("responses", "m", "[mock:web_search=2] look it up", capped);
+    let (status, rid, _) = send(&f, &k, "responses", &b).await;
     assert_eq!(status, 200);
-    assert_eq!(
-        f.env.mock.snapshot().last_body.unwrap()["max_tool_calls"],
-        2
-    );
+    let after = f.env.mock.snapshot();
+    assert_eq!(after.last_body.as_ref().unwrap()["max_tool_calls"], 2);
     let e = booked(&f, &rid).await;
     assert_eq!(
         e.est_cost_micro,
         micro(e.est_tokens - 20, 20, (INPUT, OUTPUT)) + 2 * SEARCH_FEE
+    );
+    let (p, c) = (
+        (after.prompt_tokens - before.prompt_tokens) as i64,
+        (after.completion_tokens - before.completion_tokens) as i64,
+    );
+    assert_eq!(
+        e.cost_pico,
+        p * INPUT + c * OUTPUT + 2 * SEARCH_FEE * 1_000_000,
+        "two searches billed ({e:?})"
     );
 
     // Anthropic: `max_uses` sent, the searches the provider reports billed
