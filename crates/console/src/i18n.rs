@@ -236,6 +236,8 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("limits.max_inflight", "Max in flight", "最大并发"),
     ("limits.max_context_tokens", "Max context tokens", "最大上下文 token"),
     ("limits.max_output_tokens", "Max output tokens", "最大输出 token"),
+    ("limits.allowed_service_tiers", "Allowed service tiers (beyond the default)", "允许的服务等级（默认之外）"),
+    ("limits.allowed_tools", "Allowed hosted tools", "允许的托管工具"),
     // limits history and rollback
     ("limits.history", "Limits history", "限额历史"),
     ("limits.history_intro", "Every change of these limits, newest first, from the audit log. Restoring an earlier version puts its limits back in force within seconds and is itself recorded here and in the audit log.", "这些限额的每次变更（最新在前），取自审计日志。恢复较早的版本会在数秒内使其限额重新生效，恢复操作本身也会记录在此处和审计日志中。"),
