@@ -19,7 +19,7 @@ use serde_json::Value;
 
 /// Tokens an image of unknown size is held at: above OpenAI's most for one
 /// image (85 + 170 × 8 = 1,445), Anthropic's (1,568 × 1,568 scaled to
-/// ~1.15 megapixels: ~1,600) and Gemini's for a common photo.
+/// ~1.2 megapixels: 1,600) and Gemini's for a common photo.
 pub const UNKNOWN_IMAGE_TOKENS: u64 = 1_600;
 
 /// Whose rule prices the images of a request.
@@ -70,10 +70,10 @@ impl ImageRule {
                 85 + 170 * tiles as u64
             }
             ImageRule::AnthropicArea => {
-                // Long side at most 1,568, area at most ~1.15 megapixels.
+                // Long side at most 1,568, area at most ~1.2 megapixels (1092 × 1092).
                 let fit = (1568.0 / w.max(h)).min(1.0);
                 let area = (w * fit) * (h * fit);
-                (area.min(1_150_000.0) / 750.0).ceil() as u64
+                (area.min(1_200_000.0) / 750.0).ceil() as u64
             }
             ImageRule::GeminiTiles => {
                 if w <= 384.0 && h <= 384.0 {
