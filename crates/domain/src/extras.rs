@@ -179,13 +179,11 @@ fn refused_fields(dialect: Dialect, body: &Value) -> Result<(), InvalidField> {
                 ));
             }
         }
-        Dialect::Messages => {
-            if set("inference_geo") && body["inference_geo"] != "global" {
-                return Err(bad(
-                    "inference_geo",
-                    "a pinned inference region is priced above the global one; use a model whose deployment is in that region (its price carries the difference)",
-                ));
-            }
+        Dialect::Messages if set("inference_geo") && body["inference_geo"] != "global" => {
+            return Err(bad(
+                "inference_geo",
+                "a pinned inference region is priced above the global one; use a model whose deployment is in that region (its price carries the difference)",
+            ));
         }
         _ => {}
     }
