@@ -536,3 +536,46 @@ async fn images_are_held_by_the_providers_rule() {
     assert!(e.est_tokens - 20 >= 2 * 1_600, "two images held ({e:?})");
     f.srv.shutdown().await;
 }
+
+/// The policy is edited through the admin API like every limit: a bad name
+/// is refused naming the field, a good list is versioned (and audited) and
+/// reaches the running gateway.
+#[tokio::test]
+async fn the_policy_is_set_through_the_admin_api() {
+    let f = fixture().await;
+    let (id, k) = f.env.key("t", "a", Limits::default()).await;
+    let url = format!("{}/api/v1/keys/{id}/limits", f.base);
+    let (status, body) = api(
+        "PUT",
+        &url,
+        Some(&f.admin),
+        Some(json!({"limits": {"allowed_service_tiers": ["pri ority"]}})),
+    )
+    .await;
+    assert!((400..500).contains(&status), "{status} {body}");
+    assert!(body.to_string().contains("allowed_service_tiers"), "{body}");
+    let (status, body) = api(
+        "PUT",
+        &url,
+        Some(&f.admin),
+        Some(json!({"limits": {"allowed_service_tiers": ["priority"]}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (_, versions) = api("GET", &format!("{url}/versions"), Some(&f.admin), None).await;
+    assert!(
+        versions.to_string().contains("allowed_service_tiers"),
+        "{versions}"
+    );
+    let b = body_of_tier("priority");
+    let ok = eventually(Duration::from_secs(5), || async {
+        send(&f, &k, "chat", &b).await.0 == 200
+    })
+    .await;
+    assert!(ok, "the key may use priority once the change is in");
+    f.srv.shutdown().await;
+}
+
+fn body_of_tier(tier: &str) -> Value {
+    body("chat", "m", "hi", json!({"service_tier": tier}))
+}
