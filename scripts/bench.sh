@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tollgate's benchmark, one command, one markdown report (docs/benchmarks.md
-# and docs/leases.md say how to read it):
+# and docs/leases.md say how to read it), kept in bench/results/:
 #
 #   1. added latency and throughput: the upstream directly vs through tollgate
 #      at 1 and 32 connections, non-stream, for each admission path —
@@ -24,6 +24,9 @@
 #   MODES= CONNS= HOLD_BENCH=0 ./scripts/bench.sh                  # isolation only
 #   SCALE=1 ./scripts/bench.sh          # the scale section instead (scripts/bench_scale.sh)
 #   BENCH_DB_SQL="CREATE INDEX …" ./scripts/bench.sh   # a schema ablation, run after the migrations
+#   RECORD=0 ./scripts/bench.sh         # print the report only (default: also kept as
+#                                       # bench/results/<date>-bench-<upstream>.md, its headline
+#                                       # figures added to bench/results/figures.tsv)
 #   TOLLGATE_BIN=/path/to/tollgate ./scripts/bench.sh   # another build of the gateway (A/B runs)
 #
 #   6. load scenarios (docs/benchmarks.md, "Load scenarios"): three tenants
@@ -35,7 +38,7 @@
 #
 #   SCENARIOS="storm long streams retry surge all" ./scripts/bench.sh
 #   SCENARIOS=long LONG_INPUTS="exact bound" ./scripts/bench.sh   # both long-input estimates
-#   SCENARIOS=surge DUR=10 SURGE_DUR=30 SVG_DIR=docs/img ./scripts/bench.sh
+#   SCENARIOS=surge DUR=10 SURGE_DUR=30 SVG_DIR=bench/results/img ./scripts/bench.sh
 #
 # Only processes this script starts are stopped. Its Redis keys live under a
 # fresh prefix; the hold-engine benchmark deletes its own keys.
@@ -190,7 +193,7 @@ run() { # name url lua conns [pid]
         R[$1.$4.cpu]=$(awk -v g="$g" -v d="$DUR" 'BEGIN{printf "%.2f", g/100/d}')
         R[$1.$4.rss]=$(rss_mb "$5")
         # CPU per request of every process on the path, in µs: where the
-        # machine's two cores go (docs/benchmarks.md, "What bounds").
+        # machine's two cores go (bench/results/2026-11-30-bench.md, "What bounds").
         local n=$((${R[$1.$4.requests]:-0})) wrk_s
         wrk_s=$(echo "$out" | awk '/^WRKCPU/{print $2+$3}')
         # shellcheck disable=SC2086
@@ -217,6 +220,13 @@ if [[ ${SCALE:-0} == 1 ]]; then
     # The scale section instead (its own function and database).
     # shellcheck source=scripts/bench_scale.sh
     . "$TOLLGATE_ROOT/scripts/bench_scale.sh"
+    # Kept in bench/results/ too (RECORD=0: printed only); the shell's own
+    # stdout, so that everything scale_bench starts stays this shell's.
+    if [[ ${RECORD:-1} == 1 ]]; then
+        results=bench/results/$(date -u +%F-%H%M)-scale.md
+        log "report kept in $results"
+        exec > >(tee "$results")
+    fi
     scale_bench
     exit 0
 fi
@@ -351,6 +361,9 @@ if [[ $HOLD_BENCH == 1 ]]; then
         --runs "sequential:1,sequential:16,pipelined:16,pipelined:64,lease:64,lease:256")
 fi
 
+# The report: printed, and unless RECORD=0 kept in bench/results/ with its
+# headline figures added to the current-figures table (scripts/figures.sh).
+report() {
 echo
 echo "# tollgate bench — upstream: $UPSTREAM, ${DUR}s per run, $(nproc) cores, $(date -u '+%F %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 echo
@@ -432,3 +445,45 @@ echo "Physical floor, redis-benchmark PING on this machine:"
 for c in 1 32; do
     printf -- '- c=%s: %s\n' "$c" "$(redis-benchmark -h "$REDIS_HOST" -p "$REDIS_PORT" -t ping -n 100000 -c "$c" -q 2>/dev/null | tr '\r' '\n' | grep -E 'PING_MBULK: [0-9]' | tail -1)"
 done
+}
+
+RECORD=${RECORD:-1}
+if [[ $RECORD != 1 ]]; then
+    report
+    exit 0
+fi
+what=bench-$UPSTREAM
+[[ -n $SCENARIOS ]] && what=scenarios
+results=bench/results/$(date -u +%F-%H%M)-$what.md
+report | tee "$results"
+log "report kept in $results"
+src=$(basename "$results")
+thousands() { echo "$1" | sed ':a;s/\B[0-9]\{3\}\>/,&/;ta'; }
+for c in $CONNS; do
+    [[ $UPSTREAM == nginx && -n ${R[lease.$c.rps]:-} ]] || continue
+    if [[ $c == 1 ]]; then
+        record_figure added_p50_c1 "added latency at 1 connection, p50 (bench.sh, nginx upstream, leases)" \
+            "$((${R[lease.1.p50]:-0} - ${R[direct.1.p50]:-0})) µs" "≤ 100 µs" "$src"
+        record_figure added_p99_c1 "added latency at 1 connection, p99 (bench.sh, nginx upstream, leases)" \
+            "$((${R[lease.1.p99]:-0} - ${R[direct.1.p99]:-0})) µs" "≤ 300 µs" "$src"
+    elif [[ $c == 32 ]]; then
+        record_figure rps_c32 "requests/s at 32 connections (bench.sh, nginx upstream, leases; books exact)" \
+            "$(thousands "${R[lease.32.rps]}")" "≥ 20,000" "$src"
+    fi
+done
+if [[ -n ${sd:-} ]]; then
+    record_figure stream_ttft "streams: added time to first token, p50 / p99 (bench.sh)" \
+        "$(awk -v g50="$(field "$sg" ttft_p50_us)" -v d50="$(field "$sd" ttft_p50_us)" \
+            -v g99="$(field "$sg" ttft_p99_us)" -v d99="$(field "$sd" ttft_p99_us)" \
+            'BEGIN { printf "%+.2f / %+.2f ms", (g50 - d50) / 1000, (g99 - d99) / 1000 }')" "p99 ≤ 1 ms" "$src"
+fi
+if [[ -n ${slow:-} && $SLOW_STREAMS == 1000 ]]; then
+    record_figure slow_streams_rss "1,000 concurrent slow streams: peak gateway RSS (bench.sh)" "$peak MB" "≤ 100 MB" "$src"
+fi
+# The leased hold engine at its most clients: `| lease | 256 | 72246 | …`.
+pairs=$(echo "${hb:-}" | awk -F'|' '$2 ~ /lease/ { n = $4 + 0 } END { if (n) printf "%d", n }')
+if [[ -n $pairs ]]; then
+    record_figure hold_engine "hold engine: hold+settle pairs/s on leases (hold-bench)" \
+        "$(thousands "$pairs")" "≥ 50,000" "$src"
+fi
+bash "$TOLLGATE_ROOT/scripts/figures.sh"

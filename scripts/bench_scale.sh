@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # The scale section of scripts/bench.sh (`SCALE=1 ./scripts/bench.sh`;
-# docs/scale.md says how to read it). Sourced by bench.sh once the release
+# docs/benchmarks.md and docs/scale.md say how to read it). Sourced by bench.sh once the release
 # build and the upstream are up; uses its $bin, $target, $upstream, $work,
 # $month and helpers. Its own database (tollgate_scale) is dropped at the end.
 #

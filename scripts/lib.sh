@@ -368,10 +368,12 @@ ensure_services() {
 
 # --- Python for the openai client tests -------------------------------------
 
-# ensure_test_python : venv with the official openai and anthropic packages,
+# ensure_test_python : venv with the official openai, anthropic and
+# google-genai packages,
 # the oidc-provider-mock OpenID provider and LiteLLM's price catalog; exports
 # TOLLGATE_TEST_PYTHON and TOLLGATE_TEST_LITELLM_PRICES.
 LITELLM_VERSION=1.110.2
+GOOGLE_GENAI_VERSION=3.6.1
 ensure_test_python() {
     local venv=${TOLLGATE_VENV:-$HOME/.cache/tollgate/venv}
     local py=$venv/bin/python base
@@ -390,6 +392,12 @@ ensure_test_python() {
         "$py" -m pip install -q --disable-pip-version-check 'openai==3.63.0' 'anthropic==2.17.0' </dev/null ||
             die "python: pip install openai anthropic failed"
         "$py" -c 'import openai, anthropic' || die "python: openai/anthropic still not importable from $py"
+    fi
+    # Google's Gemini SDK (tests/tests/dialects_python.rs, gemini_client.py).
+    if ! "$py" -c 'import importlib.metadata as m; assert m.version("google-genai") == "'$GOOGLE_GENAI_VERSION'"' >/dev/null 2>&1; then
+        log "python: installing google-genai $GOOGLE_GENAI_VERSION into $venv"
+        "$py" -m pip install -q --disable-pip-version-check "google-genai==$GOOGLE_GENAI_VERSION" </dev/null ||
+            die "python: pip install google-genai failed"
     fi
     # The OpenID provider the SSO tests start (tests/src/oidc.rs).
     if ! "$py" -c 'import oidc_provider_mock' >/dev/null 2>&1; then
@@ -464,6 +472,38 @@ ensure_browser() {
     fi
 }
 
+# --- the manual ---------------------------------------------------------------
+
+# ensure_mdbook : mdbook, pinned, built once with cargo into a cache
+# directory (skipped when that version is already there); exports MDBOOK.
+# Only the search feature: no `serve`/`watch` (the book is built, not served).
+MDBOOK_VERSION=0.5.4
+ensure_mdbook() {
+    local root=${TOLLGATE_MDBOOK_ROOT:-$HOME/.cache/tollgate/mdbook-$MDBOOK_VERSION}
+    MDBOOK=$root/bin/mdbook
+    if ! "$MDBOOK" --version 2>/dev/null | grep -qx "mdbook v$MDBOOK_VERSION"; then
+        have cargo || die "mdbook: cargo not found (needed to build mdbook $MDBOOK_VERSION)"
+        log "mdbook: building $MDBOOK_VERSION into $root (once)"
+        cargo install -q --locked mdbook --version "$MDBOOK_VERSION" \
+            --no-default-features --features search --root "$root" </dev/null ||
+            die "mdbook: cargo install mdbook $MDBOOK_VERSION failed"
+        "$MDBOOK" --version | grep -qx "mdbook v$MDBOOK_VERSION" || die "mdbook: $MDBOOK is not $MDBOOK_VERSION"
+    fi
+    export MDBOOK
+}
+
+# record_figure KEY MEASURE VALUE GOAL SOURCE : one row of the current-figures
+# table (bench/results/figures.tsv; scripts/figures.sh writes the table).
+# SOURCE is the run's file in bench/results/.
+record_figure() {
+    local f
+    for f in "$@"; do
+        [[ $f != *$'\t'* && $f != *$'\n'* ]] || die "record_figure: a field holds a tab or a newline: $f"
+    done
+    (($# == 5)) || die "record_figure: KEY MEASURE VALUE GOAL SOURCE, got $# arguments"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%F)" "$@" >>"$TOLLGATE_ROOT/bench/results/figures.tsv"
+}
+
 # CPU ticks (user + system) of one or more processes, summed (those gone
 # since are skipped).
 ticks_of() {
@@ -487,3 +527,45 @@ pg_ticks() {
 }
 # A process's resident set size, in MB.
 rss_mb() { awk '/VmRSS/{printf "%.0f", $2/1024}' "/proc/$1/status"; }
+
+# --- the coding agents (tests/tests/agents.rs) ------------------------------
+
+# Pinned: the versions docs/clients.md ("Tried here") says were run.
+CLAUDE_CODE_VERSION=2.1.332
+CODEX_VERSION=0.171.0
+GEMINI_CLI_VERSION=0.61.0
+
+# ensure_agents : Claude Code, Codex and Gemini CLI from npm, at the pinned
+# versions, into one npm prefix (quick when they are there already); exports
+# TOLLGATE_TEST_CLAUDE, TOLLGATE_TEST_CODEX and TOLLGATE_TEST_GEMINI.
+ensure_agents() {
+    local dir=${TOLLGATE_AGENTS_DIR:-$HOME/.cache/tollgate/agents}
+    local want=("@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION"
+        "@google/gemini-cli@$GEMINI_CLI_VERSION")
+    local spec pkg version missing=()
+    need_cmd npm npm
+    for spec in "${want[@]}"; do
+        pkg=${spec%@*}
+        version=${spec##*@}
+        # The installed package.json's version, without running node on it.
+        if ! grep -qE "^[[:space:]]*\"version\": \"${version//./\\.}\"" \
+            "$dir/node_modules/$pkg/package.json" 2>/dev/null; then
+            missing+=("$spec")
+        fi
+    done
+    if ((${#missing[@]})); then
+        log "agents: installing ${missing[*]} into $dir"
+        mkdir -p "$dir"
+        [[ -f $dir/package.json ]] || printf '{"private":true}\n' >"$dir/package.json"
+        npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "${missing[@]}" </dev/null >&2 ||
+            die "agents: npm install ${missing[*]} failed"
+    fi
+    TOLLGATE_TEST_CLAUDE=$dir/node_modules/.bin/claude
+    TOLLGATE_TEST_CODEX=$dir/node_modules/.bin/codex
+    TOLLGATE_TEST_GEMINI=$dir/node_modules/.bin/gemini
+    local bin
+    for bin in "$TOLLGATE_TEST_CLAUDE" "$TOLLGATE_TEST_CODEX" "$TOLLGATE_TEST_GEMINI"; do
+        [[ -x $bin ]] || die "agents: $bin missing after npm install"
+    done
+    export TOLLGATE_TEST_CLAUDE TOLLGATE_TEST_CODEX TOLLGATE_TEST_GEMINI
+}

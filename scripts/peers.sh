@@ -22,6 +22,10 @@
 # connection (its p50 less direct's) as a multiple of nginx-proxy's (the
 # goals: >= 50 % and <= 2x; docs/benchmarks.md).
 #
+# The run is kept as bench/results/<date>-peers.md and tollgate's ratios go
+# to the current-figures table (bench/results/figures.tsv); RECORD=0 only
+# prints.
+#
 # Only processes this script (or peers.sh) starts are stopped.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -101,4 +105,34 @@ awk '
       printf "ratio %-11s c=32 req/s %s of nginx-proxy'"'"'s; c=1 added p50 %s us against nginx-proxy'"'"'s %d us: %s\n", \
         t, share, added == "" ? "-" : sprintf("%d", added), ng, mult
     }
-  }' "$work/peers.out"
+  }' "$work/peers.out" | tee "$work/ratios.out"
+
+# Kept in bench/results/ (RECORD=0: printed only), and tollgate's ratios
+# added to the current-figures table (scripts/figures.sh).
+[[ ${RECORD:-1} == 1 ]] || exit 0
+results=bench/results/$(date -u +%F-%H%M)-peers.md
+{
+    echo "# peers.sh — ${DUR:-8}s per run, $(nproc) cores, $(date -u '+%F %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+    echo
+    echo "Paths: ${*:-direct tollgate litellm portkey}"
+    echo
+    echo '```'
+    cat "$work/peers.out" "$work/ratios.out"
+    echo '```'
+} >"$results"
+log "report kept in $results"
+src=$(basename "$results")
+line=$(grep '^ratio tollgate ' "$work/ratios.out" || true)
+share=$(echo "$line" | sed -n 's/.*c=32 req\/s \([0-9.]* %\) of.*/\1/p')
+mult=$(echo "$line" | sed -n 's/.*: \([0-9.]*\)x$/\1/p')
+[[ -n $share ]] && record_figure nginx_share_c32 "share of nginx-proxy's requests/s at 32 connections (peers.sh)" \
+    "$share" "≥ 50 %" "$src"
+[[ -n $mult ]] && record_figure nginx_multiple_c1 "added p50 at 1 connection, multiple of nginx-proxy's (peers.sh)" \
+    "$mult×" "≤ 2×" "$src"
+# tollgate's requests/s at 32 connections over Portkey's and LiteLLM's.
+peers=$(awk '$2 == "c=32" && $3 ~ /^rps=/ { sub(/^rps=/, "", $3); rps[$1] = $3 }
+    END { if (rps["tollgate"] && rps["portkey"] && rps["litellm"])
+        printf "%.1f× / %.0f×", rps["tollgate"] / rps["portkey"], rps["tollgate"] / rps["litellm"] }' "$work/peers.out")
+[[ -n $peers ]] && record_figure peers_c32 "against Portkey / LiteLLM, requests/s at 32 connections (peers.sh)" \
+    "$peers" "≥ 30× / ≥ 300×" "$src"
+bash "$TOLLGATE_ROOT/scripts/figures.sh"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# RSS of gateway builds over a long load (docs/benchmarks.md, "Metrics upkeep"):
+# RSS of gateway builds over a long load (bench/results/2026-12-03-metrics-upkeep.md):
 # after a 3 s warm-up, then after each of four 15 s runs of wrk at 32 connections.
 #   ./scripts/rss.sh before=/path/bin after=/path/bin2
 set -euo pipefail

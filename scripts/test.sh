@@ -4,17 +4,24 @@
 #   2. a Python venv with the official openai package (TOLLGATE_TEST_PYTHON)
 #      and LiteLLM's price catalog (TOLLGATE_TEST_LITELLM_PRICES, the file
 #      tests/tests/pricing.rs imports),
-#      and headless Chromium + chromedriver for the console's browser test;
-#   3. cargo clippy --workspace --all-targets -- -D warnings (the lints: every
+#      and headless Chromium + chromedriver for the console's browser test,
+#      and Claude Code, Codex and Gemini CLI from npm at pinned versions
+#      (tests/tests/agents.rs; TOLLGATE_TEST_CLAUDE, _CODEX, _GEMINI);
+#   3. the manual: mdbook (pinned, built once into a cache) builds docs/ and
+#      scripts/doclinks.py fails on any relative link or anchor that points
+#      nowhere (in the book, the README and the run logs in bench/results/);
+#      every docs/*.md is in docs/SUMMARY.md; the current-figures tables
+#      match bench/results/figures.tsv (scripts/figures.sh --check);
+#   4. cargo clippy --workspace --all-targets -- -D warnings (the lints: every
 #      library crate warns on a dependency it does not use, console/clippy.toml
 #      bans TenantScope::system in the console), then
 #      cargo test --workspace (extra arguments pass through, e.g. -p tollgate-quota);
-#   4. unless SKIP_DEV_SMOKE=1: scripts/dev.sh on a free port, its printed curl
+#   5. unless SKIP_DEV_SMOKE=1: scripts/dev.sh on a free port, its printed curl
 #      line must return a chat completion;
-#   5. unless SKIP_SECRETS_SCAN=1: everything the suite left behind (server
+#   6. unless SKIP_SECRETS_SCAN=1: everything the suite left behind (server
 #      logs, error bodies, /metrics, dumps of every test database and of
 #      ClickHouse) is scanned for plaintext keys and the suite's secrets;
-#   6. unless SKIP_SUPPLY_CHAIN=1: scripts/supply-chain.sh (cargo-deny).
+#   7. unless SKIP_SUPPLY_CHAIN=1: scripts/supply-chain.sh (cargo-deny).
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -26,6 +33,7 @@ have cargo || die "cargo not found: install Rust (rustup) and make sure cargo is
 ensure_services
 ensure_test_python # exports TOLLGATE_TEST_PYTHON, TOLLGATE_TEST_LITELLM_PRICES
 ensure_browser
+ensure_agents # exports TOLLGATE_TEST_CLAUDE, TOLLGATE_TEST_CODEX, TOLLGATE_TEST_GEMINI
 # libfaketime: replicas and a Redis whose clocks read another time
 # (tests/tests/hardening.rs, the month's last seconds).
 need_cmd faketime faketime
@@ -44,7 +52,7 @@ for arg in "$@"; do
     esac
 done
 
-# What the suite leaves for the secrets scan (step 5).
+# What the suite leaves for the secrets scan (step 6).
 TOLLGATE_TEST_LOG_DIR=${TOLLGATE_TEST_LOG_DIR:-${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/test-logs}
 rm -rf "$TOLLGATE_TEST_LOG_DIR" && mkdir -p "$TOLLGATE_TEST_LOG_DIR"
 export TOLLGATE_TEST_LOG_DIR
@@ -61,6 +69,9 @@ for db in $(ch_query "SELECT name FROM system.databases WHERE substring(name, 1,
     ch_query "DROP DATABASE IF EXISTS $db" "$TOLLGATE_TEST_CLICKHOUSE_URL" >/dev/null ||
         log "clickhouse: could not drop $db (continuing)"
 done
+
+# The manual first: it takes seconds once mdbook is built.
+bash scripts/book.sh
 
 # Lints before the tests: a warning fails CI.
 log "+ cargo clippy --workspace --all-targets -- -D warnings"

@@ -2,6 +2,15 @@
 -- `tollgate migrate` (and before every rollover); every statement is
 -- idempotent. `{db}` is replaced by clickhouse.database.
 --
+-- The exact cost (`cost_pico`) and charge components (`charges`: the
+-- components' quantities then their pico-USD, in the order of
+-- domain::pricing::Component::ALL; empty for rows from before) are the last
+-- columns of usage_events, bill_rows and usage_attribution. ClickHouse
+-- 18.16 has no ADD COLUMN IF NOT EXISTS: an archive created before them
+-- gets them from `Archive::apply_schema`, which adds a missing column
+-- (ARCHIVE_ADDED_COLUMNS) after this file; old rows read cost_pico as
+-- cost_micro × 10^6.
+--
 -- Written for ClickHouse 18.16 and later: plain MergeTree, String/Int64/
 -- UInt8/Date columns only, times as Int64 milliseconds since the epoch.
 -- Each table is partitioned by period, so a month's copy can be dropped
@@ -34,7 +43,9 @@ CREATE TABLE IF NOT EXISTS {db}.usage_events (
     usage_source       String,
     replica            String,
     started_at_ms      Int64,
-    settled_at_ms      Int64
+    settled_at_ms      Int64,
+    cost_pico          Int64 DEFAULT cost_micro * 1000000,
+    charges            Array(Int64)
 ) ENGINE = MergeTree
 PARTITION BY period
 ORDER BY (tenant_id, app_id, model, day, request_id);
@@ -49,7 +60,9 @@ CREATE TABLE IF NOT EXISTS {db}.bill_rows (
     requests      Int64,
     input_tokens  Int64,
     output_tokens Int64,
-    cost_micro    Int64
+    cost_micro    Int64,
+    cost_pico     Int64 DEFAULT cost_micro * 1000000,
+    charges       Array(Int64)
 ) ENGINE = MergeTree
 PARTITION BY period
 ORDER BY (tenant_id, app_id, model);
@@ -85,7 +98,9 @@ CREATE TABLE IF NOT EXISTS {db}.usage_attribution (
     end_user      String,
     input_tokens  Int64,
     output_tokens Int64,
-    cost_micro    Int64
+    cost_micro    Int64,
+    cost_pico     Int64 DEFAULT cost_micro * 1000000,
+    charges       Array(Int64)
 ) ENGINE = MergeTree
 PARTITION BY period
 ORDER BY (tenant_id, day, request_id);

@@ -589,6 +589,7 @@ pub fn ledger_event(
         settled_at_ms: 0,
         deployment: None,
         breakdown: None,
+        charges: None,
         attribution: Default::default(),
         anomaly: None,
     }

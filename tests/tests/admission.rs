@@ -621,14 +621,17 @@ async fn gemini_clients_are_served_in_their_own_shape() {
         .unwrap();
     assert_eq!(m["name"], "models/gpt-4o-mini", "{m}");
     // Refusals in Google's shape.
-    for (url, status, google) in [
+    let empty = serde_json::json!({"contents": []});
+    for (url, sent, status, google) in [
         (
             format!("{base}/models/nope:generateContent"),
+            &body,
             404,
             "NOT_FOUND",
         ),
         (
             format!("{base}/models/gpt-4o-mini:streamGenerateContent"),
+            &empty,
             400,
             "INVALID_ARGUMENT",
         ),
@@ -636,7 +639,7 @@ async fn gemini_clients_are_served_in_their_own_shape() {
         let r = c
             .post(&url)
             .header("x-goog-api-key", &key)
-            .json(&body)
+            .json(sent)
             .send()
             .await
             .unwrap();

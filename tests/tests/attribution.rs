@@ -14,8 +14,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use store::AppRow;
 
-const IN_PRICE: i64 = 150_000;
-const OUT_PRICE: i64 = 600_000;
+/// Whole micro-dollars per token, so that each request's cost is exact in
+/// micro-USD: a group's line is then the sum of its requests' costs, which
+/// is what these tests check (the rounding of fractions of a micro-dollar,
+/// once per line, is tests/tests/books_exact.rs's).
+const IN_PRICE: i64 = 1_000_000;
+const OUT_PRICE: i64 = 3_000_000;
 
 struct Fixture {
     env: TestEnv,
@@ -843,9 +847,11 @@ async fn a_closed_month_is_billed_by_tag_and_end_user_from_the_archive() {
                 settled_at_ms: 0,
                 deployment: None,
                 breakdown: None,
+                charges: None,
                 attribution: domain::attribution::Attribution {
                     tags,
                     end_user: (i % 2 == 0).then(|| format!("user-{}", i % 4)),
+                    ..Default::default()
                 },
                 anomaly: None,
             }

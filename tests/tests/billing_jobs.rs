@@ -296,6 +296,7 @@ async fn the_month_end_forecast_alerts_when_it_exceeds_the_budget() {
             settled_at_ms: 0,
             deployment: None,
             breakdown: None,
+            charges: None,
             attribution: Default::default(),
             anomaly: None,
         })

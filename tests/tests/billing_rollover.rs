@@ -485,6 +485,7 @@ async fn ledger_month(env: &TestEnv, period: &str, n: usize) {
                 .timestamp_millis(),
             deployment: None,
             breakdown: None,
+            charges: None,
             attribution: Default::default(),
             anomaly: None,
         })

@@ -56,6 +56,7 @@ fn event(n: u32, day: chrono::NaiveDate, cost: i64) -> UsageEvent {
         anomaly: None,
         deployment: None,
         breakdown: None,
+        charges: None,
         attribution: Default::default(),
     }
 }

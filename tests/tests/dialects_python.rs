@@ -244,3 +244,102 @@ async fn stored(env: &TestEnv, rid: &str) -> domain::usage::UsageEvent {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Google's `google-genai` Python SDK against the Gemini API dialect (always
+/// translated to chat): generate_content, generate_content_stream,
+/// count_tokens, a function call round trip, refusals as the SDK's errors,
+/// and a stream cut at the budget that the SDK ends cleanly
+/// (`MAX_TOKENS`), booked `cut_off` within the budget. Then the stream
+/// without `alt=sse`: Google's JSON array, booked `ok`.
+#[tokio::test]
+async fn the_google_genai_client_speaks_gemini_through_tollgate() {
+    let python = std::env::var("TOLLGATE_TEST_PYTHON").expect(
+        "TOLLGATE_TEST_PYTHON is not set: run ./scripts/test.sh, which installs google-genai",
+    );
+    let env = TestEnv::new().await;
+    let (_, key) = env
+        .simple_tenant(Limits {
+            monthly_tokens: Some(10_000_000),
+            ..Default::default()
+        })
+        .await;
+    let cut_key = small_tenant(&env, "cut-g").await;
+    let srv = env.server().await;
+    let base = format!("http://{}", srv.addr);
+    let before = env.mock.snapshot();
+    let g = run(
+        &python,
+        "gemini_client.py",
+        &[
+            ("GEMINI_BASE_URL", base.clone()),
+            ("GEMINI_API_KEY", key.clone()),
+            ("CUTOFF_KEY", cut_key),
+            ("DIALECT_MODEL", "gpt-4o-mini".into()),
+        ],
+    )
+    .await;
+    for l in [
+        "generate ok",
+        "stream ok",
+        "count ok",
+        "tools ok",
+        "cutoff ok",
+        "errors ok",
+    ] {
+        g.has(l);
+    }
+    // The cut stream was dropped upstream long before 5,000 tokens.
+    let after = env.mock.snapshot();
+    assert_eq!(after.streams_closed_early - before.streams_closed_early, 1);
+    for b in g.tagged("BILL ") {
+        let ev = stored(&env, &b[0]).await;
+        assert_eq!(ev.status, "ok", "{ev:?}");
+        assert_eq!(
+            (ev.input_tokens.to_string(), ev.output_tokens.to_string()),
+            (b[1].clone(), b[2].clone()),
+            "{b:?}"
+        );
+    }
+    let c = &g.tagged("CUT ")[0];
+    let ev = stored(&env, &c[0]).await;
+    assert_eq!(ev.status, "cut_off", "{c:?}");
+    assert!(ev.total_tokens() <= BUDGET, "{ev:?}");
+    assert_eq!(
+        ev.output_tokens.to_string(),
+        c[2],
+        "the SDK saw what was billed"
+    );
+    let d = decision(&env, &c[0]).await;
+    assert_eq!(d.reason, "tenant_monthly_budget_exhausted");
+    assert_eq!(d.detail["dialect"], "gemini");
+
+    // Without alt=sse: one JSON array of GenerateContentResponses.
+    let r = reqwest::Client::new()
+        .post(format!(
+            "{base}/v1beta/models/gpt-4o-mini:streamGenerateContent"
+        ))
+        .header("x-goog-api-key", &key)
+        .json(&serde_json::json!({"contents": [{"role": "user",
+            "parts": [{"text": "Stream [mock:output_tokens=4]"}]}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let rid = r.headers()["x-request-id"].to_str().unwrap().to_string();
+    let all: Vec<serde_json::Value> = r.json().await.unwrap();
+    let text: String = all
+        .iter()
+        .filter_map(|c| c["candidates"][0]["content"]["parts"][0]["text"].as_str())
+        .collect();
+    assert_eq!(text, " hello".repeat(4));
+    let last = all.last().unwrap();
+    assert_eq!(last["candidates"][0]["finishReason"], "STOP");
+    assert_eq!(last["usageMetadata"]["candidatesTokenCount"], 4);
+    let ev = stored(&env, &rid).await;
+    assert_eq!(
+        (ev.status.as_str(), ev.stream, ev.output_tokens),
+        ("ok", true, 4)
+    );
+    srv.shutdown().await;
+}

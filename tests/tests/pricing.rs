@@ -144,6 +144,10 @@ async fn assert_cost(f: &Fixture, rid: &str, pico: i64, what: &str) {
 #[tokio::test]
 async fn cached_input_is_billed_at_the_cached_price_in_every_dialect() {
     let f = fixture().await;
+    // What the test expects the books to hold, from the mock's counters
+    // and the sheet: (uncached input, cached input, output) tokens and the
+    // exact cost.
+    let (mut uncached, mut cached, mut output, mut exact) = (0i64, 0i64, 0i64, 0i64);
     for dialect in ["chat", "responses", "messages"] {
         for stream in [false, true] {
             let (rid, p, c) =
@@ -154,12 +158,58 @@ async fn cached_input_is_billed_at_the_cached_price_in_every_dialect() {
             let e = f.env.usage_event(&rid).await.unwrap();
             let b = e.breakdown.expect("the breakdown is kept");
             assert_eq!((b.cached_input, b.input + b.cached_input), (900, p));
+            let ch = e.charges.expect("the charge components are kept");
+            assert_eq!(
+                ch.total_pico(),
+                i128::from(pico),
+                "{dialect}: components add up"
+            );
+            (uncached, cached, output, exact) =
+                (uncached + p - 900, cached + 900, output + c, exact + pico);
         }
     }
     // Without a cache hit: the plain input price, no breakdown kept.
     let (rid, p, c) = served(&f, "chat", false, &prompt(1_000, "")).await;
     assert_cost(&f, &rid, p * INPUT + c * OUTPUT, "uncached").await;
     assert!(f.env.usage_event(&rid).await.unwrap().breakdown.is_none());
+    (uncached, output, exact) = (uncached + p, output + c, exact + p * INPUT + c * OUTPUT);
+    // The bill line is the exact sum rounded once, half up; by component it
+    // shows each quantity, and the components add up to the line.
+    let (status, bill) = api(
+        "GET",
+        &format!(
+            "{}/api/v1/bills?period={}&by=component",
+            f.base,
+            this_month()
+        ),
+        Some(&f.admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{bill}");
+    let usd = |v: &Value| {
+        domain::money::MicroUsd::from_usd_str(v.as_str().unwrap())
+            .unwrap()
+            .0
+    };
+    let line = (exact + 500_000) / 1_000_000;
+    assert_eq!(usd(&bill["tenants"][0]["cost_usd"]), line, "{bill}");
+    let lines = bill["lines"].as_array().unwrap();
+    let qty = |k: &str| {
+        lines
+            .iter()
+            .find(|l| l["key"] == k)
+            .map_or(0, |l| l["quantity"].as_i64().unwrap())
+    };
+    assert_eq!(
+        (qty("input"), qty("cached_input"), qty("output")),
+        (uncached, cached, output),
+        "{bill}"
+    );
+    assert_eq!(lines.iter().map(|l| usd(&l["cost_usd"])).sum::<i64>(), line);
+    let cached_line = lines.iter().find(|l| l["key"] == "cached_input").unwrap();
+    // 5,400 cached tokens at $0.20 per million: $0.00108, to the micro-dollar.
+    assert_eq!(usd(&cached_line["cost_usd"]), cached * CACHED / 1_000_000);
     f.srv.shutdown().await;
 }
 
@@ -608,6 +658,21 @@ async fn the_served_service_tier_prices_the_request() {
         e.breakdown.unwrap().served_tier.as_deref(),
         Some("priority")
     );
+    // Streamed: the tier comes on the chunks, the usage on the last one.
+    let (rid, p, c) = served(
+        &f,
+        "chat",
+        true,
+        &prompt(100, "[mock:served_tier=priority]"),
+    )
+    .await;
+    assert_cost(
+        &f,
+        &rid,
+        p * INPUT * 2 + c * OUTPUT * 2,
+        "streamed, served at priority",
+    )
+    .await;
     let (rid, p, c) = served(
         &f,
         "chat",
@@ -617,5 +682,90 @@ async fn the_served_service_tier_prices_the_request() {
     .await;
     assert_cost(&f, &rid, p * INPUT + c * OUTPUT, "served at default").await;
     assert!(f.env.usage_event(&rid).await.unwrap().breakdown.is_none());
+    f.srv.shutdown().await;
+}
+
+/// The console's price-sheet page: every role reads the history with the
+/// sheet in force marked; a platform admin adds a sheet from an instant on
+/// (audited, like the API), a refused one keeps what was typed and names
+/// the field; other roles get no form and cannot post one.
+#[tokio::test]
+async fn the_console_lists_the_sheets_and_adds_one() {
+    let f = fixture().await;
+    let admin = e2e::console_web::Web::login(&f.base, "root@example.com").await;
+    let page = admin.get("/console/models/m/price-sheets").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    // The fixture's sheet, in force: cached input at $0.20 per million.
+    assert!(page.body.contains("in force"), "{}", page.body);
+    assert!(page.body.contains("$0.20"), "{}", page.body);
+    assert!(page.body.contains("id=\"sheet-form\""));
+    let models = admin.get("/console/models").await;
+    assert!(models.body.contains("/console/models/m/price-sheets"));
+
+    let at = (chrono::Utc::now() + chrono::Duration::days(2))
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let sheet = json!({"input": INPUT * 2, "output": OUTPUT * 2, "cached_input": 123_456});
+    let saved = admin
+        .post(
+            "/console/models/m/price-sheets",
+            &[
+                ("sheet", &sheet.to_string()),
+                ("effective_from", &at),
+                ("deployment", ""),
+            ],
+        )
+        .await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    let page = admin.get("/console/models/m/price-sheets?saved=true").await;
+    assert!(page.body.contains("scheduled"), "{}", page.body);
+    assert!(page.body.contains("$0.123456"), "{}", page.body);
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action = 'model.price_sheet' AND target = 'model:m'",
+    )
+    .fetch_one(f.env.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(audited, 2, "the fixture's sheet and this one");
+
+    // A typo is refused naming the field, the text kept.
+    let refused = admin
+        .post(
+            "/console/models/m/price-sheets",
+            &[
+                ("sheet", r#"{"input": 1, "output": 1, "cahced_input": 1}"#),
+                ("effective_from", ""),
+            ],
+        )
+        .await;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert!(
+        refused.body.contains("sheet.cahced_input"),
+        "{}",
+        refused.body
+    );
+    assert!(
+        refused.body.contains("cahced_input&quot;: 1")
+            || refused.body.contains("cahced_input&#34;: 1"),
+        "what was typed is kept: {}",
+        refused.body
+    );
+
+    // Finance reads the history, gets no form, and cannot add a sheet.
+    user(&f.env, "fin2@example.com", "finance", None).await;
+    let fin = e2e::console_web::Web::login(&f.base, "fin2@example.com").await;
+    let page = fin.get("/console/models/m/price-sheets").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(!page.body.contains("id=\"sheet-form\""));
+    let denied = fin
+        .post(
+            "/console/models/m/price-sheets",
+            &[
+                ("sheet", r#"{"input": 1, "output": 1}"#),
+                ("effective_from", ""),
+            ],
+        )
+        .await;
+    assert_eq!(denied.status, 403, "{}", denied.body);
     f.srv.shutdown().await;
 }

@@ -41,10 +41,12 @@ fn event(tenant: &str, request_id: &str, period: &str, day: &str) -> UsageEvent 
         settled_at_ms: now,
         deployment: None,
         breakdown: None,
+        charges: None,
         // A tag key and an end user named after the tenant.
         attribution: domain::attribution::Attribution {
             tags: [(tenant.to_string(), "x".to_string())].into(),
             end_user: Some(tenant.to_string()),
+            ..Default::default()
         },
         anomaly: None,
     }

@@ -4,14 +4,14 @@
 //! reads the request, sends it on, reads the answer and returns it. Run
 //! beside nginx as a plain reverse proxy (`bench/peers/peers.sh`), it shows
 //! how much of tollgate's added latency and CPU the stack itself costs
-//! before any metering (docs/scale.md, "The stack's floor").
+//! before any metering (bench/results/2026-12-04-the-stack-s-floor-the-same-pass.md).
 //!
 //!   bare-proxy --listen 127.0.0.1:18093 --upstream 127.0.0.1:18080 [--threads N]
 //!
 //! `--threads 0` (the default) serves on tokio's multi-threaded runtime, as
 //! `tollgate serve` does; `--threads N` serves on N single-threaded
 //! runtimes, each taking the connections an accepting thread hands it in
-//! turn (nginx's shape, measured in docs/scale.md).
+//! turn (nginx's shape, measured in bench/results/).
 
 use axum::body::Body;
 use axum::extract::Request;

@@ -1,4 +1,4 @@
-//! The scale benchmark's drivers (`SCALE=1 scripts/bench.sh`, docs/scale.md):
+//! The scale benchmark's drivers (`SCALE=1 scripts/bench.sh`, docs/benchmarks.md):
 //!
 //! - `keys`: keys created through the admin API of one replica and used at
 //!   once on each replica in turn: how many first calls were refused, the

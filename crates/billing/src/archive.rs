@@ -6,6 +6,7 @@ use crate::{BillingError, Result};
 use chrono::NaiveDate;
 use clickhouse::{Client, Row};
 use domain::bill::{AttributedRow, BillRow, DayRow, GroupBy, RefusalRow, Totals};
+use domain::pricing::Charges;
 use domain::usage::UsageEvent;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -15,6 +16,30 @@ use uuid::Uuid;
 pub const SCHEMA: &str = include_str!("../../../sql/0001_archive.sql");
 
 const TABLES: [&str; 4] = ["usage_events", "bill_rows", "refusals", "usage_attribution"];
+
+/// Columns added to the archive's tables after they were first created
+/// (sql/0001_archive.sql has them at the end of each table; an older
+/// archive gets them, in this order, from `apply_schema`).
+const ARCHIVE_ADDED_COLUMNS: &[(&str, &[(&str, &str)])] = &[
+    ("usage_events", CHARGE_COLUMNS),
+    ("bill_rows", CHARGE_COLUMNS),
+    ("usage_attribution", CHARGE_COLUMNS),
+];
+const CHARGE_COLUMNS: &[(&str, &str)] = &[
+    ("cost_pico", "Int64 DEFAULT cost_micro * 1000000"),
+    ("charges", "Array(Int64)"),
+];
+
+/// An event's charge components as the archive keeps them (empty for an
+/// event from before they were kept).
+fn charges_array(e: &UsageEvent) -> Vec<i64> {
+    e.charges.map(|c| c.to_array().to_vec()).unwrap_or_default()
+}
+
+#[derive(Row, Deserialize)]
+struct ColumnName {
+    name: String,
+}
 
 /// Rows per INSERT statement while copying a month.
 const INSERT_CHUNK: usize = 10_000;
@@ -58,6 +83,8 @@ struct EventRow<'a> {
     replica: &'a str,
     started_at_ms: i64,
     settled_at_ms: i64,
+    cost_pico: i64,
+    charges: Vec<i64>,
 }
 
 #[derive(Row, Serialize)]
@@ -74,6 +101,9 @@ struct AttributionRow<'a> {
     input_tokens: i64,
     output_tokens: i64,
     cost_micro: i64,
+    cost_pico: i64,
+    /// The components' quantities then costs (`Charges::to_array`).
+    charges: Vec<i64>,
 }
 
 #[derive(Row, Deserialize)]
@@ -84,6 +114,9 @@ struct ValueTotals {
     input_tokens: i64,
     output_tokens: i64,
     cost_micro: i64,
+    cost_pico: i64,
+    /// The components' quantities then costs (`Charges::to_array`).
+    charges: Vec<i64>,
 }
 
 #[derive(Row, Serialize)]
@@ -97,6 +130,9 @@ struct BillRowOut<'a> {
     input_tokens: i64,
     output_tokens: i64,
     cost_micro: i64,
+    cost_pico: i64,
+    /// The components' quantities then costs (`Charges::to_array`).
+    charges: Vec<i64>,
 }
 
 #[derive(Row, Serialize)]
@@ -118,6 +154,9 @@ struct TenantTotals {
     input_tokens: i64,
     output_tokens: i64,
     cost_micro: i64,
+    cost_pico: i64,
+    /// The components' quantities then costs (`Charges::to_array`).
+    charges: Vec<i64>,
 }
 
 #[derive(Row, Deserialize)]
@@ -129,6 +168,9 @@ struct GroupTotals {
     input_tokens: i64,
     output_tokens: i64,
     cost_micro: i64,
+    cost_pico: i64,
+    /// The components' quantities then costs (`Charges::to_array`).
+    charges: Vec<i64>,
 }
 
 #[derive(Row, Deserialize)]
@@ -142,6 +184,9 @@ struct DayTotals {
     input_tokens: i64,
     output_tokens: i64,
     cost_micro: i64,
+    cost_pico: i64,
+    /// The components' quantities then costs (`Charges::to_array`).
+    charges: Vec<i64>,
 }
 
 #[derive(Row, Deserialize)]
@@ -209,6 +254,8 @@ fn totals_map(rows: Vec<TenantTotals>) -> BTreeMap<String, Totals> {
                     input_tokens: r.input_tokens,
                     output_tokens: r.output_tokens,
                     cost_micro: r.cost_micro,
+                    cost_pico: r.cost_pico,
+                    charges: Charges::from_slice(&r.charges).unwrap_or_default(),
                 },
             )
         })
@@ -262,10 +309,31 @@ impl Archive {
         Ok(())
     }
 
-    /// Creates the database and tables if missing.
+    /// Creates the database and tables if missing, and adds the columns
+    /// an archive created before them lacks ([`ARCHIVE_ADDED_COLUMNS`]).
     pub async fn apply_schema(&self) -> Result<()> {
         for sql in schema_statements(&self.database) {
             self.client.query(&sql).execute().await?;
+        }
+        for (table, columns) in ARCHIVE_ADDED_COLUMNS {
+            let have = self
+                .client
+                .query("SELECT name FROM system.columns WHERE database = ? AND table = ?")
+                .bind(self.database.as_str())
+                .bind(*table)
+                .fetch_all::<ColumnName>()
+                .await?;
+            for (name, ty) in *columns {
+                if !have.iter().any(|c| c.name == *name) {
+                    self.client
+                        .query(&format!(
+                            "ALTER TABLE {} ADD COLUMN {name} {ty}",
+                            self.t(table)
+                        ))
+                        .execute()
+                        .await?;
+                }
+            }
         }
         Ok(())
     }
@@ -327,6 +395,8 @@ impl Archive {
                     replica: &e.replica,
                     started_at_ms: e.started_at_ms,
                     settled_at_ms: e.settled_at_ms,
+                    cost_pico: e.exact_cost_pico(),
+                    charges: charges_array(e),
                 })
                 .await?;
             }
@@ -364,6 +434,8 @@ impl Archive {
                 input_tokens: e.input_tokens,
                 output_tokens: e.output_tokens,
                 cost_micro: e.cost_micro,
+                cost_pico: e.exact_cost_pico(),
+                charges: charges_array(e),
             })
             .await?;
         }
@@ -391,7 +463,8 @@ impl Archive {
         let mut q = self.client.query(&format!(
             "SELECT tenant_id, {value} AS value, toInt64(count()) AS requests,
                         sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
-                        sum(cost_micro) AS cost_micro
+                        sum(cost_micro) AS cost_micro,
+                        sum(cost_pico) AS cost_pico, sumForEach(charges) AS charges
                  FROM {} WHERE period = ? AND batch_id = ? AND (? = '' OR tenant_id = ?)
                  GROUP BY tenant_id, value HAVING value != '' ORDER BY tenant_id, value",
             self.t("usage_attribution")
@@ -416,6 +489,8 @@ impl Archive {
                     input_tokens: r.input_tokens,
                     output_tokens: r.output_tokens,
                     cost_micro: r.cost_micro,
+                    cost_pico: r.cost_pico,
+                    charges: Charges::from_slice(&r.charges).unwrap_or_default(),
                 },
             })
             .collect();
@@ -449,6 +524,8 @@ impl Archive {
                 input_tokens: r.totals.input_tokens,
                 output_tokens: r.totals.output_tokens,
                 cost_micro: r.totals.cost_micro,
+                cost_pico: r.totals.cost_pico,
+                charges: r.totals.charges.to_array().to_vec(),
             })
             .await?;
         }
@@ -495,7 +572,8 @@ impl Archive {
             .client
             .query(&format!(
                 "SELECT tenant_id, toInt64(count()) AS requests, sum(input_tokens) AS input_tokens,
-                        sum(output_tokens) AS output_tokens, sum(cost_micro) AS cost_micro
+                        sum(output_tokens) AS output_tokens, sum(cost_micro) AS cost_micro,
+                        sum(cost_pico) AS cost_pico, sumForEach(charges) AS charges
                  FROM {} WHERE period = ? AND batch_id = ? GROUP BY tenant_id",
                 self.t("usage_events")
             ))
@@ -516,7 +594,8 @@ impl Archive {
             .client
             .query(&format!(
                 "SELECT tenant_id, sum(requests) AS requests, sum(input_tokens) AS input_tokens,
-                        sum(output_tokens) AS output_tokens, sum(cost_micro) AS cost_micro
+                        sum(output_tokens) AS output_tokens, sum(cost_micro) AS cost_micro,
+                        sum(cost_pico) AS cost_pico, sumForEach(charges) AS charges
                  FROM {} WHERE period = ? AND batch_id = ? GROUP BY tenant_id",
                 self.t("bill_rows")
             ))
@@ -583,7 +662,8 @@ impl Archive {
             .query(&format!(
                 "SELECT tenant_id, app_id, model, sum(requests) AS requests,
                         sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
-                        sum(cost_micro) AS cost_micro
+                        sum(cost_micro) AS cost_micro,
+                        sum(cost_pico) AS cost_pico, sumForEach(charges) AS charges
                  FROM {} WHERE period = ? AND batch_id = ? AND (? = '' OR tenant_id = ?)
                  GROUP BY tenant_id, app_id, model ORDER BY tenant_id, app_id, model",
                 self.t("bill_rows")
@@ -605,6 +685,8 @@ impl Archive {
                     input_tokens: r.input_tokens,
                     output_tokens: r.output_tokens,
                     cost_micro: r.cost_micro,
+                    cost_pico: r.cost_pico,
+                    charges: Charges::from_slice(&r.charges).unwrap_or_default(),
                 },
             })
             .collect())
@@ -650,7 +732,8 @@ impl Archive {
             .query(&format!(
                 "SELECT tenant_id, app_id, model, toString(day) AS day, {tags} AS tags,
                         toInt64(count()) AS requests, sum(input_tokens) AS input_tokens,
-                        sum(output_tokens) AS output_tokens, sum(cost_micro) AS cost_micro
+                        sum(output_tokens) AS output_tokens, sum(cost_micro) AS cost_micro,
+                        sum(cost_pico) AS cost_pico, sumForEach(charges) AS charges
                  FROM {} WHERE period = ? AND batch_id = ? AND (? = '' OR tenant_id = ?) {and}
                  GROUP BY tenant_id, app_id, model, day, tags",
                 self.t(table)
@@ -674,6 +757,8 @@ impl Archive {
                     input_tokens: r.input_tokens,
                     output_tokens: r.output_tokens,
                     cost_micro: r.cost_micro,
+                    cost_pico: r.cost_pico,
+                    charges: Charges::from_slice(&r.charges).unwrap_or_default(),
                 },
             })
             .collect())

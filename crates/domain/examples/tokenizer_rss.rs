@@ -1,5 +1,5 @@
 //! What the tokenizer tables cost in memory: the process's RSS before and
-//! after each family is loaded (docs/benchmarks.md, "RSS").
+//! after each family is loaded (bench/results/2026-11-29-bench-2135.md, "Memory").
 //!
 //!     cargo run --release -p tollgate-domain --example tokenizer_rss -- o200k cl100k
 

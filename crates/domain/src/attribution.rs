@@ -45,6 +45,46 @@ pub struct Attribution {
     pub tags: Tags,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_user: Option<String>,
+    /// The agent session the request belongs to, where the client names
+    /// one (Claude Code's `metadata.user_id`, Codex's `session_id`
+    /// header): a request attribute for the request log, never the end
+    /// user (docs/clients.md, "Sessions").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// The model name the client asked for, when another model served it
+    /// (an alias, a fallback, a degrade; the ledger's `model` is the
+    /// served one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked_model: Option<String>,
+}
+
+/// The longest session id or asked model name kept (longer ones are cut at
+/// a character boundary).
+pub const MAX_ATTRIBUTE_LEN: usize = 128;
+
+/// `v` as a request attribute: without control characters, at most
+/// [`MAX_ATTRIBUTE_LEN`] bytes (cut at a character boundary); None when
+/// empty.
+pub fn attribute(v: &str) -> Option<String> {
+    let v = v.trim();
+    if v.is_empty() || v.chars().any(char::is_control) {
+        return None;
+    }
+    let mut end = v.len().min(MAX_ATTRIBUTE_LEN);
+    while !v.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(v[..end].to_string())
+}
+
+/// The agent session a request's body names: Claude Code's, in
+/// `metadata.user_id` ([`body_end_user`]).
+pub fn body_session(body: &Value) -> Option<String> {
+    let raw = body
+        .get("metadata")
+        .and_then(|m| m.get("user_id"))
+        .and_then(Value::as_str)?;
+    body_end_user(raw).session.and_then(|s| attribute(&s))
 }
 
 /// An app's (or key's) attribution policy, stored as JSON beside it.
@@ -472,7 +512,12 @@ pub fn resolve(
     {
         return Err(TagError::MissingRequired { key: k.clone() });
     }
-    Ok(Attribution { tags, end_user })
+    Ok(Attribution {
+        tags,
+        end_user,
+        session: body_session(body),
+        asked_model: None,
+    })
 }
 
 #[cfg(test)]
@@ -760,5 +805,19 @@ mod tests {
         let p: Policy = serde_json::from_value(json!({"required_tags": ["env"]})).unwrap();
         assert_eq!(p.required_tags, vec!["env".to_string()]);
         assert!(serde_json::from_value::<Policy>(json!({"other": 1})).is_err());
+    }
+
+    #[test]
+    fn sessions_and_asked_names_are_bounded_attributes() {
+        let body = json!({"metadata": {"user_id":
+            r#"{"device_id":"d1","account_uuid":"","session_id":"s-42"}"#}});
+        assert_eq!(body_session(&body).as_deref(), Some("s-42"));
+        assert_eq!(body_session(&json!({"user": "x"})), None);
+        assert_eq!(attribute(&"é".repeat(100)).unwrap().len(), 128);
+        assert_eq!(attribute("a\nb"), None);
+        assert_eq!(attribute("  "), None);
+        let a = resolve(&Policy::default(), &Policy::default(), None, None, &body).unwrap();
+        assert_eq!(a.session.as_deref(), Some("s-42"));
+        assert_eq!(a.end_user.as_deref(), Some("device:d1"));
     }
 }

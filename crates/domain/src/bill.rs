@@ -4,7 +4,8 @@
 //! lines, drill-downs, totals, CSV and FOCUS exports, forecasts — is computed
 //! here, so an open and a closed month are rendered by the same code.
 
-use crate::money::MicroUsd;
+use crate::money::{apportion, micro_rounded, MicroUsd};
+use crate::pricing::{Charges, Component};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -22,20 +23,124 @@ pub struct Totals {
     pub requests: i64,
     pub input_tokens: i64,
     pub output_tokens: i64,
+    /// Each request's cost rounded up to the micro-USD, summed: what the
+    /// budgets counted.
     pub cost_micro: i64,
+    /// The exact cost, pico-USD: what bills round, once per line.
+    pub cost_pico: i64,
+    /// The exact cost by charge component (adds up to `cost_pico` but for
+    /// events from before components were kept: [`Totals::unsplit_pico`]).
+    pub charges: Charges,
 }
 
 impl Totals {
     pub fn add(&mut self, o: &Totals) {
-        self.requests += o.requests;
-        self.input_tokens += o.input_tokens;
-        self.output_tokens += o.output_tokens;
-        self.cost_micro += o.cost_micro;
+        self.requests = self.requests.saturating_add(o.requests);
+        self.input_tokens = self.input_tokens.saturating_add(o.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(o.output_tokens);
+        self.cost_micro = self.cost_micro.saturating_add(o.cost_micro);
+        self.cost_pico = self.cost_pico.saturating_add(o.cost_pico);
+        self.charges.add(&o.charges);
+    }
+
+    /// These totals less `o`'s (a tenant's rest after its tagged rows).
+    pub fn sub(&mut self, o: &Totals) {
+        self.requests -= o.requests;
+        self.input_tokens -= o.input_tokens;
+        self.output_tokens -= o.output_tokens;
+        self.cost_micro -= o.cost_micro;
+        self.cost_pico -= o.cost_pico;
+        for i in 0..crate::pricing::charges::N_COMPONENTS {
+            self.charges.quantity[i] -= o.charges.quantity[i];
+            self.charges.pico[i] -= o.charges.pico[i];
+        }
+    }
+
+    /// The part of the exact cost in no component: events from before
+    /// components were kept, and holds that expired (billed at their
+    /// estimate, which has no split).
+    pub fn unsplit_pico(&self) -> i128 {
+        (i128::from(self.cost_pico) - self.charges.total_pico()).max(0)
+    }
+
+    /// The exact cost by component, with the unsplit part last (None),
+    /// for the components present.
+    pub fn component_weights(&self) -> Vec<(Option<Component>, i64, i128)> {
+        let mut v: Vec<(Option<Component>, i64, i128)> = self
+            .charges
+            .present()
+            .map(|(c, q, p)| (Some(c), q, i128::from(p)))
+            .collect();
+        let rest = self.unsplit_pico();
+        if rest > 0 {
+            v.push((None, 0, rest));
+        }
+        v
     }
 
     pub fn tokens(&self) -> i64 {
         self.input_tokens + self.output_tokens
     }
+}
+
+/// The cost of lines that belong to tenants, rounded by the bill's rule
+/// (docs/billing.md, "Exact cost, and the rounding rule"): each tenant's
+/// exact cost is rounded **once**, half up to the micro-USD — its bill line
+/// — and that amount is split across the tenant's lines in `lines` by the
+/// largest-remainder rule ([`apportion`]) weighted by their exact costs, so
+/// a tenant's lines (apps, models, days, components, tags, FOCUS rows) add
+/// up to its bill line in every view. `lines` are (tenant, exact pico-USD);
+/// the result is in the same order. The bill's total is the sum of the
+/// tenants' lines.
+pub fn line_costs(lines: &[(&str, i128)]) -> Vec<i64> {
+    let mut by_tenant: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, (t, _)) in lines.iter().enumerate() {
+        by_tenant.entry(t).or_default().push(i);
+    }
+    let mut out = vec![0i64; lines.len()];
+    for idx in by_tenant.values() {
+        let weights: Vec<i128> = idx.iter().map(|&i| lines[i].1.max(0)).collect();
+        let line = i128::from(micro_rounded(weights.iter().sum()));
+        for (&i, share) in idx.iter().zip(apportion(line, &weights)) {
+            out[i] = i64::try_from(share).unwrap_or(i64::MAX);
+        }
+    }
+    out
+}
+
+/// A tenant's bill line: its exact cost rounded once, half up.
+pub fn tenant_line(t: &Totals) -> MicroUsd {
+    MicroUsd(micro_rounded(i128::from(t.cost_pico)))
+}
+
+/// One charge component of a tenant's bill line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ComponentLine {
+    /// The component's name (`cached_input`, `web_search` …); `unsplit`
+    /// for cost kept without a split (see [`Totals::unsplit_pico`]).
+    pub component: &'static str,
+    /// `tokens` or `calls` (empty for `unsplit`).
+    pub unit: &'static str,
+    pub quantity: i64,
+    pub cost_usd: MicroUsd,
+}
+
+/// A tenant's bill line by component: the line's amount split across its
+/// components by their exact costs (they add up to the line).
+pub fn component_lines(t: &Totals) -> Vec<ComponentLine> {
+    let weights = t.component_weights();
+    let line = i128::from(tenant_line(t).0);
+    let shares = apportion(line, &weights.iter().map(|w| w.2).collect::<Vec<_>>());
+    weights
+        .into_iter()
+        .zip(shares)
+        .map(|((c, q, _), share)| ComponentLine {
+            component: c.map_or("unsplit", Component::name),
+            unit: c.map_or("", Component::unit),
+            quantity: q,
+            cost_usd: MicroUsd(i64::try_from(share).unwrap_or(i64::MAX)),
+        })
+        .collect()
 }
 
 /// A month's usage of one tenant × app × model: the archived bill grain.
@@ -105,7 +210,10 @@ pub struct TenantBill {
     pub requests: i64,
     pub input_tokens: i64,
     pub output_tokens: i64,
+    /// The tenant's exact cost rounded once ([`tenant_line`]).
     pub cost_usd: MicroUsd,
+    /// The cost by charge component; adds up to `cost_usd`.
+    pub components: Vec<ComponentLine>,
     /// Borrowed from the shared pool in the month (docs/design.md §7), gross of
     /// later reclaims.
     pub borrowed_tokens: i64,
@@ -133,6 +241,8 @@ pub enum DrillBy {
     App,
     Model,
     Day,
+    /// Charge components (cached input, cache writes, output, tool calls …).
+    Component,
 }
 
 impl DrillBy {
@@ -141,12 +251,15 @@ impl DrillBy {
             "app" => Some(DrillBy::App),
             "model" => Some(DrillBy::Model),
             "day" => Some(DrillBy::Day),
+            "component" => Some(DrillBy::Component),
             _ => None,
         }
     }
 }
 
-/// One line of a drill-down: a tenant and the app, model or day.
+/// One line of a drill-down: a tenant and the app, model, day or charge
+/// component. A component line has its quantity and unit, and no request
+/// or token counts (0).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DrillLine {
     pub tenant_id: String,
@@ -155,6 +268,10 @@ pub struct DrillLine {
     pub input_tokens: i64,
     pub output_tokens: i64,
     pub cost_usd: MicroUsd,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quantity: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unit: Option<&'static str>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -224,7 +341,8 @@ impl Bill {
                 total.requests += u.requests;
                 total.input_tokens += u.input_tokens;
                 total.output_tokens += u.output_tokens;
-                total.cost_usd.0 += u.cost_micro;
+                let line = tenant_line(&u);
+                total.cost_usd.0 = total.cost_usd.0.saturating_add(line.0);
                 total.refused_requests += refused_requests;
                 TenantBill {
                     tenant_id: id.to_string(),
@@ -233,7 +351,8 @@ impl Bill {
                     requests: u.requests,
                     input_tokens: u.input_tokens,
                     output_tokens: u.output_tokens,
-                    cost_usd: MicroUsd(u.cost_micro),
+                    cost_usd: line,
+                    components: component_lines(&u),
                     borrowed_tokens: b.tokens,
                     borrowed_cost_usd: MicroUsd(b.cost_micro),
                     granted_tokens: g.tokens,
@@ -254,21 +373,45 @@ impl Bill {
     }
 }
 
-fn drill_line(tenant: &str, key: &str, t: &Totals) -> DrillLine {
+fn drill_line(tenant: &str, key: &str, t: &Totals, cost: i64) -> DrillLine {
     DrillLine {
         tenant_id: tenant.to_string(),
         key: key.to_string(),
         requests: t.requests,
         input_tokens: t.input_tokens,
         output_tokens: t.output_tokens,
-        cost_usd: MicroUsd(t.cost_micro),
+        cost_usd: MicroUsd(cost),
+        quantity: None,
+        unit: None,
     }
 }
 
-/// Drill-down by app or model from bill rows, by day from day rows; sorted
-/// by tenant then key.
+/// Drill-down by app, model or component from bill rows, by day from day
+/// rows; sorted by tenant then key. A tenant's lines add up to its bill
+/// line ([`line_costs`]).
 pub fn drill_down(by: DrillBy, bill_rows: &[BillRow], day_rows: &[DayRow]) -> Vec<DrillLine> {
     let mut m: BTreeMap<(String, String), Totals> = BTreeMap::new();
+    if by == DrillBy::Component {
+        let mut per_tenant: BTreeMap<&str, Totals> = BTreeMap::new();
+        for r in bill_rows {
+            per_tenant.entry(&r.tenant_id).or_default().add(&r.totals);
+        }
+        return per_tenant
+            .iter()
+            .flat_map(|(t, totals)| {
+                component_lines(totals).into_iter().map(|c| DrillLine {
+                    tenant_id: t.to_string(),
+                    key: c.component.to_string(),
+                    requests: 0,
+                    input_tokens: 0,
+                    output_tokens: 0,
+                    cost_usd: c.cost_usd,
+                    quantity: Some(c.quantity),
+                    unit: Some(c.unit),
+                })
+            })
+            .collect();
+    }
     match by {
         DrillBy::App | DrillBy::Model => {
             for r in bill_rows {
@@ -289,8 +432,17 @@ pub fn drill_down(by: DrillBy, bill_rows: &[BillRow], day_rows: &[DayRow]) -> Ve
                     .add(&r.totals);
             }
         }
+        DrillBy::Component => {}
     }
-    m.iter().map(|((t, k), v)| drill_line(t, k, v)).collect()
+    let weights: Vec<(&str, i128)> = m
+        .iter()
+        .map(|((t, _), v)| (t.as_str(), i128::from(v.cost_pico)))
+        .collect();
+    let costs = line_costs(&weights);
+    m.iter()
+        .zip(costs)
+        .map(|(((t, k), v), cost)| drill_line(t, k, v, cost))
+        .collect()
 }
 
 /// Month-end forecast from this month's daily spend: what is spent so far,
@@ -459,6 +611,8 @@ mod tests {
                 input_tokens: i,
                 output_tokens: o,
                 cost_micro: c,
+                cost_pico: c * 1_000_000,
+                charges: Default::default(),
             },
         }
     }
@@ -531,6 +685,104 @@ mod tests {
         let csv = bill_csv("2026-11", &rows.bill_rows, &[]);
         assert_eq!(csv.lines().count(), 4);
         assert!(csv.lines().nth(1).unwrap().starts_with("2026-11,a,"));
+    }
+
+    /// Rows whose exact costs are fractions of a micro-dollar, with
+    /// components: every view of a tenant adds up to its bill line, which
+    /// is its exact cost rounded once, half up.
+    #[test]
+    fn each_line_is_rounded_once_and_its_parts_add_up_to_it() {
+        use crate::pricing::Component as C;
+        let row = |t: &str, a: &str, m: &str, parts: &[(C, i64, i64)]| {
+            let mut charges = Charges::default();
+            for &(c, q, p) in parts {
+                charges.set(c, q, i128::from(p));
+            }
+            let pico = charges.total_pico() as i64;
+            BillRow {
+                tenant_id: t.into(),
+                app_id: a.into(),
+                model: m.into(),
+                totals: Totals {
+                    requests: 1,
+                    input_tokens: 1,
+                    output_tokens: 1,
+                    // Each request rounded up, as the budgets count it.
+                    cost_micro: (pico + 999_999) / 1_000_000,
+                    cost_pico: pico,
+                    charges,
+                },
+            }
+        };
+        let rows = MonthRows {
+            bill_rows: vec![
+                row(
+                    "a",
+                    "x",
+                    "m1",
+                    &[(C::Input, 3, 400_000), (C::CachedInput, 7, 300_000)],
+                ),
+                row("a", "y", "m1", &[(C::Output, 1, 1_300_000)]),
+                row("a", "y", "m2", &[(C::WebSearch, 1, 10_000_000_000)]),
+                row("b", "x", "m1", &[(C::Input, 1, 499_999)]),
+            ],
+            refusals: vec![],
+        };
+        let none = BTreeMap::new();
+        let b = Bill::assemble(
+            "2026-11",
+            false,
+            BillSource::Postgres,
+            &rows,
+            &none,
+            &none,
+            &[],
+        );
+        // a: 0.4 + 0.3 + 1.3 + 10,000 µUSD = 10,002.0 µUSD exactly; the
+        // rounded-up-per-request sum would be 1 + 2 + 10,000 = 10,003.
+        assert_eq!(b.tenants[0].cost_usd, MicroUsd(10_002));
+        // b: 0.499999 µUSD rounds down to 0.
+        assert_eq!(b.tenants[1].cost_usd, MicroUsd(0));
+        assert_eq!(b.total.cost_usd, MicroUsd(10_002));
+        let sum = |lines: &[DrillLine], t: &str| -> i64 {
+            lines
+                .iter()
+                .filter(|l| l.tenant_id == t)
+                .map(|l| l.cost_usd.0)
+                .sum()
+        };
+        for by in [DrillBy::App, DrillBy::Model, DrillBy::Component] {
+            let lines = drill_down(by, &rows.bill_rows, &[]);
+            assert_eq!(sum(&lines, "a"), 10_002, "{by:?}");
+            assert_eq!(sum(&lines, "b"), 0, "{by:?}");
+        }
+        let comps = &b.tenants[0].components;
+        assert_eq!(
+            comps
+                .iter()
+                .map(|c| (c.component, c.quantity))
+                .collect::<Vec<_>>(),
+            [
+                ("input", 3),
+                ("cached_input", 7),
+                ("output", 1),
+                ("web_search", 1)
+            ]
+        );
+        assert_eq!(comps.iter().map(|c| c.cost_usd.0).sum::<i64>(), 10_002);
+        assert_eq!(comps[3].unit, "calls");
+        // The CSV's rows add up to each tenant's line too.
+        let csv = bill_csv("2026-11", &rows.bill_rows, &[]);
+        let csv_sum: i64 = csv
+            .lines()
+            .skip(1)
+            .map(|l| {
+                MicroUsd::from_usd_str(l.rsplit(',').next().unwrap())
+                    .unwrap()
+                    .0
+            })
+            .sum();
+        assert_eq!(csv_sum, b.total.cost_usd.0);
     }
 
     #[test]

@@ -26,7 +26,7 @@
 //!
 //! The split runs on the `regex` crate's DFA rather than `fancy-regex`'s
 //! backtracking VM, which was ~4 % of the gateway's CPU on short chat
-//! messages (docs/benchmarks.md, "Profile"). tiktoken's patterns need
+//! messages (bench/results/2026-11-30-bench.md). tiktoken's patterns need
 //! fancy-regex for one construct, `\s+(?!\S)` (and, in cl100k, possessive
 //! quantifiers that change nothing there): "a run of whitespace, but leave
 //! its last character to the next piece when a non-space follows". The

@@ -112,6 +112,72 @@ impl<'de> Deserialize<'de> for MicroUsd {
     }
 }
 
+/// Pico-USD per micro-USD.
+pub const PICO_PER_MICRO: i128 = 1_000_000;
+
+/// Exact pico-USD as whole micro-USD, rounded half up (half a micro-dollar
+/// and more up, less down): how a bill line is rounded, once, from the
+/// exact sum of its rows (docs/billing.md, "Exact cost, and the rounding
+/// rule"). Saturated to `[0, i64::MAX]`.
+pub fn micro_rounded(pico: i128) -> i64 {
+    let micro = (pico.max(0) + PICO_PER_MICRO / 2) / PICO_PER_MICRO;
+    i64::try_from(micro).unwrap_or(i64::MAX)
+}
+
+/// An exact amount of pico-USD as people read it, every significant digit
+/// kept: "$0.00018", "$1.500000000001", "$12.00" (cents always).
+pub fn pico_shown(pico: i128) -> String {
+    let sign = if pico < 0 { "-" } else { "" };
+    let a = pico.unsigned_abs();
+    let whole = u64::try_from(a / 1_000_000_000_000).unwrap_or(u64::MAX);
+    let frac = format!("{:012}", a % 1_000_000_000_000);
+    let frac = frac.trim_end_matches('0');
+    let frac = if frac.len() < 2 {
+        format!("{frac:0<2}")
+    } else {
+        frac.to_string()
+    };
+    format!("{sign}${}.{frac}", group_thousands(whole))
+}
+
+/// Splits `total` into shares proportional to `weights` that add up to
+/// `total` exactly: each share is its proportional part rounded down, and
+/// the units left over go one each to the largest remainders (ties: the
+/// earlier weight). How a rounded bill line is split across the lines
+/// below it (departments, apps, components), so that they add up to it.
+/// Weights ≤ 0 count as 0; when all are 0, the first share takes the total.
+pub fn apportion(total: i128, weights: &[i128]) -> Vec<i128> {
+    let mut shares = vec![0i128; weights.len()];
+    if weights.is_empty() {
+        return shares;
+    }
+    let sum: i128 = weights.iter().map(|w| (*w).max(0)).sum();
+    if sum == 0 {
+        shares[0] = total;
+        return shares;
+    }
+    let mut remainders = Vec::with_capacity(weights.len());
+    let mut given = 0i128;
+    for (i, w) in weights.iter().enumerate() {
+        let w = (*w).max(0);
+        // total × w / sum without overflow for any realistic amount:
+        // i128 holds 10^38, a month's pico-USD is far below 10^24.
+        let exact = total.saturating_mul(w);
+        shares[i] = exact.div_euclid(sum);
+        remainders.push((exact.rem_euclid(sum), i));
+        given += shares[i];
+    }
+    let left = total - given;
+    remainders.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for (_, i) in remainders
+        .into_iter()
+        .take(usize::try_from(left.max(0)).unwrap_or(0))
+    {
+        shares[i] += 1;
+    }
+    shares
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,5 +247,61 @@ mod tests {
         let v: MicroUsd = serde_json::from_str("\"0.250000\"").unwrap();
         assert_eq!(v, MicroUsd(250_000));
         assert_eq!(serde_json::to_string(&v).unwrap(), "\"0.250000\"");
+    }
+
+    #[test]
+    fn a_line_rounds_half_up_once() {
+        assert_eq!(super::micro_rounded(499_999), 0);
+        assert_eq!(super::micro_rounded(500_000), 1);
+        assert_eq!(super::micro_rounded(1_499_999), 1);
+        assert_eq!(super::micro_rounded(-5), 0);
+    }
+
+    #[test]
+    fn shares_add_up_to_the_line_and_follow_the_weights() {
+        use super::apportion;
+        // Three departments of exactly a third each: 100 µUSD split 34/33/33.
+        assert_eq!(apportion(100, &[1, 1, 1]), vec![34, 33, 33]);
+        // Largest remainder wins the leftover unit.
+        assert_eq!(apportion(10, &[1, 2, 7]), vec![1, 2, 7]);
+        assert_eq!(apportion(3, &[333, 333, 334]), vec![1, 1, 1]);
+        assert_eq!(apportion(2, &[1, 1, 8]), vec![0, 0, 2]);
+        assert_eq!(apportion(7, &[0, 0]), vec![7, 0]);
+        assert!(apportion(5, &[]).is_empty());
+        // Any split adds up, whatever the weights.
+        let mut seed = 7u64;
+        for _ in 0..500 {
+            let n = (seed % 9 + 1) as usize;
+            let weights: Vec<i128> = (0..n)
+                .map(|_| {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    i128::from(seed >> 40)
+                })
+                .collect();
+            let total = i128::from(seed >> 50);
+            let shares = apportion(total, &weights);
+            assert_eq!(shares.iter().sum::<i128>(), total);
+            let sum: i128 = weights.iter().sum();
+            for (s, w) in shares.iter().zip(&weights) {
+                // Each share within one unit of its exact part.
+                if sum > 0 {
+                    assert!(
+                        (s * sum - total * w).abs() <= sum,
+                        "{s} of {total} for {w}/{sum}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn exact_amounts_keep_every_digit() {
+        assert_eq!(super::pico_shown(180_000_000), "$0.00018");
+        assert_eq!(super::pico_shown(1_500_000_000_001), "$1.500000000001");
+        assert_eq!(super::pico_shown(12_000_000_000_000), "$12.00");
+        assert_eq!(super::pico_shown(0), "$0.00");
+        assert_eq!(super::pico_shown(-10_000_000_000), "-$0.01");
     }
 }

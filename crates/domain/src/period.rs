@@ -272,8 +272,8 @@ pub fn days_in_month(period: &str) -> Option<u32> {
 
 /// A `YYYY-MM-DD` day, as chrono's `%Y-%m-%d` reads it. The form the
 /// gateway writes (four, two and two digits) is read directly: chrono's
-/// format parser cost ~1,250 instructions per ledger row (docs/scale.md,
-/// "The outbox event written directly"); anything else goes to chrono, so
+/// format parser cost ~1,250 instructions per ledger row (bench/results/
+/// 2026-12-03-the-outbox-event-written-directly-and-three.md); anything else goes to chrono, so
 /// what is accepted is unchanged.
 pub fn parse_day(s: &str) -> Option<chrono::NaiveDate> {
     let b = s.as_bytes();

@@ -4,9 +4,11 @@
 use crate::money::MicroUsd;
 use serde::{Deserialize, Serialize};
 
+pub mod charges;
 pub mod litellm;
 pub mod sheet;
 
+pub use charges::{Charges, Component};
 pub use sheet::{PriceBook, PriceSheet};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -56,9 +56,26 @@ pub struct UsageEvent {
     /// audio, tool calls, a served service tier).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breakdown: Option<Breakdown>,
+    /// The exact cost by component (quantity and pico-USD each), adding up
+    /// to `cost_pico`; None in events from before components were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub charges: Option<crate::pricing::Charges>,
     /// Tags and end user (absent in events stored before attribution).
     #[serde(default, flatten)]
     pub attribution: crate::attribution::Attribution,
+}
+
+impl UsageEvent {
+    /// The exact cost the books count: `cost_pico`, or for an event that
+    /// has none (from before it was kept, an expired hold billed at its
+    /// estimate) its micro-USD as pico-USD.
+    pub fn exact_cost_pico(&self) -> i64 {
+        if self.cost_pico > 0 {
+            self.cost_pico
+        } else {
+            self.cost_micro.saturating_mul(1_000_000)
+        }
+    }
 }
 
 /// A provider report the sanity bound overruled.

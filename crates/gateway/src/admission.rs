@@ -131,7 +131,7 @@ impl Admission {
             _ => {}
         }
         // Boxed, like every Redis call off the lease path: the request's
-        // future stays small (docs/scale.md, "The gateway's own work").
+        // future stays small (bench/results/2026-12-03-the-gateway-s-own-work.md).
         let out = Box::pin(self.quota.hold_with(req, end_user, ledger)).await;
         if let Ok(HoldOutcome::Admitted { .. }) = out {
             metrics::counter!(m::ADMISSIONS, "path" => "per_request").increment(1);

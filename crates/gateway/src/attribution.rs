@@ -10,6 +10,8 @@ use serde_json::Value;
 
 pub const TAGS_HEADER: &str = "x-tollgate-tags";
 pub const END_USER_HEADER: &str = "x-tollgate-end-user";
+/// Codex's session, sent on every request of a session.
+pub const SESSION_HEADERS: [&str; 2] = ["session_id", "session-id"];
 
 /// A key without a policy of its own: the app's applies alone.
 static NO_POLICY: Policy = Policy {
@@ -40,7 +42,14 @@ pub fn read(headers: &HeaderMap, body: &Value, key: &KeyEntry) -> Result<Attribu
         let own = key.attribution.as_deref().unwrap_or(&NO_POLICY);
         attribution::resolve(&key.app.attribution, own, tags, user, body)
     });
-    resolved.map_err(|e| refusal(&e))
+    let mut a = resolved.map_err(|e| refusal(&e))?;
+    if a.session.is_none() {
+        a.session = SESSION_HEADERS
+            .iter()
+            .find_map(|h| headers.get(*h)?.to_str().ok())
+            .and_then(attribution::attribute);
+    }
+    Ok(a)
 }
 
 /// The end user's scope of a hold: when the request names an end user and

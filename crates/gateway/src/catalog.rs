@@ -713,8 +713,8 @@ mod tests {
     use super::*;
 
     /// A million keys live in the index: an entry stays a few pointers
-    /// (docs/scale.md, "RSS"). Nine inline limits (144 bytes) or an inline
-    /// set (48) would fail this.
+    /// (bench/results/2026-12-01-re-run-of-the-catalog-part-with.md). Nine
+    /// inline limits (144 bytes) or an inline set (48) would fail this.
     #[test]
     fn a_key_entry_stays_compact() {
         let size = std::mem::size_of::<KeyEntry>();

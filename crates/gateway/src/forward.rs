@@ -114,9 +114,14 @@ pub(crate) async fn forward(
         return Err(upstream_refusal(status, retry_after, &text));
     }
     if s.stream {
+        let kind = if edge.json_array {
+            "application/json"
+        } else {
+            "text/event-stream"
+        };
         headers.insert(
             axum::http::header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
+            HeaderValue::from_static(kind),
         );
         headers.insert(
             axum::http::header::CACHE_CONTROL,

@@ -259,9 +259,14 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             "/v1/models",
             get(models::list).fallback(method_not_allowed("GET")),
         )
+        // GET: OpenAI's and Anthropic's model retrieval; POST: Google's
+        // `v1` calls (`/v1/models/{model}:generateContent`, as the
+        // google-genai SDKs send them).
         .route(
             "/v1/models/{*id}",
-            get(models::retrieve).fallback(method_not_allowed("GET")),
+            get(models::retrieve)
+                .post(dialect::routes::gemini_call)
+                .fallback(method_not_allowed("GET, POST")),
         )
         .route(
             "/v1beta/models",

@@ -1,9 +1,9 @@
 //! `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings`: the
-//! request's way through the gateway (docs/design.md §5, and the table in
-//! docs/architecture.md). `/v1/responses` and `/v1/messages` take the same
-//! way, read into chat at the edge (`dialect`). Every step runs in the
-//! request's tracing span (request id, tenant, key) and refuses with an
-//! [`ApiError`]; [`handle`] answers the refusal.
+//! request's way through the gateway (docs/design.md §5, and
+//! docs/architecture.md, "The request path, top down"). `/v1/responses` and
+//! `/v1/messages` take the same way, read into chat at the edge (`dialect`).
+//! Every step runs in the request's tracing span (request id, tenant, key) and
+//! refuses with an [`ApiError`]; [`handle`] answers the refusal.
 
 use crate::admission::Want;
 use crate::catalog::{KeyEntry, ModelEntry, ModelKind};
@@ -285,6 +285,11 @@ async fn admit_and_forward(
         None => model,
     };
     ctx.model = model.id.clone();
+    if model.id != summary.model {
+        // Served by another model than the name asked for (an alias, a
+        // fallback, a degrade): the ledger keeps the name asked for.
+        ctx.attribution.asked_model = domain::attribution::attribute(&summary.model);
+    }
     // Service tiers and hosted tools: refused unless the key may use them
     // (docs/billing.md, "Service tiers and hosted tools").
     let extras = crate::extras::allowed(&key, dialect, inbound.original.as_ref().unwrap_or(&json))?;
@@ -411,6 +416,8 @@ async fn admit_and_forward(
         model: summary.model.clone(),
         request_id: rid.to_string(),
         custom_tools: inbound.custom_tools,
+        tool_search: inbound.tool_search,
+        json_array: inbound.json_array,
     };
     let body = match inbound.original {
         Some(mut native) if edge.native => {

@@ -304,15 +304,17 @@ impl SettleJob {
             .map(|r| Breakdown::read(&r.raw))
             .filter(|b| b.fits(input, output))
             .unwrap_or_else(|| plain.clone());
-        let exact = h.price_sheet().cost_pico(&breakdown);
+        let charges = h.price_sheet().charges(&breakdown);
+        let exact = charges.total_pico();
         let (_, _, cost) = bound.clamp(0, 0, micro_of_pico(exact));
-        // Above the bound: billed at the bound, exactly.
-        let cost_pico = if cost < micro_of_pico(exact) {
-            i128::from(cost) * PICO_PER_MICRO
+        // Above the bound: billed at the bound, exactly, its components
+        // scaled down to it.
+        let charges = if cost < micro_of_pico(exact) {
+            charges.capped_at(i128::from(cost) * PICO_PER_MICRO)
         } else {
-            exact
+            charges
         };
-        let cost_pico = i64::try_from(cost_pico).unwrap_or(i64::MAX);
+        let cost_pico = i64::try_from(charges.total_pico()).unwrap_or(i64::MAX);
         let anomaly = a.anomaly.map(|k| UsageAnomaly {
             kind: k.as_str().to_string(),
             reported: h
@@ -348,6 +350,7 @@ impl SettleJob {
             deployment: h.route.as_ref().map(|r| r.name.to_string()),
             anomaly,
             breakdown: (breakdown != plain).then_some(breakdown),
+            charges: Some(charges),
             attribution: h.attribution.clone(),
         };
         Self {

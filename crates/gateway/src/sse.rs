@@ -86,6 +86,10 @@ pub struct Chunk {
     pub choices: Option<Vec<ChoiceDelta>>,
     #[serde(default)]
     pub usage: Option<Usage>,
+    /// The service tier the provider served the request at (OpenAI sends
+    /// it on every chunk); the usage is priced at it.
+    #[serde(default)]
+    pub service_tier: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -145,7 +145,14 @@ fn read_event(
         Some(chunk) => {
             shape.learn(&chunk);
             if let Some(u) = &chunk.usage {
-                *usage = Some(u.clone());
+                let mut u = u.clone();
+                if chunk.service_tier.is_some() {
+                    u.raw = crate::dialect::native::with_served_tier(
+                        u.raw,
+                        chunk.service_tier.as_deref(),
+                    );
+                }
+                *usage = Some(u);
             }
             text.clear();
             let ruled = chunk.generated_text(text, family);

@@ -1,5 +1,5 @@
 //! Long inputs counted off the async workers, in a bounded pool that the
-//! tenants share fairly (docs/benchmarks.md, "Long context").
+//! tenants share fairly (docs/scale.md, "Long inputs").
 //!
 //! Exactly counting a megabyte of prompt costs ~60 ms of CPU. On the async
 //! workers it would stall every other request behind it; on tokio's blocking

@@ -12,7 +12,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::{
-    approx_tokens, bad_request, latency_and_faults, stream, Directives, Fault, Personality, Shared,
+    approx_tokens, bad_request, latency_and_faults, stream, Call, Directives, Fault, Personality,
+    Shared,
 };
 
 /// One output token: a single BPE token in both cl100k and o200k.
@@ -33,6 +34,8 @@ struct ChatRequest {
     /// The tier asked; served as asked (as OpenAI answers) unless a
     /// `[mock:served_tier=…]` directive says otherwise.
     service_tier: Option<String>,
+    #[serde(default)]
+    response_format: Value,
 }
 
 #[derive(Deserialize)]
@@ -197,12 +200,55 @@ pub(crate) async fn chat(State(app): State<Shared>, headers: HeaderMap, body: By
         .tools
         .first()
         .and_then(|t| t["function"]["name"].as_str());
+    let stream = req.stream == Some(true);
     if let Some(name) = tool.filter(|_| dir.tool_call && !answered) {
-        let stream = req.stream == Some(true);
         return crate::native::chat_tool_call(
             &app,
             &req.model,
             name,
+            crate::native::TOOL_ARGS,
+            prompt_tokens,
+            stream,
+            include_usage,
+        );
+    }
+    // A scripted call, once a conversation, of a tool the request offers.
+    let call = req
+        .messages
+        .iter()
+        .rev()
+        .filter(|m| m.role == "user")
+        .find_map(|m| {
+            m.content
+                .iter()
+                .flat_map(Content::texts)
+                .find_map(Call::find)
+        })
+        .filter(|c| {
+            req.tools
+                .iter()
+                .any(|t| t["function"]["name"] == c.name.as_str())
+        })
+        .filter(|_| !req.messages.iter().any(|m| m.role == "tool"));
+    // Structured output: a JSON value of the asked schema, as a provider
+    // enforcing it answers (`"hello"` strings, 1s, trues, one-item arrays).
+    if req.response_format["type"] == "json_schema" && call.is_none() {
+        let text = crate::native::sample(&req.response_format["json_schema"]["schema"]).to_string();
+        return crate::native::chat_text(
+            &app,
+            &req.model,
+            &text,
+            prompt_tokens,
+            stream,
+            include_usage,
+        );
+    }
+    if let Some(c) = call {
+        return crate::native::chat_tool_call(
+            &app,
+            &req.model,
+            &c.name,
+            &c.args,
             prompt_tokens,
             stream,
             include_usage,

@@ -117,6 +117,51 @@ impl Directives {
     }
 }
 
+/// A scripted tool call: `[mock:call=NAME:BASE64]` asks the model to call
+/// the request's tool `NAME` with the base64-decoded text as its
+/// arguments (a function's JSON arguments, or a custom tool's free-form
+/// input), once: a conversation that already holds a tool result is
+/// answered with text. How a coding agent's own tools (a shell command, a
+/// patch) are driven through the gateway.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub name: String,
+    pub args: String,
+}
+
+impl Call {
+    /// The last well-formed `[mock:call=…]` in `text`.
+    pub fn find(mut text: &str) -> Option<Call> {
+        use base64::Engine;
+        let mut found = None;
+        while let Some(start) = text.find("[mock:call=") {
+            text = &text[start + 11..];
+            let Some(end) = text.find(']') else { break };
+            if let Some((name, b64)) = text[..end].split_once(':') {
+                let args = base64::engine::general_purpose::STANDARD
+                    .decode(b64.trim())
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok());
+                if let Some(args) = args.filter(|_| !name.trim().is_empty()) {
+                    found = Some(Call {
+                        name: name.trim().to_string(),
+                        args,
+                    });
+                }
+            }
+            text = &text[end + 1..];
+        }
+        found
+    }
+
+    /// `[mock:call=NAME:BASE64]` for a test to put in a prompt.
+    pub fn directive(name: &str, args: &str) -> String {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(args);
+        format!("[mock:call={name}:{b64}]")
+    }
+}
+
 pub(crate) fn parse_fault(value: &str) -> Option<Fault> {
     match value {
         "429" => Some(Fault::RateLimit),
@@ -167,6 +212,20 @@ mod tests {
                 ..Default::default()
             }
         );
+    }
+
+    #[test]
+    fn a_scripted_call_round_trips() {
+        let d = Call::directive("apply_patch", "*** Begin Patch\n[x]\n");
+        let text = format!("please {d} now [mock:call=bad:%%%]");
+        assert_eq!(
+            Call::find(&text),
+            Some(Call {
+                name: "apply_patch".into(),
+                args: "*** Begin Patch\n[x]\n".into()
+            })
+        );
+        assert_eq!(Call::find("[mock:call=:aGk=] [mock:call=x]"), None);
     }
 
     #[test]

@@ -14,6 +14,8 @@
 //! `[mock:fault=disconnect_after=N]`, `[mock:tool_call]` (with tools given: call the
 //! first one, until the conversation holds its result), and provider personalities
 //! (`personality.rs`: which cap field is read, hidden reasoning, absurd usage).
+//! `[mock:call=NAME:BASE64]` calls the tool `NAME` with the decoded
+//! arguments (once a conversation, `directives::Call`).
 //! `[mock:body_bytes=N]` pads a non-stream answer to N bytes;
 //! `[mock:unterminated]` ends a stream without its final blank line.
 // A dependency nothing uses fails CI (clippy -D warnings).
@@ -47,7 +49,7 @@ use axum::{Json, Router};
 use bytes::Bytes;
 use serde_json::json;
 
-pub use directives::{Directives, Fault};
+pub use directives::{Call, Directives, Fault};
 pub use personality::{Absurd, CapReading, Personality};
 pub use stats::{MockStats, StatsSnapshot};
 

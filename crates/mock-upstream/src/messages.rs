@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::chat::TOKEN;
 use crate::native::{frame, prompt_tokens, sse, texts, Sse, TOOL_ARGS};
-use crate::{bad_request, latency_and_faults, Directives, Fault, Shared};
+use crate::{bad_request, latency_and_faults, Call, Directives, Fault, Shared};
 
 pub(crate) async fn messages(
     State(app): State<Shared>,
@@ -52,9 +52,29 @@ pub(crate) async fn messages(
         .last()
         .and_then(|m| m["content"].as_array())
         .is_some_and(|b| b.iter().any(|b| b["type"] == "tool_result"));
-    let tool = req["tools"][0]["name"]
+    let first = req["tools"][0]["name"]
         .as_str()
-        .filter(|_| dir.tool_call && !answered);
+        .filter(|_| dir.tool_call && !answered)
+        .map(|n| (n.to_string(), TOOL_ARGS.to_string()));
+    // A scripted call, once a conversation, of a tool the request offers.
+    let any_result = msgs.iter().any(|m| {
+        m["content"]
+            .as_array()
+            .is_some_and(|b| b.iter().any(|b| b["type"] == "tool_result"))
+    });
+    let scripted = msgs
+        .iter()
+        .rev()
+        .filter(|m| m["role"] == "user")
+        .find_map(|u| texts(&u["content"]).into_iter().find_map(Call::find))
+        .filter(|c| {
+            let mut offered = req["tools"].as_array().into_iter().flatten();
+            !any_result && offered.any(|t| t["name"] == c.name.as_str())
+        })
+        .map(|c| (c.name, c.args));
+    let called = first.or(scripted);
+    let tool = called.as_ref().map(|(n, _)| n.as_str());
+    let args = called.as_ref().map_or(TOOL_ARGS, |(_, a)| a.as_str());
     let wanted = dir.output_tokens.unwrap_or(app.cfg.output_tokens);
     let cap = req["max_tokens"].as_u64().map(|c| c as u32);
     let n = match tool {
@@ -70,7 +90,7 @@ pub(crate) async fn messages(
     app.stats.prompt_tokens(prompt);
     let block = |full: bool| match tool {
         Some(name) => json!({"type": "tool_use", "id": format!("toolu_{id}"), "name": name,
-            "input": if full { serde_json::from_str::<Value>(TOOL_ARGS).expect("json") } else { json!({}) }}),
+            "input": if full { serde_json::from_str::<Value>(args).unwrap_or(json!({})) } else { json!({}) }}),
         None => {
             json!({"type": "text", "text": if full { TOKEN.repeat(n as usize) } else { String::new() }})
         }
@@ -103,7 +123,7 @@ pub(crate) async fn messages(
             head.push(ev(
                 "content_block_delta",
                 json!({"index": 0,
-                "delta": {"type": "input_json_delta", "partial_json": TOOL_ARGS}}),
+                "delta": {"type": "input_json_delta", "partial_json": args}}),
             ));
             app.stats.completion_tokens(n);
             Bytes::new()

@@ -83,12 +83,14 @@ pub(crate) fn sse(s: Sse, stats: MockStats) -> Response {
         .expect("static headers")
 }
 
-/// A chat completion (or stream) calling tool `name` with [`TOOL_ARGS`]
-/// (5 completion tokens), finish reason `tool_calls`.
+/// A chat completion (or stream) calling tool `name` with `args`
+/// ([`TOOL_ARGS`] for `[mock:tool_call]`; 5 completion tokens), finish
+/// reason `tool_calls`.
 pub(crate) fn chat_tool_call(
     app: &crate::App,
     model: &str,
     name: &str,
+    args: &str,
     prompt: u32,
     stream: bool,
     include_usage: bool,
@@ -105,7 +107,7 @@ pub(crate) fn chat_tool_call(
     let usage =
         json!({"prompt_tokens": prompt, "completion_tokens": 5, "total_tokens": prompt + 5});
     if !stream {
-        let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": TOOL_ARGS}});
+        let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": args}});
         return axum::Json(json!({"id": id, "object": "chat.completion", "created": 0, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [call]},
             "finish_reason": "tool_calls"}], "usage": usage}))
@@ -124,10 +126,96 @@ pub(crate) fn chat_tool_call(
             Value::Null,
         ),
         chunk(
-            json!({"tool_calls": [{"index": 0, "function": {"arguments": TOOL_ARGS}}]}),
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}),
             Value::Null,
         ),
         chunk(json!({}), json!("tool_calls")),
+    ];
+    if include_usage {
+        let v = json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model,
+            "choices": [], "usage": usage});
+        tail.push(Bytes::from(format!("data: {v}\n\n")));
+    }
+    tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    sse(
+        Sse {
+            head: vec![],
+            token: Bytes::new(),
+            tokens: 0,
+            tail,
+            delay: Duration::ZERO,
+            disconnect_after: None,
+        },
+        app.stats.clone(),
+    )
+}
+
+/// A value of JSON schema `schema`: every property, `"hello"` for a
+/// string (an enum's first value), 1 for a number, true, one-item arrays.
+pub(crate) fn sample(schema: &Value) -> Value {
+    use serde_json::json;
+    if let Some(first) = schema["enum"].as_array().and_then(|e| e.first()) {
+        return first.clone();
+    }
+    let ty = schema["type"]
+        .as_str()
+        .unwrap_or("object")
+        .to_ascii_lowercase();
+    match ty.as_str() {
+        "object" => Value::Object(
+            schema["properties"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), sample(v)))
+                .collect(),
+        ),
+        "array" => json!([sample(&schema["items"])]),
+        "string" => json!("hello"),
+        "integer" | "number" => json!(1),
+        "boolean" => json!(true),
+        _ => Value::Null,
+    }
+}
+
+/// A chat completion (or stream, in one piece) answering `text`, its
+/// tokens counted as the mock counts (one per 4 characters).
+pub(crate) fn chat_text(
+    app: &crate::App,
+    model: &str,
+    text: &str,
+    prompt: u32,
+    stream: bool,
+    include_usage: bool,
+) -> Response {
+    use axum::response::IntoResponse;
+    use serde_json::json;
+    let n = crate::approx_tokens(text);
+    app.stats.model(model);
+    app.stats.prompt_tokens(prompt);
+    app.stats.completion_tokens(n);
+    let k = app
+        .next_id
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let id = format!("chatcmpl-mock-{k}");
+    let usage =
+        json!({"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n});
+    if !stream {
+        return axum::Json(json!({"id": id, "object": "chat.completion", "created": 0, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null},
+            "logprobs": null, "finish_reason": "stop"}], "usage": usage}))
+        .into_response();
+    }
+    app.stats.stream();
+    let chunk = |delta: Value, finish: Value| {
+        let v = json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]});
+        Bytes::from(format!("data: {v}\n\n"))
+    };
+    let mut tail = vec![
+        chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+        chunk(json!({"content": text}), Value::Null),
+        chunk(json!({}), json!("stop")),
     ];
     if include_usage {
         let v = json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model,

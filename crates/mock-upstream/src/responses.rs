@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::chat::TOKEN;
 use crate::native::{frame, prompt_tokens, sse, texts, Sse, TOOL_ARGS};
-use crate::{bad_request, latency_and_faults, Directives, Fault, Shared};
+use crate::{bad_request, latency_and_faults, Call, Directives, Fault, Shared};
 
 pub(crate) async fn responses(
     State(app): State<Shared>,
@@ -52,12 +52,36 @@ pub(crate) async fn responses(
     if let Some(r) = latency_and_faults(&app, &dir, stream).await {
         return r;
     }
-    let tool = req["tools"][0]["name"].as_str().filter(|_| {
+    let first = req["tools"][0]["name"].as_str().filter(|_| {
         dir.tool_call
             && items
                 .last()
                 .is_some_and(|i| i["type"] != "function_call_output")
     });
+    let first = first.map(|n| (n.to_string(), TOOL_ARGS.to_string(), false));
+    // A scripted call, once a conversation, of a tool the request offers:
+    // a `custom` tool's is a `custom_tool_call` with the text as its input.
+    let any_output = items.iter().any(|i| {
+        i["type"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("_call_output"))
+    });
+    let scripted = items
+        .iter()
+        .rev()
+        .filter(|i| i["role"] == "user")
+        .find_map(|u| texts(&u["content"]).into_iter().find_map(Call::find))
+        .filter(|_| !any_output)
+        .and_then(|c| {
+            let mut offered = req["tools"].as_array().into_iter().flatten();
+            let t = offered.find(|t| t["name"] == c.name.as_str())?;
+            Some((c.name, c.args, t["type"] == "custom"))
+        });
+    let called = first.or(scripted);
+    let tool = called.as_ref().map(|(n, _, _)| n.as_str());
+    let custom = called.as_ref().is_some_and(|(_, _, c)| *c);
+    let args = called.as_ref().map_or(TOOL_ARGS, |(_, a, _)| a.as_str());
+
     let wanted = dir.output_tokens.unwrap_or(app.cfg.output_tokens);
     let cap = req["max_output_tokens"].as_u64().map(|c| c as u32);
     let n = match tool {
@@ -65,6 +89,11 @@ pub(crate) async fn responses(
         None => cap.map_or(wanted, |c| c.min(wanted)),
     };
     let id = format!("resp_mock_{}", app.next_id.fetch_add(1, Relaxed));
+    let call_item_id = if custom {
+        format!("ctc_{id}")
+    } else {
+        format!("fc_{id}")
+    };
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -84,13 +113,17 @@ pub(crate) async fn responses(
     app.stats.prompt_tokens(prompt);
     let msg_id = format!("msg_{id}");
     let item = |text: &str, status: &str| match tool {
-        Some(name) => json!({"id": format!("fc_{id}"), "type": "function_call", "status": status,
+        Some(name) if custom => {
+            json!({"id": call_item_id, "type": "custom_tool_call", "status": status,
+            "call_id": format!("call_{id}"), "name": name, "input": text})
+        }
+        Some(name) => json!({"id": call_item_id, "type": "function_call", "status": status,
             "call_id": format!("call_{id}"), "name": name, "arguments": text}),
         None => json!({"id": msg_id, "type": "message", "status": status, "role": "assistant",
             "content": [{"type": "output_text", "text": text, "annotations": []}]}),
     };
     let full = match tool {
-        Some(_) => TOOL_ARGS.to_string(),
+        Some(_) => args.to_string(),
         None => TOKEN.repeat(n as usize),
     };
     if !stream {
@@ -125,22 +158,34 @@ pub(crate) async fn responses(
     ];
     let (token, tokens, mut tail) = match tool {
         Some(_) => {
-            let mut added = item("", "in_progress");
-            added["arguments"] = json!("");
+            let added = item("", "in_progress");
             head.push(ev(
                 "response.output_item.added",
                 json!({"output_index": 0, "item": added}),
             ));
+            let (delta, done, field) = if custom {
+                (
+                    "response.custom_tool_call_input.delta",
+                    "response.custom_tool_call_input.done",
+                    "input",
+                )
+            } else {
+                (
+                    "response.function_call_arguments.delta",
+                    "response.function_call_arguments.done",
+                    "arguments",
+                )
+            };
             head.push(ev(
-                "response.function_call_arguments.delta",
-                json!({"item_id": format!("fc_{id}"), "output_index": 0, "delta": TOOL_ARGS}),
+                delta,
+                json!({"item_id": call_item_id, "output_index": 0, "delta": args}),
             ));
             (
                 Bytes::new(),
                 0,
                 vec![ev(
-                    "response.function_call_arguments.done",
-                    json!({"item_id": format!("fc_{id}"), "output_index": 0, "arguments": TOOL_ARGS}),
+                    done,
+                    json!({"item_id": call_item_id, "output_index": 0, field: args}),
                 )],
             )
         }

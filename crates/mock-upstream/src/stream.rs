@@ -155,6 +155,8 @@ impl Plan {
         });
         if self.kind == Kind::Chat {
             v["system_fingerprint"] = "fp_mock".into();
+            // OpenAI's `ChatCompletionChunk.service_tier`, on every chunk.
+            v["service_tier"] = self.caching.served_tier.unwrap_or("default").into();
         }
         if self.include_usage {
             v["usage"] = usage;

@@ -477,3 +477,63 @@ async fn unknown_delta_stream_sends_output_in_a_field_nobody_knows() {
     let s = wait_for(&stats, |s| s.streams_completed == 1).await;
     assert_eq!(s.completion_tokens, 3);
 }
+
+#[tokio::test]
+async fn a_scripted_call_is_made_once_in_each_dialects_shape() {
+    let (base, _) = spawn(MockConfig::default()).await;
+    let call = crate::Call::directive("apply_patch", "*** Begin Patch\n*** End Patch\n");
+    let ask = format!("patch it {call}");
+    // Chat: a function call with the decoded arguments, until a tool answered.
+    let tools = json!([{"type": "function", "function": {"name": "other"}},
+        {"type": "function", "function": {"name": "apply_patch"}}]);
+    let mut body =
+        json!({"model": "m", "tools": tools, "messages": [{"role": "user", "content": ask}]});
+    let v: Value = post(format!("{base}/chat/completions"), body.clone())
+        .await
+        .json()
+        .await
+        .unwrap();
+    let c = &v["choices"][0]["message"]["tool_calls"][0]["function"];
+    assert_eq!(c["name"], "apply_patch");
+    assert_eq!(c["arguments"], "*** Begin Patch\n*** End Patch\n");
+    body["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "tool", "tool_call_id": "x", "content": "done"}));
+    let v: Value = post(format!("{base}/chat/completions"), body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    // Responses: a custom tool's call is a custom_tool_call with the input.
+    let body = json!({"model": "m", "input": [{"role": "user", "content": ask}],
+        "tools": [{"type": "custom", "name": "apply_patch"}]});
+    let v: Value = post(format!("{base}/responses"), body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let item = &v["output"][0];
+    assert_eq!(item["type"], "custom_tool_call", "{v}");
+    assert_eq!(item["input"], "*** Begin Patch\n*** End Patch\n");
+    // Messages: a tool_use whose input is the decoded JSON; a tool that
+    // is not offered is not called.
+    let call = crate::Call::directive("Bash", r#"{"command":"ls"}"#);
+    let body = json!({"model": "m", "max_tokens": 20, "tools": [{"name": "Bash"}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": call}]}]});
+    let v: Value = post(format!("{base}/messages"), body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["content"][0]["input"], json!({"command": "ls"}), "{v}");
+    let body = json!({"model": "m", "max_tokens": 20, "tools": [{"name": "Read"}],
+        "messages": [{"role": "user", "content": call}]});
+    let v: Value = post(format!("{base}/messages"), body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["content"][0]["type"], "text", "{v}");
+}

@@ -239,8 +239,8 @@ impl LeaseBook {
             return Ok(a);
         }
         // Boxed: the refill's future (a Redis round trip) is large and
-        // rare; the request's own future stays small (docs/scale.md,
-        // "The gateway's own work").
+        // rare; the request's own future stays small (bench/results/
+        // 2026-12-03-the-gateway-s-own-work.md).
         Box::pin(self.refill_and_admit(&chain, req, &need, ledger)).await
     }
 

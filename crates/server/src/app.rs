@@ -278,7 +278,7 @@ async fn health(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
 /// Drains the histograms' recorded samples into their buckets. The
 /// recorder keeps every sample of a histogram until this runs (or /metrics
 /// is scraped): without it a gateway nobody scrapes grew by 8 bytes per
-/// sample, three samples a request (docs/benchmarks.md, "Metrics upkeep").
+/// sample, three samples a request (bench/results/2026-12-03-metrics-upkeep.md).
 fn spawn_metrics_upkeep(every: Duration) -> JoinHandle<()> {
     let handle = metrics_handle();
     tokio::spawn(async move {
@@ -336,7 +336,7 @@ fn spawn_heartbeat(quota: Arc<QuotaEngine>, ttl: Duration) -> JoinHandle<()> {
 /// frees a temporary tiktoken `CoreBPE` of ~46 MB; mimalloc returns freed
 /// pages only after a delay, on a later allocation of the same thread, so
 /// without this the idle gateway kept them: 75 MB resident instead of ~35
-/// (docs/benchmarks.md, "Memory"). A no-op where mimalloc is not the
+/// (bench/results/2026-11-30-bench.md, "Memory"). A no-op where mimalloc is not the
 /// allocator (the tests).
 fn return_freed_memory() {
     // SAFETY: mi_collect takes no pointers; it frees only memory mimalloc

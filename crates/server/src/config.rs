@@ -324,8 +324,9 @@ pub struct GatewayTuning {
     /// How long the ledger writer waits for a fuller batch after its first
     /// event (events are already in the Redis outbox, so waiting loses
     /// nothing; they reach the ledger up to this much later, and larger
-    /// batches cost Postgres less a request: docs/scale.md, "The ledger
-    /// writer's linger at 50 ms"). It also sets the writers' grace
+    /// batches cost Postgres less a request:
+    /// bench/results/2026-12-03-the-ledger-writer-s-linger-at-50.md). It
+    /// also sets the writers' grace
     /// (`settlement::ledger::writer_grace`: 2 s plus twice this): the outbox
     /// sweeper and the stale-holds job leave younger events to the writers,
     /// so an event a crash lost reaches the ledger that much later. Keep it

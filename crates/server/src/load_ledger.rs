@@ -177,6 +177,7 @@ fn event(plan: &LoadPlan, first_day: NaiveDate, days: u32, n: u64, rng: &mut Mix
         anomaly: None,
         deployment: None,
         breakdown: None,
+        charges: None,
         attribution: Default::default(),
     }
 }

@@ -5,7 +5,7 @@ use tollgate_server::{commands, config::Config};
 
 /// mimalloc instead of glibc's malloc: the request path allocates and frees
 /// many small objects across two worker threads, and glibc's allocator was
-/// a fifth of the gateway's CPU in the profile (docs/benchmarks.md).
+/// a fifth of the gateway's CPU in the profile (bench/results/2026-11-29-bench-2135.md).
 #[global_allocator]
 static ALLOC: Mimalloc = Mimalloc;
 
@@ -13,8 +13,8 @@ static ALLOC: Mimalloc = Mimalloc;
 /// crate's allocator calls `mi_malloc_aligned` for every allocation, whose
 /// checks cost more than `mi_malloc`'s fast path; every mimalloc block is
 /// word-aligned (its size classes are whole words), so an alignment of a
-/// word or less needs none (docs/scale.md, "The outbox event written
-/// directly").
+/// word or less needs none
+/// (bench/results/2026-12-03-the-outbox-event-written-directly-and-three.md).
 struct Mimalloc;
 
 const WORD_ALIGNED: usize = std::mem::size_of::<usize>();
@@ -232,7 +232,7 @@ enum AdminCommand {
 
 /// No transparent huge pages for this process. mimalloc asks for them on
 /// its arenas (`madvise`), and one 2 MB page per arena touched made the idle
-/// gateway 108 MB instead of 80 (docs/benchmarks.md, "Memory"); the TLB
+/// gateway 108 MB instead of 80 (bench/results/2026-11-30-bench.md, "Memory"); the TLB
 /// gain is not measurable on this request path. The same call Redis and
 /// most databases recommend.
 fn no_transparent_huge_pages() {

@@ -137,8 +137,8 @@ const SWEEP_PAGE: usize = 500;
 /// a full queue, Postgres down) or is being retried. Storing the younger
 /// ones as well stored them twice at once: the writer's `COPY` then failed
 /// on the primary key (its rows left behind as dead tuples) and its batch
-/// went again through the skipping insert (docs/scale.md, "The sweeper
-/// leaves young events to the writer"). The margin covers clock skew
+/// went again through the skipping insert (bench/results/
+/// 2026-12-04-the-sweeper-leaves-young-events-to-the.md). The margin covers clock skew
 /// between replicas, whose events any replica's sweeper stores, and an
 /// event stamped before a slow settle or a backed-up writer queue; one a
 /// writer still holds past the grace is only stored twice, counted once.

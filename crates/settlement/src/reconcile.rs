@@ -190,6 +190,7 @@ async fn expire(
         settled_at_ms: now_ms,
         deployment: None,
         breakdown: None,
+        charges: None,
         attribution: Default::default(),
         anomaly: None,
     };

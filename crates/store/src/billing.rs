@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use domain::bill::{
     AttributedRow, BillRow, DayRow, GroupBy, QuotaAmount, RefusalRow, TenantInfo, Totals,
 };
+use domain::pricing::{Charges, Component};
 use domain::usage::UsageEvent;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -21,6 +22,9 @@ struct TotalsCols {
     input_tokens: i64,
     output_tokens: i64,
     cost_micro: i64,
+    cost_pico: i64,
+    /// The components' quantities, then their costs (`Charges::to_array`).
+    charges: Vec<i64>,
 }
 
 impl From<TotalsCols> for Totals {
@@ -30,6 +34,8 @@ impl From<TotalsCols> for Totals {
             input_tokens: c.input_tokens,
             output_tokens: c.output_tokens,
             cost_micro: c.cost_micro,
+            cost_pico: c.cost_pico,
+            charges: Charges::from_slice(&c.charges).unwrap_or_default(),
         }
     }
 }
@@ -113,13 +119,49 @@ struct TenantTotalsCols {
     totals: TotalsCols,
 }
 
-/// Sums over ledger events (the truth the rollups are checked against).
-const SUMS: &str = "COUNT(*)::int8 AS requests, COALESCE(SUM(input_tokens), 0)::int8 AS input_tokens,
-     COALESCE(SUM(output_tokens), 0)::int8 AS output_tokens, COALESCE(SUM(cost_micro), 0)::int8 AS cost_micro";
+/// The sums of [`TotalsCols`] over rows whose value of each total is
+/// `value(total)`: `requests` counted by `count`, the components as one
+/// array (quantities, then costs, in `Component::ALL` order).
+fn totals_sql(count: &str, value: impl Fn(&str) -> String) -> String {
+    let sum =
+        |v: String| format!("LEAST(COALESCE(SUM(({v})::numeric), 0), 9223372036854775807)::int8");
+    let mut charges = Vec::new();
+    for kind in ["q", "p"] {
+        for c in Component::ALL {
+            charges.push(sum(value(&format!("{kind}_{}", c.name()))));
+        }
+    }
+    format!(
+        "{count} AS requests, {} AS input_tokens, {} AS output_tokens, {} AS cost_micro,
+         {} AS cost_pico, ARRAY[{}]::int8[] AS charges",
+        sum(value("input_tokens")),
+        sum(value("output_tokens")),
+        sum(value("cost_micro")),
+        sum(value("cost_pico")),
+        charges.join(", ")
+    )
+}
+
+/// Sums over ledger events (the truth the rollups are checked against):
+/// a component's quantity and cost are read from the event's `charges`.
+fn event_sums() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        totals_sql("COUNT(*)::int8", |col| {
+            match (col.strip_prefix("q_"), col.strip_prefix("p_")) {
+                (Some(c), _) => format!("charges->'{c}'->>0"),
+                (_, Some(c)) => format!("charges->'{c}'->>1"),
+                _ => col.to_string(),
+            }
+        })
+    })
+}
 
 /// The same sums over rollup rows: what bills and charts read.
-const ROLLUP_SUMS: &str = "COALESCE(SUM(requests), 0)::int8 AS requests, COALESCE(SUM(input_tokens), 0)::int8 AS input_tokens,
-     COALESCE(SUM(output_tokens), 0)::int8 AS output_tokens, COALESCE(SUM(cost_micro), 0)::int8 AS cost_micro";
+fn rollup_sums() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| totals_sql("COALESCE(SUM(requests), 0)::int8", str::to_string))
+}
 
 /// A month's rollover record (see migrations/0006_billing.sql).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +169,9 @@ pub struct ClosedMonth {
     pub period: String,
     pub state: String,
     pub batch_id: Uuid,
+    /// The closing totals: requests, tokens, `cost_micro` and the exact
+    /// `cost_pico` (-1 for a month closed before it was recorded); no
+    /// components.
     pub totals: Totals,
     pub bill_rows: i64,
     pub refused: i64,
@@ -152,6 +197,7 @@ struct ClosedMonthCols {
     input_tokens: i64,
     output_tokens: i64,
     cost_micro: i64,
+    cost_pico: Option<i64>,
     bill_rows: i64,
     refused: i64,
     attempts: i32,
@@ -170,6 +216,8 @@ fn closed_month(r: ClosedMonthCols) -> ClosedMonth {
             input_tokens: r.input_tokens,
             output_tokens: r.output_tokens,
             cost_micro: r.cost_micro,
+            cost_pico: r.cost_pico.unwrap_or(-1),
+            ..Default::default()
         },
         bill_rows: r.bill_rows,
         refused: r.refused,
@@ -181,7 +229,7 @@ fn closed_month(r: ClosedMonthCols) -> ClosedMonth {
 }
 
 const CLOSED_COLS: &str =
-    "period, state, batch_id, events, input_tokens, output_tokens, cost_micro, bill_rows,
+    "period, state, batch_id, events, input_tokens, output_tokens, cost_micro, cost_pico, bill_rows,
      refused, attempts, closed_at, purge_after, purged_at";
 
 /// What the rollover verified and closes the month with.
@@ -212,7 +260,7 @@ impl Store {
         sums_by_tenant(
             &self.pool,
             "usage_rollups",
-            ROLLUP_SUMS,
+            rollup_sums(),
             period,
             scope.tenant(),
         )
@@ -230,9 +278,10 @@ impl Store {
 
     pub async fn bill_rows(&self, scope: &TenantScope, period: &str) -> Result<Vec<BillRow>> {
         let rows = sqlx::query_as::<_, BillRowCols>(&format!(
-            "SELECT tenant_id, app_id, model, {ROLLUP_SUMS} FROM usage_rollups
+            "SELECT tenant_id, app_id, model, {rs} FROM usage_rollups
              WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
-             GROUP BY tenant_id, app_id, model ORDER BY tenant_id, app_id, model"
+             GROUP BY tenant_id, app_id, model ORDER BY tenant_id, app_id, model",
+            rs = rollup_sums(),
         ))
         .bind(period)
         .bind(scope.tenant())
@@ -251,9 +300,10 @@ impl Store {
 
     pub async fn day_rows(&self, scope: &TenantScope, period: &str) -> Result<Vec<DayRow>> {
         let rows = sqlx::query_as::<_, DayRowCols>(&format!(
-            "SELECT tenant_id, app_id, model, day::text AS day, tags, {ROLLUP_SUMS} FROM usage_rollups
+            "SELECT tenant_id, app_id, model, day::text AS day, tags, {rs} FROM usage_rollups
              WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
-             GROUP BY tenant_id, app_id, model, day, tags ORDER BY tenant_id, day, app_id, model"
+             GROUP BY tenant_id, app_id, model, day, tags ORDER BY tenant_id, day, app_id, model",
+            rs = rollup_sums(),
         ))
         .bind(period)
         .bind(scope.tenant())
@@ -281,9 +331,10 @@ impl Store {
         period: &str,
     ) -> Result<BTreeMap<String, Totals>> {
         let rows = sqlx::query_as::<_, DayTotalsCols>(&format!(
-            "SELECT day::text AS day, {ROLLUP_SUMS} FROM usage_rollups
+            "SELECT day::text AS day, {rs} FROM usage_rollups
              WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
-             GROUP BY day ORDER BY day"
+             GROUP BY day ORDER BY day",
+            rs = rollup_sums(),
         ))
         .bind(period)
         .bind(scope.tenant())
@@ -318,9 +369,10 @@ impl Store {
             GroupBy::EndUser => ("NULLIF(end_user, '')", ""),
         };
         let rows = sqlx::query_as::<_, AttributedRowCols>(&format!(
-            "SELECT tenant_id, {value} AS value, {ROLLUP_SUMS} FROM usage_rollups
+            "SELECT tenant_id, {value} AS value, {rs} FROM usage_rollups
              WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2) AND ($3::text IS NOT NULL)
-             GROUP BY 1, 2 ORDER BY 1, 2"
+             GROUP BY 1, 2 ORDER BY 1, 2",
+            rs = rollup_sums(),
         ))
         .bind(period)
         .bind(scope.tenant())
@@ -533,7 +585,7 @@ impl Store {
                 "the ledger of {period} changed during its copy"
             )));
         }
-        let rolled = sums_by_tenant(&mut *tx, "usage_rollups", ROLLUP_SUMS, period, None).await?;
+        let rolled = sums_by_tenant(&mut *tx, "usage_rollups", rollup_sums(), period, None).await?;
         if rolled != now_totals {
             return Err(StoreError::Conflict(format!(
                 "the rollups of {period} differ from its events; run reconcile --check"
@@ -553,7 +605,7 @@ impl Store {
         let n = sqlx::query(
             "UPDATE closed_months SET state = 'closed', events = $3, input_tokens = $4,
                  output_tokens = $5, cost_micro = $6, bill_rows = $7, refused = $8,
-                 closed_at = now(), purge_after = $9
+                 closed_at = now(), purge_after = $9, cost_pico = $10
              WHERE period = $1 AND batch_id = $2 AND state = 'archiving'",
         )
         .bind(period)
@@ -565,6 +617,7 @@ impl Store {
         .bind(verified.bill_rows)
         .bind(verified.refused)
         .bind(purge_after)
+        .bind(t.cost_pico)
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -660,7 +713,7 @@ async fn period_totals<'e, E>(
 where
     E: sqlx::Executor<'e, Database = sqlx::Postgres>,
 {
-    sums_by_tenant(ex, "usage_events", SUMS, period, tenant).await
+    sums_by_tenant(ex, "usage_events", event_sums(), period, tenant).await
 }
 
 async fn sums_by_tenant<'e, E>(

@@ -4,6 +4,7 @@ use crate::pgcopy::{BinaryCopy, FieldTooLarge};
 use crate::{Result, Store, StoreError, TenantScope};
 use chrono::{DateTime, NaiveDate, Utc};
 use domain::attribution::{Attribution, Tags};
+use domain::pricing::charges::{Component, N_COMPONENTS};
 use domain::usage::{UsageAnomaly, UsageEvent};
 
 /// Settled usage of one (app, key) of a tenant in a month.
@@ -27,6 +28,11 @@ pub struct MonthUsageRow {
 pub struct AttributionCols {
     tags: serde_json::Value,
     end_user: String,
+    /// Only the ledger has these two (`session_id`, `asked_model`).
+    #[sqlx(default)]
+    session_id: Option<String>,
+    #[sqlx(default)]
+    asked_model: Option<String>,
 }
 
 impl From<AttributionCols> for Attribution {
@@ -34,6 +40,8 @@ impl From<AttributionCols> for Attribution {
         Attribution {
             tags: tags_of(c.tags),
             end_user: (!c.end_user.is_empty()).then_some(c.end_user),
+            session: c.session_id,
+            asked_model: c.asked_model,
         }
     }
 }
@@ -72,6 +80,8 @@ pub(crate) struct UsageEventRow {
     cost_pico: i64,
     #[sqlx(default)]
     breakdown: Option<serde_json::Value>,
+    #[sqlx(default)]
+    charges: Option<serde_json::Value>,
     #[sqlx(flatten)]
     attribution: AttributionCols,
 }
@@ -102,6 +112,7 @@ impl From<UsageEventRow> for UsageEvent {
             settled_at_ms: r.settled_at.timestamp_millis(),
             deployment: r.deployment,
             breakdown: r.breakdown.and_then(|b| serde_json::from_value(b).ok()),
+            charges: r.charges.and_then(|c| serde_json::from_value(c).ok()),
             anomaly: r.usage_anomaly.map(|kind| UsageAnomaly {
                 kind,
                 reported: r.reported_usage.unwrap_or_default(),
@@ -142,16 +153,14 @@ const EVENT_COLUMNS: &[(&str, &str)] = &[
     ("end_user", "text"),
     ("cost_pico", "int8"),
     ("breakdown", "jsonb"),
+    ("charges", "jsonb"),
+    ("session_id", "text"),
+    ("asked_model", "text"),
 ];
 
-/// A ledger row's exact cost: the event's, or (an event from before it was
-/// kept) its micro-USD as pico-USD.
+/// A ledger row's exact cost ([`UsageEvent::exact_cost_pico`]).
 fn stored_pico(e: &UsageEvent) -> i64 {
-    if e.cost_pico > 0 {
-        e.cost_pico
-    } else {
-        e.cost_micro.saturating_mul(1_000_000)
-    }
+    e.exact_cost_pico()
 }
 
 /// A ledger row's breakdown as stored (None for plain input and output).
@@ -159,6 +168,14 @@ fn breakdown_json(e: &UsageEvent) -> Option<serde_json::Value> {
     e.breakdown
         .as_ref()
         .and_then(|b| serde_json::to_value(b).ok())
+}
+
+/// A ledger row's charge components as stored (None for an event from
+/// before they were kept).
+fn charges_json(e: &UsageEvent) -> Option<serde_json::Value> {
+    e.charges
+        .as_ref()
+        .and_then(|c| serde_json::to_value(c).ok())
 }
 
 /// The grain of `usage_rollups`, its primary key: one row per
@@ -208,25 +225,77 @@ fn ts(ms: i64) -> DateTime<Utc> {
 /// The rollups' upsert after `ON CONFLICT`: a row's totals plus the new
 /// rows' totals, saturating ([`sat_add`]). Both ledger writes use it.
 fn rollup_merge() -> String {
+    let sets: Vec<String> = rollup_totals()
+        .iter()
+        .skip(1)
+        .map(|c| format!("{c} = {}", sat_add(c)))
+        .collect();
     format!(
         "ON CONFLICT ({ROLLUP_KEY}) DO UPDATE SET
-            requests = usage_rollups.requests + EXCLUDED.requests,
-            input_tokens = {ai},
-            output_tokens = {ao},
-            cost_micro = {ac},
-            overrun_tokens = {aot},
-            overrun_cost_micro = {aoc}",
-        ai = sat_add("input_tokens"),
-        ao = sat_add("output_tokens"),
-        ac = sat_add("cost_micro"),
-        aot = sat_add("overrun_tokens"),
-        aoc = sat_add("overrun_cost_micro"),
+            requests = usage_rollups.requests + EXCLUDED.requests, {}",
+        sets.join(", ")
     )
 }
 
-/// The rollups' columns after the key, in the order `RollupSums` binds them.
-const ROLLUP_TOTALS: &str =
-    "requests, input_tokens, output_tokens, cost_micro, overrun_tokens, overrun_cost_micro";
+/// The rollups' totals before the components.
+const BASE_TOTALS: [&str; 7] = [
+    "requests",
+    "input_tokens",
+    "output_tokens",
+    "cost_micro",
+    "overrun_tokens",
+    "overrun_cost_micro",
+    "cost_pico",
+];
+
+/// How many totals a rollup row has: the base ones, then a quantity and a
+/// cost per charge component.
+const N_TOTALS: usize = BASE_TOTALS.len() + 2 * N_COMPONENTS;
+
+/// The rollups' columns after the key, in the order `RollupSums` binds
+/// them: [`BASE_TOTALS`], then `q_<component>`, `p_<component>` for each
+/// charge component (migrations/0025_charges.sql), from the one list of
+/// components (`Component::ALL`).
+pub(crate) fn rollup_totals() -> &'static [String] {
+    static COLS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    COLS.get_or_init(|| {
+        let mut cols: Vec<String> = BASE_TOTALS.iter().map(|c| c.to_string()).collect();
+        for c in Component::ALL {
+            cols.push(format!("q_{}", c.name()));
+            cols.push(format!("p_{}", c.name()));
+        }
+        cols
+    })
+}
+
+/// [`rollup_totals`] as a column list.
+fn rollup_totals_list() -> String {
+    rollup_totals().join(", ")
+}
+
+/// The SQL of one event's value of each rollup total after `requests`
+/// (which counts rows), over a row set with the ledger's columns.
+fn event_totals() -> Vec<String> {
+    let mut v: Vec<String> = BASE_TOTALS[1..].iter().map(|c| c.to_string()).collect();
+    for c in Component::ALL {
+        for i in 0..2 {
+            v.push(format!(
+                "COALESCE((charges->'{}'->>{i})::int8, 0)",
+                c.name()
+            ));
+        }
+    }
+    v
+}
+
+/// `count(*)` and [`sat_sum`] of every [`event_totals`]: the rollup totals
+/// of a set of events (the skipping insert, and reconcile's recount).
+pub(crate) fn event_sums() -> String {
+    std::iter::once("count(*)::int8".to_string())
+        .chain(event_totals().iter().map(|e| sat_sum(e)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// The ledger's skipping insert (see `insert_usage_events`), built once
 /// from `EVENT_COLUMNS` and `ROLLUP_KEY`: rows whose request id is already
@@ -241,10 +310,11 @@ fn skipping_insert_sql() -> &'static str {
                 INSERT INTO usage_events ({cols})
                 SELECT * FROM UNNEST({arrays})
                 ON CONFLICT (request_id) DO NOTHING
-                RETURNING {ROLLUP_KEY}, input_tokens, output_tokens, cost_micro, overrun_tokens, overrun_cost_micro
+                RETURNING {ROLLUP_KEY}, input_tokens, output_tokens, cost_micro, overrun_tokens,
+                    overrun_cost_micro, cost_pico, charges
              ), rolled AS (
-                INSERT INTO usage_rollups ({ROLLUP_KEY}, {ROLLUP_TOTALS})
-                SELECT {ROLLUP_KEY}, count(*), {si}, {so}, {sc}, {sot}, {soc}
+                INSERT INTO usage_rollups ({ROLLUP_KEY}, {totals})
+                SELECT {ROLLUP_KEY}, {sums}
                 FROM new_events GROUP BY {ROLLUP_KEY} ORDER BY {ROLLUP_KEY}
                 {merge}
                 RETURNING 1
@@ -257,11 +327,8 @@ fn skipping_insert_sql() -> &'static str {
                 .map(|(i, (_, t))| format!("${}::{t}[]", i + 1))
                 .collect::<Vec<_>>()
                 .join(", "),
-            si = sat_sum("input_tokens"),
-            so = sat_sum("output_tokens"),
-            sc = sat_sum("cost_micro"),
-            sot = sat_sum("overrun_tokens"),
-            soc = sat_sum("overrun_cost_micro"),
+            totals = rollup_totals_list(),
+            sums = event_sums(),
             merge = rollup_merge(),
         )
     })
@@ -293,14 +360,24 @@ fn copy_sql() -> &'static str {
 fn rollup_upsert_sql() -> &'static str {
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SQL.get_or_init(|| {
+        let key_types = [
+            "text", "text", "text", "text", "text", "date", "jsonb", "text",
+        ];
+        let arrays: Vec<String> = key_types
+            .iter()
+            .copied()
+            .chain(std::iter::repeat_n("int8", N_TOTALS))
+            .enumerate()
+            .map(|(i, t)| format!("${}::{t}[]", i + 1))
+            .collect();
         format!(
-            "INSERT INTO usage_rollups ({ROLLUP_KEY}, {ROLLUP_TOTALS})
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
-                 $6::date[], $7::jsonb[], $8::text[], $9::int8[], $10::int8[], $11::int8[],
-                 $12::int8[], $13::int8[], $14::int8[])
-                 AS r({ROLLUP_KEY}, {ROLLUP_TOTALS})
+            "INSERT INTO usage_rollups ({ROLLUP_KEY}, {totals})
+             SELECT * FROM UNNEST({arrays})
+                 AS r({ROLLUP_KEY}, {totals})
              ORDER BY {ROLLUP_KEY}
              {merge}",
+            totals = rollup_totals_list(),
+            arrays = arrays.join(", "),
             merge = rollup_merge(),
         )
     })
@@ -341,7 +418,17 @@ fn copy_row(
     c.jsonb(&tags_json(&e.attribution.tags))?;
     c.text(end_user_col(&e.attribution.end_user))?;
     c.int8(stored_pico(e));
-    c.opt_jsonb(breakdown_json(e).as_ref())
+    c.opt_jsonb(breakdown_json(e).as_ref())?;
+    match &e.charges {
+        Some(ch) => {
+            let mut json = String::with_capacity(96);
+            ch.write_json(&mut json);
+            c.jsonb_text(&json)?;
+        }
+        None => c.null(),
+    }
+    c.opt_text(e.attribution.session.as_deref())?;
+    c.opt_text(e.attribution.asked_model.as_deref())
 }
 
 /// The settle day as the ledger stores it (an unparsable day is stored as
@@ -369,7 +456,7 @@ type RollupKey<'a> = (
 /// `sat_sum`, so the two are checked against each other.
 #[derive(Default)]
 struct RollupSums<'a> {
-    rows: rustc_hash::FxHashMap<RollupKey<'a>, [i128; 6]>,
+    rows: rustc_hash::FxHashMap<RollupKey<'a>, [i128; N_TOTALS]>,
 }
 
 impl<'a> RollupSums<'a> {
@@ -385,17 +472,25 @@ impl<'a> RollupSums<'a> {
             &e.attribution.tags,
             end_user_col(&e.attribution.end_user),
         );
-        let t = self.rows.entry(key).or_default();
-        let add = [
+        let t = self.rows.entry(key).or_insert([0; N_TOTALS]);
+        let base = [
             1,
             e.input_tokens,
             e.output_tokens,
             e.cost_micro,
             e.overrun_tokens,
             e.overrun_cost_micro,
+            stored_pico(e),
         ];
-        for (sum, v) in t.iter_mut().zip(add) {
+        for (sum, v) in t.iter_mut().zip(base) {
             *sum += i128::from(v);
+        }
+        if let Some(ch) = &e.charges {
+            for (i, c) in Component::ALL.into_iter().enumerate() {
+                let at = BASE_TOTALS.len() + 2 * i;
+                t[at] += i128::from(ch.quantity_of(c));
+                t[at + 1] += i128::from(ch.pico_of(c));
+            }
         }
     }
 
@@ -414,7 +509,7 @@ impl<'a> RollupSums<'a> {
                 col!(|(_, t)| Self::capped(t[$i]))
             };
         }
-        sqlx::query(rollup_upsert_sql())
+        let mut q = sqlx::query(rollup_upsert_sql())
             .bind(col!(|(k, _)| k.0))
             .bind(col!(|(k, _)| k.1))
             .bind(col!(|(k, _)| k.2))
@@ -422,15 +517,11 @@ impl<'a> RollupSums<'a> {
             .bind(col!(|(k, _)| k.4))
             .bind(col!(|(k, _)| k.5))
             .bind(col!(|(k, _)| tags_json(k.6)))
-            .bind(col!(|(k, _)| k.7))
-            .bind(total!(0))
-            .bind(total!(1))
-            .bind(total!(2))
-            .bind(total!(3))
-            .bind(total!(4))
-            .bind(total!(5))
-            .execute(conn)
-            .await?;
+            .bind(col!(|(k, _)| k.7));
+        for i in 0..N_TOTALS {
+            q = q.bind(total!(i));
+        }
+        q.execute(conn).await?;
         Ok(())
     }
 }
@@ -471,8 +562,8 @@ impl Store {
     /// (binary COPY: no arrays to decode, no intermediate result sets, the
     /// heap filled a page at a time) and its rollup sums upserted, in one
     /// transaction — four round trips instead of one statement, with a
-    /// fraction of the server's work (docs/scale.md, "The ledger written by
-    /// COPY").
+    /// fraction of the server's work (bench/results/
+    /// 2026-12-02-the-ledger-written-by-copy-measured.md).
     async fn copy_events(&self, events: &[&UsageEvent]) -> Result<u64> {
         let mut data = BinaryCopy::with_capacity(events.len() * 400);
         let mut sums = RollupSums::default();
@@ -526,6 +617,9 @@ impl Store {
             .bind(col!(|e| end_user_col(&e.attribution.end_user).to_string()))
             .bind(col!(|e| stored_pico(e)))
             .bind(col!(|e| breakdown_json(e)))
+            .bind(col!(|e| charges_json(e)))
+            .bind(col!(|e| e.attribution.session.clone()))
+            .bind(col!(|e| e.attribution.asked_model.clone()))
             .fetch_one(&self.pool)
             .await?;
         Ok(n as u64)
@@ -617,7 +711,8 @@ impl Store {
             "SELECT request_id, tenant_id, app_id, key_id, model, period, day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
                     status, stream, replica, started_at, settled_at, usage_source, usage_anomaly,
-                    reported_usage, deployment, tags, end_user, cost_pico, breakdown
+                    reported_usage, deployment, tags, end_user, cost_pico, breakdown, charges,
+                    session_id, asked_model
              FROM usage_events WHERE request_id = $1 AND ($2::text IS NULL OR tenant_id = $2)",
         )
         .bind(request_id)

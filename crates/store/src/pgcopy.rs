@@ -121,6 +121,18 @@ impl BinaryCopy {
         Ok(())
     }
 
+    /// A `jsonb` from JSON text the caller wrote (valid JSON: the server
+    /// checks it).
+    pub fn jsonb_text(&mut self, json: &str) -> Result<(), FieldTooLarge> {
+        let len = json.len() + 1;
+        let len32 = i32::try_from(len).map_err(|_| FieldTooLarge(len))?;
+        self.counted();
+        self.buf.extend_from_slice(&len32.to_be_bytes());
+        self.buf.push(1);
+        self.buf.extend_from_slice(json.as_bytes());
+        Ok(())
+    }
+
     pub fn opt_jsonb(&mut self, v: Option<&serde_json::Value>) -> Result<(), FieldTooLarge> {
         match v {
             Some(v) => self.jsonb(v),

@@ -14,18 +14,18 @@ pub struct RollupDifference {
     pub key_id: String,
     pub model: String,
     pub day: String,
-    /// (requests, input tokens, output tokens, cost micro-USD) of the
-    /// rollup row, None when it is missing.
-    pub rollup: Option<[i64; 4]>,
+    /// (requests, input tokens, output tokens, cost micro-USD, exact cost
+    /// pico-USD) of the rollup row, None when it is missing.
+    pub rollup: Option<[i64; 5]>,
     /// The same summed over the events, None when there are none.
-    pub events: Option<[i64; 4]>,
+    pub events: Option<[i64; 5]>,
 }
 
 impl std::fmt::Display for RollupDifference {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let v = |x: &Option<[i64; 4]>| {
-            x.map_or("none".to_string(), |[r, i, o, c]| {
-                format!("requests={r} input={i} output={o} cost_micro={c}")
+        let v = |x: &Option<[i64; 5]>| {
+            x.map_or("none".to_string(), |[r, i, o, c, p]| {
+                format!("requests={r} input={i} output={o} cost_micro={c} cost_pico={p}")
             })
         };
         write!(
@@ -53,21 +53,24 @@ impl Store {
         let rows = sqlx::query_as::<_, DifferenceCols>(&format!(
             "WITH e AS (
                 SELECT {ROLLUP_KEY}, count(*)::int8 AS requests, {si} AS input_tokens,
-                       {so} AS output_tokens, {sc} AS cost_micro
+                       {so} AS output_tokens, {sc} AS cost_micro, {sp} AS cost_pico
                 FROM usage_events WHERE period = $1 GROUP BY {ROLLUP_KEY}
              ), r AS (SELECT * FROM usage_rollups WHERE period = $1)
              SELECT COALESCE(r.period, e.period) AS period, COALESCE(r.tenant_id, e.tenant_id) AS tenant_id,
                     COALESCE(r.app_id, e.app_id) AS app_id, COALESCE(r.key_id, e.key_id) AS key_id,
                     COALESCE(r.model, e.model) AS model, COALESCE(r.day, e.day)::text AS day,
                     r.requests AS r_req, r.input_tokens AS r_in, r.output_tokens AS r_out, r.cost_micro AS r_cost,
-                    e.requests AS e_req, e.input_tokens AS e_in, e.output_tokens AS e_out, e.cost_micro AS e_cost
+                    r.cost_pico AS r_pico,
+                    e.requests AS e_req, e.input_tokens AS e_in, e.output_tokens AS e_out, e.cost_micro AS e_cost,
+                    e.cost_pico AS e_pico
              FROM r FULL JOIN e USING ({ROLLUP_KEY})
-             WHERE (r.requests, r.input_tokens, r.output_tokens, r.cost_micro)
-                   IS DISTINCT FROM (e.requests, e.input_tokens, e.output_tokens, e.cost_micro)
+             WHERE (r.requests, r.input_tokens, r.output_tokens, r.cost_micro, r.cost_pico)
+                   IS DISTINCT FROM (e.requests, e.input_tokens, e.output_tokens, e.cost_micro, e.cost_pico)
              ORDER BY 1, 2, 3, 4, 5, 6 LIMIT $2",
             si = sat_sum("input_tokens"),
             so = sat_sum("output_tokens"),
             sc = sat_sum("cost_micro"),
+            sp = sat_sum("cost_pico"),
         ))
         .bind(period)
         .bind(limit)
@@ -77,10 +80,10 @@ impl Store {
             .into_iter()
             .map(|r| RollupDifference {
                 rollup: r.r_req.map(|req| {
-                    [Some(req), r.r_in, r.r_out, r.r_cost].map(Option::unwrap_or_default)
+                    [Some(req), r.r_in, r.r_out, r.r_cost, r.r_pico].map(Option::unwrap_or_default)
                 }),
                 events: r.e_req.map(|req| {
-                    [Some(req), r.e_in, r.e_out, r.e_cost].map(Option::unwrap_or_default)
+                    [Some(req), r.e_in, r.e_out, r.e_cost, r.e_pico].map(Option::unwrap_or_default)
                 }),
                 period: r.period,
                 tenant_id: r.tenant_id,
@@ -107,8 +110,10 @@ struct DifferenceCols {
     r_in: Option<i64>,
     r_out: Option<i64>,
     r_cost: Option<i64>,
+    r_pico: Option<i64>,
     e_req: Option<i64>,
     e_in: Option<i64>,
     e_out: Option<i64>,
     e_cost: Option<i64>,
+    e_pico: Option<i64>,
 }

@@ -213,9 +213,11 @@ fn usage_event(
         settled_at_ms: 0,
         deployment: None,
         breakdown: None,
+        charges: None,
         attribution: domain::attribution::Attribution {
             tags: Default::default(),
             end_user: end_user.map(str::to_string),
+            ..Default::default()
         },
         anomaly: None,
     }

@@ -82,8 +82,21 @@ pub async fn add(
     Params(id): Params<String>,
     Body(p): Body<SheetIn>,
 ) -> Result<Json<Value>, ApiError> {
-    require_platform_admin(&actor)?;
-    if !cp.store.model_exists(&id).await? {
+    add_sheet(&cp, &actor, &id, p).await?;
+    Ok(Json(listing(&cp, &id).await?))
+}
+
+/// Adds a sheet to a model (platform admins; audited as
+/// `model.price_sheet`): the API's and the console's one way to change a
+/// price.
+pub async fn add_sheet(
+    cp: &ControlPlane,
+    actor: &store::Principal,
+    id: &str,
+    p: SheetIn,
+) -> Result<(), ApiError> {
+    require_platform_admin(actor)?;
+    if !cp.store.model_exists(id).await? {
         return Err(ApiError::NotFound(format!("model {id}")));
     }
     let sheet = PriceSheet::from_json(&p.sheet).map_err(|e| {
@@ -97,7 +110,7 @@ pub async fn add(
     if let Some(d) = &p.deployment {
         // A model still in its one-deployment form is served by one named
         // `default` (docs/routing.md).
-        let known = cp.store.deployments_of(&id).await?;
+        let known = cp.store.deployments_of(id).await?;
         let one_form = known.is_empty() && d == "default";
         if !one_form && !known.iter().any(|r| &r.name == d) {
             return Err(ApiError::invalid(
@@ -108,9 +121,9 @@ pub async fn add(
     }
     let stored = serde_json::to_value(&sheet).expect("a sheet serialises");
     cp.store
-        .add_price_sheet(&actor.label(), &id, p.deployment.as_deref(), from, &stored)
+        .add_price_sheet(&actor.label(), id, p.deployment.as_deref(), from, &stored)
         .await?;
-    Ok(Json(listing(&cp, &id).await?))
+    Ok(())
 }
 
 /// The largest catalog `POST /api/v1/prices/import` reads (LiteLLM's is

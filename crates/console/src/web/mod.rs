@@ -294,6 +294,10 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/console/models", get(models::list).post(models::create))
         .route("/console/models/deployments", post(deployments::put))
         .route("/console/models/{id}/prices", post(models::set_prices))
+        .route(
+            "/console/models/{id}/price-sheets",
+            get(prices::show).post(prices::save),
+        )
         .route("/console/models/{id}/enabled", post(models::set_enabled))
         .route(
             "/console/models/{id}/fairness",

@@ -68,10 +68,7 @@ pub fn with_rest(
     for (tenant, total) in totals {
         let mut rest = *total;
         for r in valued.iter().filter(|r| &r.tenant_id == tenant) {
-            rest.requests -= r.totals.requests;
-            rest.input_tokens -= r.totals.input_tokens;
-            rest.output_tokens -= r.totals.output_tokens;
-            rest.cost_micro -= r.totals.cost_micro;
+            rest.sub(&r.totals);
         }
         if rest != Totals::default() {
             valued.push(AttributedRow {
@@ -85,7 +82,7 @@ pub fn with_rest(
 }
 
 /// The lines in (tenant, value) order, rows of one pair merged; the costs
-/// sum to the tenants' bills.
+/// sum to the tenants' bill lines ([`super::line_costs`]).
 pub fn attributed_lines(rows: &[AttributedRow]) -> Vec<AttributedLine> {
     let mut m: BTreeMap<(&str, Option<&str>), Totals> = BTreeMap::new();
     for r in rows {
@@ -93,15 +90,21 @@ pub fn attributed_lines(rows: &[AttributedRow]) -> Vec<AttributedLine> {
             .or_default()
             .add(&r.totals);
     }
+    let weights: Vec<(&str, i128)> = m
+        .iter()
+        .map(|((t, _), x)| (*t, i128::from(x.cost_pico)))
+        .collect();
+    let costs = super::line_costs(&weights);
     m.into_iter()
-        .map(|((t, v), x)| AttributedLine {
+        .zip(costs)
+        .map(|(((t, v), x), cost)| AttributedLine {
             tenant_id: t.to_string(),
             value: v.map(str::to_string),
             requests: x.requests,
             input_tokens: x.input_tokens,
             output_tokens: x.output_tokens,
-            cost_usd: MicroUsd(x.cost_micro),
-            cost_micro: x.cost_micro,
+            cost_usd: MicroUsd(cost),
+            cost_micro: cost,
         })
         .collect()
 }
@@ -129,10 +132,7 @@ pub fn with_tagged(all: Vec<super::DayRow>, tagged: Vec<super::DayRow>) -> Vec<s
     let mut out = Vec::with_capacity(all.len() + tagged.len());
     for mut r in all {
         if let Some(t) = split.get(&grain(&r)) {
-            r.totals.requests -= t.requests;
-            r.totals.input_tokens -= t.input_tokens;
-            r.totals.output_tokens -= t.output_tokens;
-            r.totals.cost_micro -= t.cost_micro;
+            r.totals.sub(t);
         }
         if r.totals != Totals::default() {
             out.push(r);
@@ -169,6 +169,8 @@ mod tests {
                 input_tokens: 10 * requests,
                 output_tokens: requests,
                 cost_micro: cost,
+                cost_pico: cost * 1_000_000,
+                charges: Default::default(),
             },
         }
     }
@@ -248,6 +250,8 @@ mod tests {
                 input_tokens: 2,
                 output_tokens: 3,
                 cost_micro: c,
+                cost_pico: c * 1_000_000,
+                charges: Default::default(),
             },
         };
         let rows = [

@@ -50,7 +50,11 @@ pub fn bill_csv(period: &str, rows: &[BillRow], tenants: &[TenantInfo]) -> Strin
     rows.sort_by(|a, b| {
         (&a.tenant_id, &a.app_id, &a.model).cmp(&(&b.tenant_id, &b.app_id, &b.model))
     });
-    for r in rows {
+    let weights: Vec<(&str, i128)> = rows
+        .iter()
+        .map(|r| (r.tenant_id.as_str(), i128::from(r.totals.cost_pico)))
+        .collect();
+    for (r, cost) in rows.iter().zip(super::line_costs(&weights)) {
         let t = tenants.iter().find(|t| t.id == r.tenant_id);
         out.push_str(&csv_line(&[
             period.to_string(),
@@ -62,15 +66,20 @@ pub fn bill_csv(period: &str, rows: &[BillRow], tenants: &[TenantInfo]) -> Strin
             r.totals.requests.to_string(),
             r.totals.input_tokens.to_string(),
             r.totals.output_tokens.to_string(),
-            MicroUsd(r.totals.cost_micro).to_string(),
+            MicroUsd(cost).to_string(),
         ]));
     }
     out
 }
 
 /// FOCUS (FinOps Open Cost and Usage Specification) columns this export
-/// fills, in order. One row per tenant × app × model × day.
-pub const FOCUS_COLUMNS: [&str; 28] = [
+/// fills, in order. One row per tenant × app × model × day × tags × charge
+/// component (cached input, cache write, output, tool calls …), each with
+/// its quantity, unit and unit price; a tenant's rows add up to its bill
+/// line. Requests and tokens (`x_Requests`, `x_InputTokens`,
+/// `x_OutputTokens`) are on the first component row of each day row (0 on
+/// the others), so every column sums to the bill.
+pub const FOCUS_COLUMNS: [&str; 29] = [
     "BillingAccountId",
     "BillingAccountName",
     "BillingCurrency",
@@ -99,16 +108,39 @@ pub const FOCUS_COLUMNS: [&str; 28] = [
     "SubAccountId",
     "SubAccountName",
     "Tags",
+    "ListUnitPrice",
 ];
 
 /// Extra columns (FOCUS allows `x_` prefixed custom columns).
-pub const FOCUS_EXTRA_COLUMNS: [&str; 5] = [
+pub const FOCUS_EXTRA_COLUMNS: [&str; 7] = [
     "x_CostCenter",
     "x_AppId",
     "x_Requests",
     "x_InputTokens",
     "x_OutputTokens",
+    "x_ChargeComponent",
+    "x_ExactCostPicoUSD",
 ];
+
+/// A unit price in USD from an exact cost and a quantity, as a decimal
+/// with up to 12 places (FOCUS `ListUnitPrice`); empty without a quantity.
+fn unit_price(pico: i128, quantity: i64) -> String {
+    if quantity <= 0 {
+        return String::new();
+    }
+    // pico-USD per unit, to 6 more places: USD with 12 + 6 decimals,
+    // rounded half up to 12.
+    let per = (pico * 1_000_000 + i128::from(quantity) / 2) / i128::from(quantity);
+    let per = (per + 500_000) / 1_000_000;
+    let whole = per / 1_000_000_000_000;
+    let frac = format!("{:012}", per % 1_000_000_000_000);
+    let frac = frac.trim_end_matches('0');
+    if frac.is_empty() {
+        whole.to_string()
+    } else {
+        format!("{whole}.{frac}")
+    }
+}
 
 /// Instants of the export, already formatted (`2026-11-01T00:00:00Z`).
 pub struct FocusPeriod<'a> {
@@ -137,11 +169,36 @@ pub fn focus_csv(p: &FocusPeriod<'_>, rows: &[DayRow], tenants: &[TenantInfo]) -
             &b.tags,
         ))
     });
+    // One row per component of each day row; costs by the bill's rule.
+    let mut charges: Vec<(&DayRow, usize, Option<crate::pricing::Component>, i64, i128)> =
+        Vec::new();
     for r in rows {
+        let weights = r.totals.component_weights();
+        if weights.is_empty() {
+            charges.push((r, 0, None, 0, 0));
+        }
+        for (i, (c, q, pico)) in weights.into_iter().enumerate() {
+            charges.push((r, i, c, q, pico));
+        }
+    }
+    let weights: Vec<(&str, i128)> = charges
+        .iter()
+        .map(|(r, _, _, _, pico)| (r.tenant_id.as_str(), *pico))
+        .collect();
+    let costs = super::line_costs(&weights);
+    for ((r, nth, component, qty, pico), cost) in charges.into_iter().zip(costs) {
         let t = tenants.iter().find(|t| t.id == r.tenant_id);
         let (cs, ce) = (p.day_bounds)(&r.day);
-        let cost = MicroUsd(r.totals.cost_micro).to_string();
-        let qty = r.totals.tokens().to_string();
+        let cost = MicroUsd(cost).to_string();
+        let name = component.map_or("unsplit", |c| c.name());
+        let unit = match component.map(|c| c.unit()) {
+            Some("calls") => "Calls",
+            Some(_) => "Tokens",
+            None => "",
+        };
+        let qty_s = qty.to_string();
+        let first = nth == 0;
+        let count = |v: i64| if first { v } else { 0 }.to_string();
         out.push_str(&csv_line(&[
             p.provider.to_string(),
             p.provider.to_string(),
@@ -152,16 +209,21 @@ pub fn focus_csv(p: &FocusPeriod<'_>, rows: &[DayRow], tenants: &[TenantInfo]) -
             ce,
             "Usage".into(),
             String::new(),
-            format!("{} tokens of {} for app {}", qty, r.model, r.app_id),
+            format!(
+                "{qty} {} {name} of {} for app {}",
+                unit.to_lowercase(),
+                r.model,
+                r.app_id
+            ),
             "Usage-Based".into(),
             cost.clone(),
             cost.clone(),
             cost.clone(),
             cost,
-            qty.clone(),
-            "Tokens".into(),
-            qty,
-            "Tokens".into(),
+            qty_s.clone(),
+            unit.into(),
+            qty_s,
+            unit.into(),
             p.provider.to_string(),
             p.provider.to_string(),
             p.provider.to_string(),
@@ -171,11 +233,14 @@ pub fn focus_csv(p: &FocusPeriod<'_>, rows: &[DayRow], tenants: &[TenantInfo]) -
             r.tenant_id.clone(),
             t.map(|t| t.name.clone()).unwrap_or_default(),
             focus_tags(&r.tags),
+            unit_price(pico, qty),
             t.map(|t| t.cost_center.clone()).unwrap_or_default(),
             r.app_id.clone(),
-            r.totals.requests.to_string(),
-            r.totals.input_tokens.to_string(),
-            r.totals.output_tokens.to_string(),
+            count(r.totals.requests),
+            count(r.totals.input_tokens),
+            count(r.totals.output_tokens),
+            name.to_string(),
+            pico.to_string(),
         ]));
     }
     out
@@ -238,6 +303,9 @@ mod tests {
 
     #[test]
     fn focus_rows_carry_cost_and_quantity() {
+        let mut charges = crate::pricing::Charges::default();
+        charges.set(crate::pricing::Component::CachedInput, 10, 500_000_000_000);
+        charges.set(crate::pricing::Component::Output, 5, 1_000_000_000_001);
         let rows = vec![DayRow {
             tenant_id: "a".into(),
             app_id: "x".into(),
@@ -248,7 +316,9 @@ mod tests {
                 requests: 2,
                 input_tokens: 10,
                 output_tokens: 5,
-                cost_micro: 1_500_000,
+                cost_micro: 1_500_001,
+                cost_pico: 1_500_000_000_001,
+                charges,
             },
         }];
         let bounds = |d: &str| (format!("{d}T00:00:00Z"), format!("{d}T23:59:59Z"));
@@ -261,13 +331,36 @@ mod tests {
         let csv = focus_csv(&p, &rows, &[]);
         let mut lines = csv.lines();
         let header: Vec<_> = lines.next().unwrap().split(',').collect();
-        let line: Vec<_> = lines.next().unwrap().split(',').collect();
-        let col = |n: &str| line[header.iter().position(|h| *h == n).unwrap()];
-        assert_eq!(col("BilledCost"), "1.500000");
-        assert_eq!(col("EffectiveCost"), "1.500000");
-        assert_eq!(col("ConsumedQuantity"), "15");
-        assert_eq!(col("SubAccountId"), "a");
-        assert_eq!(col("ChargePeriodStart"), "2026-11-02T00:00:00Z");
-        assert_eq!(col("Tags"), "\"{\"\"project\"\":\"\"apollo\"\"}\"");
+        let cached: Vec<_> = lines.next().unwrap().split(',').collect();
+        let output: Vec<_> = lines.next().unwrap().split(',').collect();
+        assert!(lines.next().is_none());
+        let col =
+            |line: &[&str], n: &str| line[header.iter().position(|h| *h == n).unwrap()].to_string();
+        // One row per component, each at its own quantity and price; the
+        // rows add up to the line, rounded once (1.500000000001 → 1.500000).
+        assert_eq!(col(&cached, "x_ChargeComponent"), "cached_input");
+        assert_eq!(col(&cached, "BilledCost"), "0.500000");
+        assert_eq!(col(&cached, "ConsumedQuantity"), "10");
+        assert_eq!(col(&cached, "ConsumedUnit"), "Tokens");
+        assert_eq!(col(&cached, "ListUnitPrice"), "0.05");
+        assert_eq!(col(&cached, "x_Requests"), "2");
+        assert_eq!(col(&output, "x_ChargeComponent"), "output");
+        assert_eq!(col(&output, "BilledCost"), "1.000000");
+        assert_eq!(col(&output, "EffectiveCost"), "1.000000");
+        assert_eq!(col(&output, "ConsumedQuantity"), "5");
+        assert_eq!(col(&output, "ListUnitPrice"), "0.2");
+        assert_eq!(col(&output, "x_Requests"), "0");
+        assert_eq!(col(&output, "x_ExactCostPicoUSD"), "1000000000001");
+        assert_eq!(col(&cached, "SubAccountId"), "a");
+        assert_eq!(col(&cached, "ChargePeriodStart"), "2026-11-02T00:00:00Z");
+        assert_eq!(col(&cached, "Tags"), "\"{\"\"project\"\":\"\"apollo\"\"}\"");
+    }
+
+    #[test]
+    fn unit_prices_are_exact_decimals() {
+        assert_eq!(super::unit_price(300_000, 1), "0.0000003");
+        assert_eq!(super::unit_price(10_000_000_000, 1), "0.01");
+        assert_eq!(super::unit_price(1, 3), "0");
+        assert_eq!(super::unit_price(5, 0), "");
     }
 }

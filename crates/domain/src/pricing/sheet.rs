@@ -5,12 +5,13 @@
 //! bill line. Holds and the Redis counters stay in whole micro-USD, rounded
 //! up.
 
+use super::charges::{Charges, Component};
 use crate::usage::Breakdown;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Pico-USD in one micro-USD.
-pub const PICO_PER_MICRO: i128 = 1_000_000;
+pub use crate::money::PICO_PER_MICRO;
 
 /// Server-side tool calls one request may be billed for (the sanity
 /// bound): a provider reporting more is billed for this many.
@@ -297,27 +298,74 @@ impl PriceSheet {
         }
     }
 
-    /// The exact cost of a request, in pico-USD.
-    pub fn cost_pico(&self, b: &Breakdown) -> i128 {
+    /// What a request is billed for, component by component, exactly: each
+    /// component's tokens (or calls) at its price in the prices the request
+    /// is priced at ([`PriceSheet::prices_for`]), times the deployment's
+    /// multiplier (rounded up per component). The one pricing function:
+    /// the exact cost is their sum ([`PriceSheet::cost_pico`]).
+    pub fn charges(&self, b: &Breakdown) -> Charges {
         let p = self.prices_for(b.served_tier.as_deref(), b.total_input());
-        let t = |tokens: i64, price: i64| tokens.max(0) as i128 * price.max(0) as i128;
         let audio_in = b.audio_input.max(0);
         let image_in = b.image_input.max(0);
         let text_in = (b.input - audio_in - image_in).max(0);
         let audio_out = b.audio_output.max(0);
         let image_out = b.image_output.max(0);
         let text_out = (b.output - audio_out - image_out).max(0);
-        let tokens = t(text_in, p.input)
-            + t(audio_in, p.audio_input.unwrap_or(p.input))
-            + t(image_in, p.image_input.unwrap_or(p.input))
-            + t(b.cached_input, p.cached())
-            + t(b.cache_write_5m, p.write_5m())
-            + t(b.cache_write_1h, p.write_1h())
-            + t(text_out, p.output)
-            + t(audio_out, p.audio_output.unwrap_or(p.output))
-            + t(image_out, p.image_output.unwrap_or(p.output));
-        let calls = t(b.web_search_calls, self.tool_fees.web_search) * PICO_PER_MICRO;
-        self.multiplied(tokens + calls)
+        let mut c = Charges::default();
+        let mut put = |component: Component, quantity: i64, per_unit_pico: i128| {
+            let q = quantity.max(0);
+            c.set(
+                component,
+                q,
+                self.multiplied(q as i128 * per_unit_pico.max(0)),
+            );
+        };
+        let mtok = |price: i64| price as i128;
+        put(Component::Input, text_in, mtok(p.input));
+        put(
+            Component::AudioInput,
+            audio_in,
+            mtok(p.audio_input.unwrap_or(p.input)),
+        );
+        put(
+            Component::ImageInput,
+            image_in,
+            mtok(p.image_input.unwrap_or(p.input)),
+        );
+        put(Component::CachedInput, b.cached_input, mtok(p.cached()));
+        put(
+            Component::CacheWrite5m,
+            b.cache_write_5m,
+            mtok(p.write_5m()),
+        );
+        put(
+            Component::CacheWrite1h,
+            b.cache_write_1h,
+            mtok(p.write_1h()),
+        );
+        put(Component::Output, text_out, mtok(p.output));
+        put(
+            Component::AudioOutput,
+            audio_out,
+            mtok(p.audio_output.unwrap_or(p.output)),
+        );
+        put(
+            Component::ImageOutput,
+            image_out,
+            mtok(p.image_output.unwrap_or(p.output)),
+        );
+        // A fee is µUSD per call: per call in pico-USD.
+        put(
+            Component::WebSearch,
+            b.web_search_calls,
+            self.tool_fees.web_search as i128 * PICO_PER_MICRO,
+        );
+        c
+    }
+
+    /// The exact cost of a request, in pico-USD: its charges' sum.
+    pub fn cost_pico(&self, b: &Breakdown) -> i128 {
+        self.charges(b).total_pico()
     }
 
     /// The most `input` and `output` tokens can cost under this sheet, in
@@ -514,6 +562,36 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(sonnet().cost_micro(&b), 50_000);
+    }
+
+    #[test]
+    fn the_charges_name_each_component_and_add_up_to_the_cost() {
+        let b = Breakdown {
+            input: 2_000,
+            cached_input: 80_000,
+            cache_write_5m: 5_000,
+            cache_write_1h: 1_000,
+            output: 1_000,
+            reasoning: 400,
+            web_search_calls: 3,
+            ..Default::default()
+        };
+        let c = sonnet().charges(&b);
+        let of = |k| (c.quantity_of(k), c.pico_of(k));
+        assert_eq!(of(Component::Input), (2_000, 2_000 * 3_000_000));
+        assert_eq!(of(Component::CachedInput), (80_000, 80_000 * 300_000));
+        assert_eq!(of(Component::CacheWrite5m), (5_000, 5_000 * 3_750_000));
+        assert_eq!(of(Component::CacheWrite1h), (1_000, 1_000 * 6_000_000));
+        // Reasoning is output, billed as output.
+        assert_eq!(of(Component::Output), (1_000, 1_000 * 15_000_000));
+        assert_eq!(of(Component::WebSearch), (3, 3 * 10_000 * 1_000_000));
+        assert_eq!(c.total_pico(), sonnet().cost_pico(&b));
+        // With a multiplier each component is multiplied, and still adds up.
+        let mut s = sonnet();
+        s.multiplier_ppm = Some(1_100_001);
+        let m = s.charges(&b);
+        assert_eq!(m.total_pico(), s.cost_pico(&b));
+        assert!(m.pico_of(Component::Input) > c.pico_of(Component::Input));
     }
 
     #[test]

@@ -1,16 +1,16 @@
 //! The usage event's JSON for the Redis outbox, written directly.
 //!
-//! Every settled request's event is serialised once on the request path
-//! (the settle carries it to Redis). Through serde_json that took ~7,400
-//! instructions per event (callgrind, docs/scale.md "The outbox event
-//! written directly"): `#[serde(flatten)]` makes the struct a map, and every
-//! key and value goes through the byte-by-byte escaper. Here the keys are
-//! literals and a string value that needs no escaping (the usual case:
-//! ids, model names, dates) is copied whole; anything else (a string that
-//! does need escaping, the anomaly's verbatim report, tags) is written by
-//! serde_json itself. The output is byte for byte what
-//! `serde_json::to_string` gives: the tests below compare the two on
-//! arbitrary events, so the serde derive stays the reference for the format
+//! Every settled request's event is serialised once on the request path (the
+//! settle carries it to Redis). Through serde_json that took ~7,400
+//! instructions per event (callgrind, bench/results/
+//! 2026-12-03-the-outbox-event-written-directly-and-three.md):
+//! `#[serde(flatten)]` makes the struct a map, and every key and value goes
+//! through the byte-by-byte escaper. Here the keys are literals and a string
+//! value that needs no escaping (the usual case: ids, model names, dates) is
+//! copied whole; anything else (a string that does need escaping, the anomaly's
+//! verbatim report, tags) is written by serde_json itself. The output is byte
+//! for byte what `serde_json::to_string` gives: the tests below compare the two
+//! on arbitrary events, so the serde derive stays the reference for the format
 //! and the decoder (`serde_json::from_str`) is unchanged. The writer names
 //! every field of the event, so a new field does not compile until it is
 //! written here too.
@@ -51,7 +51,14 @@ impl UsageEvent {
             deployment,
             anomaly,
             breakdown,
-            attribution: Attribution { tags, end_user },
+            charges,
+            attribution:
+                Attribution {
+                    tags,
+                    end_user,
+                    session,
+                    asked_model,
+                },
         } = self;
         let mut w = Writer(String::with_capacity(TYPICAL));
         w.str("{\"request_id\":", request_id);
@@ -88,12 +95,22 @@ impl UsageEvent {
         if let Some(b) = breakdown {
             w.serde(",\"breakdown\":", b);
         }
+        if let Some(c) = charges {
+            w.0.push_str(",\"charges\":");
+            c.write_json(&mut w.0);
+        }
         // The flattened attribution, as serde writes it: after the fields.
         if !tags.is_empty() {
             w.serde(",\"tags\":", tags);
         }
         if let Some(u) = end_user {
             w.str(",\"end_user\":", u);
+        }
+        if let Some(s) = session {
+            w.str(",\"session\":", s);
+        }
+        if let Some(m) = asked_model {
+            w.str(",\"asked_model\":", m);
         }
         w.0.push('}');
         w.0
@@ -173,6 +190,7 @@ mod tests {
             deployment: Some("primary".into()),
             anomaly: None,
             breakdown: None,
+            charges: None,
             attribution: Attribution::default(),
         }
     }
@@ -243,6 +261,7 @@ mod tests {
             anomaly in proptest::option::of((text(), text())),
             tags in proptest::collection::btree_map(text(), text(), 0..3),
             end_user in proptest::option::of(text()),
+            session in proptest::option::of(text()),
         ) {
             let e = UsageEvent {
                 request_id: strs[0].clone(),
@@ -275,7 +294,18 @@ mod tests {
                     cached_input: ints[9].max(0),
                     ..Default::default()
                 }),
-                attribution: Attribution { tags, end_user },
+                charges: (ints[9] % 3 != 0).then(|| {
+                    let mut c = crate::pricing::Charges::default();
+                    c.set(crate::pricing::Component::Input, ints[0], i128::from(ints[1]));
+                    c.set(crate::pricing::Component::WebSearch, ints[3], i128::from(ints[4]));
+                    c
+                }),
+                attribution: Attribution {
+                    tags,
+                    end_user,
+                    session,
+                    asked_model: (ints[0] % 2 == 0).then(|| strs[10].clone()),
+                },
             };
             let json = e.to_json();
             prop_assert_eq!(&json, &serde_json::to_string(&e).unwrap());

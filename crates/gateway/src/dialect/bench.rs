@@ -1,10 +1,11 @@
-//! The CPU the dialect edge adds to a request, measured in-process (run
-//! with `cargo test --release -p tollgate-gateway --lib translation_cost
-//! -- --ignored --nocapture`; docs/benchmarks.md has a run). For each
-//! dialect: the request read into chat (parse, translate, validate, the
-//! chat body serialised for the provider), the whole answer written back,
-//! and a 64-chunk stream translated event by event. Chat is the baseline:
-//! the same parse, validate and serialise with no translation.
+//! The CPU the dialect edge adds to a request, measured in-process (run with
+//! `cargo test --release -p tollgate-gateway --lib translation_cost --
+//! --ignored --nocapture`; bench/results/
+//! 2026-12-01-dialect-translation-cost.md has a run). For each dialect: the
+//! request read into chat (parse, translate, validate, the chat body serialised
+//! for the provider), the whole answer written back, and a 64-chunk stream
+//! translated event by event. Chat is the baseline: the same parse, validate
+//! and serialise with no translation.
 
 use super::{Dialect, Edge, Inbound};
 use axum::body::Body;
@@ -78,6 +79,8 @@ async fn translation_cost() {
             model: "m".into(),
             request_id: "req_0193".into(),
             custom_tools: Vec::new(),
+            tool_search: false,
+            json_array: false,
         };
         let t0 = Instant::now();
         for _ in 0..N {

@@ -138,6 +138,30 @@ pub fn to_chat(body: &Value, model: &str, stream: bool) -> Result<Value, Invalid
                 chat.insert(to.into(), v.clone());
             }
         }
+        // Structured output: JSON, of a schema when one is given.
+        match g.get("responseMimeType").and_then(Value::as_str) {
+            None | Some("text/plain") => {}
+            Some("application/json") => {
+                let schema = g
+                    .get("responseJsonSchema")
+                    .or_else(|| g.get("responseSchema"))
+                    .filter(|s| s.is_object());
+                let format = match schema {
+                    Some(s) => json!({"type": "json_schema",
+                        "json_schema": {"name": "response", "schema": lower_types(s)}}),
+                    None => json!({"type": "json_object"}),
+                };
+                chat.insert("response_format".into(), format);
+            }
+            Some(other) => {
+                return Err(bad(
+                    "generationConfig.responseMimeType",
+                    format!(
+                    "responseMimeType {other:?} is not supported: text/plain or application/json"
+                ),
+                ))
+            }
+        }
         if let Some(n) = g
             .get("candidateCount")
             .and_then(Value::as_i64)
@@ -276,11 +300,17 @@ pub struct Out {
     pub failed: Option<String>,
     pub cut_reason: Option<String>,
     events: String,
+    /// Written as a JSON array (`[`, `,\r\n` between, `]`), not as SSE.
+    array: bool,
+    /// Elements written so far (the array's opening bracket is written).
+    elements: usize,
 }
 
 impl Out {
     pub fn new(edge: &Edge) -> Out {
         Out {
+            array: edge.json_array,
+            elements: 0,
             model: edge.model.clone(),
             id: response_id(edge),
             calls: Vec::new(),
@@ -309,7 +339,20 @@ impl Out {
             }
         }
         c["candidates"] = json!([cand]);
-        self.events.push_str(&format!("data: {c}\n\n"));
+        self.element(&c);
+    }
+
+    /// One `GenerateContentResponse` (or error) of the stream: an SSE
+    /// event, or the array's next element.
+    fn element(&mut self, v: &Value) {
+        if self.array {
+            self.events
+                .push_str(if self.elements == 0 { "[" } else { ",\r\n" });
+            self.events.push_str(&v.to_string());
+        } else {
+            self.events.push_str(&format!("data: {v}\n\n"));
+        }
+        self.elements += 1;
     }
 
     pub fn text_delta(&mut self, text: &str) {
@@ -333,14 +376,17 @@ impl Out {
     pub fn finish_events(&mut self) {
         if let Some(msg) = self.failed.take() {
             let e = json!({"error": {"code": 502, "message": msg, "status": "UNAVAILABLE"}});
-            self.events.push_str(&format!("data: {e}\n\n"));
-            return;
+            self.element(&e);
+        } else {
+            let parts: Vec<Value> = std::mem::take(&mut self.calls)
+                .iter()
+                .map(|(_, n, a)| call_part(n, a))
+                .collect();
+            self.chunk(parts, true);
         }
-        let parts: Vec<Value> = std::mem::take(&mut self.calls)
-            .iter()
-            .map(|(_, n, a)| call_part(n, a))
-            .collect();
-        self.chunk(parts, true);
+        if self.array {
+            self.events.push(']');
+        }
     }
 }
 
@@ -362,6 +408,8 @@ mod tests {
             model: "gemini-2.5-pro".into(),
             request_id: "req_g1".into(),
             custom_tools: Vec::new(),
+            tool_search: false,
+            json_array: false,
         }
     }
 
@@ -411,6 +459,29 @@ mod tests {
                 .param,
             "contents"
         );
+        // Gemini CLI's model router asks for JSON of a schema.
+        let c = to_chat(
+            &json!({"contents": [{"parts": [{"text": "x"}]}], "generationConfig": {
+                "responseMimeType": "application/json", "topK": 64,
+                "thinkingConfig": {"includeThoughts": true},
+                "responseJsonSchema": {"type": "OBJECT", "properties": {"score": {"type": "INTEGER"}}}}}),
+            "m",
+            false,
+        )
+        .unwrap();
+        assert_eq!(c["response_format"]["type"], "json_schema");
+        assert_eq!(
+            c["response_format"]["json_schema"]["schema"]["properties"]["score"]["type"],
+            "integer"
+        );
+        let e = to_chat(
+            &json!({"contents": [{"parts": [{"text": "x"}]}],
+                "generationConfig": {"responseMimeType": "text/x.enum"}}),
+            "m",
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(e.param, "generationConfig.responseMimeType");
     }
 
     #[test]
@@ -443,5 +514,28 @@ mod tests {
         .unwrap();
         assert_eq!(last["candidates"][0]["finishReason"], "MAX_TOKENS");
         assert_eq!(last["usageMetadata"]["candidatesTokenCount"], 1);
+    }
+
+    #[test]
+    fn without_alt_sse_a_stream_is_one_json_array() {
+        let mut e = edge();
+        e.json_array = true;
+        let mut o = Out::new(&e);
+        o.text_delta(" hello");
+        let mut body = o.take_events();
+        o.text_delta(" world");
+        o.finish = Some("stop".into());
+        o.usage = Some((5, 2));
+        o.finish_events();
+        body.push_str(&o.take_events());
+        let all: Vec<Value> = serde_json::from_str(&body).unwrap();
+        assert_eq!(all.len(), 3, "{body}");
+        assert_eq!(
+            all[1]["candidates"][0]["content"]["parts"][0]["text"],
+            " world"
+        );
+        assert_eq!(all[2]["candidates"][0]["finishReason"], "STOP");
+        assert_eq!(all[2]["usageMetadata"]["totalTokenCount"], 7);
+        assert!(body.starts_with("[{") && body.contains("},\r\n{") && body.ends_with("}]"));
     }
 }

@@ -528,6 +528,8 @@ mod tests {
             model: "claude".into(),
             request_id: "req_x".into(),
             custom_tools: Vec::new(),
+            tool_search: false,
+            json_array: false,
         }
     }
 

@@ -39,12 +39,18 @@ pub(crate) struct Inbound {
     pub untranslated: Option<InvalidField>,
     /// Responses `custom` tools, offered to chat as functions.
     pub custom_tools: Vec<String>,
+    /// A client-executed Responses `tool_search`, offered to chat as a function.
+    pub tool_search: bool,
+    /// A Gemini stream asked for without `alt=sse`: Google's JSON array.
+    pub json_array: bool,
 }
 
-/// What a Gemini call's path says: its model and whether it streams.
+/// What a Gemini call's path says: its model, whether it streams, and
+/// whether as a JSON array (no `alt=sse`) rather than server-sent events.
 pub(crate) struct PathCall {
     pub model: String,
     pub stream: bool,
+    pub json_array: bool,
 }
 
 impl Inbound {
@@ -53,6 +59,7 @@ impl Inbound {
         body: Value,
         path: Option<&PathCall>,
     ) -> Result<Inbound, InvalidField> {
+        let (mut tool_search, mut json_array) = (false, false);
         let (chat, untranslated, custom_tools) = match dialect {
             Dialect::Chat => {
                 return Ok(Inbound {
@@ -60,10 +67,13 @@ impl Inbound {
                     original: None,
                     untranslated: None,
                     custom_tools: Vec::new(),
+                    tool_search: false,
+                    json_array: false,
                 })
             }
             Dialect::Responses => {
                 let r = responses::read(&body)?;
+                tool_search = r.tool_search;
                 (r.chat, r.untranslated, r.custom_tools)
             }
             Dialect::Messages => {
@@ -75,6 +85,7 @@ impl Inbound {
                     param: "model".into(),
                     message: "the path names no model".into(),
                 })?;
+                json_array = p.stream && p.json_array;
                 (
                     gemini::to_chat(&body, &p.model, p.stream)?,
                     None,
@@ -90,6 +101,8 @@ impl Inbound {
             original: Some(body),
             untranslated,
             custom_tools,
+            tool_search,
+            json_array,
         })
     }
 }
@@ -135,6 +148,12 @@ pub(crate) struct Edge {
     /// Responses `custom` tools: a chat call of one is written back as a
     /// `custom_tool_call` item.
     pub custom_tools: Vec<String>,
+    /// The client runs `tool_search`: a chat call of it is written back as
+    /// a `tool_search_call` item.
+    pub tool_search: bool,
+    /// A Gemini stream written as Google's JSON array (`[{…},\r\n{…}]`,
+    /// `application/json`) instead of server-sent events.
+    pub json_array: bool,
 }
 
 impl Edge {

@@ -532,6 +532,8 @@ mod tests {
             model: "x".into(),
             request_id: "req_2".into(),
             custom_tools: Vec::new(),
+            tool_search: false,
+            json_array: false,
         };
         let cut = String::from_utf8(
             cut_events(

@@ -5,7 +5,7 @@
 //! Stateless: `previous_response_id`, `conversation`, `background` and
 //! `store: true` are refused, naming the field.
 
-use super::responses_tools::{tools_to_chat, Left};
+use super::responses_tools::{tools_to_chat, Left, TOOL_SEARCH};
 use super::Edge;
 use domain::request::InvalidField;
 use serde_json::{json, Map, Value};
@@ -41,6 +41,9 @@ pub struct Read {
     /// The client's `custom` tools, offered to chat as functions of one
     /// string `input`: their calls go back as `custom_tool_call` items.
     pub custom_tools: Vec<String>,
+    /// The client executes `tool_search` (offered to chat as a function):
+    /// its calls go back as `tool_search_call` items.
+    pub tool_search: bool,
 }
 
 /// The chat completions request a Responses request asks for; refused when
@@ -63,6 +66,7 @@ pub fn read(body: &Value) -> Result<Read, InvalidField> {
         chat,
         untranslated: left.untranslated,
         custom_tools: left.custom,
+        tool_search: left.tool_search,
     })
 }
 
@@ -142,6 +146,21 @@ fn read_into(body: &Value, left: &mut Left) -> Result<Value, InvalidField> {
     }
     if let Some(tools) = obj.get("tools").filter(|v| !v.is_null()) {
         chat.insert("tools".into(), tools_to_chat(tools, left)?);
+    }
+    // Tools a client-run tool search loaded earlier in the conversation
+    // are offered from then on, as the provider would.
+    let loaded = std::mem::take(&mut left.loaded);
+    if !loaded.is_empty() {
+        let more = tools_to_chat(&Value::Array(loaded), left)?;
+        let list = chat.entry("tools").or_insert_with(|| json!([]));
+        if let Some(list) = list.as_array_mut() {
+            for t in more.as_array().into_iter().flatten() {
+                let name = &t["function"]["name"];
+                if !list.iter().any(|x| &x["function"]["name"] == name) {
+                    list.push(t.clone());
+                }
+            }
+        }
     }
     if let Some(tc) = obj.get("tool_choice").filter(|v| !v.is_null()) {
         chat.insert("tool_choice".into(), tool_choice_to_chat(tc)?);
@@ -255,6 +274,29 @@ fn input_item(
                 _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
             }
         }
+        Some("tool_search_call") if item["execution"] == "client" => {
+            let call_id = item.get("call_id").and_then(Value::as_str).unwrap_or("");
+            let args = match item.get("arguments") {
+                Some(Value::String(s)) => s.clone(),
+                Some(v) if !v.is_null() => v.to_string(),
+                _ => "{}".to_string(),
+            };
+            let call = json!({"id": call_id, "type": "function",
+                "function": {"name": TOOL_SEARCH, "arguments": args}});
+            match out.last_mut() {
+                Some(last) if last["role"] == "assistant" && last.get("tool_calls").is_some() => {
+                    last["tool_calls"].as_array_mut().expect("array").push(call);
+                }
+                _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+            }
+        }
+        Some("tool_search_output") if item["execution"] == "client" => {
+            let call_id = item.get("call_id").and_then(Value::as_str).unwrap_or("");
+            let tools = item.get("tools").cloned().unwrap_or_else(|| json!([]));
+            out.push(json!({"role": "tool", "tool_call_id": call_id,
+                "content": json!({"tools": tools}).to_string()}));
+            left.loaded.extend(tools.as_array().into_iter().flatten().cloned());
+        }
         Some("function_call_output" | "custom_tool_call_output") => {
             let Some(call_id) = item.get("call_id").and_then(Value::as_str) else {
                 return Err(bad(
@@ -364,6 +406,9 @@ pub struct Out {
     /// calls by output index (written as `input` when the call closes).
     custom_tools: Vec<String>,
     custom_args: Vec<(usize, String)>,
+    /// The client runs `tool_search`: the arguments of its open calls.
+    tool_search: bool,
+    search_args: Vec<(usize, String)>,
     pub usage: Option<(i64, i64)>,
     pub finish: Option<String>,
     /// The stream broke: the response failed.
@@ -388,6 +433,8 @@ impl Out {
             open_text: None,
             open_calls: Vec::new(),
             custom_tools: edge.custom_tools.clone(),
+            tool_search: edge.tool_search,
+            search_args: Vec::new(),
             custom_args: Vec::new(),
             usage: None,
             finish: None,
@@ -490,7 +537,12 @@ impl Out {
                     .map_or_else(|| self.item_id("call"), str::to_string);
                 let name = call["function"]["name"].as_str().unwrap_or("");
                 let custom = self.custom_tools.iter().any(|t| t == name);
-                let item = if custom {
+                let search = self.tool_search && name == TOOL_SEARCH;
+                let item = if search {
+                    json!({"id": self.item_id("tsc"), "type": "tool_search_call",
+                        "call_id": call_id, "execution": "client", "arguments": {},
+                        "status": "in_progress"})
+                } else if custom {
                     json!({"id": self.item_id("ctc"), "type": "custom_tool_call",
                         "call_id": call_id, "name": name, "input": ""})
                 } else {
@@ -499,7 +551,9 @@ impl Out {
                 };
                 self.output.push(item.clone());
                 let o = self.output.len() - 1;
-                if custom {
+                if search {
+                    self.search_args.push((o, String::new()));
+                } else if custom {
                     self.custom_args.push((o, String::new()));
                 }
                 self.open_calls.push((index, o));
@@ -516,7 +570,11 @@ impl Out {
         {
             // A custom call's input is inside the JSON arguments: read
             // whole when the call closes.
-            if let Some((_, buf)) = self.custom_args.iter_mut().find(|(o, _)| *o == idx) {
+            let buffered = self
+                .custom_args
+                .iter_mut()
+                .chain(self.search_args.iter_mut());
+            if let Some((_, buf)) = buffered.into_iter().find(|(o, _)| *o == idx) {
                 buf.push_str(args);
                 return;
             }
@@ -557,6 +615,22 @@ impl Out {
         self.close_text();
         for (_, o) in std::mem::take(&mut self.open_calls) {
             let item_id = self.output[o]["id"].clone();
+            if let Some(k) = self.search_args.iter().position(|(i, _)| *i == o) {
+                // A tool search's arguments are an object, sent whole.
+                let (_, args) = self.search_args.swap_remove(k);
+                let args = serde_json::from_str::<Value>(&args)
+                    .ok()
+                    .filter(Value::is_object)
+                    .unwrap_or_else(|| json!({}));
+                self.output[o]["arguments"] = args;
+                self.output[o]["status"] = json!("completed");
+                let item = self.output[o].clone();
+                self.event(
+                    "response.output_item.done",
+                    json!({"output_index": o, "item": item}),
+                );
+                continue;
+            }
             if let Some(k) = self.custom_args.iter().position(|(i, _)| *i == o) {
                 let (_, args) = self.custom_args.swap_remove(k);
                 let input = super::responses_tools::custom_input(&args);
@@ -657,6 +731,8 @@ mod tests {
             model: "m".into(),
             request_id: "req_abc".into(),
             custom_tools: Vec::new(),
+            tool_search: false,
+            json_array: false,
         }
     }
 
@@ -851,5 +927,57 @@ mod tests {
         assert_eq!(last["sequence_number"], 9);
         assert_eq!(last["response"]["output"][0]["content"][0]["text"], "hello");
         assert_eq!(last["response"]["usage"]["total_tokens"], 4);
+    }
+
+    #[test]
+    fn codexs_client_tool_search_round_trips_through_chat() {
+        let body = json!({"model": "m", "input": [
+            {"role": "user", "content": "find a tool"},
+            {"type": "tool_search_call", "call_id": "ts_1", "execution": "client",
+             "arguments": {"query": "calendar"}, "status": "completed"},
+            {"type": "tool_search_output", "call_id": "ts_1", "execution": "client",
+             "status": "completed", "tools": [{"type": "function", "name": "cal_add",
+             "parameters": {"type": "object"}}]}],
+            "tools": [{"type": "tool_search", "execution": "client",
+             "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}]});
+        let r = read(&body).unwrap();
+        assert!(r.untranslated.is_none());
+        assert!(r.tool_search);
+        let names: Vec<&str> = r.chat["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["tool_search", "cal_add"]);
+        let m = r.chat["messages"].as_array().unwrap();
+        assert_eq!(m[1]["tool_calls"][0]["function"]["name"], "tool_search");
+        assert_eq!(
+            m[1]["tool_calls"][0]["function"]["arguments"],
+            r#"{"query":"calendar"}"#
+        );
+        assert_eq!(m[2]["role"], "tool");
+        assert!(m[2]["content"].as_str().unwrap().contains("cal_add"));
+        // The model's call comes back as a tool_search_call item, its
+        // arguments an object.
+        let mut e = edge();
+        e.tool_search = true;
+        let chat = json!({"choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_5", "type": "function", "function": {"name": "tool_search",
+             "arguments": "{\"query\":\"mail\"}"}}]}, "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 4}});
+        let out = from_chat(&chat, &e);
+        let item = &out["output"][0];
+        assert_eq!(item["type"], "tool_search_call", "{out}");
+        assert_eq!(item["execution"], "client");
+        assert_eq!(item["call_id"], "call_5");
+        assert_eq!(item["arguments"], json!({"query": "mail"}));
+        assert_eq!(item["status"], "completed");
+        // A server-side tool search stays the provider's.
+        let body = json!({"model": "m", "input": "x", "tools": [{"type": "tool_search"}]});
+        assert_eq!(
+            read(&body).unwrap().untranslated.unwrap().param,
+            "tools[0].type"
+        );
     }
 }

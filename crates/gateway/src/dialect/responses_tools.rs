@@ -2,10 +2,14 @@
 //! "Responses tools"): `function` tools (and those of a `namespace`) as
 //! chat functions; a `custom` tool (free-form, with or without a grammar)
 //! as a function of one string `input`, its calls written back as
-//! `custom_tool_call` items; hosted tools (which the provider runs) and
-//! client-executed tools without a chat equivalent (`tool_search`,
-//! `local_shell`, `shell`, …) left out and named, so the request is refused
-//! unless the model's provider serves Responses natively.
+//! `custom_tool_call` items; a client-executed `tool_search` (Codex's) as a
+//! function taking its own parameters, its calls written back as
+//! `tool_search_call` items and the tools a `tool_search_output` loaded
+//! offered from then on; hosted tools (which the provider runs, a
+//! server-side tool search among them) and client-executed tools without a
+//! chat equivalent (`local_shell`, `shell`, …) left out and named, so the
+//! request is refused unless the model's provider serves Responses
+//! natively.
 
 use domain::request::InvalidField;
 use serde_json::{json, Value};
@@ -15,7 +19,14 @@ use serde_json::{json, Value};
 pub(crate) struct Left {
     pub untranslated: Option<InvalidField>,
     pub custom: Vec<String>,
+    /// A client-executed `tool_search` was offered (as [`TOOL_SEARCH`]).
+    pub tool_search: bool,
+    /// Tools the conversation's `tool_search_output` items loaded.
+    pub loaded: Vec<Value>,
 }
+
+/// The chat function a client-executed `tool_search` is offered as.
+pub(crate) const TOOL_SEARCH: &str = "tool_search";
 
 impl Left {
     /// Notes the first part with no chat equivalent.
@@ -65,6 +76,23 @@ fn function_tools(
         let custom = match t.get("type").and_then(Value::as_str) {
             Some("function") => false,
             Some("custom") => true,
+            Some("tool_search") if t["execution"] == "client" => {
+                let parameters = t
+                    .get("parameters")
+                    .filter(|p| p.is_object())
+                    .cloned()
+                    .unwrap_or_else(|| {
+                        json!({"type": "object", "properties": {"query": {"type": "string"}},
+                            "required": ["query"]})
+                    });
+                let mut f = json!({"name": TOOL_SEARCH, "parameters": parameters});
+                if let Some(d) = t.get("description").filter(|v| !v.is_null()) {
+                    f["description"] = d.clone();
+                }
+                left.tool_search = true;
+                out.push(json!({"type": "function", "function": f}));
+                continue;
+            }
             Some("namespace") => {
                 let inner = t
                     .get("tools")
@@ -135,6 +163,8 @@ mod tests {
             {"type": "tool_search"},
             {"type": "local_shell"},
             {"type": "web_search"},
+            {"type": "tool_search", "execution": "client", "description": "Find tools",
+             "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}},
         ]);
         let mut left = Left::default();
         let chat = tools_to_chat(&tools, &mut left).unwrap();
@@ -144,7 +174,9 @@ mod tests {
             .iter()
             .map(|t| t["function"]["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names, ["exec", "apply_patch"]);
+        assert_eq!(names, ["exec", "apply_patch", "tool_search"]);
+        assert!(left.tool_search);
+        assert_eq!(chat[2]["function"]["description"], "Find tools");
         assert_eq!(
             chat[1]["function"]["parameters"]["required"],
             json!(["input"])

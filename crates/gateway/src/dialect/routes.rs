@@ -108,10 +108,12 @@ async fn count(
 }
 
 /// The dialect a path's refusal is written in: Anthropic's under
-/// `/v1/messages`, Google's under `/v1beta`, OpenAI's otherwise.
+/// `/v1/messages`, Google's under `/v1beta` and for a `/v1/models/{m}:…`
+/// call, OpenAI's otherwise.
 fn path_error(path: &str, e: ApiError) -> Response {
     let e = e.for_request(&proxy::new_request_id());
-    if path == "/v1beta" || path.starts_with("/v1beta/") {
+    let google_call = path.starts_with("/v1/models/") && path.contains(':');
+    if path == "/v1beta" || path.starts_with("/v1beta/") || google_call {
         return super::google_error_response(e);
     }
     let dialect = if path.starts_with("/v1/messages") {
@@ -179,7 +181,7 @@ fn query_has(query: Option<&str>, pair: &str) -> bool {
     query.is_some_and(|q| q.split('&').any(|kv| kv == pair))
 }
 
-/// `POST /v1beta/models/{model}:{method}`: `generateContent`,
+/// `POST /v1beta/models/{model}:{method}` (and `/v1/models/…`): `generateContent`,
 /// `streamGenerateContent` (`alt=sse`) and `countTokens`.
 pub async fn gemini_call(
     State(gw): State<Arc<Gateway>>,
@@ -203,11 +205,13 @@ pub async fn gemini_call(
     let call = |stream| PathCall {
         model: model.to_string(),
         stream,
+        json_array: !query_has(query, "alt=sse"),
     };
-    // generateContent, and streamGenerateContent over SSE: the request's way.
+    // generateContent, and streamGenerateContent (over SSE with alt=sse,
+    // else as a JSON array): the request's way.
     let stream = match method {
         "generateContent" => Some(false),
-        "streamGenerateContent" if query_has(query, "alt=sse") => Some(true),
+        "streamGenerateContent" => Some(true),
         _ => None,
     };
     if let Some(stream) = stream {
@@ -222,14 +226,6 @@ pub async fn gemini_call(
         .await;
     }
     match method {
-        "streamGenerateContent" => {
-            let e = ApiError::new(
-                ReasonCode::InvalidRequest,
-                "streamGenerateContent is served as server-sent events: add ?alt=sse",
-            )
-            .param("alt");
-            path_error(uri.path(), e)
-        }
         "countTokens" => {
             let mut ctx = RequestCtx::new(&gw);
             let span = ctx.span();

@@ -191,6 +191,8 @@ mod tests {
             model: "m".into(),
             request_id: "req_1".into(),
             custom_tools: Vec::new(),
+            tool_search: false,
+            json_array: false,
         }
     }
 

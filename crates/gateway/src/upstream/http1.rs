@@ -4,7 +4,7 @@
 //! by byte with SipHash at every checkout and return, starts a task per
 //! request to return the connection once its answer is read, and derives
 //! the Host header and the origin-form URI again for every request
-//! (docs/scale.md, "Plain-http upstreams without the pooled client"). Here a
+//! (bench/results/2026-12-03-plain-http-upstreams-without-the-pooled-client.md). Here a
 //! deployment's idle connections are a short list behind its own lock, and
 //! a connection goes back to it when the answer's body has been read to its
 //! end. https upstreams keep hyper's client (TLS, HTTP/2 by ALPN).

@@ -5,7 +5,7 @@
 //! https upstreams go through hyper's pooled client directly, not reqwest:
 //! reqwest's redirect layer re-parsed every request's URL and its extra
 //! layers cost ~8 % of the gateway's CPU at 32 connections
-//! (docs/benchmarks.md, "Profile"). Plain-http upstreams keep their own
+//! (bench/results/2026-11-30-bench.md). Plain-http upstreams keep their own
 //! connections per deployment (`http1`). Neither follows redirects.
 
 mod http1;

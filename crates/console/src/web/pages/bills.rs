@@ -62,6 +62,9 @@ pub struct DrillRow {
     pub input: String,
     pub output: String,
     pub cost: String,
+    /// A charge component's quantity and unit (by component only).
+    pub quantity: String,
+    pub unit: String,
 }
 
 /// A line of the drill-down by tag value or end user (None: without one).
@@ -567,6 +570,7 @@ pub async fn show(
                 DrillBy::App => "app",
                 DrillBy::Model => "model",
                 DrillBy::Day => "day",
+                DrillBy::Component => "component",
             })
             .unwrap_or("")
             .to_string(),
@@ -579,6 +583,8 @@ pub async fn show(
                 input: thousands(l.input_tokens),
                 output: thousands(l.output_tokens),
                 cost: money(l.cost_usd),
+                quantity: l.quantity.map(thousands).unwrap_or_default(),
+                unit: l.unit.unwrap_or_default().to_string(),
             })
             .collect(),
         group_by: match &group_by {

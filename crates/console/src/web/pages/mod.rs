@@ -10,6 +10,7 @@ pub mod deployments;
 pub mod fairness;
 pub mod limits;
 pub mod models;
+pub mod prices;
 pub mod quota;
 pub mod requests;
 pub mod tenants;

@@ -641,9 +641,40 @@ async fn format(
             facts.push(("req.key", key_label(lang, &names, &u.key_id)));
             facts.push(("req.model", u.model.clone()));
         }
+        if let Some(a) = &u.attribution.asked_model {
+            facts.push(("req.asked_model", a.clone()));
+        }
+        if let Some(s) = &u.attribution.session {
+            facts.push(("req.session", s.clone()));
+        }
         facts.push(("req.input_tokens", thousands(u.input_tokens)));
         facts.push(("req.output_tokens", thousands(u.output_tokens)));
         facts.push(("req.cost", MicroUsd(u.cost_micro).shown()));
+        facts.push((
+            "req.exact_cost",
+            domain::money::pico_shown(i128::from(u.exact_cost_pico())),
+        ));
+        if let Some(ch) = &u.charges {
+            // Each component: quantity, what it is, its exact cost.
+            let parts: Vec<String> = ch
+                .present()
+                .map(|(c, q, p)| {
+                    format!(
+                        "{} {} {} {}",
+                        thousands(q),
+                        lang.tv("unit", c.unit()),
+                        lang.tv("component", c.name()),
+                        domain::money::pico_shown(i128::from(p))
+                    )
+                })
+                .collect();
+            if !parts.is_empty() {
+                facts.push(("req.charges", parts.join(" · ")));
+            }
+        }
+        if let Some(t) = u.breakdown.as_ref().and_then(|b| b.served_tier.as_deref()) {
+            facts.push(("req.served_tier", t.to_string()));
+        }
         facts.push((
             "req.latency",
             latency(lang, u.settled_at_ms - u.started_at_ms),
