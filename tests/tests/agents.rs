@@ -404,7 +404,10 @@ async fn codex_applies_a_patch(native: bool) {
     assert!(rows.iter().all(|r| r.stream), "{rows:?}");
     // Asked by its catalog name: no other name kept. Codex names its
     // session in a header on every request: one session.
-    assert!(rows.iter().all(|r| r.attribution.asked_model.is_none()), "{rows:?}");
+    assert!(
+        rows.iter().all(|r| r.attribution.asked_model.is_none()),
+        "{rows:?}"
+    );
     let sessions: std::collections::BTreeSet<_> =
         rows.iter().map(|r| r.attribution.session.clone()).collect();
     assert_eq!(sessions.len(), 1, "{sessions:?}");

@@ -5,7 +5,7 @@
 //! the test drew and the prices it set — Σ tokens × price per component,
 //! rounded once per department line, half up — never by the books' code.
 
-use domain::pricing::sheet::{PriceSheet, ToolFees, TokenPrices};
+use domain::pricing::sheet::{PriceSheet, TokenPrices, ToolFees};
 use domain::usage::{Breakdown, UsageEvent};
 use e2e::*;
 use std::collections::BTreeMap;
@@ -22,9 +22,15 @@ fn rows() -> usize {
 /// per model: input, cached, 5-minute write, 1-hour write, output, search
 /// fee. Odd numbers, so that costs are fractions of a micro-dollar.
 const PRICES: [(&str, [i64; 6]); 3] = [
-    ("m-large", [3_000_001, 300_007, 3_750_011, 6_000_013, 15_000_017, 10_003]),
+    (
+        "m-large",
+        [3_000_001, 300_007, 3_750_011, 6_000_013, 15_000_017, 10_003],
+    ),
     ("m-small", [150_001, 15_001, 0, 0, 600_007, 0]),
-    ("m-cache", [1_250_003, 125_009, 1_562_501, 2_500_001, 10_000_019, 25_001]),
+    (
+        "m-cache",
+        [1_250_003, 125_009, 1_562_501, 2_500_001, 10_000_019, 25_001],
+    ),
 ];
 
 fn sheet(p: &[i64; 6]) -> PriceSheet {
@@ -46,7 +52,10 @@ fn sheet(p: &[i64; 6]) -> PriceSheet {
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self, below: u64) -> i64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((self.0 >> 33) % below) as i64
     }
 }
@@ -76,7 +85,11 @@ async fn a_million_rows_add_up_to_the_micro_dollar_in_every_view() {
             input: rng.next(5_000),
             cached_input: rng.next(4) * rng.next(60_000),
             cache_write_5m: if rng.next(5) == 0 { rng.next(8_000) } else { 0 },
-            cache_write_1h: if rng.next(9) == 0 { rng.next(30_000) } else { 0 },
+            cache_write_1h: if rng.next(9) == 0 {
+                rng.next(30_000)
+            } else {
+                0
+            },
             output: rng.next(3_000),
             web_search_calls: if rng.next(20) == 0 { rng.next(6) } else { 0 },
             ..Default::default()
@@ -180,10 +193,18 @@ async fn a_million_rows_add_up_to_the_micro_dollar_in_every_view() {
             "{id}: quantities by component"
         );
         let by_component: i64 = lines.iter().map(|l| usd(&l["cost_usd"])).sum();
-        assert_eq!(by_component, half_up(pico), "{id}: components add up to the line");
+        assert_eq!(
+            by_component,
+            half_up(pico),
+            "{id}: components add up to the line"
+        );
     }
     assert_eq!(bill["tenants"].as_array().unwrap().len(), expected.len());
-    assert_eq!(usd(&bill["total"]["cost_usd"]), total, "the total is the lines' sum");
+    assert_eq!(
+        usd(&bill["total"]["cost_usd"]),
+        total,
+        "the total is the lines' sum"
+    );
 
     // The CSV (tenant × app × model) and the FOCUS export (one row per
     // component) add up to each line.
@@ -201,7 +222,11 @@ async fn a_million_rows_add_up_to_the_micro_dollar_in_every_view() {
         let header: Vec<&str> = lines.next().unwrap().split(',').collect();
         let at = |name: &str| header.iter().position(|h| *h == name).unwrap();
         let (tenant_col, cost_col) = (
-            at(if path == "bills.csv" { "tenant_id" } else { "SubAccountId" }),
+            at(if path == "bills.csv" {
+                "tenant_id"
+            } else {
+                "SubAccountId"
+            }),
             at(cost_col),
         );
         let mut sums: BTreeMap<String, i64> = BTreeMap::new();
@@ -210,7 +235,9 @@ async fn a_million_rows_add_up_to_the_micro_dollar_in_every_view() {
             // columns read (an empty `{}` in this test).
             let f: Vec<&str> = line.split(',').collect();
             *sums.entry(f[tenant_col].to_string()).or_default() +=
-                domain::money::MicroUsd::from_usd_str(f[cost_col]).unwrap().0;
+                domain::money::MicroUsd::from_usd_str(f[cost_col])
+                    .unwrap()
+                    .0;
         }
         for (id, (pico, _)) in &expected {
             assert_eq!(sums[id], half_up(*pico), "{path}: {id}");

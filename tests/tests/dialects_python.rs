@@ -75,6 +75,9 @@ async fn the_official_openai_and_anthropic_clients_speak_their_dialects_through_
     let (_, key) = env
         .simple_tenant(Limits {
             monthly_tokens: Some(10_000_000),
+            // A budgeted tenant uses hosted tools only when allowed
+            // (docs/billing.md, "Service tiers and hosted tools").
+            allowed_tools: Some(vec!["web_search".into()]),
             ..Default::default()
         })
         .await;

@@ -159,7 +159,11 @@ async fn cached_input_is_billed_at_the_cached_price_in_every_dialect() {
             let b = e.breakdown.expect("the breakdown is kept");
             assert_eq!((b.cached_input, b.input + b.cached_input), (900, p));
             let ch = e.charges.expect("the charge components are kept");
-            assert_eq!(ch.total_pico(), i128::from(pico), "{dialect}: components add up");
+            assert_eq!(
+                ch.total_pico(),
+                i128::from(pico),
+                "{dialect}: components add up"
+            );
             (uncached, cached, output, exact) =
                 (uncached + p - 900, cached + 900, output + c, exact + pico);
         }
@@ -173,13 +177,21 @@ async fn cached_input_is_billed_at_the_cached_price_in_every_dialect() {
     // shows each quantity, and the components add up to the line.
     let (status, bill) = api(
         "GET",
-        &format!("{}/api/v1/bills?period={}&by=component", f.base, this_month()),
+        &format!(
+            "{}/api/v1/bills?period={}&by=component",
+            f.base,
+            this_month()
+        ),
         Some(&f.admin),
         None,
     )
     .await;
     assert_eq!(status, 200, "{bill}");
-    let usd = |v: &Value| domain::money::MicroUsd::from_usd_str(v.as_str().unwrap()).unwrap().0;
+    let usd = |v: &Value| {
+        domain::money::MicroUsd::from_usd_str(v.as_str().unwrap())
+            .unwrap()
+            .0
+    };
     let line = (exact + 500_000) / 1_000_000;
     assert_eq!(usd(&bill["tenants"][0]["cost_usd"]), line, "{bill}");
     let lines = bill["lines"].as_array().unwrap();
@@ -697,7 +709,11 @@ async fn the_console_lists_the_sheets_and_adds_one() {
     let saved = admin
         .post(
             "/console/models/m/price-sheets",
-            &[("sheet", &sheet.to_string()), ("effective_from", &at), ("deployment", "")],
+            &[
+                ("sheet", &sheet.to_string()),
+                ("effective_from", &at),
+                ("deployment", ""),
+            ],
         )
         .await;
     assert_eq!(saved.status, 303, "{}", saved.body);
@@ -716,13 +732,24 @@ async fn the_console_lists_the_sheets_and_adds_one() {
     let refused = admin
         .post(
             "/console/models/m/price-sheets",
-            &[("sheet", r#"{"input": 1, "output": 1, "cahced_input": 1}"#), ("effective_from", "")],
+            &[
+                ("sheet", r#"{"input": 1, "output": 1, "cahced_input": 1}"#),
+                ("effective_from", ""),
+            ],
         )
         .await;
     assert_eq!(refused.status, 422, "{}", refused.body);
-    assert!(refused.body.contains("sheet.cahced_input"), "{}", refused.body);
-    assert!(refused.body.contains("cahced_input&quot;: 1") || refused.body.contains("cahced_input&#34;: 1"),
-        "what was typed is kept: {}", refused.body);
+    assert!(
+        refused.body.contains("sheet.cahced_input"),
+        "{}",
+        refused.body
+    );
+    assert!(
+        refused.body.contains("cahced_input&quot;: 1")
+            || refused.body.contains("cahced_input&#34;: 1"),
+        "what was typed is kept: {}",
+        refused.body
+    );
 
     // Finance reads the history, gets no form, and cannot add a sheet.
     user(&f.env, "fin2@example.com", "finance", None).await;
@@ -733,7 +760,10 @@ async fn the_console_lists_the_sheets_and_adds_one() {
     let denied = fin
         .post(
             "/console/models/m/price-sheets",
-            &[("sheet", r#"{"input": 1, "output": 1}"#), ("effective_from", "")],
+            &[
+                ("sheet", r#"{"input": 1, "output": 1}"#),
+                ("effective_from", ""),
+            ],
         )
         .await;
     assert_eq!(denied.status, 403, "{}", denied.body);

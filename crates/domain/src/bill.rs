@@ -716,7 +716,12 @@ mod tests {
         };
         let rows = MonthRows {
             bill_rows: vec![
-                row("a", "x", "m1", &[(C::Input, 3, 400_000), (C::CachedInput, 7, 300_000)]),
+                row(
+                    "a",
+                    "x",
+                    "m1",
+                    &[(C::Input, 3, 400_000), (C::CachedInput, 7, 300_000)],
+                ),
                 row("a", "y", "m1", &[(C::Output, 1, 1_300_000)]),
                 row("a", "y", "m2", &[(C::WebSearch, 1, 10_000_000_000)]),
                 row("b", "x", "m1", &[(C::Input, 1, 499_999)]),
@@ -724,7 +729,15 @@ mod tests {
             refusals: vec![],
         };
         let none = BTreeMap::new();
-        let b = Bill::assemble("2026-11", false, BillSource::Postgres, &rows, &none, &none, &[]);
+        let b = Bill::assemble(
+            "2026-11",
+            false,
+            BillSource::Postgres,
+            &rows,
+            &none,
+            &none,
+            &[],
+        );
         // a: 0.4 + 0.3 + 1.3 + 10,000 µUSD = 10,002.0 µUSD exactly; the
         // rounded-up-per-request sum would be 1 + 2 + 10,000 = 10,003.
         assert_eq!(b.tenants[0].cost_usd, MicroUsd(10_002));
@@ -732,7 +745,11 @@ mod tests {
         assert_eq!(b.tenants[1].cost_usd, MicroUsd(0));
         assert_eq!(b.total.cost_usd, MicroUsd(10_002));
         let sum = |lines: &[DrillLine], t: &str| -> i64 {
-            lines.iter().filter(|l| l.tenant_id == t).map(|l| l.cost_usd.0).sum()
+            lines
+                .iter()
+                .filter(|l| l.tenant_id == t)
+                .map(|l| l.cost_usd.0)
+                .sum()
         };
         for by in [DrillBy::App, DrillBy::Model, DrillBy::Component] {
             let lines = drill_down(by, &rows.bill_rows, &[]);
@@ -741,8 +758,16 @@ mod tests {
         }
         let comps = &b.tenants[0].components;
         assert_eq!(
-            comps.iter().map(|c| (c.component, c.quantity)).collect::<Vec<_>>(),
-            [("input", 3), ("cached_input", 7), ("output", 1), ("web_search", 1)]
+            comps
+                .iter()
+                .map(|c| (c.component, c.quantity))
+                .collect::<Vec<_>>(),
+            [
+                ("input", 3),
+                ("cached_input", 7),
+                ("output", 1),
+                ("web_search", 1)
+            ]
         );
         assert_eq!(comps.iter().map(|c| c.cost_usd.0).sum::<i64>(), 10_002);
         assert_eq!(comps[3].unit, "calls");
@@ -751,7 +776,11 @@ mod tests {
         let csv_sum: i64 = csv
             .lines()
             .skip(1)
-            .map(|l| MicroUsd::from_usd_str(l.rsplit(',').next().unwrap()).unwrap().0)
+            .map(|l| {
+                MicroUsd::from_usd_str(l.rsplit(',').next().unwrap())
+                    .unwrap()
+                    .0
+            })
             .sum();
         assert_eq!(csv_sum, b.total.cost_usd.0);
     }

@@ -25,10 +25,20 @@ pub struct Limits {
     pub max_context_tokens: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<i64>,
+    /// Service tiers beyond the provider's default this scope may ask for
+    /// (`priority`, `flex`, `scale`, Anthropic's `fast` speed …); none: the
+    /// default only (docs/billing.md, "Service tiers and hosted tools").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_service_tiers: Option<Vec<String>>,
+    /// Hosted (provider-run) tools this scope may use (`web_search`,
+    /// `file_search`, `code_interpreter`, …); none: every one when no
+    /// scope of the request has a monthly budget, else none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_tools: Option<Vec<String>>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("limit {field} must not be negative")]
+#[error("limit {field} must not be negative (a list: at most 32 names of 1 to 32 letters, digits, '_' or '-')")]
 pub struct LimitsError {
     pub field: &'static str,
 }
@@ -45,6 +55,8 @@ impl Limits {
         max_inflight: None,
         max_context_tokens: None,
         max_output_tokens: None,
+        allowed_service_tiers: None,
+        allowed_tools: None,
     };
 
     pub fn validate(&self) -> Result<(), LimitsError> {
@@ -61,6 +73,25 @@ impl Limits {
         ];
         for (field, v) in ints {
             if v.is_some_and(|v| v < 0) {
+                return Err(LimitsError { field });
+            }
+        }
+        let lists = [
+            ("allowed_service_tiers", &self.allowed_service_tiers),
+            ("allowed_tools", &self.allowed_tools),
+        ];
+        for (field, list) in lists {
+            let bad = |n: &String| {
+                n.is_empty()
+                    || n.len() > 32
+                    || !n
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            };
+            if list
+                .as_ref()
+                .is_some_and(|l| l.len() > 32 || l.iter().any(bad))
+            {
                 return Err(LimitsError { field });
             }
         }
@@ -90,6 +121,28 @@ impl Limits {
             u(self.output_tpm),
         ]
     }
+}
+
+/// Whether every scope that lists names (`list`) lists `name`; when no
+/// scope lists any, `unlisted`. The one rule for the allowed service tiers
+/// and hosted tools of tenant, app and key (as for allowed models: each
+/// scope that says must agree).
+pub fn allows(
+    scopes: [&Limits; 3],
+    list: impl Fn(&Limits) -> Option<&Vec<String>>,
+    name: &str,
+    unlisted: bool,
+) -> bool {
+    let mut listed = false;
+    for l in scopes {
+        if let Some(names) = list(l) {
+            listed = true;
+            if !names.iter().any(|n| n == name) {
+                return false;
+            }
+        }
+    }
+    listed || unlisted
 }
 
 /// An approved temporary grant: it counts until `expires_at`, checked by

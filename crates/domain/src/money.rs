@@ -169,7 +169,10 @@ pub fn apportion(total: i128, weights: &[i128]) -> Vec<i128> {
     }
     let left = total - given;
     remainders.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    for (_, i) in remainders.into_iter().take(usize::try_from(left.max(0)).unwrap_or(0)) {
+    for (_, i) in remainders
+        .into_iter()
+        .take(usize::try_from(left.max(0)).unwrap_or(0))
+    {
         shares[i] += 1;
     }
     shares
@@ -271,7 +274,9 @@ mod tests {
             let n = (seed % 9 + 1) as usize;
             let weights: Vec<i128> = (0..n)
                 .map(|_| {
-                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
                     i128::from(seed >> 40)
                 })
                 .collect();
@@ -282,7 +287,10 @@ mod tests {
             for (s, w) in shares.iter().zip(&weights) {
                 // Each share within one unit of its exact part.
                 if sum > 0 {
-                    assert!((s * sum - total * w).abs() <= sum, "{s} of {total} for {w}/{sum}");
+                    assert!(
+                        (s * sum - total * w).abs() <= sum,
+                        "{s} of {total} for {w}/{sum}"
+                    );
                 }
             }
         }

@@ -65,6 +65,12 @@ pub enum ReasonCode {
     RouteNotFound,
     /// The path is served, not with this method (405).
     MethodNotAllowed,
+    /// The request asks for a service tier (or Anthropic speed) its
+    /// tenant, app or key may not use (403).
+    ServiceTierNotAllowed,
+    /// The request offers a hosted tool its tenant, app or key may not
+    /// use (403).
+    ToolNotAllowed,
 }
 
 impl ReasonCode {
@@ -121,6 +127,8 @@ impl ReasonCode {
             ReasonCode::UpstreamRejectedRequest => "upstream_rejected_request",
             ReasonCode::RouteNotFound => "route_not_found",
             ReasonCode::MethodNotAllowed => "method_not_allowed",
+            ReasonCode::ServiceTierNotAllowed => "service_tier_not_allowed",
+            ReasonCode::ToolNotAllowed => "tool_not_allowed",
         }
     }
 
@@ -138,7 +146,9 @@ impl ReasonCode {
             | ReasonCode::UpstreamRejectedRequest => 400,
             ReasonCode::ModelNotFound | ReasonCode::RouteNotFound => 404,
             ReasonCode::MethodNotAllowed => 405,
-            ReasonCode::ModelNotAllowed => 403,
+            ReasonCode::ModelNotAllowed
+            | ReasonCode::ServiceTierNotAllowed
+            | ReasonCode::ToolNotAllowed => 403,
             ReasonCode::QuotaStoreUnavailable | ReasonCode::UpstreamUnavailable => 503,
             ReasonCode::UpstreamRateLimited => 429,
             ReasonCode::UpstreamError | ReasonCode::UpstreamResponseTooLarge => 502,

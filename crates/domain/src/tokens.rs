@@ -223,15 +223,28 @@ pub fn chat_input_tokens_as(
     messages: &[Value],
     counting: Counting,
 ) -> u64 {
+    chat_input_tokens_with_images(family, None, messages, counting)
+}
+
+/// [`chat_input_tokens_as`] with the images of the messages counted by
+/// `images`' rule (`crate::images`), in the same walk; None: images are
+/// not counted.
+pub fn chat_input_tokens_with_images(
+    family: TokenizerFamily,
+    images: Option<crate::images::ImageRule>,
+    messages: &[Value],
+    counting: Counting,
+) -> u64 {
     let mut n = REPLY_PRIMING;
     let mut buf = String::new();
+    let mut image_tokens = 0u64;
     for m in messages {
         n += PER_MESSAGE;
         buf.clear();
-        collect_text(m, &mut buf);
+        collect_text(m, &mut buf, images, &mut image_tokens);
         n += family.count_as(&buf, counting);
     }
-    n
+    n.saturating_add(image_tokens)
 }
 
 /// Input tokens of `tools`/`functions` definitions (the model reads them too).
@@ -266,21 +279,36 @@ pub fn prompt_tokens_as(family: TokenizerFamily, input: &Value, counting: Counti
     }
 }
 
-fn collect_text(v: &Value, out: &mut String) {
+fn collect_text(
+    v: &Value,
+    out: &mut String,
+    images: Option<crate::images::ImageRule>,
+    image_tokens: &mut u64,
+) {
     match v {
         Value::String(s) => {
             out.push_str(s);
             out.push('\n');
         }
-        Value::Array(a) => a.iter().for_each(|x| collect_text(x, out)),
+        Value::Array(a) => a
+            .iter()
+            .for_each(|x| collect_text(x, out, images, image_tokens)),
         Value::Object(o) => {
             for (k, x) in o {
-                // Image parts are priced by the provider separately; their URLs
-                // and detail flags are not text the model reads as tokens.
-                if k == "image_url" || k == "type" {
+                // Image parts are priced by the provider by its own rule
+                // (`crate::images`); their URLs and detail flags are not
+                // text the model reads as tokens.
+                if k == "image_url" {
+                    if let Some(rule) = images {
+                        *image_tokens =
+                            image_tokens.saturating_add(crate::images::part_tokens(rule, x));
+                    }
                     continue;
                 }
-                collect_text(x, out);
+                if k == "type" {
+                    continue;
+                }
+                collect_text(x, out, images, image_tokens);
             }
         }
         _ => {}

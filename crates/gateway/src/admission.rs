@@ -252,6 +252,11 @@ pub(crate) struct Want<'a> {
     pub per_choice: i64,
     /// The request's end user (a fourth scope when its app limits them).
     pub end_user: Option<&'a str>,
+    /// What its tokens are held at: the dearest prices it can reach
+    /// (`extras::hold_price`).
+    pub price: domain::pricing::Price,
+    /// Its hosted tools' fees, µUSD, held on top.
+    pub fees: i64,
 }
 
 /// A request with its quota.
@@ -377,6 +382,8 @@ pub(crate) async fn take_request_rates(
         est_out: 0,
         per_choice: 0,
         end_user: None,
+        price: model.price,
+        fees: 0,
     };
     match hold(gw, key, model, month, request_id, &want, 0).await? {
         HoldOutcome::Admitted { .. } => {
@@ -434,7 +441,7 @@ async fn hold_or_clamp(
             )
         }
     };
-    if let Some(per_choice) = plan.clamp(&refusal, &model.price) {
+    if let Some(per_choice) = plan.clamp(&refusal, &want.price) {
         let est_out = per_choice * want.summary.choices;
         if let HoldOutcome::Admitted {
             remaining_requests,
@@ -490,7 +497,11 @@ async fn hold(
         month,
         est_input: want.est_in,
         est_output: est_out,
-        est_cost: model.price.cost(want.est_in, est_out).0,
+        est_cost: want
+            .price
+            .cost(want.est_in, est_out)
+            .0
+            .saturating_add(want.fees),
         model: &model.id,
         limits: [&limits[0], &limits[1], &limits[2]],
     };

@@ -328,11 +328,10 @@ impl Index {
             );
             // Holds are priced at the dearest input and output of the
             // model's own sheet in force now.
-            let now_sheet = &prices.at(chrono::Utc::now().timestamp_millis(), None).base;
-            let price = Price {
-                input_micro_per_mtok: now_sheet.max_input(),
-                output_micro_per_mtok: now_sheet.max_output(),
-            };
+            let no_tier: [&str; 0] = [];
+            let price = prices
+                .at(chrono::Utc::now().timestamp_millis(), None)
+                .hold_price(no_tier, 0);
             let entry = ModelEntry {
                 prices,
                 deployments,

@@ -12,6 +12,7 @@ pub mod decisions;
 mod dialect;
 mod errors;
 mod estimate;
+mod extras;
 mod fair;
 mod forward;
 mod headers;

@@ -290,6 +290,9 @@ async fn admit_and_forward(
         // fallback, a degrade): the ledger keeps the name asked for.
         ctx.attribution.asked_model = domain::attribution::attribute(&summary.model);
     }
+    // Service tiers and hosted tools: refused unless the key may use them
+    // (docs/billing.md, "Service tiers and hosted tools").
+    let extras = crate::extras::allowed(&key, dialect, inbound.original.as_ref().unwrap_or(&json))?;
     // A Responses tool chat has no equivalent of: only for a provider that
     // serves Responses natively (docs/clients.md, "Responses tools").
     if let Some(f) = inbound.untranslated {
@@ -311,6 +314,10 @@ async fn admit_and_forward(
     .await;
     let mut json = json_back;
     let (est_in, asked_per_choice) = estimated?;
+    // Hosted tools' results come back as input: held with the prompt.
+    let est_in = est_in.saturating_add(extras.tools.result_tokens);
+    let (hold_price, fees) =
+        crate::extras::hold_price(&model, ctx.received.timestamp_millis(), &extras, est_in);
     let per_choice = match degrade.as_ref().and_then(|d| d.max_output) {
         Some(cap) if endpoint != Endpoint::Embeddings => asked_per_choice.min(cap),
         _ => asked_per_choice,
@@ -336,6 +343,8 @@ async fn admit_and_forward(
         est_out: first_out,
         per_choice,
         end_user: ctx.attribution.end_user.as_deref(),
+        price: hold_price,
+        fees,
     };
     let adm = crate::admission::get_quota(gw, &key, &model, &month, &ctx.id, want).await?;
     let rid = ctx.id.as_str();
@@ -382,7 +391,7 @@ async fn admit_and_forward(
         .increment(1);
     }
 
-    let est_cost = model.price.cost(est_in, adm.est_out).0;
+    let est_cost = hold_price.cost(est_in, adm.est_out).0.saturating_add(fees);
     let mut held = HeldRequest::new(
         gw.clone(),
         rid.to_string(),
@@ -394,6 +403,7 @@ async fn admit_and_forward(
         now.timestamp_millis(),
     );
     held.attribution = std::mem::take(&mut ctx.attribution);
+    held.hold_price = hold_price;
     held.max_output = if adm.degraded { adm.est_out } else { max_out };
     let out_headers = answer_headers(rid, decision, reason, &model, &adm);
     held.slot = adm.slot.map(|mut s| {
@@ -412,6 +422,7 @@ async fn admit_and_forward(
     let body = match inbound.original {
         Some(mut native) if edge.native => {
             crate::dialect::rewrite_native(&mut native, &model, dialect, adm.provider_cap);
+            crate::extras::inject_caps(dialect, &extras, &mut native);
             native
         }
         _ => {

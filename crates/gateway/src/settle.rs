@@ -21,6 +21,9 @@ pub struct HeldRequest {
     pub est_input: i64,
     pub est_output: i64,
     pub est_cost: i64,
+    /// What its output is held at per million tokens (a stream's
+    /// extensions): the dearest price the request can reach.
+    pub hold_price: domain::pricing::Price,
     /// The most output the request may produce (its cap times its choices):
     /// a stream's hold is never extended past it.
     pub max_output: i64,
@@ -68,6 +71,7 @@ impl HeldRequest {
         stream: bool,
         started_at_ms: i64,
     ) -> Self {
+        let hold_price = model.price;
         Self {
             gw,
             request_id,
@@ -77,6 +81,7 @@ impl HeldRequest {
             est_input: est.0,
             est_output: est.1,
             est_cost: est.2,
+            hold_price,
             max_output: est.1,
             stream,
             started_at_ms,

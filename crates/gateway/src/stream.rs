@@ -171,7 +171,7 @@ async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<
         // A slice, but never past the request's own output cap.
         let step = slice.min(held.max_output - held.est_output).max(missing);
         for add in [step, missing] {
-            let add_cost = held.model.price.cost(0, add).0;
+            let add_cost = held.hold_price.cost(0, add).0;
             let k = held.key.clone();
             let limits = k.effective_limits(held.gw.now(), &held.month);
             let req = ExtendRequest {

@@ -31,6 +31,9 @@ struct ChatRequest {
     max_completion_tokens: Option<u32>,
     #[serde(default)]
     tools: Vec<Value>,
+    /// The tier asked; served as asked (as OpenAI answers) unless a
+    /// `[mock:served_tier=…]` directive says otherwise.
+    service_tier: Option<String>,
     #[serde(default)]
     response_format: Value,
 }
@@ -184,6 +187,13 @@ pub(crate) async fn chat(State(app): State<Shared>, headers: HeaderMap, body: By
         });
     }
     let cap = personality.cap(req.max_tokens, req.max_completion_tokens);
+    if dir.caching.served_tier.is_none() {
+        dir.caching.served_tier = match req.service_tier.as_deref() {
+            Some("priority") => Some("priority"),
+            Some("flex") => Some("flex"),
+            _ => None,
+        };
+    }
     let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
     let answered = req.messages.last().is_some_and(|m| m.role == "tool");
     let tool = req

@@ -128,7 +128,16 @@ pub(crate) async fn responses(
     };
     if !stream {
         app.stats.completion_tokens(n);
-        return Json(response(status, json!([item(&full, "completed")]), usage)).into_response();
+        // `[mock:web_search=N]`: N searches run before the answer, as
+        // OpenAI reports them (`web_search_call` items, not in the usage).
+        let mut output: Vec<Value> = (0..dir.caching.web_search)
+            .map(|i| {
+                json!({"id": format!("ws_{id}_{i}"), "type": "web_search_call",
+                "status": "completed", "action": {"type": "search", "query": "mock"}})
+            })
+            .collect();
+        output.push(item(&full, "completed"));
+        return Json(response(status, Value::Array(output), usage)).into_response();
     }
     let seq = std::cell::Cell::new(0u64);
     let ev = |ty: &str, mut v: Value| {

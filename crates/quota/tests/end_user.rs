@@ -55,6 +55,8 @@ const NONE: Limits = Limits {
     max_inflight: None,
     max_context_tokens: None,
     max_output_tokens: None,
+    allowed_service_tiers: None,
+    allowed_tools: None,
 };
 
 fn hold(rid: &str, est: i64) -> HoldRequest<'_> {

@@ -205,6 +205,7 @@ pub async fn seed_scenarios(
             max_inflight: Some(inflight),
             max_context_tokens: Some(ctx),
             max_output_tokens: Some(4_096),
+            ..Default::default()
         };
         let name = format!("Scenario tenant ({priority})");
         keys.push(priority_tenant(store, id, &name, priority, limits, pepper).await?);

@@ -123,7 +123,8 @@ struct TenantTotalsCols {
 /// `value(total)`: `requests` counted by `count`, the components as one
 /// array (quantities, then costs, in `Component::ALL` order).
 fn totals_sql(count: &str, value: impl Fn(&str) -> String) -> String {
-    let sum = |v: String| format!("LEAST(COALESCE(SUM(({v})::numeric), 0), 9223372036854775807)::int8");
+    let sum =
+        |v: String| format!("LEAST(COALESCE(SUM(({v})::numeric), 0), 9223372036854775807)::int8");
     let mut charges = Vec::new();
     for kind in ["q", "p"] {
         for c in Component::ALL {

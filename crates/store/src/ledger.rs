@@ -173,7 +173,9 @@ fn breakdown_json(e: &UsageEvent) -> Option<serde_json::Value> {
 /// A ledger row's charge components as stored (None for an event from
 /// before they were kept).
 fn charges_json(e: &UsageEvent) -> Option<serde_json::Value> {
-    e.charges.as_ref().and_then(|c| serde_json::to_value(c).ok())
+    e.charges
+        .as_ref()
+        .and_then(|c| serde_json::to_value(c).ok())
 }
 
 /// The grain of `usage_rollups`, its primary key: one row per
@@ -277,7 +279,10 @@ fn event_totals() -> Vec<String> {
     let mut v: Vec<String> = BASE_TOTALS[1..].iter().map(|c| c.to_string()).collect();
     for c in Component::ALL {
         for i in 0..2 {
-            v.push(format!("COALESCE((charges->'{}'->>{i})::int8, 0)", c.name()));
+            v.push(format!(
+                "COALESCE((charges->'{}'->>{i})::int8, 0)",
+                c.name()
+            ));
         }
     }
     v

@@ -115,10 +115,9 @@ pub async fn show(
     let scope = bill_scope(&actor, q.tenant.as_deref())?;
     let by = match q.by.as_deref() {
         None | Some("") => None,
-        Some(b) => Some(
-            DrillBy::parse(b)
-                .ok_or_else(|| ApiError::BadRequest("by must be app, model, day or component".into()))?,
-        ),
+        Some(b) => Some(DrillBy::parse(b).ok_or_else(|| {
+            ApiError::BadRequest("by must be app, model, day or component".into())
+        })?),
     };
     let group_by = group_by_of(&q)?;
     if by.is_some() && group_by.is_some() {

@@ -106,8 +106,13 @@ pub fn too_long_key(limit: domain::text::TextLimit) -> &'static str {
 
 /// Limits must not be negative; the error names the limit.
 pub fn valid_limits(l: &domain::Limits) -> Result<(), ApiError> {
-    l.validate()
-        .map_err(|e| ApiError::field(e.field, "err.negative"))
+    l.validate().map_err(|e| {
+        let key = match e.field {
+            "allowed_service_tiers" | "allowed_tools" => "err.name_list",
+            _ => "err.negative",
+        };
+        ApiError::field(e.field, key)
+    })
 }
 
 /// Every model of an allowed-models list is one the gateway serves; the

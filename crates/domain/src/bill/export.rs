@@ -209,7 +209,12 @@ pub fn focus_csv(p: &FocusPeriod<'_>, rows: &[DayRow], tenants: &[TenantInfo]) -
             ce,
             "Usage".into(),
             String::new(),
-            format!("{qty} {} {name} of {} for app {}", unit.to_lowercase(), r.model, r.app_id),
+            format!(
+                "{qty} {} {name} of {} for app {}",
+                unit.to_lowercase(),
+                r.model,
+                r.app_id
+            ),
             "Usage-Based".into(),
             cost.clone(),
             cost.clone(),
@@ -329,9 +334,8 @@ mod tests {
         let cached: Vec<_> = lines.next().unwrap().split(',').collect();
         let output: Vec<_> = lines.next().unwrap().split(',').collect();
         assert!(lines.next().is_none());
-        let col = |line: &[&str], n: &str| {
-            line[header.iter().position(|h| *h == n).unwrap()].to_string()
-        };
+        let col =
+            |line: &[&str], n: &str| line[header.iter().position(|h| *h == n).unwrap()].to_string();
         // One row per component, each at its own quantity and price; the
         // rows add up to the line, rounded once (1.500000000001 → 1.500000).
         assert_eq!(col(&cached, "x_ChargeComponent"), "cached_input");

@@ -262,7 +262,10 @@ mod tests {
         c.set(Component::Input, 100, 250_000_000);
         c.set(Component::WebSearch, 1, 10_000_000_000);
         let json = serde_json::to_string(&c).unwrap();
-        assert_eq!(json, r#"{"input":[100,250000000],"web_search":[1,10000000000]}"#);
+        assert_eq!(
+            json,
+            r#"{"input":[100,250000000],"web_search":[1,10000000000]}"#
+        );
         let mut fast = String::new();
         c.write_json(&mut fast);
         assert_eq!(fast, json);

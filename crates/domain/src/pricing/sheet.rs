@@ -5,8 +5,8 @@
 //! bill line. Holds and the Redis counters stay in whole micro-USD, rounded
 //! up.
 
-use crate::usage::Breakdown;
 use super::charges::{Charges, Component};
+use crate::usage::Breakdown;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -314,18 +314,46 @@ impl PriceSheet {
         let mut c = Charges::default();
         let mut put = |component: Component, quantity: i64, per_unit_pico: i128| {
             let q = quantity.max(0);
-            c.set(component, q, self.multiplied(q as i128 * per_unit_pico.max(0)));
+            c.set(
+                component,
+                q,
+                self.multiplied(q as i128 * per_unit_pico.max(0)),
+            );
         };
         let mtok = |price: i64| price as i128;
         put(Component::Input, text_in, mtok(p.input));
-        put(Component::AudioInput, audio_in, mtok(p.audio_input.unwrap_or(p.input)));
-        put(Component::ImageInput, image_in, mtok(p.image_input.unwrap_or(p.input)));
+        put(
+            Component::AudioInput,
+            audio_in,
+            mtok(p.audio_input.unwrap_or(p.input)),
+        );
+        put(
+            Component::ImageInput,
+            image_in,
+            mtok(p.image_input.unwrap_or(p.input)),
+        );
         put(Component::CachedInput, b.cached_input, mtok(p.cached()));
-        put(Component::CacheWrite5m, b.cache_write_5m, mtok(p.write_5m()));
-        put(Component::CacheWrite1h, b.cache_write_1h, mtok(p.write_1h()));
+        put(
+            Component::CacheWrite5m,
+            b.cache_write_5m,
+            mtok(p.write_5m()),
+        );
+        put(
+            Component::CacheWrite1h,
+            b.cache_write_1h,
+            mtok(p.write_1h()),
+        );
         put(Component::Output, text_out, mtok(p.output));
-        put(Component::AudioOutput, audio_out, mtok(p.audio_output.unwrap_or(p.output)));
-        put(Component::ImageOutput, image_out, mtok(p.image_output.unwrap_or(p.output)));
+        put(
+            Component::AudioOutput,
+            audio_out,
+            mtok(p.audio_output.unwrap_or(p.output)),
+        );
+        put(
+            Component::ImageOutput,
+            image_out,
+            mtok(p.image_output.unwrap_or(p.output)),
+        );
         // A fee is µUSD per call: per call in pico-USD.
         put(
             Component::WebSearch,
@@ -357,6 +385,44 @@ impl PriceSheet {
         let calls =
             BOUND_TOOL_CALLS as i128 * self.tool_fees.web_search.max(0) as i128 * PICO_PER_MICRO;
         micro_of_pico(self.multiplied(tokens + calls))
+    }
+
+    /// What a request is held at, per million tokens (µUSD, the
+    /// multiplier applied, rounded up): the dearest input and output price
+    /// of the prices it can reach — the default service's and each service
+    /// tier in `tiers`, at the whole-request tier its input's upper bound
+    /// `input_upper` crosses. The same prices the settle bills by
+    /// ([`Self::prices_for`]), taken at their dearest.
+    pub fn hold_price<'t>(
+        &self,
+        tiers: impl IntoIterator<Item = &'t str>,
+        input_upper: i64,
+    ) -> crate::pricing::Price {
+        let at = |t: Option<&str>| {
+            let p = self.prices_for(t, input_upper);
+            (p.max_input(), p.max_output())
+        };
+        let (mut pin, mut pout) = at(None);
+        for t in tiers {
+            let (i, o) = at(Some(t));
+            pin = pin.max(i);
+            pout = pout.max(o);
+        }
+        let m = |p: i64| i64::try_from(self.multiplied(p as i128)).unwrap_or(i64::MAX);
+        crate::pricing::Price {
+            input_micro_per_mtok: m(pin),
+            output_micro_per_mtok: m(pout),
+        }
+    }
+
+    /// The fees of `web_search_calls` searches in whole micro-USD, rounded
+    /// up, the multiplier applied: what a request's tool calls are held at.
+    pub fn fees_micro(&self, web_search_calls: i64) -> i64 {
+        let b = Breakdown {
+            web_search_calls,
+            ..Default::default()
+        };
+        self.cost_micro(&b)
     }
 
     /// The cost in whole micro-USD, rounded up (what holds and the Redis
@@ -583,6 +649,48 @@ mod tests {
         // Served at default although priority was asked: the default price.
         b.served_tier = Some("default".into());
         assert_eq!(s.cost_micro(&b), default);
+    }
+
+    #[test]
+    fn a_request_is_held_at_the_dearest_price_it_can_reach() {
+        let mut s = PriceSheet {
+            base: TokenPrices::two(2_000_000, 8_000_000),
+            tiers: vec![InputTier {
+                above_input_tokens: 5_000,
+                service_tier: None,
+                prices: TokenPrices::two(4_000_000, 12_000_000),
+            }],
+            ..Default::default()
+        };
+        s.service_tiers
+            .insert("priority".into(), TokenPrices::two(5_000_000, 20_000_000));
+        let none: [&str; 0] = [];
+        let p = s.hold_price(none, 4_000);
+        assert_eq!(
+            (p.input_micro_per_mtok, p.output_micro_per_mtok),
+            (2_000_000, 8_000_000)
+        );
+        // The input's upper bound crosses the threshold: the tier's prices.
+        let p = s.hold_price(none, 5_001);
+        assert_eq!(
+            (p.input_micro_per_mtok, p.output_micro_per_mtok),
+            (4_000_000, 12_000_000)
+        );
+        let p = s.hold_price(["priority"], 10);
+        assert_eq!(
+            (p.input_micro_per_mtok, p.output_micro_per_mtok),
+            (5_000_000, 20_000_000)
+        );
+        // A tier the sheet does not price is held at the default's.
+        let p = s.hold_price(["flex"], 10);
+        assert_eq!(p.input_micro_per_mtok, 2_000_000);
+        s.multiplier_ppm = Some(1_500_000);
+        assert_eq!(s.hold_price(none, 10).input_micro_per_mtok, 3_000_000);
+        s.tool_fees.web_search = 10_000;
+        assert_eq!(s.fees_micro(5), 75_000);
+        // The hold and the bill agree: the same request priced both ways.
+        let b = Breakdown::plain(1_000, 100);
+        assert!(s.hold_price(none, 1_000).cost(1_000, 100).0 >= s.cost_micro(&b));
     }
 
     #[test]

@@ -195,7 +195,7 @@ impl Breakdown {
         } else if f.cache_read.is_some()
             || f.cache_creation_total.is_some()
             || f.cache_creation.is_some()
-            || f.server_tool_use.is_some()
+            || (f.server_tool_use.is_some() && f.input_details.is_none())
         {
             Self::anthropic(&f)
         } else {
@@ -258,6 +258,9 @@ impl Breakdown {
             cache_write_5m: written,
             output: n(f.output_tokens),
             reasoning: n(sub(f.output_details, "reasoning_tokens")),
+            // Counted by the gateway from the answer's `web_search_call`
+            // items (`dialect::native::answer_usage`).
+            web_search_calls: n(sub(f.server_tool_use, "web_search_requests")),
             ..Default::default()
         }
     }
@@ -343,6 +346,16 @@ mod tests {
         );
         assert_eq!(b.total_input(), 1000);
         assert!(b.fits(1000, 50));
+    }
+
+    #[test]
+    fn responses_searches_counted_from_the_answers_items_stay_a_responses_usage() {
+        // The gateway adds the `web_search_call` items it counted as
+        // `server_tool_use`; the cached part stays inside `input_tokens`.
+        let b = Breakdown::read(&json!({"input_tokens": 1000, "output_tokens": 10,
+            "input_tokens_details": {"cached_tokens": 900},
+            "server_tool_use": {"web_search_requests": 2}}));
+        assert_eq!((b.input, b.cached_input, b.web_search_calls), (100, 900, 2));
     }
 
     #[test]

@@ -153,12 +153,14 @@ pub fn to_chat(body: &Value, model: &str, stream: bool) -> Result<Value, Invalid
                 };
                 chat.insert("response_format".into(), format);
             }
-            Some(other) => return Err(bad(
-                "generationConfig.responseMimeType",
-                format!(
+            Some(other) => {
+                return Err(bad(
+                    "generationConfig.responseMimeType",
+                    format!(
                     "responseMimeType {other:?} is not supported: text/plain or application/json"
                 ),
-            )),
+                ))
+            }
         }
         if let Some(n) = g
             .get("candidateCount")

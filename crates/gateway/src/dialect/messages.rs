@@ -17,6 +17,20 @@ fn bad(param: impl Into<String>, message: impl Into<String>) -> InvalidField {
 /// The chat completions request a Messages request asks for. `max_tokens`
 /// is required, as Anthropic requires it, except for `count_tokens`.
 pub fn to_chat(body: &Value, need_max_tokens: bool) -> Result<Value, InvalidField> {
+    match to_chat_native(body, need_max_tokens)? {
+        (_, Some(server_tool)) => Err(server_tool),
+        (chat, None) => Ok(chat),
+    }
+}
+
+/// As [`to_chat`], with a server tool (one the provider runs: web search,
+/// web fetch, code execution) left out of the chat request and named: the
+/// request goes only to a provider that speaks Messages natively.
+pub fn to_chat_native(
+    body: &Value,
+    need_max_tokens: bool,
+) -> Result<(Value, Option<InvalidField>), InvalidField> {
+    let mut server_tool = None;
     let obj = body
         .as_object()
         .ok_or_else(|| bad("", "request body must be a JSON object"))?;
@@ -116,7 +130,7 @@ pub fn to_chat(body: &Value, need_max_tokens: bool) -> Result<Value, InvalidFiel
         chat.insert("user".into(), u.clone());
     }
     if let Some(tools) = obj.get("tools").filter(|v| !v.is_null()) {
-        chat.insert("tools".into(), tools_to_chat(tools)?);
+        chat.insert("tools".into(), tools_to_chat(tools, &mut server_tool)?);
     }
     if let Some(tc) = obj.get("tool_choice").filter(|v| !v.is_null()) {
         let kind = tc.get("type").and_then(Value::as_str);
@@ -140,7 +154,15 @@ pub fn to_chat(body: &Value, need_max_tokens: bool) -> Result<Value, InvalidFiel
             chat.insert("parallel_tool_calls".into(), json!(false));
         }
     }
-    Ok(Value::Object(chat))
+    if obj.get("mcp_servers").is_some_and(|v| !v.is_null()) {
+        server_tool.get_or_insert_with(|| {
+            bad(
+                "mcp_servers",
+                "MCP servers are called by the provider: only a model whose provider serves Messages natively offers them",
+            )
+        });
+    }
+    Ok((Value::Object(chat), server_tool))
 }
 
 /// One message: its text and images, `tool_use` blocks (an assistant's
@@ -263,7 +285,7 @@ fn message(m: &Value, i: usize, out: &mut Vec<Value>) -> Result<(), InvalidField
     Ok(())
 }
 
-fn tools_to_chat(tools: &Value) -> Result<Value, InvalidField> {
+fn tools_to_chat(tools: &Value, server: &mut Option<InvalidField>) -> Result<Value, InvalidField> {
     let Some(list) = tools.as_array() else {
         return Err(bad("tools", "tools must be an array"));
     };
@@ -271,6 +293,13 @@ fn tools_to_chat(tools: &Value) -> Result<Value, InvalidField> {
     for (i, t) in list.iter().enumerate() {
         match t.get("type").and_then(Value::as_str) {
             None | Some("custom") => {}
+            Some(other) if domain::extras::hosted_kind(other).is_some() => {
+                server.get_or_insert_with(|| bad(
+                    format!("tools[{i}].type"),
+                    format!("server tool {other:?} runs at the provider: only a model whose provider serves Messages natively offers it"),
+                ));
+                continue;
+            }
             Some(other) => {
                 return Err(bad(
                     format!("tools[{i}].type"),

@@ -76,7 +76,10 @@ impl Inbound {
                 tool_search = r.tool_search;
                 (r.chat, r.untranslated, r.custom_tools)
             }
-            Dialect::Messages => (messages::to_chat(&body, true)?, None, Vec::new()),
+            Dialect::Messages => {
+                let (chat, server_tool) = messages::to_chat_native(&body, true)?;
+                (chat, server_tool, Vec::new())
+            }
             Dialect::Gemini => {
                 let p = path.ok_or_else(|| InvalidField {
                     param: "model".into(),

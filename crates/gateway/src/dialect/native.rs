@@ -82,15 +82,43 @@ pub struct UsageOnly {
     /// it beside the usage, Anthropic's inside it).
     #[serde(default)]
     pub service_tier: Option<String>,
+    /// A Responses answer's output items, their types only: its hosted
+    /// tools' calls (`web_search_call`) are billed by the call.
+    #[serde(default)]
+    pub output: Option<Vec<ItemType>>,
+}
+
+/// An output item's type, the rest skipped.
+#[derive(serde::Deserialize)]
+pub struct ItemType {
+    #[serde(rename = "type", default)]
+    pub ty: Option<String>,
 }
 
 /// The provider's usage in a whole answer in `dialect`, if it sent one.
+/// A Responses answer's `web_search_call` items are counted into it as
+/// `server_tool_use.web_search_requests` (Anthropic's name; OpenAI reports
+/// the calls only as items), which the price sheet bills at the fee.
 pub fn answer_usage(dialect: Dialect, body: &[u8]) -> Option<Reported> {
     let UsageOnly {
         usage,
         service_tier,
+        output,
     } = serde_json::from_slice::<UsageOnly>(body).ok()?;
-    let u = with_served_tier(usage?, service_tier.as_deref());
+    let mut u = with_served_tier(usage?, service_tier.as_deref());
+    let searches = output.map_or(0, |items| {
+        items
+            .iter()
+            .filter(|i| i.ty.as_deref() == Some("web_search_call"))
+            .count()
+    });
+    if let (true, Some(o)) = (
+        dialect == Dialect::Responses && searches > 0,
+        u.as_object_mut(),
+    ) {
+        o.entry("server_tool_use")
+            .or_insert_with(|| serde_json::json!({"web_search_requests": searches}));
+    }
     u.is_object().then(|| reported(dialect, u))
 }
 

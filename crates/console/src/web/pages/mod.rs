@@ -179,6 +179,10 @@ pub struct LimitsForm {
     pub max_inflight: String,
     pub max_context_tokens: String,
     pub max_output_tokens: String,
+    /// Comma- or space-separated names (docs/billing.md, "Service tiers
+    /// and hosted tools").
+    pub allowed_service_tiers: String,
+    pub allowed_tools: String,
 }
 
 impl LimitsForm {
@@ -193,6 +197,8 @@ impl LimitsForm {
             max_inflight: int("max_inflight", &self.max_inflight)?,
             max_context_tokens: int("max_context_tokens", &self.max_context_tokens)?,
             max_output_tokens: int("max_output_tokens", &self.max_output_tokens)?,
+            allowed_service_tiers: split_list(&self.allowed_service_tiers),
+            allowed_tools: split_list(&self.allowed_tools),
         })
     }
 
@@ -230,11 +236,21 @@ impl LimitsForm {
             max_inflight: i(l.max_inflight),
             max_context_tokens: i(l.max_context_tokens),
             max_output_tokens: i(l.max_output_tokens),
+            allowed_service_tiers: l
+                .allowed_service_tiers
+                .as_deref()
+                .map(|v| v.join(", "))
+                .unwrap_or_default(),
+            allowed_tools: l
+                .allowed_tools
+                .as_deref()
+                .map(|v| v.join(", "))
+                .unwrap_or_default(),
         }
     }
 
     /// (field, label key, value) for the template's loop.
-    pub fn fields(&self) -> [(&'static str, &'static str, &str); 9] {
+    pub fn fields(&self) -> [(&'static str, &'static str, &str); 11] {
         [
             (
                 "monthly_tokens",
@@ -265,6 +281,12 @@ impl LimitsForm {
                 "limits.max_output_tokens",
                 &self.max_output_tokens,
             ),
+            (
+                "allowed_service_tiers",
+                "limits.allowed_service_tiers",
+                &self.allowed_service_tiers,
+            ),
+            ("allowed_tools", "limits.allowed_tools", &self.allowed_tools),
         ]
     }
 }

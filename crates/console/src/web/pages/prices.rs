@@ -173,7 +173,10 @@ pub async fn save(
     };
     match result {
         Ok(()) => {
-            let to = format!("/console/models/{}/price-sheets?saved=true", path_segment(&id));
+            let to = format!(
+                "/console/models/{}/price-sheets?saved=true",
+                path_segment(&id)
+            );
             Ok(Redirect::to(&to).into_response())
         }
         Err(ApiError::Invalid { param, message }) => {
