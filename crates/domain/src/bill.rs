@@ -56,6 +56,15 @@ impl Totals {
         }
     }
 
+    /// Whether these totals are still what a month's closing record says
+    /// (`closing`: requests, tokens, `cost_micro`, and the exact cost when
+    /// it was recorded, ≥ 0; a closing record keeps no components).
+    pub fn matches_closing(&self, closing: &Totals) -> bool {
+        let recorded = |t: &Totals| (t.requests, t.input_tokens, t.output_tokens, t.cost_micro);
+        recorded(self) == recorded(closing)
+            && (closing.cost_pico < 0 || self.cost_pico == closing.cost_pico)
+    }
+
     /// The part of the exact cost in no component: events from before
     /// components were kept, and holds that expired (billed at their
     /// estimate, which has no split).

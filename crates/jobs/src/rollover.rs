@@ -216,9 +216,7 @@ pub async fn run(
         for v in ch.values() {
             total.add(v);
         }
-        let recorded = |t: &Totals| (t.requests, t.input_tokens, t.output_tokens, t.cost_micro);
-        let pico_differs = m.totals.cost_pico >= 0 && total.cost_pico != m.totals.cost_pico;
-        if recorded(&total) != recorded(&m.totals) || pico_differs {
+        if !total.matches_closing(&m.totals) {
             return Err(JobError::Failed(format!(
                 "archive of {} no longer matches its closing totals; not purged",
                 m.period

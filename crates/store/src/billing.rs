@@ -488,7 +488,8 @@ impl Store {
         let rows = sqlx::query_as::<_, crate::ledger::UsageEventRow>(
             "SELECT request_id, tenant_id, app_id, key_id, model, period, day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
-                    status, stream, replica, started_at, settled_at, usage_source, deployment, tags, end_user
+                    status, stream, replica, started_at, settled_at, usage_source, deployment, tags, end_user,
+                    cost_pico, charges
              FROM usage_events WHERE period = $1 AND request_id > $2 AND ($4::text IS NULL OR tenant_id = $4)
              ORDER BY request_id LIMIT $3",
         )
@@ -498,8 +499,9 @@ impl Store {
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
-        // The archive keeps the billed amounts; anomalies stay in Postgres'
-        // ledger row (request lookup): the select leaves them out.
+        // The archive keeps the billed amounts, the exact cost and its
+        // components; anomalies and breakdowns stay in Postgres' ledger row
+        // (request lookup): the select leaves them out.
         Ok(rows.into_iter().map(UsageEvent::from).collect())
     }
 
@@ -665,7 +667,7 @@ impl Store {
         for v in period_totals(&mut *tx, &m.period, None).await?.values() {
             now.add(v);
         }
-        if now != m.totals {
+        if !now.matches_closing(&m.totals) {
             return Err(StoreError::Conflict(format!(
                 "the ledger of {} differs from its archive; not purged",
                 m.period
