@@ -37,10 +37,28 @@ pub struct Limits {
     pub allowed_tools: Option<Vec<String>>,
 }
 
+/// The names of a limits object's fields (its JSON keys), as its checks
+/// name them.
+pub const FIELDS: [&str; 11] = [
+    "monthly_tokens",
+    "monthly_cost_usd",
+    "daily_cost_soft_usd",
+    "rpm",
+    "input_tpm",
+    "output_tpm",
+    "max_inflight",
+    "max_context_tokens",
+    "max_output_tokens",
+    "allowed_service_tiers",
+    "allowed_tools",
+];
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("limit {field} must not be negative (a list: at most 32 names of 1 to 32 letters, digits, '_' or '-')")]
 pub struct LimitsError {
     pub field: &'static str,
+    /// The bad element of a list field (the 33rd of a list too long).
+    pub index: Option<usize>,
 }
 
 impl Limits {
@@ -73,7 +91,7 @@ impl Limits {
         ];
         for (field, v) in ints {
             if v.is_some_and(|v| v < 0) {
-                return Err(LimitsError { field });
+                return Err(LimitsError { field, index: None });
             }
         }
         let lists = [
@@ -88,11 +106,12 @@ impl Limits {
                         .bytes()
                         .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
             };
-            if list
-                .as_ref()
-                .is_some_and(|l| l.len() > 32 || l.iter().any(bad))
-            {
-                return Err(LimitsError { field });
+            let list = list.as_deref().unwrap_or_default();
+            if let Some(index) = list.iter().position(bad).or((list.len() > 32).then_some(32)) {
+                return Err(LimitsError {
+                    field,
+                    index: Some(index),
+                });
             }
         }
         Ok(())
@@ -338,6 +357,47 @@ mod tests {
             rpm: Some(-1),
             ..Default::default()
         };
-        assert_eq!(l.validate(), Err(LimitsError { field: "rpm" }));
+        assert_eq!(
+            l.validate(),
+            Err(LimitsError {
+                field: "rpm",
+                index: None
+            })
+        );
     }
+
+    #[test]
+    fn the_field_names_are_the_json_keys() {
+        let all = Limits {
+            monthly_tokens: Some(1),
+            monthly_cost_usd: Some(crate::money::MicroUsd(1)),
+            daily_cost_soft_usd: Some(crate::money::MicroUsd(1)),
+            rpm: Some(1),
+            input_tpm: Some(1),
+            output_tpm: Some(1),
+            max_inflight: Some(1),
+            max_context_tokens: Some(1),
+            max_output_tokens: Some(1),
+            allowed_service_tiers: Some(vec!["priority".into()]),
+            allowed_tools: Some(vec!["web_search".into()]),
+        };
+        let v = serde_json::to_value(&all).unwrap();
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut fields = FIELDS.to_vec();
+        keys.sort_unstable();
+        fields.sort_unstable();
+        assert_eq!(keys, fields);
+        let bad = Limits {
+            allowed_tools: Some(vec!["web_search".into(), "no spaces".into()]),
+            ..Limits::NONE
+        };
+        assert_eq!(
+            bad.validate(),
+            Err(LimitsError {
+                field: "allowed_tools",
+                index: Some(1)
+            })
+        );
+    }
+
 }

@@ -43,7 +43,8 @@ const ENDS_SESSION: [&str; 2] = ["POST /api/v1/auth/logout", "POST /api/v1/auth/
 
 fn routes() -> Vec<Route> {
     const NONE: &[(&str, &str)] = &[];
-    let limits = json!({"monthly_cost_usd": "10", "daily_cost_soft_usd": "1"});
+    let limits = json!({"monthly_cost_usd": "10", "daily_cost_soft_usd": "1",
+        "allowed_service_tiers": ["priority"], "allowed_tools": ["web_search"]});
     let route = |op, params, body, read, pages| Route {
         op,
         params,

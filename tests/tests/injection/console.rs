@@ -21,7 +21,7 @@ struct FormCase {
     refusal_writes: &'static [&'static str],
 }
 
-const LIMITS: [(&str, &str); 9] = [
+const LIMITS: [(&str, &str); 11] = [
     ("monthly_tokens", "1000"),
     ("monthly_cost_usd", "10"),
     ("daily_cost_soft_usd", "1"),
@@ -31,6 +31,8 @@ const LIMITS: [(&str, &str); 9] = [
     ("max_inflight", "4"),
     ("max_context_tokens", "8000"),
     ("max_output_tokens", "500"),
+    ("allowed_service_tiers", "priority"),
+    ("allowed_tools", "web_search"),
 ];
 
 /// `fields` and the limit fields every limits form has.
@@ -274,6 +276,18 @@ fn form_cases() -> Vec<FormCase> {
                     ("guarantees", "core=1"),
                 ],
                 &["/console/models/gpt-4o-mini/fairness"],
+            )
+        },
+        FormCase {
+            target: Target::Model,
+            ..case(
+                "/console/models/{}/price-sheets",
+                &[
+                    ("sheet", r#"{"input": 1000000, "output": 2000000}"#),
+                    ("effective_from", ""),
+                    ("deployment", ""),
+                ],
+                &["/console/models/gpt-4o-mini/price-sheets"],
             )
         },
         FormCase {

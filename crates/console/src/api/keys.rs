@@ -101,7 +101,9 @@ pub async fn create(
     Params((tenant, app)): Params<(String, String)>,
     Body(k): Body<KeyIn>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let k = issue(&cp, &actor, &tenant, &app, k).await?;
+    let k = issue(&cp, &actor, &tenant, &app, k)
+        .await
+        .map_err(super::in_limits)?;
     Ok((
         StatusCode::CREATED,
         Json(

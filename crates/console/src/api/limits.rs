@@ -218,7 +218,9 @@ pub async fn app_set(
 ) -> Result<Response, ApiError> {
     let owner = app_owner(&cp, &actor, &tenant, &app).await?;
     let expected = if_match.with(l.version)?;
-    let version = set(&cp, &actor, &owner, &l.limits, expected).await?;
+    let version = set(&cp, &actor, &owner, &l.limits, expected)
+        .await
+        .map_err(super::in_limits)?;
     Ok(set_answer(&l.limits, version))
 }
 
@@ -231,7 +233,9 @@ pub async fn key_set(
 ) -> Result<Response, ApiError> {
     let owner = key_owner(&cp, &actor, id).await?;
     let expected = if_match.with(l.version)?;
-    let version = set(&cp, &actor, &owner, &l.limits, expected).await?;
+    let version = set(&cp, &actor, &owner, &l.limits, expected)
+        .await
+        .map_err(super::in_limits)?;
     Ok(set_answer(&l.limits, version))
 }
 

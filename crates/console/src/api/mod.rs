@@ -104,14 +104,31 @@ pub fn too_long_key(limit: domain::text::TextLimit) -> &'static str {
     }
 }
 
-/// Limits must not be negative; the error names the limit.
+/// A refusal of a limit named by its place in a JSON body, under
+/// `limits` (`limits.allowed_tools[1]`); any other refusal as it is. The
+/// console's forms name the limit field itself (they have no `limits`
+/// object), so the services return it bare and the API handlers place it.
+pub fn in_limits(e: ApiError) -> ApiError {
+    match &e {
+        ApiError::Field { field, .. } | ApiError::Element { field, .. }
+            if domain::limits::FIELDS.contains(field) =>
+        {
+            e.within("limits.")
+        }
+        _ => e,
+    }
+}
+
+/// Limits must not be negative, and their lists hold names; the error
+/// names the limit (and a list's bad element: `allowed_tools[1]`).
 pub fn valid_limits(l: &domain::Limits) -> Result<(), ApiError> {
-    l.validate().map_err(|e| {
-        let key = match e.field {
-            "allowed_service_tiers" | "allowed_tools" => "err.name_list",
-            _ => "err.negative",
-        };
-        ApiError::field(e.field, key)
+    l.validate().map_err(|e| match e.index {
+        Some(index) => ApiError::Element {
+            field: e.field,
+            index,
+            key: "err.name_list",
+        },
+        None => ApiError::field(e.field, "err.negative"),
     })
 }
 

@@ -88,7 +88,9 @@ pub async fn create(
     Authed(actor): Authed,
     Body(t): Body<TenantIn>,
 ) -> Result<Response, ApiError> {
-    let row = create_tenant(&cp, &actor, t).await?;
+    let row = create_tenant(&cp, &actor, t)
+        .await
+        .map_err(super::in_limits)?;
     Ok(versioned(render(&row), 1))
 }
 
@@ -221,7 +223,9 @@ pub async fn update(
     Body(mut p): Body<TenantPatch>,
 ) -> Result<Response, ApiError> {
     p.version = if_match.with(p.version)?;
-    let (t, version) = update_tenant(&cp, &actor, &id, p).await?;
+    let (t, version) = update_tenant(&cp, &actor, &id, p)
+        .await
+        .map_err(super::in_limits)?;
     Ok(versioned(render(&t), version))
 }
 
@@ -308,7 +312,9 @@ pub async fn update_app(
     Params((tenant, app)): Params<(String, String)>,
     Body(p): Body<AppPatch>,
 ) -> Result<Json<Value>, ApiError> {
-    let a = update_app_in(&cp, &actor, &tenant, &app, p).await?;
+    let a = update_app_in(&cp, &actor, &tenant, &app, p)
+        .await
+        .map_err(super::in_limits)?;
     Ok(Json(app_json(&a)))
 }
 
@@ -346,7 +352,9 @@ pub async fn create_app(
     Params(tenant): Params<String>,
     Body(a): Body<AppIn>,
 ) -> Result<Json<Value>, ApiError> {
-    let row = create_app_in(&cp, &actor, &tenant, a).await?;
+    let row = create_app_in(&cp, &actor, &tenant, a)
+        .await
+        .map_err(super::in_limits)?;
     Ok(Json(app_json(&row)))
 }
 

@@ -58,8 +58,9 @@ struct PricesPage {
     rows: Vec<SheetRow>,
     can_edit: bool,
     form: SheetForm,
-    /// The refusal of the last save (field, message), in the API's words.
-    error: Option<(String, String)>,
+    /// The refusal of the last save (the API's `param`, its message, and
+    /// the form field it belongs to), in the API's words.
+    error: Option<(String, String, String)>,
     saved: bool,
 }
 
@@ -103,6 +104,11 @@ async fn page(
     error: Option<(String, String)>,
     saved: bool,
 ) -> Result<PricesPage, PageError> {
+    // `sheet.cahced_input` is the `sheet` field's.
+    let error = error.map(|(param, message)| {
+        let field = param.split(['.', '[']).next().unwrap_or_default().to_string();
+        (param, message, field)
+    });
     if !cp.store.model_exists(id).await? {
         return Err(ApiError::NotFound(format!("model {id}")).into());
     }
