@@ -304,6 +304,33 @@ async fn claude_code_runs(native: bool) {
         rows.iter().map(|r| r.attribution.session.clone()).collect();
     assert_eq!(sessions.len(), 2, "{sessions:?}");
     assert!(sessions.iter().all(Option::is_some), "{sessions:?}");
+    // The bill by the name asked for shows both names: one line per name
+    // Claude Code asked for, each "<asked> → house-model", with the cost
+    // of its ledger rows (summed here from the rows themselves).
+    let mut want: std::collections::BTreeMap<Option<String>, (i64, i64)> = Default::default();
+    for r in &rows {
+        let line = r
+            .attribution
+            .asked_model
+            .as_ref()
+            .map(|a| format!("{a} → {}", r.model));
+        let w = want.entry(line).or_default();
+        w.0 += 1;
+        w.1 += r.exact_cost_pico();
+    }
+    let got: std::collections::BTreeMap<Option<String>, (i64, i64)> = env
+        .store
+        .attributed_rows(
+            &store::TenantScope::system(),
+            &rows[0].period,
+            &domain::bill::GroupBy::AskedModel,
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| (l.value, (l.totals.requests, l.totals.cost_pico)))
+        .collect();
+    assert_eq!(got, want, "the bill by the name asked for");
 }
 
 /// Codex's config.toml for a tollgate provider at `base`.

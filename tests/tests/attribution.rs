@@ -799,12 +799,13 @@ async fn distinct_end_users_per_minute_are_capped() {
 
 // ------------------------------------------------------ a closed month
 
-/// Tagged events of a past month, billed by tag and by end user before the
-/// rollover (Postgres rollups), after it (ClickHouse `usage_attribution`),
-/// and after the purge (ClickHouse alone): the same lines every time, and
-/// they sum to the month's bill.
+/// Tagged events of a past month, some asked for through an alias, billed
+/// by tag, by end user and by the name asked for before the rollover
+/// (Postgres rollups), after it (ClickHouse `usage_attribution`), and after
+/// the purge (ClickHouse alone): the same lines every time, and they sum to
+/// the month's bill.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_closed_month_is_billed_by_tag_and_end_user_from_the_archive() {
+async fn a_closed_month_is_billed_by_tag_end_user_and_asked_name_from_the_archive() {
     use chrono::{TimeZone, Utc};
     use e2e::books::test_archive;
     use jobs::{JobName, RunResult};
@@ -851,6 +852,13 @@ async fn a_closed_month_is_billed_by_tag_and_end_user_from_the_archive() {
                 attribution: domain::attribution::Attribution {
                     tags,
                     end_user: (i % 2 == 0).then(|| format!("user-{}", i % 4)),
+                    // Asked through an alias: one with nothing else to
+                    // attribute (i = 1), one untagged (i = 6).
+                    asked_model: match i {
+                        1 | 2 => Some("claude-opus-4-8".into()),
+                        6 => Some("gpt-4o".into()),
+                        _ => None,
+                    },
                     ..Default::default()
                 },
                 anomaly: None,
@@ -885,6 +893,13 @@ async fn a_closed_month_is_billed_by_tag_and_end_user_from_the_archive() {
     };
     let want_tag = by(&|e| e.attribution.tags.get("project").cloned());
     let want_user = by(&|e| e.attribution.end_user.clone());
+    let want_asked = by(&|e| {
+        e.attribution
+            .asked_model
+            .as_ref()
+            .map(|a| format!("{a} → {}", e.model))
+    });
+    assert_eq!(want_asked.len(), 3, "two names asked for and the rest");
     let costs = |lines: &Value| -> BTreeMap<Option<String>, i64> {
         lines
             .as_array()
@@ -903,6 +918,8 @@ async fn a_closed_month_is_billed_by_tag_and_end_user_from_the_archive() {
     assert_eq!(costs(&open_tag), want_tag);
     let (_, open_user) = lines("end_user").await;
     assert_eq!(costs(&open_user), want_user);
+    let (_, open_asked) = lines("asked_model").await;
+    assert_eq!(costs(&open_asked), want_asked);
     // FOCUS rows, sorted (the sources order rows of one day differently).
     let focus = || {
         let (base, admin) = (base.clone(), admin.clone());
@@ -970,6 +987,8 @@ async fn a_closed_month_is_billed_by_tag_and_end_user_from_the_archive() {
         assert_eq!(tag, open_tag, "by tag, closed month");
         let (_, user) = lines("end_user").await;
         assert_eq!(user, open_user, "by end user, closed month");
+        let (_, asked) = lines("asked_model").await;
+        assert_eq!(asked, open_asked, "by the name asked for, closed month");
         let closed_focus = focus().await;
         assert_eq!(
             focus_costs(&closed_focus),

@@ -24,6 +24,7 @@ const ARCHIVE_ADDED_COLUMNS: &[(&str, &[(&str, &str)])] = &[
     ("usage_events", CHARGE_COLUMNS),
     ("bill_rows", CHARGE_COLUMNS),
     ("usage_attribution", CHARGE_COLUMNS),
+    ("usage_attribution", &[("asked_model", "String DEFAULT ''")]),
 ];
 const CHARGE_COLUMNS: &[(&str, &str)] = &[
     ("cost_pico", "Int64 DEFAULT cost_micro * 1000000"),
@@ -104,6 +105,8 @@ struct AttributionRow<'a> {
     cost_pico: i64,
     /// The components' quantities then costs (`Charges::to_array`).
     charges: Vec<i64>,
+    /// The name asked for through an alias ('' for the catalog name).
+    asked_model: &'a str,
 }
 
 #[derive(Row, Deserialize)]
@@ -406,11 +409,14 @@ impl Archive {
         Ok(())
     }
 
-    /// The tags and end user of the events of `chunk` that have any.
+    /// The tags, end user and asked name of the events of `chunk` that
+    /// have any.
     async fn insert_attribution(&self, batch: &str, chunk: &[UsageEvent]) -> Result<()> {
-        let attributed = chunk
-            .iter()
-            .filter(|e| !e.attribution.tags.is_empty() || e.attribution.end_user.is_some());
+        let attributed = chunk.iter().filter(|e| {
+            !e.attribution.tags.is_empty()
+                || e.attribution.end_user.is_some()
+                || e.attribution.asked_model.is_some()
+        });
         let mut ins = None;
         for e in attributed {
             if ins.is_none() {
@@ -436,6 +442,7 @@ impl Archive {
                 cost_micro: e.cost_micro,
                 cost_pico: e.exact_cost_pico(),
                 charges: charges_array(e),
+                asked_model: e.attribution.asked_model.as_deref().unwrap_or(""),
             })
             .await?;
         }
@@ -459,6 +466,7 @@ impl Archive {
         let value = match by {
             GroupBy::Tag(_) => "visitParamExtractString(tags, ?)",
             GroupBy::EndUser => "end_user",
+            GroupBy::AskedModel => "if(asked_model = '', '', concat(asked_model, ?, model))",
         };
         let mut q = self.client.query(&format!(
             "SELECT tenant_id, {value} AS value, toInt64(count()) AS requests,
@@ -469,8 +477,10 @@ impl Archive {
                  GROUP BY tenant_id, value HAVING value != '' ORDER BY tenant_id, value",
             self.t("usage_attribution")
         ));
-        if let GroupBy::Tag(k) = by {
-            q = q.bind(k.as_str());
+        match by {
+            GroupBy::Tag(k) => q = q.bind(k.as_str()),
+            GroupBy::AskedModel => q = q.bind(domain::bill::ASKED_AS),
+            GroupBy::EndUser => {}
         }
         let rows = q
             .bind(valid_period(period)?)

@@ -521,6 +521,9 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("bills.tag_value", "Tag value", "标签值"),
     ("bills.end_user", "End user", "终端用户"),
     ("bills.untagged", "(none)", "（无）"),
+    ("bills.by_asked", "by name asked for", "按请求的模型名"),
+    ("bills.asked_served", "Asked → served", "请求的名称 → 实际模型"),
+    ("bills.asked_catalog", "(the catalog name)", "（目录中的名称）"),
     // the browser walk's fixes (console2)
     ("apps.copy", "Copy", "复制"),
     ("apps.copied", "Copied", "已复制"),

@@ -367,6 +367,10 @@ impl Store {
         let (value, key) = match by {
             GroupBy::Tag(k) => ("tags ->> $3", k.as_str()),
             GroupBy::EndUser => ("NULLIF(end_user, '')", ""),
+            GroupBy::AskedModel => (
+                "NULLIF(asked_model, '') || $3 || model",
+                domain::bill::ASKED_AS,
+            ),
         };
         let rows = sqlx::query_as::<_, AttributedRowCols>(&format!(
             "SELECT tenant_id, {value} AS value, {rs} FROM usage_rollups
@@ -489,7 +493,7 @@ impl Store {
             "SELECT request_id, tenant_id, app_id, key_id, model, period, day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
                     status, stream, replica, started_at, settled_at, usage_source, deployment, tags, end_user,
-                    cost_pico, charges
+                    cost_pico, charges, asked_model
              FROM usage_events WHERE period = $1 AND request_id > $2 AND ($4::text IS NULL OR tenant_id = $4)
              ORDER BY request_id LIMIT $3",
         )

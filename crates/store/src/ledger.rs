@@ -23,7 +23,8 @@ pub struct MonthUsageRow {
 }
 
 /// A ledger row's attribution columns (`tags`, `end_user`), flattened into
-/// the rows that carry them.
+/// the rows that carry them. `asked_model` is '' for a request asked by the
+/// catalog name (it is in the rollups' key).
 #[derive(sqlx::FromRow)]
 pub struct AttributionCols {
     tags: serde_json::Value,
@@ -41,7 +42,7 @@ impl From<AttributionCols> for Attribution {
             tags: tags_of(c.tags),
             end_user: (!c.end_user.is_empty()).then_some(c.end_user),
             session: c.session_id,
-            asked_model: c.asked_model,
+            asked_model: c.asked_model.filter(|m| !m.is_empty()),
         }
     }
 }
@@ -179,8 +180,10 @@ fn charges_json(e: &UsageEvent) -> Option<serde_json::Value> {
 }
 
 /// The grain of `usage_rollups`, its primary key: one row per
-/// combination, tags and end user included (migration 0013).
-pub(crate) const ROLLUP_KEY: &str = "period, tenant_id, app_id, key_id, model, day, tags, end_user";
+/// combination, tags and end user (migration 0013) and the name asked for
+/// (migration 0026) included.
+pub(crate) const ROLLUP_KEY: &str =
+    "period, tenant_id, app_id, key_id, model, day, tags, end_user, asked_model";
 
 /// `sum(col)` over events as numeric, saturating at i64::MAX: the one
 /// rule a rollup total (and the events it is checked against) follows.
@@ -205,6 +208,12 @@ pub(crate) fn tags_json(tags: &Tags) -> serde_json::Value {
 /// The end user as the ledger stores it: '' for none (it is in a key).
 pub(crate) fn end_user_col(u: &Option<String>) -> &str {
     u.as_deref().unwrap_or("")
+}
+
+/// The name asked for as the ledger stores it: '' when the request asked
+/// for the catalog name itself (it is in a key).
+pub(crate) fn asked_model_col(m: &Option<String>) -> &str {
+    m.as_deref().unwrap_or("")
 }
 
 /// A stored tags object back into tags (non-string entries skipped).
@@ -361,7 +370,7 @@ fn rollup_upsert_sql() -> &'static str {
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SQL.get_or_init(|| {
         let key_types = [
-            "text", "text", "text", "text", "text", "date", "jsonb", "text",
+            "text", "text", "text", "text", "text", "date", "jsonb", "text", "text",
         ];
         let arrays: Vec<String> = key_types
             .iter()
@@ -428,7 +437,7 @@ fn copy_row(
         None => c.null(),
     }
     c.opt_text(e.attribution.session.as_deref())?;
-    c.opt_text(e.attribution.asked_model.as_deref())
+    c.text(asked_model_col(&e.attribution.asked_model))
 }
 
 /// The settle day as the ledger stores it (an unparsable day is stored as
@@ -447,6 +456,7 @@ type RollupKey<'a> = (
     &'a str,
     NaiveDate,
     &'a Tags,
+    &'a str,
     &'a str,
 );
 
@@ -471,6 +481,7 @@ impl<'a> RollupSums<'a> {
             day,
             &e.attribution.tags,
             end_user_col(&e.attribution.end_user),
+            asked_model_col(&e.attribution.asked_model),
         );
         let t = self.rows.entry(key).or_insert([0; N_TOTALS]);
         let base = [
@@ -517,7 +528,8 @@ impl<'a> RollupSums<'a> {
             .bind(col!(|(k, _)| k.4))
             .bind(col!(|(k, _)| k.5))
             .bind(col!(|(k, _)| tags_json(k.6)))
-            .bind(col!(|(k, _)| k.7));
+            .bind(col!(|(k, _)| k.7))
+            .bind(col!(|(k, _)| k.8));
         for i in 0..N_TOTALS {
             q = q.bind(total!(i));
         }
@@ -619,7 +631,9 @@ impl Store {
             .bind(col!(|e| breakdown_json(e)))
             .bind(col!(|e| charges_json(e)))
             .bind(col!(|e| e.attribution.session.clone()))
-            .bind(col!(|e| e.attribution.asked_model.clone()))
+            .bind(col!(
+                |e| asked_model_col(&e.attribution.asked_model).to_string()
+            ))
             .fetch_one(&self.pool)
             .await?;
         Ok(n as u64)

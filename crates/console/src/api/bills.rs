@@ -21,7 +21,7 @@ pub struct BillQuery {
     period: Option<String>,
     tenant: Option<String>,
     by: Option<String>,
-    /// `tag:<key>` or `end_user`.
+    /// `tag:<key>`, `end_user` or `asked_model`.
     group_by: Option<String>,
 }
 
@@ -30,7 +30,9 @@ fn group_by_of(q: &BillQuery) -> Result<Option<GroupBy>, ApiError> {
     match q.group_by.as_deref() {
         None | Some("") => Ok(None),
         Some(g) => GroupBy::parse(g).map(Some).ok_or_else(|| {
-            ApiError::BadRequest("group_by must be tag:<key> (a tag key) or end_user".into())
+            ApiError::BadRequest(
+                "group_by must be tag:<key> (a tag key), end_user or asked_model".into(),
+            )
         }),
     }
 }
@@ -105,7 +107,7 @@ fn period_of(cp: &ControlPlane, q: &BillQuery) -> Result<String, ApiError> {
         .ok_or_else(|| ApiError::BadRequest("period must be YYYY-MM".into()))
 }
 
-/// `GET /api/v1/bills?period=YYYY-MM[&tenant=T][&by=app|model|day][&group_by=tag:K|end_user]`
+/// `GET /api/v1/bills?period=YYYY-MM[&tenant=T][&by=app|model|day][&group_by=tag:K|end_user|asked_model]`
 pub async fn show(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,
@@ -152,7 +154,7 @@ fn csv_response(name: String, body: String) -> Response {
         .into_response()
 }
 
-/// `GET /api/v1/bills.csv?period=YYYY-MM[&tenant=T][&group_by=tag:K|end_user]`: tenant × app × model, or tenant × tag value / end user.
+/// `GET /api/v1/bills.csv?period=YYYY-MM[&tenant=T][&group_by=tag:K|end_user|asked_model]`: tenant × app × model, or tenant × tag value / end user.
 pub async fn csv(
     State(cp): State<Arc<ControlPlane>>,
     Authed(actor): Authed,

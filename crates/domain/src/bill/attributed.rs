@@ -13,12 +13,22 @@ pub enum GroupBy {
     Tag(String),
     /// The end users (`end_user`).
     EndUser,
+    /// The names clients asked for through a model alias (`asked_model`):
+    /// a line's value is the asked name, [`ASKED_AS`], then the served
+    /// catalog name; requests that asked for the catalog name itself are
+    /// the rest (no value).
+    AskedModel,
 }
+
+/// Between the asked and the served name in a line of a bill grouped by
+/// the name asked for (`claude-opus-4-8 → house-sonnet`).
+pub const ASKED_AS: &str = " → ";
 
 impl GroupBy {
     pub fn parse(s: &str) -> Option<GroupBy> {
         match s {
             "end_user" => Some(GroupBy::EndUser),
+            "asked_model" => Some(GroupBy::AskedModel),
             _ => {
                 let key = s.strip_prefix("tag:")?;
                 crate::attribution::parse_header(&format!("{key}=x"))
@@ -33,6 +43,7 @@ impl GroupBy {
         match self {
             GroupBy::Tag(k) => format!("tag:{k}"),
             GroupBy::EndUser => "end_user".into(),
+            GroupBy::AskedModel => "asked_model".into(),
         }
     }
 }
@@ -235,6 +246,14 @@ mod tests {
             Some(GroupBy::Tag("project".into()))
         );
         assert_eq!(GroupBy::parse("end_user"), Some(GroupBy::EndUser));
+        assert_eq!(GroupBy::parse("asked_model"), Some(GroupBy::AskedModel));
+        for g in [
+            GroupBy::EndUser,
+            GroupBy::AskedModel,
+            GroupBy::Tag("p".into()),
+        ] {
+            assert_eq!(GroupBy::parse(&g.as_param()), Some(g));
+        }
         for bad in ["tag:", "tag:Project", "tag:a,b", "tag:a=b", "project", ""] {
             assert_eq!(GroupBy::parse(bad), None, "{bad:?}");
         }

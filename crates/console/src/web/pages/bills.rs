@@ -39,7 +39,8 @@ pub struct BillForm {
     period: String,
     tenant: String,
     by: String,
-    /// `tag:<key>` or `end_user` (anything else: no such drill-down).
+    /// `tag:<key>`, `end_user` or `asked_model` (anything else: no such
+    /// drill-down).
     group_by: String,
 }
 
@@ -391,7 +392,7 @@ struct BillsPage {
     total: TenantLine,
     by: String,
     drill: Vec<DrillRow>,
-    /// `tag`, `end_user` or empty; its label (`tag:project`) and lines.
+    /// `tag`, `end_user`, `asked_model` or empty; its label (`tag:project`) and lines.
     group_by: String,
     group_label: String,
     attributed: Vec<AttributedRow>,
@@ -589,6 +590,7 @@ pub async fn show(
             .collect(),
         group_by: match &group_by {
             Some(GroupBy::EndUser) => "end_user".into(),
+            Some(GroupBy::AskedModel) => "asked_model".into(),
             Some(GroupBy::Tag(_)) => "tag".into(),
             None => String::new(),
         },

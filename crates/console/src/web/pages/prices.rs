@@ -106,7 +106,11 @@ async fn page(
 ) -> Result<PricesPage, PageError> {
     // `sheet.cahced_input` is the `sheet` field's.
     let error = error.map(|(param, message)| {
-        let field = param.split(['.', '[']).next().unwrap_or_default().to_string();
+        let field = param
+            .split(['.', '['])
+            .next()
+            .unwrap_or_default()
+            .to_string();
         (param, message, field)
     });
     if !cp.store.model_exists(id).await? {
