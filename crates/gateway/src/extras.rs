@@ -69,8 +69,11 @@ pub(crate) fn hold_price(
 ) -> (Price, i64) {
     let sheet = model.prices.at(at_ms, None);
     if sheet.tiers.is_empty() && allowed.tiers.is_empty() && allowed.tools.calls == 0 {
-        // The plain request: the catalog's price, nothing computed.
-        return (model.price, 0);
+        // The plain request: the dearest input and output of the sheet in
+        // force when it came (not the catalog's price of when the catalog
+        // was built: a dated sheet may have taken effect since).
+        let no_tier: [&str; 0] = [];
+        return (sheet.hold_price(no_tier, 0), 0);
     }
     let upper = domain::usage::input_allowance(est_in);
     let price = sheet.hold_price(allowed.tiers.iter().map(String::as_str), upper);

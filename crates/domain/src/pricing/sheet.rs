@@ -279,13 +279,28 @@ impl PriceSheet {
     /// (the default's when the sheet has no price for it), then the highest
     /// whole-request tier of that service tier its whole input is above.
     pub fn prices_for(&self, served_tier: Option<&str>, total_input: i64) -> &TokenPrices {
-        let service = served_tier.filter(|t| self.service_tiers.contains_key(*t));
-        let base = service.map_or(&self.base, |t| &self.service_tiers[t]);
-        self.tiers
-            .iter()
-            .filter(|t| t.service_tier.as_deref() == service && total_input > t.above_input_tokens)
+        let (base, crossed) = self.tiers_below(served_tier, total_input);
+        crossed
             .max_by_key(|t| t.above_input_tokens)
             .map_or(base, |t| &t.prices)
+    }
+
+    /// The base prices of a served service tier (the default's when the
+    /// sheet has no price for it) and its whole-request tiers that an
+    /// input of `total_input` tokens is above.
+    fn tiers_below<'s>(
+        &'s self,
+        served_tier: Option<&str>,
+        total_input: i64,
+    ) -> (&'s TokenPrices, impl Iterator<Item = &'s InputTier> + 's) {
+        let service = served_tier
+            .and_then(|t| self.service_tiers.get_key_value(t))
+            .map(|(name, _)| name.as_str());
+        let base = service.map_or(&self.base, |t| &self.service_tiers[t]);
+        let crossed = self.tiers.iter().filter(move |t| {
+            t.service_tier.as_deref() == service && total_input > t.above_input_tokens
+        });
+        (base, crossed)
     }
 
     fn multiplied(&self, pico: i128) -> i128 {
@@ -390,17 +405,20 @@ impl PriceSheet {
     /// What a request is held at, per million tokens (µUSD, the
     /// multiplier applied, rounded up): the dearest input and output price
     /// of the prices it can reach — the default service's and each service
-    /// tier in `tiers`, at the whole-request tier its input's upper bound
-    /// `input_upper` crosses. The same prices the settle bills by
-    /// ([`Self::prices_for`]), taken at their dearest.
+    /// tier in `tiers`, at every whole-request tier an input up to its
+    /// upper bound `input_upper` can land in (a sheet whose higher tier is
+    /// cheaper is held at the dearer lower one). The same prices the settle
+    /// bills by ([`Self::prices_for`]), taken at their dearest.
     pub fn hold_price<'t>(
         &self,
         tiers: impl IntoIterator<Item = &'t str>,
         input_upper: i64,
     ) -> crate::pricing::Price {
         let at = |t: Option<&str>| {
-            let p = self.prices_for(t, input_upper);
-            (p.max_input(), p.max_output())
+            let (base, crossed) = self.tiers_below(t, input_upper);
+            crossed.fold((base.max_input(), base.max_output()), |(i, o), t| {
+                (i.max(t.prices.max_input()), o.max(t.prices.max_output()))
+            })
         };
         let (mut pin, mut pout) = at(None);
         for t in tiers {
@@ -725,5 +743,164 @@ mod tests {
         assert!(PriceSheet::from_json(&serde_json::json!({"input": 1, "output": 2})).is_ok());
         let bad = PriceSheet::two(-1, 2);
         assert_eq!(bad.check().unwrap_err().field, "input");
+    }
+
+    // ------------------------------------------------- hold covers settle
+
+    use proptest::prelude::*;
+
+    /// A price or none (a component without its own price falls back).
+    fn opt_price() -> impl Strategy<Value = Option<i64>> {
+        prop_oneof![Just(None), (0i64..40_000_000).prop_map(Some)]
+    }
+
+    fn token_prices() -> impl Strategy<Value = TokenPrices> {
+        (
+            (0i64..40_000_000, 0i64..80_000_000),
+            (opt_price(), opt_price(), opt_price()),
+            (opt_price(), opt_price(), opt_price(), opt_price()),
+        )
+            .prop_map(
+                |((input, output), (c, w5, w1), (ai, ao, ii, io))| TokenPrices {
+                    input,
+                    output,
+                    cached_input: c,
+                    cache_write_5m: w5,
+                    cache_write_1h: w1,
+                    audio_input: ai,
+                    audio_output: ao,
+                    image_input: ii,
+                    image_output: io,
+                },
+            )
+    }
+
+    const TIERS: [&str; 3] = ["priority", "flex", "batch"];
+
+    /// Any valid sheet: tiers of any service tier at any threshold with any
+    /// prices (a higher tier may be cheaper), service tiers, a web-search
+    /// fee and a multiplier.
+    fn sheet() -> impl Strategy<Value = PriceSheet> {
+        (
+            token_prices(),
+            proptest::collection::vec(
+                (
+                    1i64..400_000,
+                    proptest::option::of(0usize..TIERS.len()),
+                    token_prices(),
+                ),
+                0..4,
+            ),
+            proptest::collection::btree_map(0usize..TIERS.len(), token_prices(), 0..3),
+            0i64..50_000,
+            proptest::option::of(1i64..5_000_000),
+        )
+            .prop_map(|(base, tiers, services, fee, mult)| PriceSheet {
+                base,
+                tiers: tiers
+                    .into_iter()
+                    .map(|(above, t, prices)| InputTier {
+                        above_input_tokens: above,
+                        service_tier: t.map(|i| TIERS[i].to_string()),
+                        prices,
+                    })
+                    .collect(),
+                service_tiers: services
+                    .into_iter()
+                    .map(|(i, p)| (TIERS[i].to_string(), p))
+                    .collect(),
+                tool_fees: ToolFees { web_search: fee },
+                multiplier_ppm: mult,
+            })
+    }
+
+    /// What the request was allowed and held for, and what the provider
+    /// then reported within it: the whole input split into cached, written
+    /// (either TTL), audio, image and plain parts at random points, the
+    /// output into audio, image and text, some of the allowed searches, at
+    /// any allowed service tier, the default, or a tier the sheet does not
+    /// price (billed as the default).
+    #[derive(Debug)]
+    struct Case {
+        allowed: Vec<&'static str>,
+        input_upper: i64,
+        max_output: i64,
+        calls: i64,
+        report: Breakdown,
+    }
+
+    fn case() -> impl Strategy<Value = Case> {
+        (
+            proptest::sample::subsequence(TIERS.to_vec(), 0..=TIERS.len()),
+            0i64..600_000,
+            0i64..200_000,
+            0i64..6,
+            proptest::collection::vec(0u32..=1000, 8),
+            0usize..5,
+        )
+            .prop_map(|(allowed, input_upper, max_output, calls, cuts, pick)| {
+                // Parts of a whole at the cuts (per mille, in order).
+                let part = |whole: i64, a: u32, b: u32| -> i64 {
+                    let (a, b) = (a.min(b), a.max(b));
+                    whole * i64::from(b - a) / 1000
+                };
+                let input = input_upper * i64::from(cuts[0]) / 1000;
+                let cached = part(input, 0, cuts[1]);
+                let w5 = part(input - cached, 0, cuts[2]);
+                let w1 = part(input - cached - w5, 0, cuts[3]);
+                let plain = input - cached - w5 - w1;
+                let audio_in = part(plain, 0, cuts[4]);
+                let image_in = part(plain - audio_in, 0, cuts[5]);
+                let output = max_output * i64::from(cuts[6]) / 1000;
+                let audio_out = part(output, 0, cuts[7]);
+                let image_out = output - audio_out;
+                let served = match pick {
+                    0 => None,
+                    1 => Some("default".to_string()),
+                    i => allowed.get(i - 2).map(|t| t.to_string()),
+                };
+                Case {
+                    report: Breakdown {
+                        input: plain,
+                        cached_input: cached,
+                        cache_write_5m: w5,
+                        cache_write_1h: w1,
+                        output,
+                        audio_input: audio_in,
+                        image_input: image_in,
+                        audio_output: audio_out,
+                        image_output: image_out / 2,
+                        web_search_calls: calls.min(2 * calls / 3 + 1),
+                        served_tier: served,
+                        ..Default::default()
+                    },
+                    allowed,
+                    input_upper,
+                    max_output,
+                    calls,
+                }
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(2000))]
+        /// Whatever a provider reports within what the request was held
+        /// for, the settle's exact cost is covered by the hold: its tokens
+        /// at [`PriceSheet::hold_price`] for the tiers it may use and the
+        /// upper bound of its input, plus its calls' fees; and by the
+        /// sanity bound's worst cost. The split is chosen here, not read
+        /// from the code under test.
+        #[test]
+        fn the_hold_covers_every_reachable_settle(s in sheet(), c in case()) {
+            let price = s.hold_price(c.allowed.iter().copied(), c.input_upper);
+            let held = price.cost(c.input_upper, c.max_output).0
+                .saturating_add(s.fees_micro(c.calls));
+            let billed = s.cost_micro(&c.report);
+            prop_assert!(billed <= held, "billed {billed} > held {held}");
+            prop_assert!(billed <= s.worst_cost_micro(c.input_upper, c.max_output));
+            // The components add up to the exact cost.
+            let ch = s.charges(&c.report);
+            prop_assert_eq!(ch.total_pico(), s.cost_pico(&c.report));
+        }
     }
 }
