@@ -353,6 +353,25 @@ async fn hosted_tools_are_refused_unless_allowed_then_capped_and_held() {
         p * INPUT + c * OUTPUT + 2 * SEARCH_FEE * 1_000_000,
         "two searches billed ({e:?})"
     );
+    // The same streamed: the searches arrive as `web_search_call` items of
+    // the stream (and of its final response), billed at the fee each.
+    let mut streamed = b.clone();
+    streamed["stream"] = json!(true);
+    let before = f.env.mock.snapshot();
+    let (status, rid, _) = send(&f, &k, "responses", &streamed).await;
+    assert_eq!(status, 200);
+    let after = f.env.mock.snapshot();
+    let e = booked(&f, &rid).await;
+    let (p, c) = (
+        (after.prompt_tokens - before.prompt_tokens) as i64,
+        (after.completion_tokens - before.completion_tokens) as i64,
+    );
+    assert_eq!((e.status.as_str(), e.stream), ("ok", true), "{e:?}");
+    assert_eq!(
+        e.cost_pico,
+        p * INPUT + c * OUTPUT + 2 * SEARCH_FEE * 1_000_000,
+        "two streamed searches billed ({e:?})"
+    );
 
     // Anthropic: `max_uses` sent, the searches the provider reports billed
     // at the fee each.

@@ -126,18 +126,25 @@ pub(crate) async fn responses(
         Some(_) => args.to_string(),
         None => TOKEN.repeat(n as usize),
     };
+    // `[mock:web_search=N]`: N searches run before the answer, as OpenAI
+    // reports them (`web_search_call` items, not in the usage); the answer
+    // is the item after them.
+    let searches: Vec<Value> = (0..dir.caching.web_search)
+        .map(|i| {
+            json!({"id": format!("ws_{id}_{i}"), "type": "web_search_call",
+            "status": "completed", "action": {"type": "search", "query": "mock"}})
+        })
+        .collect();
+    let at = searches.len();
+    let with_searches = |answer: Value| {
+        let mut output = searches.clone();
+        output.push(answer);
+        Value::Array(output)
+    };
     if !stream {
         app.stats.completion_tokens(n);
-        // `[mock:web_search=N]`: N searches run before the answer, as
-        // OpenAI reports them (`web_search_call` items, not in the usage).
-        let mut output: Vec<Value> = (0..dir.caching.web_search)
-            .map(|i| {
-                json!({"id": format!("ws_{id}_{i}"), "type": "web_search_call",
-                "status": "completed", "action": {"type": "search", "query": "mock"}})
-            })
-            .collect();
-        output.push(item(&full, "completed"));
-        return Json(response(status, Value::Array(output), usage)).into_response();
+        let output = with_searches(item(&full, "completed"));
+        return Json(response(status, output, usage)).into_response();
     }
     let seq = std::cell::Cell::new(0u64);
     let ev = |ty: &str, mut v: Value| {
@@ -156,12 +163,32 @@ pub(crate) async fn responses(
             json!({"response": response("in_progress", json!([]), Value::Null)}),
         ),
     ];
+    // Each search as OpenAI streams it: its item added, in progress,
+    // searching, completed, its item done.
+    for (i, call) in searches.iter().enumerate() {
+        let mut added = call.clone();
+        added["status"] = json!("in_progress");
+        head.push(ev(
+            "response.output_item.added",
+            json!({"output_index": i, "item": added}),
+        ));
+        for phase in ["in_progress", "searching", "completed"] {
+            head.push(ev(
+                &format!("response.web_search_call.{phase}"),
+                json!({"output_index": i, "item_id": call["id"]}),
+            ));
+        }
+        head.push(ev(
+            "response.output_item.done",
+            json!({"output_index": i, "item": call}),
+        ));
+    }
     let (token, tokens, mut tail) = match tool {
         Some(_) => {
             let added = item("", "in_progress");
             head.push(ev(
                 "response.output_item.added",
-                json!({"output_index": 0, "item": added}),
+                json!({"output_index": at, "item": added}),
             ));
             let (delta, done, field) = if custom {
                 (
@@ -178,14 +205,14 @@ pub(crate) async fn responses(
             };
             head.push(ev(
                 delta,
-                json!({"item_id": call_item_id, "output_index": 0, "delta": args}),
+                json!({"item_id": call_item_id, "output_index": at, "delta": args}),
             ));
             (
                 Bytes::new(),
                 0,
                 vec![ev(
                     done,
-                    json!({"item_id": call_item_id, "output_index": 0, field: args}),
+                    json!({"item_id": call_item_id, "output_index": at, field: args}),
                 )],
             )
         }
@@ -194,25 +221,25 @@ pub(crate) async fn responses(
             added["content"] = json!([]);
             head.push(ev(
                 "response.output_item.added",
-                json!({"output_index": 0, "item": added}),
+                json!({"output_index": at, "item": added}),
             ));
-            head.push(ev("response.content_part.added", json!({"item_id": msg_id, "output_index": 0,
+            head.push(ev("response.content_part.added", json!({"item_id": msg_id, "output_index": at,
                 "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}})));
             // Every delta event has the same sequence number here: the mock
             // numbers the frames it builds, not the repeated token frame.
             let token = ev(
                 "response.output_text.delta",
-                json!({"item_id": msg_id, "output_index": 0,
+                json!({"item_id": msg_id, "output_index": at,
                 "content_index": 0, "delta": TOKEN, "logprobs": []}),
             );
             let text_done = ev(
                 "response.output_text.done",
-                json!({"item_id": msg_id, "output_index": 0,
+                json!({"item_id": msg_id, "output_index": at,
                 "content_index": 0, "text": full, "logprobs": []}),
             );
             let part_done = ev(
                 "response.content_part.done",
-                json!({"item_id": msg_id, "output_index": 0,
+                json!({"item_id": msg_id, "output_index": at,
                 "content_index": 0, "part": {"type": "output_text", "text": full, "annotations": []}}),
             );
             (token, n, vec![text_done, part_done])
@@ -220,11 +247,11 @@ pub(crate) async fn responses(
     };
     tail.push(ev(
         "response.output_item.done",
-        json!({"output_index": 0, "item": item(&full, "completed")}),
+        json!({"output_index": at, "item": item(&full, "completed")}),
     ));
     tail.push(ev(
         &format!("response.{status}"),
-        json!({"response": response(status, json!([item(&full, "completed")]), usage)}),
+        json!({"response": response(status, with_searches(item(&full, "completed")), usage)}),
     ));
     if tool.is_some() {
         app.stats.completion_tokens(n);

@@ -106,20 +106,29 @@ pub fn answer_usage(dialect: Dialect, body: &[u8]) -> Option<Reported> {
         output,
     } = serde_json::from_slice::<UsageOnly>(body).ok()?;
     let mut u = with_served_tier(usage?, service_tier.as_deref());
-    let searches = output.map_or(0, |items| {
-        items
-            .iter()
-            .filter(|i| i.ty.as_deref() == Some("web_search_call"))
-            .count()
-    });
-    if let (true, Some(o)) = (
-        dialect == Dialect::Responses && searches > 0,
-        u.as_object_mut(),
-    ) {
+    if dialect == Dialect::Responses {
+        let searches = output.map_or(0, |items| {
+            items
+                .iter()
+                .filter(|i| i.ty.as_deref() == Some(WEB_SEARCH_CALL))
+                .count()
+        });
+        with_search_calls(&mut u, searches);
+    }
+    u.is_object().then(|| reported(dialect, u))
+}
+
+/// A Responses output item of a hosted web search.
+const WEB_SEARCH_CALL: &str = "web_search_call";
+
+/// A Responses usage with the answer's `web_search_call` items counted
+/// into it as `server_tool_use.web_search_requests` (where it has no such
+/// count already): whole answers and streams alike.
+fn with_search_calls(usage: &mut Value, searches: usize) {
+    if let (true, Some(o)) = (searches > 0, usage.as_object_mut()) {
         o.entry("server_tool_use")
             .or_insert_with(|| serde_json::json!({"web_search_requests": searches}));
     }
-    u.is_object().then(|| reported(dialect, u))
 }
 
 /// The usage with the answer's served tier in it (`service_tier`), where
@@ -162,6 +171,9 @@ const RESPONSES_SILENT: &[&str] = &[
     "response.content_part.done",
     "response.output_text.done",
     "response.output_text.annotation.added",
+    "response.web_search_call.in_progress",
+    "response.web_search_call.searching",
+    "response.web_search_call.completed",
     "response.function_call_arguments.done",
     "response.custom_tool_call_input.done",
     "response.reasoning_summary_part.added",
@@ -243,8 +255,22 @@ fn responses_event<'a>(
         }
         "response.completed" | "response.incomplete" | "response.failed" => {
             st.ended = true;
-            if let Some(u) = v["response"]["usage"].as_object() {
-                *usage = Some(reported(Dialect::Responses, Value::Object(u.clone())));
+            let r = &v["response"];
+            if let Some(u) = r["usage"].as_object() {
+                // The served tier and the searches run, as for a whole
+                // answer: the final response's output items, else the
+                // items the stream built.
+                let mut u = with_served_tier(Value::Object(u.clone()), r["service_tier"].as_str());
+                let items = match r["output"].as_array() {
+                    Some(items) if !items.is_empty() => items.as_slice(),
+                    _ => st.output.as_slice(),
+                };
+                let searches = items
+                    .iter()
+                    .filter(|i| i["type"] == WEB_SEARCH_CALL)
+                    .count();
+                with_search_calls(&mut u, searches);
+                *usage = Some(reported(Dialect::Responses, u));
             }
         }
         _ => {}
@@ -566,5 +592,43 @@ mod tests {
         read_event(Dialect::Responses, &c, f, &mut st, &mut u);
         let u = u.unwrap();
         assert_eq!((u.input, u.output), (Count::Number(5), Count::Number(2)));
+    }
+
+    /// A stream's searches and served tier reach the usage the price sheet
+    /// reads, as a whole answer's do: from the final response's output, or
+    /// from the items the stream built when the final response has none.
+    #[test]
+    fn a_responses_streams_searches_and_tier_are_billed() {
+        let f = TokenizerFamily::O200k;
+        let search = json!({"type": "web_search_call", "id": "ws_1", "status": "completed"});
+        let message = json!({"type": "message", "content": []});
+        let usage = json!({"input_tokens": 5, "output_tokens": 2});
+        for final_output in [json!([search, search, message]), json!([])] {
+            let (mut st, mut u) = (State::default(), None);
+            for (i, item) in [&search, &search, &message].into_iter().enumerate() {
+                let e = ev(
+                    "response.output_item.done",
+                    json!({"output_index": i, "item": item}),
+                );
+                assert_eq!(read_event(Dialect::Responses, &e, f, &mut st, &mut u), 0);
+            }
+            let phase = ev(
+                "response.web_search_call.searching",
+                json!({"item_id": "ws_1"}),
+            );
+            assert_eq!(
+                read_event(Dialect::Responses, &phase, f, &mut st, &mut u),
+                0
+            );
+            let c = ev(
+                "response.completed",
+                json!({"response": {"usage": usage, "service_tier": "priority",
+                    "output": final_output}}),
+            );
+            read_event(Dialect::Responses, &c, f, &mut st, &mut u);
+            let b = domain::usage::Breakdown::read(&u.unwrap().raw);
+            assert_eq!(b.web_search_calls, 2, "{final_output}");
+            assert_eq!(b.served_tier.as_deref(), Some("priority"));
+        }
     }
 }
