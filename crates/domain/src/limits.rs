@@ -107,7 +107,11 @@ impl Limits {
                         .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
             };
             let list = list.as_deref().unwrap_or_default();
-            if let Some(index) = list.iter().position(bad).or((list.len() > 32).then_some(32)) {
+            if let Some(index) = list
+                .iter()
+                .position(bad)
+                .or((list.len() > 32).then_some(32))
+            {
                 return Err(LimitsError {
                     field,
                     index: Some(index),
@@ -399,5 +403,4 @@ mod tests {
             })
         );
     }
-
 }
