@@ -108,11 +108,11 @@ scale_bench() {
         # Each size from an empty ledger: an event's request id carries its
         # start, which depends on the plan's size, so a larger plan does not
         # repeat a smaller one's ids (docs/scale.md, "The loader").
-        psql_url "$sdb" -c "TRUNCATE usage_events, usage_rollups" >/dev/null
+        psql_url "$sdb" -c "TRUNCATE usage_events, usage_rollups, usage_month_rollups" >/dev/null
         out=$("$bin" admin load-ledger --events "$n" --tenants "$SCALE_LEDGER_TENANTS" --apps "$SCALE_LEDGER_APPS" \
             --period "$month" --parallel "$SCALE_LOAD_PARALLEL" --batch "$SCALE_LOAD_BATCH" 2>/dev/null)
         S[$n.load]=$out
-        psql_url "$sdb" -c "VACUUM ANALYZE usage_events" -c "VACUUM ANALYZE usage_rollups" -c "VACUUM ANALYZE request_decisions"
+        psql_url "$sdb" -c "VACUUM ANALYZE usage_events" -c "VACUUM ANALYZE usage_rollups" -c "VACUUM ANALYZE usage_month_rollups" -c "VACUUM ANALYZE request_decisions"
         rows=$(psql_url "$sdb" -At -F ' ' -c "SELECT (SELECT count(*) FROM usage_events), (SELECT count(*) FROM usage_rollups),
             replace(pg_size_pretty(pg_total_relation_size('usage_events')), ' ', ''),
             replace(pg_size_pretty(pg_total_relation_size('usage_rollups')), ' ', '')")

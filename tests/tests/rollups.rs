@@ -147,6 +147,44 @@ async fn reconcile_passes_then_names_a_tampered_rollup() {
             .await
             .unwrap()
     );
+
+    // A month row (what bills read) tampered with is named too, its key and
+    // day shown as `*`.
+    let (tenant, app, model): (String, String, String) = {
+        let r = sqlx::query(
+            "UPDATE usage_month_rollups SET requests = requests + 1
+             WHERE (period, tenant_id, app_id, model) = (
+                SELECT period, tenant_id, app_id, model FROM usage_month_rollups
+                WHERE period = $1 ORDER BY tenant_id DESC, app_id, model LIMIT 1)
+             RETURNING tenant_id, app_id, model",
+        )
+        .bind(PERIOD)
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap();
+        (r.get("tenant_id"), r.get("app_id"), r.get("model"))
+    };
+    let dirty = jobs::reconcile::check(&ctx, now, Some(PERIOD))
+        .await
+        .unwrap();
+    assert_eq!(dirty.rollups.len(), 2, "{:?}", dirty.rollups);
+    let d = &dirty.rollups[1];
+    assert_eq!(
+        (
+            &d.tenant_id,
+            &d.app_id,
+            d.key_id.as_str(),
+            &d.model,
+            d.day.as_str()
+        ),
+        (&tenant, &app, "*", &model, "*")
+    );
+    let (r, e) = (d.rollup.unwrap(), d.events.unwrap());
+    assert_eq!(
+        r[0],
+        e[0] + 1,
+        "the month row's requests are the tampered ones"
+    );
 }
 
 fn event(n: u64) -> domain::usage::UsageEvent {

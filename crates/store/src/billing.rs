@@ -251,7 +251,8 @@ impl VerifiedMonth {
 }
 
 impl Store {
-    /// Usage of a month per tenant of the scope, from the rollups.
+    /// Usage of a month per tenant of the scope, from the month rollups
+    /// (one row per tenant × app × model).
     pub async fn period_totals(
         &self,
         scope: &TenantScope,
@@ -259,7 +260,7 @@ impl Store {
     ) -> Result<BTreeMap<String, Totals>> {
         sums_by_tenant(
             &self.pool,
-            "usage_rollups",
+            "usage_month_rollups",
             rollup_sums(),
             period,
             scope.tenant(),
@@ -278,7 +279,7 @@ impl Store {
 
     pub async fn bill_rows(&self, scope: &TenantScope, period: &str) -> Result<Vec<BillRow>> {
         let rows = sqlx::query_as::<_, BillRowCols>(&format!(
-            "SELECT tenant_id, app_id, model, {rs} FROM usage_rollups
+            "SELECT tenant_id, app_id, model, {rs} FROM usage_month_rollups
              WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
              GROUP BY tenant_id, app_id, model ORDER BY tenant_id, app_id, model",
             rs = rollup_sums(),
@@ -591,11 +592,13 @@ impl Store {
                 "the ledger of {period} changed during its copy"
             )));
         }
-        let rolled = sums_by_tenant(&mut *tx, "usage_rollups", rollup_sums(), period, None).await?;
-        if rolled != now_totals {
-            return Err(StoreError::Conflict(format!(
-                "the rollups of {period} differ from its events; run reconcile --check"
-            )));
+        for table in ["usage_rollups", "usage_month_rollups"] {
+            let rolled = sums_by_tenant(&mut *tx, table, rollup_sums(), period, None).await?;
+            if rolled != now_totals {
+                return Err(StoreError::Conflict(format!(
+                    "the rollups of {period} ({table}) differ from its events; run reconcile --check"
+                )));
+            }
         }
         let refused: i64 =
             sqlx::query_scalar("SELECT COUNT(*)::int8 FROM request_decisions WHERE period = $1")
@@ -682,10 +685,12 @@ impl Store {
             .execute(&mut *tx)
             .await?
             .rows_affected();
-        sqlx::query("DELETE FROM usage_rollups WHERE period = $1")
-            .bind(&m.period)
-            .execute(&mut *tx)
-            .await?;
+        for table in ["usage_rollups", "usage_month_rollups"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE period = $1"))
+                .bind(&m.period)
+                .execute(&mut *tx)
+                .await?;
+        }
         let decisions = sqlx::query("DELETE FROM request_decisions WHERE period = $1")
             .bind(&m.period)
             .execute(&mut *tx)

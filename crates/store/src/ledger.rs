@@ -192,8 +192,8 @@ pub(crate) fn sat_sum(col: &str) -> String {
 }
 
 /// A rollup total plus the new rows' total, saturating like [`sat_sum`].
-fn sat_add(col: &str) -> String {
-    format!("LEAST(usage_rollups.{col}::numeric + EXCLUDED.{col}, 9223372036854775807)::int8")
+fn sat_add(table: &str, col: &str) -> String {
+    format!("LEAST({table}.{col}::numeric + EXCLUDED.{col}, 9223372036854775807)::int8")
 }
 
 /// A request's tags as the ledger stores them: a JSON object of strings.
@@ -234,14 +234,24 @@ fn ts(ms: i64) -> DateTime<Utc> {
 /// The rollups' upsert after `ON CONFLICT`: a row's totals plus the new
 /// rows' totals, saturating ([`sat_add`]). Both ledger writes use it.
 fn rollup_merge() -> String {
+    merge_into("usage_rollups", ROLLUP_KEY)
+}
+
+/// The grain of `usage_month_rollups` (migration 0027): a month's totals
+/// per tenant × app × model, what bills read.
+pub(crate) const MONTH_KEY: &str = "period, tenant_id, app_id, model";
+
+/// `ON CONFLICT` of an upsert into `table` keyed by `key`: a row's totals
+/// plus the new rows' totals, saturating ([`sat_add`]).
+fn merge_into(table: &str, key: &str) -> String {
     let sets: Vec<String> = rollup_totals()
         .iter()
         .skip(1)
-        .map(|c| format!("{c} = {}", sat_add(c)))
+        .map(|c| format!("{c} = {}", sat_add(table, c)))
         .collect();
     format!(
-        "ON CONFLICT ({ROLLUP_KEY}) DO UPDATE SET
-            requests = usage_rollups.requests + EXCLUDED.requests, {}",
+        "ON CONFLICT ({key}) DO UPDATE SET
+            requests = {table}.requests + EXCLUDED.requests, {}",
         sets.join(", ")
     )
 }
@@ -327,6 +337,12 @@ fn skipping_insert_sql() -> &'static str {
                 FROM new_events GROUP BY {ROLLUP_KEY} ORDER BY {ROLLUP_KEY}
                 {merge}
                 RETURNING 1
+             ), monthly AS (
+                INSERT INTO usage_month_rollups ({MONTH_KEY}, {totals})
+                SELECT {MONTH_KEY}, {sums}
+                FROM new_events GROUP BY {MONTH_KEY} ORDER BY {MONTH_KEY}
+                {month_merge}
+                RETURNING 1
                  )
                  SELECT count(*) FROM new_events",
             cols = event_column_list(),
@@ -339,6 +355,7 @@ fn skipping_insert_sql() -> &'static str {
             totals = rollup_totals_list(),
             sums = event_sums(),
             merge = rollup_merge(),
+            month_merge = merge_into("usage_month_rollups", MONTH_KEY),
         )
     })
 }
@@ -388,6 +405,31 @@ fn rollup_upsert_sql() -> &'static str {
             totals = rollup_totals_list(),
             arrays = arrays.join(", "),
             merge = rollup_merge(),
+        )
+    })
+}
+
+/// The month rollups' upsert of one batch's sums per tenant × app × model
+/// (`RollupSums::months`), after the rollups' in the same transaction and
+/// in key order, like them.
+fn month_upsert_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        let arrays: Vec<String> = ["text"; 4]
+            .into_iter()
+            .chain(std::iter::repeat_n("int8", N_TOTALS))
+            .enumerate()
+            .map(|(i, t)| format!("${}::{t}[]", i + 1))
+            .collect();
+        format!(
+            "INSERT INTO usage_month_rollups ({MONTH_KEY}, {totals})
+             SELECT * FROM UNNEST({arrays})
+                 AS r({MONTH_KEY}, {totals})
+             ORDER BY {MONTH_KEY}
+             {merge}",
+            totals = rollup_totals_list(),
+            arrays = arrays.join(", "),
+            merge = merge_into("usage_month_rollups", MONTH_KEY),
         )
     })
 }
@@ -467,6 +509,8 @@ type RollupKey<'a> = (
 #[derive(Default)]
 struct RollupSums<'a> {
     rows: rustc_hash::FxHashMap<RollupKey<'a>, [i128; N_TOTALS]>,
+    /// The same per month row (`MONTH_KEY`).
+    months: rustc_hash::FxHashMap<(&'a str, &'a str, &'a str, &'a str), [i128; N_TOTALS]>,
 }
 
 impl<'a> RollupSums<'a> {
@@ -483,7 +527,13 @@ impl<'a> RollupSums<'a> {
             end_user_col(&e.attribution.end_user),
             asked_model_col(&e.attribution.asked_model),
         );
-        let t = self.rows.entry(key).or_insert([0; N_TOTALS]);
+        let month = (
+            e.period.as_str(),
+            e.tenant_id.as_str(),
+            e.app_id.as_str(),
+            e.model.as_str(),
+        );
+        let mut one = [0i128; N_TOTALS];
         let base = [
             1,
             e.input_tokens,
@@ -493,14 +543,22 @@ impl<'a> RollupSums<'a> {
             e.overrun_cost_micro,
             stored_pico(e),
         ];
-        for (sum, v) in t.iter_mut().zip(base) {
-            *sum += i128::from(v);
+        for (x, v) in one.iter_mut().zip(base) {
+            *x = i128::from(v);
         }
         if let Some(ch) = &e.charges {
             for (i, c) in Component::ALL.into_iter().enumerate() {
                 let at = BASE_TOTALS.len() + 2 * i;
-                t[at] += i128::from(ch.quantity_of(c));
-                t[at + 1] += i128::from(ch.pico_of(c));
+                one[at] = i128::from(ch.quantity_of(c));
+                one[at + 1] = i128::from(ch.pico_of(c));
+            }
+        }
+        for t in [
+            self.rows.entry(key).or_insert([0; N_TOTALS]),
+            self.months.entry(month).or_insert([0; N_TOTALS]),
+        ] {
+            for (sum, x) in t.iter_mut().zip(one) {
+                *sum += x;
             }
         }
     }
@@ -532,6 +590,20 @@ impl<'a> RollupSums<'a> {
             .bind(col!(|(k, _)| k.8));
         for i in 0..N_TOTALS {
             q = q.bind(total!(i));
+        }
+        q.execute(&mut *conn).await?;
+        macro_rules! month {
+            ($f:expr) => {
+                self.months.iter().map($f).collect::<Vec<_>>()
+            };
+        }
+        let mut q = sqlx::query(month_upsert_sql())
+            .bind(month!(|(k, _)| k.0))
+            .bind(month!(|(k, _)| k.1))
+            .bind(month!(|(k, _)| k.2))
+            .bind(month!(|(k, _)| k.3));
+        for i in 0..N_TOTALS {
+            q = q.bind(month!(|(_, t)| Self::capped(t[i])));
         }
         q.execute(conn).await?;
         Ok(())

@@ -1,8 +1,9 @@
 //! The rollups checked against the events they summarise: every grain row
-//! (period, tenant, app, key, model, day) whose totals differ, or that
-//! exists on one side only.
+//! (period, tenant, app, key, model, day, tags, end user, asked name) whose
+//! totals differ, or that exists on one side only; then every month row
+//! (period, tenant, app, model; key and day shown as `*`) likewise.
 
-use crate::ledger::{sat_sum, ROLLUP_KEY};
+use crate::ledger::{sat_sum, MONTH_KEY, ROLLUP_KEY};
 use crate::{Result, Store};
 
 /// A rollup row that does not match its events.
@@ -44,12 +45,51 @@ impl std::fmt::Display for RollupDifference {
 }
 
 impl Store {
-    /// Up to `limit` rollup rows of `period` that differ from its events.
+    /// Up to `limit` rollup rows of `period` that differ from its events,
+    /// then up to `limit` month rollup rows.
     pub async fn rollup_differences(
         &self,
         period: &str,
         limit: i64,
     ) -> Result<Vec<RollupDifference>> {
+        let mut out = self.grain_differences(period, limit).await?;
+        out.extend(self.month_differences(period, limit).await?);
+        Ok(out)
+    }
+
+    /// The month rollups (`MONTH_KEY`) against the events.
+    async fn month_differences(&self, period: &str, limit: i64) -> Result<Vec<RollupDifference>> {
+        let rows = sqlx::query_as::<_, DifferenceCols>(&format!(
+            "WITH e AS (
+                SELECT {MONTH_KEY}, count(*)::int8 AS requests, {si} AS input_tokens,
+                       {so} AS output_tokens, {sc} AS cost_micro, {sp} AS cost_pico
+                FROM usage_events WHERE period = $1 GROUP BY {MONTH_KEY}
+             ), r AS (SELECT * FROM usage_month_rollups WHERE period = $1)
+             SELECT COALESCE(r.period, e.period) AS period, COALESCE(r.tenant_id, e.tenant_id) AS tenant_id,
+                    COALESCE(r.app_id, e.app_id) AS app_id, '*' AS key_id,
+                    COALESCE(r.model, e.model) AS model, '*' AS day,
+                    r.requests AS r_req, r.input_tokens AS r_in, r.output_tokens AS r_out, r.cost_micro AS r_cost,
+                    r.cost_pico AS r_pico,
+                    e.requests AS e_req, e.input_tokens AS e_in, e.output_tokens AS e_out, e.cost_micro AS e_cost,
+                    e.cost_pico AS e_pico
+             FROM r FULL JOIN e USING ({MONTH_KEY})
+             WHERE (r.requests, r.input_tokens, r.output_tokens, r.cost_micro, r.cost_pico)
+                   IS DISTINCT FROM (e.requests, e.input_tokens, e.output_tokens, e.cost_micro, e.cost_pico)
+             ORDER BY 1, 2, 3, 5 LIMIT $2",
+            si = sat_sum("input_tokens"),
+            so = sat_sum("output_tokens"),
+            sc = sat_sum("cost_micro"),
+            sp = sat_sum("cost_pico"),
+        ))
+        .bind(period)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(RollupDifference::from).collect())
+    }
+
+    /// The rollups (`ROLLUP_KEY`) against the events.
+    async fn grain_differences(&self, period: &str, limit: i64) -> Result<Vec<RollupDifference>> {
         let rows = sqlx::query_as::<_, DifferenceCols>(&format!(
             "WITH e AS (
                 SELECT {ROLLUP_KEY}, count(*)::int8 AS requests, {si} AS input_tokens,
@@ -76,23 +116,26 @@ impl Store {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| RollupDifference {
-                rollup: r.r_req.map(|req| {
-                    [Some(req), r.r_in, r.r_out, r.r_cost, r.r_pico].map(Option::unwrap_or_default)
-                }),
-                events: r.e_req.map(|req| {
-                    [Some(req), r.e_in, r.e_out, r.e_cost, r.e_pico].map(Option::unwrap_or_default)
-                }),
-                period: r.period,
-                tenant_id: r.tenant_id,
-                app_id: r.app_id,
-                key_id: r.key_id,
-                model: r.model,
-                day: r.day,
-            })
-            .collect())
+        Ok(rows.into_iter().map(RollupDifference::from).collect())
+    }
+}
+
+impl From<DifferenceCols> for RollupDifference {
+    fn from(r: DifferenceCols) -> Self {
+        RollupDifference {
+            rollup: r.r_req.map(|req| {
+                [Some(req), r.r_in, r.r_out, r.r_cost, r.r_pico].map(Option::unwrap_or_default)
+            }),
+            events: r.e_req.map(|req| {
+                [Some(req), r.e_in, r.e_out, r.e_cost, r.e_pico].map(Option::unwrap_or_default)
+            }),
+            period: r.period,
+            tenant_id: r.tenant_id,
+            app_id: r.app_id,
+            key_id: r.key_id,
+            model: r.model,
+            day: r.day,
+        }
     }
 }
 
