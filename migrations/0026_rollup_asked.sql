@@ -3,16 +3,16 @@
 -- grouped by it reads rollups like any other grouping and still equals the
 -- ledger.
 --
--- usage_events.asked_model becomes '' for "asked by the catalog name" (it is
--- part of a key now, like end_user); the rollups of every month that still
--- has its events and any request asked by an alias are rebuilt from those
--- events, so each rollup row is again the sum of its events. A month whose
--- events were already purged has none asked by an alias (the name was first
--- kept by migration 0024, in the same release).
-UPDATE usage_events SET asked_model = '' WHERE asked_model IS NULL;
-ALTER TABLE usage_events
-    ALTER COLUMN asked_model SET DEFAULT '',
-    ALTER COLUMN asked_model SET NOT NULL;
+-- usage_events.asked_model is '' for "asked by the catalog name" (migration
+-- 0024), so it can be part of a key, like end_user. The rollups of every
+-- month that still has its events and any request asked by an alias are
+-- rebuilt from those events, so each rollup row is again the sum of its
+-- events. A month whose events were already purged has none asked by an
+-- alias (the name was first kept by migration 0024, in the same release).
+--
+-- Upgrading: the rollups' key changes, so replicas of the previous version
+-- cannot write the ledger after this migration (their batches wait in their
+-- outbox): stop them before `tollgate migrate` (docs/operations.md).
 
 ALTER TABLE usage_rollups ADD COLUMN asked_model TEXT NOT NULL DEFAULT '';
 ALTER TABLE usage_rollups DROP CONSTRAINT usage_rollups_pkey;

@@ -300,3 +300,34 @@ async fn an_event_with_a_malformed_period_fails_its_whole_batch() {
     assert!(env.store.insert_usage_events(&skipping).await.is_err());
     assert_eq!(count().await, 1, "nothing of the skipping batch stored");
 }
+
+/// The copy path (a batch of new events) and the skipping path (a batch
+/// holding a stored request id) add to the same rollup and month rows at
+/// the same moment, round after round: both take rollup rows before month
+/// rows, so one waits for the other and neither is chosen as a deadlock
+/// victim; the rollups and month rollups still equal the events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_two_ledger_paths_write_the_same_rows_at_once_without_deadlock() {
+    let env = TestEnv::new().await;
+    let batch = |r: std::ops::Range<u64>| r.map(event).collect::<Vec<_>>();
+    env.store.insert_usage_events(&batch(0..1)).await.unwrap();
+    for round in 0..40u64 {
+        let base = 100 + round * 100;
+        let fresh = batch(base..base + 30);
+        let mut skipping = batch(0..1);
+        skipping.extend(batch(base + 30..base + 60));
+        let tasks: Vec<_> = [fresh, skipping]
+            .into_iter()
+            .map(|b| {
+                let s = env.store.clone();
+                tokio::spawn(async move { s.insert_usage_events(&b).await })
+            })
+            .collect();
+        for t in tasks {
+            let stored = t.await.unwrap();
+            assert!(matches!(stored, Ok(30)), "round {round}: {stored:?}");
+        }
+    }
+    let differences = env.store.rollup_differences(PERIOD, 10).await.unwrap();
+    assert!(differences.is_empty(), "{differences:?}");
+}
