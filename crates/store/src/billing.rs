@@ -123,21 +123,29 @@ struct TenantTotalsCols {
 /// `value(total)`: `requests` counted by `count`, the components as one
 /// array (quantities, then costs, in `Component::ALL` order).
 fn totals_sql(count: &str, value: impl Fn(&str) -> String) -> String {
-    let sum =
-        |v: String| format!("LEAST(COALESCE(SUM(({v})::numeric), 0), 9223372036854775807)::int8");
+    totals_of(count, |col| {
+        format!(
+            "LEAST(COALESCE(SUM(({})::numeric), 0), 9223372036854775807)::int8",
+            value(col)
+        )
+    })
+}
+
+/// [`TotalsCols`], each total `total(column)`.
+fn totals_of(count: &str, total: impl Fn(&str) -> String) -> String {
     let mut charges = Vec::new();
     for kind in ["q", "p"] {
         for c in Component::ALL {
-            charges.push(sum(value(&format!("{kind}_{}", c.name()))));
+            charges.push(total(&format!("{kind}_{}", c.name())));
         }
     }
     format!(
         "{count} AS requests, {} AS input_tokens, {} AS output_tokens, {} AS cost_micro,
          {} AS cost_pico, ARRAY[{}]::int8[] AS charges",
-        sum(value("input_tokens")),
-        sum(value("output_tokens")),
-        sum(value("cost_micro")),
-        sum(value("cost_pico")),
+        total("input_tokens"),
+        total("output_tokens"),
+        total("cost_micro"),
+        total("cost_pico"),
         charges.join(", ")
     )
 }
@@ -161,6 +169,13 @@ fn event_sums() -> &'static str {
 fn rollup_sums() -> &'static str {
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SQL.get_or_init(|| totals_sql("COALESCE(SUM(requests), 0)::int8", str::to_string))
+}
+
+/// One month rollup row's totals as stored: the row is already the whole
+/// month of its tenant × app × model, nothing to sum.
+fn month_row_totals() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| totals_of("requests", str::to_string))
 }
 
 /// A month's rollover record (see migrations/0006_billing.sql).
@@ -281,8 +296,8 @@ impl Store {
         let rows = sqlx::query_as::<_, BillRowCols>(&format!(
             "SELECT tenant_id, app_id, model, {rs} FROM usage_month_rollups
              WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
-             GROUP BY tenant_id, app_id, model ORDER BY tenant_id, app_id, model",
-            rs = rollup_sums(),
+             ORDER BY tenant_id, app_id, model",
+            rs = month_row_totals(),
         ))
         .bind(period)
         .bind(scope.tenant())

@@ -231,18 +231,13 @@ fn ts(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or_default()
 }
 
-/// The rollups' upsert after `ON CONFLICT`: a row's totals plus the new
-/// rows' totals, saturating ([`sat_add`]). Both ledger writes use it.
-fn rollup_merge() -> String {
-    merge_into("usage_rollups", ROLLUP_KEY)
-}
-
 /// The grain of `usage_month_rollups` (migration 0027): a month's totals
 /// per tenant × app × model, what bills read.
 pub(crate) const MONTH_KEY: &str = "period, tenant_id, app_id, model";
 
 /// `ON CONFLICT` of an upsert into `table` keyed by `key`: a row's totals
-/// plus the new rows' totals, saturating ([`sat_add`]).
+/// plus the new rows' totals, saturating ([`sat_add`]). Both ledger writes
+/// use it, for the rollups and the month rollups.
 fn merge_into(table: &str, key: &str) -> String {
     let sets: Vec<String> = rollup_totals()
         .iter()
@@ -358,7 +353,7 @@ fn skipping_insert_sql() -> &'static str {
                 .join(", "),
             totals = rollup_totals_list(),
             sums = event_sums(),
-            merge = rollup_merge(),
+            merge = merge_into("usage_rollups", ROLLUP_KEY),
             month_merge = merge_into("usage_month_rollups", MONTH_KEY),
         )
     })
@@ -393,23 +388,7 @@ fn rollup_upsert_sql() -> &'static str {
         let key_types = [
             "text", "text", "text", "text", "text", "date", "jsonb", "text", "text",
         ];
-        let arrays: Vec<String> = key_types
-            .iter()
-            .copied()
-            .chain(std::iter::repeat_n("int8", N_TOTALS))
-            .enumerate()
-            .map(|(i, t)| format!("${}::{t}[]", i + 1))
-            .collect();
-        format!(
-            "INSERT INTO usage_rollups ({ROLLUP_KEY}, {totals})
-             SELECT * FROM UNNEST({arrays})
-                 AS r({ROLLUP_KEY}, {totals})
-             ORDER BY {ROLLUP_KEY}
-             {merge}",
-            totals = rollup_totals_list(),
-            arrays = arrays.join(", "),
-            merge = rollup_merge(),
-        )
+        unnest_upsert("usage_rollups", ROLLUP_KEY, &key_types)
     })
 }
 
@@ -418,24 +397,29 @@ fn rollup_upsert_sql() -> &'static str {
 /// in key order, like them.
 fn month_upsert_sql() -> &'static str {
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SQL.get_or_init(|| {
-        let arrays: Vec<String> = ["text"; 4]
-            .into_iter()
-            .chain(std::iter::repeat_n("int8", N_TOTALS))
-            .enumerate()
-            .map(|(i, t)| format!("${}::{t}[]", i + 1))
-            .collect();
-        format!(
-            "INSERT INTO usage_month_rollups ({MONTH_KEY}, {totals})
-             SELECT * FROM UNNEST({arrays})
-                 AS r({MONTH_KEY}, {totals})
-             ORDER BY {MONTH_KEY}
-             {merge}",
-            totals = rollup_totals_list(),
-            arrays = arrays.join(", "),
-            merge = merge_into("usage_month_rollups", MONTH_KEY),
-        )
-    })
+    SQL.get_or_init(|| unnest_upsert("usage_month_rollups", MONTH_KEY, &["text"; 4]))
+}
+
+/// An upsert into `table` of rows bound as one array per column: `key`'s
+/// columns (of `key_types`), then the totals, in key order.
+fn unnest_upsert(table: &str, key: &str, key_types: &[&str]) -> String {
+    let arrays: Vec<String> = key_types
+        .iter()
+        .copied()
+        .chain(std::iter::repeat_n("int8", N_TOTALS))
+        .enumerate()
+        .map(|(i, t)| format!("${}::{t}[]", i + 1))
+        .collect();
+    format!(
+        "INSERT INTO {table} ({key}, {totals})
+         SELECT * FROM UNNEST({arrays})
+             AS r({key}, {totals})
+         ORDER BY {key}
+         {merge}",
+        totals = rollup_totals_list(),
+        arrays = arrays.join(", "),
+        merge = merge_into(table, key),
+    )
 }
 
 /// A ledger row in binary COPY format, columns in `EVENT_COLUMNS` order

@@ -59,51 +59,51 @@ impl Store {
 
     /// The month rollups (`MONTH_KEY`) against the events.
     async fn month_differences(&self, period: &str, limit: i64) -> Result<Vec<RollupDifference>> {
-        let rows = sqlx::query_as::<_, DifferenceCols>(&format!(
-            "WITH e AS (
-                SELECT {MONTH_KEY}, count(*)::int8 AS requests, {si} AS input_tokens,
-                       {so} AS output_tokens, {sc} AS cost_micro, {sp} AS cost_pico
-                FROM usage_events WHERE period = $1 GROUP BY {MONTH_KEY}
-             ), r AS (SELECT * FROM usage_month_rollups WHERE period = $1)
-             SELECT COALESCE(r.period, e.period) AS period, COALESCE(r.tenant_id, e.tenant_id) AS tenant_id,
-                    COALESCE(r.app_id, e.app_id) AS app_id, '*' AS key_id,
-                    COALESCE(r.model, e.model) AS model, '*' AS day,
-                    r.requests AS r_req, r.input_tokens AS r_in, r.output_tokens AS r_out, r.cost_micro AS r_cost,
-                    r.cost_pico AS r_pico,
-                    e.requests AS e_req, e.input_tokens AS e_in, e.output_tokens AS e_out, e.cost_micro AS e_cost,
-                    e.cost_pico AS e_pico
-             FROM r FULL JOIN e USING ({MONTH_KEY})
-             WHERE (r.requests, r.input_tokens, r.output_tokens, r.cost_micro, r.cost_pico)
-                   IS DISTINCT FROM (e.requests, e.input_tokens, e.output_tokens, e.cost_micro, e.cost_pico)
-             ORDER BY 1, 2, 3, 5 LIMIT $2",
-            si = sat_sum("input_tokens"),
-            so = sat_sum("output_tokens"),
-            sc = sat_sum("cost_micro"),
-            sp = sat_sum("cost_pico"),
-        ))
-        .bind(period)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(RollupDifference::from).collect())
+        self.differences("usage_month_rollups", MONTH_KEY, period, limit)
+            .await
     }
 
     /// The rollups (`ROLLUP_KEY`) against the events.
     async fn grain_differences(&self, period: &str, limit: i64) -> Result<Vec<RollupDifference>> {
+        self.differences("usage_rollups", ROLLUP_KEY, period, limit)
+            .await
+    }
+
+    /// Up to `limit` rows of `table` (keyed by `key`) that differ from the
+    /// sums of `period`'s events on the same key; a key without `key_id`
+    /// or `day` shows them as `*`.
+    async fn differences(
+        &self,
+        table: &str,
+        key: &str,
+        period: &str,
+        limit: i64,
+    ) -> Result<Vec<RollupDifference>> {
+        let in_key = |col: &str| key.split(", ").any(|k| k == col);
+        let key_id = if in_key("key_id") {
+            "COALESCE(r.key_id, e.key_id)"
+        } else {
+            "'*'"
+        };
+        let day = if in_key("day") {
+            "COALESCE(r.day, e.day)::text"
+        } else {
+            "'*'"
+        };
         let rows = sqlx::query_as::<_, DifferenceCols>(&format!(
             "WITH e AS (
-                SELECT {ROLLUP_KEY}, count(*)::int8 AS requests, {si} AS input_tokens,
+                SELECT {key}, count(*)::int8 AS requests, {si} AS input_tokens,
                        {so} AS output_tokens, {sc} AS cost_micro, {sp} AS cost_pico
-                FROM usage_events WHERE period = $1 GROUP BY {ROLLUP_KEY}
-             ), r AS (SELECT * FROM usage_rollups WHERE period = $1)
+                FROM usage_events WHERE period = $1 GROUP BY {key}
+             ), r AS (SELECT * FROM {table} WHERE period = $1)
              SELECT COALESCE(r.period, e.period) AS period, COALESCE(r.tenant_id, e.tenant_id) AS tenant_id,
-                    COALESCE(r.app_id, e.app_id) AS app_id, COALESCE(r.key_id, e.key_id) AS key_id,
-                    COALESCE(r.model, e.model) AS model, COALESCE(r.day, e.day)::text AS day,
+                    COALESCE(r.app_id, e.app_id) AS app_id, {key_id} AS key_id,
+                    COALESCE(r.model, e.model) AS model, {day} AS day,
                     r.requests AS r_req, r.input_tokens AS r_in, r.output_tokens AS r_out, r.cost_micro AS r_cost,
                     r.cost_pico AS r_pico,
                     e.requests AS e_req, e.input_tokens AS e_in, e.output_tokens AS e_out, e.cost_micro AS e_cost,
                     e.cost_pico AS e_pico
-             FROM r FULL JOIN e USING ({ROLLUP_KEY})
+             FROM r FULL JOIN e USING ({key})
              WHERE (r.requests, r.input_tokens, r.output_tokens, r.cost_micro, r.cost_pico)
                    IS DISTINCT FROM (e.requests, e.input_tokens, e.output_tokens, e.cost_micro, e.cost_pico)
              ORDER BY 1, 2, 3, 4, 5, 6 LIMIT $2",
