@@ -119,7 +119,7 @@ pub(crate) fn chat_tool_call(
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
         Bytes::from(format!("data: {v}\n\n"))
     };
-    let mut tail = vec![
+    let tail = vec![
         chunk(
             json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": call_id,
             "type": "function", "function": {"name": name, "arguments": ""}}]}),
@@ -131,23 +131,7 @@ pub(crate) fn chat_tool_call(
         ),
         chunk(json!({}), json!("tool_calls")),
     ];
-    if include_usage {
-        let v = json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model,
-            "choices": [], "usage": usage});
-        tail.push(Bytes::from(format!("data: {v}\n\n")));
-    }
-    tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
-    sse(
-        Sse {
-            head: vec![],
-            token: Bytes::new(),
-            tokens: 0,
-            tail,
-            delay: Duration::ZERO,
-            disconnect_after: None,
-        },
-        app.stats.clone(),
-    )
+    chat_stream(app, &id, model, tail, include_usage.then_some(usage))
 }
 
 /// A value of JSON schema `schema`: every property, `"hello"` for a
@@ -212,23 +196,35 @@ pub(crate) fn chat_text(
             "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]});
         Bytes::from(format!("data: {v}\n\n"))
     };
-    let mut tail = vec![
+    let tail = vec![
         chunk(json!({"role": "assistant", "content": ""}), Value::Null),
         chunk(json!({"content": text}), Value::Null),
         chunk(json!({}), json!("stop")),
     ];
-    if include_usage {
-        let v = json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model,
-            "choices": [], "usage": usage});
-        tail.push(Bytes::from(format!("data: {v}\n\n")));
+    chat_stream(app, &id, model, tail, include_usage.then_some(usage))
+}
+
+/// A chat stream of `chunks` at once, then the usage chunk when the client
+/// asked for it (`stream_options.include_usage`), then `[DONE]`.
+fn chat_stream(
+    app: &crate::App,
+    id: &str,
+    model: &str,
+    mut chunks: Vec<Bytes>,
+    usage: Option<Value>,
+) -> Response {
+    if let Some(usage) = usage {
+        let v = serde_json::json!({"id": id, "object": "chat.completion.chunk", "created": 0,
+            "model": model, "choices": [], "usage": usage});
+        chunks.push(Bytes::from(format!("data: {v}\n\n")));
     }
-    tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    chunks.push(Bytes::from_static(b"data: [DONE]\n\n"));
     sse(
         Sse {
             head: vec![],
             token: Bytes::new(),
             tokens: 0,
-            tail,
+            tail: chunks,
             delay: Duration::ZERO,
             disconnect_after: None,
         },
