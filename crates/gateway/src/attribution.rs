@@ -4,14 +4,18 @@
 
 use crate::catalog::KeyEntry;
 use crate::errors::ApiError;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use domain::attribution::{self, Attribution, Policy, TagError};
 use serde_json::Value;
 
-pub const TAGS_HEADER: &str = "x-tollgate-tags";
-pub const END_USER_HEADER: &str = "x-tollgate-end-user";
+// Names made once: a lookup by `&str` parses the name on every request.
+pub static TAGS_HEADER: HeaderName = HeaderName::from_static("x-tollgate-tags");
+pub static END_USER_HEADER: HeaderName = HeaderName::from_static("x-tollgate-end-user");
 /// Codex's session, sent on every request of a session.
-pub const SESSION_HEADERS: [&str; 2] = ["session_id", "session-id"];
+pub static SESSION_HEADERS: [HeaderName; 2] = [
+    HeaderName::from_static("session_id"),
+    HeaderName::from_static("session-id"),
+];
 
 /// A key without a policy of its own: the app's applies alone.
 static NO_POLICY: Policy = Policy {
@@ -23,11 +27,11 @@ static NO_POLICY: Policy = Policy {
 /// The request's attribution, or the 400 naming the bad tag. `body` is the
 /// client's body as sent (before any dialect translation).
 pub fn read(headers: &HeaderMap, body: &Value, key: &KeyEntry) -> Result<Attribution, ApiError> {
-    let text = |name: &str| -> Result<Option<&str>, TagError> {
+    let text = |name: &HeaderName| -> Result<Option<&str>, TagError> {
         match headers.get(name) {
             None => Ok(None),
             Some(v) => v.to_str().map(Some).map_err(|_| {
-                if name == END_USER_HEADER {
+                if *name == END_USER_HEADER {
                     TagError::BadEndUser
                 } else {
                     TagError::Malformed {
@@ -37,8 +41,8 @@ pub fn read(headers: &HeaderMap, body: &Value, key: &KeyEntry) -> Result<Attribu
             }),
         }
     };
-    let resolved = text(TAGS_HEADER).and_then(|tags| {
-        let user = text(END_USER_HEADER)?;
+    let resolved = text(&TAGS_HEADER).and_then(|tags| {
+        let user = text(&END_USER_HEADER)?;
         let own = key.attribution.as_deref().unwrap_or(&NO_POLICY);
         attribution::resolve(&key.app.attribution, own, tags, user, body)
     });
@@ -46,7 +50,7 @@ pub fn read(headers: &HeaderMap, body: &Value, key: &KeyEntry) -> Result<Attribu
     if a.session.is_none() {
         a.session = SESSION_HEADERS
             .iter()
-            .find_map(|h| headers.get(*h)?.to_str().ok())
+            .find_map(|h| headers.get(h)?.to_str().ok())
             .and_then(attribution::attribute);
     }
     Ok(a)
@@ -87,10 +91,10 @@ mod bench {
     fn attribution_cost() {
         let mut headers = HeaderMap::new();
         headers.insert(
-            TAGS_HEADER,
+            TAGS_HEADER.clone(),
             "project=apollo,env=prod,team=search".parse().unwrap(),
         );
-        headers.insert(END_USER_HEADER, "customer-4242".parse().unwrap());
+        headers.insert(END_USER_HEADER.clone(), "customer-4242".parse().unwrap());
         let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
             "metadata": {"feature": "summary"}});
         let app = Policy {
@@ -104,8 +108,8 @@ mod bench {
         };
         let keys = quota::KeySpace::new("tg");
         let per_request = || {
-            let tags = headers.get(TAGS_HEADER).and_then(|v| v.to_str().ok());
-            let user = headers.get(END_USER_HEADER).and_then(|v| v.to_str().ok());
+            let tags = headers.get(&TAGS_HEADER).and_then(|v| v.to_str().ok());
+            let user = headers.get(&END_USER_HEADER).and_then(|v| v.to_str().ok());
             let a = attribution::resolve(&app, &NO_POLICY, tags, user, &body).unwrap();
             let limits = app.end_user_limits.as_ref().unwrap();
             let u = a.end_user.as_deref().unwrap();

@@ -100,6 +100,13 @@ pub struct ItemType {
 /// `server_tool_use.web_search_requests` (Anthropic's name; OpenAI reports
 /// the calls only as items), which the price sheet bills at the fee.
 pub fn answer_usage(dialect: Dialect, body: &[u8]) -> Option<Reported> {
+    if dialect != Dialect::Responses {
+        // The usage and the tier found without parsing the content; a body
+        // the scan cannot read plainly is parsed below.
+        if let Some(u) = scanned_usage(body) {
+            return u.map(|u| reported(dialect, u));
+        }
+    }
     let UsageOnly {
         usage,
         service_tier,
@@ -116,6 +123,27 @@ pub fn answer_usage(dialect: Dialect, body: &[u8]) -> Option<Reported> {
         with_search_calls(&mut u, searches);
     }
     u.is_object().then(|| reported(dialect, u))
+}
+
+/// [`answer_usage`] of an answer without output items to count, by
+/// `domain::json_scan`: `Some(None)` for an answer without a usage object,
+/// `None` when the answer must be parsed instead (the scan could not read
+/// it, or a member is not what [`UsageOnly`] takes).
+fn scanned_usage(body: &[u8]) -> Option<Option<Value>> {
+    let [usage, tier] = domain::json_scan::top_level(body, ["usage", "service_tier"])?;
+    let tier: Option<String> = match tier {
+        Some(t) => serde_json::from_slice(t).ok()?,
+        None => None,
+    };
+    let usage: Option<Value> = match usage {
+        Some(u) => serde_json::from_slice(u).ok()?,
+        None => None,
+    };
+    Some(
+        usage
+            .map(|u| with_served_tier(u, tier.as_deref()))
+            .filter(Value::is_object),
+    )
 }
 
 /// A Responses output item of a hosted web search.

@@ -1,0 +1,245 @@
+//! A few top-level members of a JSON object, found without parsing the rest.
+//!
+//! The gateway reads a whole answer only for its `usage` (and the served
+//! `service_tier` beside it); everything else — the choices, the content —
+//! goes to the client as the provider sent it. A general parser walks every
+//! byte of that content through its tokenizer (and builds nothing from it);
+//! this scan only tracks strings and nesting, so the content costs a
+//! comparison or two a byte. It is a fast path, never the only path: any
+//! body it cannot read plainly (not an object, a wanted key spelled with an
+//! escape or given twice, a truncated value) is answered `None`, and the
+//! caller parses the body the ordinary way. On well-formed JSON its answer is
+//! what a parser finds (the unit and property tests below check it against
+//! `serde_json`).
+
+/// The raw text of each of `keys` at the top level of the object `body`
+/// (`None` for a key it does not have), or `None` when the body must be read
+/// by a parser instead.
+pub fn top_level<'a, const N: usize>(
+    body: &'a [u8],
+    keys: [&str; N],
+) -> Option<[Option<&'a [u8]>; N]> {
+    let mut found: [Option<&'a [u8]>; N] = [None; N];
+    let mut i = skip_ws(body, 0);
+    if body.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_ws(body, i + 1);
+    if body.get(i) == Some(&b'}') {
+        return trailing_ws_only(body, i + 1).then_some(found);
+    }
+    loop {
+        if body.get(i) != Some(&b'"') {
+            return None;
+        }
+        let key_end = string_end(body, i)?;
+        let key = &body[i + 1..key_end - 1];
+        i = skip_ws(body, key_end);
+        if body.get(i) != Some(&b':') {
+            return None;
+        }
+        i = skip_ws(body, i + 1);
+        let value_end = value_end(body, i)?;
+        if key.contains(&b'\\') {
+            // An escaped key may spell a wanted one: a parser decides.
+            return None;
+        }
+        if let Some(slot) = keys.iter().position(|k| k.as_bytes() == key) {
+            if found[slot].is_some() {
+                return None;
+            }
+            found[slot] = Some(&body[i..value_end]);
+        }
+        i = skip_ws(body, value_end);
+        match body.get(i) {
+            Some(b',') => i = skip_ws(body, i + 1),
+            Some(b'}') => return trailing_ws_only(body, i + 1).then_some(found),
+            _ => return None,
+        }
+    }
+}
+
+fn is_ws(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+fn skip_ws(body: &[u8], mut i: usize) -> usize {
+    while i < body.len() && is_ws(body[i]) {
+        i += 1;
+    }
+    i
+}
+
+fn trailing_ws_only(body: &[u8], i: usize) -> bool {
+    skip_ws(body, i) == body.len()
+}
+
+/// Just past the closing quote of the string that opens at `start`.
+fn string_end(body: &[u8], start: usize) -> Option<usize> {
+    let mut i = start + 1;
+    while i < body.len() {
+        match body[i] {
+            b'"' => return Some(i + 1),
+            b'\\' => i += 2,
+            // Control characters are not allowed raw in a JSON string.
+            c if c < 0x20 => return None,
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// Just past the value that starts at `start`: a string, an object or array
+/// (nesting counted, strings skipped), or a literal or number (up to the
+/// next delimiter). Not a validation: the wanted values are parsed by the
+/// caller, and a body that is not JSON fails the client, not the books.
+fn value_end(body: &[u8], start: usize) -> Option<usize> {
+    match *body.get(start)? {
+        b'"' => string_end(body, start),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = start;
+            while i < body.len() {
+                match body[i] {
+                    b'"' => {
+                        i = string_end(body, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            None
+        }
+        _ => {
+            let mut i = start;
+            while i < body.len() && !matches!(body[i], b',' | b'}' | b']') && !is_ws(body[i]) {
+                i += 1;
+            }
+            (i > start).then_some(i)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::{json, Map, Value};
+
+    fn scan<'a>(body: &'a str, keys: [&str; 2]) -> Option<[Option<&'a str>; 2]> {
+        top_level(body.as_bytes(), keys)
+            .map(|f| f.map(|v| v.map(|s| std::str::from_utf8(s).unwrap())))
+    }
+
+    #[test]
+    fn finds_the_members_of_a_chat_answer() {
+        let body = r#"{"id":"chatcmpl-1","choices":[{"index":0,"message":{"role":"assistant","content":"a \"usage\": {\"x\":1} ]}"},"finish_reason":"stop"}],
+            "usage" : {"prompt_tokens":12,"completion_tokens":11,"prompt_tokens_details":{"cached_tokens":0}},"service_tier":"default"} "#;
+        let [u, t] = scan(body, ["usage", "service_tier"]).unwrap();
+        assert_eq!(
+            u,
+            Some(
+                r#"{"prompt_tokens":12,"completion_tokens":11,"prompt_tokens_details":{"cached_tokens":0}}"#
+            )
+        );
+        assert_eq!(t, Some(r#""default""#));
+        assert_eq!(
+            scan(r#"{"usage":null}"#, ["usage", "x"]),
+            Some([Some("null"), None])
+        );
+        assert_eq!(scan(r#" { } "#, ["usage", "x"]), Some([None, None]));
+        assert_eq!(
+            scan(r#"{"a":-1.5e3,"usage":7}"#, ["usage", "a"]),
+            Some([Some("7"), Some("-1.5e3")])
+        );
+    }
+
+    #[test]
+    fn leaves_to_a_parser_what_it_cannot_read_plainly() {
+        for body in [
+            "",
+            "[]",
+            r#"{"usage":1,"usage":2}"#,
+            r#"{"us\u0061ge":1}"#,
+            r#"{"usage":{"a":1}"#,
+            r#"{"usage":"open}"#,
+            r#"{"usage" 1}"#,
+            r#"{"usage":1,}"#,
+            r#"{"usage":1} x"#,
+            r#"{"usage":}"#,
+            "{\"a\":\"raw\ncontrol\"}",
+        ] {
+            assert_eq!(scan(body, ["usage", "x"]), None, "{body}");
+        }
+    }
+
+    /// Any JSON value, with keys drawn from a small set so that wanted
+    /// ones turn up at every depth.
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            "[ -~\\\\\"\u{e9}\u{1F600}\n]{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::vec((key(), inner), 0..5)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect::<Map<_, _>>())),
+            ]
+        })
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("usage".to_string()),
+            Just("service_tier".to_string()),
+            "[a-z_\"\\\\]{0,8}",
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn agrees_with_a_parser(
+            members in prop::collection::vec((key(), value()), 0..8),
+            pretty in any::<bool>(),
+        ) {
+            let obj = Value::Object(members.into_iter().collect::<Map<_, _>>());
+            let body = if pretty {
+                serde_json::to_string_pretty(&obj).unwrap()
+            } else {
+                serde_json::to_string(&obj).unwrap()
+            };
+            let found = top_level(body.as_bytes(), ["usage", "service_tier"])
+                .expect("well-formed JSON with plain keys is read");
+            for (slot, k) in found.iter().zip(["usage", "service_tier"]) {
+                let parsed = slot.map(|s| serde_json::from_slice::<Value>(s).unwrap());
+                prop_assert_eq!(parsed.as_ref(), obj.get(k));
+            }
+        }
+
+        #[test]
+        fn never_panics_on_bytes(body in prop::collection::vec(any::<u8>(), 0..64)) {
+            let _ = top_level(&body, ["usage", "service_tier"]);
+        }
+    }
+
+    #[test]
+    fn a_wanted_value_found_twice_is_left_to_the_parser() {
+        let body = json!({"usage": 1}).to_string();
+        let twice = format!("{}, \"usage\": 2}}", body.trim_end_matches('}'));
+        assert_eq!(scan(&twice, ["usage", "x"]), None);
+    }
+}
