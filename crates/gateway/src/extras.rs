@@ -7,7 +7,7 @@
 use crate::catalog::{KeyEntry, ModelEntry};
 use crate::errors::ApiError;
 use domain::extras::{self, PolicyRefusal, ToolHold};
-use domain::pricing::Price;
+use domain::pricing::{Price, PriceSheet};
 use domain::provider::Dialect;
 use domain::reason::ReasonCode;
 use serde_json::Value;
@@ -68,7 +68,20 @@ pub(crate) fn hold_price(
     est_in: i64,
 ) -> (Price, i64) {
     let sheet = model.prices.at(at_ms, None);
-    if sheet.tiers.is_empty() && allowed.tiers.is_empty() && allowed.tools.calls == 0 {
+    hold_price_of(sheet, &allowed.tiers, &allowed.tools, est_in)
+}
+
+/// [`hold_price`] on the sheet in force: the prices a request that may be
+/// served at `tiers` (beyond the default), with hosted tools held at
+/// `tools`, and an input estimated at `est_in` is held at, and its tools'
+/// fees (µUSD).
+pub fn hold_price_of(
+    sheet: &PriceSheet,
+    tiers: &[String],
+    tools: &ToolHold,
+    est_in: i64,
+) -> (Price, i64) {
+    if sheet.tiers.is_empty() && tiers.is_empty() && tools.calls == 0 {
         // The plain request: the dearest input and output of the sheet in
         // force when it came (not the catalog's price of when the catalog
         // was built: a dated sheet may have taken effect since).
@@ -76,8 +89,8 @@ pub(crate) fn hold_price(
         return (sheet.hold_price(no_tier, 0), 0);
     }
     let upper = domain::usage::input_allowance(est_in);
-    let price = sheet.hold_price(allowed.tiers.iter().map(String::as_str), upper);
-    (price, sheet.fees_micro(allowed.tools.web_search_calls))
+    let price = sheet.hold_price(tiers.iter().map(String::as_str), upper);
+    (price, sheet.fees_micro(tools.web_search_calls))
 }
 
 /// The native body with the tool-call cap the hold assumed, where the

@@ -42,6 +42,20 @@ use std::sync::Arc;
 use std::time::Duration;
 use store::Store;
 
+/// The gateway's own pricing and metering steps as plain functions, for
+/// the hold engine's property test (`tests/tests/hold_engine_cost_props.rs`),
+/// which drives the engine without a server: the hold's price
+/// (`extras::hold_price`), the stream meter's count of one chat event, and
+/// what a settle books. The request path calls the same functions. Not an
+/// API.
+#[doc(hidden)]
+pub mod steps {
+    pub use crate::dialect::native::reported;
+    pub use crate::extras::hold_price_of;
+    pub use crate::settle::settle_amounts;
+    pub use crate::stream::chat_event_tokens;
+}
+
 // The back office lives in `settlement`; these keep the gateway's paths.
 pub use settlement::{borrow, ledger, ledger_source, reconcile, LedgerWriter};
 

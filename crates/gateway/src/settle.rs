@@ -7,6 +7,7 @@ use crate::catalog::{KeyEntry, ModelEntry};
 use crate::metrics_names as m;
 use crate::Gateway;
 use domain::pricing::sheet::{micro_of_pico, PICO_PER_MICRO};
+use domain::pricing::PriceSheet;
 use domain::usage::{AnomalyKind, Billed, Bound, Breakdown, Reported, UsageAnomaly, UsageEvent};
 use quota::{SettleOutcome, SettleRequest};
 use std::sync::Arc;
@@ -98,42 +99,13 @@ impl HeldRequest {
     /// What is known to have been consumed: the provider's count when it
     /// came, else the input estimate and the output counted so far.
     pub fn best_known(&self, status: &'static str) -> Actual {
-        if !self.stream && self.provider_usage.is_none() {
-            // A non-stream answer is generated whole even when the client
-            // leaves: the provider bills it, so does the gateway.
-            return Actual {
-                input: self.est_input,
-                output: self.est_output,
-                status,
-                source: "estimated",
-                anomaly: None,
-            };
-        }
-        match self.billed_report() {
-            Some(b) => Actual {
-                input: b.input,
-                output: b.output,
-                status,
-                source: "provider",
-                anomaly: b.anomaly,
-            },
-            None => Actual {
-                input: self.est_input,
-                output: self.counted_output,
-                status,
-                source: "counted",
-                anomaly: None,
-            },
-        }
+        self.known().best_known(status)
     }
 
     /// The most this request may be billed: the input estimate plus its
     /// documented error, and the output cap the provider was sent.
     pub fn bound(&self) -> Bound {
-        let sheet = self.price_sheet();
-        Bound::for_request(self.est_input, self.max_output, |i, o| {
-            sheet.worst_cost_micro(i, o)
-        })
+        bound_of(self.price_sheet(), self.est_input, self.max_output)
     }
 
     /// The price sheet this request is billed by: the one in force when it
@@ -145,13 +117,18 @@ impl HeldRequest {
 
     /// The provider's report, once seen, as the sanity bound bills it.
     pub fn billed_report(&self) -> Option<Billed> {
-        let fallback = if self.stream {
-            (self.est_input, self.counted_output)
-        } else {
-            (self.est_input, self.est_output)
-        };
-        let r = self.provider_usage.as_ref()?;
-        Some(domain::usage::bill(r, &self.bound(), fallback))
+        self.known().billed_report()
+    }
+
+    fn known(&self) -> Known<'_> {
+        Known {
+            stream: self.stream,
+            est_input: self.est_input,
+            est_output: self.est_output,
+            counted_output: self.counted_output,
+            usage: self.provider_usage.as_ref(),
+            bound: self.bound(),
+        }
     }
 
     /// Settles in a task of its own: if the caller is cancelled (the client
@@ -186,6 +163,148 @@ impl HeldRequest {
         );
         let _ = tokio::spawn(release).await;
     }
+}
+
+/// The most a request may be billed under `sheet`: its input estimate
+/// plus the documented error, and the output cap the provider was sent.
+fn bound_of(sheet: &PriceSheet, est_input: i64, max_output: i64) -> Bound {
+    Bound::for_request(est_input, max_output, |i, o| sheet.worst_cost_micro(i, o))
+}
+
+/// What the gateway knows of a request when it settles it.
+struct Known<'a> {
+    stream: bool,
+    est_input: i64,
+    est_output: i64,
+    counted_output: i64,
+    usage: Option<&'a Reported>,
+    bound: Bound,
+}
+
+impl Known<'_> {
+    /// The provider's report, once seen, as the sanity bound bills it.
+    fn billed_report(&self) -> Option<Billed> {
+        let fallback = if self.stream {
+            (self.est_input, self.counted_output)
+        } else {
+            (self.est_input, self.est_output)
+        };
+        let r = self.usage?;
+        Some(domain::usage::bill(r, &self.bound, fallback))
+    }
+
+    /// What is known to have been consumed: the provider's count when it
+    /// came, else the input estimate and the output counted so far.
+    fn best_known(&self, status: &'static str) -> Actual {
+        if !self.stream && self.usage.is_none() {
+            // A non-stream answer is generated whole even when the client
+            // leaves: the provider bills it, so does the gateway.
+            return Actual {
+                input: self.est_input,
+                output: self.est_output,
+                status,
+                source: "estimated",
+                anomaly: None,
+            };
+        }
+        match self.billed_report() {
+            Some(b) => Actual {
+                input: b.input,
+                output: b.output,
+                status,
+                source: "provider",
+                anomaly: b.anomaly,
+            },
+            None => Actual {
+                input: self.est_input,
+                output: self.counted_output,
+                status,
+                source: "counted",
+                anomaly: None,
+            },
+        }
+    }
+}
+
+/// A settle's amounts and price: what `actual` books within `bound`, the
+/// breakdown it is priced by (the provider's when its totals are billed as
+/// reported, else plain input and output — the estimate, the counted
+/// output, the sanity bound), its charges and its cost in whole µUSD.
+struct Priced {
+    input: i64,
+    output: i64,
+    breakdown: Breakdown,
+    plain: Breakdown,
+    charges: domain::pricing::Charges,
+    cost: i64,
+}
+
+fn priced(sheet: &PriceSheet, bound: &Bound, a: &Actual, usage: Option<&Reported>) -> Priced {
+    // Every amount within the request's bound, whatever its source.
+    let (input, output, _) = bound.clamp(a.input, a.output, 0);
+    let plain = Breakdown::plain(input, output);
+    let breakdown = usage
+        .filter(|_| a.source == "provider" && a.anomaly.is_none())
+        .map(|r| Breakdown::read(&r.raw))
+        .filter(|b| b.fits(input, output))
+        .unwrap_or_else(|| plain.clone());
+    let charges = sheet.charges(&breakdown);
+    let exact = charges.total_pico();
+    let (_, _, cost) = bound.clamp(0, 0, micro_of_pico(exact));
+    // Above the bound: billed at the bound, exactly, its components
+    // scaled down to it.
+    let charges = if cost < micro_of_pico(exact) {
+        charges.capped_at(i128::from(cost) * PICO_PER_MICRO)
+    } else {
+        charges
+    };
+    Priced {
+        input,
+        output,
+        breakdown,
+        plain,
+        charges,
+        cost,
+    }
+}
+
+/// What the settle books for a request held under `sheet` — (input,
+/// output, cost µUSD) — by the same steps as a [`HeldRequest`]'s settle:
+/// the sanity bound, the provider's report (`usage`) or what was counted,
+/// its breakdown priced. `cut`: a stream the budget cut, settled at the
+/// output counted. For the hold engine's property test (`crate::steps`).
+pub fn settle_amounts(
+    sheet: &PriceSheet,
+    (est_input, est_output, max_output): (i64, i64, i64),
+    stream: bool,
+    counted_output: i64,
+    usage: Option<&Reported>,
+    cut: bool,
+) -> (i64, i64, i64) {
+    let known = Known {
+        stream,
+        est_input,
+        est_output,
+        counted_output,
+        usage,
+        bound: bound_of(sheet, est_input, max_output),
+    };
+    let actual = if cut {
+        // As the stream's cut: the input reported, else estimated, and
+        // the output counted and delivered.
+        let input = known.billed_report().map_or(est_input, |b| b.input);
+        Actual {
+            input,
+            output: counted_output,
+            status: "cut_off",
+            source: "counted",
+            anomaly: None,
+        }
+    } else {
+        known.best_known("ok")
+    };
+    let p = priced(sheet, &known.bound, &actual, usage);
+    (p.input, p.output, p.cost)
 }
 
 /// Gives back a hold; harmless when there is none (already closed, or the
@@ -290,30 +409,15 @@ struct SettleJob {
 
 impl SettleJob {
     fn from(h: &HeldRequest, a: Actual) -> Self {
-        // Every amount within the request's bound, whatever its source.
         let bound = h.bound();
-        let (input, output, _) = bound.clamp(a.input, a.output, 0);
-        // The provider's breakdown when the totals billed are its own;
-        // otherwise plain input and output (the estimate, the counted
-        // output, the sanity bound).
-        let plain = Breakdown::plain(input, output);
-        let breakdown = h
-            .provider_usage
-            .as_ref()
-            .filter(|_| a.source == "provider" && a.anomaly.is_none())
-            .map(|r| Breakdown::read(&r.raw))
-            .filter(|b| b.fits(input, output))
-            .unwrap_or_else(|| plain.clone());
-        let charges = h.price_sheet().charges(&breakdown);
-        let exact = charges.total_pico();
-        let (_, _, cost) = bound.clamp(0, 0, micro_of_pico(exact));
-        // Above the bound: billed at the bound, exactly, its components
-        // scaled down to it.
-        let charges = if cost < micro_of_pico(exact) {
-            charges.capped_at(i128::from(cost) * PICO_PER_MICRO)
-        } else {
-            charges
-        };
+        let Priced {
+            input,
+            output,
+            breakdown,
+            plain,
+            charges,
+            cost,
+        } = priced(h.price_sheet(), &bound, &a, h.provider_usage.as_ref());
         let cost_pico = i64::try_from(charges.total_pico()).unwrap_or(i64::MAX);
         let anomaly = a.anomaly.map(|k| UsageAnomaly {
             kind: k.as_str().to_string(),

@@ -162,6 +162,14 @@ fn read_event(
     }
 }
 
+/// The output tokens the stream meter counts in one chat completion event
+/// (`data: {…}`, its blank line or not): what a chat stream's hold is
+/// extended by. For the hold engine's property test (`crate::steps`).
+pub fn chat_event_tokens(ev: &[u8], family: domain::tokens::TokenizerFamily) -> i64 {
+    let (mut text, mut shape, mut usage) = (String::new(), Shape::default(), None);
+    read_event(ev, family, &mut text, &mut shape, &mut usage).0
+}
+
 /// Makes room for `needed` more output tokens, a slice at a time; the last
 /// try asks for exactly what is missing so the final tokens of a budget can
 /// still be used. Returns the refusal when the budget cannot cover it.
