@@ -222,11 +222,21 @@ mod tests {
             } else {
                 serde_json::to_string(&obj).unwrap()
             };
-            let found = top_level(body.as_bytes(), ["usage", "service_tier"])
-                .expect("well-formed JSON with plain keys is read");
+            // What a parser reads of the text (floats as it rounds them).
+            let read: Value = serde_json::from_str(&body).unwrap();
+            let escaped = obj
+                .as_object()
+                .unwrap()
+                .keys()
+                .any(|k| k.contains(['"', '\\']));
+            let Some(found) = top_level(body.as_bytes(), ["usage", "service_tier"]) else {
+                // Only a key written with an escape is left to the parser.
+                prop_assert!(escaped, "well-formed JSON with plain keys is read: {}", body);
+                return Ok(());
+            };
             for (slot, k) in found.iter().zip(["usage", "service_tier"]) {
                 let parsed = slot.map(|s| serde_json::from_slice::<Value>(s).unwrap());
-                prop_assert_eq!(parsed.as_ref(), obj.get(k));
+                prop_assert_eq!(parsed.as_ref(), read.get(k));
             }
         }
 
