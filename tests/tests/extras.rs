@@ -454,6 +454,118 @@ async fn translated_models_refuse_hosted_tools() {
     f.srv.shutdown().await;
 }
 
+/// A Gemini request (raw HTTP, as Gemini CLI and the `google-genai` SDK
+/// send it).
+async fn send_gemini(
+    f: &Fixture,
+    key: &str,
+    model: &str,
+    method: &str,
+    b: &Value,
+) -> (u16, String, Value) {
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1beta/models/{model}:{method}", f.base))
+        .header("x-goog-api-key", key)
+        .json(b)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let reason = r
+        .headers()
+        .get("x-tollgate-reason")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let v: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap_or(Value::Null);
+    (status, reason, v)
+}
+
+/// Gemini's hosted tools (`googleSearch`, `codeExecution`, `urlContext`, …)
+/// follow the same policy as the other dialects' under their policy names:
+/// a budgeted key not allowed them is refused 403 `tool_not_allowed` naming
+/// `tools[i].googleSearch`, in Google's error shape; allowed, the request
+/// is refused 400 naming the tool, as every translated model refuses hosted
+/// tools (no provider serves the Gemini API natively: every Gemini request
+/// is translated). Never dropped, never forwarded; function declarations
+/// alone still pass.
+#[tokio::test]
+async fn gemini_hosted_tools_follow_the_policy_then_are_refused_as_translated() {
+    let f = fixture().await;
+    let budget = Limits {
+        monthly_cost_usd: Some(MicroUsd(10_000_000)),
+        ..Default::default()
+    };
+    let gemini = |tools: Value| {
+        json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+            "generationConfig": {"maxOutputTokens": 20}, "tools": tools})
+    };
+    let function =
+        json!({"functionDeclarations": [{"name": "ls", "parameters": {"type": "OBJECT"}}]});
+    let search = gemini(json!([function, {"googleSearch": {}}]));
+    let code = gemini(json!([{"codeExecution": {}}]));
+    let before = f.env.mock.snapshot().requests;
+
+    // Not allowed: 403 `tool_not_allowed`, the field named, the reason in
+    // the header and in Google's ErrorInfo detail.
+    let k = key(&f, budget.clone()).await;
+    for (model, method) in [
+        ("m", "generateContent"),
+        ("chat-only", "streamGenerateContent"),
+    ] {
+        let (status, reason, v) = send_gemini(&f, &k, model, method, &search).await;
+        assert_eq!(status, 403, "{model}: {v}");
+        assert_eq!(reason, "tool_not_allowed", "{v}");
+        let e = &v["error"];
+        assert_eq!(
+            (e["code"].as_i64(), e["status"].as_str()),
+            (Some(403), Some("PERMISSION_DENIED")),
+            "{v}"
+        );
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("tools[1].googleSearch: "),
+            "{v}"
+        );
+        assert_eq!(e["details"][0]["reason"], "tool_not_allowed", "{v}");
+    }
+    // Allowed web search only: code execution is still refused by name.
+    let k = key(
+        &f,
+        Limits {
+            allowed_tools: Some(vec!["web_search".into()]),
+            ..budget.clone()
+        },
+    )
+    .await;
+    let (status, reason, v) = send_gemini(&f, &k, "m", "generateContent", &code).await;
+    assert_eq!((status, reason.as_str()), (403, "tool_not_allowed"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("tools[0].codeExecution: "),
+        "{v}"
+    );
+
+    // Allowed: refused as every translated model refuses hosted tools, 400
+    // `invalid_request` naming the tool.
+    let (status, reason, v) = send_gemini(&f, &k, "m", "generateContent", &search).await;
+    assert_eq!((status, reason.as_str()), (400, "invalid_request"), "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert_eq!(v["error"]["status"], "INVALID_ARGUMENT", "{v}");
+    assert!(msg.starts_with("tools[1].googleSearch: "), "{v}");
+    assert!(msg.contains("natively"), "{v}");
+    assert_eq!(f.env.mock.snapshot().requests, before, "nothing forwarded");
+
+    // Function declarations alone are client tools: served.
+    let (status, _, v) =
+        send_gemini(&f, &k, "m", "generateContent", &gemini(json!([function]))).await;
+    assert_eq!(status, 200, "{v}");
+    f.srv.shutdown().await;
+}
+
 /// A prompt whose input's upper bound crosses a whole-request tier is held
 /// at the tier's prices: a budget that covers the base price but not the
 /// tier's refuses it; a short prompt passes.

@@ -16,6 +16,9 @@ const INPUT: i64 = 2_000_000;
 const CACHED: i64 = 200_000;
 const WRITE_5M: i64 = 2_500_000;
 const WRITE_1H: i64 = 4_000_000;
+/// OpenAI's write TTLs.
+const WRITE_30M: i64 = 3_000_000;
+const WRITE_12H: i64 = 5_000_000;
 const OUTPUT: i64 = 8_000_000;
 const SEARCH_FEE: i64 = 10_000;
 /// Above this much input, every token at the tier's prices.
@@ -26,6 +29,7 @@ const TIER_OUTPUT: i64 = 12_000_000;
 fn sheet() -> Value {
     json!({"input": INPUT, "output": OUTPUT, "cached_input": CACHED,
         "cache_write_5m": WRITE_5M, "cache_write_1h": WRITE_1H,
+        "cache_write_30m": WRITE_30M, "cache_write_12h": WRITE_12H,
         "tool_fees": {"web_search": SEARCH_FEE},
         "tiers": [{"above_input_tokens": TIER_ABOVE,
             "prices": {"input": TIER_INPUT, "output": TIER_OUTPUT}}]})
@@ -274,6 +278,80 @@ async fn cache_writes_searches_and_providers_own_field_names() {
     f.srv.shutdown().await;
 }
 
+/// OpenAI's cache writes by TTL, with the openai SDK's field names:
+/// Responses reports `cache_write_tokens` split in
+/// `cache_write_tokens_details.{ttl_30m_tokens, ttl_12h_tokens}`, each TTL
+/// billed at its price; chat reports `cache_write_tokens` unsplit, billed as
+/// its only TTL, 30 minutes. Streamed and not; the bill by component shows
+/// each TTL's tokens.
+#[tokio::test]
+async fn openai_cache_writes_are_billed_by_ttl() {
+    let f = fixture().await;
+    let directives = "[mock:cached=300] [mock:cache_write_30m=200] [mock:cache_write_12h=100]";
+    let (mut w30, mut w12) = (0i64, 0i64);
+    for stream in [false, true] {
+        let (rid, p, c) = served(&f, "responses", stream, &prompt(1_000, directives)).await;
+        assert!(p > 600, "{p}");
+        let pico =
+            (p - 600) * INPUT + 300 * CACHED + 200 * WRITE_30M + 100 * WRITE_12H + c * OUTPUT;
+        assert_cost(&f, &rid, pico, &format!("responses stream={stream}")).await;
+        let e = f.env.usage_event(&rid).await.unwrap();
+        let b = e.breakdown.unwrap();
+        assert_eq!(
+            (b.cache_write_30m, b.cache_write_12h, b.cache_write_5m),
+            (200, 100, 0)
+        );
+        let ch = e.charges.unwrap();
+        use domain::pricing::Component;
+        assert_eq!(
+            (
+                ch.pico_of(Component::CacheWrite30m),
+                ch.pico_of(Component::CacheWrite12h)
+            ),
+            (200 * WRITE_30M, 100 * WRITE_12H)
+        );
+        (w30, w12) = (w30 + 200, w12 + 100);
+    }
+    for stream in [false, true] {
+        let (rid, p, c) = served(&f, "chat", stream, &prompt(1_000, directives)).await;
+        let pico = (p - 600) * INPUT + 300 * CACHED + 300 * WRITE_30M + c * OUTPUT;
+        assert_cost(&f, &rid, pico, &format!("chat stream={stream}")).await;
+        let b = f.env.usage_event(&rid).await.unwrap().breakdown.unwrap();
+        assert_eq!((b.cache_write_30m, b.cache_write_12h), (300, 0));
+        w30 += 300;
+    }
+    let (status, bill) = api(
+        "GET",
+        &format!(
+            "{}/api/v1/bills?period={}&by=component",
+            f.base,
+            this_month()
+        ),
+        Some(&f.admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{bill}");
+    let qty = |k: &str| {
+        bill["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["key"] == k)
+            .map_or(0, |l| l["quantity"].as_i64().unwrap())
+    };
+    assert_eq!(
+        (
+            qty("cache_write_30m"),
+            qty("cache_write_12h"),
+            qty("cache_write_5m")
+        ),
+        (w30, w12, 0),
+        "{bill}"
+    );
+    f.srv.shutdown().await;
+}
+
 /// A prompt above the tier's threshold has every token at the tier's
 /// prices; one just below, none.
 #[tokio::test]
@@ -384,6 +462,10 @@ fn expected_sheet(entry: &Value) -> Value {
         (
             "cache_write_1h",
             "cache_creation_input_token_cost_above_1hr",
+        ),
+        (
+            "cache_write_12h",
+            "cache_creation_input_token_cost_above_12hr",
         ),
         ("audio_input", "input_cost_per_audio_token"),
         ("audio_output", "output_cost_per_audio_token"),

@@ -475,6 +475,8 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("component.cached_input", "Cached input (cache read)", "缓存输入（缓存读取）"),
     ("component.cache_write_5m", "Cache write, 5 minutes", "缓存写入（5 分钟）"),
     ("component.cache_write_1h", "Cache write, 1 hour", "缓存写入（1 小时）"),
+    ("component.cache_write_30m", "Cache write, 30 minutes (OpenAI)", "缓存写入（30 分钟，OpenAI）"),
+    ("component.cache_write_12h", "Cache write, 12 hours (OpenAI)", "缓存写入（12 小时，OpenAI）"),
     ("component.audio_input", "Audio input", "音频输入"),
     ("component.image_input", "Image input", "图像输入"),
     ("component.output", "Output (reasoning included)", "输出（含推理）"),

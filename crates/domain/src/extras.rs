@@ -47,6 +47,9 @@ pub enum At {
     Tool(usize),
     /// A top-level field (chat `web_search_options`, Anthropic `mcp_servers`).
     Field(&'static str),
+    /// A field of `tools[i]` (Gemini's tools are named by their field:
+    /// `tools[0].googleSearch`).
+    ToolField(usize, &'static str),
 }
 
 /// One hosted tool of a request.
@@ -66,6 +69,7 @@ impl HostedTool {
         match self.at {
             At::Tool(i) => format!("tools[{i}].type"),
             At::Field(f) => f.to_string(),
+            At::ToolField(i, f) => format!("tools[{i}].{f}"),
         }
     }
 }
@@ -104,6 +108,35 @@ const HOSTED: &[&str] = &[
     "image_generation",
     "mcp",
 ];
+
+/// Gemini's hosted tools: the field of a `Tool` that asks for one (as the
+/// REST API reads it, camel or snake case; the `google-genai` SDKs send
+/// camel case) and its policy name. Gemini's other tool fields are not
+/// here: `functionDeclarations` (client-run) is translated, and the rest
+/// (`googleMaps`, `computerUse`, Vertex's `retrieval`, …) are refused as
+/// unsupported by the dialect (`gateway::dialect::gemini`).
+const GEMINI_HOSTED: &[(&str, &str)] = &[
+    ("googleSearch", "web_search"),
+    ("google_search", "web_search"),
+    ("googleSearchRetrieval", "web_search"),
+    ("google_search_retrieval", "web_search"),
+    ("enterpriseWebSearch", "web_search"),
+    ("enterprise_web_search", "web_search"),
+    ("urlContext", "web_fetch"),
+    ("url_context", "web_fetch"),
+    ("codeExecution", "code_execution"),
+    ("code_execution", "code_execution"),
+    ("fileSearch", "file_search"),
+    ("file_search", "file_search"),
+    ("mcpServers", "mcp"),
+    ("mcp_servers", "mcp"),
+];
+
+/// A Gemini `Tool` field that asks for a hosted tool: the field (as a
+/// static name, for [`At::ToolField`]) and its policy name.
+pub fn gemini_hosted_kind(field: &str) -> Option<(&'static str, &'static str)> {
+    GEMINI_HOSTED.iter().copied().find(|(f, _)| *f == field)
+}
 
 /// Tools a cap can be sent for in Anthropic's dialect (`max_uses`).
 fn anthropic_cappable(kind: &str) -> bool {
@@ -195,7 +228,13 @@ fn refused_fields(dialect: Dialect, body: &Value) -> Result<(), InvalidField> {
 pub fn read(dialect: Dialect, body: &Value) -> Result<Asked<'_>, InvalidField> {
     refused_fields(dialect, body)?;
     let mut asked = Asked {
-        tier: tier_name(body.get("service_tier"), "service_tier")?,
+        // Gemini's body is translated to chat, whose provider is never
+        // asked for a tier: nothing to allow.
+        tier: if dialect == Dialect::Gemini {
+            TierAsk::Default
+        } else {
+            tier_name(body.get("service_tier"), "service_tier")?
+        },
         speed: None,
         tools: Vec::new(),
         max_tool_calls: None,
@@ -227,7 +266,20 @@ pub fn read(dialect: Dialect, body: &Value) -> Result<Asked<'_>, InvalidField> {
     if dialect == Dialect::Responses {
         asked.max_tool_calls = cap_of(body.get("max_tool_calls"), "max_tool_calls")?;
     }
-    if let Some(list) = body.get("tools").and_then(Value::as_array) {
+    if dialect == Dialect::Gemini {
+        // A Gemini `Tool` is named by its fields, one tool may carry several.
+        let list = body.get("tools").and_then(Value::as_array);
+        for (i, t) in list.into_iter().flatten().enumerate() {
+            let fields = t.as_object().into_iter().flat_map(|o| o.keys());
+            for (field, kind) in fields.filter_map(|k| gemini_hosted_kind(k)) {
+                asked.tools.push(HostedTool {
+                    kind,
+                    at: At::ToolField(i, field),
+                    max_uses: None,
+                });
+            }
+        }
+    } else if let Some(list) = body.get("tools").and_then(Value::as_array) {
         for (i, t) in list.iter().enumerate() {
             let Some(kind) = t.get("type").and_then(Value::as_str).and_then(hosted_kind) else {
                 continue;
@@ -534,6 +586,60 @@ mod tests {
         let asked = read(Dialect::Chat, &chat).unwrap();
         assert_eq!(asked.tools[0].param(), "web_search_options");
         assert!(asked.check(refs(&b)).is_err());
+    }
+
+    #[test]
+    fn gemini_hosted_tools_are_named_by_their_field_and_follow_the_policy() {
+        let body = json!({"tools": [
+            {"functionDeclarations": [{"name": "ls"}]},
+            {"googleSearch": {}},
+            {"code_execution": {}, "urlContext": {}},
+            {"googleSearchRetrieval": {}},
+        ], "service_tier": "priority"});
+        let asked = read(Dialect::Gemini, &body).unwrap();
+        let named: Vec<(String, &str)> = asked.tools.iter().map(|t| (t.param(), t.kind)).collect();
+        assert_eq!(
+            named,
+            vec![
+                ("tools[1].googleSearch".to_string(), "web_search"),
+                ("tools[2].code_execution".to_string(), "code_execution"),
+                ("tools[2].urlContext".to_string(), "web_fetch"),
+                ("tools[3].googleSearchRetrieval".to_string(), "web_search"),
+            ]
+        );
+        // No tier is read from a Gemini body (it is translated to chat).
+        assert_eq!(asked.tier, TierAsk::Default);
+        let budgeted = Limits {
+            monthly_tokens: Some(1_000),
+            ..Default::default()
+        };
+        let b = scopes_of(budgeted.clone(), Limits::NONE, Limits::NONE);
+        assert_eq!(
+            asked.check(refs(&b)),
+            Err(PolicyRefusal::Tool {
+                param: "tools[1].googleSearch".into(),
+                kind: "web_search"
+            })
+        );
+        let listed = |names: &[&str]| Limits {
+            allowed_tools: Some(names.iter().map(|s| s.to_string()).collect()),
+            ..Default::default()
+        };
+        let some = scopes_of(budgeted.clone(), Limits::NONE, listed(&["web_search"]));
+        assert_eq!(
+            asked.check(refs(&some)),
+            Err(PolicyRefusal::Tool {
+                param: "tools[2].code_execution".into(),
+                kind: "code_execution"
+            })
+        );
+        let all = listed(&["web_search", "code_execution", "web_fetch"]);
+        assert!(asked
+            .check(refs(&scopes_of(budgeted, Limits::NONE, all)))
+            .is_ok());
+        // Function declarations alone are no hosted tool.
+        let plain = json!({"tools": [{"function_declarations": [{"name": "f"}]}]});
+        assert!(read(Dialect::Gemini, &plain).unwrap().is_plain());
     }
 
     #[test]

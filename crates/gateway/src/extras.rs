@@ -23,11 +23,8 @@ pub(crate) struct Allowed {
 }
 
 /// The extras `body` asks for, refused (403) when a scope does not allow
-/// them; Gemini's body carries none the gateway reads.
+/// them (Gemini's: its hosted tools only).
 pub(crate) fn allowed(key: &KeyEntry, dialect: Dialect, body: &Value) -> Result<Allowed, ApiError> {
-    if dialect == Dialect::Gemini {
-        return Ok(Allowed::default());
-    }
     let asked = extras::read(dialect, body).map_err(crate::proxy::invalid)?;
     if asked.is_plain() {
         return Ok(Allowed::default());

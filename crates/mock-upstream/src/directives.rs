@@ -45,7 +45,9 @@ pub enum OutputField {
 
 /// How the provider reports the prompt billed, in its own dialect's shape
 /// (`caching.rs`): `[mock:cached=N]` tokens read from the prompt cache,
-/// `[mock:cache_write_5m=N]` / `[mock:cache_write_1h=N]` written to it,
+/// `[mock:cache_write_5m=N]` / `[mock:cache_write_1h=N]` written to it
+/// (Anthropic's TTLs), `[mock:cache_write_30m=N]` / `[mock:cache_write_12h=N]`
+/// (OpenAI's),
 /// `[mock:web_search=N]` server-side searches run, `[mock:deepseek]`
 /// DeepSeek's hit/miss field names, `[mock:split_late]` an
 /// Anthropic-compatible host that reports the whole prompt as input in
@@ -57,6 +59,8 @@ pub struct Caching {
     pub cached: u32,
     pub write_5m: u32,
     pub write_1h: u32,
+    pub write_30m: u32,
+    pub write_12h: u32,
     pub web_search: u32,
     pub deepseek: bool,
     pub split_late: bool,
@@ -94,6 +98,12 @@ impl Directives {
                 }
                 "cache_write_1h" => {
                     self.caching.write_1h = value.parse().unwrap_or(self.caching.write_1h)
+                }
+                "cache_write_30m" => {
+                    self.caching.write_30m = value.parse().unwrap_or(self.caching.write_30m)
+                }
+                "cache_write_12h" => {
+                    self.caching.write_12h = value.parse().unwrap_or(self.caching.write_12h)
                 }
                 "web_search" => {
                     self.caching.web_search = value.parse().unwrap_or(self.caching.web_search)

@@ -10,7 +10,8 @@ use crate::money::apportion;
 use serde::{Deserialize, Serialize};
 
 /// What a provider bills for. Each token is in exactly one component:
-/// uncached text input, cached input, cache writes by TTL, audio and image
+/// uncached text input, cached input, cache writes by TTL (Anthropic's 5
+/// minutes and 1 hour, OpenAI's 30 minutes and 12 hours), audio and image
 /// input, text output (reasoning included: it is billed as output), audio
 /// and image output; server-side tool calls are counted in calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -20,6 +21,8 @@ pub enum Component {
     CachedInput,
     CacheWrite5m,
     CacheWrite1h,
+    CacheWrite30m,
+    CacheWrite12h,
     AudioInput,
     ImageInput,
     Output,
@@ -29,7 +32,24 @@ pub enum Component {
 }
 
 /// How many components there are.
-pub const N_COMPONENTS: usize = 10;
+pub const N_COMPONENTS: usize = 12;
+
+/// The components before OpenAI's cache-write TTLs (migration 0028), in
+/// their order then: the layout of the ClickHouse archive's `charges`
+/// arrays written before them (2 × 10 numbers), read by
+/// [`Charges::from_slice`].
+const BEFORE_0028: [Component; 10] = [
+    Component::Input,
+    Component::CachedInput,
+    Component::CacheWrite5m,
+    Component::CacheWrite1h,
+    Component::AudioInput,
+    Component::ImageInput,
+    Component::Output,
+    Component::AudioOutput,
+    Component::ImageOutput,
+    Component::WebSearch,
+];
 
 impl Component {
     /// Every component, in the order the ledger stores them.
@@ -38,6 +58,8 @@ impl Component {
         Component::CachedInput,
         Component::CacheWrite5m,
         Component::CacheWrite1h,
+        Component::CacheWrite30m,
+        Component::CacheWrite12h,
         Component::AudioInput,
         Component::ImageInput,
         Component::Output,
@@ -53,6 +75,8 @@ impl Component {
             Component::CachedInput => "cached_input",
             Component::CacheWrite5m => "cache_write_5m",
             Component::CacheWrite1h => "cache_write_1h",
+            Component::CacheWrite30m => "cache_write_30m",
+            Component::CacheWrite12h => "cache_write_12h",
             Component::AudioInput => "audio_input",
             Component::ImageInput => "image_input",
             Component::Output => "output",
@@ -150,12 +174,22 @@ impl Charges {
         a
     }
 
-    /// From the ledger's array; None when it has the wrong length.
+    /// From the ledger's array — or an array written before OpenAI's
+    /// cache-write TTLs were components (the ten components of then, in
+    /// their order); None when it has another length.
     pub fn from_slice(a: &[i64]) -> Option<Charges> {
+        let mut c = Charges::default();
+        if a.len() == 2 * BEFORE_0028.len() {
+            let n = BEFORE_0028.len();
+            for (i, comp) in BEFORE_0028.into_iter().enumerate() {
+                c.quantity[comp.index()] = a[i];
+                c.pico[comp.index()] = a[n + i];
+            }
+            return Some(c);
+        }
         if a.len() != 2 * N_COMPONENTS {
             return None;
         }
-        let mut c = Charges::default();
         c.quantity.copy_from_slice(&a[..N_COMPONENTS]);
         c.pico.copy_from_slice(&a[N_COMPONENTS..]);
         Some(c)
@@ -254,6 +288,34 @@ mod tests {
                 (Component::WebSearch, 2, 20_000_000)
             ]
         );
+    }
+
+    /// A closed month archived before OpenAI's write TTLs keeps its
+    /// components: its arrays have the ten components of then, in their
+    /// order.
+    #[test]
+    fn an_array_from_before_the_openai_write_ttls_reads_as_it_was_written() {
+        // input, cached, 5m, 1h, audio in, image in, output, audio out,
+        // image out, web search: quantities, then pico-USD.
+        let old: Vec<i64> = (1..=10).chain(101..=110).collect();
+        let c = Charges::from_slice(&old).unwrap();
+        assert_eq!(c.quantity_of(Component::Input), 1);
+        assert_eq!(c.quantity_of(Component::CacheWrite1h), 4);
+        assert_eq!(c.quantity_of(Component::AudioInput), 5);
+        assert_eq!(
+            (
+                c.quantity_of(Component::WebSearch),
+                c.pico_of(Component::WebSearch)
+            ),
+            (10, 110)
+        );
+        assert_eq!(c.pico_of(Component::Output), 107);
+        assert_eq!(c.quantity_of(Component::CacheWrite30m), 0);
+        assert_eq!(c.quantity_of(Component::CacheWrite12h), 0);
+        let mut w = Charges::default();
+        w.set(Component::CacheWrite30m, 3, 30);
+        w.set(Component::CacheWrite12h, 4, 80);
+        assert_eq!(Charges::from_slice(&w.to_array()), Some(w));
     }
 
     #[test]

@@ -25,6 +25,14 @@ pub const TOKEN_FIELDS: &[(&str, &str)] = &[
         "cache_creation_input_token_cost_above_1hr",
         "cache_write_1h",
     ),
+    // OpenAI's 12-hour write. Its 30-minute write is LiteLLM's base write
+    // price (`cache_creation_input_token_cost`, as in LiteLLM's own cost
+    // calculator): a sheet's `cache_write_30m` falls back to
+    // `cache_write_5m`, so it is not set twice.
+    (
+        "cache_creation_input_token_cost_above_12hr",
+        "cache_write_12h",
+    ),
     ("input_cost_per_audio_token", "audio_input"),
     ("output_cost_per_audio_token", "audio_output"),
     ("input_cost_per_image_token", "image_input"),
@@ -176,6 +184,7 @@ fn set(p: &mut TokenPrices, component: &str, v: i64) {
         "cached_input" => p.cached_input = Some(v),
         "cache_write_5m" => p.cache_write_5m = Some(v),
         "cache_write_1h" => p.cache_write_1h = Some(v),
+        "cache_write_12h" => p.cache_write_12h = Some(v),
         "audio_input" => p.audio_input = Some(v),
         "audio_output" => p.audio_output = Some(v),
         "image_input" => p.image_input = Some(v),
@@ -332,6 +341,8 @@ pub fn flatten(s: &PriceSheet) -> BTreeMap<String, i64> {
             ("cached_input", p.cached_input),
             ("cache_write_5m", p.cache_write_5m),
             ("cache_write_1h", p.cache_write_1h),
+            ("cache_write_30m", p.cache_write_30m),
+            ("cache_write_12h", p.cache_write_12h),
             ("audio_input", p.audio_input),
             ("audio_output", p.audio_output),
             ("image_input", p.image_input),
@@ -477,6 +488,40 @@ mod tests {
         assert_eq!(per_mtok(2.9999900000000002e-06, true), Ok(2_999_990));
         assert_eq!(scaled(0.025, 6, false), Ok(25_000));
         assert!(scaled(1e-7, 6, false).is_err());
+    }
+
+    /// OpenAI's write TTLs as LiteLLM prices them (gpt-5.6's entry): the
+    /// base write price is the 30-minute write, `_above_12hr` the 12-hour
+    /// one, with its long-context and service-tier variants.
+    #[test]
+    fn openai_write_ttls_are_imported() {
+        let e = obj(json!({
+            "input_cost_per_token": 4e-06, "output_cost_per_token": 2e-05,
+            "cache_creation_input_token_cost": 5e-06,
+            "cache_creation_input_token_cost_above_12hr": 1e-05,
+            "cache_creation_input_token_cost_above_12hr_priority": 2e-05,
+            "input_cost_per_token_priority": 8e-06, "output_cost_per_token_priority": 4e-05,
+            "input_cost_per_token_above_272k_tokens": 8e-06,
+            "cache_creation_input_token_cost_above_12hr_above_272k_tokens": 2e-05,
+        }));
+        let (s, unknown) = sheet_of_entry(&e, false).unwrap();
+        assert!(unknown.is_empty(), "{unknown:?}");
+        assert_eq!(s.base.cache_write_5m, Some(5_000_000));
+        assert_eq!(s.base.cache_write_30m, None, "the base write price");
+        assert_eq!(s.base.cache_write_12h, Some(10_000_000));
+        assert_eq!(
+            s.service_tiers["priority"].cache_write_12h,
+            Some(20_000_000)
+        );
+        let t = s.tiers.iter().find(|t| t.service_tier.is_none()).unwrap();
+        assert_eq!(t.prices.cache_write_12h, Some(20_000_000));
+        // Billed: a 30-minute write at the base write price.
+        let b = crate::usage::Breakdown {
+            cache_write_30m: 10,
+            cache_write_12h: 10,
+            ..Default::default()
+        };
+        assert_eq!(s.cost_pico(&b), 10 * 5_000_000 + 10 * 10_000_000);
     }
 
     #[test]

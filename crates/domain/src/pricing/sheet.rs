@@ -20,8 +20,11 @@ pub const BOUND_TOOL_CALLS: i64 = 100;
 /// The token prices of one tier of a sheet, µUSD per million tokens. A
 /// component without its own price is billed at the price of what it is
 /// part of: cached input, cache writes, audio and image input at `input`
-/// (a 1-hour write at the 5-minute one first), audio and image output at
-/// `output`. Reasoning is output.
+/// (a 1-hour write at the 5-minute one first; OpenAI's 30-minute write at
+/// the 5-minute one — the base write price, LiteLLM's
+/// `cache_creation_input_token_cost` — and its 12-hour write at the
+/// 30-minute one), audio and image output at `output`. Reasoning is
+/// output.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenPrices {
@@ -33,6 +36,13 @@ pub struct TokenPrices {
     pub cache_write_5m: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_write_1h: Option<i64>,
+    /// OpenAI's 30-minute write (`prompt_cache_options.ttl: "30m"`, its
+    /// default; every chat completions write).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_30m: Option<i64>,
+    /// OpenAI's 12-hour write (Responses `prompt_cache_options.ttl: "12h"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_12h: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audio_input: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -118,6 +128,8 @@ impl TokenPrices {
             ("cached_input", self.cached_input),
             ("cache_write_5m", self.cache_write_5m),
             ("cache_write_1h", self.cache_write_1h),
+            ("cache_write_30m", self.cache_write_30m),
+            ("cache_write_12h", self.cache_write_12h),
             ("audio_input", self.audio_input),
             ("audio_output", self.audio_output),
             ("image_input", self.image_input),
@@ -154,6 +166,12 @@ impl TokenPrices {
     fn write_1h(&self) -> i64 {
         self.cache_write_1h.unwrap_or_else(|| self.write_5m())
     }
+    fn write_30m(&self) -> i64 {
+        self.cache_write_30m.unwrap_or_else(|| self.write_5m())
+    }
+    fn write_12h(&self) -> i64 {
+        self.cache_write_12h.unwrap_or_else(|| self.write_30m())
+    }
 
     /// The most one input token can cost at these prices.
     pub fn max_input(&self) -> i64 {
@@ -162,6 +180,8 @@ impl TokenPrices {
             self.cached(),
             self.write_5m(),
             self.write_1h(),
+            self.write_30m(),
+            self.write_12h(),
             self.audio_input.unwrap_or(self.input),
             self.image_input.unwrap_or(self.input),
         ]
@@ -190,6 +210,8 @@ const SHEET_FIELDS: &[&str] = &[
     "cached_input",
     "cache_write_5m",
     "cache_write_1h",
+    "cache_write_30m",
+    "cache_write_12h",
     "audio_input",
     "audio_output",
     "image_input",
@@ -357,6 +379,16 @@ impl PriceSheet {
             Component::CacheWrite1h,
             b.cache_write_1h,
             mtok(p.write_1h()),
+        );
+        put(
+            Component::CacheWrite30m,
+            b.cache_write_30m,
+            mtok(p.write_30m()),
+        );
+        put(
+            Component::CacheWrite12h,
+            b.cache_write_12h,
+            mtok(p.write_12h()),
         );
         put(Component::Output, text_out, mtok(p.output));
         put(
@@ -612,6 +644,54 @@ mod tests {
         assert!(m.pico_of(Component::Input) > c.pico_of(Component::Input));
     }
 
+    /// OpenAI's writes by TTL: 30 minutes and 12 hours each at its own
+    /// price; without one, the 30-minute write at the base write price
+    /// (`cache_write_5m`) and the 12-hour at the 30-minute one.
+    #[test]
+    fn openai_writes_are_priced_by_their_ttl() {
+        let b = Breakdown {
+            input: 1_000,
+            cache_write_30m: 2_000,
+            cache_write_12h: 3_000,
+            output: 10,
+            ..Default::default()
+        };
+        let s = PriceSheet {
+            base: TokenPrices {
+                cache_write_5m: Some(2_500_000),
+                cache_write_30m: Some(3_000_000),
+                cache_write_12h: Some(5_000_000),
+                ..TokenPrices::two(2_000_000, 8_000_000)
+            },
+            ..Default::default()
+        };
+        let c = s.charges(&b);
+        let of = |k| (c.quantity_of(k), c.pico_of(k));
+        assert_eq!(of(Component::CacheWrite30m), (2_000, 2_000 * 3_000_000));
+        assert_eq!(of(Component::CacheWrite12h), (3_000, 3_000 * 5_000_000));
+        assert_eq!(of(Component::CacheWrite5m), (0, 0));
+        assert_eq!(of(Component::Input), (1_000, 1_000 * 2_000_000));
+        // The hold's input price is the dearest write.
+        assert_eq!(s.base.max_input(), 5_000_000);
+        // Unpriced: 30m at the base write price, 12h at the 30m one.
+        let mut fallback = s.clone();
+        fallback.base.cache_write_30m = None;
+        fallback.base.cache_write_12h = None;
+        let c = fallback.charges(&b);
+        assert_eq!(c.pico_of(Component::CacheWrite30m), 2_000 * 2_500_000);
+        assert_eq!(c.pico_of(Component::CacheWrite12h), 3_000 * 2_500_000);
+        let mut only_30m = s.clone();
+        only_30m.base.cache_write_12h = None;
+        let c = only_30m.charges(&b);
+        assert_eq!(c.pico_of(Component::CacheWrite12h), 3_000 * 3_000_000);
+        let json = serde_json::json!({"input": 1, "output": 2, "cache_write_30m": 3, "cache_write_12h": 4});
+        let read = PriceSheet::from_json(&json).unwrap();
+        assert_eq!(
+            (read.base.cache_write_30m, read.base.cache_write_12h),
+            (Some(3), Some(4))
+        );
+    }
+
     #[test]
     fn unpriced_components_fall_back_to_what_they_are_part_of() {
         let s = PriceSheet::two(1_000_000, 2_000_000);
@@ -759,14 +839,17 @@ mod tests {
             (0i64..40_000_000, 0i64..80_000_000),
             (opt_price(), opt_price(), opt_price()),
             (opt_price(), opt_price(), opt_price(), opt_price()),
+            (opt_price(), opt_price()),
         )
             .prop_map(
-                |((input, output), (c, w5, w1), (ai, ao, ii, io))| TokenPrices {
+                |((input, output), (c, w5, w1), (ai, ao, ii, io), (w30, w12))| TokenPrices {
                     input,
                     output,
                     cached_input: c,
                     cache_write_5m: w5,
                     cache_write_1h: w1,
+                    cache_write_30m: w30,
+                    cache_write_12h: w12,
                     audio_input: ai,
                     audio_output: ao,
                     image_input: ii,
@@ -816,7 +899,7 @@ mod tests {
 
     /// What the request was allowed and held for, and what the provider
     /// then reported within it: the whole input split into cached, written
-    /// (either TTL), audio, image and plain parts at random points, the
+    /// (any of the four TTLs), audio, image and plain parts at random points, the
     /// output into audio, image and text, some of the allowed searches, at
     /// any allowed service tier, the default, or a tier the sheet does not
     /// price (billed as the default).
@@ -835,7 +918,7 @@ mod tests {
             0i64..600_000,
             0i64..200_000,
             0i64..6,
-            proptest::collection::vec(0u32..=1000, 8),
+            proptest::collection::vec(0u32..=1000, 10),
             0usize..5,
         )
             .prop_map(|(allowed, input_upper, max_output, calls, cuts, pick)| {
@@ -848,7 +931,9 @@ mod tests {
                 let cached = part(input, 0, cuts[1]);
                 let w5 = part(input - cached, 0, cuts[2]);
                 let w1 = part(input - cached - w5, 0, cuts[3]);
-                let plain = input - cached - w5 - w1;
+                let w30 = part(input - cached - w5 - w1, 0, cuts[8]);
+                let w12 = part(input - cached - w5 - w1 - w30, 0, cuts[9]);
+                let plain = input - cached - w5 - w1 - w30 - w12;
                 let audio_in = part(plain, 0, cuts[4]);
                 let image_in = part(plain - audio_in, 0, cuts[5]);
                 let output = max_output * i64::from(cuts[6]) / 1000;
@@ -865,6 +950,8 @@ mod tests {
                         cached_input: cached,
                         cache_write_5m: w5,
                         cache_write_1h: w1,
+                        cache_write_30m: w30,
+                        cache_write_12h: w12,
                         output,
                         audio_input: audio_in,
                         image_input: image_in,

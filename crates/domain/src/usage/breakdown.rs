@@ -13,6 +13,12 @@
 //! - Anthropic splits cache writes by TTL in `cache_creation`
 //!   (`ephemeral_5m_input_tokens`, `ephemeral_1h_input_tokens`); a total in
 //!   `cache_creation_input_tokens` without the split is a 5-minute write.
+//! - OpenAI's writes (`cache_write_tokens`, inside the prompt total) live
+//!   30 minutes or 12 hours (`prompt_cache_options.ttl`): Responses splits
+//!   them in `input_tokens_details.cache_write_tokens_details`
+//!   (`ttl_30m_tokens`, `ttl_12h_tokens`); chat completions has no split and
+//!   no TTL but 30 minutes. A write the split does not cover is a
+//!   30-minute write (the default TTL).
 //! - Reasoning, audio and image tokens are *of* the totals, not beside them.
 
 use serde::{Deserialize, Serialize};
@@ -38,6 +44,14 @@ pub struct Breakdown {
     /// Input written to a cache that lives an hour (Anthropic `ttl: "1h"`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_write_1h: i64,
+    /// Input written to OpenAI's cache for 30 minutes (its default TTL;
+    /// every chat completions write).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_30m: i64,
+    /// Input written to OpenAI's cache for 12 hours (Responses
+    /// `prompt_cache_options.ttl: "12h"`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_12h: i64,
     /// All output, reasoning and audio included.
     #[serde(default)]
     pub output: i64,
@@ -170,6 +184,8 @@ impl Breakdown {
             .saturating_add(self.cached_input)
             .saturating_add(self.cache_write_5m)
             .saturating_add(self.cache_write_1h)
+            .saturating_add(self.cache_write_30m)
+            .saturating_add(self.cache_write_12h)
     }
 
     /// Input and output as one breakdown with nothing cached, for a request
@@ -229,13 +245,15 @@ impl Breakdown {
             Some(hit) => n(Some(hit)),
             None => n(sub(f.prompt_details, "cached_tokens")),
         };
+        // Chat completions writes live 30 minutes (`prompt_cache_options.ttl`
+        // takes only "30m" there) and are reported unsplit.
         let written = n(sub(f.prompt_details, "cache_write_tokens"));
         let cached = cached.min(prompt);
         let written = written.min(prompt - cached);
         Breakdown {
             input: prompt - cached - written,
             cached_input: cached,
-            cache_write_5m: written,
+            cache_write_30m: written,
             output: n(f.completion_tokens),
             reasoning: n(sub(f.completion_details, "reasoning_tokens")),
             audio_input: n(sub(f.prompt_details, "audio_tokens")),
@@ -251,11 +269,20 @@ impl Breakdown {
     fn openai_responses(f: &Fields) -> Breakdown {
         let prompt = n(f.input_tokens);
         let cached = n(sub(f.input_details, "cached_tokens")).min(prompt);
-        let written = n(sub(f.input_details, "cache_write_tokens")).min(prompt - cached);
+        // `cache_write_tokens`, split by TTL in `cache_write_tokens_details`;
+        // what the split does not cover is a 30-minute write (the default).
+        let by_ttl = sub(f.input_details, "cache_write_tokens_details");
+        let ttl_12h = n(sub(by_ttl, "ttl_12h_tokens"));
+        let split = n(sub(by_ttl, "ttl_30m_tokens")).saturating_add(ttl_12h);
+        let written = n(sub(f.input_details, "cache_write_tokens"))
+            .max(split)
+            .min(prompt - cached);
+        let w12 = ttl_12h.min(written);
         Breakdown {
             input: prompt - cached - written,
             cached_input: cached,
-            cache_write_5m: written,
+            cache_write_30m: written - w12,
+            cache_write_12h: w12,
             output: n(f.output_tokens),
             reasoning: n(sub(f.output_details, "reasoning_tokens")),
             // Counted by the gateway from the answer's `web_search_call`
@@ -356,6 +383,48 @@ mod tests {
             "input_tokens_details": {"cached_tokens": 900},
             "server_tool_use": {"web_search_requests": 2}}));
         assert_eq!((b.input, b.cached_input, b.web_search_calls), (100, 900, 2));
+    }
+
+    /// OpenAI's writes by TTL, with the SDK's field names: chat's
+    /// `prompt_tokens_details.cache_write_tokens` (30 minutes, the only TTL
+    /// chat has), Responses' `input_tokens_details.cache_write_tokens`
+    /// split in `cache_write_tokens_details.{ttl_30m_tokens, ttl_12h_tokens}`.
+    #[test]
+    fn openai_writes_are_split_by_ttl() {
+        let b = Breakdown::read(&json!({"prompt_tokens": 1000, "completion_tokens": 5,
+            "prompt_tokens_details": {"cached_tokens": 600, "cache_write_tokens": 300}}));
+        assert_eq!(
+            (b.input, b.cached_input, b.cache_write_30m, b.cache_write_5m),
+            (100, 600, 300, 0)
+        );
+        let b = Breakdown::read(&json!({"input_tokens": 1000, "output_tokens": 5,
+            "input_tokens_details": {"cached_tokens": 100, "cache_write_tokens": 700,
+                "cache_write_tokens_details": {"ttl_30m_tokens": 200, "ttl_12h_tokens": 500}},
+            "output_tokens_details": {"reasoning_tokens": 0}}));
+        assert_eq!(
+            (
+                b.input,
+                b.cached_input,
+                b.cache_write_30m,
+                b.cache_write_12h
+            ),
+            (200, 100, 200, 500)
+        );
+        assert!(b.fits(1000, 5));
+        // No split: a 30-minute write; a split short of the total: the
+        // rest is 30-minute.
+        let b = Breakdown::read(&json!({"input_tokens": 1000, "output_tokens": 5,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 400}}));
+        assert_eq!((b.cache_write_30m, b.cache_write_12h), (400, 0));
+        let b = Breakdown::read(&json!({"input_tokens": 1000, "output_tokens": 5,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 400,
+                "cache_write_tokens_details": {"ttl_30m_tokens": 0, "ttl_12h_tokens": 150}}}));
+        assert_eq!((b.cache_write_30m, b.cache_write_12h), (250, 150));
+        // A split above the prompt is clamped to it.
+        let b = Breakdown::read(&json!({"input_tokens": 100, "output_tokens": 5,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 100,
+                "cache_write_tokens_details": {"ttl_30m_tokens": 0, "ttl_12h_tokens": 900}}}));
+        assert_eq!((b.input, b.cache_write_30m, b.cache_write_12h), (0, 0, 100));
     }
 
     #[test]

@@ -36,8 +36,26 @@ fn text_of(parts: &[Value]) -> String {
     parts.iter().filter_map(|p| p["text"].as_str()).collect()
 }
 
-/// The chat completions request a Gemini request asks for.
+/// The chat completions request a Gemini request asks for; a hosted tool
+/// (one Google runs) refused, naming it (`:countTokens`).
 pub fn to_chat(body: &Value, model: &str, stream: bool) -> Result<Value, InvalidField> {
+    match to_chat_native(body, model, stream)? {
+        (_, Some(hosted)) => Err(hosted),
+        (chat, None) => Ok(chat),
+    }
+}
+
+/// As [`to_chat`], with a hosted tool (`googleSearch`, `codeExecution`,
+/// `urlContext`, …) left out of the chat request and named: the request
+/// is refused after the policy has spoken (403 `tool_not_allowed` first,
+/// as in the other dialects; docs/clients.md, "Gemini CLI and the Gemini
+/// API").
+pub fn to_chat_native(
+    body: &Value,
+    model: &str,
+    stream: bool,
+) -> Result<(Value, Option<InvalidField>), InvalidField> {
+    let mut hosted = None;
     let obj = body
         .as_object()
         .ok_or_else(|| bad("", "request body must be a JSON object"))?;
@@ -174,34 +192,42 @@ pub fn to_chat(body: &Value, model: &str, stream: bool) -> Result<Value, Invalid
         }
     }
     if let Some(tools) = obj.get("tools").filter(|v| !v.is_null()) {
+        let Some(list) = tools.as_array() else {
+            return Err(bad("tools", "tools must be an array"));
+        };
         let mut out = Vec::new();
-        for (i, t) in tools.as_array().into_iter().flatten().enumerate() {
-            let Some(decls) = t
-                .get("functionDeclarations")
-                .or_else(|| t.get("function_declarations"))
-            else {
-                // googleSearch, codeExecution, urlContext …: Google runs them.
-                let kind = t
-                    .as_object()
-                    .and_then(|o| o.keys().next().cloned())
-                    .unwrap_or_default();
-                return Err(bad(
-                    format!("tools[{i}].{kind}"),
-                    format!("the tool {kind:?} runs at Google: only function declarations are supported"),
-                ));
+        for (i, t) in list.iter().enumerate() {
+            let Some(fields) = t.as_object() else {
+                return Err(bad(format!("tools[{i}]"), "a tool must be an object"));
             };
-            for d in decls.as_array().into_iter().flatten() {
-                let mut f = json!({"name": d["name"]});
-                if let Some(x) = d.get("description") {
-                    f["description"] = x.clone();
+            // One `Tool` may carry several fields: every one is read, none
+            // dropped.
+            for (field, v) in fields {
+                match field.as_str() {
+                    "functionDeclarations" | "function_declarations" => {
+                        for d in v.as_array().into_iter().flatten() {
+                            out.push(function_tool(d));
+                        }
+                    }
+                    f if domain::extras::gemini_hosted_kind(f).is_some() => {
+                        // googleSearch, codeExecution, urlContext …: Google
+                        // runs them. The policy (403 `tool_not_allowed`)
+                        // speaks first; allowed, a chat provider cannot run
+                        // them (no provider serves this dialect natively).
+                        hosted.get_or_insert_with(|| bad(
+                            format!("tools[{i}].{f}"),
+                            format!("the hosted tool {f:?} runs at the provider: only a model whose provider serves the Gemini API natively offers it, and tollgate translates every Gemini request to chat completions"),
+                        ));
+                    }
+                    f => {
+                        return Err(bad(
+                            format!("tools[{i}].{f}"),
+                            format!(
+                                "the tool {f:?} is not supported: only function declarations are"
+                            ),
+                        ))
+                    }
                 }
-                if let Some(p) = d
-                    .get("parameters")
-                    .or_else(|| d.get("parametersJsonSchema"))
-                {
-                    f["parameters"] = lower_types(p);
-                }
-                out.push(json!({"type": "function", "function": f}));
             }
         }
         if !out.is_empty() {
@@ -212,7 +238,22 @@ pub fn to_chat(body: &Value, model: &str, stream: bool) -> Result<Value, Invalid
         chat.insert("stream".into(), json!(true));
         chat.insert("stream_options".into(), json!({"include_usage": true}));
     }
-    Ok(Value::Object(chat))
+    Ok((Value::Object(chat), hosted))
+}
+
+/// A function declaration as a chat function tool.
+fn function_tool(d: &Value) -> Value {
+    let mut f = json!({"name": d["name"]});
+    if let Some(x) = d.get("description") {
+        f["description"] = x.clone();
+    }
+    if let Some(p) = d
+        .get("parameters")
+        .or_else(|| d.get("parametersJsonSchema"))
+    {
+        f["parameters"] = lower_types(p);
+    }
+    json!({"type": "function", "function": f})
 }
 
 /// Gemini's OpenAPI schema types are upper case (`OBJECT`, `STRING`);
@@ -453,6 +494,7 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.param, "tools[0].googleSearch");
+        assert!(e.message.contains("natively"), "{}", e.message);
         assert_eq!(
             to_chat(&json!({"contents": []}), "m", false)
                 .unwrap_err()
@@ -482,6 +524,43 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.param, "generationConfig.responseMimeType");
+    }
+
+    /// A hosted tool is left out of the chat request and named (refused
+    /// after the policy has spoken); its function declarations, in the same
+    /// `Tool` or another, still translate; a tool field Google runs that
+    /// tollgate has no policy name for is refused at once.
+    #[test]
+    fn hosted_tools_are_named_never_dropped() {
+        let body = json!({"contents": [{"parts": [{"text": "x"}]}], "tools": [
+            {"functionDeclarations": [{"name": "ls", "parameters": {"type": "OBJECT"}}]},
+            {"function_declarations": [{"name": "cat"}], "codeExecution": {}},
+            {"urlContext": {}},
+        ]});
+        let (chat, hosted) = to_chat_native(&body, "m", false).unwrap();
+        let names: Vec<&str> = chat["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["ls", "cat"]);
+        let hosted = hosted.expect("the hosted tool is named");
+        assert_eq!(hosted.param, "tools[1].codeExecution");
+        assert!(hosted.message.contains("natively"), "{}", hosted.message);
+        // countTokens reads with `to_chat`: refused at once.
+        assert_eq!(
+            to_chat(&body, "m", false).unwrap_err().param,
+            "tools[1].codeExecution"
+        );
+        for field in ["googleMaps", "computerUse", "retrieval"] {
+            let b = json!({"contents": [{"parts": [{"text": "x"}]}], "tools": [{field: {}}]});
+            let e = to_chat_native(&b, "m", false).unwrap_err();
+            assert_eq!(e.param, format!("tools[0].{field}"));
+        }
+        let plain = json!({"contents": [{"parts": [{"text": "x"}]}],
+            "tools": [{"functionDeclarations": [{"name": "ls"}]}]});
+        assert!(to_chat_native(&plain, "m", false).unwrap().1.is_none());
     }
 
     #[test]

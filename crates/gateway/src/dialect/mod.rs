@@ -35,7 +35,8 @@ pub(crate) struct Inbound {
     /// that speaks the dialect natively.
     pub original: Option<Value>,
     /// What only a provider speaking the dialect natively takes (a
-    /// Responses tool without a chat equivalent): refused for the others.
+    /// Responses tool without a chat equivalent, a Messages server tool, a
+    /// Gemini hosted tool): refused for the others.
     pub untranslated: Option<InvalidField>,
     /// Responses `custom` tools, offered to chat as functions.
     pub custom_tools: Vec<String>,
@@ -86,11 +87,8 @@ impl Inbound {
                     message: "the path names no model".into(),
                 })?;
                 json_array = p.stream && p.json_array;
-                (
-                    gemini::to_chat(&body, &p.model, p.stream)?,
-                    None,
-                    Vec::new(),
-                )
+                let (chat, hosted) = gemini::to_chat_native(&body, &p.model, p.stream)?;
+                (chat, hosted, Vec::new())
             }
         };
         // The original may be sent as is: the same refusal of client-chosen
@@ -234,15 +232,25 @@ pub(crate) fn error_response(dialect: Dialect, mut e: ApiError) -> Response {
     r
 }
 
-/// A refusal in Google's Gemini API shape, `{"error":{code,message,status}}`
-/// (its `status` the canonical code name of the HTTP status); headers as
-/// in every dialect.
+/// A refusal in Google's Gemini API shape, `{"error":{code,message,status,
+/// details}}` (its `status` the canonical code name of the HTTP status; the
+/// message starting with the offending field, as Anthropic's does; the
+/// reason code in a `google.rpc.ErrorInfo` detail, as Google's own errors
+/// carry theirs); headers as in every dialect.
 pub(crate) fn google_error_response(e: ApiError) -> Response {
     let status = e.http_status();
+    let message = match &e.param {
+        Some(p) if !p.is_empty() && !e.message.contains(p.as_str()) => {
+            format!("{p}: {}", e.message)
+        }
+        _ => e.message.clone(),
+    };
     let body = json!({"error": {
         "code": status,
-        "message": e.message.clone(),
+        "message": message,
         "status": google_status(status),
+        "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": e.reason.as_str(), "domain": "tollgate"}],
     }});
     let mut r = e.into_response();
     *r.body_mut() = axum::body::Body::from(body.to_string());
@@ -325,6 +333,32 @@ mod tests {
         let v = body_of(r).await;
         assert_eq!(v["error"]["type"], "billing_error");
         assert_eq!(v["error"]["code"], "tenant_monthly_budget_exhausted");
+    }
+
+    #[tokio::test]
+    async fn gemini_errors_are_google_shaped_and_name_the_field_and_the_reason() {
+        let e = ApiError::new(
+            ReasonCode::ToolNotAllowed,
+            "hosted tool \"web_search\" is not allowed",
+        )
+        .param("tools[1].googleSearch");
+        let r = error_response(Dialect::Gemini, e);
+        assert_eq!(r.status(), 403);
+        assert_eq!(r.headers()["x-tollgate-reason"], "tool_not_allowed");
+        let v = body_of(r).await;
+        assert_eq!(v["error"]["code"], 403);
+        assert_eq!(v["error"]["status"], "PERMISSION_DENIED");
+        assert_eq!(
+            v["error"]["message"],
+            "tools[1].googleSearch: hosted tool \"web_search\" is not allowed"
+        );
+        assert_eq!(v["error"]["details"][0]["reason"], "tool_not_allowed");
+        // A message that names its field already is kept as it is.
+        let e = ApiError::new(ReasonCode::InvalidRequest, "contents must be an array")
+            .param("contents");
+        let v = body_of(error_response(Dialect::Gemini, e)).await;
+        assert_eq!(v["error"]["message"], "contents must be an array");
+        assert_eq!(v["error"]["details"][0]["reason"], "invalid_request");
     }
 
     #[tokio::test]
