@@ -491,16 +491,14 @@ type RollupKey<'a> = (
 );
 
 /// One batch's totals per rollup row, summed in Rust for the copy path the
-/// way [`sat_sum`] sums them in SQL: exactly, capped at i64::MAX. The
-/// settle makes every total of an event ≥ 0, and for such totals adding
-/// with saturation is the exact sum capped.
-/// Reconcile recomputes the rollups from the events with `sat_sum`, so the
-/// two are checked against each other.
+/// way [`sat_sum`] sums them in SQL: exactly (i128), then capped at
+/// i64::MAX. Reconcile recomputes the rollups from the events with
+/// `sat_sum`, so the two are checked against each other.
 #[derive(Default)]
 struct RollupSums<'a> {
-    rows: rustc_hash::FxHashMap<RollupKey<'a>, [i64; N_TOTALS]>,
+    rows: rustc_hash::FxHashMap<RollupKey<'a>, [i128; N_TOTALS]>,
     /// The same per month row (`MONTH_KEY`).
-    months: rustc_hash::FxHashMap<(&'a str, &'a str, &'a str, &'a str), [i64; N_TOTALS]>,
+    months: rustc_hash::FxHashMap<(&'a str, &'a str, &'a str, &'a str), [i128; N_TOTALS]>,
 }
 
 impl<'a> RollupSums<'a> {
@@ -523,8 +521,8 @@ impl<'a> RollupSums<'a> {
             e.app_id.as_str(),
             e.model.as_str(),
         );
-        let mut one = [0i64; N_TOTALS];
-        one[..BASE_TOTALS.len()].copy_from_slice(&[
+        let mut one = [0i128; N_TOTALS];
+        let base = [
             1,
             e.input_tokens,
             e.output_tokens,
@@ -532,12 +530,15 @@ impl<'a> RollupSums<'a> {
             e.overrun_tokens,
             e.overrun_cost_micro,
             stored_pico(e),
-        ]);
+        ];
+        for (x, v) in one.iter_mut().zip(base) {
+            *x = i128::from(v);
+        }
         if let Some(ch) = &e.charges {
-            for i in 0..N_COMPONENTS {
+            for (i, c) in Component::ALL.into_iter().enumerate() {
                 let at = BASE_TOTALS.len() + 2 * i;
-                one[at] = ch.quantity[i];
-                one[at + 1] = ch.pico[i];
+                one[at] = i128::from(ch.quantity_of(c));
+                one[at + 1] = i128::from(ch.pico_of(c));
             }
         }
         for t in [
@@ -545,9 +546,13 @@ impl<'a> RollupSums<'a> {
             self.months.entry(month).or_insert([0; N_TOTALS]),
         ] {
             for (sum, x) in t.iter_mut().zip(one) {
-                *sum = sum.saturating_add(x);
+                *sum += x;
             }
         }
+    }
+
+    fn capped(v: i128) -> i64 {
+        i64::try_from(v.min(i128::from(i64::MAX))).unwrap_or(i64::MIN)
     }
 
     async fn upsert(self, conn: &mut sqlx::PgConnection) -> Result<()> {
@@ -558,7 +563,7 @@ impl<'a> RollupSums<'a> {
         }
         macro_rules! total {
             ($i:expr) => {
-                col!(|(_, t)| t[$i])
+                col!(|(_, t)| Self::capped(t[$i]))
             };
         }
         let mut q = sqlx::query(rollup_upsert_sql())
@@ -586,7 +591,7 @@ impl<'a> RollupSums<'a> {
             .bind(month!(|(k, _)| k.2))
             .bind(month!(|(k, _)| k.3));
         for i in 0..N_TOTALS {
-            q = q.bind(month!(|(_, t)| t[i]));
+            q = q.bind(month!(|(_, t)| Self::capped(t[i])));
         }
         q.execute(conn).await?;
         Ok(())
