@@ -12,7 +12,9 @@
 --
 -- Upgrading: the columns have defaults, so the previous version's ledger
 -- writer still writes (it books OpenAI writes as 5-minute ones, leaving
--- these at 0). A month archived to ClickHouse by this version has 12
+-- these at 0); but it reads the charges of an event that has a new
+-- component as absent, so it must not run the rollover or reconcile after
+-- this migration (docs/operations.md). A month archived to ClickHouse by this version has 12
 -- components per `charges` array; the previous version reads such a month
 -- as unsplit (this version reads both layouts).
 

@@ -10,7 +10,9 @@
 //! escape or given twice, a truncated value) is answered `None`, and the
 //! caller parses the body the ordinary way. On well-formed JSON its answer is
 //! what a parser finds (the unit and property tests below check it against
-//! `serde_json`).
+//! `serde_json`). It is not a validator: brackets must match, but a bad
+//! literal or number inside content it skips goes unnoticed — the members
+//! it returns are parsed strictly by the caller.
 
 /// The raw text of each of `keys` at the top level of the object `body`
 /// (`None` for a key it does not have), or `None` when the body must be read
@@ -128,7 +130,10 @@ fn value_end(body: &[u8], start: usize) -> Option<usize> {
     match *body.get(start)? {
         b'"' => string_end(body, start),
         b'{' | b'[' => {
-            let mut depth = 0usize;
+            // The open brackets, innermost in the low bit (1 for `{`): a
+            // closer must match its opener; deeper than 64 is left to the
+            // parser.
+            let (mut open, mut depth) = (0u64, 0u32);
             let mut i = start;
             loop {
                 i = next_stop(body, i, &IN_NESTING)?;
@@ -137,8 +142,18 @@ fn value_end(body: &[u8], start: usize) -> Option<usize> {
                         i = string_end(body, i)?;
                         continue;
                     }
-                    b'{' | b'[' => depth += 1,
-                    _ => {
+                    b @ (b'{' | b'[') => {
+                        if depth == 64 {
+                            return None;
+                        }
+                        open = open << 1 | u64::from(b == b'{');
+                        depth += 1;
+                    }
+                    b => {
+                        if (open & 1 == 1) != (b == b'}') {
+                            return None;
+                        }
+                        open >>= 1;
                         depth -= 1;
                         if depth == 0 {
                             return Some(i + 1);
@@ -204,6 +219,8 @@ mod tests {
             r#"{"usage" 1}"#,
             r#"{"usage":1,}"#,
             r#"{"usage":1} x"#,
+            r#"{"a":[1}],"usage":1}"#,
+            r#"{"a":{"b":[}]},"usage":1}"#,
             r#"{"usage":}"#,
             "{\"a\":\"raw\ncontrol\"}",
         ] {
@@ -274,6 +291,13 @@ mod tests {
         fn never_panics_on_bytes(body in prop::collection::vec(any::<u8>(), 0..64)) {
             let _ = top_level(&body, ["usage", "service_tier"]);
         }
+    }
+
+    #[test]
+    fn nesting_deeper_than_it_tracks_is_left_to_the_parser() {
+        let nested = |n: usize| format!(r#"{{"a":{}{},"usage":1}}"#, "[".repeat(n), "]".repeat(n));
+        assert_eq!(scan(&nested(64), ["usage", "x"]), Some([Some("1"), None]));
+        assert_eq!(scan(&nested(65), ["usage", "x"]), None);
     }
 
     #[test]

@@ -130,7 +130,12 @@ pub fn answer_usage(dialect: Dialect, body: &[u8]) -> Option<Reported> {
 /// `None` when the answer must be parsed instead (the scan could not read
 /// it, or a member is not what [`UsageOnly`] takes).
 fn scanned_usage(body: &[u8]) -> Option<Option<Value>> {
-    let [usage, tier] = domain::json_scan::top_level(body, ["usage", "service_tier"])?;
+    let [usage, tier, output] =
+        domain::json_scan::top_level(body, ["usage", "service_tier", "output"])?;
+    if output.is_some() {
+        // `UsageOnly` reads output items: the parser decides, as before.
+        return None;
+    }
     let tier: Option<String> = match tier {
         Some(t) => serde_json::from_slice(t).ok()?,
         None => None,
