@@ -120,6 +120,12 @@ impl HeldRequest {
         self.known().billed_report()
     }
 
+    /// What a stream the budget cut after `counted` output tokens
+    /// delivered is settled at.
+    pub fn cut_actual(&self, counted: i64) -> Actual {
+        self.known().cut(counted)
+    }
+
     fn known(&self) -> Known<'_> {
         Known {
             stream: self.stream,
@@ -191,6 +197,18 @@ impl Known<'_> {
         };
         let r = self.usage?;
         Some(domain::usage::bill(r, &self.bound, fallback))
+    }
+
+    /// A stream the budget cut: the input reported, else estimated, and
+    /// the output `counted` and delivered.
+    fn cut(&self, counted: i64) -> Actual {
+        Actual {
+            input: self.billed_report().map_or(self.est_input, |b| b.input),
+            output: counted,
+            status: "cut_off",
+            source: "counted",
+            anomaly: None,
+        }
     }
 
     /// What is known to have been consumed: the provider's count when it
@@ -290,16 +308,7 @@ pub fn settle_amounts(
         bound: bound_of(sheet, est_input, max_output),
     };
     let actual = if cut {
-        // As the stream's cut: the input reported, else estimated, and
-        // the output counted and delivered.
-        let input = known.billed_report().map_or(est_input, |b| b.input);
-        Actual {
-            input,
-            output: counted_output,
-            status: "cut_off",
-            source: "counted",
-            anomaly: None,
-        }
+        known.cut(counted_output)
     } else {
         known.best_known("ok")
     };

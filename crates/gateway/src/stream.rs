@@ -13,7 +13,7 @@
 
 use crate::dialect::{native, Dialect, Edge};
 use crate::metrics_names as m;
-use crate::settle::{Actual, HeldRequest};
+use crate::settle::HeldRequest;
 use crate::sse::{data_of, Chunk, SseSplitter};
 use axum::body::Body;
 use bytes::Bytes;
@@ -362,8 +362,7 @@ pub fn metered(
                     &held.attribution,
                 );
             }
-            let input = held.billed_report().map_or(held.est_input, |b| b.input);
-            let delivered = Actual { input, output: counted, status: "cut_off", source: "counted", anomaly: None };
+            let delivered = held.cut_actual(counted);
             let usage = client_wants_usage.then_some((delivered.input, delivered.output));
             held.settle(delivered).await;
             yield Ok(match wire {
