@@ -223,9 +223,40 @@ fn refused_fields(dialect: Dialect, body: &Value) -> Result<(), InvalidField> {
     Ok(())
 }
 
+/// Whether a top-level member of a request body is one [`read`] (or
+/// `refused_fields`) looks at, in any dialect.
+fn asks_beyond_text(member: &str) -> bool {
+    matches!(
+        member,
+        "store"
+            | "prediction"
+            | "inference_geo"
+            | "service_tier"
+            | "speed"
+            | "mcp_servers"
+            | "web_search_options"
+            | "max_tool_calls"
+            | "tools"
+    )
+}
+
 /// What the client's `body` (in its `dialect`) asks for beyond its text;
 /// a field tollgate refuses (`store: true`, `prediction`, …) named.
 pub fn read(dialect: Dialect, body: &Value) -> Result<Asked<'_>, InvalidField> {
+    let plain = Asked {
+        tier: TierAsk::Default,
+        speed: None,
+        tools: Vec::new(),
+        max_tool_calls: None,
+    };
+    if body
+        .as_object()
+        .is_some_and(|o| !o.keys().any(|k| asks_beyond_text(k)))
+    {
+        // Most requests: one pass over the body's members, not a lookup
+        // of each field below.
+        return Ok(plain);
+    }
     refused_fields(dialect, body)?;
     let mut asked = Asked {
         // Gemini's body is translated to chat, whose provider is never

@@ -103,8 +103,8 @@ pub(crate) fn estimate(
                 .map(Vec::as_slice)
                 .unwrap_or(&[]);
             // Images by the provider's rule (domain::images).
-            let images = domain::images::ImageRule::for_model(&model.upstream_model);
-            let mut n = tokens::chat_input_tokens_with_images(f, Some(images), msgs, counting);
+            let mut n =
+                tokens::chat_input_tokens_with_images(f, Some(model.image_rule), msgs, counting);
             for extra in ["tools", "functions", "response_format"] {
                 if let Some(v) = body.get(extra) {
                     n += tokens::json_tokens_as(f, v, counting);

@@ -130,7 +130,7 @@ impl Writer {
     /// A JSON string: copied whole when serde_json would escape nothing in
     /// it (no `"`, `\` or control character), else written by serde_json.
     fn str(&mut self, key: &str, s: &str) {
-        if plain(s.as_bytes()) {
+        if crate::json_scan::needs_no_escape(s.as_bytes()) {
             self.0.push_str(key);
             self.0.reserve(s.len() + 2);
             self.0.push('"');
@@ -147,15 +147,6 @@ impl Writer {
         let json = serde_json::to_string(v).expect("a string or a JSON value serialises");
         self.0.push_str(&json);
     }
-}
-
-/// Whether serde_json writes these bytes unescaped: it escapes `"`, `\`
-/// and the control characters below 0x20, nothing else. No early exit;
-/// the strings are short.
-fn plain(b: &[u8]) -> bool {
-    !b.iter().fold(false, |bad, &c| {
-        bad | (c < 0x20) | (c == b'"') | (c == b'\\')
-    })
 }
 
 #[cfg(test)]
