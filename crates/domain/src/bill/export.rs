@@ -54,8 +54,9 @@ pub fn bill_csv(period: &str, rows: &[BillRow], tenants: &[TenantInfo]) -> Strin
         .iter()
         .map(|r| (r.tenant_id.as_str(), i128::from(r.totals.cost_pico)))
         .collect();
+    let by_id = super::tenants_by_id(tenants);
     for (r, cost) in rows.iter().zip(super::line_costs(&weights)) {
-        let t = tenants.iter().find(|t| t.id == r.tenant_id);
+        let t = by_id.get(r.tenant_id.as_str()).copied();
         out.push_str(&csv_line(&[
             period.to_string(),
             r.tenant_id.clone(),
@@ -186,8 +187,9 @@ pub fn focus_csv(p: &FocusPeriod<'_>, rows: &[DayRow], tenants: &[TenantInfo]) -
         .map(|(r, _, _, _, pico)| (r.tenant_id.as_str(), *pico))
         .collect();
     let costs = super::line_costs(&weights);
+    let by_id = super::tenants_by_id(tenants);
     for ((r, nth, component, qty, pico), cost) in charges.into_iter().zip(costs) {
-        let t = tenants.iter().find(|t| t.id == r.tenant_id);
+        let t = by_id.get(r.tenant_id.as_str()).copied();
         let (cs, ce) = (p.day_bounds)(&r.day);
         let cost = MicroUsd(cost).to_string();
         let name = component.map_or("unsplit", |c| c.name());
@@ -271,8 +273,9 @@ pub fn attributed_csv(
         "output_tokens".into(),
         "cost_usd".into(),
     ]);
+    let by_id = super::tenants_by_id(tenants);
     for l in attributed_lines(rows) {
-        let t = tenants.iter().find(|t| t.id == l.tenant_id);
+        let t = by_id.get(l.tenant_id.as_str()).copied();
         out.push_str(&csv_line(&[
             period.to_string(),
             l.tenant_id.clone(),
