@@ -15,13 +15,19 @@ const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqr
 pub const DISPLAY_PREFIX_LEN: usize = 12;
 
 fn checksum(body: &str) -> String {
+    String::from_utf8(checksum_bytes(body).to_vec()).expect("ascii")
+}
+
+/// The checksum's characters, without allocating (checked on every
+/// request).
+fn checksum_bytes(body: &str) -> [u8; CHECK_LEN] {
     let mut v = crc32fast::hash(body.as_bytes()) as u64;
     let mut out = [b'0'; CHECK_LEN];
     for slot in out.iter_mut().rev() {
         *slot = ALPHABET[(v % 62) as usize];
         v /= 62;
     }
-    String::from_utf8(out.to_vec()).expect("ascii")
+    out
 }
 
 /// A freshly generated key: shown once, never stored.
@@ -42,7 +48,7 @@ pub fn is_well_formed(key: &str) -> bool {
         return false;
     }
     let (body, check) = rest.split_at(BODY_LEN);
-    checksum(body) == check
+    checksum_bytes(body) == check.as_bytes()
 }
 
 pub fn display_prefix(key: &str) -> String {

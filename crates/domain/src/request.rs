@@ -130,11 +130,32 @@ pub fn validate(endpoint: Endpoint, body: &Value) -> Result<RequestSummary, Inva
             "stream_options is only allowed when stream is true",
         ));
     }
-    let max_tokens = int_in(obj, "max_tokens", 1, 1_000_000)?;
-    let max_completion = int_in(obj, "max_completion_tokens", 1, 1_000_000)?;
-    let n = int_in(obj, "n", 1, 16)?.unwrap_or(1);
-    // best_of candidates are generated (and billed) even if fewer are returned.
-    let best_of = int_in(obj, "best_of", 1, 16)?.unwrap_or(1);
+    // The optional numeric fields, checked in one pass over the body's
+    // members (a lookup of each of ten names cost ~1,000 instructions a
+    // request); a body with several bad ones is refused for the first in
+    // name order.
+    let (mut max_tokens, mut max_completion, mut n, mut best_of) = (None, None, None, None);
+    for (k, v) in obj {
+        match k.as_str() {
+            "max_tokens" => max_tokens = int_of(v, k, 1, 1_000_000)?,
+            "max_completion_tokens" => max_completion = int_of(v, k, 1, 1_000_000)?,
+            "n" => n = int_of(v, k, 1, 16)?,
+            // best_of candidates are generated (and billed) even if fewer
+            // are returned.
+            "best_of" => best_of = int_of(v, k, 1, 16)?,
+            "temperature" => num_of(v, k, 0.0, 2.0)?,
+            "top_p" => num_of(v, k, 0.0, 1.0)?,
+            "presence_penalty" | "frequency_penalty" => num_of(v, k, -2.0, 2.0)?,
+            "top_logprobs" => {
+                int_of(v, k, 0, 20)?;
+            }
+            "dimensions" => {
+                int_of(v, k, 1, 65_536)?;
+            }
+            _ => {}
+        }
+    }
+    let (n, best_of) = (n.unwrap_or(1), best_of.unwrap_or(1));
     // A legacy completion with a list of prompts completes each of them.
     let prompts = match (endpoint, obj.get("prompt")) {
         (Endpoint::Completions, Some(Value::Array(items)))
@@ -145,12 +166,6 @@ pub fn validate(endpoint: Endpoint, body: &Value) -> Result<RequestSummary, Inva
         _ => 1,
     };
     let choices = n.max(best_of) * prompts;
-    num_in(obj, "temperature", 0.0, 2.0)?;
-    num_in(obj, "top_p", 0.0, 1.0)?;
-    num_in(obj, "presence_penalty", -2.0, 2.0)?;
-    num_in(obj, "frequency_penalty", -2.0, 2.0)?;
-    int_in(obj, "top_logprobs", 0, 20)?;
-    int_in(obj, "dimensions", 1, 65_536)?;
     Ok(RequestSummary {
         model,
         stream,
@@ -251,15 +266,11 @@ fn require_input(obj: &Map<String, Value>, field: &str) -> Result<(), InvalidFie
     }
 }
 
-fn int_in(
-    obj: &Map<String, Value>,
-    f: &str,
-    lo: i64,
-    hi: i64,
-) -> Result<Option<i64>, InvalidField> {
-    match obj.get(f) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_i64() {
+/// An optional integer member `f` (its value `v`) within `lo..=hi`.
+fn int_of(v: &Value, f: &str, lo: i64, hi: i64) -> Result<Option<i64>, InvalidField> {
+    match v {
+        Value::Null => Ok(None),
+        v => match v.as_i64() {
             Some(n) if (lo..=hi).contains(&n) => Ok(Some(n)),
             _ => Err(InvalidField::new(
                 f,
@@ -269,10 +280,11 @@ fn int_in(
     }
 }
 
-fn num_in(obj: &Map<String, Value>, f: &str, lo: f64, hi: f64) -> Result<(), InvalidField> {
-    match obj.get(f) {
-        None | Some(Value::Null) => Ok(()),
-        Some(v) => match v.as_f64() {
+/// An optional number member `f` (its value `v`) within `lo..=hi`.
+fn num_of(v: &Value, f: &str, lo: f64, hi: f64) -> Result<(), InvalidField> {
+    match v {
+        Value::Null => Ok(()),
+        v => match v.as_f64() {
             Some(x) if x >= lo && x <= hi => Ok(()),
             _ => Err(InvalidField::new(
                 f,
@@ -301,6 +313,38 @@ mod tests {
         assert_eq!(s.model, "gpt-4o-mini");
         assert_eq!(s.max_output, Some(64));
         assert!(!s.stream);
+    }
+
+    /// Every optional numeric field is checked, at both ends of its range.
+    #[test]
+    fn each_numeric_field_has_its_range() {
+        let fields: [(&str, Value, Value, Value); 10] = [
+            ("max_tokens", json!(1), json!(1_000_000), json!(0)),
+            ("max_completion_tokens", json!(1), json!(1_000_000), json!(1_000_001)),
+            ("n", json!(1), json!(16), json!(17)),
+            ("best_of", json!(1), json!(16), json!(0)),
+            ("temperature", json!(0.0), json!(2.0), json!(2.5)),
+            ("top_p", json!(0.0), json!(1.0), json!(-0.1)),
+            ("presence_penalty", json!(-2.0), json!(2.0), json!(2.1)),
+            ("frequency_penalty", json!(-2.0), json!(2.0), json!(-2.1)),
+            ("top_logprobs", json!(0), json!(20), json!(21)),
+            ("dimensions", json!(1), json!(65_536), json!("many")),
+        ];
+        for (f, lo, hi, bad) in fields {
+            for ok in [lo, hi, Value::Null] {
+                assert!(validate(Endpoint::ChatCompletions, &chat(json!({ f: ok }))).is_ok(), "{f}");
+            }
+            let e = validate(Endpoint::ChatCompletions, &chat(json!({ f: bad }))).unwrap_err();
+            assert_eq!(e.param, f);
+        }
+        let s = validate(Endpoint::ChatCompletions, &chat(json!({"n": 3, "best_of": 5}))).unwrap();
+        assert_eq!(s.choices, 5);
+        let s = validate(
+            Endpoint::ChatCompletions,
+            &chat(json!({"max_tokens": 10, "max_completion_tokens": 20})),
+        )
+        .unwrap();
+        assert_eq!(s.max_output, Some(20));
     }
 
     #[test]
