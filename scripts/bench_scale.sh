@@ -122,6 +122,11 @@ scale_bench() {
         local api="http://127.0.0.1:$port_a/api/v1" auth="Authorization: Bearer $token"
         S[$n.bills]=$("$target/scale-bench" get --name bills --url "$api/bills?period=$month" --header "$auth")
         S[$n.csv]=$("$target/scale-bench" get --name csv --url "$api/bills.csv?period=$month" --header "$auth")
+        # FOCUS: the whole platform's month (a row per tenant × app × model
+        # × day × tags × component: it grows with them) and one tenant's.
+        S[$n.focus]=$("$target/scale-bench" get --name focus --url "$api/bills.focus.csv?period=$month" --header "$auth")
+        S[$n.focus_t]=$("$target/scale-bench" get --name focus_t \
+            --url "$api/bills.focus.csv?period=$month&tenant=load-00007" --header "$auth")
         S[$n.dash]=$("$target/scale-bench" get --name dashboard --url "http://127.0.0.1:$port_a/console" \
             --header "Cookie: tg_session=$token")
         S[$n.log]=$("$target/scale-bench" pages --url "$api/requests?limit=50" --token "$token" --pages "$SCALE_PAGES")
@@ -159,22 +164,24 @@ scale_bench() {
     echo
     echo "Books ($SCALE_LEDGER_TENANTS tenants × $SCALE_LEDGER_APPS apps × 4 keys × 2 models over the month's days; each figure the p50 of 5 runs, max in brackets; request log: $SCALE_PAGES pages of 50 followed by cursor):"
     echo
-    echo "| events | rollup rows | events table | rollups table | load (events/s) | bills ms | bill CSV ms (bytes) | dashboard ms | request log first page ms | page $SCALE_PAGES ms | one tenant's: first ms | page $SCALE_PAGES ms |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| events | rollup rows | events table | rollups table | load (events/s) | bills ms | bill CSV ms (bytes) | FOCUS ms (bytes) | one tenant's FOCUS ms (bytes) | dashboard ms | request log first page ms | page $SCALE_PAGES ms | one tenant's: first ms | page $SCALE_PAGES ms |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for n in "${runs[@]}"; do
         local ev ro es rs
         read -r ev ro es rs <<<"${S[$n.rows]}"
-        printf '| %s | %s | %s | %s | %s | %s (%s) | %s (%s; %s B) | %s (%s) | %s | %s | %s | %s |\n' "$ev" "$ro" "$es" "$rs" \
+        printf '| %s | %s | %s | %s | %s | %s (%s) | %s (%s; %s B) | %s (%s; %s B) | %s (%s; %s B) | %s (%s) | %s | %s | %s | %s |\n' "$ev" "$ro" "$es" "$rs" \
             "$(echo "${S[$n.load]}" | sed -n 's/.*: \([0-9]*\) events\/s.*/\1/p')" \
             "$(field "${S[$n.bills]}" p50_ms)" "$(field "${S[$n.bills]}" max_ms)" \
             "$(field "${S[$n.csv]}" p50_ms)" "$(field "${S[$n.csv]}" max_ms)" "$(field "${S[$n.csv]}" bytes)" \
+            "$(field "${S[$n.focus]}" p50_ms)" "$(field "${S[$n.focus]}" max_ms)" "$(field "${S[$n.focus]}" bytes)" \
+            "$(field "${S[$n.focus_t]}" p50_ms)" "$(field "${S[$n.focus_t]}" max_ms)" "$(field "${S[$n.focus_t]}" bytes)" \
             "$(field "${S[$n.dash]}" p50_ms)" "$(field "${S[$n.dash]}" max_ms)" \
             "$(field "${S[$n.log]}" first_ms)" "$(field "${S[$n.log]}" last_ms)" \
             "$(field "${S[$n.log_t]}" first_ms)" "$(field "${S[$n.log_t]}" last_ms)"
     done
     echo
     for n in "${runs[@]}"; do
-        echo "- $n: ${S[$n.load]}; statuses: bills $(field "${S[$n.bills]}" status), csv $(field "${S[$n.csv]}" status), dashboard $(field "${S[$n.dash]}" status); request log ${S[$n.log]}; tenant ${S[$n.log_t]}"
+        echo "- $n: ${S[$n.load]}; statuses: bills $(field "${S[$n.bills]}" status), csv $(field "${S[$n.csv]}" status), focus $(field "${S[$n.focus]}" status) / $(field "${S[$n.focus_t]}" status), dashboard $(field "${S[$n.dash]}" status); request log ${S[$n.log]}; tenant ${S[$n.log_t]}"
     done
     if [[ ${SCALE_KEEP_DB:-0} == 1 ]]; then
         log "scale: keeping the database tollgate_scale (SCALE_KEEP_DB=1; drop it when done)"
