@@ -61,7 +61,9 @@ impl UsageEvent {
                     asked_model,
                 },
         } = self;
-        let mut w = Writer(String::with_capacity(TYPICAL));
+        // The usage object's text on top: it is copied in whole.
+        let extra = raw_usage.as_ref().map_or(0, |r| r.as_str().len() + 16);
+        let mut w = Writer(String::with_capacity(TYPICAL + extra));
         w.str("{\"request_id\":", request_id);
         w.str(",\"tenant_id\":", tenant_id);
         w.str(",\"app_id\":", app_id);

@@ -37,19 +37,31 @@ impl RawUsage {
         if text.len() > RAW_USAGE_CAP {
             return Some(Self::truncated(text.len()));
         }
+        if plain(text) {
+            // SAFETY: ASCII bytes are valid UTF-8. And with no backslash
+            // there is no escape to clean: the usual usage object (counts
+            // and field names) costs one pass and one copy.
+            let s = unsafe { std::str::from_utf8_unchecked(text) };
+            debug_assert!(serde_json::from_str::<&RawValue>(s).is_ok(), "{s}");
+            return Some(RawUsage(s.to_string()));
+        }
         let s = std::str::from_utf8(text).ok()?;
-        debug_assert!(serde_json::from_str::<&RawValue>(s).is_ok(), "{s}");
-        Some(Self::cleaned(s.to_string()))
+        Some(Self::valid(s.to_string()))
+    }
+
+    /// Owned text known to be one JSON value: capped and cleaned, no copy.
+    fn valid(s: String) -> RawUsage {
+        debug_assert!(serde_json::from_str::<&RawValue>(&s).is_ok(), "{s}");
+        if s.len() > RAW_USAGE_CAP {
+            return Self::truncated(s.len());
+        }
+        Self::cleaned(s)
     }
 
     /// A usage object the reader holds only as a value: serialised once.
     pub fn of(v: &serde_json::Value) -> RawUsage {
         // A Value always serialises (its map keys are strings).
-        let s = serde_json::to_string(v).unwrap_or_else(|_| "null".into());
-        if s.len() > RAW_USAGE_CAP {
-            return Self::truncated(s.len());
-        }
-        Self::cleaned(s)
+        Self::valid(serde_json::to_string(v).unwrap_or_else(|_| "null".into()))
     }
 
     /// Any text, validated (the ledger's and the outbox's readers); None
@@ -80,6 +92,30 @@ impl RawUsage {
     }
 }
 
+/// Whether `b` is all ASCII without a backslash, eight bytes at a time
+/// (the usual usage object: the answer scan's path, once per request;
+/// cheaper than `str::from_utf8` and a search for `\\` one after the other).
+fn plain(b: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const BACKSLASH: u64 = 0x5c5c_5c5c_5c5c_5c5c;
+    let mut words = b.chunks_exact(8);
+    for w in &mut words {
+        let w = u64::from_le_bytes(w.try_into().expect("eight bytes"));
+        // A byte is 0 in `x` where it was a backslash; the classic "has a
+        // zero byte" test. Both tests may only err towards "not plain"
+        // (then the careful path runs), never the other way.
+        let x = w ^ BACKSLASH;
+        if (w | (x.wrapping_sub(ONES) & !x)) & HIGH != 0 {
+            return false;
+        }
+    }
+    words
+        .remainder()
+        .iter()
+        .all(|&c| c.is_ascii() && c != b'\\')
+}
+
 impl Serialize for RawUsage {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         // Valid by construction; a RawValue is written verbatim.
@@ -90,9 +126,10 @@ impl Serialize for RawUsage {
 
 impl<'de> Deserialize<'de> for RawUsage {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // The outbox reader's path, once per event: the value's text is
+        // found (skipped over, not built) and taken as it is.
         let raw = Box::<RawValue>::deserialize(d)?;
-        RawUsage::from_parsed(raw.get().as_bytes())
-            .ok_or_else(|| serde::de::Error::custom("usage text is not UTF-8"))
+        Ok(RawUsage::valid(Box::<str>::from(raw).into_string()))
     }
 }
 
@@ -144,6 +181,30 @@ mod tests {
         assert_eq!(r.as_str(), r#"{"note":"a\ufffdb"}"#);
         let v: serde_json::Value = serde_json::from_str(r.as_str()).unwrap();
         assert_eq!(v["note"], "a\u{fffd}b");
+    }
+
+    #[test]
+    fn plain_text_is_ascii_without_a_backslash() {
+        for len in 0..40 {
+            let text = vec![b'a'; len];
+            assert!(plain(&text), "{len}");
+            for at in 0..len {
+                for bad in [b'\\', 0x80, 0xff, 0xc3] {
+                    let mut t = text.clone();
+                    t[at] = bad;
+                    assert!(!plain(&t), "{len} {at} {bad}");
+                }
+                // Bytes near a backslash's or the high bit's value are plain.
+                for ok in [b'[', b']', b'\\' - 1, b'\\' + 1, 0x7f, 0, b'"'] {
+                    let mut t = text.clone();
+                    t[at] = ok;
+                    assert!(plain(&t), "{len} {at} {ok}");
+                }
+            }
+        }
+        // Not plain: kept the careful way, same result.
+        let r = RawUsage::from_parsed("{\"n\":\"é\\u0000\"}".as_bytes()).unwrap();
+        assert_eq!(r.as_str(), "{\"n\":\"é\\ufffd\"}");
     }
 
     #[test]
