@@ -992,5 +992,37 @@ async fn every_ledger_row_keeps_the_providers_usage_object() {
             assert_eq!(on_page, sent, "{what}: the console");
         }
     }
+    // Translated (a Messages client, a chat-only provider): the upstream
+    // chat answer's usage object, which the client never sees.
+    f.env.model("c", "chat", 1, 1).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    for stream in [false, true] {
+        let r = client
+            .post(format!("{}/v1/messages", f.base))
+            .bearer_auth(&f.key)
+            .json(&json!({"model": "c", "max_tokens": 20, "stream": stream,
+                "messages": [{"role": "user", "content": "hello there"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "translated stream={stream}");
+        let rid = r.headers()["x-request-id"].to_str().unwrap().to_string();
+        let _ = r.bytes().await.unwrap();
+        let booked = eventually(Duration::from_secs(10), || async {
+            f.env.usage_event(&rid).await.is_some()
+        })
+        .await;
+        assert!(booked, "translated stream={stream}: booked");
+        let e = f.env.usage_event(&rid).await.unwrap();
+        let raw: Value = serde_json::from_str(e.raw_usage.unwrap().as_str()).unwrap();
+        assert_eq!(
+            raw["prompt_tokens"], e.input_tokens,
+            "translated stream={stream}: {raw}"
+        );
+        assert_eq!(
+            raw["completion_tokens"], e.output_tokens,
+            "translated stream={stream}: {raw}"
+        );
+    }
     f.srv.shutdown().await;
 }
