@@ -11,6 +11,12 @@
 -- (ARCHIVE_ADDED_COLUMNS) after this file; old rows read cost_pico as
 -- cost_micro × 10^6.
 --
+-- `raw_usage` (usage_events' last column) is the provider's usage object as
+-- the ledger row kept it (Postgres migration 0029), JSON text, '' for none
+-- and for rows archived before it; added to an older archive the same way.
+-- Like every column it is compressed by the MergeTree (LZ4 by default):
+-- repetitive usage objects compress to a small fraction of their text.
+--
 -- Written for ClickHouse 18.16 and later: plain MergeTree, String/Int64/
 -- UInt8/Date columns only, times as Int64 milliseconds since the epoch.
 -- Each table is partitioned by period, so a month's copy can be dropped
@@ -45,7 +51,8 @@ CREATE TABLE IF NOT EXISTS {db}.usage_events (
     started_at_ms      Int64,
     settled_at_ms      Int64,
     cost_pico          Int64 DEFAULT cost_micro * 1000000,
-    charges            Array(Int64)
+    charges            Array(Int64),
+    raw_usage          String DEFAULT ''
 ) ENGINE = MergeTree
 PARTITION BY period
 ORDER BY (tenant_id, app_id, model, day, request_id);

@@ -590,6 +590,7 @@ pub fn ledger_event(
         deployment: None,
         breakdown: None,
         charges: None,
+        raw_usage: None,
         attribution: Default::default(),
         anomaly: None,
     }

@@ -849,6 +849,7 @@ async fn a_closed_month_is_billed_by_tag_end_user_and_asked_name_from_the_archiv
                 deployment: None,
                 breakdown: None,
                 charges: None,
+                raw_usage: None,
                 attribution: domain::attribution::Attribution {
                     tags,
                     end_user: (i % 2 == 0).then(|| format!("user-{}", i % 4)),

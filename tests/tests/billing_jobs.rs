@@ -297,6 +297,7 @@ async fn the_month_end_forecast_alerts_when_it_exceeds_the_budget() {
             deployment: None,
             breakdown: None,
             charges: None,
+            raw_usage: None,
             attribution: Default::default(),
             anomaly: None,
         })

@@ -497,6 +497,8 @@ async fn ledger_month(env: &TestEnv, period: &str, n: usize) {
             deployment: None,
             breakdown: None,
             charges: None,
+            // Half the rows with the provider's usage object, as sent.
+            raw_usage: (i % 2 == 0).then(|| raw_usage_of(i)),
             attribution: Default::default(),
             anomaly: None,
         })
@@ -504,6 +506,27 @@ async fn ledger_month(env: &TestEnv, period: &str, n: usize) {
     for chunk in events.chunks(500) {
         env.store.insert_usage_events(chunk).await.unwrap();
     }
+}
+
+/// The usage object `ledger_month` gives its `i`th event.
+fn raw_usage_of(i: usize) -> domain::usage::RawUsage {
+    domain::usage::RawUsage::of(&serde_json::json!({
+        "prompt_tokens": 10 + i % 7, "completion_tokens": 20 + i % 5,
+        "prompt_tokens_details": {"cached_tokens": i % 3}}))
+}
+
+/// An answer of ClickHouse's HTTP interface to `sql`, trimmed.
+async fn clickhouse(sql: &str) -> String {
+    let r = reqwest::Client::new()
+        .post(clickhouse_url())
+        .body(sql.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let text = r.text().await.unwrap();
+    assert!(status.is_success(), "{sql}: {text}");
+    text.trim().to_string()
 }
 
 async fn tenants_only(env: &TestEnv) {
@@ -574,6 +597,54 @@ async fn a_crash_between_the_clickhouse_insert_and_the_close_loses_and_doubles_n
     after.state = bill_before.state.clone();
     after.source = bill_before.source;
     assert_eq!(after, bill_before);
+
+    // The archived month keeps each row's usage object (sql/0001_archive.sql).
+    let db = archive.database();
+    let kept = clickhouse(&format!(
+        "SELECT count() FROM {db}.usage_events WHERE period = '{period}' \
+         AND batch_id = '{}' AND raw_usage != ''",
+        m2.batch_id
+    ))
+    .await;
+    assert_eq!(kept, "750");
+    let one = clickhouse(&format!(
+        "SELECT raw_usage FROM {db}.usage_events WHERE request_id = 'req_{period}_00004' \
+         AND batch_id = '{}' FORMAT JSONEachRow",
+        m2.batch_id
+    ))
+    .await;
+    let row: serde_json::Value = serde_json::from_str(&one).unwrap();
+    // The text as Postgres' jsonb gives it back (its key order and
+    // spacing): the same JSON.
+    let archived: Value = serde_json::from_str(row["raw_usage"].as_str().unwrap()).unwrap();
+    let sent: Value = serde_json::from_str(raw_usage_of(4).as_str()).unwrap();
+    assert_eq!(archived, sent);
+}
+
+/// An archive created before `raw_usage` gets the column from
+/// `apply_schema` (ClickHouse 18.16 has no ADD COLUMN IF NOT EXISTS), its
+/// old rows read as '' and new ones keep it.
+#[tokio::test]
+async fn an_archive_from_before_the_raw_usage_column_gets_it() {
+    let archive = test_archive().await;
+    let db = archive.database();
+    clickhouse(&format!(
+        "ALTER TABLE {db}.usage_events DROP COLUMN raw_usage"
+    ))
+    .await;
+    let has = |db: String| async move {
+        clickhouse(&format!(
+            "SELECT count() FROM system.columns WHERE database = '{db}' \
+             AND table = 'usage_events' AND name = 'raw_usage'"
+        ))
+        .await
+    };
+    assert_eq!(has(db.to_string()).await, "0");
+    archive.apply_schema().await.unwrap();
+    assert_eq!(has(db.to_string()).await, "1");
+    archive.apply_schema().await.unwrap();
+    assert_eq!(has(db.to_string()).await, "1", "applied twice, added once");
+    archive.drop_database().await.unwrap();
 }
 
 #[tokio::test]

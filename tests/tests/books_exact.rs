@@ -139,6 +139,7 @@ async fn a_million_rows_add_up_to_the_micro_dollar_in_every_view() {
             anomaly: None,
             breakdown: Some(b),
             charges: Some(charges),
+            raw_usage: None,
             attribution: Default::default(),
         });
         if batch.len() == batch.capacity() || i + 1 == n {

@@ -57,6 +57,7 @@ fn event(n: u32, day: chrono::NaiveDate, cost: i64) -> UsageEvent {
         deployment: None,
         breakdown: None,
         charges: None,
+        raw_usage: None,
         attribution: Default::default(),
     }
 }

@@ -851,3 +851,178 @@ async fn the_console_lists_the_sheets_and_adds_one() {
     assert_eq!(denied.status, 403, "{}", denied.body);
     f.srv.shutdown().await;
 }
+
+/// The provider's usage object in what the client received (the answer is
+/// passed through as the provider sent it): a whole answer's `usage`, a
+/// chat stream's usage chunk, Responses' `response.completed` usage,
+/// Messages' `message_start` usage with `message_delta`'s fields over it.
+fn usage_sent(dialect: &str, stream: bool, body: &str) -> Value {
+    if !stream {
+        let v: Value = serde_json::from_str(body).unwrap();
+        return v["usage"].clone();
+    }
+    let events: Vec<Value> = body
+        .split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect();
+    match dialect {
+        "chat" => events
+            .iter()
+            .rev()
+            .find(|e| e["usage"].is_object())
+            .map(|e| e["usage"].clone())
+            .unwrap(),
+        "responses" => events
+            .iter()
+            .find(|e| e["type"] == "response.completed")
+            .map(|e| e["response"]["usage"].clone())
+            .unwrap(),
+        _ => {
+            let mut u = events
+                .iter()
+                .find(|e| e["type"] == "message_start")
+                .map(|e| e["message"]["usage"].clone())
+                .unwrap();
+            let delta = events
+                .iter()
+                .find(|e| e["type"] == "message_delta")
+                .map(|e| e["usage"].clone())
+                .unwrap();
+            for (k, v) in delta.as_object().unwrap() {
+                u[k] = v.clone();
+            }
+            u
+        }
+    }
+}
+
+/// Every ledger row keeps the provider's usage object as it sent it
+/// (migration 0029), not only an anomaly's: ordinary requests in each
+/// dialect, streaming and not, read back from Postgres equal to what the
+/// provider sent; the served tier the gateway reads from beside the usage
+/// is not merged into it; the request lookup shows it.
+#[tokio::test]
+async fn every_ledger_row_keeps_the_providers_usage_object() {
+    let f = fixture().await;
+    let client = reqwest::Client::new();
+    let web = e2e::console_web::Web::login(&f.base, "root@example.com").await;
+    for dialect in ["chat", "responses", "messages"] {
+        for stream in [false, true] {
+            let what = format!("{dialect} stream={stream}");
+            let content = prompt(200, "[mock:cached=150] [mock:served_tier=priority]");
+            let (path, body) = match dialect {
+                "chat" => (
+                    "/v1/chat/completions",
+                    json!({"model": "m", "max_tokens": 20, "stream": stream,
+                        "stream_options": {"include_usage": true},
+                        "messages": [{"role": "user", "content": content}]}),
+                ),
+                "responses" => (
+                    "/v1/responses",
+                    json!({"model": "m", "max_output_tokens": 20, "stream": stream,
+                        "input": content}),
+                ),
+                _ => (
+                    "/v1/messages",
+                    json!({"model": "m", "max_tokens": 20, "stream": stream,
+                        "messages": [{"role": "user", "content": content}]}),
+                ),
+            };
+            let mut body = body;
+            if !stream && dialect == "chat" {
+                body.as_object_mut().unwrap().remove("stream_options");
+            }
+            let r = client
+                .post(format!("{}{path}", f.base))
+                .bearer_auth(&f.key)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "{what}");
+            let rid = r.headers()["x-request-id"].to_str().unwrap().to_string();
+            let text = r.text().await.unwrap();
+            let sent = usage_sent(dialect, stream, &text);
+            assert!(
+                sent["cache_read_input_tokens"].is_number()
+                    || sent["prompt_tokens_details"]["cached_tokens"].is_number()
+                    || sent["input_tokens_details"]["cached_tokens"].is_number(),
+                "{what}: the mock reports its cached share ({sent})"
+            );
+            let booked = eventually(Duration::from_secs(10), || async {
+                f.env.usage_event(&rid).await.is_some()
+            })
+            .await;
+            assert!(booked, "{what}: booked");
+            // The row itself, read from Postgres.
+            let (stored, anomaly): (Option<Value>, Option<String>) = sqlx::query_as(
+                "SELECT raw_usage, usage_anomaly FROM usage_events WHERE request_id = $1",
+            )
+            .bind(&rid)
+            .fetch_one(f.env.store.pool())
+            .await
+            .unwrap();
+            assert_eq!(anomaly, None, "{what}: an ordinary request");
+            assert_eq!(stored.as_ref(), Some(&sent), "{what}: the usage as sent");
+            // The ledger's own reading of the row.
+            let e = f.env.usage_event(&rid).await.unwrap();
+            let read: Value = serde_json::from_str(e.raw_usage.unwrap().as_str()).unwrap();
+            assert_eq!(read, sent, "{what}: read back");
+            // And the request lookup shows it.
+            let (status, found) = api(
+                "GET",
+                &format!("{}/api/v1/requests/{rid}", f.base),
+                Some(&f.admin),
+                None,
+            )
+            .await;
+            assert_eq!(status, 200, "{found}");
+            assert_eq!(found["usage"]["raw_usage"], sent, "{what}: the lookup");
+            // The console's request page, the text escaped by the template.
+            let page = web.get(&format!("/console/requests?id={rid}")).await.body;
+            let shown = page
+                .split("data-fact=\"req.raw_usage\">")
+                .nth(1)
+                .and_then(|rest| rest.split("</dd>").next())
+                .unwrap_or_else(|| panic!("{what}: no raw usage on the page: {page}"));
+            assert!(!shown.contains('"'), "{what}: escaped: {shown}");
+            let unescaped = shown.replace("&#34;", "\"").replace("&quot;", "\"");
+            let on_page: Value = serde_json::from_str(&unescaped).unwrap();
+            assert_eq!(on_page, sent, "{what}: the console");
+        }
+    }
+    // Translated (a Messages client, a chat-only provider): the upstream
+    // chat answer's usage object, which the client never sees.
+    f.env.model("c", "chat", 1, 1).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    for stream in [false, true] {
+        let r = client
+            .post(format!("{}/v1/messages", f.base))
+            .bearer_auth(&f.key)
+            .json(&json!({"model": "c", "max_tokens": 20, "stream": stream,
+                "messages": [{"role": "user", "content": "hello there"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "translated stream={stream}");
+        let rid = r.headers()["x-request-id"].to_str().unwrap().to_string();
+        let _ = r.bytes().await.unwrap();
+        let booked = eventually(Duration::from_secs(10), || async {
+            f.env.usage_event(&rid).await.is_some()
+        })
+        .await;
+        assert!(booked, "translated stream={stream}: booked");
+        let e = f.env.usage_event(&rid).await.unwrap();
+        let raw: Value = serde_json::from_str(e.raw_usage.unwrap().as_str()).unwrap();
+        assert_eq!(
+            raw["prompt_tokens"], e.input_tokens,
+            "translated stream={stream}: {raw}"
+        );
+        assert_eq!(
+            raw["completion_tokens"], e.output_tokens,
+            "translated stream={stream}: {raw}"
+        );
+    }
+    f.srv.shutdown().await;
+}

@@ -331,3 +331,61 @@ async fn the_two_ledger_paths_write_the_same_rows_at_once_without_deadlock() {
     let differences = env.store.rollup_differences(PERIOD, 10).await.unwrap();
     assert!(differences.is_empty(), "{differences:?}");
 }
+
+/// Both ledger writes (the copy, and the skipping insert of a batch holding
+/// a stored id) keep each row's usage object as sent (migration 0029), and
+/// an anomaly's reported object beside it; a row without one stays NULL.
+#[tokio::test]
+async fn both_ledger_writes_keep_the_usage_object() {
+    use domain::usage::{RawUsage, UsageAnomaly};
+    let env = TestEnv::new().await;
+    let with = |id: &str, text: &str| {
+        let mut e = ledger_event(id, "t", "2026-03", "2026-03-02");
+        e.raw_usage = Some(RawUsage::parse(text).unwrap());
+        e
+    };
+    let spaced = r#"{ "prompt_tokens": 5, "completion_tokens": 2 }"#;
+    let mut anomalous = with("req_2", r#"{"prompt_tokens": -1, "completion_tokens": 2}"#);
+    anomalous.anomaly = Some(UsageAnomaly {
+        kind: "negative".into(),
+        reported: serde_json::json!({"prompt_tokens": -1, "completion_tokens": 2}),
+    });
+    let copy = vec![with("req_1", spaced), anomalous.clone()];
+    assert_eq!(env.store.insert_usage_events(&copy).await.unwrap(), 2);
+    // req_1 again: the batch goes down the skipping insert.
+    let skipping = vec![
+        with("req_1", spaced),
+        with("req_3", r#"{"input_tokens":7,"note":"a\"b"}"#),
+        ledger_event("req_4", "t", "2026-03", "2026-03-02"),
+    ];
+    assert_eq!(env.store.insert_usage_events(&skipping).await.unwrap(), 2);
+    let json = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap();
+    for (id, want) in [
+        ("req_1", Some(json(spaced))),
+        (
+            "req_2",
+            Some(json(r#"{"prompt_tokens": -1, "completion_tokens": 2}"#)),
+        ),
+        ("req_3", Some(json(r#"{"input_tokens":7,"note":"a\"b"}"#))),
+        ("req_4", None),
+    ] {
+        let stored: Option<serde_json::Value> =
+            sqlx::query_scalar("SELECT raw_usage FROM usage_events WHERE request_id = $1")
+                .bind(id)
+                .fetch_one(env.store.pool())
+                .await
+                .unwrap();
+        assert_eq!(stored, want, "{id}");
+        let e = env.usage_event(id).await.unwrap();
+        assert_eq!(
+            e.raw_usage.map(|r| json(r.as_str())),
+            want,
+            "{id}: read back"
+        );
+    }
+    let e = env.usage_event("req_2").await.unwrap();
+    assert_eq!(
+        e.anomaly, anomalous.anomaly,
+        "the anomaly's report beside it"
+    );
+}

@@ -42,6 +42,7 @@ fn event(tenant: &str, request_id: &str, period: &str, day: &str) -> UsageEvent 
         deployment: None,
         breakdown: None,
         charges: None,
+        raw_usage: None,
         // A tag key and an end user named after the tenant.
         attribution: domain::attribution::Attribution {
             tags: [(tenant.to_string(), "x".to_string())].into(),

@@ -25,6 +25,7 @@ const ARCHIVE_ADDED_COLUMNS: &[(&str, &[(&str, &str)])] = &[
     ("bill_rows", CHARGE_COLUMNS),
     ("usage_attribution", CHARGE_COLUMNS),
     ("usage_attribution", &[("asked_model", "String DEFAULT ''")]),
+    ("usage_events", &[("raw_usage", "String DEFAULT ''")]),
 ];
 const CHARGE_COLUMNS: &[(&str, &str)] = &[
     ("cost_pico", "Int64 DEFAULT cost_micro * 1000000"),
@@ -86,6 +87,8 @@ struct EventRow<'a> {
     settled_at_ms: i64,
     cost_pico: i64,
     charges: Vec<i64>,
+    /// The provider's usage object, JSON text ('' for none).
+    raw_usage: &'a str,
 }
 
 #[derive(Row, Serialize)]
@@ -400,6 +403,7 @@ impl Archive {
                     settled_at_ms: e.settled_at_ms,
                     cost_pico: e.exact_cost_pico(),
                     charges: charges_array(e),
+                    raw_usage: e.raw_usage.as_ref().map_or("", |r| r.as_str()),
                 })
                 .await?;
             }

@@ -407,6 +407,7 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("req.usage_status", "Settled as", "结算状态"),
     ("req.usage_anomaly", "Usage anomaly (billed at the bound)", "用量异常（按上限计费）"),
     ("req.reported_usage", "Usage the provider reported", "供应商报告的用量"),
+    ("req.raw_usage", "Provider's usage object, as sent", "供应商发送的原始用量对象"),
     // field messages (ApiError::Field keys)
     ("err.id_format", "1-64 characters of a-z, 0-9, '-' and '_'", "1-64 个字符，仅限 a-z、0-9、'-' 和 '_'"),
     ("err.required", "required", "必填"),

@@ -5,8 +5,10 @@ use serde::{Deserialize, Serialize};
 
 pub mod breakdown;
 mod json;
+mod raw;
 
 pub use breakdown::Breakdown;
+pub use raw::{RawUsage, RAW_USAGE_CAP};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageEvent {
@@ -60,6 +62,12 @@ pub struct UsageEvent {
     /// to `cost_pico`; None in events from before components were kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub charges: Option<crate::pricing::Charges>,
+    /// The provider's `usage` object as it sent it, on every request it
+    /// sent one for (None otherwise, and in events from before it was
+    /// kept): without the served tier or search calls the gateway reads
+    /// from beside it (those are in `breakdown`). Capped ([`RawUsage`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_usage: Option<RawUsage>,
     /// Tags and end user (absent in events stored before attribution).
     #[serde(default, flatten)]
     pub attribution: crate::attribution::Attribution,
@@ -83,7 +91,9 @@ impl UsageEvent {
 pub struct UsageAnomaly {
     /// `input_above_bound`, `output_above_cap`, `negative`, `malformed`.
     pub kind: String,
-    /// The provider's `usage` object, verbatim.
+    /// The provider's `usage` object as the settle read it (with the
+    /// served tier and search calls merged in; the event's `raw_usage` is
+    /// the object as sent).
     pub reported: serde_json::Value,
 }
 
@@ -200,20 +210,44 @@ impl Count {
     }
 }
 
-/// A provider's `usage` object: the raw JSON (kept for finance when it is
-/// anomalous) and the two counts the gateway settles on.
+/// A provider's `usage` object: the JSON the settle reads (the served tier
+/// and search calls merged in, kept whole for finance when it is
+/// anomalous), the two counts the gateway settles on, and the object's text
+/// as the provider sent it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reported {
     pub raw: serde_json::Value,
     pub input: Count,
     pub output: Count,
+    /// The object as the provider sent it, when the reader kept it apart
+    /// from `raw` (its scanned text, or the object before the gateway
+    /// merged anything into it). None: `raw` is the object as sent, and
+    /// [`Reported::take_sent`] serialises it.
+    pub sent: Option<RawUsage>,
 }
 
 impl Reported {
     pub fn from_json(raw: serde_json::Value) -> Reported {
         let input = Count::of(raw.get("prompt_tokens"));
         let output = Count::of(raw.get("completion_tokens"));
-        Reported { raw, input, output }
+        Reported {
+            raw,
+            input,
+            output,
+            sent: None,
+        }
+    }
+
+    /// `self` with the text of the object as sent (see `sent`).
+    pub fn with_sent(mut self, sent: Option<RawUsage>) -> Reported {
+        self.sent = sent;
+        self
+    }
+
+    /// The object as the provider sent it, for the ledger row: the kept
+    /// text (moved out, not copied), else `raw` serialised once.
+    pub fn take_sent(&mut self) -> RawUsage {
+        self.sent.take().unwrap_or_else(|| RawUsage::of(&self.raw))
     }
 }
 

@@ -141,7 +141,7 @@ impl HeldRequest {
     /// hung up while we were settling), the settle still completes.
     pub async fn settle(mut self, actual: Actual) {
         self.closed = true;
-        let job = SettleJob::from(&self, actual);
+        let job = SettleJob::from(&mut self, actual);
         let _ = tokio::spawn(job.run()).await;
     }
 
@@ -150,7 +150,7 @@ impl HeldRequest {
     /// in a task of its own.
     pub fn settle_in_background(mut self, actual: Actual) {
         self.closed = true;
-        let job = SettleJob::from(&self, actual);
+        let job = SettleJob::from(&mut self, actual);
         if self.gw.admission.leased(&self.request_id) {
             job.settle_leased();
         } else {
@@ -400,7 +400,8 @@ impl Drop for HeldRequest {
         } else {
             "client_closed"
         };
-        let job = SettleJob::from(self, self.best_known(status));
+        let known = self.best_known(status);
+        let job = SettleJob::from(self, known);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(job.run());
         }
@@ -417,7 +418,7 @@ struct SettleJob {
 }
 
 impl SettleJob {
-    fn from(h: &HeldRequest, a: Actual) -> Self {
+    fn from(h: &mut HeldRequest, a: Actual) -> Self {
         let bound = h.bound();
         let Priced {
             input,
@@ -436,6 +437,9 @@ impl SettleJob {
                 .map(|r| r.raw.clone())
                 .unwrap_or_default(),
         });
+        // The provider's usage object as sent, on every row (not only an
+        // anomaly's): moved out of the request, which settles once.
+        let raw_usage = h.provider_usage.as_mut().map(Reported::take_sent);
         let est_tokens = h.est_input.saturating_add(h.est_output);
         let now = h.gw.now();
         let event = UsageEvent {
@@ -464,6 +468,7 @@ impl SettleJob {
             anomaly,
             breakdown: (breakdown != plain).then_some(breakdown),
             charges: Some(charges),
+            raw_usage,
             attribution: h.attribution.clone(),
         };
         Self {

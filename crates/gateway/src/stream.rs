@@ -147,6 +147,10 @@ fn read_event(
             if let Some(u) = &chunk.usage {
                 let mut u = u.clone();
                 if chunk.service_tier.is_some() {
+                    // The object as sent kept before the tier goes in
+                    // (without a tier, `raw` is as sent: serialised once,
+                    // at the settle, not per usage chunk).
+                    u.sent = Some(domain::usage::RawUsage::of(&u.raw));
                     u.raw = crate::dialect::native::with_served_tier(
                         u.raw,
                         chunk.service_tier.as_deref(),

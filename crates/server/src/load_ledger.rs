@@ -178,6 +178,7 @@ fn event(plan: &LoadPlan, first_day: NaiveDate, days: u32, n: u64, rng: &mut Mix
         deployment: None,
         breakdown: None,
         charges: None,
+        raw_usage: None,
         attribution: Default::default(),
     }
 }

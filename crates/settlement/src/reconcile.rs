@@ -191,6 +191,7 @@ async fn expire(
         deployment: None,
         breakdown: None,
         charges: None,
+        raw_usage: None,
         attribution: Default::default(),
         anomaly: None,
     };

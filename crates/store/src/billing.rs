@@ -509,7 +509,7 @@ impl Store {
             "SELECT request_id, tenant_id, app_id, key_id, model, period, day, input_tokens,
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
                     status, stream, replica, started_at, settled_at, usage_source, deployment, tags, end_user,
-                    cost_pico, charges, asked_model
+                    cost_pico, charges, asked_model, raw_usage
              FROM usage_events WHERE period = $1 AND request_id > $2 AND ($4::text IS NULL OR tenant_id = $4)
              ORDER BY request_id LIMIT $3",
         )
@@ -520,8 +520,9 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         // The archive keeps the billed amounts, the exact cost and its
-        // components; anomalies and breakdowns stay in Postgres' ledger row
-        // (request lookup): the select leaves them out.
+        // components, and the provider's usage object (from which a
+        // breakdown can be read again); anomalies and breakdowns stay in
+        // Postgres' ledger row (request lookup): the select leaves them out.
         Ok(rows.into_iter().map(UsageEvent::from).collect())
     }
 

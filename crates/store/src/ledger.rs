@@ -5,7 +5,7 @@ use crate::{Result, Store, StoreError, TenantScope};
 use chrono::{DateTime, NaiveDate, Utc};
 use domain::attribution::{Attribution, Tags};
 use domain::pricing::charges::{Component, N_COMPONENTS};
-use domain::usage::{UsageAnomaly, UsageEvent};
+use domain::usage::{RawUsage, UsageAnomaly, UsageEvent};
 
 /// Settled usage of one (app, key) of a tenant in a month.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -83,6 +83,10 @@ pub(crate) struct UsageEventRow {
     breakdown: Option<serde_json::Value>,
     #[sqlx(default)]
     charges: Option<serde_json::Value>,
+    /// The provider's usage object (migration 0029), its text as jsonb
+    /// gives it back (normalised: key order and spacing are Postgres').
+    #[sqlx(default)]
+    raw_usage: Option<sqlx::types::Json<RawUsage>>,
     #[sqlx(flatten)]
     attribution: AttributionCols,
 }
@@ -118,6 +122,7 @@ impl From<UsageEventRow> for UsageEvent {
                 kind,
                 reported: r.reported_usage.unwrap_or_default(),
             }),
+            raw_usage: r.raw_usage.map(|j| j.0),
             attribution: r.attribution.into(),
         }
     }
@@ -157,6 +162,7 @@ const EVENT_COLUMNS: &[(&str, &str)] = &[
     ("charges", "jsonb"),
     ("session_id", "text"),
     ("asked_model", "text"),
+    ("raw_usage", "jsonb"),
 ];
 
 /// A ledger row's exact cost ([`UsageEvent::exact_cost_pico`]).
@@ -467,7 +473,16 @@ fn copy_row(
         None => c.null(),
     }
     c.opt_text(e.attribution.session.as_deref())?;
-    c.text(asked_model_col(&e.attribution.asked_model))
+    c.text(asked_model_col(&e.attribution.asked_model))?;
+    // Valid JSON by construction, its text copied as jsonb's (no Value
+    // built, no serialising).
+    match &e.raw_usage {
+        Some(r) => c.jsonb_text(r.as_str()),
+        None => {
+            c.null();
+            Ok(())
+        }
+    }
 }
 
 /// The settle day as the ledger stores it (an unparsable day is stored as
@@ -699,6 +714,7 @@ impl Store {
             .bind(col!(
                 |e| asked_model_col(&e.attribution.asked_model).to_string()
             ))
+            .bind(col!(|e| e.raw_usage.clone().map(sqlx::types::Json)))
             .fetch_one(&self.pool)
             .await?;
         Ok(n as u64)
@@ -791,7 +807,7 @@ impl Store {
                     output_tokens, cost_micro, est_tokens, est_cost_micro, overrun_tokens, overrun_cost_micro,
                     status, stream, replica, started_at, settled_at, usage_source, usage_anomaly,
                     reported_usage, deployment, tags, end_user, cost_pico, breakdown, charges,
-                    session_id, asked_model
+                    session_id, asked_model, raw_usage
              FROM usage_events WHERE request_id = $1 AND ($2::text IS NULL OR tenant_id = $2)",
         )
         .bind(request_id)

@@ -214,6 +214,7 @@ fn usage_event(
         deployment: None,
         breakdown: None,
         charges: None,
+        raw_usage: None,
         attribution: domain::attribution::Attribution {
             tags: Default::default(),
             end_user: end_user.map(str::to_string),

@@ -68,7 +68,8 @@ pub fn render(r: &RequestRecord) -> Value {
             "usage_source": u.usage_source, "est_tokens": u.est_tokens,
             "overrun_tokens": u.overrun_tokens, "deployment": u.deployment,
             "tags": u.attribution.tags, "end_user": u.attribution.end_user,
-            "anomaly": u.anomaly.as_ref().map(|a| json!({"kind": a.kind, "reported": a.reported}))})
+            "anomaly": u.anomaly.as_ref().map(|a| json!({"kind": a.kind, "reported": a.reported})),
+            "raw_usage": u.raw_usage})
     });
     let outcome = match (&r.decision, &r.usage) {
         (Some(d), _) => d.decision.clone(),

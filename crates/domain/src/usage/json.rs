@@ -52,6 +52,7 @@ impl UsageEvent {
             anomaly,
             breakdown,
             charges,
+            raw_usage,
             attribution:
                 Attribution {
                     tags,
@@ -60,7 +61,9 @@ impl UsageEvent {
                     asked_model,
                 },
         } = self;
-        let mut w = Writer(String::with_capacity(TYPICAL));
+        // The usage object's text on top: it is copied in whole.
+        let extra = raw_usage.as_ref().map_or(0, |r| r.as_str().len() + 16);
+        let mut w = Writer(String::with_capacity(TYPICAL + extra));
         w.str("{\"request_id\":", request_id);
         w.str(",\"tenant_id\":", tenant_id);
         w.str(",\"app_id\":", app_id);
@@ -98,6 +101,12 @@ impl UsageEvent {
         if let Some(c) = charges {
             w.0.push_str(",\"charges\":");
             c.write_json(&mut w.0);
+        }
+        if let Some(r) = raw_usage {
+            // Valid JSON by construction (`RawUsage`), and what serde
+            // writes for it: the text itself.
+            w.0.push_str(",\"raw_usage\":");
+            w.0.push_str(r.as_str());
         }
         // The flattened attribution, as serde writes it: after the fields.
         if !tags.is_empty() {
@@ -152,7 +161,7 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::usage::UsageAnomaly;
+    use crate::usage::{RawUsage, UsageAnomaly};
     use proptest::prelude::*;
 
     fn event() -> UsageEvent {
@@ -182,6 +191,7 @@ mod tests {
             anomaly: None,
             breakdown: None,
             charges: None,
+            raw_usage: RawUsage::from_parsed(br#"{"prompt_tokens":13, "completion_tokens":9}"#),
             attribution: Attribution::default(),
         }
     }
@@ -253,6 +263,7 @@ mod tests {
             tags in proptest::collection::btree_map(text(), text(), 0..3),
             end_user in proptest::option::of(text()),
             session in proptest::option::of(text()),
+            raw_usage in proptest::option::of((text(), any::<i64>(), 0usize..3)),
         ) {
             let e = UsageEvent {
                 request_id: strs[0].clone(),
@@ -290,6 +301,19 @@ mod tests {
                     c.set(crate::pricing::Component::Input, ints[0], i128::from(ints[1]));
                     c.set(crate::pricing::Component::WebSearch, ints[3], i128::from(ints[4]));
                     c
+                }),
+                // As each reader makes it: a value serialised, scanned
+                // text with the provider's spacing, or one above the cap.
+                raw_usage: raw_usage.map(|(s, n, how)| {
+                    let v = serde_json::json!({ "prompt_tokens": n, "note": s });
+                    match how {
+                        0 => RawUsage::of(&v),
+                        1 => RawUsage::from_parsed(
+                            format!("{{ \"prompt_tokens\" : {n},\n \"note\": {} }}",
+                                serde_json::to_string(&s).unwrap()).as_bytes(),
+                        ).unwrap(),
+                        _ => RawUsage::of(&serde_json::json!({ "x": s.repeat(4096) + "x".repeat(4096).as_str() })),
+                    }
                 }),
                 attribution: Attribution {
                     tags,

@@ -182,10 +182,11 @@ impl Edge {
             return (upstream, None);
         };
         let tier = chat.get("service_tier").and_then(Value::as_str);
-        let usage = chat
-            .get("usage")
-            .filter(|u| u.is_object())
-            .map(|u| native::reported(Dialect::Chat, native::with_served_tier(u.clone(), tier)));
+        let usage = chat.get("usage").filter(|u| u.is_object()).map(|u| {
+            let sent = domain::usage::RawUsage::of(u);
+            native::reported(Dialect::Chat, native::with_served_tier(u.clone(), tier))
+                .with_sent(Some(sent))
+        });
         let out = match self.dialect {
             Dialect::Responses => responses::from_chat(&chat, self),
             Dialect::Gemini => gemini::from_chat(&chat, self),

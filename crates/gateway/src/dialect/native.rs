@@ -10,7 +10,7 @@ use super::{messages, responses, Dialect, Edge};
 use crate::sse::data_of;
 use bytes::Bytes;
 use domain::tokens::TokenizerFamily;
-use domain::usage::{Count, Reported};
+use domain::usage::{Count, RawUsage, Reported};
 use serde_json::Value;
 
 /// The provider's usage (input, output) in a whole answer or a usage
@@ -48,6 +48,7 @@ pub fn reported(dialect: Dialect, u: Value) -> Reported {
             input: Count::of(u.get("input_tokens")),
             output: Count::of(u.get("output_tokens")),
             raw: u,
+            sent: None,
         },
         Dialect::Messages => Reported {
             input: [
@@ -60,6 +61,7 @@ pub fn reported(dialect: Dialect, u: Value) -> Reported {
             .fold(Count::Missing, add_counts),
             output: Count::of(u.get("output_tokens")),
             raw: u,
+            sent: None,
         },
     }
 }
@@ -104,7 +106,7 @@ pub fn answer_usage(dialect: Dialect, body: &[u8]) -> Option<Reported> {
         // The usage and the tier found without parsing the content; a body
         // the scan cannot read plainly is parsed below.
         if let Some(u) = scanned_usage(body) {
-            return u.map(|u| reported(dialect, u));
+            return u.map(|(u, sent)| reported(dialect, u).with_sent(sent));
         }
     }
     let UsageOnly {
@@ -112,7 +114,10 @@ pub fn answer_usage(dialect: Dialect, body: &[u8]) -> Option<Reported> {
         service_tier,
         output,
     } = serde_json::from_slice::<UsageOnly>(body).ok()?;
-    let mut u = with_served_tier(usage?, service_tier.as_deref());
+    let usage = usage?;
+    // The object as sent, before the tier and the searches go in.
+    let sent = usage.is_object().then(|| RawUsage::of(&usage));
+    let mut u = with_served_tier(usage, service_tier.as_deref());
     if dialect == Dialect::Responses {
         let searches = output.map_or(0, |items| {
             items
@@ -122,14 +127,16 @@ pub fn answer_usage(dialect: Dialect, body: &[u8]) -> Option<Reported> {
         });
         with_search_calls(&mut u, searches);
     }
-    u.is_object().then(|| reported(dialect, u))
+    u.is_object().then(|| reported(dialect, u).with_sent(sent))
 }
 
 /// [`answer_usage`] of an answer without output items to count, by
 /// `domain::json_scan`: `Some(None)` for an answer without a usage object,
 /// `None` when the answer must be parsed instead (the scan could not read
-/// it, or a member is not what [`UsageOnly`] takes).
-fn scanned_usage(body: &[u8]) -> Option<Option<Value>> {
+/// it, or a member is not what [`UsageOnly`] takes). With the usage, its
+/// text as the provider sent it: the scanned bytes, copied (they parsed, so
+/// they are JSON), not the value serialised again.
+fn scanned_usage(body: &[u8]) -> Option<Option<(Value, Option<RawUsage>)>> {
     let [usage, tier, output] =
         domain::json_scan::top_level(body, ["usage", "service_tier", "output"])?;
     if output.is_some() {
@@ -140,15 +147,16 @@ fn scanned_usage(body: &[u8]) -> Option<Option<Value>> {
         Some(t) => serde_json::from_slice(t).ok()?,
         None => None,
     };
-    let usage: Option<Value> = match usage {
-        Some(u) => serde_json::from_slice(u).ok()?,
-        None => None,
+    let (usage, text): (Option<Value>, &[u8]) = match usage {
+        Some(u) => (serde_json::from_slice(u).ok()?, u),
+        None => (None, &[]),
     };
-    Some(
-        usage
-            .map(|u| with_served_tier(u, tier.as_deref()))
-            .filter(Value::is_object),
-    )
+    Some(usage.filter(Value::is_object).map(|u| {
+        (
+            with_served_tier(u, tier.as_deref()),
+            RawUsage::from_parsed(text),
+        )
+    }))
 }
 
 /// A Responses output item of a hosted web search.
@@ -293,6 +301,7 @@ fn responses_event<'a>(
                 // The served tier and the searches run, as for a whole
                 // answer: the final response's output items, else the
                 // items the stream built.
+                let sent = RawUsage::of(&r["usage"]);
                 let mut u = with_served_tier(Value::Object(u.clone()), r["service_tier"].as_str());
                 let items = match r["output"].as_array() {
                     Some(items) if !items.is_empty() => items.as_slice(),
@@ -303,7 +312,7 @@ fn responses_event<'a>(
                     .filter(|i| i["type"] == WEB_SEARCH_CALL)
                     .count();
                 with_search_calls(&mut u, searches);
-                *usage = Some(reported(Dialect::Responses, u));
+                *usage = Some(reported(Dialect::Responses, u).with_sent(Some(sent)));
             }
         }
         _ => {}
@@ -372,7 +381,10 @@ fn messages_event<'a>(
         "message_stop" => st.ended = true,
         "message_delta" => {
             // The final count: message_start's usage (the input) with the
-            // delta's own fields over it.
+            // delta's own fields over it. That merged object is also what
+            // the ledger keeps as the usage sent (`raw` as is: nothing of
+            // the gateway's is merged into a Messages usage; Anthropic
+            // sends its tier inside it).
             if let Some(d) = v["usage"]
                 .as_object()
                 .filter(|d| d.contains_key("output_tokens"))
@@ -515,6 +527,56 @@ mod tests {
         .unwrap();
         assert_eq!(r.input, Count::Malformed);
         assert_eq!(read(Dialect::Chat, r#"{"id":"x"}"#), None);
+    }
+
+    #[test]
+    fn the_usage_as_sent_is_kept_without_what_the_gateway_merges() {
+        // The scan: the member's bytes, spacing and all; the served tier
+        // beside the usage goes into `raw` (priced), not into the text.
+        let body = br#"{"id":"x","usage": {"prompt_tokens": 3, "completion_tokens":4},"service_tier":"flex"}"#;
+        let mut r = answer_usage(Dialect::Chat, body).unwrap();
+        assert_eq!(r.raw["service_tier"], "flex");
+        assert_eq!(
+            r.take_sent().as_str(),
+            r#"{"prompt_tokens": 3, "completion_tokens":4}"#
+        );
+        // The parser (Responses: output items): the object serialised once,
+        // before the tier and the search calls are counted into it.
+        let body = br#"{"usage":{"input_tokens":3,"output_tokens":4},"service_tier":"priority",
+            "output":[{"type":"web_search_call"}]}"#;
+        let mut r = answer_usage(Dialect::Responses, body).unwrap();
+        assert_eq!(r.raw["server_tool_use"]["web_search_requests"], 1);
+        assert_eq!(
+            r.take_sent().as_str(),
+            r#"{"input_tokens":3,"output_tokens":4}"#
+        );
+        // A stream's final event: Messages' start usage with the delta's
+        // fields over it, serialised at the settle.
+        let (mut st, mut u) = (State::default(), None);
+        let f = TokenizerFamily::O200k;
+        let start = ev(
+            "message_start",
+            json!({"message": {"id": "m", "usage": {"input_tokens": 12, "output_tokens": 1}}}),
+        );
+        read_event(Dialect::Messages, &start, f, &mut st, &mut u);
+        let delta = ev("message_delta", json!({"usage": {"output_tokens": 9}}));
+        read_event(Dialect::Messages, &delta, f, &mut st, &mut u);
+        let sent: Value = serde_json::from_str(u.unwrap().take_sent().as_str()).unwrap();
+        assert_eq!(sent, json!({"input_tokens": 12, "output_tokens": 9}));
+        // Responses' completed event: the usage, not the tier beside it.
+        let (mut st, mut u) = (State::default(), None);
+        let done = ev(
+            "response.completed",
+            json!({"response": {"service_tier": "flex", "output": [],
+                "usage": {"input_tokens": 2, "output_tokens": 5}}}),
+        );
+        read_event(Dialect::Responses, &done, f, &mut st, &mut u);
+        let mut u = u.unwrap();
+        assert_eq!(u.raw["service_tier"], "flex");
+        assert_eq!(
+            u.take_sent().as_str(),
+            r#"{"input_tokens":2,"output_tokens":5}"#
+        );
     }
 
     #[test]

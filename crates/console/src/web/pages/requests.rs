@@ -686,6 +686,11 @@ async fn format(
             facts.push(("req.usage_anomaly", a.kind.clone()));
             facts.push(("req.reported_usage", a.reported.to_string()));
         }
+        if let Some(r) = &u.raw_usage {
+            // Every request the provider reported usage for: its object as
+            // sent (the ledger's `raw_usage`), text the template escapes.
+            facts.push(("req.raw_usage", r.as_str().to_string()));
+        }
     }
     Ok(Found {
         request_id: r.request_id.clone(),
