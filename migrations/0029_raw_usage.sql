@@ -18,9 +18,9 @@
 -- backfilled into `raw_usage` (an old row's usage object is in
 -- `reported_usage` only if it was an anomaly).
 --
--- Compression, honestly: Postgres compresses a value only when TOAST moves
--- it out of line (a row over ~2 kB), which a usage object of a few hundred
--- bytes never makes happen on its own; the column is lz4 so that when it
+-- Compression, honestly: Postgres compresses a row's large values only once
+-- the row passes ~2 kB (TOAST), which a usage object of a few hundred bytes
+-- never makes happen on its own; the column is lz4 so that when it
 -- does (a large object, near the cap) it is the cheap codec. The real
 -- compression is the ClickHouse archive's (sql/0001_archive.sql), which
 -- compresses every column of a closed month. `SET COMPRESSION` needs

@@ -4,8 +4,8 @@
 //! tools — tools the provider runs and bills per call and whose results come
 //! back as input (web search and fetch, file search, code execution, image
 //! generation, MCP). Read from the client's own body in its dialect. A body
-//! with none of `service_tier`, `speed`, `tools`, `web_search_options`,
-//! `mcp_servers` costs a few map lookups and allocates nothing.
+//! with none of the members `read` looks at (`asks_beyond_text`) costs one
+//! pass over its keys and allocates nothing.
 
 use crate::limits::{self, Limits};
 use crate::provider::Dialect;

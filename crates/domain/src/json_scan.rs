@@ -4,8 +4,10 @@
 //! `service_tier` beside it); everything else — the choices, the content —
 //! goes to the client as the provider sent it. A general parser walks every
 //! byte of that content through its tokenizer (and builds nothing from it);
-//! this scan only tracks strings and nesting, so the content costs a
-//! comparison or two a byte. It is a fast path, never the only path: any
+//! this scan only tracks strings and nesting, finding the next quote,
+//! bracket or escape sixteen bytes at a time (SSE2, on every x86-64; a table
+//! lookup a byte elsewhere), so the content between them costs well under an
+//! instruction a byte. It is a fast path, never the only path: any
 //! body it cannot read plainly (not an object, a wanted key spelled with an
 //! escape or given twice, a truncated value) is answered `None`, and the
 //! caller parses the body the ordinary way. On well-formed JSON its answer is

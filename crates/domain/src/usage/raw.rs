@@ -82,13 +82,37 @@ impl RawUsage {
     }
 
     /// `s` with every `\u0000` escape made `\ufffd` (same length, still
-    /// valid JSON). A usage object rarely has a backslash at all, so the
-    /// usual text costs one `memchr`.
-    fn cleaned(mut s: String) -> RawUsage {
-        if s.as_bytes().contains(&b'\\') && s.contains("\\u0000") {
-            s = s.replace("\\u0000", "\\ufffd");
+    /// valid JSON). Escapes are walked pair by pair, so an escaped
+    /// backslash followed by `u0000` (the text `\u0000`) is left as it is.
+    /// A usage object rarely has a backslash at all, so the usual text
+    /// costs one `memchr`.
+    fn cleaned(s: String) -> RawUsage {
+        if !s.as_bytes().contains(&b'\\') {
+            return RawUsage(s);
         }
-        RawUsage(s)
+        let mut b = s.into_bytes();
+        let mut i = 0;
+        while i + 1 < b.len() {
+            if b[i] != b'\\' {
+                i += 1;
+                continue;
+            }
+            if b[i + 1] == b'u' && b.get(i + 2..i + 6) == Some(b"0000") {
+                b[i + 2..i + 6].copy_from_slice(b"fffd");
+            }
+            // Past the escape's first two bytes (`\\`, `\"`, `\u`, …).
+            i += 2;
+        }
+        // Only ASCII hex digits were replaced by ASCII hex digits.
+        RawUsage(String::from_utf8(b).expect("still UTF-8"))
+    }
+
+    /// Text read back from storage (the outbox, the ledger): cleaned, not
+    /// capped again — Postgres hands `jsonb` back re-spaced, so an object
+    /// stored whole just under the cap may come back a little over it.
+    fn stored(s: String) -> RawUsage {
+        debug_assert!(serde_json::from_str::<&RawValue>(&s).is_ok(), "{s}");
+        Self::cleaned(s)
     }
 }
 
@@ -129,7 +153,7 @@ impl<'de> Deserialize<'de> for RawUsage {
         // The outbox reader's path, once per event: the value's text is
         // found (skipped over, not built) and taken as it is.
         let raw = Box::<RawValue>::deserialize(d)?;
-        Ok(RawUsage::valid(Box::<str>::from(raw).into_string()))
+        Ok(RawUsage::stored(Box::<str>::from(raw).into_string()))
     }
 }
 
@@ -173,6 +197,39 @@ mod tests {
         let at = format!(r#"{{"x":"{}"}}"#, "b".repeat(pad));
         assert_eq!(at.len(), RAW_USAGE_CAP);
         assert_eq!(RawUsage::from_parsed(at.as_bytes()).unwrap().as_str(), at);
+    }
+
+    /// What Postgres hands back is re-spaced (`"a": 1, "b": 2`): an object
+    /// stored whole just under the cap is read back whole, not as the
+    /// marker.
+    #[test]
+    fn an_object_read_back_longer_than_the_cap_is_kept() {
+        let members: Vec<String> = (0..400).map(|i| format!("\"k{i:03}\":1")).collect();
+        let compact = format!("{{{}}}", members.join(","));
+        assert!(compact.len() <= RAW_USAGE_CAP);
+        assert!(RawUsage::from_parsed(compact.as_bytes()).unwrap().as_str() == compact);
+        let spaced = format!("{{{}}}", members.join(", ").replace(':', ": "));
+        assert!(spaced.len() > RAW_USAGE_CAP);
+        let back: RawUsage = serde_json::from_str(&spaced).unwrap();
+        assert_eq!(back.as_str(), spaced);
+    }
+
+    #[test]
+    fn only_a_real_nul_escape_is_replaced() {
+        // The text `\u0000` (an escaped backslash, then "u0000") is not a NUL.
+        let literal = r#"{"note":"a\\u0000b"}"#;
+        assert_eq!(RawUsage::from_parsed(literal.as_bytes()).unwrap().as_str(), literal);
+        let mixed = r#"{"a":"\\\u0000","b":"\"\u0000"}"#;
+        assert_eq!(
+            RawUsage::from_parsed(mixed.as_bytes()).unwrap().as_str(),
+            r#"{"a":"\\\ufffd","b":"\"\ufffd"}"#
+        );
+        let v: serde_json::Value = serde_json::from_str(
+            RawUsage::from_parsed(mixed.as_bytes()).unwrap().as_str(),
+        )
+        .unwrap();
+        assert_eq!(v["a"], "\\\u{fffd}");
+        assert_eq!(v["b"], "\"\u{fffd}");
     }
 
     #[test]
