@@ -38,8 +38,8 @@
 //!   per piece — computed here, not by the meter);
 //! - whenever Redis knows the month, `used` equals Σ of the settled
 //!   requests' costs computed here (a stream the budget cut: its input
-//!   estimate and the audio tokens its meter counted, at most the cap, as
-//!   plain input and output), and `held` equals Σ of what the open
+//!   estimate as plain input and the audio tokens its meter counted, at
+//!   most the cap, as audio output), and `held` equals Σ of what the open
 //!   requests were held and extended at.
 //!
 //! Made to fail by counting audio data as nothing in the meter (`sse.rs`,
@@ -299,6 +299,8 @@ struct Open {
     held: i64,
     /// A stream's output as the meter counted it.
     counted: i64,
+    /// Of which audio, as the meter counted it.
+    counted_audio: i64,
     /// The same, by the meter's documented rule (computed here).
     counted_by_rule: i64,
     /// A stream's audio characters so far.
@@ -472,6 +474,7 @@ impl Machine {
                 price,
                 held: est_cost,
                 counted: 0,
+                counted_audio: 0,
                 counted_by_rule: 0,
                 chars: 0,
             });
@@ -504,11 +507,12 @@ impl Machine {
                 format!("data: {chunk}\n\n").as_bytes(),
                 TokenizerFamily::O200k,
             );
-            if !self.meter(i, n).await? {
+            if !self.meter(i, n.tokens).await? {
                 // Cut: this piece is not delivered.
                 return self.settle(i, None).await;
             }
             let o = &mut self.open[i];
+            o.counted_audio += n.audio;
             o.chars += len;
             o.counted_by_rule += (len + METER_CHARS_PER_TOKEN - 1) / METER_CHARS_PER_TOKEN;
             self.check("an extension").await?;
@@ -588,7 +592,7 @@ impl Machine {
             &self.sheet,
             (o.est_in, o.est_out, o.max_out),
             o.stream,
-            o.counted,
+            (o.counted, o.counted_audio),
             usage.as_ref(),
             report.is_none(),
         );
@@ -597,10 +601,13 @@ impl Machine {
             Some(r) => (self.s.cost(r), r.whole_input() - o.est_in),
             None => {
                 // Counted at twice the provider's rate, the meter may pass
-                // the cap; the sanity bound books at most the cap.
+                // the cap; the sanity bound books at most the cap. All of a
+                // stream's output here is audio: at the audio price.
+                let out = o.counted_by_rule.min(o.max_out);
                 let cut = Report {
                     plain_in: o.est_in,
-                    output: o.counted_by_rule.min(o.max_out),
+                    output: out,
+                    audio_out: out,
                     ..Default::default()
                 };
                 (self.s.cost(&cut), 0)

@@ -25,11 +25,13 @@ const SEARCH_FEE: i64 = 10_000;
 const TIER_ABOVE: i64 = 5_000;
 const TIER_INPUT: i64 = 4_000_000;
 const TIER_OUTPUT: i64 = 12_000_000;
+const AUDIO_OUTPUT: i64 = 40_000_000;
 
 fn sheet() -> Value {
     json!({"input": INPUT, "output": OUTPUT, "cached_input": CACHED,
         "cache_write_5m": WRITE_5M, "cache_write_1h": WRITE_1H,
         "cache_write_30m": WRITE_30M, "cache_write_12h": WRITE_12H,
+        "audio_output": AUDIO_OUTPUT,
         "tool_fees": {"web_search": SEARCH_FEE},
         "tiers": [{"above_input_tokens": TIER_ABOVE,
             "prices": {"input": TIER_INPUT, "output": TIER_OUTPUT}}]})
@@ -41,6 +43,8 @@ struct Fixture {
     base: String,
     key: String,
     admin: String,
+    /// A key of tenant `cut`, whose month allows 1,500 tokens.
+    cut_key: String,
 }
 
 /// Model `m` (every dialect native, a sheet from now on) and a tenant key.
@@ -59,6 +63,17 @@ async fn fixture() -> Fixture {
     env.tenant("t", Limits::default(), None).await;
     env.app("t", "a", Limits::default()).await;
     let (_, key) = env.key("t", "a", Limits::default()).await;
+    env.tenant(
+        "cut",
+        Limits {
+            monthly_tokens: Some(1_500),
+            ..Default::default()
+        },
+        None,
+    )
+    .await;
+    env.app("cut", "a", Limits::default()).await;
+    let (_, cut_key) = env.key("cut", "a", Limits::default()).await;
     user(&env, "root@example.com", "platform_admin", None).await;
     let srv = env.server().await;
     let base = format!("http://{}", srv.addr);
@@ -79,6 +94,7 @@ async fn fixture() -> Fixture {
         base,
         key,
         admin,
+        cut_key,
     }
 }
 
@@ -275,6 +291,63 @@ async fn cache_writes_searches_and_providers_own_field_names() {
         )
         .await;
     }
+    f.srv.shutdown().await;
+}
+
+/// An audio stream the budget cuts has no report from the provider: it is
+/// billed at what the meter counted, and the audio it counted (one token per
+/// 640 base64 characters, rounded up per piece: docs/providers.md) at the
+/// audio output price, not the text price. The audio tokens are counted
+/// here from the pieces the client received.
+#[tokio::test]
+async fn a_cut_audio_stream_bills_its_audio_at_the_audio_price() {
+    let f = fixture().await;
+    let body = json!({"model": "m", "stream": true, "max_tokens": 4000,
+        "modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "pcm16"},
+        "messages": [{"role": "user",
+            "content": "hello [mock:output_tokens=4000] [mock:audio] [mock:chunk_delay_ms=1]"}]});
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", f.base))
+        .bearer_auth(&f.cut_key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let rid = r.headers()["x-request-id"].to_str().unwrap().to_string();
+    let text = r.text().await.unwrap();
+    let mut audio = 0i64;
+    for line in text.lines() {
+        let Some(v) = line
+            .strip_prefix("data: ")
+            .and_then(|d| serde_json::from_str::<Value>(d).ok())
+        else {
+            continue;
+        };
+        if let Some(d) = v["choices"][0]["delta"]["audio"]["data"].as_str() {
+            audio += (d.len() as i64 + 639) / 640;
+        }
+    }
+    assert!(audio > 0, "audio pieces reached the client: {text:.300}");
+    let booked = eventually(Duration::from_secs(10), || async {
+        f.env.usage_event(&rid).await.is_some()
+    })
+    .await;
+    assert!(booked);
+    let e = f.env.usage_event(&rid).await.unwrap();
+    assert_eq!(
+        (e.status.as_str(), e.usage_source.as_str()),
+        ("cut_off", "counted"),
+        "{e:?}"
+    );
+    let ch = e.charges.unwrap();
+    use domain::pricing::Component;
+    assert_eq!(ch.quantity_of(Component::AudioOutput), audio, "{e:?}");
+    assert_eq!(ch.pico_of(Component::AudioOutput), audio * AUDIO_OUTPUT);
+    let text_out = e.output_tokens - audio;
+    assert_eq!(ch.quantity_of(Component::Output), text_out);
+    let pico = e.input_tokens * INPUT + text_out * OUTPUT + audio * AUDIO_OUTPUT;
+    assert_cost(&f, &rid, pico, "the cut audio stream").await;
     f.srv.shutdown().await;
 }
 

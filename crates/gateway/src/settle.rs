@@ -32,6 +32,9 @@ pub struct HeldRequest {
     pub started_at_ms: i64,
     /// Output tokens counted from stream deltas so far.
     pub counted_output: i64,
+    /// Of which audio (chat's `delta.audio.data`): billed at the audio
+    /// price when the stream ends without the provider's report.
+    pub counted_audio: i64,
     /// The provider's own usage, as reported, once seen.
     pub provider_usage: Option<Reported>,
     /// The model-pool slot this request holds (given back on drop).
@@ -58,6 +61,9 @@ pub struct Actual {
     pub source: &'static str,
     /// Set when the provider's report was overruled by the sanity bound.
     pub anomaly: Option<AnomalyKind>,
+    /// Of `output`, the audio the meter counted (a `counted` source only;
+    /// 0 otherwise): priced at the audio price.
+    pub audio_output: i64,
 }
 
 impl HeldRequest {
@@ -87,6 +93,7 @@ impl HeldRequest {
             stream,
             started_at_ms,
             counted_output: 0,
+            counted_audio: 0,
             provider_usage: None,
             slot: None,
             route: None,
@@ -132,6 +139,7 @@ impl HeldRequest {
             est_input: self.est_input,
             est_output: self.est_output,
             counted_output: self.counted_output,
+            counted_audio: self.counted_audio,
             usage: self.provider_usage.as_ref(),
             bound: self.bound(),
         }
@@ -183,6 +191,7 @@ struct Known<'a> {
     est_input: i64,
     est_output: i64,
     counted_output: i64,
+    counted_audio: i64,
     usage: Option<&'a Reported>,
     bound: Bound,
 }
@@ -208,6 +217,7 @@ impl Known<'_> {
             status: "cut_off",
             source: "counted",
             anomaly: None,
+            audio_output: self.counted_audio.min(counted),
         }
     }
 
@@ -223,6 +233,7 @@ impl Known<'_> {
                 status,
                 source: "estimated",
                 anomaly: None,
+                audio_output: 0,
             };
         }
         match self.billed_report() {
@@ -232,6 +243,7 @@ impl Known<'_> {
                 status,
                 source: "provider",
                 anomaly: b.anomaly,
+                audio_output: 0,
             },
             None => Actual {
                 input: self.est_input,
@@ -239,6 +251,7 @@ impl Known<'_> {
                 status,
                 source: "counted",
                 anomaly: None,
+                audio_output: self.counted_audio.min(self.counted_output),
             },
         }
     }
@@ -261,10 +274,17 @@ fn priced(sheet: &PriceSheet, bound: &Bound, a: &Actual, usage: Option<&Reported
     // Every amount within the request's bound, whatever its source.
     let (input, output, _) = bound.clamp(a.input, a.output, 0);
     let plain = Breakdown::plain(input, output);
+    // Without the provider's report, what the meter counted: its audio at
+    // the audio price (the hold was extended at the dearest output price).
+    let counted = (a.audio_output > 0).then(|| Breakdown {
+        audio_output: a.audio_output.clamp(0, output),
+        ..plain.clone()
+    });
     let breakdown = usage
         .filter(|_| a.source == "provider" && a.anomaly.is_none())
         .map(|r| Breakdown::read(&r.raw))
         .filter(|b| b.fits(input, output))
+        .or(counted)
         .unwrap_or_else(|| plain.clone());
     let charges = sheet.charges(&breakdown);
     let exact = charges.total_pico();
@@ -289,13 +309,15 @@ fn priced(sheet: &PriceSheet, bound: &Bound, a: &Actual, usage: Option<&Reported
 /// What the settle books for a request held under `sheet` — (input,
 /// output, cost µUSD) — by the same steps as a [`HeldRequest`]'s settle:
 /// the sanity bound, the provider's report (`usage`) or what was counted,
-/// its breakdown priced. `cut`: a stream the budget cut, settled at the
-/// output counted. For the hold engine's property test (`crate::steps`).
+/// its breakdown priced. `counted`: a stream's output counted by its
+/// meter, and of it the audio. `cut`: a stream the budget cut, settled at
+/// the output counted. For the hold engine's property test
+/// (`crate::steps`).
 pub fn settle_amounts(
     sheet: &PriceSheet,
     (est_input, est_output, max_output): (i64, i64, i64),
     stream: bool,
-    counted_output: i64,
+    (counted_output, counted_audio): (i64, i64),
     usage: Option<&Reported>,
     cut: bool,
 ) -> (i64, i64, i64) {
@@ -304,6 +326,7 @@ pub fn settle_amounts(
         est_input,
         est_output,
         counted_output,
+        counted_audio,
         usage,
         bound: bound_of(sheet, est_input, max_output),
     };

@@ -302,8 +302,14 @@ impl Chunk {
     /// Every generated text in the chunk into `out` — content, reasoning,
     /// refusal, tool calls, audio transcripts, unknown fields' JSON — for
     /// the tokenizer; returns the tokens counted by rule rather than by the
-    /// tokenizer (audio data, unknown fields too long to tokenize).
-    pub fn generated_text(&self, out: &mut String, family: domain::tokens::TokenizerFamily) -> u64 {
+    /// tokenizer (audio data, unknown fields too long to tokenize), and of
+    /// those the audio data's (billed at the audio price when the stream
+    /// ends without the provider's report).
+    pub fn generated_text(
+        &self,
+        out: &mut String,
+        family: domain::tokens::TokenizerFamily,
+    ) -> (u64, u64) {
         let unknown = |u: &String, out: &mut String| {
             if u.len() > UNKNOWN_TOKENIZED_MAX_BYTES {
                 family.upper_bound(u)
@@ -312,7 +318,7 @@ impl Chunk {
                 0
             }
         };
-        let mut ruled = 0;
+        let (mut ruled, mut audio) = (0, 0);
         for c in self.choices.iter().flatten() {
             if let Some(t) = &c.text {
                 out.push_str(t);
@@ -332,14 +338,14 @@ impl Chunk {
                         out.push_str(t);
                     }
                     if let Some(b) = &a.data {
-                        ruled += audio_data_tokens(b);
+                        audio += audio_data_tokens(b);
                     }
                     ruled += a.unknown.iter().map(|u| unknown(u, out)).sum::<u64>();
                 }
                 ruled += d.unknown.iter().map(|u| unknown(u, out)).sum::<u64>();
             }
         }
-        ruled
+        (ruled + audio, audio)
     }
 
     /// The provider's extra usage chunk (`choices: []` + usage).

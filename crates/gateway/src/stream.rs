@@ -120,22 +120,35 @@ fn cut_events(shape: &Shape, cut: &Cut, usage: Option<(i64, i64)>) -> Bytes {
     Bytes::from(out)
 }
 
-/// Output tokens in one event, and whether it is the provider's usage-only
-/// chunk. What cannot be read as a chunk (an unexpected shape, several
-/// `data:` lines) is counted whole, as text: better to overcount than to
-/// let output through unmetered.
+/// What the meter counts in one event of a provider's stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventCount {
+    /// Output tokens, everything in the event.
+    pub tokens: i64,
+    /// Of which audio (chat's `delta.audio.data`, by the audio-data rule):
+    /// a stream that ends without the provider's report bills them at the
+    /// audio price.
+    pub audio: i64,
+    /// The provider's usage-only chunk.
+    pub usage_only: bool,
+}
+
+/// Output tokens in one event, of which audio, and whether it is the
+/// provider's usage-only chunk. What cannot be read as a chunk (an
+/// unexpected shape, several `data:` lines) is counted whole, as text:
+/// better to overcount than to let output through unmetered.
 fn read_event(
     ev: &[u8],
     family: domain::tokens::TokenizerFamily,
     text: &mut String,
     shape: &mut Shape,
     usage: &mut Option<crate::sse::Usage>,
-) -> (i64, bool) {
+) -> EventCount {
     let Some(data) = data_of(ev) else {
-        return (0, false);
+        return EventCount::default();
     };
     if data == b"[DONE]" {
-        return (0, false);
+        return EventCount::default();
     }
     let single = ev.windows(5).filter(|w| *w == b"data:").count() == 1;
     match serde_json::from_slice::<Chunk>(data)
@@ -159,19 +172,27 @@ fn read_event(
                 *usage = Some(u);
             }
             text.clear();
-            let ruled = chunk.generated_text(text, family);
-            ((family.count(text) + ruled) as i64, chunk.is_usage_only())
+            let (ruled, audio) = chunk.generated_text(text, family);
+            EventCount {
+                tokens: (family.count(text) + ruled) as i64,
+                audio: audio as i64,
+                usage_only: chunk.is_usage_only(),
+            }
         }
-        None => (family.count(&String::from_utf8_lossy(ev)) as i64, false),
+        None => EventCount {
+            tokens: family.count(&String::from_utf8_lossy(ev)) as i64,
+            ..Default::default()
+        },
     }
 }
 
-/// The output tokens the stream meter counts in one chat completion event
-/// (`data: {…}`, its blank line or not): what a chat stream's hold is
-/// extended by. For the hold engine's property test (`crate::steps`).
-pub fn chat_event_tokens(ev: &[u8], family: domain::tokens::TokenizerFamily) -> i64 {
+/// What the stream meter counts in one chat completion event (`data:
+/// {…}`, its blank line or not): the tokens a chat stream's hold is
+/// extended by, of which audio. For the hold engine's property test
+/// (`crate::steps`).
+pub fn chat_event_tokens(ev: &[u8], family: domain::tokens::TokenizerFamily) -> EventCount {
     let (mut text, mut shape, mut usage) = (String::new(), Shape::default(), None);
-    read_event(ev, family, &mut text, &mut shape, &mut usage).0
+    read_event(ev, family, &mut text, &mut shape, &mut usage)
 }
 
 /// Makes room for `needed` more output tokens, a slice at a time; the last
@@ -230,7 +251,8 @@ async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<
 /// cap (our count can run a little above the provider's) only what the text
 /// needs. Err when the budget cannot cover what was counted: the event must
 /// not be forwarded.
-async fn meter(held: &mut HeldRequest, n: i64, slice: i64) -> Result<(), Cut> {
+async fn meter(held: &mut HeldRequest, event: EventCount, slice: i64) -> Result<(), Cut> {
+    let n = event.tokens;
     if n <= 0 {
         return Ok(());
     }
@@ -248,6 +270,7 @@ async fn meter(held: &mut HeldRequest, n: i64, slice: i64) -> Result<(), Cut> {
         }
     }
     held.counted_output = after;
+    held.counted_audio += event.audio;
     Ok(())
 }
 
@@ -261,10 +284,13 @@ fn read_wire(
     shape: &mut Shape,
     native: &mut native::State,
     usage: &mut Option<crate::sse::Usage>,
-) -> (i64, bool) {
+) -> EventCount {
     match wire {
         Dialect::Chat => read_event(ev, family, text, shape, usage),
-        d => (native::read_event(d, ev, family, native, usage), false),
+        d => EventCount {
+            tokens: native::read_event(d, ev, family, native, usage),
+            ..Default::default()
+        },
     }
 }
 
@@ -313,7 +339,7 @@ pub fn metered(
             };
             split.push(&bytes);
             while let Some(ev) = split.next_event() {
-                let (n, usage_only) = read_wire(wire, &ev, family, &mut text, &mut shape, &mut native, &mut held.provider_usage);
+                let n = read_wire(wire, &ev, family, &mut text, &mut shape, &mut native, &mut held.provider_usage);
                 if let Err(c) = meter(&mut held, n, slice).await {
                     cut = Some(c);
                     break 'read;
@@ -324,7 +350,7 @@ pub fn metered(
                     Dialect::Chat => data_of(&ev) == Some(b"[DONE]".as_slice()),
                     _ => native.ended,
                 };
-                if usage_only && !client_wants_usage {
+                if n.usage_only && !client_wants_usage {
                     continue;
                 }
                 yield Ok::<Bytes, std::io::Error>(ev);
@@ -343,10 +369,10 @@ pub fn metered(
             if let Some(rest) = split.rest() {
                 // An unterminated last event (the upstream closed without
                 // the blank line): metered like any other, sent terminated.
-                let (n, usage_only) = read_wire(wire, &rest, family, &mut text, &mut shape, &mut native, &mut held.provider_usage);
+                let n = read_wire(wire, &rest, family, &mut text, &mut shape, &mut native, &mut held.provider_usage);
                 match meter(&mut held, n, slice).await {
                     Err(c) => cut = Some(c),
-                    Ok(()) if usage_only && !client_wants_usage => {}
+                    Ok(()) if n.usage_only && !client_wants_usage => {}
                     Ok(()) => yield Ok(crate::sse::terminated(rest)),
                 }
             }
@@ -452,30 +478,33 @@ mod read_event_tests {
         let ok = b"data: {\"choices\":[{\"delta\":{\"content\":\" hello hello\"}}]}\n\n";
         assert_eq!(
             read_event(ok, f, &mut text, &mut shape, &mut usage),
-            (2, false)
+            EventCount {
+                tokens: 2,
+                ..Default::default()
+            }
         );
         // A shape the parser does not expect (created as a float): the whole
         // event counts, far more than its text, never less.
         let odd =
             b"data: {\"created\":1.5,\"choices\":[{\"delta\":{\"content\":\" hello hello\"}}]}\n\n";
-        assert!(read_event(odd, f, &mut text, &mut shape, &mut usage).0 > 2);
+        assert!(read_event(odd, f, &mut text, &mut shape, &mut usage).tokens > 2);
         // Two data lines: counted whole too.
         let two =
             b"data: {\"choices\":[]}\ndata: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n";
-        assert!(read_event(two, f, &mut text, &mut shape, &mut usage).0 > 1);
+        assert!(read_event(two, f, &mut text, &mut shape, &mut usage).tokens > 1);
         // Comments and [DONE] carry no output.
         assert_eq!(
             read_event(b": keep-alive\n\n", f, &mut text, &mut shape, &mut usage),
-            (0, false)
+            EventCount::default()
         );
         assert_eq!(
             read_event(b"data: [DONE]\n\n", f, &mut text, &mut shape, &mut usage),
-            (0, false)
+            EventCount::default()
         );
         // Refusals and legacy function calls are output as well.
         let refusal = b"data: {\"choices\":[{\"delta\":{\"refusal\":\" hello\"}}]}\n\n";
         assert_eq!(
-            read_event(refusal, f, &mut text, &mut shape, &mut usage).0,
+            read_event(refusal, f, &mut text, &mut shape, &mut usage).tokens,
             1
         );
     }
@@ -489,7 +518,7 @@ mod read_event_tests {
             &mut shape,
             &mut usage,
         )
-        .0
+        .tokens
     }
 
     fn delta_event(delta: &Value) -> String {
