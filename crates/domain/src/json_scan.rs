@@ -368,7 +368,8 @@ mod tests {
             {
                 let mut body = vec![b'a'; len];
                 body[at] = b;
-                for (stop, table) in [(Stop::InString, &IN_STRING), (Stop::InNesting, &IN_NESTING)] {
+                for (stop, table) in [(Stop::InString, &IN_STRING), (Stop::InNesting, &IN_NESTING)]
+                {
                     let want = table[usize::from(b)].then_some(at);
                     assert_eq!(next_stop(&body, 0, stop), want, "byte {b:#x} at {at}");
                     let from = at.saturating_sub(3);

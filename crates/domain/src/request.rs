@@ -320,7 +320,12 @@ mod tests {
     fn each_numeric_field_has_its_range() {
         let fields: [(&str, Value, Value, Value); 10] = [
             ("max_tokens", json!(1), json!(1_000_000), json!(0)),
-            ("max_completion_tokens", json!(1), json!(1_000_000), json!(1_000_001)),
+            (
+                "max_completion_tokens",
+                json!(1),
+                json!(1_000_000),
+                json!(1_000_001),
+            ),
             ("n", json!(1), json!(16), json!(17)),
             ("best_of", json!(1), json!(16), json!(0)),
             ("temperature", json!(0.0), json!(2.0), json!(2.5)),
@@ -332,12 +337,19 @@ mod tests {
         ];
         for (f, lo, hi, bad) in fields {
             for ok in [lo, hi, Value::Null] {
-                assert!(validate(Endpoint::ChatCompletions, &chat(json!({ f: ok }))).is_ok(), "{f}");
+                assert!(
+                    validate(Endpoint::ChatCompletions, &chat(json!({ f: ok }))).is_ok(),
+                    "{f}"
+                );
             }
             let e = validate(Endpoint::ChatCompletions, &chat(json!({ f: bad }))).unwrap_err();
             assert_eq!(e.param, f);
         }
-        let s = validate(Endpoint::ChatCompletions, &chat(json!({"n": 3, "best_of": 5}))).unwrap();
+        let s = validate(
+            Endpoint::ChatCompletions,
+            &chat(json!({"n": 3, "best_of": 5})),
+        )
+        .unwrap();
         assert_eq!(s.choices, 5);
         let s = validate(
             Endpoint::ChatCompletions,

@@ -218,16 +218,18 @@ mod tests {
     fn only_a_real_nul_escape_is_replaced() {
         // The text `\u0000` (an escaped backslash, then "u0000") is not a NUL.
         let literal = r#"{"note":"a\\u0000b"}"#;
-        assert_eq!(RawUsage::from_parsed(literal.as_bytes()).unwrap().as_str(), literal);
+        assert_eq!(
+            RawUsage::from_parsed(literal.as_bytes()).unwrap().as_str(),
+            literal
+        );
         let mixed = r#"{"a":"\\\u0000","b":"\"\u0000"}"#;
         assert_eq!(
             RawUsage::from_parsed(mixed.as_bytes()).unwrap().as_str(),
             r#"{"a":"\\\ufffd","b":"\"\ufffd"}"#
         );
-        let v: serde_json::Value = serde_json::from_str(
-            RawUsage::from_parsed(mixed.as_bytes()).unwrap().as_str(),
-        )
-        .unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(RawUsage::from_parsed(mixed.as_bytes()).unwrap().as_str())
+                .unwrap();
         assert_eq!(v["a"], "\\\u{fffd}");
         assert_eq!(v["b"], "\"\u{fffd}");
     }
