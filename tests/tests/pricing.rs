@@ -148,6 +148,23 @@ async fn served(f: &Fixture, dialect: &str, stream: bool, content: &str) -> (Str
     )
 }
 
+/// This month's bill by component, as the platform admin reads it.
+async fn bill_by_component(f: &Fixture) -> Value {
+    let (status, bill) = api(
+        "GET",
+        &format!(
+            "{}/api/v1/bills?period={}&by=component",
+            f.base,
+            this_month()
+        ),
+        Some(&f.admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{bill}");
+    bill
+}
+
 /// Pico-USD as the books' micro-USD: rounded up.
 fn micro(pico: i64) -> i64 {
     (pico + 999_999) / 1_000_000
@@ -195,18 +212,7 @@ async fn cached_input_is_billed_at_the_cached_price_in_every_dialect() {
     (uncached, output, exact) = (uncached + p, output + c, exact + p * INPUT + c * OUTPUT);
     // The bill line is the exact sum rounded once, half up; by component it
     // shows each quantity, and the components add up to the line.
-    let (status, bill) = api(
-        "GET",
-        &format!(
-            "{}/api/v1/bills?period={}&by=component",
-            f.base,
-            this_month()
-        ),
-        Some(&f.admin),
-        None,
-    )
-    .await;
-    assert_eq!(status, 200, "{bill}");
+    let bill = bill_by_component(&f).await;
     let usd = |v: &Value| {
         domain::money::MicroUsd::from_usd_str(v.as_str().unwrap())
             .unwrap()
@@ -393,18 +399,7 @@ async fn openai_cache_writes_are_billed_by_ttl() {
         assert_eq!((b.cache_write_30m, b.cache_write_12h), (300, 0));
         w30 += 300;
     }
-    let (status, bill) = api(
-        "GET",
-        &format!(
-            "{}/api/v1/bills?period={}&by=component",
-            f.base,
-            this_month()
-        ),
-        Some(&f.admin),
-        None,
-    )
-    .await;
-    assert_eq!(status, 200, "{bill}");
+    let bill = bill_by_component(&f).await;
     let qty = |k: &str| {
         bill["lines"]
             .as_array()
