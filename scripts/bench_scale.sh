@@ -13,7 +13,8 @@
 #      before and after;
 #   2. ledgers of SCALE_EVENTS events (each loaded afresh, e.g. 1M then 10M)
 #      in the current month, written by `tollgate admin load-ledger` (the ledger's
-#      own insert, rollups included): bills API, bill CSV, console dashboard,
+#      own insert, rollups included; SCALE_END_USERS end users): bills API,
+#      bill CSV, FOCUS export (first byte and whole), console dashboard,
 #      request log first page and a deep page (cursor followed
 #      SCALE_PAGES pages), each timed on a fresh replica.
 #
@@ -28,6 +29,7 @@ SCALE_CREATES=${SCALE_CREATES:-1000}
 SCALE_EVENTS=${SCALE_EVENTS:-1000000 10000000}
 SCALE_LEDGER_TENANTS=${SCALE_LEDGER_TENANTS:-100}
 SCALE_LEDGER_APPS=${SCALE_LEDGER_APPS:-5}
+SCALE_END_USERS=${SCALE_END_USERS:-10000}
 SCALE_PAGES=${SCALE_PAGES:-200}
 SCALE_LOAD_PARALLEL=${SCALE_LOAD_PARALLEL:-2}
 SCALE_LOAD_BATCH=${SCALE_LOAD_BATCH:-2000}
@@ -108,12 +110,15 @@ scale_bench() {
         # Each size from an empty ledger: an event's request id carries its
         # start, which depends on the plan's size, so a larger plan does not
         # repeat a smaller one's ids (docs/scale.md, "The loader").
-        psql_url "$sdb" -c "TRUNCATE usage_events, usage_rollups, usage_month_rollups" >/dev/null
+        psql_url "$sdb" -c "TRUNCATE usage_events, usage_rollups, usage_month_rollups, usage_day_rollups" >/dev/null
         out=$("$bin" admin load-ledger --events "$n" --tenants "$SCALE_LEDGER_TENANTS" --apps "$SCALE_LEDGER_APPS" \
-            --period "$month" --parallel "$SCALE_LOAD_PARALLEL" --batch "$SCALE_LOAD_BATCH" 2>/dev/null)
+            --end-users "$SCALE_END_USERS" --period "$month" --parallel "$SCALE_LOAD_PARALLEL" \
+            --batch "$SCALE_LOAD_BATCH" 2>/dev/null)
         S[$n.load]=$out
-        psql_url "$sdb" -c "VACUUM ANALYZE usage_events" -c "VACUUM ANALYZE usage_rollups" -c "VACUUM ANALYZE usage_month_rollups" -c "VACUUM ANALYZE request_decisions"
+        psql_url "$sdb" -c "VACUUM ANALYZE usage_events" -c "VACUUM ANALYZE usage_rollups" -c "VACUUM ANALYZE usage_month_rollups" \
+            -c "VACUUM ANALYZE usage_day_rollups" -c "VACUUM ANALYZE request_decisions"
         rows=$(psql_url "$sdb" -At -F ' ' -c "SELECT (SELECT count(*) FROM usage_events), (SELECT count(*) FROM usage_rollups),
+            (SELECT count(*) FROM usage_day_rollups),
             replace(pg_size_pretty(pg_total_relation_size('usage_events')), ' ', ''),
             replace(pg_size_pretty(pg_total_relation_size('usage_rollups')), ' ', '')")
         S[$n.rows]=$rows
@@ -123,7 +128,8 @@ scale_bench() {
         S[$n.bills]=$("$target/scale-bench" get --name bills --url "$api/bills?period=$month" --header "$auth")
         S[$n.csv]=$("$target/scale-bench" get --name csv --url "$api/bills.csv?period=$month" --header "$auth")
         # FOCUS: the whole platform's month (a row per tenant × app × model
-        # × day × tags × component: it grows with them) and one tenant's.
+        # × day × tags × component: it grows with them; streamed, so its
+        # first bytes are timed apart) and one tenant's.
         S[$n.focus]=$("$target/scale-bench" get --name focus --url "$api/bills.focus.csv?period=$month" --header "$auth")
         S[$n.focus_t]=$("$target/scale-bench" get --name focus_t \
             --url "$api/bills.focus.csv?period=$month&tenant=load-00007" --header "$auth")
@@ -162,17 +168,18 @@ scale_bench() {
             "$(field "$line" revoked_p50_ms)" "$(field "$line" revoked_p99_ms)" "$(field "$line" revoked_max_ms)"
     done <<<"${S[keys]}"
     echo
-    echo "Books ($SCALE_LEDGER_TENANTS tenants × $SCALE_LEDGER_APPS apps × 4 keys × 2 models over the month's days; each figure the p50 of 5 runs, max in brackets; request log: $SCALE_PAGES pages of 50 followed by cursor):"
+    echo "Books ($SCALE_LEDGER_TENANTS tenants × $SCALE_LEDGER_APPS apps × 4 keys × 2 models × $SCALE_END_USERS end users over the month's days, half the requests with cached input; each figure the p50 of 5 runs, max in brackets; request log: $SCALE_PAGES pages of 50 followed by cursor):"
     echo
-    echo "| events | rollup rows | events table | rollups table | load (events/s) | bills ms | bill CSV ms (bytes) | FOCUS ms (bytes) | one tenant's FOCUS ms (bytes) | dashboard ms | request log first page ms | page $SCALE_PAGES ms | one tenant's: first ms | page $SCALE_PAGES ms |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| events | rollup rows | day rows | events table | rollups table | load (events/s) | bills ms | bill CSV ms (bytes) | FOCUS first byte ms | FOCUS ms (bytes) | one tenant's FOCUS ms (bytes) | dashboard ms | request log first page ms | page $SCALE_PAGES ms | one tenant's: first ms | page $SCALE_PAGES ms |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for n in "${runs[@]}"; do
-        local ev ro es rs
-        read -r ev ro es rs <<<"${S[$n.rows]}"
-        printf '| %s | %s | %s | %s | %s | %s (%s) | %s (%s; %s B) | %s (%s; %s B) | %s (%s; %s B) | %s (%s) | %s | %s | %s | %s |\n' "$ev" "$ro" "$es" "$rs" \
+        local ev ro dr es rs
+        read -r ev ro dr es rs <<<"${S[$n.rows]}"
+        printf '| %s | %s | %s | %s | %s | %s | %s (%s) | %s (%s; %s B) | %s (%s) | %s (%s; %s B) | %s (%s; %s B) | %s (%s) | %s | %s | %s | %s |\n' "$ev" "$ro" "$dr" "$es" "$rs" \
             "$(echo "${S[$n.load]}" | sed -n 's/.*: \([0-9]*\) events\/s.*/\1/p')" \
             "$(field "${S[$n.bills]}" p50_ms)" "$(field "${S[$n.bills]}" max_ms)" \
             "$(field "${S[$n.csv]}" p50_ms)" "$(field "${S[$n.csv]}" max_ms)" "$(field "${S[$n.csv]}" bytes)" \
+            "$(field "${S[$n.focus]}" first_byte_p50_ms)" "$(field "${S[$n.focus]}" first_byte_max_ms)" \
             "$(field "${S[$n.focus]}" p50_ms)" "$(field "${S[$n.focus]}" max_ms)" "$(field "${S[$n.focus]}" bytes)" \
             "$(field "${S[$n.focus_t]}" p50_ms)" "$(field "${S[$n.focus_t]}" max_ms)" "$(field "${S[$n.focus_t]}" bytes)" \
             "$(field "${S[$n.dash]}" p50_ms)" "$(field "${S[$n.dash]}" max_ms)" \

@@ -15,6 +15,7 @@ async fn loaded() -> TestEnv {
         events: 5_000,
         tenants: 4,
         apps: 3,
+        end_users: 50,
         period: PERIOD.into(),
         batch: 500,
         parallel: 3,
@@ -50,7 +51,8 @@ async fn the_bill_of_a_loaded_month_equals_the_sum_of_its_events() {
     assert_eq!(status, 200, "{bill}");
     let direct = sqlx::query(
         "SELECT tenant_id, count(*)::int8 AS n, sum(input_tokens)::int8 AS i,
-                sum(output_tokens)::int8 AS o, sum(cost_micro)::int8 AS c
+                sum(output_tokens)::int8 AS o, sum(cost_pico)::int8 AS p,
+                count(*) FILTER (WHERE charges IS NULL OR cost_pico <= 0)::int8 AS unpriced
          FROM usage_events WHERE period = $1 GROUP BY tenant_id ORDER BY tenant_id",
     )
     .bind(PERIOD)
@@ -82,10 +84,13 @@ async fn the_bill_of_a_loaded_month_equals_the_sum_of_its_events() {
             Some(r.get::<i64, _>("o")),
             "{t}"
         );
-        let cost: i64 = r.get("c");
+        // Every loaded row is priced by component, exactly; the line is
+        // their exact sum rounded once, half up.
+        assert_eq!(r.get::<i64, _>("unpriced"), 0, "{t}");
+        let pico: i64 = r.get("p");
         assert_eq!(
             b["cost_usd"],
-            serde_json::to_value(domain::MicroUsd(cost)).unwrap(),
+            serde_json::to_value(domain::MicroUsd((pico + 500_000) / 1_000_000)).unwrap(),
             "{t}: {b}"
         );
     }
@@ -111,9 +116,9 @@ async fn reconcile_passes_then_names_a_tampered_rollup() {
     let (tenant, app, key, model, day): (String, String, String, String, String) = {
         let r = sqlx::query(
             "UPDATE usage_rollups SET cost_micro = cost_micro + 1
-             WHERE (period, tenant_id, app_id, key_id, model, day) = (
-                SELECT period, tenant_id, app_id, key_id, model, day FROM usage_rollups
-                WHERE period = $1 ORDER BY tenant_id, app_id, key_id, model, day LIMIT 1)
+             WHERE ctid = (
+                SELECT ctid FROM usage_rollups
+                WHERE period = $1 ORDER BY tenant_id, app_id, key_id, model, day, end_user LIMIT 1)
              RETURNING tenant_id, app_id, key_id, model, day::text AS day",
         )
         .bind(PERIOD)
@@ -184,6 +189,43 @@ async fn reconcile_passes_then_names_a_tampered_rollup() {
         r[0],
         e[0] + 1,
         "the month row's requests are the tampered ones"
+    );
+
+    // A day row (what the FOCUS export and the dashboards read) likewise,
+    // its key shown as `*` and its day named.
+    let (tenant, app, model, day): (String, String, String, String) = {
+        let r = sqlx::query(
+            "UPDATE usage_day_rollups SET cost_pico = cost_pico + 1
+             WHERE (period, tenant_id, day, app_id, model, tags) = (
+                SELECT period, tenant_id, day, app_id, model, tags FROM usage_day_rollups
+                WHERE period = $1 ORDER BY tenant_id, day DESC, app_id, model LIMIT 1)
+             RETURNING tenant_id, app_id, model, day::text AS day",
+        )
+        .bind(PERIOD)
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap();
+        (
+            r.get("tenant_id"),
+            r.get("app_id"),
+            r.get("model"),
+            r.get("day"),
+        )
+    };
+    let dirty = jobs::reconcile::check(&ctx, now, Some(PERIOD))
+        .await
+        .unwrap();
+    assert_eq!(dirty.rollups.len(), 3, "{:?}", dirty.rollups);
+    let d = &dirty.rollups[2];
+    assert_eq!(
+        (&d.tenant_id, &d.app_id, d.key_id.as_str(), &d.model, &d.day),
+        (&tenant, &app, "*", &model, &day)
+    );
+    let (r, e) = (d.rollup.unwrap(), d.events.unwrap());
+    assert_eq!(
+        r[4],
+        e[4] + 1,
+        "the day row's exact cost is the tampered one"
     );
 }
 

@@ -177,9 +177,11 @@ async fn keys(
     Ok(())
 }
 
+/// GETs `url` `n` times: the whole answer's time and its first body
+/// byte's (a streamed export starts long before it ends), p50 and max.
 async fn get(url: &str, headers: &[String], n: usize, name: &str) -> anyhow::Result<()> {
     let c = reqwest::Client::new();
-    let mut times = Vec::new();
+    let (mut times, mut firsts) = (Vec::new(), Vec::new());
     let (mut status, mut bytes) = (0, 0);
     for _ in 0..n.max(1) {
         let mut rb = c.get(url);
@@ -188,16 +190,25 @@ async fn get(url: &str, headers: &[String], n: usize, name: &str) -> anyhow::Res
             rb = rb.header(k.trim(), v.trim());
         }
         let t0 = Instant::now();
-        let r = rb.send().await?;
+        let mut r = rb.send().await?;
         status = r.status().as_u16();
-        bytes = r.bytes().await?.len();
+        bytes = 0;
+        let mut first = None;
+        while let Some(chunk) = r.chunk().await? {
+            first.get_or_insert_with(|| t0.elapsed());
+            bytes += chunk.len();
+        }
         times.push(t0.elapsed());
+        firsts.push(first.unwrap_or_else(|| t0.elapsed()));
     }
     println!(
-        "name={name} status={status} bytes={bytes} runs={} p50_ms={:.1} max_ms={:.1}",
+        "name={name} status={status} bytes={bytes} runs={} p50_ms={:.1} max_ms={:.1} \
+         first_byte_p50_ms={:.1} first_byte_max_ms={:.1}",
         times.len(),
         pct(&mut times, 0.5) / 1e3,
         pct(&mut times, 1.0) / 1e3,
+        pct(&mut firsts, 0.5) / 1e3,
+        pct(&mut firsts, 1.0) / 1e3,
     );
     Ok(())
 }

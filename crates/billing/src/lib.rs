@@ -216,25 +216,120 @@ impl Books {
         Ok(bill::bill_csv(period, &rows.bill_rows, &tenants))
     }
 
-    /// FOCUS-style export: one row per tenant × app × model × day.
+    /// The FOCUS export in one piece (tests, small scopes): what
+    /// [`Self::focus_chunks`] sends, joined.
     pub async fn focus_csv(&self, period: &str, scope: &TenantScope) -> Result<String> {
-        let rows = self.day_rows(period, scope).await?;
+        let mut rx = self.focus_chunks(period, scope).await?;
+        let mut out = String::new();
+        while let Some(chunk) = rx.recv().await {
+            out.push_str(&chunk?);
+        }
+        Ok(out)
+    }
+
+    /// The FOCUS export (one row per charge component of each tenant ×
+    /// day × app × model × tags) as CSV chunks: the header, then the rows
+    /// a few tenants at a time. An open month is read through the day
+    /// rollups' cursor, so the first rows go out before the last are read
+    /// and memory holds about one tenant's rows, whatever the platform's
+    /// size; a closed month's rows come from the archive in one read. The
+    /// bill's rounding is per tenant, so a chunk is final when its tenants'
+    /// rows are all read. An error ends the chunks with it (the response is
+    /// then cut short, never passed off as whole).
+    pub async fn focus_chunks(
+        &self,
+        period: &str,
+        scope: &TenantScope,
+    ) -> Result<tokio::sync::mpsc::Receiver<Result<String>>> {
+        /// A chunk is sent once it holds this much.
+        const CHUNK: usize = 256 * 1024;
+        let (book, _) = self.book(period).await?;
         let tenants = self.store.tenant_infos(scope).await?;
         let (start, end) = self
             .clock
             .month_bounds(period)
             .ok_or_else(|| BillingError::Invalid("period must be YYYY-MM".into()))?;
+        let (billing_start, billing_end) = (rfc3339(start), rfc3339(end));
         let clock = self.clock;
-        let day_bounds = move |d: &str| match clock.day_bounds(d) {
-            Some((s, e)) => (rfc3339(s), rfc3339(e)),
-            None => (String::new(), String::new()),
+        let mut source = match book {
+            MonthBook::Ledger => {
+                FocusSource::Cursor(self.store.day_rows_cursor(scope, period).await?)
+            }
+            MonthBook::Archive(batch) => FocusSource::Rows(
+                self.archive(period)?
+                    .day_rows(period, batch, scope.tenant())
+                    .await?,
+            ),
         };
-        let p = FocusPeriod {
-            billing_start: rfc3339(start),
-            billing_end: rfc3339(end),
-            day_bounds: &day_bounds,
-            provider: "tollgate",
-        };
-        Ok(bill::focus_csv(&p, &rows, &tenants))
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            let day_bounds = move |d: &str| match clock.day_bounds(d) {
+                Some((s, e)) => (rfc3339(s), rfc3339(e)),
+                None => (String::new(), String::new()),
+            };
+            let p = FocusPeriod {
+                billing_start,
+                billing_end,
+                day_bounds: &day_bounds,
+                provider: "tollgate",
+            };
+            let by_id = bill::tenants_by_id(&tenants);
+            let mut out = bill::focus_header();
+            // The rows of the tenant being read (they arrive a tenant after
+            // the other, in id order).
+            let mut pending: Vec<DayRow> = Vec::new();
+            loop {
+                let batch = match source.next_batch().await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                };
+                let done = batch.is_empty();
+                for r in batch {
+                    if pending.last().is_some_and(|l| l.tenant_id != r.tenant_id) {
+                        bill::focus_rows(&p, &pending, &by_id, &mut out);
+                        pending.clear();
+                    }
+                    pending.push(r);
+                }
+                if done {
+                    bill::focus_rows(&p, &pending, &by_id, &mut out);
+                }
+                if (done || out.len() >= CHUNK)
+                    && tx.send(Ok(std::mem::take(&mut out))).await.is_err()
+                {
+                    // The client left: stop reading.
+                    return;
+                }
+                if done {
+                    return;
+                }
+            }
+        });
+        Ok(rx)
+    }
+}
+
+/// Where the FOCUS export's rows come from.
+enum FocusSource {
+    /// An open month: the day rollups, through a cursor.
+    Cursor(store::DayRowsCursor),
+    /// A closed month: its rows read from the archive, given out once.
+    Rows(Vec<DayRow>),
+}
+
+impl FocusSource {
+    /// The next rows in (tenant, …) order; empty once all are given.
+    async fn next_batch(&mut self) -> Result<Vec<DayRow>> {
+        match self {
+            FocusSource::Cursor(c) => Ok(c.next_batch().await?),
+            FocusSource::Rows(rows) => {
+                let mut rows = std::mem::take(rows);
+                rows.sort_by(|a, b| a.tenant_id.cmp(&b.tenant_id));
+                Ok(rows)
+            }
+        }
     }
 }

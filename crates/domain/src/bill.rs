@@ -386,9 +386,7 @@ impl Bill {
 /// The tenants by id, for the lines that name them: a search of the list
 /// per line was quadratic (2,000 departments × 20,000 bill rows: tens of
 /// millions of comparisons, most of a bill's or CSV's time).
-pub(crate) fn tenants_by_id(
-    tenants: &[TenantInfo],
-) -> std::collections::HashMap<&str, &TenantInfo> {
+pub fn tenants_by_id(tenants: &[TenantInfo]) -> std::collections::HashMap<&str, &TenantInfo> {
     tenants.iter().map(|t| (t.id.as_str(), t)).collect()
 }
 

@@ -291,7 +291,7 @@ pub async fn run_job(
 pub async fn load_ledger(
     cfg: &Config,
     events: u64,
-    (tenants, apps): (u32, u32),
+    (tenants, apps, end_users): (u32, u32, u32),
     period: &str,
     batch: Option<usize>,
     parallel: usize,
@@ -303,6 +303,7 @@ pub async fn load_ledger(
         events,
         tenants,
         apps,
+        end_users,
         period: period.to_string(),
         batch: batch.unwrap_or(cfg.gateway.ledger_batch),
         parallel,

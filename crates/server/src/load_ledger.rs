@@ -6,8 +6,10 @@
 
 use anyhow::Context;
 use chrono::{NaiveDate, TimeZone, Utc};
+use domain::attribution::Attribution;
 use domain::pricing::Price;
-use domain::usage::UsageEvent;
+use domain::pricing::{Charges, Component};
+use domain::usage::{RawUsage, UsageEvent};
 use domain::Limits;
 use std::io::Write;
 use std::time::Instant;
@@ -18,6 +20,8 @@ pub struct LoadPlan {
     pub events: u64,
     pub tenants: u32,
     pub apps: u32,
+    /// End users the events are spread over (`user-00000`…; 0: none).
+    pub end_users: u32,
     /// `YYYY-MM`.
     pub period: String,
     /// Events per insert (the ledger writer's batch).
@@ -41,13 +45,16 @@ impl LoadReport {
     }
 }
 
-const MODELS: [(&str, Price); 2] = [
+/// The models, their prices and their cached-input price (µUSD per
+/// million tokens; OpenAI's list prices).
+const MODELS: [(&str, Price, i64); 2] = [
     (
         "gpt-4o-mini",
         Price {
             input_micro_per_mtok: 150_000,
             output_micro_per_mtok: 600_000,
         },
+        75_000,
     ),
     (
         "gpt-4o",
@@ -55,6 +62,7 @@ const MODELS: [(&str, Price); 2] = [
             input_micro_per_mtok: 2_500_000,
             output_micro_per_mtok: 10_000_000,
         },
+        1_250_000,
     ),
 ];
 
@@ -128,18 +136,48 @@ async fn ensure_scopes(store: &Store, tenants: u32, apps: u32) -> anyhow::Result
 }
 
 /// The `n`-th synthetic event of the plan: spread over tenants, apps, four
-/// keys per app and two models, and in time order over the month like a
-/// gateway's traffic (the `n`-th of `events` starts in the `n`-th equal
-/// slice of the month, at a random moment in it), so the ledger's
-/// time-ordered indexes grow at their end as they do in production.
+/// keys per app, two models and the plan's end users, and in time order
+/// over the month like a gateway's traffic (the `n`-th of `events` starts
+/// in the `n`-th equal slice of the month, at a random moment in it), so
+/// the ledger's time-ordered indexes grow at their end as they do in
+/// production. Half the requests read part of their prompt from the
+/// provider's cache: each row carries its charge components (input, cached
+/// input, output), its exact cost and the provider's usage object, like a
+/// settled request's.
 fn event(plan: &LoadPlan, first_day: NaiveDate, days: u32, n: u64, rng: &mut Mix) -> UsageEvent {
     let t = rng.below(u64::from(plan.tenants)) as u32;
     let a = rng.below(u64::from(plan.apps.max(1)));
     let k = rng.below(4);
-    let (model, price) = &MODELS[rng.below(MODELS.len() as u64) as usize];
+    let (model, price, cached_price) = &MODELS[rng.below(MODELS.len() as u64) as usize];
     let input = 20 + rng.below(2000) as i64;
     let output = 1 + rng.below(800) as i64;
-    let cost = price.cost(input, output).0;
+    let cached = if rng.below(2) == 0 {
+        input * rng.below(91) as i64 / 100
+    } else {
+        0
+    };
+    let end_user =
+        (plan.end_users > 0).then(|| format!("user-{:05}", rng.below(u64::from(plan.end_users))));
+    let mut charges = Charges::default();
+    let per = |tokens: i64, micro_per_mtok: i64| i128::from(tokens) * i128::from(micro_per_mtok);
+    charges.set(
+        Component::Input,
+        input - cached,
+        per(input - cached, price.input_micro_per_mtok),
+    );
+    charges.set(Component::CachedInput, cached, per(cached, *cached_price));
+    charges.set(
+        Component::Output,
+        output,
+        per(output, price.output_micro_per_mtok),
+    );
+    let pico = i64::try_from(charges.total_pico()).expect("a small request's cost");
+    // Micro-USD rounded up, as the gateway books a request's whole micro-USD.
+    let cost = (pico + 999_999) / 1_000_000;
+    let raw = format!(
+        r#"{{"prompt_tokens":{input},"completion_tokens":{output},"total_tokens":{},"prompt_tokens_details":{{"cached_tokens":{cached}}}}}"#,
+        input + output
+    );
     let month_ms = u128::from(days) * 86_400_000;
     let events = u128::from(plan.events.max(1));
     let slice = (month_ms / events).max(1) as u64;
@@ -163,7 +201,7 @@ fn event(plan: &LoadPlan, first_day: NaiveDate, days: u32, n: u64, rng: &mut Mix
         input_tokens: input,
         output_tokens: output,
         cost_micro: cost,
-        cost_pico: 0,
+        cost_pico: pico,
         est_tokens: input + output,
         est_cost_micro: cost,
         overrun_tokens: 0,
@@ -177,9 +215,12 @@ fn event(plan: &LoadPlan, first_day: NaiveDate, days: u32, n: u64, rng: &mut Mix
         anomaly: None,
         deployment: None,
         breakdown: None,
-        charges: None,
-        raw_usage: None,
-        attribution: Default::default(),
+        charges: Some(charges),
+        raw_usage: RawUsage::parse(&raw),
+        attribution: Attribution {
+            end_user,
+            ..Default::default()
+        },
     }
 }
 
@@ -305,6 +346,7 @@ mod tests {
             events,
             tenants: 3,
             apps: 2,
+            end_users: 5,
             period: "2026-02".into(),
             batch: 500,
             parallel: 1,
@@ -352,5 +394,41 @@ mod tests {
         let p = plan(3_000_000_000);
         let last = event(&p, first, 28, p.events - 1, &mut rng);
         assert!(last.started_at_ms < end && last.day == "2026-02-28");
+    }
+
+    /// Each row is priced by component like a settled request: its parts
+    /// add up to its tokens and its exact cost, the cached part at the
+    /// cached price; the provider's usage object says the same; the end
+    /// users are the plan's.
+    #[test]
+    fn events_carry_their_charges_and_usage() {
+        let p = plan(2000);
+        let first = NaiveDate::from_ymd_opt(2026, 2, 1).unwrap();
+        let mut rng = Mix(11);
+        let mut cached_rows = 0;
+        for n in 0..p.events {
+            let e = event(&p, first, 28, n, &mut rng);
+            let ch = e.charges.as_ref().unwrap();
+            let (i, c, o) = (
+                ch.quantity_of(Component::Input),
+                ch.quantity_of(Component::CachedInput),
+                ch.quantity_of(Component::Output),
+            );
+            assert_eq!((i + c, o), (e.input_tokens, e.output_tokens));
+            let (input, cached, output) = match e.model.as_str() {
+                "gpt-4o-mini" => (150_000, 75_000, 600_000),
+                _ => (2_500_000, 1_250_000, 10_000_000),
+            };
+            assert_eq!(e.cost_pico, i * input + c * cached + o * output);
+            assert_eq!(e.cost_micro, (e.cost_pico + 999_999) / 1_000_000);
+            let raw: serde_json::Value =
+                serde_json::from_str(e.raw_usage.as_ref().unwrap().as_str()).unwrap();
+            assert_eq!(raw["prompt_tokens"], e.input_tokens);
+            assert_eq!(raw["prompt_tokens_details"]["cached_tokens"], c);
+            let u = e.attribution.end_user.as_deref().unwrap();
+            assert!(("user-00000"..="user-00004").contains(&u), "{u}");
+            cached_rows += usize::from(c > 0);
+        }
+        assert!((700..1300).contains(&cached_rows), "{cached_rows}");
     }
 }

@@ -208,6 +208,9 @@ enum AdminCommand {
         tenants: u32,
         #[arg(long, default_value_t = 5)]
         apps: u32,
+        /// End users the events are spread over (0: none).
+        #[arg(long, default_value_t = 0)]
+        end_users: u32,
         /// YYYY-MM
         #[arg(long)]
         period: String,
@@ -297,13 +300,21 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                     events,
                     tenants,
                     apps,
+                    end_users,
                     period,
                     batch,
                     parallel,
                 },
-        } => commands::load_ledger(&cfg, events, (tenants, apps), &period, batch, parallel)
-            .await
-            .map(|_| true),
+        } => commands::load_ledger(
+            &cfg,
+            events,
+            (tenants, apps, end_users),
+            &period,
+            batch,
+            parallel,
+        )
+        .await
+        .map(|_| true),
         Command::Admin {
             command: AdminCommand::LoadKeys { keys, tenants },
         } => commands::load_keys(&cfg, keys, tenants).await.map(|_| true),

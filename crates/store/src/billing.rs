@@ -60,6 +60,49 @@ struct DayRowCols {
     totals: TotalsCols,
 }
 
+/// A month's day rows being read ([`Store::day_rows_cursor`]).
+pub struct DayRowsCursor {
+    /// None once the rows are all read (the transaction ended).
+    tx: Option<sqlx::Transaction<'static, sqlx::Postgres>>,
+}
+
+impl DayRowsCursor {
+    /// Rows a fetch returns at most.
+    const BATCH: usize = 2_000;
+
+    /// The next rows (up to [`Self::BATCH`]); empty once all are read.
+    pub async fn next_batch(&mut self) -> Result<Vec<DayRow>> {
+        let Some(tx) = self.tx.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let rows = sqlx::query_as::<_, DayRowCols>(&format!(
+            "FETCH FORWARD {} FROM day_rows",
+            Self::BATCH
+        ))
+        .fetch_all(&mut **tx)
+        .await?;
+        if rows.len() < Self::BATCH {
+            if let Some(tx) = self.tx.take() {
+                tx.rollback().await?;
+            }
+        }
+        Ok(rows.into_iter().map(DayRow::from).collect())
+    }
+}
+
+impl From<DayRowCols> for DayRow {
+    fn from(r: DayRowCols) -> Self {
+        DayRow {
+            tenant_id: r.tenant_id,
+            app_id: r.app_id,
+            model: r.model,
+            day: r.day,
+            tags: crate::ledger::tags_of(r.tags),
+            totals: r.totals.into(),
+        }
+    }
+}
+
 #[derive(sqlx::FromRow)]
 struct DayTotalsCols {
     day: String,
@@ -166,6 +209,25 @@ fn event_sums() -> &'static str {
 }
 
 /// The same sums over rollup rows: what bills and charts read.
+/// The tables that sum the ledger's events at a coarser grain, kept by its
+/// writer (crate::ledger): each must agree with the events before a month
+/// closes, and each is purged with them.
+const ROLLUP_TABLES: [&str; 3] = ["usage_rollups", "usage_month_rollups", "usage_day_rollups"];
+
+/// The day rollups of a month (and of one tenant, `$2`), in the primary
+/// key's order: the FOCUS export's.
+fn day_rows_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        format!(
+            "SELECT tenant_id, app_id, model, day::text AS day, tags, {rs} FROM usage_day_rollups
+             WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
+             ORDER BY period, tenant_id, day, app_id, model, tags",
+            rs = month_row_totals(),
+        )
+    })
+}
+
 fn rollup_sums() -> &'static str {
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SQL.get_or_init(|| totals_sql("COALESCE(SUM(requests), 0)::int8", str::to_string))
@@ -314,28 +376,41 @@ impl Store {
             .collect())
     }
 
+    /// A month's day rows (tenant × day × app × model × tags) in the FOCUS
+    /// export's order, from the day rollups: one row each, nothing grouped.
     pub async fn day_rows(&self, scope: &TenantScope, period: &str) -> Result<Vec<DayRow>> {
-        let rows = sqlx::query_as::<_, DayRowCols>(&format!(
-            "SELECT tenant_id, app_id, model, day::text AS day, tags, {rs} FROM usage_rollups
-             WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
-             GROUP BY tenant_id, app_id, model, day, tags ORDER BY tenant_id, day, app_id, model",
-            rs = rollup_sums(),
+        let rows = sqlx::query_as::<_, DayRowCols>(day_rows_sql())
+            .bind(period)
+            .bind(scope.tenant())
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.into_iter().map(DayRow::from).collect())
+    }
+
+    /// [`Self::day_rows`] through a cursor, a batch at a time, in the
+    /// primary key's order: the FOCUS export of a whole platform's month
+    /// starts before its last row is read and never holds the month in
+    /// memory. The cursor reads one snapshot (a read-only repeatable-read
+    /// transaction), so the export is one consistent month while the
+    /// ledger writer goes on.
+    pub async fn day_rows_cursor(
+        &self,
+        scope: &TenantScope,
+        period: &str,
+    ) -> Result<DayRowsCursor> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(&format!(
+            "DECLARE day_rows NO SCROLL CURSOR FOR {}",
+            day_rows_sql()
         ))
         .bind(period)
         .bind(scope.tenant())
-        .fetch_all(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| DayRow {
-                tenant_id: r.tenant_id,
-                app_id: r.app_id,
-                model: r.model,
-                day: r.day,
-                tags: crate::ledger::tags_of(r.tags),
-                totals: r.totals.into(),
-            })
-            .collect())
+        Ok(DayRowsCursor { tx: Some(tx) })
     }
 
     /// A month's totals per day (`YYYY-MM-DD`, platform time) from the
@@ -347,7 +422,7 @@ impl Store {
         period: &str,
     ) -> Result<BTreeMap<String, Totals>> {
         let rows = sqlx::query_as::<_, DayTotalsCols>(&format!(
-            "SELECT day::text AS day, {rs} FROM usage_rollups
+            "SELECT day::text AS day, {rs} FROM usage_day_rollups
              WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
              GROUP BY day ORDER BY day",
             rs = rollup_sums(),
@@ -362,7 +437,7 @@ impl Store {
     /// The tag keys a month's requests carry (at most 20, in order).
     pub async fn tag_keys(&self, scope: &TenantScope, period: &str) -> Result<Vec<String>> {
         Ok(sqlx::query_scalar(
-            "SELECT DISTINCT jsonb_object_keys(tags) AS k FROM usage_rollups
+            "SELECT DISTINCT jsonb_object_keys(tags) AS k FROM usage_day_rollups
              WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2) AND tags <> '{}'::jsonb
              ORDER BY k LIMIT 20",
         )
@@ -608,7 +683,7 @@ impl Store {
                 "the ledger of {period} changed during its copy"
             )));
         }
-        for table in ["usage_rollups", "usage_month_rollups"] {
+        for table in ROLLUP_TABLES {
             let rolled = sums_by_tenant(&mut *tx, table, rollup_sums(), period, None).await?;
             if rolled != now_totals {
                 return Err(StoreError::Conflict(format!(
@@ -701,7 +776,7 @@ impl Store {
             .execute(&mut *tx)
             .await?
             .rows_affected();
-        for table in ["usage_rollups", "usage_month_rollups"] {
+        for table in ROLLUP_TABLES {
             sqlx::query(&format!("DELETE FROM {table} WHERE period = $1"))
                 .bind(&m.period)
                 .execute(&mut *tx)

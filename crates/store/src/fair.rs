@@ -324,7 +324,7 @@ impl Store {
         let day = domain::period::parse_day(day)
             .ok_or_else(|| StoreError::Corrupt(format!("day {day}: not a YYYY-MM-DD day")))?;
         Ok(sqlx::query_scalar(
-            "SELECT COALESCE(sum(cost_micro), 0)::BIGINT FROM usage_rollups
+            "SELECT COALESCE(sum(cost_micro), 0)::BIGINT FROM usage_day_rollups
              WHERE tenant_id = $1 AND day = $2
                -- the hold's month: the settle day's, or the one before it
                AND period IN (to_char($2, 'YYYY-MM'), to_char($2 - interval '1 month', 'YYYY-MM')) AND ($3::text IS NULL OR tenant_id = $3)",

@@ -241,6 +241,11 @@ fn ts(ms: i64) -> DateTime<Utc> {
 /// per tenant × app × model, what bills read.
 pub(crate) const MONTH_KEY: &str = "period, tenant_id, app_id, model";
 
+/// The grain of `usage_day_rollups` (migration 0030): a day's totals per
+/// tenant × app × model × tags, what the FOCUS export and the dashboards
+/// read. In its primary key's order (the export's).
+pub(crate) const DAY_KEY: &str = "period, tenant_id, day, app_id, model, tags";
+
 /// `ON CONFLICT` of an upsert into `table` keyed by `key`: a row's totals
 /// plus the new rows' totals, saturating ([`sat_add`]). Both ledger writes
 /// use it, for the rollups and the month rollups.
@@ -348,8 +353,15 @@ fn skipping_insert_sql() -> &'static str {
                 GROUP BY {MONTH_KEY} ORDER BY {MONTH_KEY}
                 {month_merge}
                 RETURNING 1
-                 )
-                 SELECT count(*) FROM new_events",
+             ), daily AS (
+                INSERT INTO usage_day_rollups ({DAY_KEY}, {totals})
+                SELECT {DAY_KEY}, {sums}
+                FROM new_events WHERE (SELECT count(*) FROM monthly) >= 0
+                GROUP BY {DAY_KEY} ORDER BY {DAY_KEY}
+                {day_merge}
+                RETURNING 1
+             )
+             SELECT count(*) FROM new_events",
             cols = event_column_list(),
             arrays = EVENT_COLUMNS
                 .iter()
@@ -361,6 +373,7 @@ fn skipping_insert_sql() -> &'static str {
             sums = event_sums(),
             merge = merge_into("usage_rollups", ROLLUP_KEY),
             month_merge = merge_into("usage_month_rollups", MONTH_KEY),
+            day_merge = merge_into("usage_day_rollups", DAY_KEY),
         )
     })
 }
@@ -404,6 +417,17 @@ fn rollup_upsert_sql() -> &'static str {
 fn month_upsert_sql() -> &'static str {
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SQL.get_or_init(|| unnest_upsert("usage_month_rollups", MONTH_KEY, &["text"; 4]))
+}
+
+/// The day rollups' upsert of one batch's sums per tenant × day × app ×
+/// model × tags (`RollupSums::days`), after the month rollups' in the same
+/// transaction and in key order.
+fn day_upsert_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        let key_types = ["text", "text", "date", "text", "text", "jsonb"];
+        unnest_upsert("usage_day_rollups", DAY_KEY, &key_types)
+    })
 }
 
 /// An upsert into `table` of rows bound as one array per column: `key`'s
@@ -517,6 +541,12 @@ struct RollupSums<'a> {
 /// A batch's totals per month rollup row (`MONTH_KEY`).
 type MonthSums<'a> = rustc_hash::FxHashMap<(&'a str, &'a str, &'a str, &'a str), [i128; N_TOTALS]>;
 
+/// A day rollup row's key (`DAY_KEY`).
+type DayKey<'a> = (&'a str, &'a str, NaiveDate, &'a str, &'a str, &'a Tags);
+
+/// A batch's totals per day rollup row.
+type DaySums<'a> = rustc_hash::FxHashMap<DayKey<'a>, [i128; N_TOTALS]>;
+
 impl<'a> RollupSums<'a> {
     /// Adds one event (its settle day parsed once, by the caller).
     fn add(&mut self, e: &'a UsageEvent, day: NaiveDate) {
@@ -570,6 +600,21 @@ impl<'a> RollupSums<'a> {
         months
     }
 
+    /// The day rows (`DAY_KEY`) summed from the rollup rows, like
+    /// [`Self::months`].
+    fn days(&self) -> DaySums<'a> {
+        let mut days = DaySums::default();
+        for (k, t) in &self.rows {
+            let d = days
+                .entry((k.0, k.1, k.5, k.2, k.4, k.6))
+                .or_insert([0; N_TOTALS]);
+            for (sum, x) in d.iter_mut().zip(t) {
+                *sum += x;
+            }
+        }
+        days
+    }
+
     fn capped(v: i128) -> i64 {
         i64::try_from(v.min(i128::from(i64::MAX))).unwrap_or(i64::MIN)
     }
@@ -612,6 +657,23 @@ impl<'a> RollupSums<'a> {
             .bind(month!(|(k, _)| k.3));
         for i in 0..N_TOTALS {
             q = q.bind(month!(|(_, t)| Self::capped(t[i])));
+        }
+        q.execute(&mut *conn).await?;
+        let days = self.days();
+        macro_rules! day {
+            ($f:expr) => {
+                days.iter().map($f).collect::<Vec<_>>()
+            };
+        }
+        let mut q = sqlx::query(day_upsert_sql())
+            .bind(day!(|(k, _)| k.0))
+            .bind(day!(|(k, _)| k.1))
+            .bind(day!(|(k, _)| k.2))
+            .bind(day!(|(k, _)| k.3))
+            .bind(day!(|(k, _)| k.4))
+            .bind(day!(|(k, _)| tags_json(k.5)));
+        for i in 0..N_TOTALS {
+            q = q.bind(day!(|(_, t)| Self::capped(t[i])));
         }
         q.execute(conn).await?;
         Ok(())

@@ -30,7 +30,7 @@ mod users;
 
 pub use audit::{AuditRow, NewAudit};
 pub use auth::{IssuedSession, Principal, Sessions, SignedInVia, TenantScope, VerifiedSession};
-pub use billing::{ClosedMonth, VerifiedMonth};
+pub use billing::{ClosedMonth, DayRowsCursor, VerifiedMonth};
 pub use catalog::{AppChange, AppRow, Catalog, KeyRow, ModelRow, NewKey, NewModel, TenantRow};
 pub use catalog_delta::{CatalogChange, CatalogParts};
 pub use console::{AuditFilter, KeyListRow, KeySpendRow, UserListRow};

@@ -1,9 +1,10 @@
 //! The rollups checked against the events they summarise: every grain row
 //! (period, tenant, app, key, model, day, tags, end user, asked name) whose
 //! totals differ, or that exists on one side only; then every month row
-//! (period, tenant, app, model; key and day shown as `*`) likewise.
+//! (period, tenant, app, model; key and day shown as `*`) likewise; then
+//! every day row (period, tenant, day, app, model, tags; key shown as `*`).
 
-use crate::ledger::{sat_sum, MONTH_KEY, ROLLUP_KEY};
+use crate::ledger::{sat_sum, DAY_KEY, MONTH_KEY, ROLLUP_KEY};
 use crate::{Result, Store};
 
 /// A rollup row that does not match its events.
@@ -46,7 +47,8 @@ impl std::fmt::Display for RollupDifference {
 
 impl Store {
     /// Up to `limit` rollup rows of `period` that differ from its events,
-    /// then up to `limit` month rollup rows.
+    /// then up to `limit` month rollup rows, then up to `limit` day rollup
+    /// rows.
     pub async fn rollup_differences(
         &self,
         period: &str,
@@ -54,6 +56,10 @@ impl Store {
     ) -> Result<Vec<RollupDifference>> {
         let mut out = self.grain_differences(period, limit).await?;
         out.extend(self.month_differences(period, limit).await?);
+        out.extend(
+            self.differences("usage_day_rollups", DAY_KEY, period, limit)
+                .await?,
+        );
         Ok(out)
     }
 

@@ -145,7 +145,8 @@ pub async fn show(
     Ok(Json(v).into_response())
 }
 
-fn csv_response(name: String, body: String) -> Response {
+/// A CSV download named `name` (a whole body, or a stream of it).
+pub(crate) fn csv_response(name: String, body: impl Into<axum::body::Body>) -> Response {
     (
         [
             (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
@@ -154,9 +155,26 @@ fn csv_response(name: String, body: String) -> Response {
                 format!("attachment; filename=\"{name}\""),
             ),
         ],
-        body,
+        body.into(),
     )
         .into_response()
+}
+
+/// The FOCUS export's chunks (`Books::focus_chunks`) as a response body,
+/// sent as they are written. A read that fails midway is logged and cuts
+/// the response short (the client sees an incomplete transfer, never a
+/// file that looks whole).
+pub(crate) fn focus_body(
+    rx: tokio::sync::mpsc::Receiver<billing::Result<String>>,
+) -> axum::body::Body {
+    let chunks = futures::stream::unfold(rx, |mut rx| async move {
+        let chunk = rx.recv().await?.map_err(|e| {
+            tracing::warn!(error = %e, "FOCUS export: read failed midway; response cut short");
+            std::io::Error::other("the FOCUS export could not be read to its end")
+        });
+        Some((chunk, rx))
+    });
+    axum::body::Body::from_stream(chunks)
 }
 
 /// `GET /api/v1/bills.csv?period=YYYY-MM[&tenant=T][&group_by=tag:K|end_user|asked_model]`: tenant × app × model, or tenant × tag value / end user.
@@ -183,8 +201,11 @@ pub async fn focus_csv(
 ) -> Result<Response, BillsError> {
     let period = period_of(&cp, &q)?;
     let scope = bill_scope(&actor, q.tenant.as_deref())?;
-    let body = cp.books.focus_csv(&period, &scope).await?;
-    Ok(csv_response(format!("tollgate-focus-{period}.csv"), body))
+    let chunks = cp.books.focus_chunks(&period, &scope).await?;
+    Ok(csv_response(
+        format!("tollgate-focus-{period}.csv"),
+        focus_body(chunks),
+    ))
 }
 
 #[derive(Deserialize)]

@@ -7,15 +7,31 @@ use crate::money::MicroUsd;
 /// One field of a CSV line, quoted when it needs to be; a leading formula
 /// character is defused so a spreadsheet never evaluates a tenant's name.
 pub fn csv_field(s: &str) -> String {
-    let s = if s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
-        format!("'{s}")
+    let mut out = String::with_capacity(s.len() + 2);
+    push_csv_field(&mut out, s);
+    out
+}
+
+/// [`csv_field`] appended to `out`: the one rule, without a string per field.
+fn push_csv_field(out: &mut String, s: &str) {
+    let defuse = s.starts_with(['=', '+', '-', '@', '\t', '\r']);
+    let quote = s.contains([',', '"', '\n', '\r']);
+    if quote {
+        out.push('"');
+    }
+    if defuse {
+        out.push('\'');
+    }
+    if quote {
+        for (i, part) in s.split('"').enumerate() {
+            if i > 0 {
+                out.push_str("\"\"");
+            }
+            out.push_str(part);
+        }
+        out.push('"');
     } else {
-        s.to_string()
-    };
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s
+        out.push_str(s);
     }
 }
 
@@ -148,18 +164,48 @@ pub struct FocusPeriod<'a> {
     pub billing_start: String,
     pub billing_end: String,
     /// `day` → (start, end) of the charge period.
-    pub day_bounds: &'a dyn Fn(&str) -> (String, String),
+    pub day_bounds: &'a (dyn Fn(&str) -> (String, String) + Sync),
     /// Name of the platform (ProviderName / InvoiceIssuerName).
     pub provider: &'a str,
 }
 
+/// The FOCUS export of `rows`: [`focus_header`], then [`focus_rows`].
 pub fn focus_csv(p: &FocusPeriod<'_>, rows: &[DayRow], tenants: &[TenantInfo]) -> String {
-    let header: Vec<String> = FOCUS_COLUMNS
+    let mut out = focus_header();
+    focus_rows(p, rows, &super::tenants_by_id(tenants), &mut out);
+    out
+}
+
+/// The FOCUS export's header line ([`FOCUS_COLUMNS`], then
+/// [`FOCUS_EXTRA_COLUMNS`]).
+pub fn focus_header() -> String {
+    let mut out = String::new();
+    for (i, c) in FOCUS_COLUMNS
         .iter()
         .chain(FOCUS_EXTRA_COLUMNS.iter())
-        .map(|s| s.to_string())
-        .collect();
-    let mut out = csv_line(&header);
+        .enumerate()
+    {
+        if i > 0 {
+            out.push(',');
+        }
+        push_csv_field(&mut out, c);
+    }
+    out.push_str("\r\n");
+    out
+}
+
+/// The FOCUS rows of `rows`, appended to `out`: one per charge component
+/// of each day row, sorted (tenant, day, app, model, tags), costs by the
+/// bill's rule ([`super::line_costs`]). The rule rounds per tenant, so
+/// `rows` must hold each of its tenants whole: the export of a month may be
+/// written a tenant (or a few) at a time, and reads the same as in one go.
+pub fn focus_rows(
+    p: &FocusPeriod<'_>,
+    rows: &[DayRow],
+    tenants: &std::collections::HashMap<&str, &TenantInfo>,
+    out: &mut String,
+) {
+    use std::fmt::Write;
     let mut rows: Vec<&DayRow> = rows.iter().collect();
     rows.sort_by(|a, b| {
         (&a.tenant_id, &a.day, &a.app_id, &a.model, &a.tags).cmp(&(
@@ -187,65 +233,93 @@ pub fn focus_csv(p: &FocusPeriod<'_>, rows: &[DayRow], tenants: &[TenantInfo]) -
         .map(|(r, _, _, _, pico)| (r.tenant_id.as_str(), *pico))
         .collect();
     let costs = super::line_costs(&weights);
-    let by_id = super::tenants_by_id(tenants);
+    // The fields every row repeats, escaped once.
+    let mut lead = String::new();
+    for f in [
+        p.provider,
+        p.provider,
+        "USD",
+        &p.billing_start,
+        &p.billing_end,
+    ] {
+        push_csv_field(&mut lead, f);
+        lead.push(',');
+    }
+    let mut provider3 = String::new();
+    for _ in 0..3 {
+        push_csv_field(&mut provider3, p.provider);
+        provider3.push(',');
+    }
+    // A day row's fields, formatted once for all its components.
+    let mut day: Option<(&DayRow, String, String, String)> = None;
+    let mut buf = String::new();
     for ((r, nth, component, qty, pico), cost) in charges.into_iter().zip(costs) {
-        let t = by_id.get(r.tenant_id.as_str()).copied();
-        let (cs, ce) = (p.day_bounds)(&r.day);
-        let cost = MicroUsd(cost).to_string();
+        if !day.as_ref().is_some_and(|d| std::ptr::eq(d.0, r)) {
+            let (cs, ce) = (p.day_bounds)(&r.day);
+            let mut who = String::new();
+            let t = tenants.get(r.tenant_id.as_str()).copied();
+            let fields = [
+                "AI and Machine Learning",
+                &r.model,
+                &format!("{}/{}/{}", r.tenant_id, r.app_id, r.model),
+                &r.tenant_id,
+                t.map_or("", |t| t.name.as_str()),
+                &focus_tags(&r.tags),
+            ];
+            for f in fields {
+                push_csv_field(&mut who, f);
+                who.push(',');
+            }
+            let mut tail = String::new();
+            push_csv_field(&mut tail, t.map_or("", |t| t.cost_center.as_str()));
+            tail.push(',');
+            push_csv_field(&mut tail, &r.app_id);
+            day = Some((r, cs, ce, who));
+            buf = tail;
+        }
+        let Some((_, cs, ce, who)) = &day else {
+            continue;
+        };
         let name = component.map_or("unsplit", |c| c.name());
         let unit = match component.map(|c| c.unit()) {
             Some("calls") => "Calls",
             Some(_) => "Tokens",
             None => "",
         };
-        let qty_s = qty.to_string();
         let first = nth == 0;
-        let count = |v: i64| if first { v } else { 0 }.to_string();
-        out.push_str(&csv_line(&[
-            p.provider.to_string(),
-            p.provider.to_string(),
-            "USD".into(),
-            p.billing_start.clone(),
-            p.billing_end.clone(),
-            cs,
-            ce,
-            "Usage".into(),
-            String::new(),
-            format!(
+        let count = |v: i64| if first { v } else { 0 };
+        let cost = MicroUsd(cost);
+        out.push_str(&lead);
+        push_csv_field(out, cs);
+        out.push(',');
+        push_csv_field(out, ce);
+        out.push_str(",Usage,,");
+        push_csv_field(
+            out,
+            &format!(
                 "{qty} {} {name} of {} for app {}",
                 unit.to_lowercase(),
                 r.model,
                 r.app_id
             ),
-            "Usage-Based".into(),
-            cost.clone(),
-            cost.clone(),
-            cost.clone(),
-            cost,
-            qty_s.clone(),
-            unit.into(),
-            qty_s,
-            unit.into(),
-            p.provider.to_string(),
-            p.provider.to_string(),
-            p.provider.to_string(),
-            "AI and Machine Learning".into(),
-            r.model.clone(),
-            format!("{}/{}/{}", r.tenant_id, r.app_id, r.model),
-            r.tenant_id.clone(),
-            t.map(|t| t.name.clone()).unwrap_or_default(),
-            focus_tags(&r.tags),
-            unit_price(pico, qty),
-            t.map(|t| t.cost_center.clone()).unwrap_or_default(),
-            r.app_id.clone(),
+        );
+        let _ = write!(
+            out,
+            ",Usage-Based,{cost},{cost},{cost},{cost},{qty},{unit},{qty},{unit},"
+        );
+        out.push_str(&provider3);
+        out.push_str(who);
+        push_csv_field(out, &unit_price(pico, qty));
+        out.push(',');
+        out.push_str(&buf);
+        let _ = write!(
+            out,
+            ",{},{},{},{name},{pico}\r\n",
             count(r.totals.requests),
             count(r.totals.input_tokens),
             count(r.totals.output_tokens),
-            name.to_string(),
-            pico.to_string(),
-        ]));
+        );
     }
-    out
 }
 
 /// FOCUS `Tags`: a JSON object of the row's tags (`{}` for none).

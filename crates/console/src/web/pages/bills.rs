@@ -3,14 +3,13 @@
 //! the months' rollover states and the latest reconcile check, and notices.
 
 use super::thousands;
-use crate::api::bills::bill_scope;
+use crate::api::bills::{bill_scope, csv_response, focus_body};
 use crate::error::ApiError;
 use crate::web::{render, Chrome, PageError, Session};
 use crate::ControlPlane;
 use askama::Template;
 use axum::extract::{Query, State};
-use axum::http::header;
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{Html, Response};
 use billing::BillingError;
 use domain::bill::{
     attributed_lines, forecast_while_running, spend_by_day, DayRow, DrillBy, Forecast,
@@ -701,20 +700,6 @@ async fn burn_down(
     })
 }
 
-fn csv(name: String, body: String) -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
-            (
-                header::CONTENT_DISPOSITION,
-                format!("attachment; filename=\"{name}\""),
-            ),
-        ],
-        body,
-    )
-        .into_response()
-}
-
 /// The CSV export for the console (a session, not a bearer token).
 pub async fn csv_export(
     State(cp): State<Arc<ControlPlane>>,
@@ -727,7 +712,10 @@ pub async fn csv_export(
         .csv(f.period.trim(), &scope)
         .await
         .map_err(books_error)?;
-    Ok(csv(format!("tollgate-bill-{}.csv", f.period.trim()), body))
+    Ok(csv_response(
+        format!("tollgate-bill-{}.csv", f.period.trim()),
+        body,
+    ))
 }
 
 pub async fn focus_export(
@@ -736,12 +724,15 @@ pub async fn focus_export(
     Query(f): Query<BillForm>,
 ) -> Result<Response, PageError> {
     let scope = bill_scope(&s.actor, Some(f.tenant.trim()).filter(|t| !t.is_empty()))?;
-    let body = cp
+    let chunks = cp
         .books
-        .focus_csv(f.period.trim(), &scope)
+        .focus_chunks(f.period.trim(), &scope)
         .await
         .map_err(books_error)?;
-    Ok(csv(format!("tollgate-focus-{}.csv", f.period.trim()), body))
+    Ok(csv_response(
+        format!("tollgate-focus-{}.csv", f.period.trim()),
+        focus_body(chunks),
+    ))
 }
 
 pub struct RunLine {
