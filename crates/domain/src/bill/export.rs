@@ -433,6 +433,62 @@ mod tests {
         assert_eq!(col(&cached, "Tags"), "\"{\"\"project\"\":\"\"apollo\"\"}\"");
     }
 
+    /// The export written a department at a time (as it is streamed)
+    /// reads the same as written in one go: the rounding rule splits each
+    /// department's line over its own rows only.
+    #[test]
+    fn focus_written_a_tenant_at_a_time_reads_the_same() {
+        let mut rows = Vec::new();
+        for i in 0..60i64 {
+            let mut charges = crate::pricing::Charges::default();
+            charges.set(
+                crate::pricing::Component::Input,
+                10 + i,
+                i128::from(333_333_333 * (i + 1)),
+            );
+            charges.set(
+                crate::pricing::Component::Output,
+                i,
+                i128::from(777_777_777 * i),
+            );
+            let pico = i64::try_from(charges.total_pico()).unwrap();
+            rows.push(DayRow {
+                tenant_id: format!("t{}", i % 4),
+                app_id: format!("a{}", i % 3),
+                model: "m".into(),
+                day: format!("2026-11-{:02}", 1 + i % 5),
+                tags: Default::default(),
+                totals: Totals {
+                    requests: 1,
+                    input_tokens: 10 + i,
+                    output_tokens: i,
+                    cost_micro: pico / 1_000_000,
+                    cost_pico: pico,
+                    charges,
+                },
+            });
+        }
+        let bounds = |d: &str| (format!("{d}T00:00:00Z"), format!("{d}T23:59:59Z"));
+        let p = FocusPeriod {
+            billing_start: "2026-11-01T00:00:00Z".into(),
+            billing_end: "2026-12-01T00:00:00Z".into(),
+            day_bounds: &bounds,
+            provider: "tollgate",
+        };
+        let whole = focus_csv(&p, &rows, &[]);
+        let mut piecewise = focus_header();
+        for t in ["t0", "t1", "t2", "t3"] {
+            let mine: Vec<DayRow> = rows.iter().filter(|r| r.tenant_id == t).cloned().collect();
+            focus_rows(&p, &mine, &Default::default(), &mut piecewise);
+        }
+        assert_eq!(piecewise, whole);
+        assert_eq!(
+            whole.lines().count(),
+            1 + 2 * 60 - 1,
+            "a row without output has one component"
+        );
+    }
+
     #[test]
     fn unit_prices_are_exact_decimals() {
         assert_eq!(super::unit_price(300_000, 1), "0.0000003");
