@@ -34,6 +34,7 @@ pub mod roles;
 pub mod routing;
 pub mod secret;
 pub mod sso;
+pub mod standing;
 pub mod text;
 pub mod tokens;
 pub mod usage;

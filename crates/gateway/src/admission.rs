@@ -464,9 +464,9 @@ async fn hold_or_clamp(
 /// shows.
 fn refused(r: &Refusal, want: &Want<'_>) -> ApiError {
     let msg = format!(
-        "{}: request refused by the {} limit",
+        "{}: request refused by {} (GET /v1/usage shows what is left)",
         r.reason(),
-        r.scope.as_str()
+        domain::standing::describe(r.scope, r.limit)
     );
     let counters = json!({"scope": r.scope.as_str(), "limit": format!("{:?}", r.limit),
         "headroom_tokens": r.headroom_tokens, "headroom_cost_micro_usd": r.headroom_cost,

@@ -17,6 +17,7 @@ mod fair;
 mod forward;
 mod headers;
 pub mod key_index;
+mod key_usage;
 mod meters;
 mod metrics_names;
 mod models;
@@ -272,6 +273,11 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route(
             "/v1/models",
             get(models::list).fallback(method_not_allowed("GET")),
+        )
+        // What the key has left: tollgate's own, in no provider's API.
+        .route(
+            "/v1/usage",
+            get(key_usage::usage).fallback(method_not_allowed("GET")),
         )
         // GET: OpenAI's and Anthropic's model retrieval; POST: Google's
         // `v1` calls (`/v1/models/{model}:generateContent`, as the

@@ -104,7 +104,14 @@ fn cut_events(shape: &Shape, cut: &Cut, usage: Option<(i64, i64)>) -> Bytes {
     let (kind, msg) = match cut {
         Cut::Budget(r) => (
             r.error_type(),
-            format!("stream stopped: {} (budget exhausted)", r.as_str()),
+            match r {
+                ReasonCode::Limit(scope, limit) => format!(
+                    "stream stopped: {}: {} has no room for more output",
+                    r.as_str(),
+                    domain::standing::describe(*scope, *limit)
+                ),
+                _ => format!("stream stopped: {} (budget exhausted)", r.as_str()),
+            },
         ),
         Cut::TimeLimit => (
             "rate_limit_error",
@@ -458,6 +465,10 @@ mod tests {
         assert_eq!(
             err["tollgate_error"]["code"],
             "tenant_monthly_budget_exhausted"
+        );
+        assert_eq!(
+            err["tollgate_error"]["message"],
+            "stream stopped: tenant_monthly_budget_exhausted: the tenant's token budget for the month has no room for more output"
         );
         assert!(err.get("error").is_none());
         assert_eq!(events[3], "data: [DONE]");

@@ -2,6 +2,7 @@
 //! under a lock), and read back as counters.
 
 use super::*;
+use domain::standing::ScopeCounters;
 
 impl QuotaEngine {
     /// Restores one end user's month from the ledger (a new end user, or
@@ -177,5 +178,105 @@ impl QuotaEngine {
             )
             .await?;
         Ok(v.unwrap_or(0))
+    }
+}
+
+/// The scopes of a chain as the scripts name them (`scopes_of` in
+/// `lua/prelude.lua`).
+fn chain_scopes(app: &str, key: &str) -> [String; 3] {
+    ["t".to_string(), format!("a:{app}"), format!("k:{key}")]
+}
+
+impl QuotaEngine {
+    /// One chain's counters (tenant, app, key) in a month, read from the
+    /// hashes the hold scripts keep — month (used, held) and rates
+    /// (in-flight, buckets) — in one atomic read, no write; None when Redis
+    /// has lost the month. For `GET /v1/usage`, never the request path.
+    pub async fn chain_counters(
+        &self,
+        tenant: &str,
+        app: &str,
+        key: &str,
+        month: &str,
+    ) -> Result<Option<[ScopeCounters; 3]>, QuotaError> {
+        const MONTH: [&str; 4] = ["ut", "ht", "uc", "hc"];
+        const RATES: [&str; 7] = ["if", "rpm", "rpm:ts", "itpm", "itpm:ts", "otpm", "otpm:ts"];
+        let scopes = chain_scopes(app, key);
+        let mut m = redis::cmd("HMGET");
+        m.arg(self.keys.month(tenant, month)).arg("_rb");
+        let mut r = redis::cmd("HMGET");
+        r.arg(self.keys.rates(tenant));
+        for s in &scopes {
+            for f in MONTH {
+                m.arg(format!("{s}:{f}"));
+            }
+            for f in RATES {
+                r.arg(format!("{s}:{f}"));
+            }
+        }
+        // One MULTI/EXEC (both keys carry the tenant's hash tag): a hold
+        // between two separate reads would show its in-flight slot
+        // without its held tokens.
+        let mut conn = self.link().await?;
+        let (mv, rv): (Vec<Option<String>>, Vec<Option<String>>) = self
+            .bounded(
+                redis::pipe()
+                    .atomic()
+                    .add_command(m)
+                    .add_command(r)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        if mv.first().is_none_or(Option::is_none) {
+            return Ok(None);
+        }
+        let int = |v: Option<&Option<String>>| -> i64 {
+            v.and_then(|v| v.as_deref())
+                .and_then(|v| v.parse::<f64>().ok())
+                .map_or(0, |v| v as i64)
+        };
+        let bucket = |level: Option<&Option<String>>, at: Option<&Option<String>>| {
+            let level = level?.as_deref()?.parse::<f64>().ok()?;
+            let at_ms = at
+                .and_then(|v| v.as_deref())
+                .and_then(|v| v.parse::<i64>().ok())?;
+            Some(domain::standing::Bucket { level, at_ms })
+        };
+        Ok(Some(std::array::from_fn(|s| {
+            let mb = 1 + s * MONTH.len();
+            let rb = s * RATES.len();
+            ScopeCounters {
+                used_tokens: int(mv.get(mb)),
+                held_tokens: int(mv.get(mb + 1)),
+                used_cost: int(mv.get(mb + 2)),
+                held_cost: int(mv.get(mb + 3)),
+                inflight: int(rv.get(rb)),
+                rpm: bucket(rv.get(rb + 1), rv.get(rb + 2)),
+                input_tpm: bucket(rv.get(rb + 3), rv.get(rb + 4)),
+                output_tpm: bucket(rv.get(rb + 5), rv.get(rb + 6)),
+            }
+        })))
+    }
+
+    /// [`Self::chain_counters`], the month rebuilt from the ledger first
+    /// when Redis has lost it (a lost month reads as zeros, not as what
+    /// was used), as a hold would.
+    pub async fn chain_counters_rebuilt(
+        &self,
+        tenant: &str,
+        app: &str,
+        key: &str,
+        month: &str,
+        ledger: &impl LedgerSource,
+    ) -> Result<[ScopeCounters; 3], QuotaError> {
+        for _ in 0..50 {
+            if let Some(c) = self.chain_counters(tenant, app, key, month).await? {
+                return Ok(c);
+            }
+            self.rebuild_month(tenant, month, ledger).await?;
+        }
+        Err(QuotaError::Unavailable(
+            "month rebuild did not complete".into(),
+        ))
     }
 }
