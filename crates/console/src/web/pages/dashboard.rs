@@ -105,19 +105,18 @@ async fn spend(
     let all = s.actor.scope();
     let period = cp.clock.month(now);
     let previous = previous_month(&period).unwrap_or_default();
-    let day_costs = |m: &BTreeMap<String, domain::bill::Totals>| {
-        spend_by_day(m.iter().map(|(d, t)| (d.as_str(), t.cost_micro)))
-    };
+    let day_costs =
+        |m: &BTreeMap<String, i64>| spend_by_day(m.iter().map(|(d, c)| (d.as_str(), *c)));
     let this = day_costs(
         &cp.books
-            .day_totals(&period, all)
+            .day_costs(&period, all)
             .await
             .map_err(books_error)?,
     );
     // Last month may be closed into an archive that is down: the
     // dashboard still shows this month, and says last month is missing.
     let (last_days_t, last_t) = match (
-        cp.books.day_totals(&previous, all).await,
+        cp.books.day_costs(&previous, all).await,
         cp.books.tenant_totals(&previous, all).await,
     ) {
         (Ok(d), Ok(t)) => (Some(d), t),
