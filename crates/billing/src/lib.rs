@@ -219,31 +219,24 @@ impl Books {
         Ok(bill::bill_csv(period, &rows.bill_rows, &tenants))
     }
 
-    /// The FOCUS export in one piece (tests, small scopes): what
-    /// [`Self::focus_chunks`] sends, joined.
-    pub async fn focus_csv(&self, period: &str, scope: &TenantScope) -> Result<String> {
-        let mut rx = self.focus_chunks(period, scope).await?;
-        let mut out = String::new();
-        while let Some(chunk) = rx.recv().await {
-            out.push_str(&chunk?);
-        }
-        Ok(out)
-    }
-
     /// The FOCUS export (one row per charge component of each tenant ×
     /// day × app × model × tags) as CSV chunks: the header, then the rows
-    /// a few tenants at a time. An open month is read through the day
-    /// rollups' cursor, so the first rows go out before the last are read
-    /// and memory holds about one tenant's rows, whatever the platform's
-    /// size; a closed month's rows come from the archive in one read. The
-    /// bill's rounding is per tenant, so a chunk is final when its tenants'
-    /// rows are all read. An error ends the chunks with it (the response is
-    /// then cut short, never passed off as whole).
+    /// a few tenants at a time, then [`FocusChunk::End`]. An open month is
+    /// read through the day rollups' cursor, so the first rows go out
+    /// before the last are read and memory holds about one tenant's rows,
+    /// whatever the platform's size; a closed month's rows come from the
+    /// archive in one read (and are written out a chunk at a time). The
+    /// bill's rounding is per tenant, so a chunk is final when its
+    /// tenants' rows are all read. An error ends the chunks with it, and a
+    /// channel that closes without `End` (the task failed) is no end
+    /// either: the response is then cut short, never passed off as whole.
+    /// A reader that takes no chunk for [`FOCUS_SEND_WAIT`] is given up
+    /// on: the cursor's transaction and its connection are released.
     pub async fn focus_chunks(
         &self,
         period: &str,
         scope: &TenantScope,
-    ) -> Result<tokio::sync::mpsc::Receiver<Result<String>>> {
+    ) -> Result<tokio::sync::mpsc::Receiver<Result<FocusChunk>>> {
         /// A chunk is sent once it holds this much.
         const CHUNK: usize = 256 * 1024;
         let (book, _) = self.book(period).await?;
@@ -266,6 +259,18 @@ impl Books {
         };
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         tokio::spawn(async move {
+            // False when the reader is gone or has taken nothing for too
+            // long: stop reading (dropping the cursor rolls its
+            // transaction back and gives its connection back).
+            let send = |item: Result<FocusChunk>| {
+                let tx = tx.clone();
+                async move {
+                    matches!(
+                        tokio::time::timeout(FOCUS_SEND_WAIT, tx.send(item)).await,
+                        Ok(Ok(()))
+                    )
+                }
+            };
             let day_bounds = move |d: &str| match clock.day_bounds(d) {
                 Some((s, e)) => (rfc3339(s), rfc3339(e)),
                 None => (String::new(), String::new()),
@@ -285,7 +290,7 @@ impl Books {
                 let batch = match source.next_batch().await {
                     Ok(b) => b,
                     Err(e) => {
-                        let _ = tx.send(Err(e)).await;
+                        send(Err(e)).await;
                         return;
                     }
                 };
@@ -294,25 +299,38 @@ impl Books {
                     if pending.last().is_some_and(|l| l.tenant_id != r.tenant_id) {
                         bill::focus_rows(&p, &pending, &by_id, &mut out);
                         pending.clear();
+                        if out.len() >= CHUNK
+                            && !send(Ok(FocusChunk::Csv(std::mem::take(&mut out)))).await
+                        {
+                            return;
+                        }
                     }
                     pending.push(r);
                 }
                 if done {
                     bill::focus_rows(&p, &pending, &by_id, &mut out);
-                }
-                if (done || out.len() >= CHUNK)
-                    && tx.send(Ok(std::mem::take(&mut out))).await.is_err()
-                {
-                    // The client left: stop reading.
-                    return;
-                }
-                if done {
+                    if send(Ok(FocusChunk::Csv(out))).await {
+                        send(Ok(FocusChunk::End)).await;
+                    }
                     return;
                 }
             }
         });
         Ok(rx)
     }
+}
+
+/// How long the FOCUS export waits for its reader to take a chunk before
+/// it gives up (and releases the database connection it reads through).
+pub const FOCUS_SEND_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A piece of the FOCUS export ([`Books::focus_chunks`]).
+#[derive(Debug)]
+pub enum FocusChunk {
+    /// The next bytes of the CSV.
+    Csv(String),
+    /// The export is whole: nothing follows.
+    End,
 }
 
 /// Where the FOCUS export's rows come from.

@@ -395,6 +395,11 @@ impl Store {
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .execute(&mut *tx)
             .await?;
+        // The database's own backstop: a cursor whose reader stalled does not
+        // hold its snapshot (and a pooled connection) for ever.
+        sqlx::query("SET LOCAL idle_in_transaction_session_timeout = '5min'")
+            .execute(&mut *tx)
+            .await?;
         sqlx::query(&format!(
             "DECLARE day_rows NO SCROLL CURSOR FOR {}",
             day_rows_sql()

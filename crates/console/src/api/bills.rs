@@ -161,18 +161,29 @@ pub(crate) fn csv_response(name: String, body: impl Into<axum::body::Body>) -> R
 }
 
 /// The FOCUS export's chunks (`Books::focus_chunks`) as a response body,
-/// sent as they are written. A read that fails midway is logged and cuts
-/// the response short (the client sees an incomplete transfer, never a
-/// file that looks whole).
+/// sent as they are written. A read that fails midway, or chunks that stop
+/// without their end mark, are logged and cut the response short (the
+/// client sees an incomplete transfer, never a file that looks whole).
 pub(crate) fn focus_body(
-    rx: tokio::sync::mpsc::Receiver<billing::Result<String>>,
+    rx: tokio::sync::mpsc::Receiver<billing::Result<billing::FocusChunk>>,
 ) -> axum::body::Body {
-    let chunks = futures::stream::unfold(rx, |mut rx| async move {
-        let chunk = rx.recv().await?.map_err(|e| {
-            tracing::warn!(error = %e, "FOCUS export: read failed midway; response cut short");
-            std::io::Error::other("the FOCUS export could not be read to its end")
-        });
-        Some((chunk, rx))
+    let chunks = futures::stream::unfold(Some(rx), |rx| async move {
+        let mut rx = rx?;
+        let cut = |why: &str| {
+            tracing::warn!(reason = why, "FOCUS export: response cut short");
+            Some((
+                Err(std::io::Error::other(
+                    "the FOCUS export could not be read to its end",
+                )),
+                None,
+            ))
+        };
+        match rx.recv().await {
+            Some(Ok(billing::FocusChunk::Csv(c))) => Some((Ok(c), Some(rx))),
+            Some(Ok(billing::FocusChunk::End)) => None,
+            Some(Err(e)) => cut(&e.to_string()),
+            None => cut("the export stopped without its end"),
+        }
     });
     axum::body::Body::from_stream(chunks)
 }
