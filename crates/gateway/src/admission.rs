@@ -463,8 +463,14 @@ async fn hold_or_clamp(
 /// The refusal as the client sees it, with the counters the request lookup
 /// shows.
 fn refused(r: &Refusal, want: &Want<'_>) -> ApiError {
+    // GET /v1/usage lists the tenant's, app's and key's limits, not an end
+    // user's: the hint only where it answers.
+    let hint = match r.scope {
+        domain::limits::ScopeKind::EndUser => "",
+        _ => " (GET /v1/usage shows what is left)",
+    };
     let msg = format!(
-        "{}: request refused by {} (GET /v1/usage shows what is left)",
+        "{}: request refused by {}{hint}",
         r.reason(),
         domain::standing::describe(r.scope, r.limit)
     );
