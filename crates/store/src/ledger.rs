@@ -538,17 +538,20 @@ type RollupKey<'a> = (
 /// `sat_sum`, so the two are checked against each other.
 #[derive(Default)]
 struct RollupSums<'a> {
-    rows: rustc_hash::FxHashMap<RollupKey<'a>, [i128; N_TOTALS]>,
+    rows: Sums<RollupKey<'a>>,
 }
 
+/// A batch's totals per row of one grain.
+type Sums<K> = rustc_hash::FxHashMap<K, [i128; N_TOTALS]>;
+
 /// A batch's totals per month rollup row (`MONTH_KEY`).
-type MonthSums<'a> = rustc_hash::FxHashMap<(&'a str, &'a str, &'a str, &'a str), [i128; N_TOTALS]>;
+type MonthSums<'a> = Sums<(&'a str, &'a str, &'a str, &'a str)>;
 
 /// A day rollup row's key (`DAY_KEY`).
 type DayKey<'a> = (&'a str, &'a str, NaiveDate, &'a str, &'a str, &'a Tags);
 
 /// A batch's totals per day rollup row.
-type DaySums<'a> = rustc_hash::FxHashMap<DayKey<'a>, [i128; N_TOTALS]>;
+type DaySums<'a> = Sums<DayKey<'a>>;
 
 impl<'a> RollupSums<'a> {
     /// Adds one event (its settle day parsed once, by the caller).
@@ -590,32 +593,18 @@ impl<'a> RollupSums<'a> {
         }
     }
 
-    /// The month rows (`MONTH_KEY`) summed from the rollup rows: a batch has
-    /// fewer rows than events, so this is cheaper than a second map per event.
-    fn months(&self) -> MonthSums<'a> {
-        let mut months = MonthSums::default();
+    /// The batch's rows at a coarser grain (month rows, `MONTH_KEY`; day
+    /// rows, `DAY_KEY`), summed from its rollup rows by `key`: a batch has
+    /// fewer rows than events, so this is cheaper than a map per event.
+    fn coarser<K: std::hash::Hash + Eq>(&self, key: impl Fn(&RollupKey<'a>) -> K) -> Sums<K> {
+        let mut out = Sums::default();
         for (k, t) in &self.rows {
-            let m = months.entry((k.0, k.1, k.2, k.4)).or_insert([0; N_TOTALS]);
-            for (sum, x) in m.iter_mut().zip(t) {
+            let c = out.entry(key(k)).or_insert([0; N_TOTALS]);
+            for (sum, x) in c.iter_mut().zip(t) {
                 *sum += x;
             }
         }
-        months
-    }
-
-    /// The day rows (`DAY_KEY`) summed from the rollup rows, like
-    /// [`Self::months`].
-    fn days(&self) -> DaySums<'a> {
-        let mut days = DaySums::default();
-        for (k, t) in &self.rows {
-            let d = days
-                .entry((k.0, k.1, k.5, k.2, k.4, k.6))
-                .or_insert([0; N_TOTALS]);
-            for (sum, x) in d.iter_mut().zip(t) {
-                *sum += x;
-            }
-        }
-        days
+        out
     }
 
     fn capped(v: i128) -> i64 {
@@ -623,64 +612,58 @@ impl<'a> RollupSums<'a> {
     }
 
     async fn upsert(self, conn: &mut sqlx::PgConnection) -> Result<()> {
-        macro_rules! col {
-            ($f:expr) => {
-                self.rows.iter().map($f).collect::<Vec<_>>()
-            };
-        }
-        macro_rules! total {
-            ($i:expr) => {
-                col!(|(_, t)| Self::capped(t[$i]))
-            };
-        }
-        let mut q = sqlx::query(rollup_upsert_sql())
-            .bind(col!(|(k, _)| k.0))
-            .bind(col!(|(k, _)| k.1))
-            .bind(col!(|(k, _)| k.2))
-            .bind(col!(|(k, _)| k.3))
-            .bind(col!(|(k, _)| k.4))
-            .bind(col!(|(k, _)| k.5))
-            .bind(col!(|(k, _)| tags_json(k.6)))
-            .bind(col!(|(k, _)| k.7))
-            .bind(col!(|(k, _)| k.8));
-        for i in 0..N_TOTALS {
-            q = q.bind(total!(i));
-        }
-        q.execute(&mut *conn).await?;
-        let months = self.months();
-        macro_rules! month {
-            ($f:expr) => {
-                months.iter().map($f).collect::<Vec<_>>()
-            };
-        }
-        let mut q = sqlx::query(month_upsert_sql())
-            .bind(month!(|(k, _)| k.0))
-            .bind(month!(|(k, _)| k.1))
-            .bind(month!(|(k, _)| k.2))
-            .bind(month!(|(k, _)| k.3));
-        for i in 0..N_TOTALS {
-            q = q.bind(month!(|(_, t)| Self::capped(t[i])));
-        }
-        q.execute(&mut *conn).await?;
-        let days = self.days();
-        macro_rules! day {
-            ($f:expr) => {
-                days.iter().map($f).collect::<Vec<_>>()
-            };
-        }
-        let mut q = sqlx::query(day_upsert_sql())
-            .bind(day!(|(k, _)| k.0))
-            .bind(day!(|(k, _)| k.1))
-            .bind(day!(|(k, _)| k.2))
-            .bind(day!(|(k, _)| k.3))
-            .bind(day!(|(k, _)| k.4))
-            .bind(day!(|(k, _)| tags_json(k.5)));
-        for i in 0..N_TOTALS {
-            q = q.bind(day!(|(_, t)| Self::capped(t[i])));
-        }
-        q.execute(conn).await?;
+        let rows = &self.rows;
+        let q = sqlx::query(rollup_upsert_sql())
+            .bind(col(rows, |k| k.0))
+            .bind(col(rows, |k| k.1))
+            .bind(col(rows, |k| k.2))
+            .bind(col(rows, |k| k.3))
+            .bind(col(rows, |k| k.4))
+            .bind(col(rows, |k| k.5))
+            .bind(col(rows, |k| tags_json(k.6)))
+            .bind(col(rows, |k| k.7))
+            .bind(col(rows, |k| k.8));
+        with_totals(q, rows).execute(&mut *conn).await?;
+        let months: MonthSums = self.coarser(|k| (k.0, k.1, k.2, k.4));
+        let q = sqlx::query(month_upsert_sql())
+            .bind(col(&months, |k| k.0))
+            .bind(col(&months, |k| k.1))
+            .bind(col(&months, |k| k.2))
+            .bind(col(&months, |k| k.3));
+        with_totals(q, &months).execute(&mut *conn).await?;
+        let days: DaySums = self.coarser(|k| (k.0, k.1, k.5, k.2, k.4, k.6));
+        let q = sqlx::query(day_upsert_sql())
+            .bind(col(&days, |k| k.0))
+            .bind(col(&days, |k| k.1))
+            .bind(col(&days, |k| k.2))
+            .bind(col(&days, |k| k.3))
+            .bind(col(&days, |k| k.4))
+            .bind(col(&days, |k| tags_json(k.5)));
+        with_totals(q, &days).execute(conn).await?;
         Ok(())
     }
+}
+
+/// One key column of an upsert: `f` of each row's key, in the map's order
+/// (the order [`with_totals`] binds the totals in).
+fn col<K, T>(rows: &Sums<K>, f: impl Fn(&K) -> T) -> Vec<T> {
+    rows.keys().map(f).collect()
+}
+
+/// `q` with the totals of `rows` bound after its key columns, one array
+/// per total (`rollup_totals` order), each capped at i64::MAX.
+fn with_totals<'q, K>(
+    mut q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    rows: &Sums<K>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    for i in 0..N_TOTALS {
+        q = q.bind(
+            rows.values()
+                .map(|t| RollupSums::capped(t[i]))
+                .collect::<Vec<_>>(),
+        );
+    }
+    q
 }
 
 impl Store {

@@ -378,6 +378,16 @@ mod tests {
         assert_eq!(csv_field("=SUM(A1)"), "'=SUM(A1)");
     }
 
+    /// November 2026 in UTC, each day its own charge period.
+    fn november() -> FocusPeriod<'static> {
+        FocusPeriod {
+            billing_start: "2026-11-01T00:00:00Z".into(),
+            billing_end: "2026-12-01T00:00:00Z".into(),
+            day_bounds: &|d: &str| (format!("{d}T00:00:00Z"), format!("{d}T23:59:59Z")),
+            provider: "tollgate",
+        }
+    }
+
     #[test]
     fn focus_rows_carry_cost_and_quantity() {
         let mut charges = crate::pricing::Charges::default();
@@ -398,13 +408,7 @@ mod tests {
                 charges,
             },
         }];
-        let bounds = |d: &str| (format!("{d}T00:00:00Z"), format!("{d}T23:59:59Z"));
-        let p = FocusPeriod {
-            billing_start: "2026-11-01T00:00:00Z".into(),
-            billing_end: "2026-12-01T00:00:00Z".into(),
-            day_bounds: &bounds,
-            provider: "tollgate",
-        };
+        let p = november();
         let csv = focus_csv(&p, &rows, &[]);
         let mut lines = csv.lines();
         let header: Vec<_> = lines.next().unwrap().split(',').collect();
@@ -468,13 +472,7 @@ mod tests {
                 },
             });
         }
-        let bounds = |d: &str| (format!("{d}T00:00:00Z"), format!("{d}T23:59:59Z"));
-        let p = FocusPeriod {
-            billing_start: "2026-11-01T00:00:00Z".into(),
-            billing_end: "2026-12-01T00:00:00Z".into(),
-            day_bounds: &bounds,
-            provider: "tollgate",
-        };
+        let p = november();
         let whole = focus_csv(&p, &rows, &[]);
         let mut piecewise = focus_header();
         for t in ["t0", "t1", "t2", "t3"] {
