@@ -15,6 +15,7 @@
 //! tokens are plain input there.
 
 use crate::directives::Caching;
+use crate::ledger::Counts;
 use serde_json::{json, Map, Value};
 
 /// A prompt's parts, each at most what is left of it.
@@ -30,6 +31,18 @@ struct Parts {
 }
 
 impl Parts {
+    fn openai(&self) -> Counts {
+        Counts {
+            uncached: self.rest.into(),
+            cached: self.read.into(),
+            w5m: self.w5m.into(),
+            w1h: self.w1h.into(),
+            w30m: self.w30m.into(),
+            w12h: self.w12h.into(),
+            ..Counts::default()
+        }
+    }
+
     fn written(&self) -> u32 {
         self.w5m + self.w1h + self.w30m + self.w12h
     }
@@ -56,6 +69,44 @@ impl Caching {
             w30m,
             w12h,
             rest: left,
+        }
+    }
+
+    /// What a chat / legacy completion answer reports of a prompt, as the
+    /// usage ledger counts it: DeepSeek's miss is everything not read (its
+    /// writes are not reported apart); OpenAI's every write knob is a write.
+    pub(crate) fn chat_counts(&self, prompt: u32) -> Counts {
+        let p = self.parts(prompt);
+        if self.deepseek {
+            return Counts {
+                uncached: (prompt - p.read).into(),
+                cached: p.read.into(),
+                ..Counts::default()
+            };
+        }
+        p.openai()
+    }
+
+    /// What a Responses answer reports: the chat split, and its
+    /// `web_search_call` items.
+    pub(crate) fn responses_counts(&self, prompt: u32) -> Counts {
+        Counts {
+            web_search: self.web_search.into(),
+            ..self.parts(prompt).openai()
+        }
+    }
+
+    /// What an Anthropic answer reports: 30-minute and 12-hour knobs are
+    /// plain input there.
+    pub(crate) fn anthropic_counts(&self, prompt: u32) -> Counts {
+        let p = self.parts(prompt);
+        Counts {
+            uncached: (p.rest + p.w30m + p.w12h).into(),
+            cached: p.read.into(),
+            w5m: p.w5m.into(),
+            w1h: p.w1h.into(),
+            web_search: self.web_search.into(),
+            ..Counts::default()
         }
     }
 

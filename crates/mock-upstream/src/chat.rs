@@ -163,6 +163,7 @@ impl Plan {
 pub(crate) async fn chat(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     app.stats.request(&headers, Some(&body));
     app.stats.chat();
+    let arrival = app.ledger.arrival(&headers);
     let req: ChatRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return bad_request(e),
@@ -208,8 +209,11 @@ pub(crate) async fn chat(State(app): State<Shared>, headers: HeaderMap, body: By
             name,
             crate::native::TOOL_ARGS,
             prompt_tokens,
-            stream,
-            include_usage,
+            crate::native::Delivery {
+                stream,
+                include_usage,
+                arrival,
+            },
         );
     }
     // A scripted call, once a conversation, of a tool the request offers.
@@ -239,8 +243,11 @@ pub(crate) async fn chat(State(app): State<Shared>, headers: HeaderMap, body: By
             &req.model,
             &text,
             prompt_tokens,
-            stream,
-            include_usage,
+            crate::native::Delivery {
+                stream,
+                include_usage,
+                arrival,
+            },
         );
     }
     if let Some(c) = call {
@@ -250,8 +257,11 @@ pub(crate) async fn chat(State(app): State<Shared>, headers: HeaderMap, body: By
             &c.name,
             &c.args,
             prompt_tokens,
-            stream,
-            include_usage,
+            crate::native::Delivery {
+                stream,
+                include_usage,
+                arrival,
+            },
         );
     }
     let spec = Spec {
@@ -262,6 +272,7 @@ pub(crate) async fn chat(State(app): State<Shared>, headers: HeaderMap, body: By
         stream: req.stream == Some(true),
         include_usage,
         personality,
+        arrival,
     };
     answer(&app, spec, dir).await
 }
@@ -273,6 +284,7 @@ pub(crate) async fn completions(
 ) -> Response {
     app.stats.request(&headers, Some(&body));
     app.stats.completion();
+    let arrival = app.ledger.arrival(&headers);
     let req: CompletionRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return bad_request(e),
@@ -296,6 +308,7 @@ pub(crate) async fn completions(
         stream: req.stream == Some(true),
         include_usage,
         personality,
+        arrival,
     };
     answer(&app, spec, dir).await
 }
@@ -308,6 +321,8 @@ struct Spec {
     stream: bool,
     include_usage: bool,
     personality: Personality,
+    /// When, and with which key, the request came (the usage ledger's).
+    arrival: crate::ledger::Arrival,
 }
 
 async fn answer(app: &crate::App, spec: Spec, dir: Directives) -> Response {
@@ -346,10 +361,22 @@ async fn answer(app: &crate::App, spec: Spec, dir: Directives) -> Response {
         output: dir.output,
     };
     app.stats.prompt_tokens(plan.prompt_tokens);
+    // The usage the answer reports, as billed: hidden reasoning is output;
+    // absurd or missing usage reports bill what was really served.
+    let counts = crate::ledger::Counts {
+        output: reasoning.into(),
+        ..plan.caching.chat_counts(plan.prompt_tokens)
+    };
     if spec.stream {
-        return stream::sse(plan, app.stats.clone());
+        let rec = app.recording(spec.arrival, &plan.model, counts);
+        return stream::sse(plan, app.stats.clone(), rec);
     }
     app.stats.completion_tokens(n);
+    let counts = crate::ledger::Counts {
+        output: counts.output + u64::from(n),
+        ..counts
+    };
+    app.ledger.record(&spec.arrival, &plan.model, counts);
     let text = TOKEN.repeat(n as usize);
     let body = match plan.kind {
         Kind::Chat => json!({

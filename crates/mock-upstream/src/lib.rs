@@ -6,6 +6,19 @@
 //! and `POST /mock/fault` (`{"fault": "500" | "429" | null}`: every request fails so
 //! until cleared, as a deployment that goes bad and recovers).
 //!
+//! The providers' admin usage and cost APIs (`admin.rs`), computed from what the
+//! mock served (`ledger.rs`: every answered chat completion, completion, Responses
+//! and Messages request records the usage its answer reported, a cut stream what
+//! it sent, by arrival on the mock clock, api key and model):
+//! OpenAI's `GET /v1/organization/usage/completions` and `GET /v1/organization/costs`
+//! (`Authorization: Bearer <admin key>`), Anthropic's
+//! `GET /v1/organizations/usage_report/messages` and `GET /v1/organizations/cost_report`
+//! (`x-api-key: <admin key>`, `anthropic-version`). Tests steer them with
+//! `GET`/`POST /mock/admin` (`admin_key`, `keys`, `prices`, `extra_input_pct`,
+//! `published_until`, `fail_next`, `page_size`) and `GET`/`POST /mock/clock`
+//! (`{"offset_secs": N}`: the mock clock runs N seconds off the real one);
+//! `POST /mock/reset` clears them and the recorded usage too.
+//!
 //! Output is `N` tokens of `" hello"` (one token in cl100k and o200k), where `N` is
 //! `[mock:output_tokens=N]` or [`MockConfig::output_tokens`], capped by
 //! `max_tokens`/`max_completion_tokens`. The last user message (or prompt / embedding
@@ -21,10 +34,14 @@
 // A dependency nothing uses fails CI (clippy -D warnings).
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
+mod admin;
+#[cfg(test)]
+mod admin_tests;
 mod caching;
 mod chat;
 mod directives;
 mod embeddings;
+mod ledger;
 mod messages;
 mod native;
 mod personality;
@@ -99,9 +116,28 @@ pub(crate) struct App {
     next_id: AtomicU64,
     /// A fault every request gets until cleared (`POST /mock/fault`).
     forced: std::sync::Mutex<Option<Fault>>,
+    /// What was served, for the admin usage and cost APIs; the mock clock.
+    ledger: Arc<ledger::Ledger>,
 }
 
 pub(crate) type Shared = Arc<App>;
+
+impl App {
+    /// A stream's recording of `counts` (its output added as it is sent).
+    pub(crate) fn recording(
+        &self,
+        arrival: ledger::Arrival,
+        model: &str,
+        counts: ledger::Counts,
+    ) -> ledger::Recording {
+        ledger::Recording {
+            ledger: self.ledger.clone(),
+            arrival,
+            model: model.to_owned(),
+            counts,
+        }
+    }
+}
 
 pub fn router(cfg: MockConfig, stats: MockStats) -> Router {
     let app = Arc::new(App {
@@ -109,6 +145,7 @@ pub fn router(cfg: MockConfig, stats: MockStats) -> Router {
         stats,
         next_id: AtomicU64::new(1),
         forced: std::sync::Mutex::new(None),
+        ledger: Arc::default(),
     });
     Router::new()
         .route("/v1/chat/completions", post(chat::chat))
@@ -120,6 +157,21 @@ pub fn router(cfg: MockConfig, stats: MockStats) -> Router {
         .route("/mock/stats", get(stats_handler))
         .route("/mock/reset", post(reset))
         .route("/mock/fault", post(force_fault))
+        .route(
+            "/mock/admin",
+            get(admin::get_settings).post(admin::set_settings),
+        )
+        .route("/mock/clock", get(admin::get_clock).post(admin::set_clock))
+        .route(
+            "/v1/organization/usage/completions",
+            get(admin::openai_usage),
+        )
+        .route("/v1/organization/costs", get(admin::openai_costs))
+        .route(
+            "/v1/organizations/usage_report/messages",
+            get(admin::anthropic_usage),
+        )
+        .route("/v1/organizations/cost_report", get(admin::anthropic_costs))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(app)
@@ -171,6 +223,7 @@ async fn stats_handler(State(app): State<Shared>) -> Json<StatsSnapshot> {
 
 async fn reset(State(app): State<Shared>) -> StatusCode {
     app.stats.reset();
+    app.ledger.reset();
     StatusCode::NO_CONTENT
 }
 

@@ -25,6 +25,7 @@ pub(crate) async fn messages(
 ) -> Response {
     app.stats.request(&headers, Some(&body));
     app.stats.messages();
+    let arrival = app.ledger.arrival(&headers);
     let req: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return bad_request(e),
@@ -95,8 +96,11 @@ pub(crate) async fn messages(
             json!({"type": "text", "text": if full { TOKEN.repeat(n as usize) } else { String::new() }})
         }
     };
+    let mut counts = dir.caching.anthropic_counts(prompt);
     if !stream {
         app.stats.completion_tokens(n);
+        counts.output = n.into();
+        app.ledger.record(&arrival, &model, counts);
         return Json(
             json!({"id": id, "type": "message", "role": "assistant", "model": model,
             "content": [block(true)], "stop_reason": stop, "stop_sequence": null,
@@ -126,6 +130,7 @@ pub(crate) async fn messages(
                 "delta": {"type": "input_json_delta", "partial_json": args}}),
             ));
             app.stats.completion_tokens(n);
+            counts.output = n.into();
             Bytes::new()
         }
         None => ev(
@@ -146,6 +151,7 @@ pub(crate) async fn messages(
         Some(Fault::DisconnectAfter(k)) => Some(k),
         _ => None,
     };
+    let rec = app.recording(arrival, &model, counts);
     sse(
         Sse {
             head,
@@ -154,6 +160,7 @@ pub(crate) async fn messages(
             tail,
             delay: Duration::from_millis(dir.chunk_delay_ms.unwrap_or(app.cfg.chunk_delay_ms)),
             disconnect_after,
+            rec,
         },
         app.stats.clone(),
     )

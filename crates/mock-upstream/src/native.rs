@@ -11,6 +11,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde_json::Value;
 
+use crate::ledger::{Arrival, Counts, Recording};
 use crate::{aborted, pause, MockStats};
 
 /// The texts of a message's `content` (a string, or parts / blocks with `text`).
@@ -46,12 +47,15 @@ pub(crate) struct Sse {
     pub tail: Vec<Bytes>,
     pub delay: Duration,
     pub disconnect_after: Option<u32>,
+    /// Recorded when the body is dropped, with the tokens sent added.
+    pub rec: Recording,
 }
 
 pub(crate) fn sse(s: Sse, stats: MockStats) -> Response {
     let guard = crate::stream::Guard {
         stats: stats.clone(),
         finished: false,
+        rec: s.rec,
     };
     let body = async_stream::stream! {
         let mut guard = guard;
@@ -61,7 +65,7 @@ pub(crate) fn sse(s: Sse, stats: MockStats) -> Response {
         let sent = s.disconnect_after.map_or(s.tokens, |k| k.min(s.tokens));
         for _ in 0..sent {
             pause(s.delay.as_millis() as u64).await;
-            stats.completion_tokens(1);
+            guard.sent(1);
             yield Ok(s.token.clone());
         }
         if s.disconnect_after.is_some() {
@@ -83,6 +87,13 @@ pub(crate) fn sse(s: Sse, stats: MockStats) -> Response {
         .expect("static headers")
 }
 
+/// How a chat answer is given, and for whom it is recorded.
+pub(crate) struct Delivery {
+    pub stream: bool,
+    pub include_usage: bool,
+    pub arrival: Arrival,
+}
+
 /// A chat completion (or stream) calling tool `name` with `args`
 /// ([`TOOL_ARGS`] for `[mock:tool_call]`; 5 completion tokens), finish
 /// reason `tool_calls`.
@@ -92,14 +103,22 @@ pub(crate) fn chat_tool_call(
     name: &str,
     args: &str,
     prompt: u32,
-    stream: bool,
-    include_usage: bool,
+    Delivery {
+        stream,
+        include_usage,
+        arrival,
+    }: Delivery,
 ) -> Response {
     use axum::response::IntoResponse;
     use serde_json::json;
     app.stats.model(model);
     app.stats.prompt_tokens(prompt);
     app.stats.completion_tokens(5);
+    let counts = Counts {
+        uncached: prompt.into(),
+        output: 5,
+        ..Counts::default()
+    };
     let n = app
         .next_id
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -107,6 +126,7 @@ pub(crate) fn chat_tool_call(
     let usage =
         json!({"prompt_tokens": prompt, "completion_tokens": 5, "total_tokens": prompt + 5});
     if !stream {
+        app.ledger.record(&arrival, model, counts);
         let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": args}});
         return axum::Json(json!({"id": id, "object": "chat.completion", "created": 0, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [call]},
@@ -131,7 +151,8 @@ pub(crate) fn chat_tool_call(
         ),
         chunk(json!({}), json!("tool_calls")),
     ];
-    chat_stream(app, &id, model, tail, include_usage.then_some(usage))
+    let rec = app.recording(arrival, model, counts);
+    chat_stream(app, &id, model, tail, include_usage.then_some(usage), rec)
 }
 
 /// A value of JSON schema `schema`: every property, `"hello"` for a
@@ -169,12 +190,20 @@ pub(crate) fn chat_text(
     model: &str,
     text: &str,
     prompt: u32,
-    stream: bool,
-    include_usage: bool,
+    Delivery {
+        stream,
+        include_usage,
+        arrival,
+    }: Delivery,
 ) -> Response {
     use axum::response::IntoResponse;
     use serde_json::json;
     let n = crate::approx_tokens(text);
+    let counts = Counts {
+        uncached: prompt.into(),
+        output: n.into(),
+        ..Counts::default()
+    };
     app.stats.model(model);
     app.stats.prompt_tokens(prompt);
     app.stats.completion_tokens(n);
@@ -185,6 +214,7 @@ pub(crate) fn chat_text(
     let usage =
         json!({"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n});
     if !stream {
+        app.ledger.record(&arrival, model, counts);
         return axum::Json(json!({"id": id, "object": "chat.completion", "created": 0, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null},
             "logprobs": null, "finish_reason": "stop"}], "usage": usage}))
@@ -201,7 +231,8 @@ pub(crate) fn chat_text(
         chunk(json!({"content": text}), Value::Null),
         chunk(json!({}), json!("stop")),
     ];
-    chat_stream(app, &id, model, tail, include_usage.then_some(usage))
+    let rec = app.recording(arrival, model, counts);
+    chat_stream(app, &id, model, tail, include_usage.then_some(usage), rec)
 }
 
 /// A chat stream of `chunks` at once, then the usage chunk when the client
@@ -212,6 +243,7 @@ fn chat_stream(
     model: &str,
     mut chunks: Vec<Bytes>,
     usage: Option<Value>,
+    rec: Recording,
 ) -> Response {
     if let Some(usage) = usage {
         let v = serde_json::json!({"id": id, "object": "chat.completion.chunk", "created": 0,
@@ -227,6 +259,7 @@ fn chat_stream(
             tail: chunks,
             delay: Duration::ZERO,
             disconnect_after: None,
+            rec,
         },
         app.stats.clone(),
     )

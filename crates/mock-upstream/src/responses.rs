@@ -15,6 +15,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::chat::TOKEN;
+use crate::ledger::Counts;
 use crate::native::{frame, prompt_tokens, sse, texts, Sse, TOOL_ARGS};
 use crate::{bad_request, latency_and_faults, Call, Directives, Fault, Shared};
 
@@ -25,6 +26,7 @@ pub(crate) async fn responses(
 ) -> Response {
     app.stats.request(&headers, Some(&body));
     app.stats.responses();
+    let arrival = app.ledger.arrival(&headers);
     let req: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return bad_request(e),
@@ -141,8 +143,14 @@ pub(crate) async fn responses(
         output.push(answer);
         Value::Array(output)
     };
+    let counts = dir.caching.responses_counts(prompt);
     if !stream {
         app.stats.completion_tokens(n);
+        let counts = Counts {
+            output: n.into(),
+            ..counts
+        };
+        app.ledger.record(&arrival, &model, counts);
         let output = with_searches(item(&full, "completed"));
         return Json(response(status, output, usage)).into_response();
     }
@@ -253,9 +261,13 @@ pub(crate) async fn responses(
         &format!("response.{status}"),
         json!({"response": response(status, with_searches(item(&full, "completed")), usage)}),
     ));
+    // A tool call's output is counted whole here, text as it is sent.
+    let mut counts = counts;
     if tool.is_some() {
         app.stats.completion_tokens(n);
+        counts.output = n.into();
     }
+    let rec = app.recording(arrival, &model, counts);
     let disconnect_after = match dir.fault {
         Some(Fault::DisconnectAfter(k)) => Some(k),
         _ => None,
@@ -268,6 +280,7 @@ pub(crate) async fn responses(
             tail,
             delay: Duration::from_millis(dir.chunk_delay_ms.unwrap_or(app.cfg.chunk_delay_ms)),
             disconnect_after,
+            rec,
         },
         app.stats.clone(),
     )

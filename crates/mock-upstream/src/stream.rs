@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use crate::chat::{Kind, Plan, TOKEN};
 use crate::directives::OutputField;
+use crate::ledger::Recording;
 use crate::{aborted, pause, MockStats};
 
 /// Base64 of one audio token's worth of speech, as OpenAI bills it
@@ -45,10 +46,20 @@ pub(crate) fn output_delta(plan: &Plan, i: u32, audio_data: &str) -> Value {
     }
 }
 
-/// Counts `streams_closed_early` if the body is dropped before it finished.
+/// Counts `streams_closed_early` if the body is dropped before it finished;
+/// its recording (dropped with it) records the output the stream sent.
 pub(crate) struct Guard {
     pub(crate) stats: MockStats,
     pub(crate) finished: bool,
+    pub(crate) rec: Recording,
+}
+
+impl Guard {
+    /// `n` output tokens handed to the connection.
+    pub(crate) fn sent(&mut self, n: u32) {
+        self.stats.completion_tokens(n);
+        self.rec.counts.output += u64::from(n);
+    }
 }
 
 impl Drop for Guard {
@@ -61,10 +72,11 @@ impl Drop for Guard {
 
 /// role chunk (chat only), one chunk per token, finish chunk, usage chunk (if asked),
 /// `[DONE]`. With a disconnect fault: N token chunks, then the body fails.
-pub(crate) fn sse(plan: Plan, stats: MockStats) -> Response {
+pub(crate) fn sse(plan: Plan, stats: MockStats, rec: Recording) -> Response {
     let guard = Guard {
         stats: stats.clone(),
         finished: false,
+        rec,
     };
     let body = async_stream::stream! {
         let mut guard = guard;
@@ -73,7 +85,7 @@ pub(crate) fn sse(plan: Plan, stats: MockStats) -> Response {
         }
         if plan.personality.unterminated {
             let all = TOKEN.repeat(plan.completion_tokens as usize);
-            stats.completion_tokens(plan.completion_tokens);
+            guard.sent(plan.completion_tokens);
             let ev = plan.chunk(json!({"content": all}), Some(&all), None);
             guard.finished = true;
             yield Ok(ev.slice(..ev.len() - 2));
@@ -95,7 +107,7 @@ pub(crate) fn sse(plan: Plan, stats: MockStats) -> Response {
             if i > 0 || plan.kind == Kind::Chat {
                 pause(plan.chunk_delay.as_millis() as u64).await;
             }
-            stats.completion_tokens(1);
+            guard.sent(1);
             yield Ok(step(i));
         }
         if plan.disconnect_after.is_some() {
