@@ -25,6 +25,8 @@ pub const ENC_KEY: &str = "aa112233445566778899aabbccddeeff00112233445566778899a
 pub const JWT_SECRET: &str = "e2e-jwt-secret-0123456789abcdef0123456789";
 /// The provider's API key every test model is configured with.
 pub const PROVIDER_KEY: &str = "sk-provider-secret";
+/// The mock provider's admin (usage and cost API) key, as provider accounts hold it.
+pub const PROVIDER_ADMIN_KEY: &str = "sk-admin-provider-secret-7f3a";
 /// The bearer token of `/metrics` on every test server (`metrics.token`):
 /// read it with [`metrics`].
 pub const METRICS_TOKEN: &str = "e2e-metrics-token-0123456789abcdef012345";
@@ -34,12 +36,13 @@ pub const PASSWORD: &str = "correct horse battery staple";
 /// The secrets of the suite that must never appear in a log, a metric, an
 /// error body or a database (scanned by `secrets-scan` after the suite). Plain
 /// virtual keys are found by their format instead.
-pub const SUITE_SECRETS: [(&str, &str); 5] = [
+pub const SUITE_SECRETS: [(&str, &str); 6] = [
     ("key pepper", PEPPER),
     ("encryption key", ENC_KEY),
     ("JWT secret", JWT_SECRET),
     ("provider key", PROVIDER_KEY),
     ("user password", PASSWORD),
+    ("provider admin key", PROVIDER_ADMIN_KEY),
 ];
 
 /// Where the suite leaves what the secrets scan reads (`TOLLGATE_TEST_LOG_DIR`,

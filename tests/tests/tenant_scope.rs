@@ -372,6 +372,68 @@ async fn a_tenant_admins_scope_reads_nothing_of_another_tenant() {
     assert!(both(days(
         drain(s.day_rows_cursor(all, &period).await.unwrap()).await
     )));
+    // Provider-invoice adjustments: a department sees its own shares
+    // (the unallocated line is the platform's).
+    s.put_provider_account(
+        "test",
+        &store::PutProviderAccount {
+            id: "acct".into(),
+            kind: "openai".into(),
+            api_base_url: "http://127.0.0.1:9/v1".into(),
+            admin_key_enc: Some(vec![1, 2, 3]),
+            drift_alert_bps: 100,
+            links: vec![],
+        },
+    )
+    .await
+    .unwrap();
+    let fin1: uuid::Uuid = user(&env, "fin1@x.io", "finance", None)
+        .await
+        .parse()
+        .unwrap();
+    let fin2: uuid::Uuid = user(&env, "fin2@x.io", "finance", None)
+        .await
+        .parse()
+        .unwrap();
+    let adj = s
+        .propose_adjustment(
+            "test",
+            &store::NewAdjustment {
+                account_id: "acct".into(),
+                day: Utc::now().date_naive(),
+                model: "m".into(),
+                period: period.clone(),
+                amount_pico: 30,
+                allocation: "pro_rata".into(),
+                reason: "test".into(),
+                proposed_by: fin1,
+            },
+        )
+        .await
+        .unwrap();
+    let share = |t: &str, p: i64| store::AdjustmentShare {
+        tenant_id: t.into(),
+        amount_pico: p,
+    };
+    s.decide_adjustment(
+        "test",
+        adj.id,
+        fin2,
+        Some(&[share(MINE, 10), share(THEIRS, 15), share("", 5)]),
+        "",
+    )
+    .await
+    .unwrap();
+    let adjusted =
+        |v: Vec<store::BillAdjustment>| v.into_iter().map(|a| a.tenant_id).collect::<Vec<_>>();
+    assert_eq!(
+        adjusted(s.bill_adjustments(mine, &period).await.unwrap()),
+        [MINE]
+    );
+    assert_eq!(
+        adjusted(s.bill_adjustments(all, &period).await.unwrap()),
+        ["", MINE, THEIRS]
+    );
     let eu = domain::bill::GroupBy::EndUser;
     let attributed =
         |v: Vec<domain::bill::AttributedRow>| v.into_iter().map(|r| r.tenant_id).collect();

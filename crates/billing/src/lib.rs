@@ -92,16 +92,44 @@ impl Books {
             MonthBook::Ledger => MonthRows {
                 bill_rows: self.store.bill_rows(scope, period).await?,
                 refusals: self.store.refusal_rows(scope, period).await?,
+                adjustments: self.adjustments(period, scope).await?,
             },
             MonthBook::Archive(batch) => {
                 let a = self.archive(period)?;
                 MonthRows {
                     bill_rows: a.bill_rows(period, batch, scope.tenant()).await?,
                     refusals: a.refusal_rows(period, batch, scope.tenant()).await?,
+                    adjustments: self.adjustments(period, scope).await?,
                 }
             }
         };
         Ok((book, rows))
+    }
+
+    /// The approved provider-invoice adjustments billed in the month (read
+    /// from Postgres for every month, open or closed: they are never
+    /// purged), by department, day and model.
+    pub async fn adjustments(
+        &self,
+        period: &str,
+        scope: &TenantScope,
+    ) -> Result<Vec<bill::AdjustmentLine>> {
+        Ok(self
+            .store
+            .bill_adjustments(scope, period)
+            .await?
+            .into_iter()
+            .map(|a| {
+                bill::AdjustmentLine::new(
+                    a.tenant_id,
+                    a.adjustment_id.to_string(),
+                    a.account_id,
+                    a.day.to_string(),
+                    a.model,
+                    a.amount_pico.into(),
+                )
+            })
+            .collect())
     }
 
     pub async fn day_rows(&self, period: &str, scope: &TenantScope) -> Result<Vec<DayRow>> {
@@ -216,7 +244,13 @@ impl Books {
     pub async fn csv(&self, period: &str, scope: &TenantScope) -> Result<String> {
         let (_, rows) = self.rows(period, scope).await?;
         let tenants: Vec<TenantInfo> = self.store.tenant_infos(scope).await?;
-        Ok(bill::bill_csv(period, &rows.bill_rows, &tenants))
+        let mut out = bill::bill_csv(period, &rows.bill_rows, &tenants);
+        out.push_str(&bill::adjustment_csv_rows(
+            period,
+            &rows.adjustments,
+            &tenants,
+        ));
+        Ok(out)
     }
 
     /// The FOCUS export (one row per charge component of each tenant ×
@@ -241,6 +275,7 @@ impl Books {
         const CHUNK: usize = 256 * 1024;
         let (book, _) = self.book(period).await?;
         let tenants = self.store.tenant_infos(scope).await?;
+        let adjustments = self.adjustments(period, scope).await?;
         let (start, end) = self
             .clock
             .month_bounds(period)
@@ -309,6 +344,7 @@ impl Books {
                 }
                 if done {
                     bill::focus_rows(&p, &pending, &by_id, &mut out);
+                    bill::focus_adjustment_rows(&p, &adjustments, &by_id, &mut out);
                     if send(Ok(FocusChunk::Csv(out))).await {
                         send(Ok(FocusChunk::End)).await;
                     }

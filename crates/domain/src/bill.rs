@@ -4,7 +4,7 @@
 //! lines, drill-downs, totals, CSV and FOCUS exports, forecasts — is computed
 //! here, so an open and a closed month are rendered by the same code.
 
-use crate::money::{apportion, micro_rounded, MicroUsd};
+use crate::money::{apportion, micro_rounded, signed_micro_rounded, MicroUsd};
 use crate::pricing::{Charges, Component};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -175,6 +175,51 @@ pub struct DayRow {
     pub totals: Totals,
 }
 
+/// An approved provider-invoice adjustment's share on a department's bill
+/// (docs/billing.md, "Adjustments"); tenant `""` is the unallocated line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AdjustmentLine {
+    #[serde(skip)]
+    pub tenant_id: String,
+    pub adjustment_id: String,
+    pub account: String,
+    /// `YYYY-MM-DD` (UTC, the provider's day).
+    pub day: String,
+    /// The provider's model name.
+    pub model: String,
+    /// The share, rounded once to the micro-USD (half away from zero).
+    pub cost_usd: MicroUsd,
+    /// The exact share.
+    #[serde(skip)]
+    pub pico: i128,
+}
+
+impl AdjustmentLine {
+    pub fn new(
+        tenant_id: String,
+        adjustment_id: String,
+        account: String,
+        day: String,
+        model: String,
+        pico: i128,
+    ) -> Self {
+        AdjustmentLine {
+            tenant_id,
+            adjustment_id,
+            account,
+            day,
+            model,
+            cost_usd: MicroUsd(signed_micro_rounded(pico)),
+            pico,
+        }
+    }
+}
+
+/// The sum of adjustment lines, saturated.
+fn adjustments_sum<'a>(lines: impl Iterator<Item = &'a AdjustmentLine>) -> MicroUsd {
+    MicroUsd(lines.fold(0i64, |a, l| a.saturating_add(l.cost_usd.0)))
+}
+
 /// Refused (or degraded) requests of one tenant × app × model by reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusalRow {
@@ -232,6 +277,12 @@ pub struct TenantBill {
     pub refused_requests: i64,
     /// Refused requests by reason code.
     pub refused: BTreeMap<String, i64>,
+    /// Approved provider-invoice adjustments billed to the department in
+    /// the month (signed), and their lines.
+    pub adjustment_usd: MicroUsd,
+    pub adjustments: Vec<AdjustmentLine>,
+    /// `cost_usd` + `adjustment_usd`: what the department is charged.
+    pub billed_usd: MicroUsd,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -241,6 +292,13 @@ pub struct BillTotal {
     pub output_tokens: i64,
     pub cost_usd: MicroUsd,
     pub refused_requests: i64,
+    /// Every adjustment of the bill's departments (and, on the platform's
+    /// bill, the unallocated ones).
+    pub adjustment_usd: MicroUsd,
+    /// Adjustments finance left unallocated (platform's bill only).
+    pub unallocated_adjustment_usd: MicroUsd,
+    /// `cost_usd` + `adjustment_usd`.
+    pub billed_usd: MicroUsd,
 }
 
 /// Drill-down dimension.
@@ -299,6 +357,8 @@ pub struct Bill {
 pub struct MonthRows {
     pub bill_rows: Vec<BillRow>,
     pub refusals: Vec<RefusalRow>,
+    /// Approved adjustments billed in the month (always from Postgres).
+    pub adjustments: Vec<AdjustmentLine>,
 }
 
 impl Bill {
@@ -329,6 +389,12 @@ impl Bill {
         ids.extend(refused.keys().copied());
         ids.extend(granted.keys().map(String::as_str));
         ids.extend(borrowed.keys().map(String::as_str));
+        ids.extend(
+            rows.adjustments
+                .iter()
+                .map(|a| a.tenant_id.as_str())
+                .filter(|t| !t.is_empty()),
+        );
         ids.sort_unstable();
         ids.dedup();
         let by_id = tenants_by_id(tenants);
@@ -339,6 +405,11 @@ impl Bill {
             output_tokens: 0,
             cost_usd: MicroUsd::ZERO,
             refused_requests: 0,
+            adjustment_usd: MicroUsd::ZERO,
+            unallocated_adjustment_usd: adjustments_sum(
+                rows.adjustments.iter().filter(|a| a.tenant_id.is_empty()),
+            ),
+            billed_usd: MicroUsd::ZERO,
         };
         let lines = ids
             .into_iter()
@@ -354,6 +425,13 @@ impl Bill {
                 let line = tenant_line(&u);
                 total.cost_usd.0 = total.cost_usd.0.saturating_add(line.0);
                 total.refused_requests += refused_requests;
+                let adjustments: Vec<AdjustmentLine> = rows
+                    .adjustments
+                    .iter()
+                    .filter(|a| a.tenant_id == id)
+                    .cloned()
+                    .collect();
+                let adjustment = adjustments_sum(adjustments.iter());
                 TenantBill {
                     tenant_id: id.to_string(),
                     name: info(id).map(|t| t.name.clone()).unwrap_or_default(),
@@ -369,9 +447,20 @@ impl Bill {
                     granted_cost_usd: MicroUsd(g.cost_micro),
                     refused_requests,
                     refused: r,
+                    adjustment_usd: adjustment,
+                    adjustments,
+                    billed_usd: MicroUsd(line.0.saturating_add(adjustment.0)),
                 }
             })
-            .collect();
+            .collect::<Vec<TenantBill>>();
+        total.adjustment_usd = MicroUsd(
+            lines
+                .iter()
+                .fold(total.unallocated_adjustment_usd.0, |a, t| {
+                    a.saturating_add(t.adjustment_usd.0)
+                }),
+        );
+        total.billed_usd = MicroUsd(total.cost_usd.0.saturating_add(total.adjustment_usd.0));
         Bill {
             period: period.to_string(),
             state: if closed { "closed" } else { "open" }.into(),
@@ -660,6 +749,32 @@ mod tests {
                     requests: 7,
                 },
             ],
+            adjustments: vec![
+                AdjustmentLine::new(
+                    "b".into(),
+                    "j1".into(),
+                    "oa".into(),
+                    "2026-11-03".into(),
+                    "gpt".into(),
+                    2_500_000,
+                ),
+                AdjustmentLine::new(
+                    "d".into(),
+                    "j1".into(),
+                    "oa".into(),
+                    "2026-11-03".into(),
+                    "gpt".into(),
+                    -1_500_000,
+                ),
+                AdjustmentLine::new(
+                    String::new(),
+                    "j2".into(),
+                    "oa".into(),
+                    "2026-11-04".into(),
+                    "gpt".into(),
+                    7_000_000,
+                ),
+            ],
         };
         let mut granted = BTreeMap::new();
         granted.insert(
@@ -687,8 +802,36 @@ mod tests {
             &[],
         );
         let ids: Vec<_> = b.tenants.iter().map(|t| t.tenant_id.as_str()).collect();
-        assert_eq!(ids, ["a", "b", "c"]);
+        assert_eq!(
+            ids,
+            ["a", "b", "c", "d"],
+            "a department with only an adjustment has a line"
+        );
         assert_eq!(b.tenants[0].cost_usd, MicroUsd(9));
+        // Adjustments: signed, rounded half away from zero, on their
+        // department; the unallocated one only in the total.
+        assert_eq!(b.tenants[1].adjustment_usd, MicroUsd(3));
+        assert_eq!(b.tenants[1].billed_usd, MicroUsd(303));
+        assert_eq!(b.tenants[3].adjustment_usd, MicroUsd(-2));
+        assert_eq!(b.total.unallocated_adjustment_usd, MicroUsd(7));
+        assert_eq!(b.total.adjustment_usd, MicroUsd(8));
+        assert_eq!(b.total.billed_usd, MicroUsd(317));
+        let csv = adjustment_csv_rows("2026-11", &rows.adjustments, &[]);
+        assert_eq!(csv.lines().count(), 3);
+        assert!(
+            csv.lines()
+                .nth(2)
+                .unwrap()
+                .starts_with("2026-11,,unallocated,"),
+            "{csv}"
+        );
+        assert!(
+            csv.lines()
+                .nth(1)
+                .unwrap()
+                .ends_with(",-0.000002,adjustment"),
+            "{csv}"
+        );
         assert_eq!(
             b.tenants[0].refused_requests, 3,
             "degrades are not refusals"
@@ -744,6 +887,7 @@ mod tests {
                 row("b", "x", "m1", &[(C::Input, 1, 499_999)]),
             ],
             refusals: vec![],
+            adjustments: vec![],
         };
         let none = BTreeMap::new();
         let b = Bill::assemble(
@@ -794,7 +938,7 @@ mod tests {
             .lines()
             .skip(1)
             .map(|l| {
-                MicroUsd::from_usd_str(l.rsplit(',').next().unwrap())
+                MicroUsd::from_usd_str(l.rsplit(',').nth(1).unwrap())
                     .unwrap()
                     .0
             })

@@ -18,6 +18,7 @@ pub mod day_cost;
 pub mod extras;
 pub mod fairq;
 pub mod images;
+pub mod invoice;
 pub mod json_scan;
 pub mod keys;
 pub mod lease;

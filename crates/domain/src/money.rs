@@ -124,6 +124,17 @@ pub fn micro_rounded(pico: i128) -> i64 {
     i64::try_from(micro).unwrap_or(i64::MAX)
 }
 
+/// Signed exact pico-USD as whole micro-USD, rounded half away from zero:
+/// an adjustment, which may be a credit (docs/billing.md, "Adjustments").
+pub fn signed_micro_rounded(pico: i128) -> i64 {
+    let m = micro_rounded(pico.abs());
+    if pico < 0 {
+        -m
+    } else {
+        m
+    }
+}
+
 /// An exact amount of pico-USD as people read it, every significant digit
 /// kept: "$0.00018", "$1.500000000001", "$12.00" (cents always).
 pub fn pico_shown(pico: i128) -> String {

@@ -78,6 +78,8 @@ impl Actor {
 pub enum DecisionRefusal {
     /// Only platform admins decide.
     NotPlatformAdmin,
+    /// Only finance approves or rejects a bill adjustment.
+    NotFinance,
     /// Nobody decides their own request.
     OwnRequest,
     /// The decider and the requester are in one creation line.
@@ -93,6 +95,7 @@ impl DecisionRefusal {
     pub fn message(self) -> &'static str {
         match self {
             DecisionRefusal::NotPlatformAdmin => "only a platform admin decides quota requests",
+            DecisionRefusal::NotFinance => "only a finance user decides bill adjustments",
             DecisionRefusal::OwnRequest => "nobody approves or rejects their own request",
             DecisionRefusal::SameLine => {
                 "the requester and the decider are in one line of account creation"
@@ -107,6 +110,7 @@ impl DecisionRefusal {
     pub fn code(self) -> &'static str {
         match self {
             DecisionRefusal::NotPlatformAdmin => "not_platform_admin",
+            DecisionRefusal::NotFinance => "not_finance",
             DecisionRefusal::OwnRequest => "own_request",
             DecisionRefusal::SameLine => "same_creation_line",
             DecisionRefusal::AccountSet => "account_set_by_the_other",
@@ -200,6 +204,32 @@ pub fn may_decide(
     if decider.role != Role::PlatformAdmin {
         return Err(DecisionRefusal::NotPlatformAdmin);
     }
+    second_pair_of_eyes(decider, requested_by, decider_hands, requester_hands)
+}
+
+/// Whether `decider` may approve or reject a bill adjustment proposed by
+/// `proposed_by`: a finance user, under the same four-eyes rule as
+/// [`may_decide`].
+pub fn may_decide_adjustment(
+    decider: &Actor,
+    proposed_by: &str,
+    decider_hands: &Hands,
+    proposer_hands: &Hands,
+) -> Result<(), DecisionRefusal> {
+    if decider.role != Role::Finance {
+        return Err(DecisionRefusal::NotFinance);
+    }
+    second_pair_of_eyes(decider, proposed_by, decider_hands, proposer_hands)
+}
+
+/// Four eyes: not the asker, not in one creation line, neither set the
+/// other's account within the window.
+fn second_pair_of_eyes(
+    decider: &Actor,
+    requested_by: &str,
+    decider_hands: &Hands,
+    requester_hands: &Hands,
+) -> Result<(), DecisionRefusal> {
     if decider.user_id == requested_by {
         return Err(DecisionRefusal::OwnRequest);
     }

@@ -11,6 +11,7 @@
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 pub mod alerts;
+pub mod provider_reconcile;
 pub mod reconcile;
 pub mod rollover;
 mod runner;
@@ -40,10 +41,11 @@ pub enum JobName {
     Reconcile,
     BorrowCheck,
     Reclaim,
+    ProviderReconcile,
 }
 
 impl JobName {
-    pub const ALL: [JobName; 8] = [
+    pub const ALL: [JobName; 9] = [
         JobName::StaleHolds,
         JobName::Rollover,
         JobName::GrantExpiry,
@@ -52,6 +54,7 @@ impl JobName {
         JobName::Reconcile,
         JobName::BorrowCheck,
         JobName::Reclaim,
+        JobName::ProviderReconcile,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -64,6 +67,7 @@ impl JobName {
             JobName::Reconcile => "reconcile",
             JobName::BorrowCheck => "borrow-check",
             JobName::Reclaim => "reclaim",
+            JobName::ProviderReconcile => "provider-reconcile",
         }
     }
 
@@ -105,6 +109,9 @@ pub struct JobSettings {
     pub webhook_quick_retries: u32,
     pub hold_ages: Arc<HoldAges>,
     pub rollover: RolloverOptions,
+    /// Decrypts provider accounts' admin keys (`keys.encryption_key`);
+    /// None: provider-reconcile fails, saying so.
+    pub encryption_key: Option<[u8; 32]>,
 }
 
 impl Default for JobSettings {
@@ -121,6 +128,7 @@ impl Default for JobSettings {
                 writer_grace: settlement::ledger::writer_grace(Duration::from_millis(50)),
             }),
             rollover: RolloverOptions::default(),
+            encryption_key: None,
         }
     }
 }
@@ -137,6 +145,9 @@ pub struct JobContext {
     /// Borrowing and reclaim work on the gateway's in-memory tenants; None
     /// where no catalog is loaded (those two jobs then fail, saying so).
     pub borrowing: Option<Arc<Borrowing>>,
+    /// The day `provider-reconcile` runs for (`--day`); None: the days
+    /// not yet final.
+    pub provider_day: Option<chrono::NaiveDate>,
 }
 
 impl JobContext {
@@ -160,6 +171,7 @@ impl JobContext {
             settings,
             http,
             borrowing: None,
+            provider_day: None,
         }
     }
 
@@ -256,6 +268,7 @@ pub async fn execute(
         JobName::Reconcile => reconcile::run(ctx, now, None).await,
         JobName::BorrowCheck => borrow_check(ctx, now).await,
         JobName::Reclaim => reclaim(ctx, now).await,
+        JobName::ProviderReconcile => provider_reconcile::run(ctx, now, ctx.provider_day).await,
     }
 }
 

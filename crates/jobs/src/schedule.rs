@@ -41,6 +41,8 @@ pub fn cron_of(job: JobName) -> Option<&'static str> {
         JobName::Alerts => "0 */5 * * * *",
         JobName::Forecast => "0 30 * * * *",
         JobName::Reconcile => "0 45 * * * *",
+        // Daily: yesterday and the days the provider may still revise.
+        JobName::ProviderReconcile => "0 15 6 * * *",
         JobName::StaleHolds | JobName::BorrowCheck | JobName::Reclaim => return None,
     })
 }

@@ -246,15 +246,25 @@ async fn parse_now(
     })
 }
 
-/// `tollgate jobs run <job> [--now T]`: one run, locked and recorded like a
-/// scheduled one. Ok(false) when it failed or found differences.
+/// `tollgate jobs run <job> [--now T] [--day D]`: one run, locked and
+/// recorded like a scheduled one. Ok(false) when it failed or found differences.
 pub async fn run_job(
     cfg: &Config,
     job: &str,
     now: Option<&str>,
+    day: Option<&str>,
 ) -> anyhow::Result<jobs::RunResult> {
     let job = jobs::JobName::parse(job).with_context(|| format!("unknown job {job:?}"))?;
     let mut ctx = job_context(cfg).await?;
+    if let Some(d) = day {
+        anyhow::ensure!(
+            job == jobs::JobName::ProviderReconcile,
+            "--day is for provider-reconcile"
+        );
+        ctx.provider_day = Some(
+            chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").context("--day must be YYYY-MM-DD")?,
+        );
+    }
     if matches!(job, jobs::JobName::BorrowCheck | jobs::JobName::Reclaim) {
         // Borrowing works on the tenants' catalog: load it for this run.
         let catalog =

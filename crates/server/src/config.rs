@@ -804,6 +804,7 @@ impl Config {
                 orphan_after: std::time::Duration::from_secs(self.gateway.orphan_hold_secs),
                 writer_grace: self.writer_grace(),
             }),
+            encryption_key: self.encryption_key().ok(),
             ..Default::default()
         }
     }

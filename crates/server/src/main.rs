@@ -158,12 +158,17 @@ enum JobsCommand {
         /// alerts: budget alerts; forecast: month-end forecast; reconcile:
         /// compare the books; borrow-check: lend pool quota to tenants near
         /// their limit; reclaim: take unused borrowed quota back when the
-        /// pool runs low.
-        #[arg(value_parser = ["stale-holds", "rollover", "grant-expiry", "alerts", "forecast", "reconcile", "borrow-check", "reclaim"])]
+        /// pool runs low; provider-reconcile: compare the books with the
+        /// providers' usage and cost reports.
+        #[arg(value_parser = ["stale-holds", "rollover", "grant-expiry", "alerts", "forecast", "reconcile", "borrow-check", "reclaim", "provider-reconcile"])]
         job: String,
         /// Run as if at this time (RFC 3339), e.g. to test month ends.
         #[arg(long)]
         now: Option<String>,
+        /// provider-reconcile: the day (UTC, YYYY-MM-DD) to reconcile;
+        /// default: the last days not yet final.
+        #[arg(long)]
+        day: Option<String>,
     },
 }
 
@@ -320,8 +325,8 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         } => commands::load_keys(&cfg, keys, tenants).await.map(|_| true),
         Command::AuditVerify => commands::audit_verify(&cfg).await,
         Command::Jobs {
-            command: JobsCommand::Run { job, now },
-        } => commands::run_job(&cfg, &job, now.as_deref())
+            command: JobsCommand::Run { job, now, day },
+        } => commands::run_job(&cfg, &job, now.as_deref(), day.as_deref())
             .await
             .map(|r| matches!(r, jobs::RunResult::Ran { ref report, .. } if report.clean)),
         Command::Reconcile { check, period } => {

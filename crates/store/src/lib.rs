@@ -21,6 +21,7 @@ pub mod passwords;
 mod pgcopy;
 mod prices;
 mod provider;
+mod provider_recon;
 mod quota_requests;
 mod request_decisions;
 mod request_log;
@@ -41,6 +42,11 @@ pub use ledger::MonthUsageRow;
 pub use limits_history::LimitsOwner;
 pub use model_aliases::ModelAliasRow;
 pub use prices::{PriceSheetRow, PricedModel};
+pub use provider_recon::{
+    AccountLink, AdjustmentRow, AdjustmentShare, BillAdjustment, DaySaved, NewAdjustment,
+    ProviderAccountRow, PutProviderAccount, ReconDayRow, ReconLedgerRow, ReconLineRow,
+    ResolvedLink,
+};
 pub use quota_requests::{GrantRow, NewQuotaRequest, QuotaRequestRow};
 pub use request_decisions::RequestDecisionRow;
 pub use request_log::{RequestCursor, RequestLogFilter, RequestLogRow};

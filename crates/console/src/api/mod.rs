@@ -11,6 +11,7 @@ pub mod models;
 pub mod pool;
 pub mod prices;
 pub mod quota_requests;
+pub mod reconciliation;
 pub mod request_log;
 pub mod requests;
 pub mod tenants;

@@ -167,7 +167,7 @@ pub async fn decide_request(
 
 /// Who holds a hand over a person (`domain::roles::hands_over`), within
 /// the configured window.
-async fn hands(cp: &ControlPlane, user: Uuid) -> Result<Hands, ApiError> {
+pub(crate) async fn hands(cp: &ControlPlane, user: Uuid) -> Result<Hands, ApiError> {
     let accounts: Vec<_> = cp
         .store
         .account_hands(user)

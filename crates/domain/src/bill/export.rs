@@ -12,9 +12,23 @@ pub fn csv_field(s: &str) -> String {
     out
 }
 
+/// `-` then digits, with at most one `.` between digits: "-0.25".
+fn is_negative_decimal(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix('-') else {
+        return false;
+    };
+    let (int, frac) = rest.split_once('.').unwrap_or((rest, "0"));
+    !int.is_empty()
+        && !frac.is_empty()
+        && int.bytes().all(|b| b.is_ascii_digit())
+        && frac.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// [`csv_field`] appended to `out`: the one rule, without a string per field.
 fn push_csv_field(out: &mut String, s: &str) {
-    let defuse = s.starts_with(['=', '+', '-', '@', '\t', '\r']);
+    // A negative amount ("-0.25": a credit) is a number to a spreadsheet,
+    // not a formula; anything else starting so is defused.
+    let defuse = s.starts_with(['=', '+', '-', '@', '\t', '\r']) && !is_negative_decimal(s);
     let quote = s.contains([',', '"', '\n', '\r']);
     if quote {
         out.push('"');
@@ -45,7 +59,7 @@ fn csv_line(fields: &[String]) -> String {
     l
 }
 
-pub const BILL_CSV_HEADER: [&str; 10] = [
+pub const BILL_CSV_HEADER: [&str; 11] = [
     "period",
     "tenant_id",
     "tenant_name",
@@ -56,6 +70,7 @@ pub const BILL_CSV_HEADER: [&str; 10] = [
     "input_tokens",
     "output_tokens",
     "cost_usd",
+    "charge_category",
 ];
 
 /// The month's bill rows as CSV (tenant × app × model); the cost column
@@ -84,9 +99,120 @@ pub fn bill_csv(period: &str, rows: &[BillRow], tenants: &[TenantInfo]) -> Strin
             r.totals.input_tokens.to_string(),
             r.totals.output_tokens.to_string(),
             MicroUsd(cost).to_string(),
+            "usage".to_string(),
         ]));
     }
     out
+}
+
+/// The bill CSV's adjustment rows (after the usage rows): one per approved
+/// adjustment share, `charge_category` `adjustment`, the model named with
+/// the provider's day and account; the unallocated line has no tenant and
+/// is named `unallocated`.
+pub fn adjustment_csv_rows(
+    period: &str,
+    adjustments: &[super::AdjustmentLine],
+    tenants: &[TenantInfo],
+) -> String {
+    let by_id = super::tenants_by_id(tenants);
+    let mut out = String::new();
+    for a in adjustments {
+        let t = by_id.get(a.tenant_id.as_str()).copied();
+        out.push_str(&csv_line(&[
+            period.to_string(),
+            a.tenant_id.clone(),
+            if a.tenant_id.is_empty() {
+                "unallocated".to_string()
+            } else {
+                t.map(|t| t.name.clone()).unwrap_or_default()
+            },
+            t.map(|t| t.cost_center.clone()).unwrap_or_default(),
+            String::new(),
+            format!("{} {} ({})", a.model, a.day, a.account),
+            "0".into(),
+            "0".into(),
+            "0".into(),
+            a.cost_usd.to_string(),
+            "adjustment".into(),
+        ]));
+    }
+    out
+}
+
+/// The FOCUS export's adjustment rows (after the usage rows): one per
+/// approved adjustment share, `ChargeCategory` `Adjustment`, no quantity.
+pub fn focus_adjustment_rows(
+    p: &FocusPeriod<'_>,
+    adjustments: &[super::AdjustmentLine],
+    tenants: &std::collections::HashMap<&str, &TenantInfo>,
+    out: &mut String,
+) {
+    for a in adjustments {
+        let t = tenants.get(a.tenant_id.as_str()).copied();
+        let cost = a.cost_usd.to_string();
+        let desc = format!(
+            "Provider invoice adjustment of {} on {} ({})",
+            a.model, a.day, a.account
+        );
+        let name = if a.tenant_id.is_empty() {
+            "unallocated"
+        } else {
+            t.map_or("", |t| t.name.as_str())
+        };
+        // The provider's day is a UTC day.
+        let (cs, ce) = match chrono::NaiveDate::parse_from_str(&a.day, "%Y-%m-%d") {
+            Ok(d) => (
+                format!("{d}T00:00:00Z"),
+                format!("{}T00:00:00Z", d + chrono::Duration::days(1)),
+            ),
+            Err(_) => (String::new(), String::new()),
+        };
+        let fields: [&str; 36] = [
+            p.provider,
+            p.provider,
+            "USD",
+            &p.billing_start,
+            &p.billing_end,
+            &cs,
+            &ce,
+            "Adjustment",
+            "",
+            &desc,
+            "One-Time",
+            &cost,
+            &cost,
+            &cost,
+            &cost,
+            "",
+            "",
+            "",
+            "",
+            p.provider,
+            p.provider,
+            p.provider,
+            "AI and Machine Learning",
+            &a.model,
+            &format!("adjustment/{}", a.adjustment_id),
+            &a.tenant_id,
+            name,
+            "{}",
+            "",
+            t.map_or("", |t| t.cost_center.as_str()),
+            "",
+            "0",
+            "0",
+            "0",
+            "adjustment",
+            &a.pico.to_string(),
+        ];
+        for (i, f) in fields.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            push_csv_field(out, f);
+        }
+        out.push_str("\r\n");
+    }
 }
 
 /// FOCUS (FinOps Open Cost and Usage Specification) columns this export
@@ -376,6 +502,10 @@ mod tests {
         assert_eq!(csv_field("a,b"), "\"a,b\"");
         assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
         assert_eq!(csv_field("=SUM(A1)"), "'=SUM(A1)");
+        assert_eq!(csv_field("-0.000002"), "-0.000002", "a credit is a number");
+        assert_eq!(csv_field("-1+1"), "'-1+1");
+        assert_eq!(csv_field("-.5"), "'-.5");
+        assert_eq!(csv_field("-"), "'-");
     }
 
     /// November 2026 in UTC, each day its own charge period.

@@ -46,7 +46,7 @@ pub struct QuotaLine {
 /// The translation key of a four-eyes refusal.
 pub(crate) fn refusal_key(r: DecisionRefusal) -> &'static str {
     match r {
-        DecisionRefusal::NotPlatformAdmin => "quota.refuse_not_admin",
+        DecisionRefusal::NotPlatformAdmin | DecisionRefusal::NotFinance => "quota.refuse_not_admin",
         DecisionRefusal::OwnRequest => "quota.refuse_own",
         DecisionRefusal::SameLine => "quota.refuse_same_line",
         DecisionRefusal::AccountSet => "quota.refuse_account_set",
