@@ -590,6 +590,32 @@ async fn a_provider_that_bills_more_input_is_found_and_adjusted_to_the_invoice()
     assert_eq!(s, 200, "{adj}");
     assert_eq!(adj["state"], "approved");
 
+    // A credit: the amount is signed; rejected, it changes no bill.
+    let (s, credit) = api(
+        "POST",
+        &format!("{}/api/v1/adjustments", f.base),
+        Some(&fin1),
+        Some(
+            json!({"account": "openai-prod", "day": today, "model": "gpt-4.1",
+            "amount_usd": "-0.05", "allocation": "unallocated", "reason": "a credit note"}),
+        ),
+    )
+    .await;
+    assert_eq!(s, 201, "{credit}");
+    assert_eq!(credit["amount_usd"], "-0.05");
+    let (s, _) = api(
+        "POST",
+        &format!(
+            "{}/api/v1/adjustments/{}/reject",
+            f.base,
+            credit["id"].as_str().unwrap()
+        ),
+        Some(&fin2),
+        Some(json!({"note": "no credit note came"})),
+    )
+    .await;
+    assert_eq!(s, 200);
+
     // Pro rata to each department's exact cost on gpt-4.1 that day, read
     // from the ledger here.
     let costs: BTreeMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
@@ -824,6 +850,18 @@ async fn outside_traffic_late_days_pages_429_and_a_wrong_key() {
         "{notices}"
     );
 
+    // The stored admin key goes only to the address it was given for.
+    let (s, b) = api(
+        "PUT",
+        &format!("{}/api/v1/provider-accounts/openai-prod", f.base),
+        Some(&f.admin),
+        Some(
+            json!({"kind": "openai", "api_base_url": "https://collector.example/v1",
+            "deployments": []}),
+        ),
+    )
+    .await;
+    assert_eq!((s, &b["error"]["param"]), (400, &json!("admin_key")), "{b}");
     // A wrong admin key: a notice naming the account; nothing changes.
     let (s, _) = api(
         "PUT",
@@ -861,4 +899,105 @@ async fn outside_traffic_late_days_pages_429_and_a_wrong_key() {
         "{n}"
     );
     assert!(!n.contains("sk-admin-wrong"), "no key in a notice");
+}
+
+/// Finance works the month in the console: the reconciliation page shows
+/// the day's difference, one finance user proposes an adjustment from it,
+/// the proposer is told why they cannot approve it, a second one approves
+/// it, and the shares show; tenant admins do not see the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn finance_proposes_and_approves_an_adjustment_in_the_console() {
+    if two_days_skips_midnight() {
+        return;
+    }
+    let f = fixture(json!({"extra_input_pct": {"gpt-4.1": 2}})).await;
+    user(&f.env, "ta@x.io", "tenant_admin", Some("research")).await;
+    let today = chrono::Utc::now().date_naive();
+    let served = traffic(&f, &[("gpt-4.1", "research", 9), ("gpt-4.1", "support", 3)]).await;
+    settled(&f, served.len() as i64).await;
+    run_job(&f, today).await;
+    let period = this_month();
+    let page = format!("/console/reconciliation?period={period}");
+
+    let fin1 = console_web::Web::login(&f.base, "fin1@x.io").await;
+    let p = fin1.get(&page).await;
+    assert_eq!(p.status, 200);
+    assert!(p.body.contains("provider counted more"), "{}", p.body);
+    assert!(p.body.contains(r#"data-finding="provider_more""#));
+    assert!(p.body.contains("/console/reconciliation/adjustments"));
+    let day = today.to_string();
+    let r = fin1
+        .post(
+            "/console/reconciliation/adjustments",
+            &[
+                ("period", period.as_str()),
+                ("account", "openai-prod"),
+                ("day", day.as_str()),
+                ("model", "gpt-4.1"),
+                ("allocation", "pro_rata"),
+                ("reason", "invoice shows <b>2 %</b> more input"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let p = fin1.get(&page).await;
+    assert!(
+        p.body
+            .contains("invoice shows &#60;b&#62;2 %&#60;/b&#62; more input"),
+        "escaped: {}",
+        p.body
+    );
+    assert!(
+        !p.body.contains("/approve\""),
+        "the proposer has no approve button"
+    );
+    assert!(p.body.contains("class=\"muted refusal\""));
+
+    let fin2 = console_web::Web::login(&f.base, "fin2@x.io").await;
+    let p = fin2.get(&page).await;
+    let at = p
+        .body
+        .find("/console/adjustments/")
+        .expect("an approve form");
+    let id: String = p.body[at + "/console/adjustments/".len()..]
+        .chars()
+        .take_while(|c| *c != '/')
+        .collect();
+    let r = fin2
+        .post(
+            &format!("/console/adjustments/{id}/approve"),
+            &[
+                ("period", period.as_str()),
+                ("note", "checked against the invoice"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let p = fin2.get(&page).await;
+    assert!(p.body.contains("approved"), "{}", p.body);
+    assert!(
+        p.body.contains("research: $") && p.body.contains("support: $"),
+        "{}",
+        p.body
+    );
+    // On the bills page's data too.
+    let (_, bill) = api(
+        "GET",
+        &format!("{}/api/v1/bills?period={period}", f.base),
+        Some(&login(&f.base, "fin1@x.io").await),
+        None,
+    )
+    .await;
+    assert!(bill["tenants"][0]["adjustment_usd"] != "0.000000", "{bill}");
+
+    let ta = console_web::Web::login(&f.base, "ta@x.io").await;
+    assert_eq!(ta.get(&page).await.status, 403);
+    let (s, _) = api(
+        "GET",
+        &format!("{}/api/v1/reconciliation", f.base),
+        Some(&login(&f.base, "ta@x.io").await),
+        None,
+    )
+    .await;
+    assert_eq!(s, 403);
 }

@@ -353,9 +353,10 @@ impl Finding {
         .find(|f| f.as_str() == s)
     }
 
-    /// A difference finance should look at.
+    /// A difference finance should look at: not a match, a sub-cent
+    /// rounding or traffic at the day's edge (expected, not errors).
     pub fn is_difference(self) -> bool {
-        !matches!(self, Finding::Match)
+        !matches!(self, Finding::Match | Finding::Rounding | Finding::DayEdge)
     }
 }
 

@@ -25,6 +25,8 @@ const MAX_RETRY_AFTER_SECS: u64 = 30;
 const PAGE_LIMIT: u32 = 24;
 /// Pages followed before giving up on a day (a provider that never ends).
 const MAX_PAGES: u32 = 1_000;
+/// The model of a provider cost line that names none.
+pub const NO_MODEL: &str = "(no model)";
 
 /// Why an account's day could not be reconciled.
 #[derive(Debug)]
@@ -122,15 +124,13 @@ pub async fn run(
             }
         }
     }
-    let (delivered, failed) = crate::alerts::deliver_due(ctx, now).await?;
     let days_s: Vec<String> = days.iter().map(|d| d.to_string()).collect();
     Ok(JobReport {
         clean: differences == 0 && errors == 0,
         idle: false,
         counts: json!({"accounts": accounts.len(), "days": days_s, "lines": lines_n,
             "differences": differences, "revised_days": revised, "errors": errors,
-            "not_reconciled": unreconciled.len(), "alerts_delivered": delivered,
-            "alert_delivery_failures": failed}),
+            "not_reconciled": unreconciled.len()}),
         detail: json!({"days": detail,
             "not_reconciled": unreconciled.iter().map(|(m, d)| format!("{m}/{d}")).collect::<Vec<_>>()}),
         summary: format!(
@@ -380,11 +380,12 @@ impl Client<'_> {
                     if !r[ref_field].as_str().is_some_and(|x| refs.contains(x)) {
                         continue;
                     }
-                    let Some((model, class)) =
-                        r["line_item"].as_str().and_then(invoice::openai_line_item)
-                    else {
-                        continue;
-                    };
+                    // A line without a model (a fee tollgate does not
+                    // know) is kept, as `other` of no model.
+                    let (model, class) = r["line_item"]
+                        .as_str()
+                        .and_then(invoice::openai_line_item)
+                        .unwrap_or((NO_MODEL.to_string(), Class::Other));
                     let v = r["amount"]["value"]
                         .as_f64()
                         .ok_or_else(|| FetchError::Other("a cost without amount.value".into()))?;
@@ -435,9 +436,7 @@ impl Client<'_> {
                     if !r["workspace_id"].as_str().is_some_and(|x| refs.contains(x)) {
                         continue;
                     }
-                    let Some(model) = r["model"].as_str() else {
-                        continue;
-                    };
+                    let model = r["model"].as_str().unwrap_or(NO_MODEL);
                     let cents = r["amount"].as_str().ok_or_else(|| {
                         FetchError::Other("a cost without an amount string".into())
                     })?;
@@ -543,7 +542,9 @@ impl Client<'_> {
                     1 << attempt
                 }
             };
-            tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+            if attempt + 1 < ATTEMPTS {
+                tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+            }
         }
         Err(FetchError::Other(format!("{last} ({ATTEMPTS} attempts)")))
     }

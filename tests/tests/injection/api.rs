@@ -150,7 +150,7 @@ fn routes() -> Vec<Route> {
                 "deployments": [{"model": "gpt-4o-mini", "deployment": "default",
                     "provider_ref": "key_{n}"}]}),
             "",
-            &[],
+            &["/console/reconciliation"],
         ),
         route(
             "PUT /api/v1/models/{id}/deployments/{name}",

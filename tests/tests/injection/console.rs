@@ -393,6 +393,14 @@ fn form_cases() -> Vec<FormCase> {
                 &["<answer>"],
             )
         },
+        FormCase {
+            method: "get",
+            ..case(
+                "/console/reconciliation",
+                &[("period", "2026-01")],
+                &["<answer>"],
+            )
+        },
     ]
 }
 

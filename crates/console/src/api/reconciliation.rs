@@ -31,9 +31,11 @@ fn require_books_reader(actor: &Principal) -> Result<(), ApiError> {
     }
 }
 
+/// Exact USD without the sign of the currency or thousands separators:
+/// "0.05", "-1.25" (a credit).
 fn usd(pico: i128) -> String {
     domain::money::pico_shown(pico)
-        .trim_start_matches('$')
+        .replacen('$', "", 1)
         .replace(',', "")
 }
 
@@ -134,17 +136,41 @@ pub async fn put_account(
         Some(k) => Some(domain::secret::encrypt(&cp.encryption_key, k)),
         None => None,
     };
-    let exists = cp
+    let before = cp
         .store
         .provider_accounts()
         .await?
-        .iter()
-        .any(|x| x.id == id);
-    if !exists && enc.is_none() {
-        return Err(ApiError::invalid(
-            "admin_key",
-            "a new account needs the provider's admin key",
-        ));
+        .into_iter()
+        .find(|x| x.id == id);
+    match &before {
+        None if enc.is_none() => {
+            return Err(ApiError::invalid(
+                "admin_key",
+                "a new account needs the provider's admin key",
+            ))
+        }
+        // The stored key goes only where it was given for: a new address
+        // or provider needs it again.
+        Some(b) if enc.is_none() && (b.api_base_url != a.api_base_url || b.kind != a.kind) => {
+            return Err(ApiError::invalid(
+                "admin_key",
+                "give the admin key again when the API address or the provider changes",
+            ))
+        }
+        _ => {}
+    }
+    if a.kind == "openai" {
+        let projects = a
+            .deployments
+            .iter()
+            .filter(|l| l.provider_ref.starts_with("proj_"))
+            .count();
+        if projects != 0 && projects != a.deployments.len() {
+            return Err(ApiError::invalid(
+                "deployments",
+                "an OpenAI account is reconciled by API key ids or by project ids, not both",
+            ));
+        }
     }
     let row = cp
         .store
@@ -218,7 +244,15 @@ pub async fn reconciliation(cp: &ControlPlane, period: &str) -> Result<Value, Ap
                         "finding": l.finding})
                 })
                 .collect();
-            let diffs = mine.iter().filter(|l| l["finding"] != "match").count();
+            let diffs = mine
+                .iter()
+                .filter(|l| {
+                    l["finding"]
+                        .as_str()
+                        .and_then(invoice::Finding::parse)
+                        .is_some_and(invoice::Finding::is_difference)
+                })
+                .count();
             json!({"account": d.account_id, "day": d.day, "fetched_at": d.fetched_at,
                 "final": d.is_final, "revisions": d.revisions,
                 "tollgate_usd": usd(d.tollgate_pico.into()), "provider_usd": usd(d.provider_pico.into()),
@@ -314,11 +348,19 @@ pub async fn propose_adjustment(
             .sum(),
     };
     let amount = i64::try_from(amount)
-        .ok()
-        .filter(|v| *v != 0)
-        .ok_or_else(|| ApiError::invalid("amount_usd", "a non-zero amount"))?;
-    let start = Utc.from_utc_datetime(&a.day.and_hms_opt(0, 0, 0).expect("midnight"));
-    let period = cp.clock.month_of_unix_ms(start.timestamp_millis());
+        .map_err(|_| ApiError::invalid("amount_usd", "too large an amount"))?;
+    if amount == 0 {
+        return Err(ApiError::invalid("amount_usd", "a non-zero amount"));
+    }
+    // Billed in the month of the provider's (UTC) day; a month already
+    // closed is not changed: the adjustment goes on this month's bills.
+    let mut period = a.day.format("%Y-%m").to_string();
+    if matches!(
+        cp.books.book(&period).await,
+        Ok((billing::MonthBook::Archive(_), _))
+    ) {
+        period = cp.clock.month_of_unix_ms(Utc::now().timestamp_millis());
+    }
     let proposed_by = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
     Ok(cp
         .store

@@ -97,6 +97,11 @@ pub const NAV: &[NavEntry] = &[
         roles: ALL,
     },
     NavEntry {
+        href: "/console/reconciliation",
+        label: "nav.reconciliation",
+        roles: &[Role::PlatformAdmin, Role::Finance, Role::Auditor],
+    },
+    NavEntry {
         href: "/console/jobs",
         label: "nav.jobs",
         roles: &[Role::PlatformAdmin, Role::Finance, Role::Auditor],
@@ -328,6 +333,19 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/console/bills.csv", get(bills::csv_export))
         .route("/console/bills.focus.csv", get(bills::focus_export))
         .route("/console/jobs", get(bills::jobs))
+        .route("/console/reconciliation", get(reconciliation::show))
+        .route(
+            "/console/reconciliation/adjustments",
+            post(reconciliation::propose),
+        )
+        .route(
+            "/console/adjustments/{id}/approve",
+            post(reconciliation::approve),
+        )
+        .route(
+            "/console/adjustments/{id}/reject",
+            post(reconciliation::reject),
+        )
         .route("/console/notices", get(bills::notices))
         .route("/console/{*rest}", get(error::not_found))
         .method_not_allowed_fallback(error::method_not_allowed)

@@ -913,6 +913,28 @@ fn notice_message(lang: crate::i18n::Lang, n: &store::NoticeRow) -> String {
             &[("job", lang.tv("job", &s("job")))],
         ),
         "redis_eviction_policy" => lang.t("notice.redis_eviction_policy_text").into(),
+        "provider_drift" => fill(
+            "notice.provider_drift_text",
+            &[
+                ("account", s("account")),
+                ("day", s("day")),
+                (
+                    "drift",
+                    d["drift_bps"]
+                        .as_i64()
+                        .map(|b| format!("{:.2}", b as f64 / 100.0))
+                        .unwrap_or_default(),
+                ),
+            ],
+        ),
+        "provider_reconcile_failed" => fill(
+            "notice.provider_reconcile_failed_text",
+            &[("account", s("account")), ("day", s("day"))],
+        ),
+        "provider_day_revised" => fill(
+            "notice.provider_day_revised_text",
+            &[("account", s("account")), ("day", s("day"))],
+        ),
         _ => n.message.clone(),
     }
 }

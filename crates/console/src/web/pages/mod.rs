@@ -12,6 +12,7 @@ pub mod limits;
 pub mod models;
 pub mod prices;
 pub mod quota;
+pub mod reconciliation;
 pub mod requests;
 pub mod tenants;
 pub mod users;
