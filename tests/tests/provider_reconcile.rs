@@ -5,6 +5,9 @@
 //! What the provider "billed" is read from the mock's reports by the test
 //! itself, never from tollgate's code.
 
+mod browser_common;
+
+use browser_common::{artifacts_dir, Driver, Ui};
 use e2e::*;
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -116,7 +119,10 @@ async fn fixture(extra_openai: Value) -> Fixture {
     user(&env, "root@x.io", "platform_admin", None).await;
     user(&env, "fin1@x.io", "finance", None).await;
     user(&env, "fin2@x.io", "finance", None).await;
-    let srv = env.server().await;
+    // Plain-HTTP cookies, for the browser test's sign-in.
+    let mut cfg = env.config();
+    cfg.auth.cookie_secure = false;
+    let srv = env.server_with(cfg).await;
     let base = format!("http://{}", srv.addr);
     let admin = login(&base, "root@x.io").await;
     for (model, (i, c, o)) in [
@@ -1000,4 +1006,61 @@ async fn finance_proposes_and_approves_an_adjustment_in_the_console() {
     )
     .await;
     assert_eq!(s, 403);
+}
+
+/// The same in headless Chromium: finance sees the day's difference on the
+/// page, proposes from its form, the second finance user approves from the
+/// adjustments table, and the shares show (screenshots in the artifacts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_reconciliation_page_works_in_a_browser() {
+    if two_days_skips_midnight() {
+        return;
+    }
+    let f = fixture(json!({"extra_input_pct": {"gpt-4.1": 2}})).await;
+    let today = chrono::Utc::now().date_naive();
+    let served = traffic(&f, &[("gpt-4.1", "research", 6), ("gpt-4.1", "support", 2)]).await;
+    settled(&f, served.len() as i64).await;
+    run_job(&f, today).await;
+    let page = format!("/console/reconciliation?period={}", this_month());
+    let driver = Driver::start();
+    let ui = Ui {
+        c: driver.browser().await,
+        base: f.base.clone(),
+        shots: artifacts_dir(),
+    };
+    ui.login("fin1@x.io", None).await;
+    ui.go(&page).await;
+    ui.wait("tr.recon-line[data-finding=provider_more]").await;
+    assert!(ui
+        .text("#days-table")
+        .await
+        .contains("provider counted more"));
+    ui.fill(
+        "form.propose input[name=reason]",
+        "OpenAI invoiced 2 % more input",
+    )
+    .await;
+    ui.shot("reconciliation-01-difference").await;
+    ui.click("form.propose button").await;
+    ui.wait("#adjustments-table .pill.proposed").await;
+    assert_eq!(
+        ui.count("#adjustments-table button.approve").await,
+        0,
+        "not the proposer's"
+    );
+    ui.logout().await;
+
+    ui.login("fin2@x.io", None).await;
+    ui.go(&page).await;
+    ui.fill("#adjustments-table input[name=note]", "matches the invoice")
+        .await;
+    ui.click("#adjustments-table button.approve").await;
+    ui.wait("#adjustments-table .pill.approved").await;
+    let table = ui.text("#adjustments-table").await;
+    assert!(
+        table.contains("research: $") && table.contains("support: $"),
+        "{table}"
+    );
+    ui.shot("reconciliation-02-approved").await;
+    ui.logout().await;
 }
