@@ -38,7 +38,10 @@ async fn patch_tenant(
     )
     .await;
     assert_eq!(s, 200, "{b}");
-    let (q, st) = (b["max_queued_requests"].as_i64(), b["max_open_streams"].as_i64());
+    let (q, st) = (
+        b["max_queued_requests"].as_i64(),
+        b["max_open_streams"].as_i64(),
+    );
     assert!(
         eventually(Duration::from_secs(10), || async {
             let c = srv.gateway.catalog.get();
@@ -102,7 +105,11 @@ async fn a_tenants_queue_cap_refuses_its_third_waiter_and_queued_waits_are_logge
         .iter()
         .find(|r| r["action"] == "tenant.update" && r["target"] == "tenant:capped")
         .unwrap_or_else(|| panic!("{audit}"));
-    assert_eq!(change["before"]["max_queued_requests"], Value::Null, "{change}");
+    assert_eq!(
+        change["before"]["max_queued_requests"],
+        Value::Null,
+        "{change}"
+    );
     assert_eq!(change["after"]["max_queued_requests"], 2, "{change}");
 
     let url = format!("{base}/v1/chat/completions");
@@ -269,8 +276,10 @@ async fn a_tenants_stream_cap_refuses_one_stream_too_many_until_one_ends() {
         .post(format!("{base}/v1/messages"))
         .header("x-api-key", &key)
         .header("anthropic-version", "2023-06-01")
-        .json(&json!({"model": "gpt-4o-mini", "max_tokens": 8, "stream": true,
-            "messages": [{"role": "user", "content": "hello"}]}))
+        .json(
+            &json!({"model": "gpt-4o-mini", "max_tokens": 8, "stream": true,
+            "messages": [{"role": "user", "content": "hello"}]}),
+        )
         .send()
         .await
         .unwrap();

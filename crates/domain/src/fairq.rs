@@ -328,16 +328,20 @@ mod tests {
             ..Default::default()
         });
         // Lower than the policy's: refused at its own cap.
-        s.enqueue_capped("a", Priority::Standard, 0, Some(1)).unwrap();
+        s.enqueue_capped("a", Priority::Standard, 0, Some(1))
+            .unwrap();
         assert_eq!(
             s.enqueue_capped("a", Priority::Standard, 0, Some(1)),
             Err(QueueFull { depth: 1 })
         );
         // Higher than the policy's: may wait past it.
         for _ in 0..3 {
-            s.enqueue_capped("b", Priority::Standard, 0, Some(3)).unwrap();
+            s.enqueue_capped("b", Priority::Standard, 0, Some(3))
+                .unwrap();
         }
-        assert!(s.enqueue_capped("b", Priority::Standard, 0, Some(3)).is_err());
+        assert!(s
+            .enqueue_capped("b", Priority::Standard, 0, Some(3))
+            .is_err());
         // Unset: the policy's.
         s.enqueue_capped("c", Priority::Standard, 0, None).unwrap();
         s.enqueue_capped("c", Priority::Standard, 0, None).unwrap();

@@ -601,7 +601,10 @@ fn counter(lang: Lang, k: &str, v: &Value) -> Option<(&'static str, String)> {
         "delivered_output_tokens" => "counter.delivered_output_tokens",
         "waited_ms" => "counter.waited_ms",
         "queue_reason" => {
-            return Some(("counter.queue_reason", lang.t(reason_key(v.as_str())).into()));
+            return Some((
+                "counter.queue_reason",
+                lang.t(reason_key(v.as_str())).into(),
+            ));
         }
         "cut_off" => return Some(("counter.cut_off", lang.t("common.yes").into())),
         "upstream_status" => "counter.upstream_status",
