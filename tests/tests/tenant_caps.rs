@@ -219,6 +219,21 @@ async fn a_tenants_queue_cap_refuses_its_third_waiter_and_queued_waits_are_logge
         .filter(|r| r["outcome"] == "refused")
         .count();
     assert_eq!(refused, 2, "{log}");
+    // The console: the log's row and the lookup say how long it waited and
+    // why, in words (and in Chinese too).
+    let w = e2e::console_web::Web::login(&base, "root@example.com").await;
+    let page = w.get("/console/requests?tenant=capped").await.body;
+    assert!(
+        page.contains("Waited in the queue: ") && page.contains("too many of the tenant"),
+        "{page}"
+    );
+    let page = w
+        .get(&format!("/console/requests?id={}", queued[0]))
+        .await
+        .body;
+    assert!(page.contains("data-outcome=\"admitted\""), "{page}");
+    assert!(page.contains("Waited in the queue"), "{page}");
+    assert!(page.contains(" ms, for: "), "{page}");
     srv.shutdown().await;
 }
 
