@@ -229,6 +229,8 @@ impl TestEnv {
             borrow_cap_tokens: 0,
             allowed_models: allowed.map(|v| v.into_iter().map(String::from).collect()),
             clamp_max_tokens: clamp,
+            max_queued_requests: None,
+            max_open_streams: None,
         };
         self.store.create_tenant("test", &t).await.unwrap();
     }

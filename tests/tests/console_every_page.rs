@@ -94,6 +94,8 @@ async fn tenant(env: &TestEnv, id: &str, name: &str, priority: &str, limits: Lim
         borrow_cap_tokens: 10_000,
         allowed_models: None,
         clamp_max_tokens: false,
+        max_queued_requests: None,
+        max_open_streams: None,
     };
     env.store.create_tenant("test", &t).await.unwrap();
 }

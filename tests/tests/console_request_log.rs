@@ -25,6 +25,8 @@ async fn named_tenant(env: &TestEnv, id: &str, name: &str, limits: Limits) {
         borrow_cap_tokens: 0,
         allowed_models: None,
         clamp_max_tokens: false,
+        max_queued_requests: None,
+        max_open_streams: None,
     };
     env.store.create_tenant("test", &t).await.unwrap();
 }

@@ -748,6 +748,15 @@ mod tests {
                     reason: "max_tokens_clamped_to_budget".into(),
                     requests: 7,
                 },
+                // Admitted after a wait in the fair queue: not a refusal.
+                RefusalRow {
+                    tenant_id: "a".into(),
+                    app_id: "x".into(),
+                    model: "m1".into(),
+                    decision: "queued".into(),
+                    reason: "tenant_inflight_exceeded".into(),
+                    requests: 5,
+                },
             ],
             adjustments: vec![
                 AdjustmentLine::new(

@@ -138,6 +138,12 @@ impl FairScheduler {
         &self.policy
     }
 
+    /// A tenant's cap on waiting requests: its own when set, else the
+    /// policy's.
+    pub fn cap(&self, tenant_cap: Option<usize>) -> usize {
+        tenant_cap.unwrap_or(self.policy.max_per_tenant)
+    }
+
     /// Queues a request; its ticket, or `QueueFull` when its tenant already
     /// has `max_per_tenant` requests waiting here.
     pub fn enqueue(
@@ -146,8 +152,20 @@ impl FairScheduler {
         priority: Priority,
         now_ms: u64,
     ) -> Result<u64, QueueFull> {
+        self.enqueue_capped(tenant, priority, now_ms, None)
+    }
+
+    /// As `enqueue`, with the tenant's own cap on its waiting requests
+    /// (`tenants.max_queued_requests`) instead of the policy's when given.
+    pub fn enqueue_capped(
+        &mut self,
+        tenant: &str,
+        priority: Priority,
+        now_ms: u64,
+        cap: Option<usize>,
+    ) -> Result<u64, QueueFull> {
         let depth = self.depth(tenant);
-        if depth >= self.policy.max_per_tenant {
+        if depth >= self.cap(cap) {
             return Err(QueueFull { depth });
         }
         let start = self
@@ -301,6 +319,33 @@ mod tests {
             Err(QueueFull { depth: 2 })
         );
         assert!(s.enqueue("b", Priority::Batch, 0).is_ok());
+    }
+
+    #[test]
+    fn a_tenants_own_cap_replaces_the_policys() {
+        let mut s = FairScheduler::new(QueuePolicy {
+            max_per_tenant: 2,
+            ..Default::default()
+        });
+        // Lower than the policy's: refused at its own cap.
+        s.enqueue_capped("a", Priority::Standard, 0, Some(1))
+            .unwrap();
+        assert_eq!(
+            s.enqueue_capped("a", Priority::Standard, 0, Some(1)),
+            Err(QueueFull { depth: 1 })
+        );
+        // Higher than the policy's: may wait past it.
+        for _ in 0..3 {
+            s.enqueue_capped("b", Priority::Standard, 0, Some(3))
+                .unwrap();
+        }
+        assert!(s
+            .enqueue_capped("b", Priority::Standard, 0, Some(3))
+            .is_err());
+        // Unset: the policy's.
+        s.enqueue_capped("c", Priority::Standard, 0, None).unwrap();
+        s.enqueue_capped("c", Priority::Standard, 0, None).unwrap();
+        assert!(s.enqueue_capped("c", Priority::Standard, 0, None).is_err());
     }
 
     #[test]

@@ -47,8 +47,12 @@ pub enum ReasonCode {
     DailyCostSoftLimit,
     /// Waited in the tenant's queue for its maximum wait without a slot.
     QueueTimeout,
-    /// The tenant's queue (on this replica) is full.
+    /// The tenant's queue (on this replica) is full: its own
+    /// `max_queued_requests`, or the platform's `fair.queue_max_per_tenant`.
     TenantQueueFull,
+    /// The tenant already has its `max_open_streams` streamed answers open
+    /// (on this replica): a new stream is refused before it is forwarded.
+    TenantStreamCap,
     /// A tag of the request is malformed, too long, repeated, or one too many.
     InvalidTag,
     /// The app or key requires a tag the request does not carry.
@@ -120,6 +124,7 @@ impl ReasonCode {
             ReasonCode::DailyCostSoftLimit => "daily_cost_soft_limit",
             ReasonCode::QueueTimeout => "queue_timeout",
             ReasonCode::TenantQueueFull => "tenant_queue_full",
+            ReasonCode::TenantStreamCap => "tenant_stream_cap",
             ReasonCode::InvalidTag => "invalid_tag",
             ReasonCode::MissingRequiredTag => "missing_required_tag",
             ReasonCode::InvalidEndUser => "invalid_end_user",
@@ -154,7 +159,9 @@ impl ReasonCode {
             ReasonCode::UpstreamError | ReasonCode::UpstreamResponseTooLarge => 502,
             ReasonCode::MaxTokensClampedToBudget | ReasonCode::DailyCostSoftLimit => 200,
             ReasonCode::QueueTimeout => 503,
-            ReasonCode::TenantQueueFull | ReasonCode::CountTokensExceeded => 429,
+            ReasonCode::TenantQueueFull
+            | ReasonCode::TenantStreamCap
+            | ReasonCode::CountTokensExceeded => 429,
         }
     }
 
@@ -244,6 +251,14 @@ mod tests {
             ("queue_timeout", 503)
         );
         assert_eq!(ReasonCode::TenantQueueFull.http_status(), 429);
+        assert_eq!(
+            (
+                ReasonCode::TenantStreamCap.as_str(),
+                ReasonCode::TenantStreamCap.http_status(),
+                ReasonCode::TenantStreamCap.error_type()
+            ),
+            ("tenant_stream_cap", 429, "rate_limit_error")
+        );
     }
 
     #[test]

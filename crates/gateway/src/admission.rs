@@ -606,7 +606,12 @@ impl<'a> FairWait<'a> {
         }
         let priority = self.key.tenant.priority;
         if self.place.is_none() {
-            match self.gw.queue.join(&self.key.tenant.id, priority, &model.id) {
+            let cap = self.key.tenant.max_queued_requests;
+            match self
+                .gw
+                .queue
+                .join(&self.key.tenant.id, priority, &model.id, cap)
+            {
                 Ok(p) => self.place = Some(p),
                 Err(full) => return Err(crate::fair::queue_full(why, full.depth)),
             }

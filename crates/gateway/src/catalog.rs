@@ -28,6 +28,12 @@ pub struct TenantEntry {
     pub priority: Priority,
     pub may_borrow: bool,
     pub borrow_cap_tokens: i64,
+    /// Its own cap on requests waiting in the fair queue (per replica);
+    /// None: the platform's `fair.queue_max_per_tenant`.
+    pub max_queued_requests: Option<usize>,
+    /// Its own cap on open streamed answers (per replica); None: the
+    /// platform's `fair.max_open_streams_per_tenant`.
+    pub max_open_streams: Option<usize>,
     /// Outstanding borrowed quota by period (`YYYY-MM` → tokens, micro-USD).
     /// Loaded from Postgres; the borrower also sets it the moment a borrow
     /// lands, so the request that asked can retry before the reload.
@@ -239,6 +245,8 @@ impl Index {
                     priority: Priority::parse(&t.priority),
                     may_borrow: t.may_borrow,
                     borrow_cap_tokens: t.borrow_cap_tokens,
+                    max_queued_requests: t.max_queued_requests.map(|v| v.max(0) as usize),
+                    max_open_streams: t.max_open_streams.map(|v| v.max(0) as usize),
                     borrowed: RwLock::new(
                         c.borrowed
                             .iter()

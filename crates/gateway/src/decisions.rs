@@ -1,5 +1,6 @@
-//! The decision writer: every refused request whose key was known, and
-//! every degraded one, recorded for the request lookup (docs/design.md §10) and the
+//! The decision writer: every refused request whose key was known, every
+//! degraded one, and every one that waited in the fair queue before it was
+//! admitted (decision `queued`), recorded for the request lookup (docs/design.md §10) and the
 //! bills' "refused by reason". Same shape as the ledger writer: a bounded
 //! queue drained in batches by one task. It never blocks or fails the
 //! request path: a full queue drops the record and counts it in
@@ -88,7 +89,7 @@ impl DecisionWriter {
             [&k.tenant_id, &k.app_id, &k.key_id],
             "",
             "refused",
-            e.reason,
+            e.reason.as_str(),
             e.http_status() as i16,
             None,
             json!({"key_state": k.state.as_str()}),
@@ -115,6 +116,34 @@ impl DecisionWriter {
             "degraded",
             reason,
             200,
+            detail,
+            attribution,
+        );
+        self.submit(row);
+    }
+
+    /// Records a request admitted after waiting in the fair queue: `why` is
+    /// what it waited for (the reason code of the limit that was full, or
+    /// `model_pool_full`), `detail` carries `waited_ms`. Not a refusal:
+    /// bills count `refused` rows only.
+    pub fn queued(
+        &self,
+        request_id: &str,
+        key: &KeyEntry,
+        model: &str,
+        why: &str,
+        detail: Value,
+        attribution: &Attribution,
+    ) {
+        let row = self.stamped(
+            Utc::now(),
+            request_id,
+            [&key.tenant.id, &key.app.id, &key.id],
+            model,
+            "queued",
+            why,
+            200,
+            None,
             detail,
             attribution,
         );
@@ -160,7 +189,7 @@ impl DecisionWriter {
             [&key.tenant.id, &key.app.id, &key.id],
             model,
             decision,
-            reason,
+            reason.as_str(),
             status,
             scope,
             detail,
@@ -177,7 +206,7 @@ impl DecisionWriter {
         [tenant, app, key]: [&str; 3],
         model: &str,
         decision: &str,
-        reason: ReasonCode,
+        reason: &str,
         status: i16,
         scope: Option<String>,
         detail: Value,
@@ -194,7 +223,7 @@ impl DecisionWriter {
             key_id: key.to_string(),
             model: model.to_string(),
             decision: decision.to_string(),
-            reason: reason.as_str().to_string(),
+            reason: reason.to_string(),
             status,
             scope,
             detail,

@@ -119,7 +119,10 @@ pub(crate) fn queue_full(why: &str, depth: usize) -> ApiError {
 /// that queue. A flooding tenant's refusals then cost little of the CPU the
 /// other tenants' requests need.
 pub fn refuse_if_queue_full(gw: &Gateway, key: &KeyEntry) -> Result<(), ApiError> {
-    match gw.queue.full_for(&key.tenant.id) {
+    match gw
+        .queue
+        .full_for(&key.tenant.id, key.tenant.max_queued_requests)
+    {
         Some(full) => Err(queue_full("the tenant's queue is full", full.depth)),
         None => Ok(()),
     }

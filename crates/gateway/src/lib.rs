@@ -21,6 +21,7 @@ mod key_usage;
 mod meters;
 mod metrics_names;
 mod models;
+pub mod open_streams;
 mod proxy;
 pub mod queue;
 pub mod replay_check;
@@ -135,6 +136,9 @@ pub struct FairTuning {
     /// refusal per connection per delay, and cannot spend the CPU other
     /// tenants need (`domain::reason::refusal_pause`).
     pub refusal_delay: Duration,
+    /// Open streamed answers per tenant on one replica, unless the tenant
+    /// sets its own `max_open_streams` (None: no cap).
+    pub max_open_streams_per_tenant: Option<usize>,
 }
 
 impl Default for FairTuning {
@@ -147,6 +151,7 @@ impl Default for FairTuning {
             degrade_max_output_tokens: Some(1024),
             borrow: Default::default(),
             refusal_delay: Duration::from_millis(100),
+            max_open_streams_per_tenant: None,
         }
     }
 }
@@ -177,6 +182,8 @@ pub struct Gateway {
     pub decisions: decisions::DecisionWriter,
     /// Each tenant's cost of the day, for the daily soft limit.
     pub day_costs: Arc<day_cost::DayCosts>,
+    /// Each tenant's open streams on this replica (its `max_open_streams`).
+    pub open_streams: Arc<open_streams::OpenStreams>,
     /// Metric handles of the hot path.
     meters: meters::Meters,
     /// Exact counts of long inputs, off the async workers.
@@ -218,6 +225,7 @@ impl Gateway {
         Self {
             key_hasher: domain::keys::KeyHasher::new(&cfg.pepper),
             day_costs,
+            open_streams: Default::default(),
             meters: Default::default(),
             tokenize,
             count_allowance: Default::default(),

@@ -277,6 +277,22 @@ async fn admit_and_forward(
     // Every deployment down: a fallback model the key may use, at its price.
     let model = crate::routing::serving_model(gw, &key, model);
     ctx.model = model.id.clone();
+    // A stream past its tenant's open-stream cap is refused before any
+    // quota is held or anything forwarded; its place, once taken, goes with
+    // the stream's body (`open_streams`).
+    let open_stream = if summary.stream {
+        let cap = key
+            .tenant
+            .max_open_streams
+            .or(gw.cfg.fair.max_open_streams_per_tenant);
+        Some(
+            gw.open_streams
+                .open(&key.tenant.id, cap)
+                .map_err(crate::open_streams::refused)?,
+        )
+    } else {
+        None
+    };
     // Past the daily soft limit: the cheaper model and/or a smaller cap.
     let degrade = crate::fair::degrade_step(gw, &key, &model).await?;
     let requested_model = model.id.clone();
@@ -349,8 +365,9 @@ async fn admit_and_forward(
     let adm = crate::admission::get_quota(gw, &key, &model, &month, &ctx.id, want).await?;
     let rid = ctx.id.as_str();
     if soft_degraded {
-        let detail = json!({"requested_output_tokens": asked_per_choice * summary.choices,
+        let mut detail = json!({"requested_output_tokens": asked_per_choice * summary.choices,
             "output_tokens_cap": max_out, "requested_model": requested_model, "served_model": model.id});
+        with_queue_wait(&mut detail, adm.queued);
         gw.decisions.degraded(
             rid,
             &key,
@@ -360,8 +377,9 @@ async fn admit_and_forward(
             &ctx.attribution,
         );
     } else if adm.degraded {
-        let detail = json!({"requested_output_tokens": max_out, "clamped_output_tokens": adm.est_out,
+        let mut detail = json!({"requested_output_tokens": max_out, "clamped_output_tokens": adm.est_out,
             "est_input_tokens": est_in});
+        with_queue_wait(&mut detail, adm.queued);
         gw.decisions.degraded(
             rid,
             &key,
@@ -370,6 +388,14 @@ async fn admit_and_forward(
             detail,
             &ctx.attribution,
         );
+    }
+    // Waited in the fair queue, then admitted: recorded with how long and
+    // what for (a degraded request has it on its degradation's row: one row
+    // per request).
+    if let (false, false, Some((waited, why))) = (soft_degraded, adm.degraded, adm.queued) {
+        let detail = json!({"waited_ms": waited.as_millis() as u64, "queue_reason": why});
+        gw.decisions
+            .queued(rid, &key, &model.id, why, detail, &ctx.attribution);
     }
     let (decision, reason) = if soft_degraded {
         (Decision::Degrade, ReasonCode::DailyCostSoftLimit.as_str())
@@ -406,6 +432,7 @@ async fn admit_and_forward(
     held.hold_price = hold_price;
     held.max_output = if adm.degraded { adm.est_out } else { max_out };
     let out_headers = answer_headers(rid, decision, reason, &model, &adm);
+    held.open_stream = open_stream;
     held.slot = adm.slot.map(|mut s| {
         s.mark_used();
         s
@@ -452,6 +479,15 @@ async fn admit_and_forward(
         large_body,
     ))
     .await
+}
+
+/// A degraded request that waited in the fair queue first: its wait, in
+/// the degradation's detail.
+fn with_queue_wait(detail: &mut Value, queued: Option<(std::time::Duration, &'static str)>) {
+    if let Some((waited, why)) = queued {
+        detail["waited_ms"] = json!(waited.as_millis() as u64);
+        detail["queue_reason"] = json!(why);
+    }
 }
 
 /// The headers of an admitted request's answer: its id, the decision and

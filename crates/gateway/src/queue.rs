@@ -104,27 +104,31 @@ impl AdmissionQueue {
     /// behind the full queue, and refusing it costs little CPU that another
     /// tenant's requests need (docs/fair.md, "Isolation"). No lock when
     /// nothing waits.
-    pub fn full_for(&self, tenant: &str) -> Option<QueueFull> {
+    /// `cap` is the tenant's own cap (`tenants.max_queued_requests`), None
+    /// for the platform's.
+    pub fn full_for(&self, tenant: &str, cap: Option<usize>) -> Option<QueueFull> {
         if self.waiting.load(Ordering::Relaxed) == 0 {
             return None;
         }
         let st = self.state.lock().expect("queue lock");
         let depth = st.sched.depth(tenant);
-        (depth >= st.sched.policy().max_per_tenant).then_some(QueueFull { depth })
+        (depth >= st.sched.cap(cap)).then_some(QueueFull { depth })
     }
 
-    /// Joins `tenant`'s queue; refused when that queue is full.
+    /// Joins `tenant`'s queue; refused when that queue is full (at `cap`,
+    /// the tenant's own, or the platform's when None).
     pub fn join(
         self: &Arc<Self>,
         tenant: &str,
         priority: Priority,
         model: &str,
+        cap: Option<usize>,
     ) -> Result<Place, QueueFull> {
         let (tx, rx) = mpsc::channel(1);
         let now = self.now_ms();
         let (ticket, wait, depth) = {
             let mut st = self.state.lock().expect("queue lock");
-            let ticket = st.sched.enqueue(tenant, priority, now)?;
+            let ticket = st.sched.enqueue_capped(tenant, priority, now, cap)?;
             st.waiters.insert(
                 ticket,
                 Waiter {

@@ -39,6 +39,9 @@ pub struct HeldRequest {
     pub provider_usage: Option<Reported>,
     /// The model-pool slot this request holds (given back on drop).
     pub slot: Option<crate::fair::ModelSlot>,
+    /// A stream's place among its tenant's open streams: the stream's body
+    /// takes it and gives it back when dropped, however it ended.
+    pub open_stream: Option<crate::open_streams::OpenStream>,
     /// The deployment that answered, its in-flight slot held until the
     /// request is done (given back on drop).
     pub route: Option<crate::routing::Taken>,
@@ -96,6 +99,7 @@ impl HeldRequest {
             counted_audio: 0,
             provider_usage: None,
             slot: None,
+            open_stream: None,
             route: None,
             attribution: Default::default(),
             reached_end: false,

@@ -312,7 +312,11 @@ pub fn metered(
     let cfg = held.gw.cfg.clone();
     let slice = cfg.stream_slice_tokens.max(1);
     let deadline = tokio::time::Instant::now() + cfg.stream_max_duration;
+    // The tenant's open-stream place, held by the body: given back when the
+    // body is dropped, however the stream ended (`open_streams`).
+    let open_stream = held.open_stream.take();
     let s = async_stream::stream! {
+        let _open_stream = open_stream;
         let mut up = http_body_util::BodyExt::into_data_stream(upstream.into_body());
         let mut split = SseSplitter::default();
         let mut text = String::new();

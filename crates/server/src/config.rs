@@ -52,8 +52,13 @@ pub struct FairConfig {
     pub max_wait_ms_core: u64,
     pub max_wait_ms_standard: u64,
     pub max_wait_ms_batch: u64,
-    /// Waiting requests per tenant on one replica; beyond: 429 tenant_queue_full.
+    /// Waiting requests per tenant on one replica; beyond: 429
+    /// tenant_queue_full. A tenant's own `max_queued_requests` replaces it.
     pub queue_max_per_tenant: usize,
+    /// Open streamed answers per tenant on one replica; beyond: 429
+    /// tenant_stream_cap. 0 = no cap (the default). A tenant's own
+    /// `max_open_streams` replaces it.
+    pub max_open_streams_per_tenant: usize,
     /// A 429 or 402 refusal (rate, in flight, budget, full queue) is
     /// answered after this many ms, at most its Retry-After (0 = at once):
     /// a flood that ignores Retry-After gets one refusal per connection per
@@ -88,6 +93,7 @@ impl Default for FairConfig {
             max_wait_ms_standard: 2_000,
             max_wait_ms_batch: 60_000,
             queue_max_per_tenant: 64,
+            max_open_streams_per_tenant: 0,
             refusal_delay_ms: 100,
             poll_min_ms: 10,
             poll_max_ms: 100,
@@ -129,6 +135,8 @@ impl FairConfig {
                 reclaim_fraction_ppm: share_ppm(self.reclaim_fraction).unwrap_or(500_000),
             },
             refusal_delay: std::time::Duration::from_millis(self.refusal_delay_ms),
+            max_open_streams_per_tenant: (self.max_open_streams_per_tenant > 0)
+                .then_some(self.max_open_streams_per_tenant),
         }
     }
 }

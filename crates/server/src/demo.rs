@@ -86,6 +86,8 @@ pub async fn seed(store: &Store, mock_base_url: &str, pepper: &[u8]) -> anyhow::
                 borrow_cap_tokens: 500_000,
                 allowed_models: None,
                 clamp_max_tokens: id == "sales",
+                max_queued_requests: None,
+                max_open_streams: None,
             };
             store.create_tenant(ACTOR, &t).await?;
             for app in apps {
@@ -252,6 +254,8 @@ async fn priority_tenant(
         borrow_cap_tokens: 0,
         allowed_models: None,
         clamp_max_tokens: false,
+        max_queued_requests: None,
+        max_open_streams: None,
     };
     store.create_tenant(BENCH_ACTOR, &t).await?;
     let a = AppRow {

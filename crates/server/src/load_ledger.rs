@@ -113,6 +113,8 @@ async fn ensure_scopes(store: &Store, tenants: u32, apps: u32) -> anyhow::Result
                     borrow_cap_tokens: 0,
                     allowed_models: None,
                     clamp_max_tokens: false,
+                    max_queued_requests: None,
+                    max_open_streams: None,
                 },
             )
             .await?;

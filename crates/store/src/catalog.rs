@@ -22,6 +22,12 @@ pub struct TenantRow {
     /// Policy: a non-stream request whose max_tokens the budget cannot cover
     /// may go through clamped (decision `degrade`) instead of a 402.
     pub clamp_max_tokens: bool,
+    /// How many of its requests may wait in the fair queue at once (per
+    /// replica); None: the platform's `fair.queue_max_per_tenant`.
+    pub max_queued_requests: Option<i32>,
+    /// How many of its streamed answers may be open at once (per replica);
+    /// None: the platform's `fair.max_open_streams_per_tenant`.
+    pub max_open_streams: Option<i32>,
 }
 
 #[derive(Debug, Clone)]
@@ -200,6 +206,8 @@ pub(crate) struct TenantCols {
     borrow_cap_tokens: i64,
     allowed_models: Option<Vec<String>>,
     clamp_max_tokens: bool,
+    max_queued_requests: Option<i32>,
+    max_open_streams: Option<i32>,
 }
 
 pub(crate) fn tenant_row(r: TenantCols) -> Result<TenantRow> {
@@ -213,6 +221,8 @@ pub(crate) fn tenant_row(r: TenantCols) -> Result<TenantRow> {
         borrow_cap_tokens: r.borrow_cap_tokens,
         allowed_models: r.allowed_models,
         clamp_max_tokens: r.clamp_max_tokens,
+        max_queued_requests: r.max_queued_requests,
+        max_open_streams: r.max_open_streams,
     })
 }
 
@@ -281,7 +291,8 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         let tenants = sqlx::query_as::<_, TenantCols>(
-            "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens FROM tenants
+            "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens,
+                    max_queued_requests, max_open_streams FROM tenants
              WHERE ($1::text IS NULL OR id = $1)",
         )
         .bind(t_or_none)
@@ -363,15 +374,17 @@ impl Store {
     pub async fn create_tenant(&self, actor: &str, t: &TenantRow) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         bind_tenant(t, sqlx::query(
-            "INSERT INTO tenants (id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            "INSERT INTO tenants (id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens,
+                max_queued_requests, max_open_streams)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
         ))
         .execute(&mut *tx)
         .await
         .map_err(conflict(format!("tenant {}", t.id)))?;
         let after = json!({"id": t.id, "name": t.name, "cost_center": t.cost_center, "priority": t.priority,
             "limits": t.limits, "may_borrow": t.may_borrow, "borrow_cap_tokens": t.borrow_cap_tokens,
-            "allowed_models": t.allowed_models, "clamp_max_tokens": t.clamp_max_tokens});
+            "allowed_models": t.allowed_models, "clamp_max_tokens": t.clamp_max_tokens,
+            "max_queued_requests": t.max_queued_requests, "max_open_streams": t.max_open_streams});
         append(
             &mut tx,
             NewAudit::new(actor, "tenant.create", format!("tenant:{}", t.id)).after(after),
@@ -810,7 +823,8 @@ impl Store {
 impl Store {
     pub async fn tenant(&self, scope: &TenantScope, id: &str) -> Result<Option<TenantRow>> {
         let r = sqlx::query_as::<_, TenantCols>(
-            "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens
+            "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens,
+                    max_queued_requests, max_open_streams
              FROM tenants WHERE id = $1 AND ($2::text IS NULL OR id = $2)",
         )
         .bind(id)
@@ -859,7 +873,8 @@ impl Store {
         }
         bind_tenant(t, sqlx::query(
             "UPDATE tenants SET name = $2, cost_center = $3, priority = $4, limits = $5, may_borrow = $6,
-                borrow_cap_tokens = $7, allowed_models = $8, clamp_max_tokens = $9, updated_at = now(),
+                borrow_cap_tokens = $7, allowed_models = $8, clamp_max_tokens = $9,
+                max_queued_requests = $10, max_open_streams = $11, updated_at = now(),
                 version = version + 1
              WHERE id = $1",
         ))
@@ -869,6 +884,7 @@ impl Store {
         let after = json!({"id": t.id, "name": t.name, "cost_center": t.cost_center, "priority": t.priority,
             "limits": t.limits, "may_borrow": t.may_borrow, "borrow_cap_tokens": t.borrow_cap_tokens,
             "allowed_models": t.allowed_models, "clamp_max_tokens": t.clamp_max_tokens,
+            "max_queued_requests": t.max_queued_requests, "max_open_streams": t.max_open_streams,
             "version": current + 1});
         append(
             &mut tx,
@@ -904,7 +920,7 @@ impl Store {
     }
 }
 
-/// A tenant row's nine columns as $1..$9, in the order INSERT and UPDATE use.
+/// A tenant row's eleven columns as $1..$11, in the order INSERT and UPDATE use.
 fn bind_tenant<'q>(
     t: &'q TenantRow,
     q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
@@ -918,4 +934,6 @@ fn bind_tenant<'q>(
         .bind(t.borrow_cap_tokens)
         .bind(&t.allowed_models)
         .bind(t.clamp_max_tokens)
+        .bind(t.max_queued_requests)
+        .bind(t.max_open_streams)
 }

@@ -73,7 +73,8 @@ impl Store {
     /// The scope's tenants.
     pub async fn tenants(&self, scope: &TenantScope) -> Result<Vec<TenantRow>> {
         let rows = sqlx::query_as::<_, TenantCols>(
-            "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens
+            "SELECT id, name, cost_center, priority, limits, may_borrow, borrow_cap_tokens, allowed_models, clamp_max_tokens,
+                    max_queued_requests, max_open_streams
              FROM tenants WHERE ($1::text IS NULL OR id = $1) ORDER BY id",
         )
         .bind(scope.tenant())

@@ -1,4 +1,4 @@
-//! Refused and degraded requests (migration 0005): written in batches by the
+//! Refused, degraded and queued requests (migrations 0005, 0032): written in batches by the
 //! gateway's decision writer, read by the request lookup (docs/design.md §10, §11).
 
 use crate::{Result, Store, TenantScope};
@@ -17,7 +17,9 @@ pub struct RequestDecisionRow {
     pub app_id: String,
     pub key_id: String,
     pub model: String,
-    /// `refused` or `degraded`.
+    /// `refused`, `degraded` or `queued` (admitted after a wait in the fair
+    /// queue: `detail.waited_ms`, `detail.queue_reason`; a degraded request
+    /// that waited carries those in its detail too).
     pub decision: String,
     /// A reason code (crates/domain/src/reason.rs).
     pub reason: String,

@@ -71,11 +71,17 @@ pub struct RequestLogRow {
     pub app_id: String,
     pub key_id: String,
     pub model: String,
-    /// `admitted`, `degraded` or `refused`.
+    /// `admitted`, `degraded` or `refused` (an admitted request that
+    /// waited in the fair queue first is `admitted`, with `queued_ms`).
     pub outcome: String,
     /// The usage status, or `refused`.
     pub status: String,
+    /// The reason of a refusal or a degradation.
     pub reason: Option<String>,
+    /// How long an admitted request waited in the fair queue (ms), and
+    /// what it waited for (`tenant_inflight_exceeded`, `model_pool_full`, …).
+    pub queued_ms: Option<i64>,
+    pub queue_reason: Option<String>,
     /// The HTTP status of a refused request.
     pub http_status: Option<i16>,
     pub input_tokens: i64,
@@ -166,8 +172,10 @@ impl Store {
         if want_admitted {
             q.push(
                 "(SELECT u.request_id, u.started_at AS at, u.tenant_id, u.app_id, u.key_id, u.model,
-                         CASE WHEN d.request_id IS NULL THEN 'admitted' ELSE 'degraded' END AS outcome,
-                         u.status, d.reason, NULL::SMALLINT AS http_status,
+                         CASE WHEN d.decision = 'degraded' THEN 'degraded' ELSE 'admitted' END AS outcome,
+                         u.status, CASE WHEN d.decision = 'degraded' THEN d.reason END AS reason,
+                         (d.detail->>'waited_ms')::BIGINT AS queued_ms, d.detail->>'queue_reason' AS queue_reason,
+                         NULL::SMALLINT AS http_status,
                          u.input_tokens, u.output_tokens, u.cost_micro, u.deployment,
                          u.tags, u.end_user
                   FROM usage_events u LEFT JOIN request_decisions d ON d.request_id = u.request_id",
@@ -177,7 +185,10 @@ impl Store {
                 q.push(" AND u.status = ").push_bind(s.clone());
             }
             if let Some(r) = &f.reason {
-                q.push(" AND d.reason = ").push_bind(r.clone());
+                // A degradation's reason (a queued request's is its
+                // queue_reason, not a reason of the log).
+                q.push(" AND d.decision = 'degraded' AND d.reason = ")
+                    .push_bind(r.clone());
             }
             q.push(" ORDER BY u.request_id DESC LIMIT ")
                 .push_bind(limit)
@@ -190,7 +201,8 @@ impl Store {
             }
             q.push(
                 "(SELECT r.request_id, r.at, r.tenant_id, r.app_id, r.key_id, r.model,
-                         'refused' AS outcome, 'refused' AS status, r.reason, r.status AS http_status,
+                         'refused' AS outcome, 'refused' AS status, r.reason,
+                         NULL::BIGINT AS queued_ms, NULL::TEXT AS queue_reason, r.status AS http_status,
                          0::BIGINT AS input_tokens, 0::BIGINT AS output_tokens, 0::BIGINT AS cost_micro,
                          NULL::TEXT AS deployment, r.tags, r.end_user
                   FROM request_decisions r",

@@ -24,6 +24,8 @@ pub async fn tenant(
         borrow_cap_tokens: borrow_cap.unwrap_or(0),
         allowed_models: None,
         clamp_max_tokens: false,
+        max_queued_requests: None,
+        max_open_streams: None,
     };
     env.store.create_tenant("test", &t).await.unwrap();
     env.app(id, "a", Limits::default()).await;

@@ -50,6 +50,8 @@ impl Budget {
             borrow_cap_tokens: setup.borrow_cap,
             allowed_models: None,
             clamp_max_tokens: false,
+            max_queued_requests: None,
+            max_open_streams: None,
         };
         store.create_tenant("test", &tenant).await.unwrap();
         let key = hex::decode(e2e::ENC_KEY).unwrap().try_into().unwrap();

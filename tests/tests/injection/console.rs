@@ -50,6 +50,8 @@ fn tenant_form(id: &'static str, name: &'static str) -> Vec<(&'static str, &'sta
         ("may_borrow", "on"),
         ("borrow_cap_tokens", "100"),
         ("clamp_max_tokens", "on"),
+        ("max_queued_requests", "16"),
+        ("max_open_streams", "8"),
         ("allowed_models", "gpt-4o-mini"),
     ])
 }

@@ -111,7 +111,8 @@ pub async fn page(
 pub fn render(r: &RequestLogRow) -> Value {
     json!({"request_id": r.request_id, "at": r.at, "tenant_id": r.tenant_id, "app_id": r.app_id,
         "key_id": r.key_id, "model": r.model, "outcome": r.outcome, "status": r.status,
-        "reason": r.reason, "http_status": r.http_status, "input_tokens": r.input_tokens,
+        "reason": r.reason, "queued_ms": r.queued_ms, "queue_reason": r.queue_reason,
+        "http_status": r.http_status, "input_tokens": r.input_tokens,
         "output_tokens": r.output_tokens, "cost_usd": MicroUsd(r.cost_micro),
         "deployment": r.deployment, "tags": r.attribution.tags,
         "end_user": r.attribution.end_user})

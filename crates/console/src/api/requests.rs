@@ -14,7 +14,8 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use store::{Principal, RequestDecisionRow};
 
-/// What is known about one request: the decision (refused or degraded)
+/// What is known about one request: the decision (refused, degraded, or
+/// queued: admitted after a wait in the fair queue)
 /// and/or the usage event (admitted, including degraded ones).
 pub struct RequestRecord {
     pub request_id: String,
@@ -72,6 +73,8 @@ pub fn render(r: &RequestRecord) -> Value {
             "raw_usage": u.raw_usage})
     });
     let outcome = match (&r.decision, &r.usage) {
+        // Waited in the fair queue, then admitted: its wait is in `decision`.
+        (Some(d), Some(_)) if d.decision == "queued" => "admitted".into(),
         (Some(d), _) => d.decision.clone(),
         (None, Some(_)) => "admitted".into(),
         (None, None) => "unknown".into(),

@@ -30,6 +30,27 @@ pub struct TenantIn {
     pub allowed_models: Option<Vec<String>>,
     #[serde(default)]
     pub clamp_max_tokens: bool,
+    /// Requests that may wait in the fair queue at once (per replica);
+    /// absent or null: the platform default.
+    #[serde(default)]
+    pub max_queued_requests: Option<i64>,
+    /// Streamed answers that may be open at once (per replica); absent or
+    /// null: the platform default.
+    #[serde(default)]
+    pub max_open_streams: Option<i64>,
+}
+
+/// The largest per-tenant cap (the schema's bound).
+const MAX_CAP: i64 = 1_000_000;
+
+/// A per-tenant cap: unset, or 1 ..= 1,000,000.
+fn cap(field: &'static str, v: Option<i64>) -> Result<Option<i32>, ApiError> {
+    match v {
+        None => Ok(None),
+        Some(n) if n < 1 => Err(ApiError::field(field, "err.positive")),
+        Some(n) if n > MAX_CAP => Err(ApiError::field(field, "err.too_large")),
+        Some(n) => Ok(Some(n as i32)),
+    }
 }
 
 fn standard() -> String {
@@ -55,7 +76,8 @@ fn check(t: &TenantRow) -> Result<(), ApiError> {
 pub fn render(t: &TenantRow) -> Value {
     json!({"id": t.id, "name": t.name, "cost_center": t.cost_center, "priority": t.priority,
         "limits": t.limits, "may_borrow": t.may_borrow, "borrow_cap_tokens": t.borrow_cap_tokens,
-        "allowed_models": t.allowed_models, "clamp_max_tokens": t.clamp_max_tokens})
+        "allowed_models": t.allowed_models, "clamp_max_tokens": t.clamp_max_tokens,
+        "max_queued_requests": t.max_queued_requests, "max_open_streams": t.max_open_streams})
 }
 
 /// Creates a tenant (platform admins only).
@@ -76,6 +98,8 @@ pub async fn create_tenant(
         borrow_cap_tokens: t.borrow_cap_tokens,
         allowed_models: t.allowed_models,
         clamp_max_tokens: t.clamp_max_tokens,
+        max_queued_requests: cap("max_queued_requests", t.max_queued_requests)?,
+        max_open_streams: cap("max_open_streams", t.max_open_streams)?,
     };
     check(&row)?;
     known_models(cp, row.allowed_models.as_deref()).await?;
@@ -160,6 +184,11 @@ pub struct TenantPatch {
     pub borrow_cap_tokens: Option<i64>,
     pub allowed_models: Option<Option<Vec<String>>>,
     pub clamp_max_tokens: Option<bool>,
+    /// `null` goes back to the platform default.
+    #[serde(default, deserialize_with = "present")]
+    pub max_queued_requests: Option<Option<i64>>,
+    #[serde(default, deserialize_with = "present")]
+    pub max_open_streams: Option<Option<i64>>,
     /// The version the change is based on (or `If-Match`): refused with
     /// 409 `version_conflict` when the tenant changed since.
     pub version: Option<i64>,
@@ -202,6 +231,12 @@ pub async fn update_tenant(
     }
     if let Some(v) = p.clamp_max_tokens {
         t.clamp_max_tokens = v;
+    }
+    if let Some(v) = p.max_queued_requests {
+        t.max_queued_requests = cap("max_queued_requests", v)?;
+    }
+    if let Some(v) = p.max_open_streams {
+        t.max_open_streams = cap("max_open_streams", v)?;
     }
     check(&t)?;
     known_models(cp, t.allowed_models.as_deref()).await?;

@@ -85,6 +85,9 @@ pub struct LogLine {
     pub outcome: String,
     pub outcome_key: &'static str,
     pub why: &'static str,
+    /// How long an admitted request waited in the fair queue, and why
+    /// ("" when it did not wait).
+    pub queued: String,
     pub input_tokens: String,
     pub output_tokens: String,
     pub cost: String,
@@ -315,6 +318,10 @@ fn line(lang: Lang, r: &RequestLogRow, names: &HashMap<String, String>) -> LogLi
         outcome: r.outcome.clone(),
         outcome_key,
         why,
+        queued: r
+            .queued_ms
+            .map(|ms| queue_wait(lang, ms, r.queue_reason.as_deref()))
+            .unwrap_or_default(),
         input_tokens: blank_if_refused(thousands(r.input_tokens)),
         output_tokens: blank_if_refused(thousands(r.output_tokens)),
         cost: blank_if_refused(MicroUsd(r.cost_micro).shown()),
@@ -358,6 +365,17 @@ fn why_key(d: &store::RequestDecisionRow) -> &'static str {
 }
 
 /// The translation key of a reason code (an unknown one reads as such).
+/// "1,234 ms, for: too many of the tenant's requests in flight".
+fn queue_wait(lang: Lang, ms: i64, why: Option<&str>) -> String {
+    fill(
+        lang.t("say.queued_for"),
+        &[
+            ("ms", thousands(ms)),
+            ("why", lang.t(reason_key(why)).into()),
+        ],
+    )
+}
+
 fn reason_key(code: Option<&str>) -> &'static str {
     let code = code.unwrap_or_default();
     i18n::keys_in("reason")
@@ -581,6 +599,13 @@ fn counter(lang: Lang, k: &str, v: &Value) -> Option<(&'static str, String)> {
         "requested_output_tokens" => "counter.requested_output_tokens",
         "clamped_output_tokens" => "counter.clamped_output_tokens",
         "delivered_output_tokens" => "counter.delivered_output_tokens",
+        "waited_ms" => "counter.waited_ms",
+        "queue_reason" => {
+            return Some((
+                "counter.queue_reason",
+                lang.t(reason_key(v.as_str())).into(),
+            ));
+        }
         "cut_off" => return Some(("counter.cut_off", lang.t("common.yes").into())),
         "upstream_status" => "counter.upstream_status",
         // Only a platform admin's lookup still has it (api::requests::lookup).
@@ -598,7 +623,11 @@ async fn format(
 ) -> Result<Found, PageError> {
     let mut facts = Vec::new();
     let mut counters = Vec::new();
-    let (outcome, outcome_key) = match &r.decision {
+    // A request admitted after a wait in the fair queue is admitted; its
+    // wait is one more fact.
+    let queued = r.decision.as_ref().filter(|d| d.decision == "queued");
+    let decision = r.decision.as_ref().filter(|d| d.decision != "queued");
+    let (outcome, outcome_key) = match decision {
         Some(d) if d.decision == "degraded" => ("degraded", "req.degraded"),
         Some(_) => ("refused", "req.refused"),
         None => ("admitted", "req.admitted"),
@@ -611,7 +640,7 @@ async fn format(
         .unwrap_or_default();
     let names = key_names(cp, actor, std::iter::once(key_id.as_str())).await?;
     let mut sentence = String::new();
-    if let Some(d) = &r.decision {
+    if let Some(d) = decision {
         let who = match &d.scope {
             Some(s) => who(cp, actor, lang, s).await?,
             None => String::new(),
@@ -635,11 +664,15 @@ async fn format(
         }
     }
     if let Some(u) = &r.usage {
-        if r.decision.is_none() {
+        if decision.is_none() {
             sentence = admitted_sentence(lang, u);
             facts.push(("common.app", u.app_id.clone()));
             facts.push(("req.key", key_label(lang, &names, &u.key_id)));
             facts.push(("req.model", u.model.clone()));
+        }
+        if let Some(ms) = queued.and_then(|q| q.detail.get("waited_ms")?.as_i64()) {
+            let why = queued.and_then(|q| q.detail.get("queue_reason")?.as_str());
+            facts.push(("req.queued", queue_wait(lang, ms, why)));
         }
         if let Some(a) = &u.attribution.asked_model {
             facts.push(("req.asked_model", a.clone()));
@@ -697,11 +730,7 @@ async fn format(
         tenant: r.tenant_id.clone(),
         outcome: outcome.into(),
         outcome_key,
-        reason: r
-            .decision
-            .as_ref()
-            .map(|d| d.reason.clone())
-            .unwrap_or_default(),
+        reason: decision.map(|d| d.reason.clone()).unwrap_or_default(),
         sentence,
         facts,
         counters,

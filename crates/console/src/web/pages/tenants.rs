@@ -63,6 +63,9 @@ pub struct TenantForm {
     pub borrow_cap_tokens: String,
     pub allowed_models: String,
     pub clamp_max_tokens: Option<String>,
+    /// Blank: the platform default.
+    pub max_queued_requests: String,
+    pub max_open_streams: String,
     /// The tenant's version the form was opened at ("" on a new tenant).
     pub version: String,
 }
@@ -84,6 +87,14 @@ impl TenantForm {
                 .map(|m| m.join(", "))
                 .unwrap_or_default(),
             clamp_max_tokens: t.clamp_max_tokens.then(|| "on".into()),
+            max_queued_requests: t
+                .max_queued_requests
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+            max_open_streams: t
+                .max_open_streams
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
         }
     }
 
@@ -109,6 +120,8 @@ impl TenantForm {
             borrow_cap_tokens: int("borrow_cap_tokens", &self.borrow_cap_tokens)?.unwrap_or(0),
             allowed_models: split_list(&self.allowed_models),
             clamp_max_tokens: self.clamp_max_tokens.is_some(),
+            max_queued_requests: int("max_queued_requests", &self.max_queued_requests)?,
+            max_open_streams: int("max_open_streams", &self.max_open_streams)?,
         })
     }
 
@@ -116,6 +129,8 @@ impl TenantForm {
     fn problems(&self) -> Vec<ApiError> {
         let mut out = self.limits.problems();
         out.extend(int("borrow_cap_tokens", &self.borrow_cap_tokens).err());
+        out.extend(int("max_queued_requests", &self.max_queued_requests).err());
+        out.extend(int("max_open_streams", &self.max_open_streams).err());
         out
     }
 
@@ -130,6 +145,8 @@ impl TenantForm {
             borrow_cap_tokens: Some(t.borrow_cap_tokens),
             allowed_models: Some(t.allowed_models),
             clamp_max_tokens: Some(t.clamp_max_tokens),
+            max_queued_requests: Some(t.max_queued_requests),
+            max_open_streams: Some(t.max_open_streams),
             version: int("version", &self.version)?,
         })
     }
