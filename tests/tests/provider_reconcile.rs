@@ -321,6 +321,16 @@ fn day_of<'a>(rec: &'a Value, account: &str, day: chrono::NaiveDate) -> &'a Valu
         .unwrap_or_else(|| panic!("{account} {day} reconciled: {rec}"))
 }
 
+/// A reconciled day's line of `model` and `class`.
+fn line_of<'a>(day: &'a Value, model: &str, class: &str) -> &'a Value {
+    day["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["model"] == model && l["class"] == class)
+        .unwrap_or_else(|| panic!("{model} {class}: {day}"))
+}
+
 /// Today, and the other day of the two-day test: yesterday, or tomorrow on
 /// the 1st (both days in one month).
 fn two_days() -> (chrono::NaiveDate, chrono::NaiveDate, i32) {
@@ -388,15 +398,7 @@ async fn two_days_of_traffic_reconcile_without_a_difference() {
             .map(|(_, u)| u["completion_tokens"].as_i64().unwrap())
             .sum();
         let d = day_of(&rec, "openai-prod", day);
-        let line = |model: &str, class: &str| {
-            d["lines"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|l| l["model"] == model && l["class"] == class)
-                .cloned()
-                .unwrap_or_else(|| panic!("{model} {class} on {day}: {d}"))
-        };
+        let line = |model: &str, class: &str| line_of(d, model, class);
         assert_eq!(line("gpt-4o-mini", "output")["tollgate_quantity"], told);
         assert_eq!(line("gpt-4o-mini", "requests")["tollgate_quantity"], 280);
         let cached: i64 = usages
@@ -797,13 +799,7 @@ async fn outside_traffic_late_days_pages_429_and_a_wrong_key() {
     assert!(!r.clean);
     let rec = reconciliation(&f, &fin).await;
     let d = day_of(&rec, "openai-prod", today);
-    let req = d["lines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["model"] == "gpt-4o-mini" && l["class"] == "requests")
-        .unwrap()
-        .clone();
+    let req = line_of(d, "gpt-4o-mini", "requests");
     assert_eq!(
         (
             req["tollgate_quantity"].as_i64(),
@@ -832,15 +828,7 @@ async fn outside_traffic_late_days_pages_429_and_a_wrong_key() {
         }
         assert_eq!(l["finding"], "outside_traffic", "{l}");
     }
-    let line = |class: &str| {
-        d["lines"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|l| l["model"] == "gpt-4o-mini" && l["class"] == class)
-            .unwrap()
-            .clone()
-    };
+    let line = |class: &str| line_of(&d, "gpt-4o-mini", class);
     assert_eq!(line("requests")["difference_quantity"], 3);
     assert_eq!(line("output")["difference_quantity"], 21);
     assert_eq!(line("input")["finding"], "outside_traffic");

@@ -37,6 +37,12 @@ enum FetchError {
     Other(String),
 }
 
+impl From<store::StoreError> for FetchError {
+    fn from(e: store::StoreError) -> Self {
+        FetchError::Other(e.to_string())
+    }
+}
+
 impl std::fmt::Display for FetchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -47,9 +53,11 @@ impl std::fmt::Display for FetchError {
 }
 
 /// The days a run reconciles: `day` when given, else the last
-/// [`LOOKBACK_DAYS`] days before today (UTC) that are not stored as final.
+/// [`LOOKBACK_DAYS`] days before today (UTC) that some account has not
+/// stored as final.
 pub async fn days_to_run(
     ctx: &JobContext,
+    accounts: &[ProviderAccountRow],
     now: DateTime<Utc>,
     day: Option<NaiveDate>,
 ) -> Result<Vec<NaiveDate>, JobError> {
@@ -59,7 +67,6 @@ pub async fn days_to_run(
     let today = now.date_naive();
     let from = today - Duration::days(LOOKBACK_DAYS);
     let stored = ctx.store.recon_days(from, today).await?;
-    let accounts = ctx.store.provider_accounts().await?;
     Ok((1..=LOOKBACK_DAYS)
         .rev()
         .map(|i| today - Duration::days(i))
@@ -79,7 +86,7 @@ pub async fn run(
     day: Option<NaiveDate>,
 ) -> Result<JobReport, JobError> {
     let accounts = ctx.store.provider_accounts().await?;
-    let days = days_to_run(ctx, now, day).await?;
+    let days = days_to_run(ctx, &accounts, now, day).await?;
     let unreconciled = ctx.store.unreconciled_deployments().await?;
     let http = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(60))
@@ -164,20 +171,15 @@ async fn reconcile_day(
         .settings
         .encryption_key
         .ok_or_else(|| FetchError::Other("keys.encryption_key is not configured".into()))?;
-    let (_, enc) = ctx
+    let enc = ctx
         .store
-        .provider_account_secret(&acc.id)
-        .await
-        .map_err(|e| FetchError::Other(e.to_string()))?
+        .provider_admin_key(&acc.id)
+        .await?
         .ok_or_else(|| FetchError::Other("account is gone".into()))?;
     let admin_key = domain::secret::decrypt(&key, &enc).map_err(|_| {
         FetchError::Other("its admin key cannot be decrypted with the configured key".into())
     })?;
-    let links = ctx
-        .store
-        .resolved_links(&acc.id)
-        .await
-        .map_err(|e| FetchError::Other(e.to_string()))?;
+    let links = ctx.store.resolved_links(&acc.id).await?;
     let start = Utc.from_utc_datetime(&day.and_hms_opt(0, 0, 0).expect("midnight"));
     let end = start + Duration::days(1);
     let client = Client {
@@ -193,8 +195,7 @@ async fn reconcile_day(
     let rows = ctx
         .store
         .recon_ledger(&links, start, end, invoice::EDGE_SECS)
-        .await
-        .map_err(|e| FetchError::Other(e.to_string()))?;
+        .await?;
     let mut sums: BTreeMap<(String, Class), LineSums> = BTreeMap::new();
     let reported: BTreeSet<Class> = invoice::usage_quantities(kind, &Value::Null)
         .into_iter()
@@ -243,8 +244,7 @@ async fn reconcile_day(
     let saved = ctx
         .store
         .save_recon_day(&acc.id, day, now, is_final, &provider.digest, &lines)
-        .await
-        .map_err(|e| FetchError::Other(e.to_string()))?;
+        .await?;
     let tollgate_pico: i128 = lines.iter().map(|l| l.sums.tollgate_pico).sum();
     let provider_pico: i128 = lines.iter().map(|l| l.sums.provider_pico).sum();
     let drift = invoice::drift_bps(tollgate_pico, provider_pico);

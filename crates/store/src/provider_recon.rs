@@ -249,25 +249,23 @@ impl Store {
             .collect())
     }
 
-    /// One account and its encrypted admin key.
-    pub async fn provider_account_secret(
-        &self,
-        id: &str,
-    ) -> Result<Option<(ProviderAccountRow, Vec<u8>)>> {
-        let Some(acc) = self
+    /// One account (never its admin key).
+    pub async fn provider_account(&self, id: &str) -> Result<Option<ProviderAccountRow>> {
+        Ok(self
             .provider_accounts()
             .await?
             .into_iter()
-            .find(|a| a.id == id)
-        else {
-            return Ok(None);
-        };
-        let key: Vec<u8> =
+            .find(|a| a.id == id))
+    }
+
+    /// An account's encrypted admin key (None: no such account).
+    pub async fn provider_admin_key(&self, id: &str) -> Result<Option<Vec<u8>>> {
+        Ok(
             sqlx::query_scalar("SELECT admin_key_enc FROM provider_accounts WHERE id = $1")
                 .bind(id)
-                .fetch_one(&self.pool)
-                .await?;
-        Ok(Some((acc, key)))
+                .fetch_optional(&self.pool)
+                .await?,
+        )
     }
 
     /// Creates or replaces an account and its links (audited, without the key).
@@ -276,11 +274,7 @@ impl Store {
         actor: &str,
         a: &PutProviderAccount,
     ) -> Result<ProviderAccountRow> {
-        let before = self
-            .provider_accounts()
-            .await?
-            .into_iter()
-            .find(|x| x.id == a.id);
+        let before = self.provider_account(&a.id).await?;
         if before.is_none() && a.admin_key_enc.is_none() {
             return Err(StoreError::Corrupt(
                 "a new provider account needs its admin key".into(),

@@ -167,7 +167,7 @@ pub async fn decide_request(
 
 /// Who holds a hand over a person (`domain::roles::hands_over`), within
 /// the configured window.
-pub(crate) async fn hands(cp: &ControlPlane, user: Uuid) -> Result<Hands, ApiError> {
+async fn hands(cp: &ControlPlane, user: Uuid) -> Result<Hands, ApiError> {
     let accounts: Vec<_> = cp
         .store
         .account_hands(user)
@@ -194,10 +194,22 @@ pub async fn may_decide_request(
     if !actor.is_platform_admin() {
         return Ok(Err(DecisionRefusal::NotPlatformAdmin));
     }
+    four_eyes(cp, actor, requested_by, may_decide).await
+}
+
+/// A four-eyes `rule` (`domain::roles::may_decide` for quota requests,
+/// `may_decide_adjustment` for bill adjustments) applied to `actor` and the
+/// person who asked, with the hands each holds over the other.
+pub(crate) async fn four_eyes(
+    cp: &ControlPlane,
+    actor: &Principal,
+    requested_by: Uuid,
+    rule: fn(&roles::Actor, &str, &Hands, &Hands) -> Result<(), DecisionRefusal>,
+) -> Result<Result<(), DecisionRefusal>, ApiError> {
     let decider: Uuid = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
     let decider_hands = hands(cp, decider).await?;
     let requester_hands = hands(cp, requested_by).await?;
-    Ok(may_decide(
+    Ok(rule(
         actor,
         &requested_by.to_string(),
         &decider_hands,

@@ -136,12 +136,7 @@ pub async fn put_account(
         Some(k) => Some(domain::secret::encrypt(&cp.encryption_key, k)),
         None => None,
     };
-    let before = cp
-        .store
-        .provider_accounts()
-        .await?
-        .into_iter()
-        .find(|x| x.id == id);
+    let before = cp.store.provider_account(&id).await?;
     match &before {
         None if enc.is_none() => {
             return Err(ApiError::invalid(
@@ -407,13 +402,7 @@ pub async fn decide_adjustment(
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("adjustment {id}")))?;
     let decider: Uuid = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
-    let verdict = domain::roles::may_decide_adjustment(
-        actor,
-        &adj.proposed_by.to_string(),
-        &super::quota_requests::hands(cp, decider).await?,
-        &super::quota_requests::hands(cp, adj.proposed_by).await?,
-    );
-    if let Err(r) = verdict {
+    if let Err(r) = may_decide(cp, actor, adj.proposed_by).await? {
         cp.store
             .audit(
                 NewAudit::new(
@@ -458,6 +447,21 @@ pub async fn decide_adjustment(
         .store
         .decide_adjustment(&actor.label(), id, decider, shares.as_deref(), note)
         .await?)
+}
+
+/// Whether `actor` may approve or reject an adjustment `proposed_by` made:
+/// the rule the decision enforces, asked beforehand so the page shows no
+/// button that would be refused.
+pub async fn may_decide(
+    cp: &ControlPlane,
+    actor: &Principal,
+    proposed_by: Uuid,
+) -> Result<Result<(), domain::roles::DecisionRefusal>, ApiError> {
+    if actor.role != Role::Finance {
+        return Ok(Err(domain::roles::DecisionRefusal::NotFinance));
+    }
+    super::quota_requests::four_eyes(cp, actor, proposed_by, domain::roles::may_decide_adjustment)
+        .await
 }
 
 pub async fn approve(

@@ -198,13 +198,7 @@ pub async fn show(
     let mut adjustments = Vec::with_capacity(rows.len());
     for a in &rows {
         let (can_decide, refusal) = if a.state == "proposed" && is_finance {
-            let decider: Uuid = s.actor.user_id.parse().map_err(|_| ApiError::Internal)?;
-            match domain::roles::may_decide_adjustment(
-                &s.actor,
-                &a.proposed_by.to_string(),
-                &crate::api::quota_requests::hands(&cp, decider).await?,
-                &crate::api::quota_requests::hands(&cp, a.proposed_by).await?,
-            ) {
+            match api::may_decide(&cp, &s.actor, a.proposed_by).await? {
                 Ok(()) => (true, ""),
                 Err(r) => (false, super::quota::refusal_key(r)),
             }
