@@ -80,6 +80,8 @@ const UNIVERSAL: &[&str] = &[
     "cl100k",
     "maxmemory-policy",
     "noeviction",
+    "OpenAI",
+    "Anthropic",
 ];
 
 /// A tenant with a readable name.

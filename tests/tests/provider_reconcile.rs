@@ -984,6 +984,69 @@ async fn finance_proposes_and_approves_an_adjustment_in_the_console() {
     .await;
     assert!(bill["tenants"][0]["adjustment_usd"] != "0.000000", "{bill}");
 
+    // A platform admin adds an account from the page's form.
+    let root = console_web::Web::login(&f.base, "root@x.io").await;
+    assert!(
+        root.get(&page).await.body.contains("local-llm/default"),
+        "not reconciled yet"
+    );
+    let bad = root
+        .post(
+            "/console/reconciliation/accounts",
+            &[
+                ("id", "batch"),
+                ("kind", "openai"),
+                ("api_base_url", "http://127.0.0.1:9/v1"),
+                ("admin_key", "sk-admin-batch"),
+                ("deployments", "local-llm/default"),
+            ],
+        )
+        .await;
+    assert_eq!(bad.status, 400, "a line without its provider id");
+    assert!(
+        bad.body.contains("model/deployment provider-id"),
+        "{}",
+        bad.body
+    );
+    let r = root
+        .post(
+            "/console/reconciliation/accounts",
+            &[
+                ("id", "batch"),
+                ("kind", "openai"),
+                ("api_base_url", "http://127.0.0.1:9/v1"),
+                ("admin_key", "sk-admin-batch"),
+                ("drift_alert_pct", "2.5"),
+                ("deployments", "local-llm/default key_batch"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let p = root.get(&page).await;
+    assert!(
+        p.body.contains("local-llm/default key_batch") && p.body.contains("2.5 %"),
+        "{}",
+        p.body
+    );
+    assert!(!p.body.contains("sk-admin-batch"), "the key is write-only");
+    let (_, accounts) = api(
+        "GET",
+        &format!("{}/api/v1/provider-accounts", f.base),
+        Some(&f.admin),
+        None,
+    )
+    .await;
+    assert!(
+        accounts["not_reconciled"].as_array().unwrap().is_empty(),
+        "{accounts}"
+    );
+    // Finance reads accounts but has no form for them.
+    assert!(!fin1
+        .get(&page)
+        .await
+        .body
+        .contains("/console/reconciliation/accounts"));
+
     let ta = console_web::Web::login(&f.base, "ta@x.io").await;
     assert_eq!(ta.get(&page).await.status, 403);
     let (s, _) = api(

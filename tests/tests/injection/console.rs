@@ -396,6 +396,21 @@ fn form_cases() -> Vec<FormCase> {
             )
         },
         FormCase {
+            shown: &[("admin_key", Shown::Never), ("kind", Shown::Never)],
+            ..case(
+                "/console/reconciliation/accounts",
+                &[
+                    ("id", "acct"),
+                    ("kind", "openai"),
+                    ("api_base_url", "http://127.0.0.1:9/v{n}"),
+                    ("admin_key", "sk-admin-{n}"),
+                    ("drift_alert_pct", "2.5"),
+                    ("deployments", "gpt-4o-mini/default key_{n}"),
+                ],
+                &["/console/reconciliation"],
+            )
+        },
+        FormCase {
             method: "get",
             ..case(
                 "/console/reconciliation",

@@ -80,7 +80,20 @@ pub async fn put_account(
     Params(id): Params<String>,
     Body(a): Body<AccountIn>,
 ) -> Result<Json<Value>, ApiError> {
-    require_platform_admin(&actor)?;
+    Ok(Json(render_account(
+        &put_provider_account(&cp, &actor, id, a).await?,
+    )))
+}
+
+/// A platform admin creates or replaces a provider account (the API's
+/// `PUT` and the console's form).
+pub async fn put_provider_account(
+    cp: &ControlPlane,
+    actor: &Principal,
+    id: String,
+    a: AccountIn,
+) -> Result<store::ProviderAccountRow, ApiError> {
+    require_platform_admin(actor)?;
     super::valid_id("id", &id)?;
     if invoice::ProviderKind::parse(&a.kind).is_none() {
         return Err(ApiError::invalid("kind", "kind is openai or anthropic"));
@@ -181,7 +194,7 @@ pub async fn put_account(
             },
         )
         .await?;
-    Ok(Json(render_account(&row)))
+    Ok(row)
 }
 
 #[derive(Deserialize)]

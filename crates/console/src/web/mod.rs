@@ -335,6 +335,10 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/console/jobs", get(bills::jobs))
         .route("/console/reconciliation", get(reconciliation::show))
         .route(
+            "/console/reconciliation/accounts",
+            post(reconciliation::put_account),
+        )
+        .route(
             "/console/reconciliation/adjustments",
             post(reconciliation::propose),
         )

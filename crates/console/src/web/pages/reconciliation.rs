@@ -76,6 +76,8 @@ struct ReconPage {
     days: Vec<DayLine>,
     adjustments: Vec<AdjLine>,
     is_finance: bool,
+    /// Platform admins add and change accounts here.
+    is_platform_admin: bool,
     /// A period that is not a month, as typed (shown beside the field).
     bad_period: Option<String>,
 }
@@ -131,6 +133,7 @@ pub async fn show(
             days: vec![],
             adjustments: vec![],
             is_finance,
+            is_platform_admin: s.actor.is_platform_admin(),
             bad_period: Some(period),
         });
     }
@@ -144,9 +147,10 @@ pub async fn show(
             url: text(&a["api_base_url"]),
             links: arr(&a["deployments"])
                 .iter()
+                // In the form's syntax: `model/deployment provider-id`.
                 .map(|l| {
                     format!(
-                        "{}/{} → {}",
+                        "{}/{} {}",
                         text(&l["model"]),
                         text(&l["deployment"]),
                         text(&l["provider_ref"])
@@ -238,6 +242,7 @@ pub async fn show(
         days,
         adjustments,
         is_finance,
+        is_platform_admin: s.actor.is_platform_admin(),
         bad_period: None,
     })
 }
@@ -307,4 +312,67 @@ pub async fn reject(
 ) -> Result<Response, PageError> {
     api::decide_adjustment(&cp, &s.actor, id, false, &f.note).await?;
     Ok(back(&f.period))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct AccountForm {
+    id: String,
+    kind: String,
+    api_base_url: String,
+    admin_key: String,
+    drift_alert_pct: String,
+    /// One link a line: `model/deployment provider-id` (no `/`: the
+    /// model's own upstream, `default`).
+    deployments: String,
+}
+
+impl AccountForm {
+    fn parse(self) -> Result<(String, api::AccountIn), ApiError> {
+        let drift_alert_pct =
+            match self.drift_alert_pct.trim() {
+                "" => None,
+                p => Some(p.parse::<f64>().map_err(|_| {
+                    ApiError::invalid("drift_alert_pct", "a percentage from 0 to 100")
+                })?),
+            };
+        let mut links = Vec::new();
+        for line in self.deployments.lines().filter(|l| !l.trim().is_empty()) {
+            let mut parts = line.split_whitespace();
+            let (Some(md), Some(r), None) = (parts.next(), parts.next(), parts.next()) else {
+                return Err(ApiError::invalid(
+                    "deployments",
+                    "one deployment a line: model/deployment provider-id",
+                ));
+            };
+            let (model, deployment) = md.split_once('/').unwrap_or((md, "default"));
+            links.push(store::AccountLink {
+                model: model.to_string(),
+                deployment: deployment.to_string(),
+                provider_ref: r.to_string(),
+            });
+        }
+        let id = self.id.trim().to_string();
+        Ok((
+            id,
+            api::AccountIn {
+                kind: self.kind,
+                api_base_url: self.api_base_url.trim().to_string(),
+                admin_key: Some(self.admin_key).filter(|k| !k.is_empty()),
+                drift_alert_pct,
+                deployments: links,
+            },
+        ))
+    }
+}
+
+/// A platform admin adds or changes a provider account (as the API's PUT).
+pub async fn put_account(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Form(f): Form<AccountForm>,
+) -> Result<Response, PageError> {
+    let (id, a) = f.parse()?;
+    api::put_provider_account(&cp, &s.actor, id, a).await?;
+    Ok(Redirect::to("/console/reconciliation").into_response())
 }
