@@ -45,6 +45,8 @@
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=scripts/books.sh
+. "$(dirname "${BASH_SOURCE[0]}")/books.sh"
 cd "$TOLLGATE_ROOT"
 
 DUR=${DUR:-10}
@@ -297,38 +299,10 @@ if [[ -n $SCENARIOS && $UPSTREAM == mock ]]; then
     [[ -n ${key_b:-} ]] || die "bench-setup --scenarios printed no keys"
     svg_dir=${SVG_DIR:-$work}
     mkdir -p "$svg_dir"
-    # The books of the scenario tenants, computed apart from the gateway:
-    # per tenant, ledger events, tokens, cost and overruns (Postgres), used
-    # and held tokens and cost (Redis), and the tenant's monthly limits.
-    scn_books() {
-        local t ev tok cost over ut ht uc hc lt lc
-        for t in scn-core scn-standard scn-batch; do
-            read -r ev tok cost over < <(psql_url "$db_url" -At -F ' ' -c "SELECT count(*), COALESCE(SUM(input_tokens+output_tokens),0),
-                COALESCE(SUM(cost_micro),0), COALESCE(SUM(overrun_tokens),0) FROM usage_events WHERE tenant_id = '$t'")
-            read -r lt lc < <(psql_url "$db_url" -At -F ' ' -c "SELECT limits->>'monthly_tokens', limits->>'monthly_cost_usd' FROM tenants WHERE id = '$t'")
-            { read -r ut; read -r ht; read -r uc; read -r hc; } < <(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" HMGET "$prefix:{t:$t}:m:$month" t:ut t:ht t:uc t:hc)
-            echo "$t $ev $tok $cost $over ${ut:-0} ${ht:-0} ${uc:-0} ${hc:-0} $lt $lc"
-        done
-    }
-    # Before/after books and the clients' BOOKS lines → one verdict a tenant.
-    scn_check() { # before after clients
-        local t ev tok cost over ut ht uc hc lt lc b adm ctok ok line
-        while read -r t ev tok cost over ut ht uc hc lt lc; do
-            b=$(echo "$1" | awk -v t="$t" '$1==t')
-            read -r _ ev0 tok0 cost0 over0 ut0 _ uc0 _ _ _ <<<"$b"
-            line=$(echo "$3" | grep "tenant=$t ")
-            adm=$(field "$line" admitted) ctok=$(field "$line" tokens)
-            ok=exact
-            [[ $((ev - ev0)) -eq $adm && $((tok - tok0)) -eq $ctok && $((ut - ut0)) -eq $((tok - tok0)) &&
-                $((uc - uc0)) -eq $((cost - cost0)) && $ht -eq 0 && $hc -eq 0 ]] || ok="NOT exact"
-            # No overspend: used within the monthly limits (plus recorded overruns).
-            awk -v u="$ut" -v o="$over" -v l="$lt" -v c="$uc" -v lc="$lc" \
-                'BEGIN{ exit !(u <= l + o && c <= lc * 1000000) }' || ok="$ok, OVERSPENT"
-            printf -- '- %s: %s served → %s ledger events; tokens: clients %s / ledger %s / Redis used %s; cost µUSD ledger %s / Redis %s; held after %s tokens, %s µUSD; used %s of %s tokens — %s\n' \
-                "$t" "$adm" "$((ev - ev0))" "$ctok" "$((tok - tok0))" "$((ut - ut0))" "$((cost - cost0))" "$((uc - uc0))" \
-                "$ht" "$hc" "$ut" "$lt" "$ok"
-        done <<<"$2"
-    }
+    # The books of the scenario tenants, computed apart from the gateway
+    # (scripts/books.sh).
+    scn_books() { books_of scn-core scn-standard scn-batch; }
+    scn_check() { books_check "$@"; }
     for sc in $SCENARIOS; do
         modes=-
         [[ $sc == long ]] && modes=$LONG_INPUTS

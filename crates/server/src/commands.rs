@@ -184,13 +184,20 @@ pub async fn bench_setup(
     upstream: &str,
     isolation: bool,
     scenarios: bool,
+    fair: Option<&str>,
 ) -> anyhow::Result<()> {
     let store = Store::connect(&cfg.database.url, 2)
         .await
         .context("cannot connect to PostgreSQL")?;
     store.migrate().await?;
     let pepper = cfg.clone().with_demo_secrets().pepper()?;
-    if scenarios {
+    if let Some(spec) = fair {
+        let spec: crate::demo::FairSpec =
+            serde_json::from_str(spec).context("--fair: the spec `fair-bench plan` writes")?;
+        for (tenant, key) in crate::demo::seed_fair(&store, upstream, &pepper, &spec).await? {
+            println!("{tenant} {key}");
+        }
+    } else if scenarios {
         let [c, s, b] = crate::demo::seed_scenarios(&store, upstream, &pepper).await?;
         println!("{c} {s} {b}");
     } else if isolation {

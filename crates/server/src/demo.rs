@@ -224,6 +224,114 @@ pub async fn seed_scenarios(
     Ok([keys[0].clone(), keys[1].clone(), keys[2].clone()])
 }
 
+/// One tenant of the fairness benchmark (`scripts/bench_fair.sh`; the
+/// spec is written by `fair-bench plan`, so the bench crate is the one
+/// place that sizes the month).
+#[derive(serde::Deserialize)]
+pub struct FairTenant {
+    pub id: String,
+    pub priority: String,
+    pub monthly_tokens: i64,
+    pub max_inflight: i64,
+    pub may_borrow: bool,
+    pub borrow_cap_tokens: i64,
+    /// Guaranteed slots of the benchmark's model pool (core tenants).
+    #[serde(default)]
+    pub guarantee: i32,
+}
+
+/// The fairness benchmark's catalog: the pool, the model `fair-pool`
+/// (gpt-4o-mini behind `capacity` concurrent requests) and its tenants.
+#[derive(serde::Deserialize)]
+pub struct FairSpec {
+    pub pool_tokens: i64,
+    pub max_borrow_share_ppm: i64,
+    pub reclaim_below_share_ppm: i64,
+    pub capacity: i32,
+    pub tenants: Vec<FairTenant>,
+}
+
+/// Seeds the fairness benchmark (docs/fair.md, "Fairness, measured") from
+/// its spec (JSON): every tenant with a monthly token budget, an in-flight
+/// limit, its borrowing rights and an app `load` with a key `bench` (the
+/// app's and key's limits out of reach); returns `tenant key` lines.
+pub async fn seed_fair(
+    store: &Store,
+    upstream: &str,
+    pepper: &[u8],
+    spec: &FairSpec,
+) -> anyhow::Result<Vec<(String, String)>> {
+    bench_model(store, upstream).await?;
+    let pool = ("fair-pool", "chat", "gpt-4o-mini", (150_000, 600_000));
+    ensure_model(store, BENCH_ACTOR, pool.0, pool.1, pool.2, pool.3, upstream).await?;
+    store
+        .set_pool_policy(
+            BENCH_ACTOR,
+            &domain::borrowing::PoolPolicy {
+                monthly_tokens: Some(spec.pool_tokens),
+                monthly_cost_micro: None,
+                max_borrow_share_ppm: spec.max_borrow_share_ppm,
+                reclaim_below_share_ppm: spec.reclaim_below_share_ppm,
+            },
+        )
+        .await?;
+    let mut keys = Vec::new();
+    let mut guarantees = Vec::new();
+    for t in &spec.tenants {
+        if !store.tenant_exists(&TenantScope::system(), &t.id).await? {
+            let row = TenantRow {
+                id: t.id.clone(),
+                name: format!("Fairness tenant {} ({})", t.id, t.priority),
+                cost_center: format!("CC-{}", t.id.to_uppercase()),
+                priority: t.priority.clone(),
+                limits: Limits {
+                    monthly_tokens: Some(t.monthly_tokens),
+                    max_inflight: Some(t.max_inflight),
+                    ..Default::default()
+                },
+                may_borrow: t.may_borrow,
+                borrow_cap_tokens: t.borrow_cap_tokens,
+                allowed_models: None,
+                clamp_max_tokens: false,
+                max_queued_requests: None,
+                max_open_streams: None,
+            };
+            store.create_tenant(BENCH_ACTOR, &row).await?;
+            let a = AppRow {
+                tenant_id: t.id.clone(),
+                id: "load".into(),
+                name: "load".into(),
+                limits: bench_limits(),
+                allowed_models: None,
+                attribution: Default::default(),
+            };
+            store.create_app(BENCH_ACTOR, &a).await?;
+        }
+        if t.guarantee > 0 {
+            guarantees.push((t.id.clone(), t.guarantee));
+        }
+        let key = issue_named_key(
+            store,
+            BENCH_ACTOR,
+            (&t.id, "load", "bench"),
+            bench_limits(),
+            pepper,
+        )
+        .await?;
+        keys.push((t.id.clone(), key));
+    }
+    store
+        .set_model_fairness(
+            BENCH_ACTOR,
+            "fair-pool",
+            None,
+            Some(spec.capacity),
+            &guarantees,
+        )
+        .await?;
+    Ok(keys)
+}
+
 /// A tenant `id` of `priority` with `limits` (an existing one is reused as
 /// it is), an app `load` and a fresh key `bench` with the bench's high limits.
 async fn priority_tenant(

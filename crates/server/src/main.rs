@@ -202,6 +202,10 @@ enum AdminCommand {
         isolation: bool,
         #[arg(long, conflicts_with = "isolation")]
         scenarios: bool,
+        /// The fairness benchmark's tenants and pool: the JSON spec that
+        /// `fair-bench plan` prints (scripts/bench_fair.sh).
+        #[arg(long, conflicts_with_all = ["isolation", "scenarios"])]
+        fair: Option<String>,
     },
     /// Write a synthetic month of usage events (and their rollups) through
     /// the ledger's own write path, with tenants `load-00000`… and their
@@ -295,8 +299,9 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                     upstream,
                     isolation,
                     scenarios,
+                    fair,
                 },
-        } => commands::bench_setup(&cfg, &upstream, isolation, scenarios)
+        } => commands::bench_setup(&cfg, &upstream, isolation, scenarios, fair.as_deref())
             .await
             .map(|_| true),
         Command::Admin {
