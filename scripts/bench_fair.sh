@@ -90,7 +90,8 @@ dump() { # dir
        FROM usage_events WHERE tenant_id LIKE 'fair-%'" >"$d/events.csv"
     q "SELECT request_id, (detail->>'waited_ms')::bigint FROM request_decisions
        WHERE tenant_id LIKE 'fair-%' AND decision <> 'refused' AND detail ? 'waited_ms'" >"$d/waits.csv"
-    q "SELECT request_id, tenant_id, reason, $(ms at), detail->>'est_input_tokens', detail->>'est_output_tokens'
+    q "SELECT request_id, tenant_id, reason, $(ms at), detail->>'est_input_tokens', detail->>'est_output_tokens',
+              detail->>'headroom_tokens'
        FROM request_decisions WHERE tenant_id LIKE 'fair-%' AND decision = 'refused'" >"$d/decisions.csv"
     q "SELECT tenant_id, state, tokens, $(ms created_at), $(ms "COALESCE(settled_at, created_at)"), trigger
        FROM borrows WHERE tenant_id LIKE 'fair-%'" >"$d/borrows.csv"

@@ -164,7 +164,7 @@ const TENANTS: [TenantSpec; 12] = [
     t("fair-11", "batch", 2.0, (0.0, 0.3), true, Borrower, (3, 0)),
     t("fair-12", "batch", 1.5, (0.0, 0.0), false, Steady, (3, 0)),
 ];
-const POOL_CAPACITY: i32 = 8;
+const POOL_CAPACITY: i32 = 12;
 /// A burst: this many times the tenant's rate for `BURST_HOURS` of a day.
 const BURST_X: f64 = 5.0;
 const BURST_HOURS: f64 = 5.0;
@@ -220,13 +220,27 @@ struct Req {
 }
 
 impl Req {
-    /// Input tokens, roughly (for sizing budgets only).
-    fn approx_input(&self) -> u64 {
+    /// Input tokens (for sizing budgets only): the long prompts counted
+    /// once with o200k, the short ones about 25.
+    fn approx_input(&self, long: &[u64]) -> u64 {
         match self.kind {
-            Kind::Long(i) => LONG_SIZES[i] as u64,
+            Kind::Long(i) => long[i],
             _ => 25,
         }
     }
+}
+
+/// The long prompts' input tokens (o200k), for the plan's budgets.
+fn long_tokens() -> Vec<u64> {
+    use domain::tokens::{chat_input_tokens, TokenizerFamily};
+    LONG_SIZES
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let msgs = [serde_json::json!({"role": "user", "content": long_text(n, i as u64 + 7)})];
+            chat_input_tokens(TokenizerFamily::O200k, &msgs)
+        })
+        .collect()
 }
 
 /// Interactive tenants' load over a day: low at night, a working-day
@@ -322,9 +336,10 @@ fn plan(m: &Month, mode: &str) -> anyhow::Result<serde_json::Value> {
         "--mode: on, off or iso"
     );
     let reqs = schedule(m);
+    let long = long_tokens();
     let mut demand = [0u64; 12];
     for r in &reqs {
-        demand[r.tenant] += r.approx_input() + u64::from(r.out);
+        demand[r.tenant] += r.approx_input(&long) + u64::from(r.out);
     }
     // Borrowers get 70 % of what they will ask for, the others 150 %; the
     // pool lends 1.2 × what the borrowers lack, so lent quota that sits
@@ -763,6 +778,8 @@ struct Dec {
     at: i64,
     est_in: Option<i64>,
     est_out: Option<i64>,
+    /// The headroom the gateway saw (its refusal's detail).
+    gw_headroom: Option<i64>,
 }
 
 struct TenantRowJ {
@@ -1019,11 +1036,22 @@ fn judge(
             at: num(&r[3]),
             est_in: r.get(4).filter(|s| !s.is_empty()).map(|s| num(s)),
             est_out: r.get(5).filter(|s| !s.is_empty()).map(|s| num(s)),
+            gw_headroom: r.get(6).filter(|s| !s.is_empty()).map(|s| num(s)),
         })
         .collect();
     let admitted: u64 = w.events.values().map(|v| v.len() as u64).sum();
+    let t0 = w
+        .events
+        .values()
+        .flatten()
+        .map(|e| e.start)
+        .min()
+        .unwrap_or(0);
     // ---- false refusals
     let mut causes: BTreeMap<String, u64> = BTreeMap::new();
+    // (tenant, cause) → (n, first, last, ledger headroom min/max, gateway's)
+    type Where = (u64, i64, i64, i64, i64, Option<i64>);
+    let mut wheres: BTreeMap<(String, String), Where> = BTreeMap::new();
     let mut true_refusals: BTreeMap<String, u64> = BTreeMap::new();
     let mut false_n = 0u64;
     let mut refused_est: HashMap<&str, i64> = HashMap::new();
@@ -1060,6 +1088,14 @@ fn judge(
         match cause {
             Some(c) => {
                 false_n += 1;
+                let h = w.headroom(&d.tenant, d.at, &d.id);
+                let e = wheres
+                    .entry((d.tenant.clone(), c.split(' ').next().unwrap_or(c).to_string()))
+                    .or_insert((0, d.at, d.at, h, h, d.gw_headroom));
+                e.0 += 1;
+                e.2 = d.at;
+                e.3 = e.3.min(h);
+                e.4 = e.4.max(h);
                 let key = if c == "other" {
                     format!("other: {}", d.reason)
                 } else {
@@ -1094,6 +1130,14 @@ fn judge(
     );
     for (c, n) in &causes {
         println!("  - {c}: {n}");
+    }
+    for ((t, c), (n, a, b, lo, hi, gw)) in &wheres {
+        println!(
+            "  - where: {t}, {c}: {n} between +{:.1} s and +{:.1} s of the month; budget left by the ledger {lo}–{hi} tokens (with every hold in flight), by the gateway's refusal {}",
+            (a - t0) as f64 / 1000.0,
+            (b - t0) as f64 / 1000.0,
+            gw.map_or("—".to_string(), |g| format!("{g} tokens"))
+        );
     }
     println!(
         "- refusals with no room (true): {}",
@@ -1173,14 +1217,14 @@ fn judge(
     };
     let deadline_ms = reclaim_secs as i64 * 1000 + 1000;
     let (mut demands, mut on_time) = (0u64, 0u64);
-    let mut tight_ms = 0i64;
+    let tight_ms = (t_min..t_max)
+        .step_by(100)
+        .filter(|&at| w.pool > 0 && w.free(at) < threshold)
+        .count() as i64
+        * 100;
     let mut at = t_min;
     while w.pool > 0 && at < t_max {
-        let tight = w.free(at) < threshold;
-        if tight {
-            tight_ms += 100;
-        }
-        if tight && reclaimable(at) >= crumbs {
+        if w.free(at) < threshold && reclaimable(at) >= crumbs {
             demands += 1;
             let dl = at + deadline_ms;
             let first = w
@@ -1200,18 +1244,31 @@ fn judge(
     }
     let taken: i64 = w.reclaims.iter().map(|r| r.2).sum();
     // A reclaim must never leave its tenant below what it used and held.
-    let below = w
+    let below: Vec<String> = w
         .reclaims
         .iter()
         .filter(|(t, at, _)| w.headroom(t, *at, "") < 0)
-        .count();
+        .map(|(t, at, n)| {
+            format!(
+                "{t} at +{:.1} s took {n}: left {} tokens of headroom by the ledger",
+                (at - t_min) as f64 / 1000.0,
+                w.headroom(t, *at, "")
+            )
+        })
+        .collect();
     println!(
-        "- **reclaim on time: {on_time} of {demands} reclaim demands (pool below {} % free with ≥ 1 % of it lent and unused) met within {} s = {}**; pool tight for {:.1} s of the month; {} reclaims took back {taken} tokens; {below} left a tenant below its used + held by the ledger",
+        "- **reclaim on time: {on_time} of {demands} reclaim demands (pool below {} % free with ≥ 1 % of it lent and unused) met within {} s = {}**; pool tight for {:.1} s of the month; {} reclaims took back {taken} tokens; {} left a tenant below its used + held by the ledger{}",
         w.reclaim_below_ppm / 10_000,
         deadline_ms / 1000,
         share(on_time, demands),
         tight_ms as f64 / 1000.0,
-        w.reclaims.len()
+        w.reclaims.len(),
+        below.len(),
+        if below.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", below.join("; "))
+        }
     );
     // ---- tokens served, and the bills
     let served_tok: i64 = w.events.values().flatten().map(|e| e.tok).sum();
