@@ -168,6 +168,14 @@ report() {
     if [[ -n ${R[on.judge]:-} && -n ${R[off.judge]:-} ]]; then
         echo
         echo "Utilisation gained: $(fig on served_tokens) tokens served with borrowing on, $(fig off served_tokens) off, same offered load ($(fig on offered_tokens) tokens): $(awk -v a="$(fig on served_tokens)" -v b="$(fig off served_tokens)" 'BEGIN{ printf "%+.1f %%", (a / b - 1) * 100 }')"
+        # The tenants that borrowed in the on run: their ledger tokens in both.
+        local who t on=0 off=0
+        who=$(echo "${R[on.books]}" | awk '/borrowed/{sub(":", "", $2); print $2}')
+        for t in $who; do
+            on=$((on + $(echo "${R[on.books]}" | awk -v t="- $t:" 'index($0, t) == 1' | sed -n 's/.*tokens: clients [0-9]* \/ ledger \([0-9]*\) \/ Redis used.*/\1/p')))
+            off=$((off + $(echo "${R[off.books]}" | awk -v t="- $t:" 'index($0, t) == 1' | sed -n 's/.*tokens: clients [0-9]* \/ ledger \([0-9]*\) \/ Redis used.*/\1/p')))
+        done
+        echo "Requests served: $(fig on served_requests) on, $(fig off served_requests) off ($(awk -v a="$(fig on served_requests)" -v b="$(fig off served_requests)" 'BEGIN{ printf "%+.1f %%", (a / b - 1) * 100 }')); the tenants that borrowed ($(echo $who | tr ' ' ',')): $on tokens on, $off off ($(awk -v a="$on" -v b="$off" 'BEGIN{ if (b > 0) printf "%+.1f %%", (a / b - 1) * 100 }'))."
     fi
 }
 

@@ -154,12 +154,60 @@ const TENANTS: [TenantSpec; 12] = [
     t("fair-01", "core", 3.0, (0.0, 0.0), false, Steady, (6, 3)),
     t("fair-02", "core", 2.0, (0.0, 0.5), false, Borrower, (6, 2)),
     t("fair-03", "core", 2.5, (0.0, 0.0), true, Steady, (6, 0)),
-    t("fair-04", "standard", 2.0, (0.0, 0.0), true, Borrower, (3, 0)),
-    t("fair-05", "standard", 1.0, (0.3, 0.0), false, Steady, (3, 0)),
-    t("fair-06", "standard", 2.0, (0.0, 0.0), true, Borrower, (3, 0)),
-    t("fair-07", "standard", 1.5, (0.0, 0.5), false, Borrower, (3, 0)),
-    t("fair-08", "standard", 2.0, (0.0, 0.0), true, Borrower, (3, 0)),
-    t("fair-09", "standard", 1.5, (0.0, 0.0), false, Steady, (3, 0)),
+    t(
+        "fair-04",
+        "standard",
+        2.0,
+        (0.0, 0.0),
+        true,
+        Borrower,
+        (3, 0),
+    ),
+    t(
+        "fair-05",
+        "standard",
+        1.0,
+        (0.3, 0.0),
+        false,
+        Steady,
+        (3, 0),
+    ),
+    t(
+        "fair-06",
+        "standard",
+        2.0,
+        (0.0, 0.0),
+        true,
+        Borrower,
+        (3, 0),
+    ),
+    t(
+        "fair-07",
+        "standard",
+        1.5,
+        (0.0, 0.5),
+        false,
+        Borrower,
+        (3, 0),
+    ),
+    t(
+        "fair-08",
+        "standard",
+        2.0,
+        (0.0, 0.0),
+        true,
+        Borrower,
+        (3, 0),
+    ),
+    t(
+        "fair-09",
+        "standard",
+        1.5,
+        (0.0, 0.0),
+        false,
+        Steady,
+        (3, 0),
+    ),
     t("fair-10", "batch", 1.0, (0.5, 0.0), false, Steady, (3, 0)),
     t("fair-11", "batch", 2.0, (0.0, 0.3), true, Borrower, (3, 0)),
     t("fair-12", "batch", 1.5, (0.0, 0.0), false, Steady, (3, 0)),
@@ -383,8 +431,22 @@ fn plan(m: &Month, mode: &str) -> anyhow::Result<serde_json::Value> {
 /// English-like text of about `tokens` o200k tokens (as scen-bench's).
 fn long_text(tokens: usize, seed: u64) -> String {
     const WORDS: [&str; 16] = [
-        "the", "gateway", "budget", "tenant", "request", "stream", "quota", "ledger", "settles",
-        "provider", "holds", "tokens", "monthly", "borrow", "reclaim", "department",
+        "the",
+        "gateway",
+        "budget",
+        "tenant",
+        "request",
+        "stream",
+        "quota",
+        "ledger",
+        "settles",
+        "provider",
+        "holds",
+        "tokens",
+        "monthly",
+        "borrow",
+        "reclaim",
+        "department",
     ];
     let mut out = String::with_capacity(tokens * 6);
     let mut rng = Rng(seed);
@@ -531,10 +593,7 @@ fn chrono_ms() -> i64 {
 
 fn read_keys(p: &Path) -> anyhow::Result<Vec<String>> {
     let text = std::fs::read_to_string(p)?;
-    let map: HashMap<&str, &str> = text
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .collect();
+    let map: HashMap<&str, &str> = text.lines().filter_map(|l| l.split_once(' ')).collect();
     TENANTS
         .iter()
         .map(|s| {
@@ -701,7 +760,13 @@ async fn replay(
     let mut all = Vec::new();
     let mut alone: Vec<Vec<Duration>> = vec![Vec::new(); 12];
     for (i, lat) in alone.iter_mut().enumerate() {
-        let recs = run_load(url, &keys, &steady(Some(i), iso_secs, m.seed + i as u64), &long).await?;
+        let recs = run_load(
+            url,
+            &keys,
+            &steady(Some(i), iso_secs, m.seed + i as u64),
+            &long,
+        )
+        .await?;
         lat.extend(
             recs.iter()
                 .filter(|r| (200..300).contains(&r.status) && r.kind != Kind::Stream)
@@ -709,7 +774,13 @@ async fn replay(
         );
         all.extend(recs);
     }
-    let together = run_load(url, &keys, &steady(None, iso_secs * 2.0, m.seed + 99), &long).await?;
+    let together = run_load(
+        url,
+        &keys,
+        &steady(None, iso_secs * 2.0, m.seed + 99),
+        &long,
+    )
+    .await?;
     println!("| tenant | priority | load | n alone / together | p50 alone ms | p99 alone ms | p50 together ms | p99 together ms | p99 change |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for (i, s) in TENANTS.iter().enumerate() {
@@ -1027,7 +1098,7 @@ fn judge(
         "batch" => waits[2],
         _ => waits[1],
     };
-    let decisions: Vec<Dec> = rows(&dir.join("decisions.csv"))?
+    let mut decisions: Vec<Dec> = rows(&dir.join("decisions.csv"))?
         .into_iter()
         .map(|r| Dec {
             id: r[0].clone(),
@@ -1039,6 +1110,7 @@ fn judge(
             gw_headroom: r.get(6).filter(|s| !s.is_empty()).map(|s| num(s)),
         })
         .collect();
+    decisions.sort_by_key(|d| d.at);
     let admitted: u64 = w.events.values().map(|v| v.len() as u64).sum();
     let t0 = w
         .events
@@ -1055,16 +1127,28 @@ fn judge(
     let mut true_refusals: BTreeMap<String, u64> = BTreeMap::new();
     let mut false_n = 0u64;
     let mut refused_est: HashMap<&str, i64> = HashMap::new();
+    // What the false refusals counted so far would have used, had they been
+    // served (their actual size, from their time on): the room a later
+    // refusal finds is after them, so a tenant's last crumbs of budget are
+    // counted as room once, not for every request refused on them.
+    let mut phantom: Vec<(String, i64, i64)> = Vec::new();
     for d in &decisions {
         let Some(row) = w.tenants.get(&d.tenant) else {
             continue;
         };
         let c = cl.get(&d.id);
-        let est_in = d.est_in.unwrap_or_else(|| c.map_or(25, |c| c.prompt.max(25)));
+        let est_in = d
+            .est_in
+            .unwrap_or_else(|| c.map_or(25, |c| c.prompt.max(25)));
         let est = est_in + d.est_out.unwrap_or_else(|| c.map_or(64, |c| c.max_tokens));
         let actual = est_in + c.map_or(est - est_in, |c| c.out);
         refused_est.insert(&d.id, est);
-        let room_at = |at: i64, need: i64| w.headroom(&d.tenant, at, &d.id) >= need;
+        let taken: i64 = phantom
+            .iter()
+            .filter(|(t, at, _)| *t == d.tenant && *at <= d.at)
+            .map(|p| p.2)
+            .sum();
+        let room_at = |at: i64, need: i64| w.headroom(&d.tenant, at, &d.id) - taken >= need;
         let slots_at = |at: i64| {
             w.inflight(&d.tenant, at, false) < row.max_inflight && w.pool_room(&d.tenant, at)
         };
@@ -1073,7 +1157,9 @@ fn judge(
                 Some("lease granularity / settle lag (room at the estimate, counting every hold in flight)")
             } else if room_at(d.at, actual) {
                 Some("estimate error (room for what it would have used, not for max_tokens)")
-            } else if w.headroom(&d.tenant, d.at, &d.id) + w.lendable(&d.tenant, d.at) >= est {
+            } else if w.headroom(&d.tenant, d.at, &d.id) - taken + w.lendable(&d.tenant, d.at)
+                >= est
+            {
                 Some("borrow latency (the pool could lend it, the borrow came too late)")
             } else {
                 None
@@ -1088,9 +1174,13 @@ fn judge(
         match cause {
             Some(c) => {
                 false_n += 1;
-                let h = w.headroom(&d.tenant, d.at, &d.id);
+                phantom.push((d.tenant.clone(), d.at, actual));
+                let h = w.headroom(&d.tenant, d.at, &d.id) - taken;
                 let e = wheres
-                    .entry((d.tenant.clone(), c.split(' ').next().unwrap_or(c).to_string()))
+                    .entry((
+                        d.tenant.clone(),
+                        c.split(' ').next().unwrap_or(c).to_string(),
+                    ))
                     .or_insert((0, d.at, d.at, h, h, d.gw_headroom));
                 e.0 += 1;
                 e.2 = d.at;
@@ -1169,7 +1259,11 @@ fn judge(
             if !d.reason.contains("budget") {
                 continue; // refused for something else than its budget
             }
-            (d.at, refused_est.get(id.as_str()).copied().unwrap_or(0), false)
+            (
+                d.at,
+                refused_est.get(id.as_str()).copied().unwrap_or(0),
+                false,
+            )
         } else {
             continue;
         };
@@ -1326,7 +1420,7 @@ fn judge(
     }
     println!();
     println!(
-        "FIG false_refusals={false_n} fit={} borrow_hit={hit} borrow_could={could} reclaim_on_time={on_time} reclaim_demands={demands} served_tokens={served_tok} offered_tokens={offered} bills_exact={exact} bills={billed}",
+        "FIG false_refusals={false_n} fit={} borrow_hit={hit} borrow_could={could} reclaim_on_time={on_time} reclaim_demands={demands} served_tokens={served_tok} offered_tokens={offered} bills_exact={exact} bills={billed} served_requests={admitted}",
         admitted + false_n
     );
     Ok(())
@@ -1369,7 +1463,10 @@ mod tests {
         };
         let (a, b) = (schedule(&m), schedule(&m));
         assert_eq!(a.len(), b.len());
-        assert!(a.iter().zip(&b).all(|(x, y)| x.at == y.at && x.out == y.out));
+        assert!(a
+            .iter()
+            .zip(&b)
+            .all(|(x, y)| x.at == y.at && x.out == y.out));
         assert!((2_000..8_000).contains(&a.len()), "{} requests", a.len());
         assert!(a.iter().any(|r| r.burst > 0));
         let spec = plan(&m, "on").unwrap();
