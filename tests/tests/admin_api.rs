@@ -367,6 +367,19 @@ async fn nobody_approves_their_own_request() {
         .0,
         200
     );
+    // Markup is no email address (the console's defect 14): refused naming
+    // the field.
+    let script = json!({"email": "<script>alert(1)</script>@x.io",
+        "password": "correct horse battery staple", "role": "finance"});
+    let (status, body) = api(
+        "POST",
+        &format!("{b}/api/v1/users"),
+        Some(&p.admin),
+        Some(script),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("email"), "{body}");
     let sock = login(b, "sock@x.io").await;
     let req = json!({"tenant_id": "t", "tokens": 10, "expires_at": "2099-01-01T00:00:00Z", "reason": "again"});
     let (_, q) = api(

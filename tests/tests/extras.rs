@@ -710,3 +710,166 @@ async fn the_policy_is_set_through_the_admin_api() {
 fn body_of_tier(tier: &str) -> Value {
     body("chat", "m", "hi", json!({"service_tier": tier}))
 }
+
+/// Gemini's `serviceTier` is the same policy as every dialect's tier: a key
+/// not allowed `priority` is refused 403 `service_tier_not_allowed` naming
+/// `serviceTier`, in Google's shape, before anything is sent; an allowed
+/// one reaches the chat provider as `service_tier` and is held and billed
+/// at the priority prices. Cached content and audio answers cannot be
+/// translated: refused naming the field, never dropped.
+#[tokio::test]
+async fn a_gemini_service_tier_is_a_policy_and_reaches_the_provider() {
+    let f = fixture().await;
+    let gemini = |extra: Value| {
+        let mut b = json!({"contents": [{"role": "user", "parts": [{"text": "hello there"}]}],
+            "generationConfig": {"maxOutputTokens": 20}});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let before = f.env.mock.snapshot().requests;
+    let k = key(&f, Limits::default()).await;
+    let priority = gemini(json!({"serviceTier": "priority"}));
+    let (status, reason, v) = send_gemini(&f, &k, "m", "generateContent", &priority).await;
+    assert_eq!(
+        (status, reason.as_str()),
+        (403, "service_tier_not_allowed"),
+        "{v}"
+    );
+    assert_eq!(v["error"]["status"], "PERMISSION_DENIED", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("serviceTier: "),
+        "{v}"
+    );
+    for (extra, field) in [
+        (
+            json!({"cachedContent": "cachedContents/abc"}),
+            "cachedContent",
+        ),
+        (
+            json!({"generationConfig": {"maxOutputTokens": 20, "responseModalities": ["AUDIO"]}}),
+            "generationConfig.responseModalities",
+        ),
+    ] {
+        let (status, reason, v) = send_gemini(&f, &k, "m", "generateContent", &gemini(extra)).await;
+        assert_eq!((status, reason.as_str()), (400, "invalid_request"), "{v}");
+        // The field named (first, unless the message names it already).
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(field), "{v}");
+    }
+    assert_eq!(f.env.mock.snapshot().requests, before, "nothing forwarded");
+
+    let k = key(
+        &f,
+        Limits {
+            allowed_service_tiers: Some(vec!["priority".into()]),
+            ..Default::default()
+        },
+    )
+    .await;
+    let before = f.env.mock.snapshot();
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1beta/models/m:generateContent", f.base))
+        .header("x-goog-api-key", &k)
+        .json(&priority)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let rid = r.headers()["x-request-id"].to_str().unwrap().to_string();
+    let after = f.env.mock.snapshot();
+    assert_eq!(
+        after.last_body.as_ref().unwrap()["service_tier"],
+        "priority",
+        "the tier sent to the provider"
+    );
+    let (p, c) = (
+        (after.prompt_tokens - before.prompt_tokens) as i64,
+        (after.completion_tokens - before.completion_tokens) as i64,
+    );
+    let e = booked(&f, &rid).await;
+    assert_eq!(
+        e.est_cost_micro,
+        micro(e.est_tokens - 20, 20, (PRIORITY_INPUT, PRIORITY_OUTPUT)),
+        "held at the priority prices ({e:?})"
+    );
+    assert_eq!(
+        e.cost_pico,
+        p * PRIORITY_INPUT + c * PRIORITY_OUTPUT,
+        "billed at the priority prices ({e:?})"
+    );
+    f.srv.shutdown().await;
+}
+
+/// A WAV of `seconds` at 16 kHz mono 16-bit, as base64.
+fn wav_b64(seconds: u32) -> String {
+    use base64::Engine;
+    let data = 32_000 * seconds;
+    let mut b = b"RIFF".to_vec();
+    b.extend_from_slice(&(36 + data).to_le_bytes());
+    b.extend_from_slice(b"WAVEfmt ");
+    b.extend_from_slice(&16u32.to_le_bytes());
+    b.extend_from_slice(&1u16.to_le_bytes());
+    b.extend_from_slice(&1u16.to_le_bytes());
+    b.extend_from_slice(&16_000u32.to_le_bytes());
+    b.extend_from_slice(&32_000u32.to_le_bytes());
+    b.extend_from_slice(&2u16.to_le_bytes());
+    b.extend_from_slice(&16u16.to_le_bytes());
+    b.extend_from_slice(b"data");
+    b.extend_from_slice(&data.to_le_bytes());
+    b.resize(b.len() + data as usize, 0);
+    base64::engine::general_purpose::STANDARD.encode(b)
+}
+
+/// Audio input is held by its duration (documented: 32 tokens a second),
+/// not by its base64 read as text; a file part the gateway cannot size is
+/// held at the model's context window (128,000 tokens for a model whose
+/// window tollgate does not know): refused 402 before forwarding on a
+/// budget below it, served and held at it without one.
+#[tokio::test]
+async fn audio_and_files_are_held_by_their_documented_bounds() {
+    let f = fixture().await;
+    let k = key(&f, Limits::default()).await;
+    let with = |part: Value| {
+        json!({"model": "m", "max_tokens": 20, "messages": [{"role": "user",
+            "content": [{"type": "text", "text": "what is this?"}, part]}]})
+    };
+    // Ten seconds of audio: 320 tokens (352 with the header's rounding),
+    // where its 427 KB of base64 read as text would be ~100 times more.
+    let audio = with(json!({"type": "input_audio",
+        "input_audio": {"data": wav_b64(10), "format": "wav"}}));
+    let (status, rid, v) = send(&f, &k, "chat", &audio).await;
+    assert_eq!(status, 200, "{v}");
+    let e = booked(&f, &rid).await;
+    let held_in = e.est_tokens - 20;
+    assert!(
+        (10 * 32..=11 * 32 + 50).contains(&held_in),
+        "ten seconds held as ~320 tokens ({e:?})"
+    );
+
+    let file = with(json!({"type": "file", "file": {"file_id": "file-abc123"}}));
+    let budgeted = key(
+        &f,
+        Limits {
+            monthly_tokens: Some(100_000),
+            ..Default::default()
+        },
+    )
+    .await;
+    let before = f.env.mock.snapshot().requests;
+    let (status, _, v) = send(&f, &budgeted, "chat", &file).await;
+    assert_eq!(status, 402, "a file id held at the window: {v}");
+    assert_eq!(f.env.mock.snapshot().requests, before, "not forwarded");
+    let (status, rid, v) = send(&f, &k, "chat", &file).await;
+    assert_eq!(status, 200, "{v}");
+    let e = booked(&f, &rid).await;
+    assert!(
+        e.est_tokens - 20 >= 128_000,
+        "the file held at the window ({e:?})"
+    );
+    f.srv.shutdown().await;
+}

@@ -2,7 +2,7 @@
 //! (mock-upstream's personalities): the cap field a provider reads, hidden
 //! reasoning, absurd usage reports, oversized answers and sloppy SSE framing.
 
-use domain::provider::{CapField, ProviderProfile};
+use domain::provider::{CapField, Dialect, ProviderProfile};
 use domain::Limits;
 use e2e::*;
 use futures::StreamExt;
@@ -199,6 +199,65 @@ async fn concurrent_streams_of_a_hidden_reasoning_model_stay_within_the_budget()
     let used = settled_used(&env).await;
     assert!(used <= 3_000, "used {used} > 3,000");
     assert!(served.len() >= 2, "served {}", served.len());
+    srv.shutdown().await;
+}
+
+/// Claude's extended thinking is billed in full and streamed as a summary:
+/// a stream that asks for it is held at its whole cap up front (hidden
+/// reasoning, whatever the profile), so ten concurrent thinking streams on
+/// a 3,000-token budget cannot spend past it. Counting the stream's
+/// deltas (the summary and the answer: ~55 tokens each) would admit all
+/// ten and spend 6,500 (650 output each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_thinking_streams_stay_within_the_budget() {
+    let env = TestEnv::new().await;
+    let model = "claude-thinker";
+    let profile = ProviderProfile {
+        apis: vec![Dialect::Chat, Dialect::Messages],
+        ..Default::default()
+    };
+    assert!(!profile.hidden_reasoning);
+    let key = setup(&env, model, 3_000, Some(profile)).await;
+    let srv = env.server().await;
+    let url = format!("http://{}/v1/messages", srv.addr);
+    let client = reqwest::Client::new();
+    let runs = (0..10).map(|_| {
+        let (client, url, key) = (client.clone(), url.clone(), key.clone());
+        async move {
+            let b = json!({"model": model, "max_tokens": 1_000, "stream": true,
+                "thinking": {"type": "enabled", "budget_tokens": 800},
+                "messages": [{"role": "user", "content":
+                    "think [mock:hidden_reasoning=600] [mock:output_tokens=50] [mock:chunk_delay_ms=10]"}]});
+            let r = client
+                .post(url)
+                .header("x-api-key", key)
+                .header("anthropic-version", "2023-06-01")
+                .json(&b)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            let text = if status == 200 { read_stream(r).await } else { String::new() };
+            (status, text)
+        }
+    });
+    let results = futures::future::join_all(runs).await;
+    for (s, _) in &results {
+        assert!([200, 402, 429].contains(s), "status {s}");
+    }
+    let served: Vec<&String> = results
+        .iter()
+        .filter(|(s, _)| *s == 200)
+        .map(|(_, t)| t)
+        .collect();
+    assert!(served.len() >= 2, "served {}", served.len());
+    for t in &served {
+        // The summary streamed, the whole thinking billed.
+        assert!(t.contains("thinking_delta"), "{t}");
+        assert!(t.contains("\"output_tokens\":650"), "{t}");
+    }
+    let used = settled_used(&env).await;
+    assert!(used <= 3_000, "used {used} > 3,000");
     srv.shutdown().await;
 }
 

@@ -425,6 +425,7 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("err.past", "must be in the future", "必须是将来的时间"),
     ("err.positive_amount", "ask for a positive number of tokens and/or USD", "请申请正数的 token 和/或美元额度"),
     ("err.bad_time", "must be a date and time like 2026-12-31T18:00", "必须是日期时间，例如 2026-12-31T18:00"),
+    ("err.from_after_to", "From is after To: nothing can match", "起始时间晚于结束时间，没有可匹配的记录"),
     ("err.unknown_app", "no such app in this tenant", "该租户下没有此应用"),
     ("err.unknown_tenant", "no such tenant", "没有此租户"),
     ("err.role", "unknown role", "未知角色"),

@@ -77,14 +77,21 @@ impl HostedTool {
 /// What a request asks for beyond its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Asked<'a> {
-    /// `service_tier`.
+    /// `service_tier` (Gemini's `serviceTier`).
     pub tier: TierAsk<'a>,
+    /// The field the tier was asked in, to name in a refusal.
+    pub tier_param: &'static str,
     /// Anthropic `speed` other than `standard` (`fast`).
     pub speed: Option<&'a str>,
     /// Empty for most requests (no allocation).
     pub tools: Vec<HostedTool>,
     /// Responses `max_tool_calls` as the client set it.
     pub max_tool_calls: Option<i64>,
+    /// Extended thinking asked for (`thinking` of a type other than
+    /// `disabled`: Anthropic's, and the chat providers' that copied it):
+    /// billed in full, streamed summarised at most, so hidden reasoning
+    /// for the hold.
+    pub thinks: bool,
 }
 
 /// Why a request may not go as asked.
@@ -179,6 +186,31 @@ fn tier_name<'a>(v: Option<&'a Value>, param: &str) -> Result<TierAsk<'a>, Inval
     }
 }
 
+/// The service tier a Gemini body asks for (`serviceTier`, or
+/// `service_tier`; Google's names in any case): None for the standard
+/// tier, else the tier by the name the chat provider takes (`flex`,
+/// `priority`), which the translation sends as `service_tier`.
+pub fn gemini_tier(body: &Value) -> Result<Option<&'static str>, InvalidField> {
+    let (param, v) = match body.get("serviceTier") {
+        Some(v) => ("serviceTier", v),
+        None => (
+            "service_tier",
+            body.get("service_tier").unwrap_or(&Value::Null),
+        ),
+    };
+    let name = match v {
+        Value::Null => return Ok(None),
+        Value::String(s) => s.to_ascii_lowercase(),
+        _ => return Err(bad(param, "serviceTier is a string")),
+    };
+    match name.trim_start_matches("service_tier_") {
+        "unspecified" | "standard" => Ok(None),
+        "flex" => Ok(Some("flex")),
+        "priority" => Ok(Some("priority")),
+        _ => Err(bad(param, "serviceTier must be standard, flex or priority")),
+    }
+}
+
 fn cap_of(v: Option<&Value>, param: &str) -> Result<Option<i64>, InvalidField> {
     match v {
         None | Some(Value::Null) => Ok(None),
@@ -232,10 +264,12 @@ fn asks_beyond_text(member: &str) -> bool {
             | "prediction"
             | "inference_geo"
             | "service_tier"
+            | "serviceTier"
             | "speed"
             | "mcp_servers"
             | "web_search_options"
             | "max_tool_calls"
+            | "thinking"
             | "tools"
     )
 }
@@ -245,9 +279,11 @@ fn asks_beyond_text(member: &str) -> bool {
 pub fn read(dialect: Dialect, body: &Value) -> Result<Asked<'_>, InvalidField> {
     let plain = Asked {
         tier: TierAsk::Default,
+        tier_param: "service_tier",
         speed: None,
         tools: Vec::new(),
         max_tool_calls: None,
+        thinks: false,
     };
     if body
         .as_object()
@@ -259,16 +295,22 @@ pub fn read(dialect: Dialect, body: &Value) -> Result<Asked<'_>, InvalidField> {
     }
     refused_fields(dialect, body)?;
     let mut asked = Asked {
-        // Gemini's body is translated to chat, whose provider is never
-        // asked for a tier: nothing to allow.
+        // Gemini's tier is sent to the chat provider the body is
+        // translated for, under the same name.
         tier: if dialect == Dialect::Gemini {
-            TierAsk::Default
+            gemini_tier(body)?.map_or(TierAsk::Default, TierAsk::Named)
         } else {
             tier_name(body.get("service_tier"), "service_tier")?
+        },
+        tier_param: if dialect == Dialect::Gemini && body.get("serviceTier").is_some() {
+            "serviceTier"
+        } else {
+            "service_tier"
         },
         speed: None,
         tools: Vec::new(),
         max_tool_calls: None,
+        thinks: false,
     };
     if dialect == Dialect::Messages {
         match body.get("speed") {
@@ -297,6 +339,11 @@ pub fn read(dialect: Dialect, body: &Value) -> Result<Asked<'_>, InvalidField> {
     if dialect == Dialect::Responses {
         asked.max_tool_calls = cap_of(body.get("max_tool_calls"), "max_tool_calls")?;
     }
+    asked.thinks = body
+        .get("thinking")
+        .and_then(|t| t.get("type"))
+        .and_then(Value::as_str)
+        .is_some_and(|t| t != "disabled");
     if dialect == Dialect::Gemini {
         // A Gemini `Tool` is named by its fields, one tool may carry several.
         let list = body.get("tools").and_then(Value::as_array);
@@ -360,7 +407,10 @@ pub struct ToolHold {
 impl Asked<'_> {
     /// Whether the request asks for anything here at all.
     pub fn is_plain(&self) -> bool {
-        self.tier == TierAsk::Default && self.speed.is_none() && self.tools.is_empty()
+        self.tier == TierAsk::Default
+            && self.speed.is_none()
+            && self.tools.is_empty()
+            && !self.thinks
     }
 
     /// The first thing asked that the scopes do not allow.
@@ -368,7 +418,7 @@ impl Asked<'_> {
         if let TierAsk::Named(t) = self.tier {
             if !tier_allowed(scopes, t) {
                 return Err(PolicyRefusal::Tier {
-                    param: "service_tier",
+                    param: self.tier_param,
                     tier: t.to_string(),
                 });
             }
@@ -626,7 +676,7 @@ mod tests {
             {"googleSearch": {}},
             {"code_execution": {}, "urlContext": {}},
             {"googleSearchRetrieval": {}},
-        ], "service_tier": "priority"});
+        ]});
         let asked = read(Dialect::Gemini, &body).unwrap();
         let named: Vec<(String, &str)> = asked.tools.iter().map(|t| (t.param(), t.kind)).collect();
         assert_eq!(
@@ -638,7 +688,6 @@ mod tests {
                 ("tools[3].googleSearchRetrieval".to_string(), "web_search"),
             ]
         );
-        // No tier is read from a Gemini body (it is translated to chat).
         assert_eq!(asked.tier, TierAsk::Default);
         let budgeted = Limits {
             monthly_tokens: Some(1_000),
@@ -671,6 +720,71 @@ mod tests {
         // Function declarations alone are no hosted tool.
         let plain = json!({"tools": [{"function_declarations": [{"name": "f"}]}]});
         assert!(read(Dialect::Gemini, &plain).unwrap().is_plain());
+    }
+
+    #[test]
+    fn extended_thinking_is_read_in_any_dialect() {
+        for d in [Dialect::Messages, Dialect::Chat] {
+            for (t, thinks) in [
+                (json!({"type": "enabled", "budget_tokens": 2048}), true),
+                (json!({"type": "adaptive"}), true),
+                (json!({"type": "disabled"}), false),
+                (json!(null), false),
+            ] {
+                let body = json!({"thinking": t});
+                let asked = read(d, &body).unwrap();
+                assert_eq!(asked.thinks, thinks, "{d:?} {body}");
+                assert_eq!(asked.is_plain(), !thinks);
+            }
+        }
+        assert!(
+            !read(Dialect::Chat, &json!({"messages": []}))
+                .unwrap()
+                .thinks
+        );
+    }
+
+    #[test]
+    fn a_gemini_tier_is_a_policy_under_googles_field_name() {
+        let none = scopes_of(Limits::NONE, Limits::NONE, Limits::NONE);
+        for (body, param) in [
+            (json!({"serviceTier": "PRIORITY"}), "serviceTier"),
+            (json!({"service_tier": "priority"}), "service_tier"),
+        ] {
+            let asked = read(Dialect::Gemini, &body).unwrap();
+            assert_eq!(asked.tier, TierAsk::Named("priority"));
+            assert_eq!(
+                asked.check(refs(&none)),
+                Err(PolicyRefusal::Tier {
+                    param,
+                    tier: "priority".into()
+                })
+            );
+        }
+        for standard in [
+            "standard",
+            "STANDARD",
+            "unspecified",
+            "SERVICE_TIER_UNSPECIFIED",
+        ] {
+            let body = json!({"serviceTier": standard});
+            assert!(
+                read(Dialect::Gemini, &body).unwrap().is_plain(),
+                "{standard}"
+            );
+        }
+        assert_eq!(
+            gemini_tier(&json!({"serviceTier": "Flex"})).unwrap(),
+            Some("flex")
+        );
+        let bad = read(Dialect::Gemini, &json!({"serviceTier": "scale"})).unwrap_err();
+        assert_eq!(bad.param, "serviceTier");
+        assert!(read(Dialect::Gemini, &json!({"serviceTier": 2})).is_err());
+        let flex = scopes_of(tiers(&["flex"]), Limits::NONE, Limits::NONE);
+        let body = json!({"serviceTier": "flex"});
+        let asked = read(Dialect::Gemini, &body).unwrap();
+        assert!(asked.check(refs(&flex)).is_ok());
+        assert_eq!(asked.reachable_tiers(refs(&flex)), vec!["flex"]);
     }
 
     #[test]

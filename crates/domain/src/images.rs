@@ -124,7 +124,7 @@ pub fn data_url_dimensions(url: &str) -> Option<(u32, u32)> {
     None
 }
 
-fn decode_b64_prefix(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn decode_b64_prefix(s: &str) -> Option<Vec<u8>> {
     let val = |c: u8| -> Option<u32> {
         Some(match c {
             b'A'..=b'Z' => c - b'A',

@@ -24,6 +24,7 @@ pub mod keys;
 pub mod lease;
 pub mod limits;
 pub mod login;
+pub mod media;
 pub mod money;
 pub mod period;
 pub mod pricing;

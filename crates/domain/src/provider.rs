@@ -126,6 +126,15 @@ impl ProviderProfile {
                 hidden_reasoning: true,
                 apis: vec![Dialect::Chat],
             }
+        } else if m.starts_with("gemini-")
+            && !["gemini-1", "gemini-2.0"].iter().any(|p| m.starts_with(p))
+        {
+            // Gemini 2.5 and later think by default, bill the thoughts as
+            // output (`thoughtsTokenCount`) and never stream them.
+            ProviderProfile {
+                hidden_reasoning: true,
+                ..ProviderProfile::default()
+            }
         } else {
             ProviderProfile::default()
         }
@@ -146,6 +155,22 @@ mod tests {
         assert_eq!(p.cap_field, CapField::MaxTokens);
         assert!(!p.hidden_reasoning);
         assert!(p.speaks(Dialect::Chat) && !p.speaks(Dialect::Messages));
+    }
+
+    #[test]
+    fn thinking_gemini_models_hide_their_reasoning() {
+        for m in [
+            "gemini-2.5-pro",
+            "gemini-3-flash-preview",
+            "google/gemini-2.5-flash",
+        ] {
+            let p = ProviderProfile::suggested_for(m);
+            assert!(p.hidden_reasoning, "{m}");
+            assert_eq!(p.cap_field, CapField::MaxTokens, "{m}");
+        }
+        for m in ["gemini-2.0-flash", "gemini-1.5-pro"] {
+            assert!(!ProviderProfile::suggested_for(m).hidden_reasoning, "{m}");
+        }
     }
 
     #[test]

@@ -60,6 +60,33 @@ impl TextLimit {
     }
 }
 
+/// Whether `email` (trimmed, lower-cased by the caller) has the shape of an
+/// address a person signs in with: one `@`; a local part of letters,
+/// digits and `.!#$%&'*+/=?^_`{|}~-` (no quoted forms, no leading,
+/// trailing or doubled dot); a domain of at least two dot-separated labels
+/// of letters, digits and inner hyphens. Markup (`<script>@x.io`), spaces
+/// and quotes are refused; international domains are given in their
+/// `xn--` form.
+pub fn is_email(email: &str) -> bool {
+    let Some((local, domain)) = email.split_once('@') else {
+        return false;
+    };
+    let atext = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+/=?^_`{|}~-".contains(c);
+    let local_ok = !local.is_empty()
+        && local
+            .split('.')
+            .all(|p| !p.is_empty() && p.chars().all(atext));
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    };
+    let labels: Vec<&str> = domain.split('.').collect();
+    local_ok && labels.len() >= 2 && labels.iter().all(|l| label_ok(l))
+}
+
 /// At most `max` characters of `text`, cut on a character boundary, with
 /// `…` appended when something was cut (a page shows the rest on demand).
 pub fn clip(text: &str, max: usize) -> (&str, bool) {
@@ -72,6 +99,35 @@ pub fn clip(text: &str, max: usize) -> (&str, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn emails_have_the_shape_of_an_address() {
+        for ok in [
+            "a@b.io",
+            "first.last+tag@mail.example.com",
+            "o'neil@x-y.cn",
+            "x@xn--fiqs8s.cn",
+        ] {
+            assert!(is_email(ok), "{ok}");
+        }
+        for bad in [
+            "<script>alert(1)</script>@x.io",
+            "a@b",
+            "@b.io",
+            "a@",
+            "a b@c.io",
+            "a@@b.io",
+            "a@b@c.io",
+            ".a@b.io",
+            "a..b@c.io",
+            "a@-b.io",
+            "a@b..io",
+            "\"a\"@b.io",
+            "a@b.io>",
+        ] {
+            assert!(!is_email(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn lengths_count_characters_not_bytes() {

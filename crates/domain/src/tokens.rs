@@ -223,28 +223,29 @@ pub fn chat_input_tokens_as(
     messages: &[Value],
     counting: Counting,
 ) -> u64 {
-    chat_input_tokens_with_images(family, None, messages, counting)
+    chat_input_tokens_with_media(family, None, messages, counting)
 }
 
-/// [`chat_input_tokens_as`] with the images of the messages counted by
-/// `images`' rule (`crate::images`), in the same walk; None: images are
-/// not counted.
-pub fn chat_input_tokens_with_images(
+/// [`chat_input_tokens_as`] with the media of the messages — images,
+/// audio, files — counted by `media`'s rules (`crate::images`,
+/// `crate::media`), in the same walk; None: images are not counted, audio
+/// and files are read as text.
+pub fn chat_input_tokens_with_media(
     family: TokenizerFamily,
-    images: Option<crate::images::ImageRule>,
+    media: Option<crate::media::Media>,
     messages: &[Value],
     counting: Counting,
 ) -> u64 {
     let mut n = REPLY_PRIMING;
     let mut buf = String::new();
-    let mut image_tokens = 0u64;
+    let mut media_tokens = 0u64;
     for m in messages {
         n += PER_MESSAGE;
         buf.clear();
-        collect_text(m, &mut buf, images, &mut image_tokens);
+        collect_text(m, &mut buf, media, &mut media_tokens);
         n += family.count_as(&buf, counting);
     }
-    n.saturating_add(image_tokens)
+    n.saturating_add(media_tokens)
 }
 
 /// Input tokens of `tools`/`functions` definitions (the model reads them too).
@@ -282,8 +283,8 @@ pub fn prompt_tokens_as(family: TokenizerFamily, input: &Value, counting: Counti
 fn collect_text(
     v: &Value,
     out: &mut String,
-    images: Option<crate::images::ImageRule>,
-    image_tokens: &mut u64,
+    media: Option<crate::media::Media>,
+    media_tokens: &mut u64,
 ) {
     match v {
         Value::String(s) => {
@@ -292,23 +293,27 @@ fn collect_text(
         }
         Value::Array(a) => a
             .iter()
-            .for_each(|x| collect_text(x, out, images, image_tokens)),
+            .for_each(|x| collect_text(x, out, media, media_tokens)),
         Value::Object(o) => {
             for (k, x) in o {
-                // Image parts are priced by the provider by its own rule
-                // (`crate::images`); their URLs and detail flags are not
-                // text the model reads as tokens.
-                if k == "image_url" {
-                    if let Some(rule) = images {
-                        *image_tokens =
-                            image_tokens.saturating_add(crate::images::part_tokens(rule, x));
+                // Media parts are priced by the provider by its own rule
+                // (`crate::images`, `crate::media`); their base64, URLs
+                // and ids are not text the model reads as tokens.
+                let tokens = match k.as_str() {
+                    "type" => Some(0),
+                    "image_url" => {
+                        Some(media.map_or(0, |m| crate::images::part_tokens(m.images, x)))
                     }
-                    continue;
+                    "input_audio" if media.is_some() && x.is_object() => {
+                        Some(crate::media::audio_part_tokens(x))
+                    }
+                    "file" if crate::media::is_file(x) => media.map(|m| m.file_tokens),
+                    _ => None,
+                };
+                match tokens {
+                    Some(t) => *media_tokens = media_tokens.saturating_add(t),
+                    None => collect_text(x, out, media, media_tokens),
                 }
-                if k == "type" {
-                    continue;
-                }
-                collect_text(x, out, images, image_tokens);
             }
         }
         _ => {}

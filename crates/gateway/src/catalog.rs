@@ -191,7 +191,7 @@ pub struct ModelEntry {
     pub tokenizer: TokenizerFamily,
     /// How its provider counts an image's input tokens (by the upstream
     /// model's name, once here rather than on every request).
-    pub image_rule: domain::images::ImageRule,
+    pub media: domain::media::Media,
     pub default_max_output: i64,
     /// The cheaper model a tenant past its daily soft limit is sent to.
     pub degrade_to: Option<String>,
@@ -348,7 +348,7 @@ impl Index {
                 deployments,
                 fallbacks: fallbacks_of.remove(&m.id).unwrap_or_default(),
                 tokenizer: TokenizerFamily::for_model(m.tokenizer.as_deref(), &m.upstream_model),
-                image_rule: domain::images::ImageRule::for_model(&m.upstream_model),
+                media: domain::media::Media::for_model(&m.upstream_model),
                 id: m.id.clone(),
                 kind: if m.kind == "embedding" {
                     ModelKind::Embedding

@@ -102,9 +102,9 @@ pub(crate) fn estimate(
                 .as_array()
                 .map(Vec::as_slice)
                 .unwrap_or(&[]);
-            // Images by the provider's rule (domain::images).
-            let mut n =
-                tokens::chat_input_tokens_with_images(f, Some(model.image_rule), msgs, counting);
+            // Images, audio and files by the provider's rules (domain::images,
+            // domain::media).
+            let mut n = tokens::chat_input_tokens_with_media(f, Some(model.media), msgs, counting);
             for extra in ["tools", "functions", "response_format"] {
                 if let Some(v) = body.get(extra) {
                     n += tokens::json_tokens_as(f, v, counting);

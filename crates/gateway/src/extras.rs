@@ -20,6 +20,10 @@ pub(crate) struct Allowed {
     /// most requests: no allocation).
     pub tiers: Vec<String>,
     pub tools: ToolHold,
+    /// Extended thinking asked for: hidden reasoning for the hold (its
+    /// whole output cap held up front, as for a `hidden_reasoning`
+    /// provider).
+    pub thinks: bool,
 }
 
 /// The extras `body` asks for, refused (403) when a scope does not allow
@@ -52,6 +56,7 @@ pub(crate) fn allowed(key: &KeyEntry, dialect: Dialect, body: &Value) -> Result<
             .map(str::to_string)
             .collect(),
         tools: asked.tool_hold(dialect),
+        thinks: asked.thinks,
     })
 }
 

@@ -343,9 +343,11 @@ async fn admit_and_forward(
         .is_some_and(|d| d.model.is_some() || per_choice < asked_per_choice);
     let max_out = per_choice * summary.choices;
     // A stream holds one slice of output at a time, extended as it flows.
-    // A provider that hides its reasoning streams nothing to count for it,
-    // so its streams hold their whole cap up front.
-    let first_out = if summary.stream && !model.profile.hidden_reasoning {
+    // A provider that hides its reasoning streams nothing to count for it
+    // (nor a summary of its worth: Claude's extended thinking), so its
+    // streams hold their whole cap up front.
+    let hidden = model.profile.hidden_reasoning || extras.thinks;
+    let first_out = if summary.stream && !hidden {
         max_out.min(gw.cfg.stream_slice_tokens)
     } else {
         max_out

@@ -539,7 +539,7 @@ mod tests {
             },
             prices: Default::default(),
             tokenizer: domain::tokens::TokenizerFamily::Cl100k,
-            image_rule: domain::images::ImageRule::OpenAiTiles,
+            media: domain::media::Media::for_model("m"),
             default_max_output: 16,
             degrade_to: None,
             pool_capacity: None,

@@ -18,6 +18,9 @@ use crate::chat::TOKEN;
 use crate::native::{frame, prompt_tokens, sse, texts, Sse, TOOL_ARGS};
 use crate::{bad_request, latency_and_faults, Call, Directives, Fault, Shared};
 
+/// The summary a thinking model streams of thoughts it bills in full.
+const THOUGHT_SUMMARY: &str = "Considering the request.";
+
 pub(crate) async fn messages(
     State(app): State<Shared>,
     headers: HeaderMap,
@@ -78,6 +81,34 @@ pub(crate) async fn messages(
     let args = called.as_ref().map_or(TOOL_ARGS, |(_, a)| a.as_str());
     let wanted = dir.output_tokens.unwrap_or(app.cfg.output_tokens);
     let cap = req["max_tokens"].as_u64().map(|c| c as u32);
+    // Extended thinking (`thinking: {"type": "enabled", "budget_tokens"}`),
+    // as Claude 4 does it: the model thinks `[mock:hidden_reasoning=N]`
+    // tokens (at most the budget and the cap), all billed as output, and
+    // streams only a short summary of them; the answer gets the rest of
+    // the cap.
+    let mut personality = app.cfg.personality;
+    if let Some(u) = msgs.iter().rev().find(|m| m["role"] == "user") {
+        texts(&u["content"])
+            .into_iter()
+            .for_each(|t| personality.scan(t));
+    }
+    let thinks = matches!(
+        req["thinking"]["type"].as_str(),
+        Some("enabled" | "adaptive")
+    );
+    let thought = match thinks {
+        true => {
+            let budget = req["thinking"]["budget_tokens"]
+                .as_u64()
+                .map_or(u32::MAX, |b| b as u32);
+            personality
+                .hidden_reasoning
+                .min(budget)
+                .min(cap.unwrap_or(u32::MAX))
+        }
+        false => 0,
+    };
+    let cap = cap.map(|c| c - thought);
     let n = match tool {
         Some(_) => 5,
         None => cap.map_or(wanted, |c| c.min(wanted)),
@@ -97,14 +128,20 @@ pub(crate) async fn messages(
         }
     };
     let mut counts = dir.caching.anthropic_counts(prompt);
+    let summary =
+        json!({"type": "thinking", "thinking": THOUGHT_SUMMARY, "signature": "c2lnbmF0dXJl"});
     if !stream {
-        app.stats.completion_tokens(n);
-        counts.output = n.into();
+        app.stats.completion_tokens(n + thought);
+        counts.output = (n + thought).into();
         app.ledger.record(&arrival, &model, counts);
+        let content = match thinks {
+            true => vec![summary, block(true)],
+            false => vec![block(true)],
+        };
         return Json(
             json!({"id": id, "type": "message", "role": "assistant", "model": model,
-            "content": [block(true)], "stop_reason": stop, "stop_sequence": null,
-            "usage": dir.caching.anthropic(prompt, n)}),
+            "content": content, "stop_reason": stop, "stop_sequence": null,
+            "usage": dir.caching.anthropic(prompt, n + thought)}),
         )
         .into_response();
     }
@@ -114,36 +151,58 @@ pub(crate) async fn messages(
     };
     let start = json!({"id": id, "type": "message", "role": "assistant", "model": model, "content": [],
         "stop_reason": null, "stop_sequence": null, "usage": dir.caching.anthropic_start(prompt)});
-    let mut head = vec![
-        ev("message_start", json!({"message": start})),
+    let mut head = vec![ev("message_start", json!({"message": start}))];
+    // The thinking block first (its summary and signature), then the
+    // answer's block.
+    let at = usize::from(thinks);
+    if thinks {
+        app.stats.completion_tokens(thought);
+        counts.output = thought.into();
+        head.extend([
+            ev(
+                "content_block_start",
+                json!({"index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+            ),
+            ev(
+                "content_block_delta",
+                json!({"index": 0, "delta": {"type": "thinking_delta", "thinking": THOUGHT_SUMMARY}}),
+            ),
+            ev(
+                "content_block_delta",
+                json!({"index": 0, "delta": {"type": "signature_delta", "signature": "c2lnbmF0dXJl"}}),
+            ),
+            ev("content_block_stop", json!({"index": 0})),
+        ]);
+    }
+    head.extend([
         ev(
             "content_block_start",
-            json!({"index": 0, "content_block": block(false)}),
+            json!({"index": at, "content_block": block(false)}),
         ),
         ev("ping", json!({})),
-    ];
+    ]);
     let token = match tool {
         Some(_) => {
             head.push(ev(
                 "content_block_delta",
-                json!({"index": 0,
+                json!({"index": at,
                 "delta": {"type": "input_json_delta", "partial_json": args}}),
             ));
             app.stats.completion_tokens(n);
-            counts.output = n.into();
+            counts.output += u64::from(n);
             Bytes::new()
         }
         None => ev(
             "content_block_delta",
-            json!({"index": 0, "delta": {"type": "text_delta", "text": TOKEN}}),
+            json!({"index": at, "delta": {"type": "text_delta", "text": TOKEN}}),
         ),
     };
     let tail = vec![
-        ev("content_block_stop", json!({"index": 0})),
+        ev("content_block_stop", json!({"index": at})),
         ev(
             "message_delta",
             json!({"delta": {"stop_reason": stop, "stop_sequence": null},
-            "usage": dir.caching.anthropic_delta(prompt, n)}),
+            "usage": dir.caching.anthropic_delta(prompt, n + thought)}),
         ),
         ev("message_stop", json!({})),
     ];

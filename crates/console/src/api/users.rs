@@ -40,7 +40,7 @@ pub async fn create_user(
 ) -> Result<(Uuid, String, Role), ApiError> {
     require_platform_admin(actor)?;
     let email = u.email.trim().to_lowercase();
-    if !email.contains('@') || email.starts_with('@') || email.ends_with('@') {
+    if !domain::text::is_email(&email) {
         return Err(ApiError::field("email", "err.email"));
     }
     super::valid_text("email", domain::text::EMAIL, &email)?;

@@ -130,6 +130,21 @@ pub fn to_chat_native(
         messages.push(m);
     }
     chat.insert("messages".into(), Value::Array(messages));
+    // Google's service tiers are the chat providers' names (the policy,
+    // 403 `service_tier_not_allowed`, has spoken: `proxy::extras`).
+    if let Some(tier) = domain::extras::gemini_tier(body)? {
+        chat.insert("service_tier".into(), json!(tier));
+    }
+    // Content cached at Google is read by Google only: a chat provider would
+    // answer without it, and the gateway cannot size it for the hold.
+    for f in ["cachedContent", "cached_content"] {
+        if obj.get(f).is_some_and(|v| !v.is_null()) {
+            return Err(bad(
+                f,
+                "cachedContent names content cached at Google, which only Google's own API reads; tollgate translates every Gemini request to chat completions: send the content in contents",
+            ));
+        }
+    }
     let g = obj
         .get("generationConfig")
         .or_else(|| obj.get("generation_config"));
@@ -178,6 +193,19 @@ pub fn to_chat_native(
                     "responseMimeType {other:?} is not supported: text/plain or application/json"
                 ),
                 ))
+            }
+        }
+        // Audio or image answers are billed at their own rates and cannot
+        // come back through the chat translation: refused, not dropped.
+        let modalities = g
+            .get("responseModalities")
+            .or_else(|| g.get("response_modalities"));
+        for m in modalities.and_then(Value::as_array).into_iter().flatten() {
+            if !m.as_str().is_some_and(|m| m.eq_ignore_ascii_case("text")) {
+                return Err(bad(
+                    "generationConfig.responseModalities",
+                    format!("response modality {m} is not supported: tollgate translates every Gemini request to chat completions, which answer in text"),
+                ));
             }
         }
         if let Some(n) = g
@@ -524,6 +552,40 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.param, "generationConfig.responseMimeType");
+    }
+
+    /// Fields that change what Google bills are carried or refused, never
+    /// dropped: `serviceTier` becomes the chat `service_tier`; cached
+    /// content and audio or image answers cannot be translated.
+    #[test]
+    fn cost_fields_are_carried_or_refused() {
+        let base = |extra: Value| {
+            let mut b = json!({"contents": [{"parts": [{"text": "x"}]}]});
+            for (k, v) in extra.as_object().unwrap() {
+                b[k] = v.clone();
+            }
+            b
+        };
+        let c = to_chat(&base(json!({"serviceTier": "PRIORITY"})), "m", false).unwrap();
+        assert_eq!(c["service_tier"], "priority");
+        let c = to_chat(&base(json!({"serviceTier": "standard"})), "m", false).unwrap();
+        assert!(c.get("service_tier").is_none());
+        let e = to_chat(
+            &base(json!({"cachedContent": "cachedContents/abc"})),
+            "m",
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(e.param, "cachedContent");
+        let e = to_chat(
+            &base(json!({"generationConfig": {"responseModalities": ["TEXT", "AUDIO"]}})),
+            "m",
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(e.param, "generationConfig.responseModalities");
+        let ok = base(json!({"generationConfig": {"responseModalities": ["TEXT"]}}));
+        assert!(to_chat(&ok, "m", false).is_ok());
     }
 
     /// A hosted tool is left out of the chat request and named (refused

@@ -93,7 +93,8 @@ struct AuditPage {
     c: Chrome,
     f: Filter,
     rows: Vec<AuditLine>,
-    bad_time: bool,
+    /// The filter's refusal (a message key), or "".
+    bad_filter: &'static str,
     /// Query of the newest page, when this is not it.
     newest: Option<String>,
     /// Query of the next (older) page, when there is one.
@@ -102,12 +103,19 @@ struct AuditPage {
     csv: String,
 }
 
-/// The store's filter for a page of this filter (`None`: a bad time).
-fn store_filter(f: &Filter, limit: i64) -> Option<AuditFilter> {
+/// The store's filter for a page of this filter; a time that cannot be
+/// read, or a From after the To, is refused with its message's key (the
+/// page shows no rows then, rather than every row as if unfiltered).
+fn store_filter(f: &Filter, limit: i64) -> Result<AuditFilter, &'static str> {
     let (Ok(from), Ok(to)) = (time("from", &f.from), time("to", &f.to)) else {
-        return None;
+        return Err("err.bad_time");
     };
-    Some(AuditFilter {
+    if let (Some(a), Some(b)) = (from, to) {
+        if a > b {
+            return Err("err.from_after_to");
+        }
+    }
+    Ok(AuditFilter {
         actor: f.actor.trim().to_string(),
         action: f.action.trim().to_string(),
         target: f.target.trim().to_string(),
@@ -124,15 +132,13 @@ pub async fn list(
     Query(f): Query<Filter>,
 ) -> Result<Html<String>, PageError> {
     audit::may_audit(&s.actor)?;
-    let (filter, bad_time) = match store_filter(&f, PAGE) {
-        Some(filter) => (filter, false),
-        None => (
-            store_filter(&Filter::default(), PAGE).expect("no times"),
-            true,
-        ),
+    let (rows, next, before, bad_filter) = match store_filter(&f, PAGE) {
+        Ok(filter) => {
+            let (rows, next) = audit::page(&cp, &s.actor, &filter).await?;
+            (rows, next, filter.before, "")
+        }
+        Err(key) => (Vec::new(), None, None, key),
     };
-    let before = filter.before;
-    let (rows, next) = audit::page(&cp, &s.actor, &filter).await?;
     render(AuditPage {
         c: Chrome::new(&s, "nav.audit", "/console/audit"),
         newest: before.map(|_| f.with_before(None)),
@@ -140,7 +146,7 @@ pub async fn list(
         csv: f.with_before(None),
         f,
         rows: rows.iter().map(|r| AuditLine::of(r).clipped()).collect(),
-        bad_time,
+        bad_filter,
     })
 }
 
@@ -154,8 +160,8 @@ pub async fn csv_export(
     Query(f): Query<Filter>,
 ) -> Result<Response, PageError> {
     audit::may_audit(&s.actor)?;
-    let filter = store_filter(&f, EXPORT_ROWS)
-        .ok_or_else(|| crate::error::ApiError::field("from", "err.bad_time"))?;
+    let filter =
+        store_filter(&f, EXPORT_ROWS).map_err(|key| crate::error::ApiError::field("from", key))?;
     let (rows, _) = audit::page(&cp, &s.actor, &filter).await?;
     let mut body = String::from("id,at_utc,actor,action,target,field,before,after,reason\n");
     for r in &rows {
