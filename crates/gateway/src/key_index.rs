@@ -58,13 +58,27 @@ pub struct MissStats {
 pub enum KeyState {
     Revoked,
     Expired,
+    /// A key's previous secret after a rotation, past its grace period.
+    Rotated,
 }
 
 impl KeyState {
-    /// A key revoked, else one past its expiry.
-    pub fn of(revoked: bool) -> Self {
+    /// Why the secret of `row` may not be used: revoked, else a previous
+    /// secret past its grace (rotated), else past the key's expiry.
+    pub fn of_row(revoked: bool, row: &KeyRow) -> Self {
         if revoked {
             KeyState::Revoked
+        } else if row.rotated_out() {
+            KeyState::Rotated
+        } else {
+            KeyState::Expired
+        }
+    }
+
+    /// An entry of the index that stopped being usable by time.
+    pub fn lapsed(rotated: bool) -> Self {
+        if rotated {
+            KeyState::Rotated
         } else {
             KeyState::Expired
         }
@@ -75,6 +89,7 @@ impl KeyState {
         match self {
             KeyState::Revoked => "revoked",
             KeyState::Expired => "expired",
+            KeyState::Rotated => "rotated",
         }
     }
 
@@ -83,6 +98,9 @@ impl KeyState {
         match self {
             KeyState::Revoked => "this API key was revoked",
             KeyState::Expired => "this API key has expired",
+            KeyState::Rotated => {
+                "this API key was rotated and its grace period has ended: use its new secret"
+            }
         }
     }
 }
@@ -335,7 +353,12 @@ impl KeyIndex {
         if revoked || expired {
             metrics::counter!(m::KEY_MISSES, "result" => "unusable").increment(1);
             let id = row.id.to_string();
-            let k = RefusedKey::new(&row.tenant_id, &row.app_id, &id, KeyState::of(revoked));
+            let k = RefusedKey::new(
+                &row.tenant_id,
+                &row.app_id,
+                &id,
+                KeyState::of_row(revoked, &row),
+            );
             return Lookup::Refused(self.remember_refused(hash, k));
         }
         // The tenant or app may be newer than this replica's index (created
@@ -354,12 +377,14 @@ impl KeyIndex {
         Lookup::Found(entry)
     }
 
-    /// Applies what Postgres says now of these hashes: `usable` are the
-    /// rows among them still usable; every other hash is removed.
-    pub fn apply(&self, index: &Index, hashes: &HashSet<[u8; 32]>, usable: Vec<KeyRow>) {
+    /// Applies what Postgres says now of these hashes: `rows` are the rows
+    /// among them still usable, and previous secrets past their grace
+    /// (`Store::keys_by_hash`); every other hash is removed.
+    pub fn apply(&self, index: &Index, hashes: &HashSet<[u8; 32]>, rows: Vec<KeyRow>) {
+        let now = chrono::Utc::now();
         let mut found: HashMap<[u8; 32], KeyRow> =
-            HashMap::with_capacity_and_hasher(usable.len(), Default::default());
-        for r in usable {
+            HashMap::with_capacity_and_hasher(rows.len(), Default::default());
+        for r in rows {
             if let Ok(h) = <[u8; 32]>::try_from(r.key_hash.as_slice()) {
                 found.insert(h, r);
             }
@@ -371,8 +396,11 @@ impl KeyIndex {
             }
         }
         for h in hashes {
-            let entry = found
-                .get(h)
+            let row = found.get(h);
+            // A previous secret whose grace has ended: told as rotated.
+            let rotated_out = row.filter(|r| r.expires_at.is_some_and(|t| t <= now));
+            let entry = row
+                .filter(|_| rotated_out.is_none())
                 .and_then(|r| KeyEntry::from_row(r, index))
                 .map(Arc::new);
             let mut w = self.shards[shard_of(h)].write().expect("key shard");
@@ -385,11 +413,24 @@ impl KeyIndex {
                 None => {
                     let removed = w.remove(h);
                     drop(w);
-                    if let Some(old) = removed.filter(|_| !found.contains_key(h)) {
+                    if let Some(r) = rotated_out {
+                        let state = KeyState::of_row(false, r);
+                        let id = r.id.to_string();
+                        self.remember_refused(
+                            h,
+                            RefusedKey::new(&r.tenant_id, &r.app_id, &id, state),
+                        );
+                    } else if let Some(old) = removed.filter(|_| !found.contains_key(h)) {
                         // Postgres no longer has it usable: past its expiry
-                        // (any write to the row sends a change), else revoked.
-                        let expired = old.expires_at.is_some_and(|t| t <= chrono::Utc::now());
-                        let state = KeyState::of(!expired);
+                        // (any write to the row sends a change), else a
+                        // previous secret replaced by a later rotation, else
+                        // revoked.
+                        let expired = old.expires_at.is_some_and(|t| t <= now);
+                        let state = if expired || old.rotated {
+                            KeyState::lapsed(old.rotated)
+                        } else {
+                            KeyState::Revoked
+                        };
                         self.remember_refused(
                             h,
                             RefusedKey::new(&old.tenant.id, &old.app.id, &old.id, state),

@@ -2,7 +2,7 @@
 //! makes to apply it (payloads are written by the triggers of
 //! `migrations/0011_scale.sql`).
 
-use crate::catalog::{key_row, KeyCols, KeyRow, KEY_COLS};
+use crate::catalog::{key_row, KeyCols, KeyRow, KEY_COLS, KEY_SECRETS};
 use crate::{Result, Store};
 
 /// Which parts of the catalog a load reads.
@@ -81,9 +81,10 @@ fn decode_hash(hex: &str) -> Option<[u8; 32]> {
 }
 
 impl Store {
-    /// The key with this keyed hash, usable or not, and whether it was
-    /// revoked (one indexed point query: the gateway's miss lookup; it
-    /// tells usable from revoked or expired itself).
+    /// The key with this keyed hash (its current secret, or its previous
+    /// one after a rotation: see [`KeyRow::rotated_until`]), usable or not,
+    /// and whether it was revoked (indexed point queries: the gateway's miss
+    /// lookup; it tells usable from revoked, expired or rotated itself).
     pub async fn key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<(KeyRow, bool)>> {
         #[derive(sqlx::FromRow)]
         struct Cols {
@@ -92,7 +93,7 @@ impl Store {
             revoked: bool,
         }
         let row = sqlx::query_as::<_, Cols>(&format!(
-            "SELECT {KEY_COLS}, revoked_at IS NOT NULL AS revoked FROM virtual_keys WHERE key_hash = $1"
+            "SELECT {KEY_COLS}, revoked_at IS NOT NULL AS revoked FROM {KEY_SECRETS} WHERE key_hash = $1 LIMIT 1"
         ))
         .bind(hash.as_slice())
         .fetch_optional(&self.pool)
@@ -100,15 +101,18 @@ impl Store {
         row.map(|r| Ok((key_row(r.key)?, r.revoked))).transpose()
     }
 
-    /// The usable keys (not revoked, not expired) among these keyed hashes;
-    /// a hash missing from the answer is unknown or no longer usable. Backed
-    /// by the unique index on `key_hash`.
-    pub async fn usable_keys_by_hash(&self, hashes: &[[u8; 32]]) -> Result<Vec<KeyRow>> {
+    /// The usable keys (not revoked, not expired) among these keyed hashes,
+    /// and the previous secrets among them whose grace has ended (so that
+    /// their clients are told the key was rotated: `expires_at` in the
+    /// past); a hash missing from the answer is unknown or no longer
+    /// usable. Backed by the unique indexes on `key_hash` and
+    /// `previous_key_hash`.
+    pub async fn keys_by_hash(&self, hashes: &[[u8; 32]]) -> Result<Vec<KeyRow>> {
         let hashes: Vec<&[u8]> = hashes.iter().map(|h| h.as_slice()).collect();
         sqlx::query_as::<_, KeyCols>(&format!(
             "SELECT {KEY_COLS}
-             FROM virtual_keys WHERE key_hash = ANY($1) AND revoked_at IS NULL
-               AND (expires_at IS NULL OR expires_at > now())"
+             FROM {KEY_SECRETS} WHERE key_hash = ANY($1) AND revoked_at IS NULL
+               AND (expires_at IS NULL OR expires_at > now() OR rotated_until IS NOT NULL)"
         ))
         .bind(hashes)
         .fetch_all(&self.pool)

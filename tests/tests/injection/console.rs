@@ -181,6 +181,44 @@ fn form_cases() -> Vec<FormCase> {
                 &["/console/tenants/t/apps"],
             )
         },
+        // A key's edit form (its models show in the form's field).
+        FormCase {
+            target: Target::Key,
+            shown: &[
+                ("allowed_models", Shown::List),
+                ("version", Shown::Never),
+            ],
+            ..case(
+                "/console/keys/{}",
+                &[
+                    ("name", "key {n}"),
+                    ("expires_at", "2099-01-01T00:00"),
+                    ("allowed_models", "gpt-4o-mini"),
+                    ("version", ""),
+                ],
+                &["/console/tenants/t/apps"],
+            )
+        },
+        // Rotating shows the new secret once; the grace is a choice.
+        FormCase {
+            target: Target::Key,
+            shown: &[("grace_secs", Shown::Never)],
+            ..case(
+                "/console/keys/{}/rotate",
+                &[("grace_secs", "3600")],
+                &[],
+            )
+        },
+        // The key tables' filter echoes what was typed.
+        FormCase {
+            method: "get",
+            shown: &[("revoked", Shown::Never)],
+            ..case(
+                "/console/tenants/{}/apps",
+                &[("q", "key {n}"), ("revoked", "1")],
+                &["<answer>"],
+            )
+        },
         FormCase {
             target: Target::TenantApp,
             shown: &[("version", Shown::Never)],
@@ -456,6 +494,7 @@ impl FormRun<'_> {
             Target::Victim => vec![self.p.victim.clone()],
             Target::ModelDeployment => vec!["gpt-4o-mini".to_string(), "inj".into()],
             Target::Model => vec!["gpt-4o-mini".to_string()],
+            Target::Key => vec![self.p.key().await],
             Target::TenantLimitVersion => {
                 let url = format!("{}/api/v1/tenants/t/limits/versions", self.p.base);
                 let (status, h) = api("GET", &url, Some(&self.p.admin), None).await;
@@ -670,7 +709,7 @@ async fn every_console_form_field_is_stored_inert_or_refused_next_to_the_field()
         &Web::anonymous(&p.base).get("/console/login").await.body,
     ));
     let cases = form_cases();
-    let mut covered: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    let mut covered: BTreeMap<(&str, &str), BTreeSet<String>> = BTreeMap::new();
     for f in &forms {
         if FIELDLESS.iter().any(|x| matches(x, &f.action)) {
             assert!(
@@ -693,14 +732,14 @@ async fn every_console_form_field_is_stored_inert_or_refused_next_to_the_field()
                 case.pattern
             );
             covered
-                .entry(case.pattern)
+                .entry((case.pattern, case.method))
                 .or_default()
                 .insert(name.clone());
         }
     }
     for c in &cases {
         assert!(
-            covered.contains_key(c.pattern),
+            covered.contains_key(&(c.pattern, c.method)),
             "form {}: on no page",
             c.pattern
         );
@@ -725,7 +764,7 @@ async fn every_console_form_field_is_stored_inert_or_refused_next_to_the_field()
             c.pattern,
             answer.body
         );
-        for field in &covered[c.pattern] {
+        for field in &covered[&(c.pattern, c.method)] {
             let template = c.base.iter().find(|(k, _)| k == field).unwrap().1;
             for payload in PAYLOADS {
                 n += 1;
