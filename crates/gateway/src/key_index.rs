@@ -377,16 +377,18 @@ impl KeyIndex {
         Lookup::Found(entry)
     }
 
-    /// Applies what Postgres says now of these hashes: `rows` are the rows
-    /// among them still usable, and previous secrets past their grace
-    /// (`Store::keys_by_hash`); every other hash is removed.
-    pub fn apply(&self, index: &Index, hashes: &HashSet<[u8; 32]>, rows: Vec<KeyRow>) {
+    /// Applies what Postgres says now of these hashes: `rows` are the keys
+    /// among them, usable or not, with whether each was revoked
+    /// (`Store::keys_by_hash`); a usable one is (re)inserted, any other
+    /// hash removed — and remembered as refused, with why, when this index
+    /// held it (or it is a previous secret past its grace).
+    pub fn apply(&self, index: &Index, hashes: &HashSet<[u8; 32]>, rows: Vec<(KeyRow, bool)>) {
         let now = chrono::Utc::now();
-        let mut found: HashMap<[u8; 32], KeyRow> =
+        let mut found: HashMap<[u8; 32], (KeyRow, bool)> =
             HashMap::with_capacity_and_hasher(rows.len(), Default::default());
-        for r in rows {
+        for (r, revoked) in rows {
             if let Ok(h) = <[u8; 32]>::try_from(r.key_hash.as_slice()) {
-                found.insert(h, r);
+                found.insert(h, (r, revoked));
             }
         }
         {
@@ -397,11 +399,14 @@ impl KeyIndex {
         }
         for h in hashes {
             let row = found.get(h);
-            // A previous secret whose grace has ended: told as rotated.
-            let rotated_out = row.filter(|r| r.expires_at.is_some_and(|t| t <= now));
+            // Why the key of this hash may not be used now, if it may not.
+            let refused = row.and_then(|(r, revoked)| {
+                let lapsed = r.expires_at.is_some_and(|t| t <= now);
+                (*revoked || lapsed).then(|| KeyState::of_row(*revoked, r))
+            });
             let entry = row
-                .filter(|_| rotated_out.is_none())
-                .and_then(|r| KeyEntry::from_row(r, index))
+                .filter(|_| refused.is_none())
+                .and_then(|(r, _)| KeyEntry::from_row(r, index))
                 .map(Arc::new);
             let mut w = self.shards[shard_of(h)].write().expect("key shard");
             self.epoch.fetch_add(1, Ordering::AcqRel);
@@ -413,28 +418,35 @@ impl KeyIndex {
                 None => {
                     let removed = w.remove(h);
                     drop(w);
-                    if let Some(r) = rotated_out {
-                        let state = KeyState::of_row(false, r);
-                        let id = r.id.to_string();
-                        self.remember_refused(
-                            h,
-                            RefusedKey::new(&r.tenant_id, &r.app_id, &id, state),
-                        );
-                    } else if let Some(old) = removed.filter(|_| !found.contains_key(h)) {
-                        // Postgres no longer has it usable: past its expiry
-                        // (any write to the row sends a change), else a
-                        // previous secret replaced by a later rotation, else
-                        // revoked.
-                        let expired = old.expires_at.is_some_and(|t| t <= now);
-                        let state = if expired || old.rotated {
-                            KeyState::lapsed(old.rotated)
-                        } else {
-                            KeyState::Revoked
-                        };
-                        self.remember_refused(
-                            h,
-                            RefusedKey::new(&old.tenant.id, &old.app.id, &old.id, state),
-                        );
+                    match (row, refused) {
+                        (Some((r, _)), Some(state))
+                            if removed.is_some() || state == KeyState::Rotated =>
+                        {
+                            let id = r.id.to_string();
+                            self.remember_refused(
+                                h,
+                                RefusedKey::new(&r.tenant_id, &r.app_id, &id, state),
+                            );
+                        }
+                        (None, _) => {
+                            if let Some(old) = removed {
+                                // No key has this secret any more: a previous
+                                // secret a later rotation replaced (or a row
+                                // deleted, told as revoked).
+                                let state = if old.rotated {
+                                    KeyState::Rotated
+                                } else {
+                                    KeyState::Revoked
+                                };
+                                self.remember_refused(
+                                    h,
+                                    RefusedKey::new(&old.tenant.id, &old.app.id, &old.id, state),
+                                );
+                            }
+                        }
+                        // Usable, but its tenant or app is not in this
+                        // index yet (the miss lookup loads it on first use).
+                        _ => {}
                     }
                 }
             };
