@@ -37,11 +37,17 @@ async fn a_tenant_admin_rotates_edits_and_finds_keys_in_the_browser() {
     ui.click("#key-box-a button.issue-key").await;
     let old = ui.text("#new-key").await;
     assert!(works(&base, &old).await);
-    let keys = env.store.keys_of(&TenantScope::system(), "t").await.unwrap();
+    let keys = env
+        .store
+        .keys_of(&TenantScope::system(), "t")
+        .await
+        .unwrap();
     let id = keys.iter().find(|k| k.name == "payments").unwrap().id;
     ui.go("/console/tenants/t/apps").await;
     let row = format!("#key-{id}");
-    ui.c.execute("window.confirm = () => true", vec![]).await.unwrap();
+    ui.c.execute("window.confirm = () => true", vec![])
+        .await
+        .unwrap();
     ui.c.execute(
         "document.querySelector(arguments[0] + ' select[name=grace_secs]').value = '3600'",
         vec![row.clone().into()],
@@ -70,19 +76,32 @@ async fn a_tenant_admin_rotates_edits_and_finds_keys_in_the_browser() {
     ui.go("/console/tenants/t/apps").await;
     let page = ui.c.source().await.unwrap();
     assert!(!page.contains(&new) && !page.contains(&old));
-    assert!(ui.text(&format!("{row} td.key-state")).await.contains("rotating"));
+    assert!(ui
+        .text(&format!("{row} td.key-state"))
+        .await
+        .contains("rotating"));
 
     // Edit the name; a second tab's stale save is refused, naming it.
     let token = login(&base, "ta@x.io").await;
     ui.click(&format!("{row} details.key-edit summary")).await;
-    ui.fill(&format!("{row} form.key-edit-form input[name=name]"), "payments-v2")
-        .await;
+    ui.fill(
+        &format!("{row} form.key-edit-form input[name=name]"),
+        "payments-v2",
+    )
+    .await;
     ui.click(&format!("{row} form.key-edit-form button[type=submit]"))
         .await;
-    ui.wait(&format!("{row}")).await;
+    ui.wait(&row).await;
     let t0 = std::time::Instant::now();
-    while !ui.text(&format!("{row} td.key-name")).await.contains("payments-v2") {
-        assert!(t0.elapsed() < Duration::from_secs(5), "the new name never showed");
+    while !ui
+        .text(&format!("{row} td.key-name"))
+        .await
+        .contains("payments-v2")
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the new name never showed"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     ui.click(&format!("{row} details.key-edit summary")).await;
@@ -94,37 +113,61 @@ async fn a_tenant_admin_rotates_edits_and_finds_keys_in_the_browser() {
     )
     .await;
     assert_eq!(st, 200, "{e}");
-    ui.fill(&format!("{row} form.key-edit-form input[name=name]"), "payments-tab")
-        .await;
+    ui.fill(
+        &format!("{row} form.key-edit-form input[name=name]"),
+        "payments-tab",
+    )
+    .await;
     ui.click(&format!("{row} form.key-edit-form button[type=submit]"))
         .await;
     ui.wait("#stale").await;
     let stale = ui.text("#stale").await;
     assert!(stale.contains("payments-api"), "{stale}");
     ui.shot("keys-02-stale-edit").await;
-    let k = env.store.key_detail(&TenantScope::system(), id).await.unwrap().unwrap();
+    let k = env
+        .store
+        .key_detail(&TenantScope::system(), id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(k.name, "payments-api", "the stale save changed nothing");
 
     // Revoked keys are hidden unless asked for; search by name.
     let k0 = keys.iter().find(|k| k.name == "k").unwrap().id;
-    let (st, _) = api("DELETE", &format!("{base}/api/v1/keys/{k0}"), Some(&token), None).await;
+    let (st, _) = api(
+        "DELETE",
+        &format!("{base}/api/v1/keys/{k0}"),
+        Some(&token),
+        None,
+    )
+    .await;
     assert_eq!(st, 204);
     ui.go("/console/tenants/t/apps").await;
-    assert_eq!(ui.count(&format!("#key-{k0}")).await, 0, "revoked key shown");
+    assert_eq!(
+        ui.count(&format!("#key-{k0}")).await,
+        0,
+        "revoked key shown"
+    );
     assert!(ui.text("#hidden-revoked").await.ends_with('1'));
     ui.click("#key-filter input[name=revoked]").await;
     ui.click("#key-filter button[type=submit]").await;
     ui.wait(&format!("#key-{k0}[data-state=revoked]")).await;
     ui.fill("#key-filter input[name=q]", "PAYMENTS").await;
     ui.click("#key-filter button[type=submit]").await;
-    ui.wait(&format!("{row}")).await;
+    ui.wait(&row).await;
     let t0 = std::time::Instant::now();
     while ui.count(&format!("#key-{k0}")).await != 0 {
-        assert!(t0.elapsed() < Duration::from_secs(5), "the search kept key k");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the search kept key k"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let url = ui.c.current_url().await.unwrap();
-    assert!(url.query().unwrap_or_default().contains("q=PAYMENTS"), "{url}");
+    assert!(
+        url.query().unwrap_or_default().contains("q=PAYMENTS"),
+        "{url}"
+    );
     ui.shot("keys-03-search").await;
 
     ui.c.close().await.unwrap();

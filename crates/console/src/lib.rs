@@ -12,7 +12,7 @@ pub mod sso;
 mod web;
 
 use axum::handler::Handler;
-use axum::routing::{delete, get, patch, post, put};
+use axum::routing::{get, patch, post, put};
 use axum::Router;
 use domain::period::PlatformClock;
 use quota::QuotaEngine;

@@ -841,9 +841,7 @@ impl Store {
         .fetch_all(&mut *tx)
         .await?;
         for (id, prefix) in &ids {
-            let who = |state: &str| {
-                json!({"name": name, "tenant": tenant, "app": app, "prefix": prefix, "state": state})
-            };
+            let who = |state: &str| json!({"name": name, "tenant": tenant, "app": app, "prefix": prefix, "state": state});
             append(
                 &mut tx,
                 NewAudit::new(actor, "key.revoke", format!("key:{id}"))

@@ -168,12 +168,16 @@ impl Store {
         append(
             &mut tx,
             NewAudit::new(actor, "key.update", target)
-                .before(json!({"name": cur.name, "tenant": cur.tenant_id, "app": cur.app_id,
+                .before(
+                    json!({"name": cur.name, "tenant": cur.tenant_id, "app": cur.app_id,
                     "prefix": cur.prefix, "expires_at": cur.expires_at,
-                    "allowed_models": cur.allowed_models, "version": cur.version}))
-                .after(json!({"name": edit.name, "tenant": cur.tenant_id, "app": cur.app_id,
+                    "allowed_models": cur.allowed_models, "version": cur.version}),
+                )
+                .after(
+                    json!({"name": edit.name, "tenant": cur.tenant_id, "app": cur.app_id,
                     "prefix": cur.prefix, "expires_at": edit.expires_at,
-                    "allowed_models": edit.allowed_models, "version": cur.version + 1})),
+                    "allowed_models": edit.allowed_models, "version": cur.version + 1}),
+                ),
         )
         .await?;
         tx.commit().await?;

@@ -184,10 +184,7 @@ fn form_cases() -> Vec<FormCase> {
         // A key's edit form (its models show in the form's field).
         FormCase {
             target: Target::Key,
-            shown: &[
-                ("allowed_models", Shown::List),
-                ("version", Shown::Never),
-            ],
+            shown: &[("allowed_models", Shown::List), ("version", Shown::Never)],
             ..case(
                 "/console/keys/{}",
                 &[
@@ -203,11 +200,7 @@ fn form_cases() -> Vec<FormCase> {
         FormCase {
             target: Target::Key,
             shown: &[("grace_secs", Shown::Never)],
-            ..case(
-                "/console/keys/{}/rotate",
-                &[("grace_secs", "3600")],
-                &[],
-            )
+            ..case("/console/keys/{}/rotate", &[("grace_secs", "3600")], &[])
         },
         // The key tables' filter echoes what was typed.
         FormCase {

@@ -205,10 +205,12 @@ pub async fn rotate(
     let grace = body.map(|Body(b)| b).unwrap_or_default().grace_secs;
     let r = rotate_key(&cp, &actor, id, grace).await?;
     let rot = &r.rotation;
-    let mut resp = Json(json!({"id": id, "tenant_id": r.tenant_id, "app_id": rot.app_id,
+    let mut resp = Json(
+        json!({"id": id, "tenant_id": r.tenant_id, "app_id": rot.app_id,
         "name": rot.name, "prefix": rot.prefix, "key": r.key,
         "previous_prefix": rot.previous_prefix, "grace_ends_at": rot.grace_ends_at,
-        "ended_early": rot.ended_early, "version": rot.version}))
+        "ended_early": rot.ended_early, "version": rot.version}),
+    )
     .into_response();
     let h = resp.headers_mut();
     h.insert(axum::http::header::ETAG, crate::error::etag(rot.version));

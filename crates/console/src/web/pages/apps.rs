@@ -191,9 +191,7 @@ impl KeyLine {
         KeyLine {
             id: k.id.to_string(),
             app: k.app_id.clone(),
-            previous_prefix: in_grace
-                .and(k.previous_prefix.clone())
-                .unwrap_or_default(),
+            previous_prefix: in_grace.and(k.previous_prefix.clone()).unwrap_or_default(),
             previous_until: in_grace.map(when).unwrap_or_default(),
             rotated: k.rotated_at.map(when).unwrap_or_default(),
             edit: KeyEditForm::of(k),
