@@ -196,6 +196,16 @@ fn form_cases() -> Vec<FormCase> {
                 &["/console/tenants/t/apps"],
             )
         },
+        // A key's own limits (the key the apps page lists links there).
+        FormCase {
+            target: Target::Key,
+            shown: &[("version", Shown::Never)],
+            ..case(
+                "/console/keys/{}/limits",
+                &[&LIMITS[..], &[("version", "")]].concat(),
+                &[],
+            )
+        },
         // Rotating shows the new secret once; the grace is a choice.
         FormCase {
             target: Target::Key,
@@ -697,6 +707,9 @@ async fn every_console_form_field_is_stored_inert_or_refused_next_to_the_field()
     )
     .await;
     assert_eq!(status, 200, "{changed}");
+    // An active key of t/a, so its rotate and edit forms are on the apps
+    // page.
+    p.key().await;
     let mut forms = crawl(&admin).await.forms;
     forms.extend(forms_of(
         &Web::anonymous(&p.base).get("/console/login").await.body,
