@@ -225,6 +225,11 @@ async fn a_tenant_admins_scope_reads_nothing_of_another_tenant() {
     assert_eq!(ids(s.tenants(all).await.unwrap()), [MINE, THEIRS]);
     assert!(s.apps_of(mine, THEIRS).await.unwrap().is_empty());
     assert_eq!(s.apps_of(all, THEIRS).await.unwrap().len(), 1);
+    assert!(s.key_detail(mine, kid).await.unwrap().is_none());
+    assert_eq!(
+        s.key_detail(all, kid).await.unwrap().map(|k| k.tenant_id),
+        Some(THEIRS.to_string())
+    );
     assert!(s.keys_of(mine, THEIRS).await.unwrap().is_empty());
     assert_eq!(s.keys_of(all, THEIRS).await.unwrap().len(), 1);
     assert!(s

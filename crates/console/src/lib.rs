@@ -12,7 +12,7 @@ pub mod sso;
 mod web;
 
 use axum::handler::Handler;
-use axum::routing::{delete, get, patch, post, put};
+use axum::routing::{get, patch, post, put};
 use axum::Router;
 use domain::period::PlatformClock;
 use quota::QuotaEngine;
@@ -96,7 +96,8 @@ api_routes! {
     "/api/v1/tenants/{id}/apps/{app}/limits/versions/{version}/restore" => post(limits::app_restore),
     "/api/v1/tenants/{id}/apps/{app}/keys" => post(keys::create),
     "/api/v1/tenants/{id}/usage" => get(usage::show),
-    "/api/v1/keys/{id}" => delete(keys::revoke),
+    "/api/v1/keys/{id}" => get(keys::show).patch(keys::update).delete(keys::revoke),
+    "/api/v1/keys/{id}/rotate" => post(keys::rotate),
     "/api/v1/keys/{id}/limits" => put(limits::key_set),
     "/api/v1/keys/{id}/limits/versions" => get(limits::key_history),
     "/api/v1/keys/{id}/limits/versions/{version}/restore" => post(limits::key_restore),

@@ -14,6 +14,11 @@ const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqr
 /// How many characters of a key are kept for display (`tg-` + 9).
 pub const DISPLAY_PREFIX_LEN: usize = 12;
 
+/// A rotated key's previous secret works this long by default (seconds).
+pub const ROTATION_GRACE_DEFAULT_SECS: i64 = 86_400;
+/// The longest grace a rotation may give (seven days).
+pub const ROTATION_GRACE_MAX_SECS: i64 = 7 * 86_400;
+
 fn checksum(body: &str) -> String {
     String::from_utf8(checksum_bytes(body).to_vec()).expect("ascii")
 }

@@ -92,7 +92,12 @@ pub struct KeyEntry {
     /// allowed models are a short list: a slice, searched in order.
     own_limits: Option<Box<Limits>>,
     allowed_models: Option<Box<[String]>>,
+    /// For a previous secret after a rotation, the earlier of the key's
+    /// expiry and its grace end.
     pub expires_at: Option<DateTime<Utc>>,
+    /// A previous secret whose `expires_at` is its grace end: once that
+    /// passes, it is refused as rotated (on every replica at once, by time).
+    pub rotated: bool,
     /// The key's own default tags and required tag keys, over its app's
     /// (none for most keys: a pointer, not an empty policy, per key).
     pub attribution: Option<Arc<domain::attribution::Policy>>,
@@ -110,6 +115,7 @@ impl KeyEntry {
             own_limits: (row.limits != Limits::NONE).then(|| Box::new(row.limits.clone())),
             allowed_models: row.allowed_models.clone().map(Vec::into_boxed_slice),
             expires_at: row.expires_at,
+            rotated: row.rotated_out(),
             attribution: (!row.attribution.is_empty()).then(|| Arc::new(row.attribution.clone())),
         })
     }
@@ -123,6 +129,7 @@ impl KeyEntry {
             own_limits: self.own_limits.clone(),
             allowed_models: self.allowed_models.clone(),
             expires_at: self.expires_at,
+            rotated: self.rotated,
             attribution: self.attribution.clone(),
         }
     }
@@ -589,8 +596,8 @@ impl CatalogCache {
         }
         if !keys.is_empty() {
             let list: Vec<[u8; 32]> = keys.iter().copied().collect();
-            let usable = store.usable_keys_by_hash(&list).await?;
-            self.keys.apply(&self.get(), &keys, usable);
+            let rows = store.keys_by_hash(&list).await?;
+            self.keys.apply(&self.get(), &keys, rows);
         }
         Ok(())
     }

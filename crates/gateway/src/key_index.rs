@@ -58,13 +58,27 @@ pub struct MissStats {
 pub enum KeyState {
     Revoked,
     Expired,
+    /// A key's previous secret after a rotation, past its grace period.
+    Rotated,
 }
 
 impl KeyState {
-    /// A key revoked, else one past its expiry.
-    pub fn of(revoked: bool) -> Self {
+    /// Why the secret of `row` may not be used: revoked, else a previous
+    /// secret past its grace (rotated), else past the key's expiry.
+    pub fn of_row(revoked: bool, row: &KeyRow) -> Self {
         if revoked {
             KeyState::Revoked
+        } else if row.rotated_out() {
+            KeyState::Rotated
+        } else {
+            KeyState::Expired
+        }
+    }
+
+    /// An entry of the index that stopped being usable by time.
+    pub fn lapsed(rotated: bool) -> Self {
+        if rotated {
+            KeyState::Rotated
         } else {
             KeyState::Expired
         }
@@ -75,6 +89,7 @@ impl KeyState {
         match self {
             KeyState::Revoked => "revoked",
             KeyState::Expired => "expired",
+            KeyState::Rotated => "rotated",
         }
     }
 
@@ -83,6 +98,9 @@ impl KeyState {
         match self {
             KeyState::Revoked => "this API key was revoked",
             KeyState::Expired => "this API key has expired",
+            KeyState::Rotated => {
+                "this API key was rotated and its grace period has ended: use its new secret"
+            }
         }
     }
 }
@@ -335,7 +353,12 @@ impl KeyIndex {
         if revoked || expired {
             metrics::counter!(m::KEY_MISSES, "result" => "unusable").increment(1);
             let id = row.id.to_string();
-            let k = RefusedKey::new(&row.tenant_id, &row.app_id, &id, KeyState::of(revoked));
+            let k = RefusedKey::new(
+                &row.tenant_id,
+                &row.app_id,
+                &id,
+                KeyState::of_row(revoked, &row),
+            );
             return Lookup::Refused(self.remember_refused(hash, k));
         }
         // The tenant or app may be newer than this replica's index (created
@@ -354,14 +377,18 @@ impl KeyIndex {
         Lookup::Found(entry)
     }
 
-    /// Applies what Postgres says now of these hashes: `usable` are the
-    /// rows among them still usable; every other hash is removed.
-    pub fn apply(&self, index: &Index, hashes: &HashSet<[u8; 32]>, usable: Vec<KeyRow>) {
-        let mut found: HashMap<[u8; 32], KeyRow> =
-            HashMap::with_capacity_and_hasher(usable.len(), Default::default());
-        for r in usable {
+    /// Applies what Postgres says now of these hashes: `rows` are the keys
+    /// among them, usable or not, with whether each was revoked
+    /// (`Store::keys_by_hash`); a usable one is (re)inserted, any other
+    /// hash removed — and remembered as refused, with why, when this index
+    /// held it (or it is a previous secret past its grace).
+    pub fn apply(&self, index: &Index, hashes: &HashSet<[u8; 32]>, rows: Vec<(KeyRow, bool)>) {
+        let now = chrono::Utc::now();
+        let mut found: HashMap<[u8; 32], (KeyRow, bool)> =
+            HashMap::with_capacity_and_hasher(rows.len(), Default::default());
+        for (r, revoked) in rows {
             if let Ok(h) = <[u8; 32]>::try_from(r.key_hash.as_slice()) {
-                found.insert(h, r);
+                found.insert(h, (r, revoked));
             }
         }
         {
@@ -371,9 +398,15 @@ impl KeyIndex {
             }
         }
         for h in hashes {
-            let entry = found
-                .get(h)
-                .and_then(|r| KeyEntry::from_row(r, index))
+            let row = found.get(h);
+            // Why the key of this hash may not be used now, if it may not.
+            let refused = row.and_then(|(r, revoked)| {
+                let lapsed = r.expires_at.is_some_and(|t| t <= now);
+                (*revoked || lapsed).then(|| KeyState::of_row(*revoked, r))
+            });
+            let entry = row
+                .filter(|_| refused.is_none())
+                .and_then(|(r, _)| KeyEntry::from_row(r, index))
                 .map(Arc::new);
             let mut w = self.shards[shard_of(h)].write().expect("key shard");
             self.epoch.fetch_add(1, Ordering::AcqRel);
@@ -385,15 +418,35 @@ impl KeyIndex {
                 None => {
                     let removed = w.remove(h);
                     drop(w);
-                    if let Some(old) = removed.filter(|_| !found.contains_key(h)) {
-                        // Postgres no longer has it usable: past its expiry
-                        // (any write to the row sends a change), else revoked.
-                        let expired = old.expires_at.is_some_and(|t| t <= chrono::Utc::now());
-                        let state = KeyState::of(!expired);
-                        self.remember_refused(
-                            h,
-                            RefusedKey::new(&old.tenant.id, &old.app.id, &old.id, state),
-                        );
+                    match (row, refused) {
+                        (Some((r, _)), Some(state))
+                            if removed.is_some() || state == KeyState::Rotated =>
+                        {
+                            let id = r.id.to_string();
+                            self.remember_refused(
+                                h,
+                                RefusedKey::new(&r.tenant_id, &r.app_id, &id, state),
+                            );
+                        }
+                        (None, _) => {
+                            if let Some(old) = removed {
+                                // No key has this secret any more: a previous
+                                // secret a later rotation replaced (or a row
+                                // deleted, told as revoked).
+                                let state = if old.rotated {
+                                    KeyState::Rotated
+                                } else {
+                                    KeyState::Revoked
+                                };
+                                self.remember_refused(
+                                    h,
+                                    RefusedKey::new(&old.tenant.id, &old.app.id, &old.id, state),
+                                );
+                            }
+                        }
+                        // Usable, but its tenant or app is not in this
+                        // index yet (the miss lookup loads it on first use).
+                        _ => {}
                     }
                 }
             };

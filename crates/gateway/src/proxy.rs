@@ -250,7 +250,8 @@ pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Arc<KeyEn
         Err(None) => return Err(bad("invalid API key")),
     };
     if key.expires_at.is_some_and(|t| t <= gw.now()) {
-        let k = RefusedKey::new(&key.tenant.id, &key.app.id, &key.id, KeyState::Expired);
+        let state = KeyState::lapsed(key.rotated);
+        let k = RefusedKey::new(&key.tenant.id, &key.app.id, &key.id, state);
         return Err(refused(gw.catalog.keys().remember_refused(&hash, k)));
     }
     Ok(key)

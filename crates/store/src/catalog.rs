@@ -63,6 +63,19 @@ pub struct KeyRow {
     pub expires_at: Option<DateTime<Utc>>,
     /// Default tags and required tag keys the key adds to its app's.
     pub attribution: domain::attribution::Policy,
+    /// Set when this row is the key's previous secret (after a rotation):
+    /// the end of its grace. `key_hash` and `prefix` are then the previous
+    /// secret's, and `expires_at` the earlier of the key's expiry and the
+    /// grace end.
+    pub rotated_until: Option<DateTime<Utc>>,
+}
+
+impl KeyRow {
+    /// A previous secret whose grace ends before the key expires: once
+    /// `expires_at` passes, it was rotated out (not expired).
+    pub fn rotated_out(&self) -> bool {
+        self.rotated_until.is_some() && self.rotated_until == self.expires_at
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -149,11 +162,28 @@ pub(crate) struct KeyCols {
     allowed_models: Option<Vec<String>>,
     expires_at: Option<DateTime<Utc>>,
     attribution: serde_json::Value,
+    rotated_until: Option<DateTime<Utc>>,
 }
 
-/// The columns `KeyCols` reads, in one place for every key query.
+/// The columns `KeyCols` reads, in one place for every key query (from
+/// [`KEY_SECRETS`]).
 pub(crate) const KEY_COLS: &str =
-    "id, tenant_id, app_id, name, prefix, key_hash, limits, allowed_models, expires_at, attribution";
+    "id, tenant_id, app_id, name, prefix, key_hash, limits, allowed_models, expires_at, attribution, rotated_until";
+
+/// Every secret of every key, one row each (`FROM {KEY_SECRETS}`): its
+/// current secret, and after a rotation its previous one, with that
+/// secret's hash and prefix, `expires_at` the earlier of the key's expiry
+/// and the grace end, and `rotated_until` the grace end. Conditions on
+/// `key_hash` reach each arm's index.
+pub(crate) const KEY_SECRETS: &str = "(
+    SELECT id, tenant_id, app_id, name, prefix, key_hash, limits, allowed_models, expires_at,
+           attribution, revoked_at, NULL::timestamptz AS rotated_until
+    FROM virtual_keys
+    UNION ALL
+    SELECT id, tenant_id, app_id, name, previous_prefix, previous_key_hash, limits, allowed_models,
+           LEAST(expires_at, previous_valid_until), attribution, revoked_at, previous_valid_until
+    FROM virtual_keys WHERE previous_key_hash IS NOT NULL
+) AS secrets";
 
 pub(crate) fn key_row(r: KeyCols) -> Result<KeyRow> {
     Ok(KeyRow {
@@ -168,6 +198,7 @@ pub(crate) fn key_row(r: KeyCols) -> Result<KeyRow> {
         expires_at: r.expires_at,
         attribution: serde_json::from_value(r.attribution)
             .map_err(|e| StoreError::Corrupt(format!("key attribution: {e}")))?,
+        rotated_until: r.rotated_until,
     })
 }
 
@@ -312,7 +343,7 @@ impl Store {
         .collect::<Result<Vec<_>>>()?;
         let keys = sqlx::query_as::<_, KeyCols>(&format!(
             "SELECT {KEY_COLS}
-             FROM virtual_keys WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+             FROM {KEY_SECRETS} WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
                AND ($1::text IS NULL OR tenant_id = $1)"
         ))
         .bind(if p.keys { t } else { Some("") })
@@ -799,19 +830,24 @@ impl Store {
         name: &str,
     ) -> Result<u64> {
         let mut tx = self.pool.begin().await?;
-        let ids: Vec<Uuid> = sqlx::query_scalar(
+        let ids: Vec<(Uuid, String)> = sqlx::query_as(
             "UPDATE virtual_keys SET revoked_at = now(), version = version + 1
-             WHERE tenant_id = $1 AND app_id = $2 AND name = $3 AND revoked_at IS NULL RETURNING id",
+             WHERE tenant_id = $1 AND app_id = $2 AND name = $3 AND revoked_at IS NULL
+             RETURNING id, prefix",
         )
         .bind(tenant)
         .bind(app)
         .bind(name)
         .fetch_all(&mut *tx)
         .await?;
-        for id in &ids {
+        for (id, prefix) in &ids {
+            let who = |state: &str| json!({"name": name, "tenant": tenant, "app": app, "prefix": prefix, "state": state});
             append(
                 &mut tx,
-                NewAudit::new(actor, "key.revoke", format!("key:{id}")).reason("replaced"),
+                NewAudit::new(actor, "key.revoke", format!("key:{id}"))
+                    .before(who("active"))
+                    .after(who("revoked"))
+                    .reason("replaced"),
             )
             .await?;
         }

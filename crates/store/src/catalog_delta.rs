@@ -2,7 +2,7 @@
 //! makes to apply it (payloads are written by the triggers of
 //! `migrations/0011_scale.sql`).
 
-use crate::catalog::{key_row, KeyCols, KeyRow, KEY_COLS};
+use crate::catalog::{key_row, KeyCols, KeyRow, KEY_COLS, KEY_SECRETS};
 use crate::{Result, Store};
 
 /// Which parts of the catalog a load reads.
@@ -80,19 +80,22 @@ fn decode_hash(hex: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// A key's row with whether it was revoked.
+#[derive(sqlx::FromRow)]
+struct Found {
+    #[sqlx(flatten)]
+    key: KeyCols,
+    revoked: bool,
+}
+
 impl Store {
-    /// The key with this keyed hash, usable or not, and whether it was
-    /// revoked (one indexed point query: the gateway's miss lookup; it
-    /// tells usable from revoked or expired itself).
+    /// The key with this keyed hash (its current secret, or its previous
+    /// one after a rotation: see [`KeyRow::rotated_until`]), usable or not,
+    /// and whether it was revoked (indexed point queries: the gateway's miss
+    /// lookup; it tells usable from revoked, expired or rotated itself).
     pub async fn key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<(KeyRow, bool)>> {
-        #[derive(sqlx::FromRow)]
-        struct Cols {
-            #[sqlx(flatten)]
-            key: KeyCols,
-            revoked: bool,
-        }
-        let row = sqlx::query_as::<_, Cols>(&format!(
-            "SELECT {KEY_COLS}, revoked_at IS NOT NULL AS revoked FROM virtual_keys WHERE key_hash = $1"
+        let row = sqlx::query_as::<_, Found>(&format!(
+            "SELECT {KEY_COLS}, revoked_at IS NOT NULL AS revoked FROM {KEY_SECRETS} WHERE key_hash = $1 LIMIT 1"
         ))
         .bind(hash.as_slice())
         .fetch_optional(&self.pool)
@@ -100,21 +103,22 @@ impl Store {
         row.map(|r| Ok((key_row(r.key)?, r.revoked))).transpose()
     }
 
-    /// The usable keys (not revoked, not expired) among these keyed hashes;
-    /// a hash missing from the answer is unknown or no longer usable. Backed
-    /// by the unique index on `key_hash`.
-    pub async fn usable_keys_by_hash(&self, hashes: &[[u8; 32]]) -> Result<Vec<KeyRow>> {
+    /// Every key among these keyed hashes as Postgres has it now (its
+    /// current secret, or its previous one: see [`KeyRow::rotated_until`]),
+    /// usable or not, each with whether it was revoked; a hash missing from
+    /// the answer is no secret of any key (any more). Backed by the unique
+    /// indexes on `key_hash` and `previous_key_hash`.
+    pub async fn keys_by_hash(&self, hashes: &[[u8; 32]]) -> Result<Vec<(KeyRow, bool)>> {
         let hashes: Vec<&[u8]> = hashes.iter().map(|h| h.as_slice()).collect();
-        sqlx::query_as::<_, KeyCols>(&format!(
-            "SELECT {KEY_COLS}
-             FROM virtual_keys WHERE key_hash = ANY($1) AND revoked_at IS NULL
-               AND (expires_at IS NULL OR expires_at > now())"
+        sqlx::query_as::<_, Found>(&format!(
+            "SELECT {KEY_COLS}, revoked_at IS NOT NULL AS revoked
+             FROM {KEY_SECRETS} WHERE key_hash = ANY($1)"
         ))
         .bind(hashes)
         .fetch_all(&self.pool)
         .await?
         .into_iter()
-        .map(key_row)
+        .map(|r| Ok((key_row(r.key)?, r.revoked)))
         .collect()
     }
 }

@@ -22,6 +22,15 @@ pub struct KeyListRow {
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
+    /// `None`: every model its app allows.
+    pub allowed_models: Option<Vec<String>>,
+    /// The row version (see migrations/0023_row_versions.sql).
+    pub version: i64,
+    /// After a rotation: the previous secret's prefix and the end of its
+    /// grace (past: it no longer works).
+    pub previous_prefix: Option<String>,
+    pub previous_valid_until: Option<DateTime<Utc>>,
+    pub rotated_at: Option<DateTime<Utc>>,
 }
 
 /// One key's use as its row in the console shows it: this month's requests
@@ -114,7 +123,8 @@ impl Store {
 
     pub async fn keys_of(&self, scope: &TenantScope, tenant: &str) -> Result<Vec<KeyListRow>> {
         let rows = sqlx::query_as::<_, KeyListRow>(
-            "SELECT id, tenant_id, app_id, name, prefix, expires_at, revoked_at, created_at
+            "SELECT id, tenant_id, app_id, name, prefix, expires_at, revoked_at, created_at,
+                    allowed_models, version, previous_prefix, previous_valid_until, rotated_at
              FROM virtual_keys WHERE tenant_id = $1 AND ($2::text IS NULL OR tenant_id = $2)
              ORDER BY app_id, created_at DESC",
         )

@@ -318,6 +318,21 @@ fn routes() -> Vec<Route> {
             &[],
         ),
         route(
+            "PATCH /api/v1/keys/{id}",
+            &[("id", Param::FreshKey)],
+            json!({"name": "key {n}", "expires_at": "2099-01-01T00:00:00Z",
+                "allowed_models": ["gpt-4o-mini"]}),
+            "/api/v1/keys/{id}",
+            &["/console/keys/{id}/limits", "/console/tenants/t/apps"],
+        ),
+        route(
+            "POST /api/v1/keys/{id}/rotate",
+            &[("id", Param::FreshKey)],
+            json!({"grace_secs": 60}),
+            "",
+            &[],
+        ),
+        route(
             "POST /api/v1/quota-requests",
             &[],
             json!({"tenant_id": "t", "app_id": "a", "tokens": 5, "cost_usd": "1.5",

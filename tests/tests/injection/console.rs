@@ -181,6 +181,47 @@ fn form_cases() -> Vec<FormCase> {
                 &["/console/tenants/t/apps"],
             )
         },
+        // A key's edit form (its models show in the form's field).
+        FormCase {
+            target: Target::Key,
+            shown: &[("allowed_models", Shown::List), ("version", Shown::Never)],
+            ..case(
+                "/console/keys/{}",
+                &[
+                    ("name", "key {n}"),
+                    ("expires_at", "2099-01-01T00:00"),
+                    ("allowed_models", "gpt-4o-mini"),
+                    ("version", ""),
+                ],
+                &["/console/tenants/t/apps"],
+            )
+        },
+        // A key's own limits (the key the apps page lists links there).
+        FormCase {
+            target: Target::Key,
+            shown: &[("version", Shown::Never)],
+            ..case(
+                "/console/keys/{}/limits",
+                &[&LIMITS[..], &[("version", "")]].concat(),
+                &[],
+            )
+        },
+        // Rotating shows the new secret once; the grace is a choice.
+        FormCase {
+            target: Target::Key,
+            shown: &[("grace_secs", Shown::Never)],
+            ..case("/console/keys/{}/rotate", &[("grace_secs", "3600")], &[])
+        },
+        // The key tables' filter echoes what was typed.
+        FormCase {
+            method: "get",
+            shown: &[("revoked", Shown::Never)],
+            ..case(
+                "/console/tenants/{}/apps",
+                &[("q", "key {n}"), ("revoked", "1")],
+                &["<answer>"],
+            )
+        },
         FormCase {
             target: Target::TenantApp,
             shown: &[("version", Shown::Never)],
@@ -456,6 +497,7 @@ impl FormRun<'_> {
             Target::Victim => vec![self.p.victim.clone()],
             Target::ModelDeployment => vec!["gpt-4o-mini".to_string(), "inj".into()],
             Target::Model => vec!["gpt-4o-mini".to_string()],
+            Target::Key => vec![self.p.key().await],
             Target::TenantLimitVersion => {
                 let url = format!("{}/api/v1/tenants/t/limits/versions", self.p.base);
                 let (status, h) = api("GET", &url, Some(&self.p.admin), None).await;
@@ -665,12 +707,15 @@ async fn every_console_form_field_is_stored_inert_or_refused_next_to_the_field()
     )
     .await;
     assert_eq!(status, 200, "{changed}");
+    // An active key of t/a, so its rotate and edit forms are on the apps
+    // page.
+    p.key().await;
     let mut forms = crawl(&admin).await.forms;
     forms.extend(forms_of(
         &Web::anonymous(&p.base).get("/console/login").await.body,
     ));
     let cases = form_cases();
-    let mut covered: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    let mut covered: BTreeMap<(&str, &str), BTreeSet<String>> = BTreeMap::new();
     for f in &forms {
         if FIELDLESS.iter().any(|x| matches(x, &f.action)) {
             assert!(
@@ -693,14 +738,14 @@ async fn every_console_form_field_is_stored_inert_or_refused_next_to_the_field()
                 case.pattern
             );
             covered
-                .entry(case.pattern)
+                .entry((case.pattern, case.method))
                 .or_default()
                 .insert(name.clone());
         }
     }
     for c in &cases {
         assert!(
-            covered.contains_key(c.pattern),
+            covered.contains_key(&(c.pattern, c.method)),
             "form {}: on no page",
             c.pattern
         );
@@ -725,7 +770,7 @@ async fn every_console_form_field_is_stored_inert_or_refused_next_to_the_field()
             c.pattern,
             answer.body
         );
-        for field in &covered[c.pattern] {
+        for field in &covered[&(c.pattern, c.method)] {
             let template = c.base.iter().find(|(k, _)| k == field).unwrap().1;
             for payload in PAYLOADS {
                 n += 1;

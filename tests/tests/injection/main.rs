@@ -599,6 +599,8 @@ enum Target {
     Victim,
     /// Model gpt-4o-mini.
     Model,
+    /// A fresh key of app t/a.
+    Key,
     /// Model gpt-4o-mini's deployment `inj` (made by the form before it).
     ModelDeployment,
     /// Tenant t, then the oldest version of its limits (an earlier one,

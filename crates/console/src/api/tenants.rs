@@ -278,7 +278,7 @@ pub struct AppIn {
 }
 
 /// A present field, even `null`: `Some(None)` clears, absent leaves as is.
-fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+pub(crate) fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,

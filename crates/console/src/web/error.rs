@@ -178,7 +178,9 @@ pub fn page_of(path: &str) -> String {
     match segs.as_slice() {
         // …/limits/{version}/restore → …/limits
         [.., "limits", _, "restore"] => keep(2),
-        ["", "console", "keys", _, "revoke"] => "/console/apps".into(),
+        ["", "console", "keys", _, "revoke" | "rotate"] | ["", "console", "keys", _] => {
+            "/console/apps".into()
+        }
         // /console/tenants/{t}/apps/{app}[/keys] → the tenant's apps
         ["", "console", "tenants", _, "apps", _] => keep(1),
         ["", "console", "tenants", _, "apps", _, "keys"] => keep(2),
@@ -231,6 +233,8 @@ mod tests {
                 "/console/keys/0b1c/limits",
             ),
             ("/console/keys/0b1c/revoke", "/console/apps"),
+            ("/console/keys/0b1c/rotate", "/console/apps"),
+            ("/console/keys/0b1c", "/console/apps"),
             ("/console/tenants/t/apps/a", "/console/tenants/t/apps"),
             ("/console/tenants/t/apps/a/keys", "/console/tenants/t/apps"),
             ("/console/users/0b1c/role", "/console/users"),

@@ -296,6 +296,8 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
             "/console/tenants/{id}/apps/{app}/keys",
             post(apps::issue_key),
         )
+        .route("/console/keys/{id}", post(apps::edit_key))
+        .route("/console/keys/{id}/rotate", post(apps::rotate_key))
         .route("/console/keys/{id}/revoke", post(apps::revoke_key))
         .route(
             "/console/quota-requests",

@@ -2,16 +2,16 @@
 //! the answer to the issue request and nowhere else), revoke keys.
 
 use super::{
-    form_error, limits_summary, model_problems, split_list, thousands, time, when, FieldError,
-    LimitsForm,
+    form_error, limits_summary, model_problems, split_list, stale_notice, thousands, time, when,
+    FieldError, LimitsForm, StaleLine,
 };
-use crate::api::keys::{self as key_svc, KeyIn};
+use crate::api::keys::{self as key_svc, KeyIn, KeyPatch};
 use crate::api::tenants::{self as svc, AppIn, AppPatch};
 use crate::error::ApiError;
 use crate::web::{fragment_or_page, render, Chrome, PageError, Session};
 use crate::ControlPlane;
 use askama::Template;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Form;
@@ -85,6 +85,7 @@ impl AppEditForm {
 
 pub struct KeyLine {
     pub id: String,
+    pub app: String,
     pub name: String,
     pub prefix: String,
     pub created: String,
@@ -95,6 +96,76 @@ pub struct KeyLine {
     pub requests: String,
     /// The last day it was used (this month or the last), or empty.
     pub last_used: String,
+    /// After a rotation whose grace is still running: the previous
+    /// secret's prefix and when it stops working; else empty.
+    pub previous_prefix: String,
+    pub previous_until: String,
+    /// When it was last rotated (empty: never).
+    pub rotated: String,
+    /// The edit form (name, expiry, allowed models), as stored or as typed
+    /// when refused, its errors, and what someone else changed meanwhile.
+    pub edit: KeyEditForm,
+    pub edit_errors: FieldError,
+    pub edit_open: bool,
+    pub stale: Vec<StaleLine>,
+}
+
+/// A key's name, expiry and allowed models as its edit form holds them,
+/// with the row version the form was opened at.
+#[derive(Deserialize, Default, Clone)]
+#[serde(default)]
+pub struct KeyEditForm {
+    pub name: String,
+    pub expires_at: String,
+    pub allowed_models: String,
+    pub version: String,
+}
+
+impl KeyEditForm {
+    fn of(k: &store::KeyListRow) -> KeyEditForm {
+        KeyEditForm {
+            name: k.name.clone(),
+            expires_at: k
+                .expires_at
+                .map(|t| t.format("%Y-%m-%dT%H:%M").to_string())
+                .unwrap_or_default(),
+            allowed_models: k.allowed_models.as_deref().unwrap_or_default().join(", "),
+            version: k.version.to_string(),
+        }
+    }
+
+    /// The change (every field set, as the form shows them all), or the
+    /// first field in error.
+    fn patch(&self) -> Result<KeyPatch, ApiError> {
+        Ok(KeyPatch {
+            name: Some(self.name.trim().to_string()),
+            expires_at: Some(time("expires_at", &self.expires_at)?),
+            allowed_models: Some(split_list(&self.allowed_models)),
+            version: super::int("version", &self.version)?,
+        })
+    }
+}
+
+/// Which keys the tables show: by default not the revoked ones; `q`
+/// narrows them to names containing it (any case).
+#[derive(Deserialize, Default, Clone)]
+#[serde(default)]
+pub struct KeyFilter {
+    pub q: String,
+    /// "1": revoked keys are shown too.
+    pub revoked: String,
+}
+
+impl KeyFilter {
+    pub fn show_revoked(&self) -> bool {
+        !self.revoked.is_empty() && self.revoked != "0"
+    }
+
+    fn shows(&self, k: &store::KeyListRow) -> bool {
+        let q = self.q.trim().to_lowercase();
+        (self.show_revoked() || k.revoked_at.is_none())
+            && (q.is_empty() || k.name.to_lowercase().contains(&q))
+    }
 }
 
 /// What each key of a tenant used, by key id (from the rollups).
@@ -115,8 +186,18 @@ async fn key_uses(cp: &ControlPlane, s: &Session, tenant: &str) -> Result<KeyUse
 impl KeyLine {
     fn of(k: &store::KeyListRow, uses: &KeyUses) -> KeyLine {
         let used = uses.get(&k.id.to_string());
+        let now = chrono::Utc::now();
+        let in_grace = k.previous_valid_until.filter(|t| *t > now);
         KeyLine {
             id: k.id.to_string(),
+            app: k.app_id.clone(),
+            previous_prefix: in_grace.and(k.previous_prefix.clone()).unwrap_or_default(),
+            previous_until: in_grace.map(when).unwrap_or_default(),
+            rotated: k.rotated_at.map(when).unwrap_or_default(),
+            edit: KeyEditForm::of(k),
+            edit_errors: FieldError::default(),
+            edit_open: false,
+            stale: Vec::new(),
             name: super::clipped(&k.name, domain::text::KEY_NAME),
             prefix: k.prefix.clone(),
             created: when(k.created_at),
@@ -132,10 +213,15 @@ impl KeyLine {
     }
 }
 
-/// The keys of one app, as its table shows them.
-fn key_lines(keys: &[store::KeyListRow], app: &str, uses: &KeyUses) -> Vec<KeyLine> {
+/// The keys of one app that `filter` shows, as its table shows them.
+fn key_lines(
+    keys: &[store::KeyListRow],
+    app: &str,
+    uses: &KeyUses,
+    filter: &KeyFilter,
+) -> Vec<KeyLine> {
     keys.iter()
-        .filter(|k| k.app_id == app)
+        .filter(|k| k.app_id == app && filter.shows(k))
         .map(|k| KeyLine::of(k, uses))
         .collect()
 }
@@ -183,6 +269,9 @@ struct AppsPage {
     /// The key forms' (none on a fresh page).
     key_errors: FieldError,
     key_draft: KeyForm,
+    /// Which keys the tables show, and how many revoked ones they hide.
+    filter: KeyFilter,
+    hidden_revoked: usize,
 }
 
 async fn apps_page(
@@ -192,11 +281,27 @@ async fn apps_page(
     form: AppForm,
     errors: FieldError,
 ) -> Result<AppsPage, PageError> {
+    apps_page_with(cp, s, tenant, form, errors, KeyFilter::default()).await
+}
+
+async fn apps_page_with(
+    cp: &ControlPlane,
+    s: &Session,
+    tenant: &str,
+    form: AppForm,
+    errors: FieldError,
+    filter: KeyFilter,
+) -> Result<AppsPage, PageError> {
     let scope = s.actor.scope();
     if !cp.store.tenant_exists(scope, tenant).await? {
         return Err(ApiError::NotFound(format!("tenant {tenant}")).into());
     }
     let keys = cp.store.keys_of(scope, tenant).await?;
+    let hidden_revoked = if filter.show_revoked() {
+        0
+    } else {
+        keys.iter().filter(|k| k.revoked_at.is_some()).count()
+    };
     let uses = key_uses(cp, s, tenant).await?;
     let apps = cp
         .store
@@ -204,7 +309,7 @@ async fn apps_page(
         .await?
         .into_iter()
         .map(|a| AppLine {
-            keys: key_lines(&keys, &a.id, &uses),
+            keys: key_lines(&keys, &a.id, &uses, &filter),
             limits: limits_summary(s.lang, &a.limits),
             edit: AppEditForm::of(&a),
             edit_errors: FieldError::default(),
@@ -222,6 +327,8 @@ async fn apps_page(
         errors,
         key_errors: FieldError::default(),
         key_draft: KeyForm::default(),
+        filter,
+        hidden_revoked,
     })
 }
 
@@ -229,8 +336,19 @@ pub async fn list(
     State(cp): State<Arc<ControlPlane>>,
     s: Session,
     Path(tenant): Path<String>,
+    Query(filter): Query<KeyFilter>,
 ) -> Result<Html<String>, PageError> {
-    render(apps_page(&cp, &s, &tenant, AppForm::default(), FieldError::default()).await?)
+    render(
+        apps_page_with(
+            &cp,
+            &s,
+            &tenant,
+            AppForm::default(),
+            FieldError::default(),
+            filter,
+        )
+        .await?,
+    )
 }
 
 /// A new app: the whole page comes back (the new app has its own key form).
@@ -374,7 +492,7 @@ pub async fn issue_key(
                 "/console/apps",
                 Issued {
                     c: Chrome::new(&s, "nav.apps", "/console/apps"),
-                    keys: key_lines(&keys, &k.app_id, &uses),
+                    keys: key_lines(&keys, &k.app_id, &uses, &KeyFilter::default()),
                     can_manage: true,
                     app: k.app_id,
                     name: k.name,
@@ -433,4 +551,133 @@ pub async fn revoke_key(
         can_manage: true,
     })?
     .into_response())
+}
+
+#[derive(Template)]
+#[template(path = "partials/key_rotated.html")]
+struct Rotated {
+    c: Chrome,
+    /// The app's key table, the rotation shown (swapped in out of band).
+    keys: Vec<KeyLine>,
+    can_manage: bool,
+    app: String,
+    name: String,
+    prefix: String,
+    key: String,
+    previous_prefix: String,
+    /// When the previous secret stops working (empty: it already has).
+    grace_ends: String,
+}
+
+/// The rotate form: how long the current secret keeps working (seconds).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct RotateForm {
+    grace_secs: String,
+}
+
+/// Rotates a key; the answer shows its new secret once (like issuing one),
+/// the app's table the previous secret and when it stops working.
+pub async fn rotate_key(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path(id): Path<Uuid>,
+    Form(f): Form<RotateForm>,
+) -> Result<Response, PageError> {
+    let grace = super::int("grace_secs", &f.grace_secs)?;
+    let r = key_svc::rotate_key(&cp, &s.actor, id, grace).await?;
+    let keys = cp.store.keys_of(s.actor.scope(), &r.tenant_id).await?;
+    let uses = key_uses(&cp, &s, &r.tenant_id).await?;
+    let rot = r.rotation;
+    let in_grace = rot.grace_ends_at > chrono::Utc::now();
+    let html = fragment_or_page(
+        &s,
+        "nav.apps",
+        "/console/apps",
+        Rotated {
+            c: Chrome::new(&s, "nav.apps", "/console/apps"),
+            keys: key_lines(&keys, &rot.app_id, &uses, &KeyFilter::default()),
+            can_manage: true,
+            app: rot.app_id,
+            name: rot.name,
+            prefix: rot.prefix,
+            key: r.key,
+            previous_prefix: rot.previous_prefix,
+            grace_ends: if in_grace {
+                when(rot.grace_ends_at)
+            } else {
+                String::new()
+            },
+        },
+    )?;
+    // Never cached anywhere: the one copy of the new secret.
+    Ok(([(axum::http::header::CACHE_CONTROL, "no-store")], html).into_response())
+}
+
+/// Changes a key's name, expiry and allowed models; back to its row, or
+/// the page with its form open as typed, every field in error beside it —
+/// or, someone saved in between, what they changed above what was typed.
+pub async fn edit_key(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Path(id): Path<Uuid>,
+    Form(f): Form<KeyEditForm>,
+) -> Result<Response, PageError> {
+    let k = key_svc::key_for(&cp, &s.actor, id).await?;
+    let tenant = k.tenant_id.clone();
+    let result = match f.patch() {
+        Ok(p) => key_svc::update_key(&cp, &s.actor, id, p).await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    let (status, errors, stale) = match result {
+        Ok(()) => {
+            return Ok(
+                Redirect::to(&format!("/console/tenants/{tenant}/apps#key-{id}")).into_response(),
+            )
+        }
+        Err(ApiError::Stale { what, expected, .. }) => (
+            StatusCode::CONFLICT,
+            FieldError::default(),
+            stale_notice(&cp, &what, expected).await?,
+        ),
+        Err(e) => {
+            let more = model_problems(&cp, &f.allowed_models).await;
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                form_error(e)?.and(more),
+                Vec::new(),
+            )
+        }
+    };
+    // Refused: the page with this key shown (revoked or not) and its form
+    // open as typed; after a conflict it carries the current version.
+    let filter = KeyFilter {
+        q: String::new(),
+        revoked: if k.revoked_at.is_some() { "1" } else { "" }.into(),
+    };
+    let mut page = apps_page_with(
+        &cp,
+        &s,
+        &tenant,
+        AppForm::default(),
+        FieldError::default(),
+        filter,
+    )
+    .await?;
+    if let Some(line) = page
+        .apps
+        .iter_mut()
+        .flat_map(|a| a.keys.iter_mut())
+        .find(|l| l.id == id.to_string())
+    {
+        let current = line.edit.version.clone();
+        line.edit = f;
+        if !stale.is_empty() {
+            line.edit.version = current;
+        }
+        line.edit_errors = errors;
+        line.edit_open = true;
+        line.stale = stale;
+    }
+    Ok((status, render(page)?).into_response())
 }

@@ -360,6 +360,7 @@ fn why_key(d: &store::RequestDecisionRow) -> &'static str {
     ) {
         ("invalid_api_key", Some("revoked")) => "keystate.revoked",
         ("invalid_api_key", Some("expired")) => "keystate.expired",
+        ("invalid_api_key", Some("rotated")) => "keystate.rotated",
         _ => reason_key(Some(&d.reason)),
     }
 }
