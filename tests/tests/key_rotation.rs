@@ -301,6 +301,18 @@ async fn rotation_without_grace_again_during_grace_and_revocation() {
     }
     let (st, e) = r.rotate(&id, Some(json!({"grace": 5}))).await;
     assert_eq!(st, 400, "{e}");
+    // A body without its Content-Type is refused, not ignored (ignored, the
+    // default 24-hour grace would keep the old secret a day).
+    let r0 = reqwest::Client::new()
+        .post(r.url(&format!("/api/v1/keys/{id}/rotate")))
+        .bearer_auth(&r.token)
+        .body(r#"{"grace_secs": 0}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r0.status(), 400);
+    let e: Value = r0.json().await.unwrap();
+    assert_eq!(e["error"]["param"], "body", "{e}");
     let (st, e) = r.rotate(&id, Some(json!({"grace_secs": 604_800}))).await;
     assert_eq!(st, 200, "{e}");
 

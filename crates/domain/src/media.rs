@@ -7,10 +7,13 @@
 //! - Audio (`{"type": "input_audio", "input_audio": {"data", "format"}}`):
 //!   its duration, held at [`AUDIO_TOKENS_PER_SECOND`] — Gemini's published
 //!   rate, above OpenAI's audio models (about 10 a second). A WAV's duration
-//!   is read from its header (byte rate); any other format's is bounded by
+//!   is read from its header when the part says `"format": "wav"` (its
+//!   rates, believed up to 384,000 bytes a second); any other's is bounded by
 //!   its size at [`AUDIO_FLOOR_BYTES_PER_SECOND`] (6 kbit/s, below every
 //!   common speech codec), so the bound is never below the real length.
-//! - Files (`{"type": "file", "file": {"file_id" | "file_data", …}}`): the
+//! - Files (`{"type": "file", "file": {"file_id" | "file_data", …}}`),
+//!   other dialects' media parts ([`is_unsized_part`]: `video_url`, …)
+//!   and references to an earlier answer's audio (`audio: {"id"}`): the
 //!   provider renders each page (text and image); neither a file id nor a
 //!   compressed PDF tells the gateway its pages, so each file is held at the
 //!   model's context window ([`FILE_INPUT_TOKENS`] when tollgate does not
@@ -60,10 +63,16 @@ fn decoded_len(b64: &str) -> u64 {
     chars * 3 / 4
 }
 
+/// The most bytes a second of WAV may be read as taking: 48 kHz, two
+/// channels, 32-bit samples. A header claiming more (the client writes it)
+/// is not believed beyond this.
+const WAV_MAX_BYTES_PER_SECOND: u64 = 384_000;
+
 /// The byte rate of a WAV (RIFF … WAVE, `fmt ` first), read from the first
-/// bytes of its base64 text: the lower of the rate its header states and
-/// sample rate × block size (what a decoder plays it at), so a header that
-/// overstates its rate does not shorten the held duration.
+/// bytes of its base64 text: the lowest of the rate its header states,
+/// sample rate × block size and sample rate × channels × bits / 8 (what a
+/// decoder plays it at), and at most [`WAV_MAX_BYTES_PER_SECOND`], so a
+/// header that overstates its rate does not shorten the held duration.
 fn wav_byte_rate(b64: &str) -> Option<u64> {
     let head = crate::images::decode_b64_prefix(b64.get(..b64.len().min(48))?)?;
     if !(head.starts_with(b"RIFF") && head.get(8..16) == Some(b"WAVEfmt ")) {
@@ -72,29 +81,62 @@ fn wav_byte_rate(b64: &str) -> Option<u64> {
     let le32 = |i: usize| -> Option<u64> {
         Some(u32::from_le_bytes(head.get(i..i + 4)?.try_into().ok()?) as u64)
     };
-    let block = u16::from_le_bytes(head.get(32..34)?.try_into().ok()?) as u64;
-    let rate = le32(28)?.min(le32(24)?.saturating_mul(block));
+    let le16 = |i: usize| -> Option<u64> {
+        Some(u16::from_le_bytes(head.get(i..i + 2)?.try_into().ok()?) as u64)
+    };
+    let (channels, sample_rate, byte_rate) = (le16(22)?, le32(24)?, le32(28)?);
+    let (block, bits) = (le16(32)?, le16(34)?);
+    let rate = byte_rate
+        .min(sample_rate.saturating_mul(block))
+        .min(sample_rate.saturating_mul(channels).saturating_mul(bits) / 8)
+        .min(WAV_MAX_BYTES_PER_SECOND);
     (rate > 0).then_some(rate)
 }
 
-/// Input tokens of one `input_audio` object (`{"data", "format"}`).
+/// Input tokens of one `input_audio` object (`{"data", "format"}`): a WAV
+/// header is read only when the part says it is a WAV (a decoder of
+/// another format skips a header it does not expect).
 pub fn audio_part_tokens(input_audio: &Value) -> u64 {
     let data = input_audio
         .get("data")
         .and_then(Value::as_str)
         .unwrap_or("");
     let bytes = decoded_len(data);
-    let per_second = wav_byte_rate(data).unwrap_or(AUDIO_FLOOR_BYTES_PER_SECOND);
+    let wav = input_audio.get("format").and_then(Value::as_str) == Some("wav");
+    let per_second = wav
+        .then(|| wav_byte_rate(data))
+        .flatten()
+        .unwrap_or(AUDIO_FLOOR_BYTES_PER_SECOND);
     let seconds = bytes.div_ceil(per_second).max(MIN_AUDIO_SECONDS);
     seconds.saturating_mul(AUDIO_TOKENS_PER_SECOND)
 }
 
 /// Whether `v`, the value of a content part's `file` member, is a file
-/// reference or inline file (`file_id`, `file_data`, `filename`).
+/// reference or inline file (`file_id`, `file_data`, `file_url`,
+/// `filename`).
 pub fn is_file(v: &Value) -> bool {
     v.as_object().is_some_and(|o| {
-        o.contains_key("file_id") || o.contains_key("file_data") || o.contains_key("filename")
+        ["file_id", "file_data", "file_url", "filename"]
+            .iter()
+            .any(|k| o.contains_key(*k))
     })
+}
+
+/// Content-part types of other chat dialects whose media the gateway
+/// cannot size (held like a file).
+const UNSIZED_PARTS: &[&str] = &[
+    "audio_url",
+    "video_url",
+    "document_url",
+    "input_video",
+    "video",
+    "document",
+];
+
+/// Whether a chat content part of type `ty` carries media the gateway
+/// cannot size.
+pub fn is_unsized_part(ty: &str) -> bool {
+    UNSIZED_PARTS.contains(&ty)
 }
 
 #[cfg(test)]
@@ -164,19 +206,41 @@ mod tests {
     fn a_wav_that_lies_about_its_rate_is_held_at_the_longer_duration() {
         // A byte rate above sample rate × block size: the duration is what
         // a decoder plays (10 s), not the header's 0.1 s.
+        let wav_part = |w: &[u8]| json!({"data": b64(w), "format": "wav"});
         let mut w = wav(10);
         w[28..32].copy_from_slice(&3_200_000u32.to_le_bytes());
-        let t = audio_part_tokens(&json!({"data": b64(&w)}));
+        let t = audio_part_tokens(&wav_part(&w));
         assert!(t >= 10 * AUDIO_TOKENS_PER_SECOND, "{t}");
+        // A sample rate, byte rate and block size beyond any real WAV are
+        // not believed: 320,044 bytes at most 384,000 a second is one
+        // second, not the 0.0001 s a 4 GB/s header claims.
+        let mut huge = wav(10);
+        huge[24..28].copy_from_slice(&u32::MAX.to_le_bytes());
+        huge[28..32].copy_from_slice(&u32::MAX.to_le_bytes());
+        huge[32..34].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert_eq!(audio_part_tokens(&wav_part(&huge)), AUDIO_TOKENS_PER_SECOND);
         // A zero rate falls back to the size bound.
         w[28..32].copy_from_slice(&0u32.to_le_bytes());
-        let t = audio_part_tokens(&json!({"data": b64(&w)}));
+        let t = audio_part_tokens(&wav_part(&w));
+        assert_eq!(t, (w.len() as u64).div_ceil(750) * AUDIO_TOKENS_PER_SECOND);
+    }
+
+    #[test]
+    fn a_wav_header_in_another_format_is_not_read() {
+        // An MP3 part that starts with a WAV header claiming a huge rate:
+        // the header is not read, the size bounds it.
+        let mut w = wav(1);
+        w[28..32].copy_from_slice(&u32::MAX.to_le_bytes());
+        let t = audio_part_tokens(&json!({"data": b64(&w), "format": "mp3"}));
         assert_eq!(t, (w.len() as u64).div_ceil(750) * AUDIO_TOKENS_PER_SECOND);
     }
 
     #[test]
     fn files_are_recognised_by_their_members() {
         assert!(is_file(&json!({"file_id": "file-abc"})));
+        assert!(is_file(
+            &json!({"file_url": "https://files.example.com/a.pdf"})
+        ));
         assert!(is_file(
             &json!({"file_data": "data:application/pdf;base64,JVBERi0x", "filename": "a.pdf"})
         ));

@@ -295,6 +295,17 @@ fn collect_text(
             .iter()
             .for_each(|x| collect_text(x, out, media, media_tokens)),
         Value::Object(o) => {
+            // Media parts of other providers' chat dialects (vLLM's
+            // `audio_url` / `video_url`, Mistral's `document_url`, …) and
+            // OpenAI's reference to an earlier answer's audio (`audio: {id}`)
+            // cannot be sized: held like a file, at the context window.
+            if let Some(m) = media {
+                let ty = o.get("type").and_then(Value::as_str);
+                if ty.is_some_and(crate::media::is_unsized_part) {
+                    *media_tokens = media_tokens.saturating_add(m.file_tokens);
+                    return;
+                }
+            }
             for (k, x) in o {
                 // Media parts are priced by the provider by its own rule
                 // (`crate::images`, `crate::media`); their base64, URLs
@@ -308,6 +319,7 @@ fn collect_text(
                         Some(crate::media::audio_part_tokens(x))
                     }
                     "file" if crate::media::is_file(x) => media.map(|m| m.file_tokens),
+                    "audio" if x.get("id").is_some() => media.map(|m| m.file_tokens),
                     _ => None,
                 };
                 match tokens {
@@ -376,6 +388,27 @@ impl CountAllowances {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn media_the_gateway_cannot_size_is_held_at_the_window() {
+        let media = Some(crate::media::Media::for_model("gpt-4o"));
+        let window = crate::media::FILE_INPUT_TOKENS;
+        let count = |m: serde_json::Value| {
+            chat_input_tokens_with_media(TokenizerFamily::O200k, media, &[m], Counting::Exact)
+        };
+        for part in [
+            serde_json::json!({"type": "video_url", "video_url": {"url": "https://v.example.com/a.mp4"}}),
+            serde_json::json!({"type": "document_url", "document_url": "https://d.example.com/a.pdf"}),
+            serde_json::json!({"type": "file", "file": {"file_url": "https://d.example.com/a.pdf"}}),
+        ] {
+            let n = count(serde_json::json!({"role": "user", "content": [part.clone()]}));
+            assert!(n >= window, "{part}: {n}");
+        }
+        let earlier = serde_json::json!({"role": "assistant", "audio": {"id": "audio_abc"}});
+        assert!(count(earlier) >= window);
+        // Plain text is untouched.
+        let text = serde_json::json!({"role": "user", "content": [{"type": "text", "text": "hi"}]});
+        assert!(count(text) < 20);
+    }
 
     #[test]
     fn a_keys_count_allowance_refills_by_the_minute() {

@@ -38,13 +38,25 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
     }
 }
 
-/// Absent (no `Content-Type`) or a JSON body.
+/// Absent (no `Content-Type` and an empty body) or a JSON body. A body
+/// sent without its `Content-Type` is refused, not ignored: ignoring it
+/// would apply the defaults the client meant to override (a rotation's
+/// 24-hour grace for the `{"grace_secs": 0}` it sent).
 impl<T: DeserializeOwned, S: Send + Sync> OptionalFromRequest<S> for Body<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Option<Self>, ApiError> {
         if !req.headers().contains_key(CONTENT_TYPE) {
-            return Ok(None);
+            let bytes = axum::body::Bytes::from_request(req, state)
+                .await
+                .map_err(|e| ApiError::invalid("body", e.body_text()))?;
+            if bytes.iter().all(u8::is_ascii_whitespace) {
+                return Ok(None);
+            }
+            return Err(ApiError::invalid(
+                "body",
+                "expected Content-Type: application/json",
+            ));
         }
         <Self as FromRequest<S>>::from_request(req, state)
             .await
