@@ -165,7 +165,7 @@ pub fn part_tokens(rule: ImageRule, image_url: &Value) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A PNG data URL of `w` × `h` (its header only: all that is read).
@@ -177,7 +177,9 @@ mod tests {
         format!("data:image/png;base64,{}", encode(&b))
     }
 
-    fn encode(b: &[u8]) -> String {
+    /// Base64 of `b` (standard alphabet, padded): the tests' encoder, for
+    /// this module's and `crate::media`'s data.
+    pub(crate) fn encode(b: &[u8]) -> String {
         const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
         let mut s = String::new();
         for c in b.chunks(3) {

@@ -144,23 +144,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn b64(b: &[u8]) -> String {
-        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut s = String::new();
-        for c in b.chunks(3) {
-            let n = ((c[0] as u32) << 16)
-                | ((*c.get(1).unwrap_or(&0) as u32) << 8)
-                | (*c.get(2).unwrap_or(&0) as u32);
-            for i in 0..4 {
-                if i <= c.len() {
-                    s.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
-                } else {
-                    s.push('=');
-                }
-            }
-        }
-        s
-    }
+    use crate::images::tests::encode as b64;
 
     /// A WAV of `seconds` at 16 kHz, mono, 16-bit (32,000 bytes a second).
     fn wav(seconds: u32) -> Vec<u8> {
