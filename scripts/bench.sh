@@ -57,6 +57,10 @@ fi
 SURGE_DUR=${SURGE_DUR:-30}
 LONG_INPUTS=${LONG_INPUTS:-exact}
 SCN_STREAMS=${SCN_STREAMS:-1000}
+# The noisy tenant's clients of `long` and `streams` run at this nice
+# increment (they stand in for other machines; 0: same priority as the
+# measured clients, the whole box's figure).
+NOISY_NICE=${NOISY_NICE:-10}
 UPSTREAM=${UPSTREAM:-mock}
 MODES=${MODES-off per_request lease}
 CONNS=${CONNS-1 32}
@@ -294,7 +298,18 @@ if [[ $ISOLATION == 1 && $UPSTREAM == mock ]]; then
     stop_gateway
 fi
 if [[ -n $SCENARIOS && $UPSTREAM == mock ]]; then
-    read -r key_c key_s key_b < <("$bin" admin bench-setup --upstream "$upstream" --scenarios 2>>"$work/setup.log") ||
+    # The long prompts' model (gpt-4.1) on a provider of its own: a second
+    # mock, at NOISY_NICE like the noisy clients. A provider reading 6 MB
+    # prompts does so on its machines, not on the gateway's; one mock for
+    # both would make the short requests wait behind its parsing.
+    long_upstream=$upstream
+    if [[ $NOISY_NICE != 0 ]]; then
+        nice -n "$NOISY_NICE" "$bin" mock-upstream --listen "127.0.0.1:$((MOCK_PORT + 1))" >"$work/mock-long.log" 2>&1 &
+        pids+=($!)
+        wait_until "second mock upstream" 30 tcp_open 127.0.0.1 "$((MOCK_PORT + 1))"
+        long_upstream=http://127.0.0.1:$((MOCK_PORT + 1))/v1
+    fi
+    read -r key_c key_s key_b < <("$bin" admin bench-setup --upstream "$upstream" --long-upstream "$long_upstream" --scenarios 2>>"$work/setup.log") ||
         { cat "$work/setup.log" >&2; exit 1; }
     [[ -n ${key_b:-} ]] || die "bench-setup --scenarios printed no keys"
     svg_dir=${SVG_DIR:-$work}
@@ -317,7 +332,7 @@ if [[ -n $SCENARIOS && $UPSTREAM == mock ]]; then
             start_gateway lease
             out=$("$target/scen-bench" --url "http://127.0.0.1:$GW_PORT" --keys "$key_c,$key_s,$key_b" --scenario "$sc" \
                 --dur "$DUR" --surge-dur "$SURGE_DUR" --streams "$SCN_STREAMS" --gw-pid "$gw_pid" \
-                --svg "$svg_dir/scenario-$name.svg" --note "$note") || die "scen-bench $name failed"
+                --noisy-nice "$NOISY_NICE" --svg "$svg_dir/scenario-$name.svg" --note "$note") || die "scen-bench $name failed"
             # Stopping returns the leases; then the books must close exactly.
             stop_gateway
             sleep 1

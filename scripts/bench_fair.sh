@@ -37,8 +37,10 @@ DAY_SECS=${DAY_SECS:-3}
 RATE_SCALE=${RATE_SCALE:-2}
 ISO_SECS=${ISO_SECS:-4}
 # The month is compressed ~29,000× (a day in 3 s): the periodic jobs and the
-# batch queue's wait are scaled with it (defaults 10 s, 60 s, 60 s).
+# batch queue's wait and the empty-pool back-off are scaled with it
+# (defaults 10 s, 60 s, 60 s, 5 s).
 BORROW_CHECK_SECS=${BORROW_CHECK_SECS:-1}
+BORROW_EMPTY_BACKOFF_MS=${BORROW_EMPTY_BACKOFF_MS:-250}
 RECLAIM_SECS=${RECLAIM_SECS:-2}
 MAX_WAIT_MS_BATCH=${MAX_WAIT_MS_BATCH:-6000}
 GW_PORT=${GW_PORT:-18281}
@@ -72,6 +74,7 @@ export TOLLGATE_LOG=warn
 export TOLLGATE__FAIR__BORROW_CHECK_SECS=$BORROW_CHECK_SECS
 export TOLLGATE__FAIR__RECLAIM_SECS=$RECLAIM_SECS
 export TOLLGATE__FAIR__MAX_WAIT_MS_BATCH=$MAX_WAIT_MS_BATCH
+export TOLLGATE__FAIR__BORROW_EMPTY_BACKOFF_MS=$BORROW_EMPTY_BACKOFF_MS
 month=$(TZ=Asia/Shanghai date +%Y-%m)
 tenants=$(printf 'fair-%02d ' $(seq 1 12))
 
@@ -145,7 +148,7 @@ report() {
     echo "# tollgate fairness benchmark — seed $SEED, $DAYS days of ${DAY_SECS} s, rate ×$RATE_SCALE, $(nproc) cores, $(date -u '+%F %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
     echo
     echo "Command: \`SEED=$SEED DAYS=$DAYS DAY_SECS=$DAY_SECS RATE_SCALE=$RATE_SCALE RUNS=\"$RUNS\" ./scripts/bench_fair.sh\`;"
-    echo "jobs scaled with the month: borrow check every ${BORROW_CHECK_SECS} s, reclaim every ${RECLAIM_SECS} s, batch queue wait ${MAX_WAIT_MS_BATCH} ms."
+    echo "jobs scaled with the month: borrow check every ${BORROW_CHECK_SECS} s, reclaim every ${RECLAIM_SECS} s, batch queue wait ${MAX_WAIT_MS_BATCH} ms, empty-pool borrow back-off ${BORROW_EMPTY_BACKOFF_MS} ms."
     if [[ -f $work/spec-on.json ]]; then
         echo
         echo "Tenants and pool (\`fair-bench plan\`): $(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("pool %d tokens (chunk 5 %%, reclaim below 20 %% free), model pool %d slots; " % (s["pool_tokens"], s["capacity"]) + "; ".join("%s %s budget %d of ~%d asked, in-flight %d%s" % (t["id"], t["priority"], t["monthly_tokens"], t["expected_tokens"], t["max_inflight"], (", guaranteed %d slots" % t["guarantee"]) if t["guarantee"] else "") for t in s["tenants"]))' "$work/spec-on.json" 2>/dev/null || echo '?')"
@@ -178,6 +181,14 @@ report() {
         echo "Requests served: $(fig on served_requests) on, $(fig off served_requests) off ($(awk -v a="$(fig on served_requests)" -v b="$(fig off served_requests)" 'BEGIN{ printf "%+.1f %%", (a / b - 1) * 100 }')); the tenants that borrowed ($(echo $who | tr ' ' ',')): $on tokens on, $off off ($(awk -v a="$on" -v b="$off" 'BEGIN{ if (b > 0) printf "%+.1f %%", (a / b - 1) * 100 }'))."
     fi
 }
+
+# The charts, from the same tables as the judge.
+if [[ -d $work/db-on && -d $work/db-off ]]; then
+    svg_dir=${SVG_DIR:-$work}
+    [[ $RECORD == 1 ]] && svg_dir=${SVG_DIR:-docs/img}
+    "$fb" chart --on "$work/db-on" --off "$work/db-off" --days "$DAYS" --svg-dir "$svg_dir" &&
+        log "charts: $svg_dir/fair-served.svg, $svg_dir/fair-pool.svg"
+fi
 
 if [[ $RECORD != 1 ]]; then
     report

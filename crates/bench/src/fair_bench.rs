@@ -27,7 +27,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tollgate_bench::{header, pct};
+use tollgate_bench::{header, pct, svg};
 
 #[derive(Parser)]
 struct Cli {
@@ -100,6 +100,22 @@ enum Cmd {
         /// Heading of this run.
         #[arg(long, default_value = "")]
         label: String,
+    },
+    /// The month's charts (SVG) from two runs' tables: tokens served over
+    /// the month with borrowing on and off, and the pool of the `on` run.
+    Chart {
+        /// The borrowing run's tables (`bench_fair.sh`'s `db-on`).
+        #[arg(long)]
+        on: PathBuf,
+        /// The run without borrowing (`db-off`).
+        #[arg(long)]
+        off: PathBuf,
+        /// Days of the month (the x axis).
+        #[arg(long, default_value_t = 30)]
+        days: u32,
+        /// Where to write `fair-served.svg` and `fair-pool.svg`.
+        #[arg(long)]
+        svg_dir: PathBuf,
     },
 }
 
@@ -945,6 +961,14 @@ impl World {
         }
         self.free(at).min(row.cap - self.borrowed(t, at)).max(0)
     }
+    /// Lent and not used or held by its borrower at `at`: what a reclaim
+    /// may take back.
+    fn lent_unused(&self, at: i64) -> i64 {
+        self.tenants
+            .keys()
+            .map(|t| self.borrowed(t, at).min(self.headroom(t, at, "").max(0)))
+            .sum()
+    }
     /// Budget left: base + borrowed − used − held.
     fn headroom(&self, t: &str, at: i64, skip: &str) -> i64 {
         let base = self.tenants.get(t).map_or(0, |r| r.base);
@@ -1296,21 +1320,13 @@ fn judge(
         above - could
     );
     // ---- reclaim on time
-    let all_ev = w.events.values().flatten();
-    let (t_min, t_max) = all_ev.fold((i64::MAX, 0), |(a, b), e| (a.min(e.start), b.max(e.end)));
+    let (t_min, t_max) = span(&w);
     let threshold = w.pool * w.reclaim_below_ppm / 1_000_000;
     let crumbs = w.pool / 100;
-    let reclaimable = |at: i64| -> i64 {
-        w.tenants
-            .keys()
-            .map(|t| {
-                let b = w.borrowed(t, at);
-                b.min(w.headroom(t, at, "").max(0))
-            })
-            .sum()
-    };
+    let reclaimable = |at: i64| w.lent_unused(at);
     let deadline_ms = reclaim_secs as i64 * 1000 + 1000;
     let (mut demands, mut on_time) = (0u64, 0u64);
+    let mut missed = Vec::new();
     let tight_ms = (t_min..t_max)
         .step_by(100)
         .filter(|&at| w.pool > 0 && w.free(at) < threshold)
@@ -1330,6 +1346,24 @@ fn judge(
             let met = first.is_some() || w.free(dl) >= threshold || reclaimable(dl) < crumbs;
             if met {
                 on_time += 1;
+            } else {
+                let next = w.reclaims.iter().map(|r| r.1).filter(|&r| r > dl).min();
+                let who: Vec<String> = w
+                    .tenants
+                    .keys()
+                    .filter_map(|t| {
+                        let u = w.borrowed(t, at).min(w.headroom(t, at, "").max(0));
+                        (u > 0).then(|| format!("{t} {u}"))
+                    })
+                    .collect();
+                missed.push(format!(
+                    "+{:.1} s: {} free (threshold {threshold}), {} lent and unused ({}); next reclaim {}",
+                    (at - t_min) as f64 / 1000.0,
+                    w.free(at),
+                    reclaimable(at),
+                    who.join(", "),
+                    next.map_or("none".into(), |n| format!("+{:.1} s", (n - t_min) as f64 / 1000.0))
+                ));
             }
             at = first.unwrap_or(dl) + 100;
             continue;
@@ -1364,6 +1398,9 @@ fn judge(
             format!(" ({})", below.join("; "))
         }
     );
+    for m in &missed {
+        println!("  - missed at {m}");
+    }
     // ---- tokens served, and the bills
     let served_tok: i64 = w.events.values().flatten().map(|e| e.tok).sum();
     let offered: i64 = cl
@@ -1426,6 +1463,102 @@ fn judge(
     Ok(())
 }
 
+/// The month's span in the ledger: first start, last end (ms).
+fn span(w: &World) -> (i64, i64) {
+    w.events
+        .values()
+        .flatten()
+        .fold((i64::MAX, 0), |(a, b), e| (a.min(e.start), b.max(e.end)))
+}
+
+/// Tokens served by `at` (ledger, settled), every tenant.
+fn served_by(w: &World, at: i64) -> i64 {
+    w.tenants.keys().map(|t| w.used(t, at)).sum()
+}
+
+/// Charts of two runs, from their tables alone (like the judge).
+fn charts(on: &Path, off: &Path, days: u32, dir: &Path) -> anyhow::Result<()> {
+    let (won, woff) = (load_world(on)?, load_world(off)?);
+    std::fs::create_dir_all(dir)?;
+    let days = f64::from(days.max(1));
+    // Tokens served, cumulative, against the day of the month (each run
+    // against its own start: the two replays are the same arrivals).
+    let served = |w: &World, name: &str, color: &str| {
+        let (t0, t1) = span(w);
+        let day_ms = (t1 - t0) as f64 / days;
+        let points = (0..=days as i64 * 4)
+            .map(|q| {
+                let at = t0 + (q as f64 * day_ms / 4.0) as i64;
+                (q as f64 / 4.0, served_by(w, at) as f64)
+            })
+            .collect();
+        svg::Series {
+            name: name.into(),
+            color: color.into(),
+            points,
+            reference: None,
+        }
+    };
+    let s = [
+        served(&won, "borrowing on", "#1f77b4"),
+        served(&woff, "borrowing off", "#d62728"),
+    ];
+    std::fs::write(
+        dir.join("fair-served.svg"),
+        svg::chart_linear(
+            "Tokens served over the month, same requests (ledger)",
+            "day of the month",
+            "tokens served",
+            &s,
+        ),
+    )?;
+    // The pool of the `on` run: free, and lent but unused by its borrower
+    // (what a reclaim may take back); dashed: the reclaim threshold.
+    let (t0, t1) = span(&won);
+    let day_ms = (t1 - t0) as f64 / days;
+    let threshold = (won.pool * won.reclaim_below_ppm / 1_000_000) as f64;
+    let sample = |f: &dyn Fn(i64) -> i64| -> Vec<(f64, f64)> {
+        (0..=days as i64 * 8)
+            .map(|q| {
+                let at = t0 + (q as f64 * day_ms / 8.0) as i64;
+                (q as f64 / 8.0, f(at) as f64)
+            })
+            .collect()
+    };
+    let unused = |at: i64| won.lent_unused(at);
+    let lent = |at: i64| won.pool - won.free(at);
+    let p = [
+        svg::Series {
+            name: "free".into(),
+            color: "#2ca02c".into(),
+            points: sample(&|at| won.free(at)),
+            reference: Some(threshold),
+        },
+        svg::Series {
+            name: "lent".into(),
+            color: "#1f77b4".into(),
+            points: sample(&lent),
+            reference: None,
+        },
+        svg::Series {
+            name: "lent, unused".into(),
+            color: "#ff7f0e".into(),
+            points: sample(&unused),
+            reference: None,
+        },
+    ];
+    std::fs::write(
+        dir.join("fair-pool.svg"),
+        svg::chart_linear(
+            "The shared pool over the month, borrowing on (dashed: reclaim below this)",
+            "day of the month",
+            "tokens",
+            &p,
+        ),
+    )?;
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().cmd {
@@ -1445,6 +1578,12 @@ async fn main() -> anyhow::Result<()> {
             reclaim_secs,
             label,
         } => judge(&client, &dir, &max_wait_ms, reclaim_secs, &label)?,
+        Cmd::Chart {
+            on,
+            off,
+            days,
+            svg_dir,
+        } => charts(&on, &off, days, &svg_dir)?,
     }
     Ok(())
 }

@@ -39,6 +39,7 @@ pub mod svg {
             .replace('>', "&gt;")
     }
 
+    /// Log-scale y.
     pub fn chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
         let (w, h, l, r, t, b) = (760.0, 360.0, 70.0, 130.0, 40.0, 45.0);
         let (pw, ph) = (w - l - r, h - t - b);
@@ -98,6 +99,101 @@ pub mod svg {
             t + ph / 2.0,
             esc(y_label)
         );
+        o += &lines(series, &x, &y, l, pw, t);
+        o + "</svg>\n"
+    }
+
+    /// Linear y from 0.
+    pub fn chart_linear(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
+        let (w, h, l, r, t, b) = (760.0, 360.0, 90.0, 150.0, 40.0, 45.0);
+        let (pw, ph) = (w - l - r, h - t - b);
+        let hi = series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1).chain(s.reference))
+            .fold(0.0_f64, f64::max);
+        // A round top: 1, 2 or 5 × a power of ten.
+        let mag = 10f64.powf(hi.max(1.0).log10().floor());
+        let top = [1.0, 2.0, 5.0, 10.0]
+            .iter()
+            .map(|m| m * mag)
+            .find(|v| *v >= hi)
+            .unwrap_or(10.0 * mag);
+        let xmax = series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0))
+            .fold(1.0_f64, f64::max)
+            .ceil();
+        let x = |v: f64| l + v / xmax * pw;
+        let y = |v: f64| t + ph - v.clamp(0.0, top) / top * ph;
+        let mut o = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+             <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+             <text x=\"{l}\" y=\"20\" font-size=\"14\">{}</text>\n",
+            esc(title)
+        );
+        for i in 0..=5 {
+            let v = top * i as f64 / 5.0;
+            let yy = y(v);
+            o += &format!(
+                "<line x1=\"{l}\" x2=\"{}\" y1=\"{yy:.1}\" y2=\"{yy:.1}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",
+                l + pw,
+                l - 6.0,
+                yy + 4.0,
+                thousands(v)
+            );
+        }
+        let step = (xmax / 10.0).ceil().max(1.0);
+        let mut s = 0.0;
+        while s <= xmax {
+            o += &format!(
+                "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{s:.0}</text>\n",
+                x(s),
+                t + ph + 16.0
+            );
+            s += step;
+        }
+        o += &format!(
+            "<rect x=\"{l}\" y=\"{t}\" width=\"{pw}\" height=\"{ph}\" fill=\"none\" stroke=\"#888\"/>\n\
+             <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n\
+             <text transform=\"translate(14,{}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
+            l + pw / 2.0,
+            h - 8.0,
+            esc(x_label),
+            t + ph / 2.0,
+            esc(y_label)
+        );
+        o += &lines(series, &x, &y, l, pw, t);
+        o + "</svg>\n"
+    }
+
+    /// `v` with thousands separators (a chart's axis).
+    fn thousands(v: f64) -> String {
+        let n = v.round() as i64;
+        let s = n.abs().to_string();
+        let mut out = String::new();
+        for (i, c) in s.chars().enumerate() {
+            if i > 0 && (s.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        if n < 0 {
+            format!("-{out}")
+        } else {
+            out
+        }
+    }
+
+    /// Each series' polyline, reference line and legend entry.
+    fn lines(
+        series: &[Series],
+        x: &dyn Fn(f64) -> f64,
+        y: &dyn Fn(f64) -> f64,
+        l: f64,
+        pw: f64,
+        t: f64,
+    ) -> String {
+        let mut o = String::new();
         for (i, se) in series.iter().enumerate() {
             let pts: Vec<String> = se
                 .points
@@ -129,11 +225,24 @@ pub mod svg {
                 esc(&se.name)
             );
         }
-        o + "</svg>\n"
+        o
     }
 
     #[cfg(test)]
     mod tests {
+        #[test]
+        fn a_linear_chart_starts_at_zero_with_a_round_top() {
+            let s = super::Series {
+                name: "on".into(),
+                color: "#123456".into(),
+                points: vec![(0.0, 0.0), (10.0, 1_234_567.0)],
+                reference: None,
+            };
+            let out = super::chart_linear("t", "day", "tokens", &[s]);
+            assert!(out.contains(">2,000,000<") && out.contains(">0<"), "{out}");
+            assert_eq!(out.matches("<polyline").count(), 1);
+        }
+
         #[test]
         fn draws_each_series_and_escapes_names() {
             let s = super::Series {

@@ -55,6 +55,15 @@ struct Args {
     /// A note for the heading (e.g. the long-input estimate in use).
     #[arg(long, default_value = "")]
     note: String,
+    /// The noisy tenant's clients of `long` and `streams` (batch's long
+    /// prompts, its 1,000 streams) run on their own two threads at this
+    /// nice increment (0: beside the measured clients, same priority).
+    /// They stand in for other machines: on one box their own CPU (writing
+    /// 6 MB bodies, opening 1,000 connections) would otherwise delay the
+    /// measured clients' sends and reads, and the figure would be the
+    /// load generator's, not the gateway's.
+    #[arg(long, default_value_t = 0)]
+    noisy_nice: i32,
 }
 
 const TENANTS: [&str; 3] = ["core", "standard", "batch"];
@@ -72,6 +81,29 @@ struct Load {
     stream: bool,
     /// Resend every 429/503 at once, ignoring Retry-After.
     hot_retry: bool,
+    /// The scenario's noisy load (`--noisy-nice`).
+    noisy: bool,
+}
+
+/// The runtime of the noisy clients: two threads at `nice`.
+fn noisy_runtime(nice: i32) -> &'static tokio::runtime::Runtime {
+    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("noisy-client")
+            .enable_all()
+            .on_thread_start(move || {
+                // SAFETY: gettid and setpriority only read their arguments;
+                // Linux keeps a nice value per thread.
+                unsafe {
+                    let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+                    libc::setpriority(libc::PRIO_PROCESS, tid, nice);
+                }
+            })
+            .build()
+            .expect("noisy client runtime")
+    })
 }
 
 struct Rec {
@@ -434,8 +466,9 @@ async fn phase(
             .timeout(Duration::from_secs(120))
             .build()?;
         let key = Arc::new(keys[l.tenant].clone());
+        let elsewhere = (l.noisy && a.noisy_nice > 0).then(|| noisy_runtime(a.noisy_nice));
         for i in 0..l.conns {
-            tasks.push(tokio::spawn(conn(
+            let c = conn(
                 client.clone(),
                 url.clone(),
                 key.clone(),
@@ -444,7 +477,11 @@ async fn phase(
                 t0,
                 deadline,
                 out[&l.tenant].clone(),
-            )));
+            );
+            tasks.push(match elsewhere {
+                Some(rt) => rt.spawn(c),
+                None => tokio::spawn(c),
+            });
         }
     }
     let mut peak = 0;
@@ -487,6 +524,7 @@ fn scenario(a: &Args) -> anyhow::Result<(Vec<Load>, u64, Option<String>)> {
         bodies: Arc::new(vec![short(model, 20, 10)]),
         stream: false,
         hot_retry: false,
+        noisy: false,
     };
     let surge = |tenant: usize, model: &str| Load {
         conns: 16,
@@ -504,6 +542,7 @@ fn scenario(a: &Args) -> anyhow::Result<(Vec<Load>, u64, Option<String>)> {
                 bodies: tiny.clone(),
                 stream: false,
                 hot_retry: false,
+                noisy: false,
             };
             (vec![l(0, 128), l(1, 64), l(2, 64)], a.dur, None)
         }
@@ -516,6 +555,7 @@ fn scenario(a: &Args) -> anyhow::Result<(Vec<Load>, u64, Option<String>)> {
                 bodies: Arc::new(bodies),
                 stream: false,
                 hot_retry: false,
+                noisy: true,
             };
             (vec![usual(0, m), usual(1, m), long], a.dur, Some(table))
         }
@@ -530,6 +570,7 @@ fn scenario(a: &Args) -> anyhow::Result<(Vec<Load>, u64, Option<String>)> {
                 bodies: Arc::new(bodies),
                 stream: true,
                 hot_retry: false,
+                noisy: true,
             };
             (vec![usual(0, m), usual(1, m), streams], a.dur, None)
         }

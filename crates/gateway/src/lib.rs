@@ -72,6 +72,9 @@ pub struct GatewayConfig {
     pub long_input: LongInput,
     /// Threads of the tokenize pool (at least 1).
     pub tokenize_threads: usize,
+    /// The tokenize pool's threads run this much below the async workers
+    /// (a nice increment; 0 = the same priority).
+    pub tokenize_nice: i32,
     /// Whole-request timeout for non-streaming upstream calls.
     pub upstream_timeout: Duration,
     /// A non-stream upstream answer larger than this is a 502
@@ -139,6 +142,10 @@ pub struct FairTuning {
     /// Open streamed answers per tenant on one replica, unless the tenant
     /// sets its own `max_open_streams` (None: no cap).
     pub max_open_streams_per_tenant: Option<usize>,
+    /// Streams of one tenant being started at once on one replica (held,
+    /// forwarded, the provider's headers not yet in); the others wait
+    /// their turn (None: unpaced).
+    pub stream_starts_per_tenant: Option<usize>,
 }
 
 impl Default for FairTuning {
@@ -152,6 +159,7 @@ impl Default for FairTuning {
             borrow: Default::default(),
             refusal_delay: Duration::from_millis(100),
             max_open_streams_per_tenant: None,
+            stream_starts_per_tenant: Some(8),
         }
     }
 }
@@ -184,6 +192,8 @@ pub struct Gateway {
     pub day_costs: Arc<day_cost::DayCosts>,
     /// Each tenant's open streams on this replica (its `max_open_streams`).
     pub open_streams: Arc<open_streams::OpenStreams>,
+    /// Each tenant's streams being started (`fair.stream_starts_per_tenant`).
+    pub stream_starts: open_streams::StreamStarts,
     /// Metric handles of the hot path.
     meters: meters::Meters,
     /// Exact counts of long inputs, off the async workers.
@@ -220,12 +230,13 @@ impl Gateway {
         // Its task ends when the last Gateway handle is dropped.
         let (decisions, _task) = decisions::DecisionWriter::start(store.clone(), cfg.clock);
         let admission = admission::Admission::new(cfg.admission, quota.clone(), cfg.lease.clone());
-        let tokenize = tokenize::TokenizePool::new(cfg.tokenize_threads);
+        let tokenize = tokenize::TokenizePool::new(cfg.tokenize_threads, cfg.tokenize_nice);
         let day_costs = day_cost::DayCosts::start(quota.clone(), store.clone());
         Self {
             key_hasher: domain::keys::KeyHasher::new(&cfg.pepper),
             day_costs,
             open_streams: Default::default(),
+            stream_starts: Default::default(),
             meters: Default::default(),
             tokenize,
             count_allowance: Default::default(),

@@ -294,6 +294,18 @@ async fn admit_and_forward(
     } else {
         None
     };
+    // A tenant's streams start a few at a time (held until the provider's
+    // headers are in, when this function returns): a burst of stream opens
+    // is spread out instead of taking the cores from everyone else at once.
+    let _start = match gw.cfg.fair.stream_starts_per_tenant {
+        Some(n) if summary.stream => {
+            let max_wait = gw.cfg.fair.queue.max_wait_ms(key.tenant.priority);
+            let max_wait = std::time::Duration::from_millis(max_wait);
+            let turn = gw.stream_starts.start(&key.tenant.id, n, max_wait).await;
+            Some(turn.map_err(|waited| crate::open_streams::start_timeout(waited, n))?)
+        }
+        _ => None,
+    };
     // Past the daily soft limit: the cheaper model and/or a smaller cap.
     let degrade = crate::fair::degrade_step(gw, &key, &model).await?;
     let requested_model = model.id.clone();

@@ -13,26 +13,61 @@
 //! Parsing a long body into JSON and writing it back for the provider cost
 //! ~5–10 ms per megabyte each; bodies above [`LARGE_BODY`] take the same
 //! turns ([`TokenizePool::parse`], [`TokenizePool::serialise`]).
+//!
+//! The pool's threads are its own, and run at a lower CPU priority than
+//! the async workers (`gateway.tokenize_nice`, 10 by default): when the
+//! cores are busy, a short request's parse, hold and forward go first, and
+//! the long prompt's count takes what is left — on two cores a long prompt
+//! no longer adds its count's time to every short request that arrives
+//! meanwhile (docs/fair.md, "Isolation").
 
 use crate::errors::ApiError;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use tokio::sync::Semaphore;
+use std::sync::{mpsc, Arc, Mutex};
+use tokio::sync::{oneshot, Semaphore};
 
 /// Bodies above this are parsed, tokenized and serialised in the pool.
 pub(crate) const LARGE_BODY: usize = 64 * 1024;
 
+type Job = Box<dyn FnOnce() + Send>;
+
 pub struct TokenizePool {
     slots: Semaphore,
     tenants: Mutex<HashMap<String, Arc<Semaphore>>>,
+    jobs: Mutex<mpsc::Sender<Job>>,
 }
 
 impl TokenizePool {
-    pub fn new(threads: usize) -> Self {
+    /// `threads` counting threads (at least 1), each at `nice` (0: the
+    /// process's own priority; Linux only, elsewhere ignored).
+    pub fn new(threads: usize, nice: i32) -> Self {
+        let threads = threads.max(1);
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..threads {
+            let rx = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("tollgate-count-{i}"))
+                .spawn(move || {
+                    lower_priority(nice);
+                    // Ends when the pool (the sender) is dropped.
+                    loop {
+                        let job = match rx.lock().expect("tokenize queue lock").recv() {
+                            Ok(job) => job,
+                            Err(_) => return,
+                        };
+                        // A panicking job loses its answer (its caller
+                        // sees it), not the thread.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                    }
+                })
+                .expect("tokenize thread starts");
+        }
         Self {
-            slots: Semaphore::new(threads.max(1)),
+            slots: Semaphore::new(threads),
             tenants: Mutex::new(HashMap::new()),
+            jobs: Mutex::new(tx),
         }
     }
 
@@ -52,9 +87,16 @@ impl TokenizePool {
         let mine = self.tenant(tenant);
         let _turn = mine.acquire().await.expect("never closed");
         let _slot = self.slots.acquire().await.expect("never closed");
-        tokio::task::spawn_blocking(f)
-            .await
-            .expect("tokenize task does not panic")
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move || {
+            let _ = tx.send(f());
+        });
+        self.jobs
+            .lock()
+            .expect("tokenize queue lock")
+            .send(job)
+            .expect("tokenize threads run while the pool lives");
+        rx.await.expect("tokenize task does not panic")
     }
 
     /// The request body as JSON: here when small, else on the tenant's turn.
@@ -89,6 +131,21 @@ impl TokenizePool {
     }
 }
 
+/// This thread's CPU priority lowered by `nice` (Linux keeps a nice value
+/// per thread). A failure leaves it at the process's priority.
+fn lower_priority(nice: i32) {
+    #[cfg(target_os = "linux")]
+    if nice > 0 {
+        // SAFETY: gettid and setpriority only read their arguments.
+        unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            let _ = libc::setpriority(libc::PRIO_PROCESS, tid, nice);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,7 +154,7 @@ mod tests {
 
     #[tokio::test]
     async fn at_most_threads_run_and_one_per_tenant() {
-        let pool = Arc::new(TokenizePool::new(2));
+        let pool = Arc::new(TokenizePool::new(2, 10));
         let running = Arc::new(AtomicUsize::new(0));
         let peak = Arc::new(AtomicUsize::new(0));
         let per_a = Arc::new(AtomicUsize::new(0));
@@ -135,13 +192,38 @@ mod tests {
         );
     }
 
+    /// The counting runs on the pool's own threads, at the lower priority
+    /// asked for, and a job that panics does not take its thread along.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn counts_run_at_the_lower_priority() {
+        let nice_here = || unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::getpriority(libc::PRIO_PROCESS, tid)
+        };
+        let before = nice_here();
+        let pool = TokenizePool::new(1, 7);
+        let there = pool.run("a", nice_here).await;
+        assert_eq!(there, (before + 7).min(19));
+        let name = pool
+            .run("a", || std::thread::current().name().map(str::to_string))
+            .await;
+        assert_eq!(name.as_deref(), Some("tollgate-count-0"));
+        let p = std::sync::Arc::new(pool);
+        let q = p.clone();
+        let panicked = tokio::spawn(async move { q.run("a", || panic!("boom")).await }).await;
+        assert!(panicked.is_err());
+        assert_eq!(p.run("b", || 5).await, 5, "the thread survived the panic");
+        assert_eq!(nice_here(), before, "the caller's priority is untouched");
+    }
+
     /// A body above `LARGE_BODY` is parsed on its tenant's turn (so it
     /// waits while that tenant's turn is taken, and another tenant's does
     /// not); a small one is parsed at once. Parsing a large body on the
     /// async worker would make the first wait fail.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_large_body_is_parsed_on_its_tenants_turn_a_small_one_at_once() {
-        let pool = Arc::new(TokenizePool::new(2));
+        let pool = Arc::new(TokenizePool::new(2, 10));
         let big = bytes::Bytes::from(format!("{{\"x\":\"{}\"}}", "a".repeat(LARGE_BODY)));
         let small = bytes::Bytes::from_static(b"{\"x\":\"small\"}");
         let (release, wait) = std::sync::mpsc::channel::<()>();

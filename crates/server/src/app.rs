@@ -141,6 +141,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         max_body_bytes: cfg.gateway.max_body_bytes,
         long_input: cfg.gateway.long_input()?,
         tokenize_threads: cfg.gateway.tokenize_threads(),
+        tokenize_nice: cfg.gateway.tokenize_nice.clamp(0, 19),
         max_upstream_body_bytes: cfg.gateway.max_upstream_body_bytes,
         max_sse_event_bytes: cfg.gateway.max_sse_event_bytes,
         upstream_timeout: Duration::from_secs(cfg.gateway.upstream_timeout_secs),

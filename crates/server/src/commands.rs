@@ -181,7 +181,7 @@ pub async fn mock_upstream(cfg: &Config, listen: Option<String>) -> anyhow::Resu
 
 pub async fn bench_setup(
     cfg: &Config,
-    upstream: &str,
+    (upstream, long_upstream): (&str, Option<&str>),
     isolation: bool,
     scenarios: bool,
     fair: Option<&str>,
@@ -198,7 +198,12 @@ pub async fn bench_setup(
             println!("{tenant} {key}");
         }
     } else if scenarios {
-        let [c, s, b] = crate::demo::seed_scenarios(&store, upstream, &pepper).await?;
+        let [c, s, b] = crate::demo::seed_scenarios(
+            &store,
+            (upstream, long_upstream.unwrap_or(upstream)),
+            &pepper,
+        )
+        .await?;
         println!("{c} {s} {b}");
     } else if isolation {
         let (a, b) = crate::demo::seed_isolation(&store, upstream, &pepper).await?;

@@ -59,6 +59,10 @@ pub struct FairConfig {
     /// tenant_stream_cap. 0 = no cap (the default). A tenant's own
     /// `max_open_streams` replaces it.
     pub max_open_streams_per_tenant: usize,
+    /// Streams of one tenant started at once on one replica (admitted, the
+    /// provider's headers not yet in); the others wait their turn, at most
+    /// their priority's max wait (then 503 queue_timeout). 0 = unpaced.
+    pub stream_starts_per_tenant: usize,
     /// A 429 or 402 refusal (rate, in flight, budget, full queue) is
     /// answered after this many ms, at most its Retry-After (0 = at once):
     /// a flood that ignores Retry-After gets one refusal per connection per
@@ -73,6 +77,9 @@ pub struct FairConfig {
     pub degrade_max_output_tokens: i64,
     /// How long a request refused for budget waits for an on-demand borrow.
     pub borrow_wait_ms: u64,
+    /// After an on-demand borrow that got nothing (the pool dry, the cap
+    /// reached), the tenant does not ask again for this long.
+    pub borrow_empty_backoff_ms: u64,
     /// Period of the near-limit borrow check (one replica at a time).
     pub borrow_check_secs: u64,
     /// Share of the effective token limit (used + held) that triggers it.
@@ -94,11 +101,13 @@ impl Default for FairConfig {
             max_wait_ms_batch: 60_000,
             queue_max_per_tenant: 64,
             max_open_streams_per_tenant: 0,
+            stream_starts_per_tenant: 8,
             refusal_delay_ms: 100,
             poll_min_ms: 10,
             poll_max_ms: 100,
             degrade_max_output_tokens: 1024,
             borrow_wait_ms: 2_000,
+            borrow_empty_backoff_ms: 5_000,
             borrow_check_secs: 10,
             near_limit_share: 0.9,
             reclaim_secs: 60,
@@ -133,10 +142,13 @@ impl FairConfig {
                 wait: std::time::Duration::from_millis(self.borrow_wait_ms),
                 near_limit_ppm: share_ppm(self.near_limit_share).unwrap_or(900_000),
                 reclaim_fraction_ppm: share_ppm(self.reclaim_fraction).unwrap_or(500_000),
+                empty_backoff: std::time::Duration::from_millis(self.borrow_empty_backoff_ms),
             },
             refusal_delay: std::time::Duration::from_millis(self.refusal_delay_ms),
             max_open_streams_per_tenant: (self.max_open_streams_per_tenant > 0)
                 .then_some(self.max_open_streams_per_tenant),
+            stream_starts_per_tenant: (self.stream_starts_per_tenant > 0)
+                .then_some(self.stream_starts_per_tenant),
         }
     }
 }
@@ -321,6 +333,9 @@ pub struct GatewayTuning {
     pub long_input_estimate: String,
     /// Threads counting long inputs exactly; 0 = half the cores (at least 1).
     pub tokenize_threads: usize,
+    /// How much lower the counting threads' CPU priority is than the async
+    /// workers' (a nice increment, 0–19; 0 = the same).
+    pub tokenize_nice: i32,
     /// Largest non-stream upstream answer read (bigger: 502).
     pub max_upstream_body_bytes: usize,
     /// Largest single stream event buffered (bigger: the stream ends).
@@ -495,6 +510,7 @@ impl Default for Config {
                 max_body_bytes: 4 << 20,
                 long_input_estimate: "exact".into(),
                 tokenize_threads: 0,
+                tokenize_nice: 10,
                 max_upstream_body_bytes: 32 << 20,
                 max_sse_event_bytes: 1 << 20,
                 upstream_timeout_secs: 600,

@@ -159,18 +159,19 @@ pub async fn seed_isolation(
 /// in-flight limits a few times each tenant's usual load, so a surge meets
 /// them — plus the models the scenarios use: `gpt-4o-mini`, `gpt-4.1`
 /// (a 1M-token context window) and `scn-pool` (gpt-4o-mini behind a pool of
-/// 6 concurrent requests, 3 of them guaranteed to `scn-core`). Returns the
-/// three fresh keys (core, standard, batch).
+/// 6 concurrent requests, 3 of them guaranteed to `scn-core`). `gpt-4.1`
+/// is served by `long_upstream`. Returns the three fresh keys (core,
+/// standard, batch).
 pub async fn seed_scenarios(
     store: &Store,
-    upstream: &str,
+    (upstream, long_upstream): (&str, &str),
     pepper: &[u8],
 ) -> anyhow::Result<[String; 3]> {
     bench_model(store, upstream).await?;
     let long = ("gpt-4.1", "chat", "gpt-4.1", (2_000_000, 8_000_000));
     let pool = ("scn-pool", "chat", "gpt-4o-mini", (150_000, 600_000));
-    for (id, kind, up, prices) in [long, pool] {
-        ensure_model(store, BENCH_ACTOR, id, kind, up, prices, upstream).await?;
+    for ((id, kind, up, prices), url) in [(long, long_upstream), (pool, upstream)] {
+        ensure_model(store, BENCH_ACTOR, id, kind, up, prices, url).await?;
     }
     // (id, priority, rpm, in-flight, context, input TPM, output TPM): batch
     // takes 1M-token prompts and 1,000 streams.

@@ -198,6 +198,10 @@ enum AdminCommand {
     BenchSetup {
         #[arg(long)]
         upstream: String,
+        /// With `--scenarios`: the upstream of `gpt-4.1`, the long prompts'
+        /// model (default: `--upstream`).
+        #[arg(long, requires = "scenarios")]
+        long_upstream: Option<String>,
         #[arg(long)]
         isolation: bool,
         #[arg(long, conflicts_with = "isolation")]
@@ -297,11 +301,18 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             command:
                 AdminCommand::BenchSetup {
                     upstream,
+                    long_upstream,
                     isolation,
                     scenarios,
                     fair,
                 },
-        } => commands::bench_setup(&cfg, &upstream, isolation, scenarios, fair.as_deref())
+        } => commands::bench_setup(
+            &cfg,
+            (&upstream, long_upstream.as_deref()),
+            isolation,
+            scenarios,
+            fair.as_deref(),
+        )
             .await
             .map(|_| true),
         Command::Admin {

@@ -28,10 +28,6 @@ use std::time::{Duration, Instant};
 use store::{Store, TenantScope};
 use uuid::Uuid;
 
-/// After a borrow that got nothing (pool dry or cap reached), the tenant's
-/// refused requests do not ask again for this long.
-const EMPTY_BACKOFF: Duration = Duration::from_secs(5);
-
 #[derive(Debug, Clone)]
 pub struct BorrowTuning {
     /// How long a refused request waits for an on-demand borrow.
@@ -42,6 +38,9 @@ pub struct BorrowTuning {
     /// The share (ppm) of each borrow's outstanding amount one reclaim run
     /// may take back.
     pub reclaim_fraction_ppm: i64,
+    /// After a borrow that got nothing (pool dry or cap reached), the
+    /// tenant's refused requests do not ask again for this long.
+    pub empty_backoff: Duration,
 }
 
 impl Default for BorrowTuning {
@@ -50,6 +49,7 @@ impl Default for BorrowTuning {
             wait: Duration::from_secs(2),
             near_limit_ppm: 900_000,
             reclaim_fraction_ppm: 500_000,
+            empty_backoff: Duration::from_secs(5),
         }
     }
 }
@@ -118,7 +118,7 @@ impl Borrowing {
             if t.borrowed_in(&month).0 > before {
                 return true;
             }
-            if last_empty.is_some_and(|at| at.elapsed() < EMPTY_BACKOFF) {
+            if last_empty.is_some_and(|at| at.elapsed() < me.tuning.empty_backoff) {
                 return false;
             }
             match me.borrow(t.as_ref(), &month, "hold_refused").await {
