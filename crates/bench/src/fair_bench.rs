@@ -1332,8 +1332,18 @@ fn judge(
         .filter(|&at| w.pool > 0 && w.free(at) < threshold)
         .count() as i64
         * 100;
+    // A demand is judged only when its deadline falls within the month:
+    // after the last request the gateway is stopped, so a demand in the
+    // month's last seconds could not be met by anyone (counted apart).
+    let mut censored = 0u64;
     let mut at = t_min;
     while w.pool > 0 && at < t_max {
+        if at + deadline_ms > t_max {
+            if w.free(at) < threshold && reclaimable(at) >= crumbs {
+                censored += 1;
+            }
+            break;
+        }
         if w.free(at) < threshold && reclaimable(at) >= crumbs {
             demands += 1;
             let dl = at + deadline_ms;
@@ -1385,10 +1395,15 @@ fn judge(
         })
         .collect();
     println!(
-        "- **reclaim on time: {on_time} of {demands} reclaim demands (pool below {} % free with ≥ 1 % of it lent and unused) met within {} s = {}**; pool tight for {:.1} s of the month; {} reclaims took back {taken} tokens; {} left a tenant below its used + held by the ledger{}",
+        "- **reclaim on time: {on_time} of {demands} reclaim demands (pool below {} % free with ≥ 1 % of it lent and unused) met within {} s = {}**{}; pool tight for {:.1} s of the month; {} reclaims took back {taken} tokens; {} left a tenant below its used + held by the ledger{}",
         w.reclaim_below_ppm / 10_000,
         deadline_ms / 1000,
         share(on_time, demands),
+        if censored > 0 {
+            format!(" (and {censored} in the month's last {} s, whose deadline falls after the run: not judged)", deadline_ms / 1000)
+        } else {
+            String::new()
+        },
         tight_ms as f64 / 1000.0,
         w.reclaims.len(),
         below.len(),

@@ -355,18 +355,22 @@ pub async fn send(
         let within =
             t.retry
                 .attempt_timeout(header_timeout.min(t.attempt_timeout), t0.elapsed(), floor);
-        let (outcome, resp) =
-            match tokio::time::timeout(within, gw.upstream.send(&d.live.conns, req)).await {
-                Ok(Ok(r)) => (attempt_of(&r), Some(r)),
-                Ok(Err(e)) => {
-                    last = crate::forward::upstream_error_text(&*e);
-                    (Attempt::ConnectFailed, None)
-                }
-                Err(_) => {
-                    last = "no response headers within the timeout".to_string();
-                    (Attempt::TimedOut, None)
-                }
-            };
+        let (outcome, resp) = match tokio::time::timeout(
+            within,
+            gw.upstream.send(&d.live.conns, req, large_of.is_some()),
+        )
+        .await
+        {
+            Ok(Ok(r)) => (attempt_of(&r), Some(r)),
+            Ok(Err(e)) => {
+                last = crate::forward::upstream_error_text(&*e);
+                (Attempt::ConnectFailed, None)
+            }
+            Err(_) => {
+                last = "no response headers within the timeout".to_string();
+                (Attempt::TimedOut, None)
+            }
+        };
         report(&taken, outcome, &t.health);
         let again = t.retry.again(tries, t0.elapsed(), outcome)
             && rules::pick(
@@ -476,7 +480,7 @@ pub async fn probe_round(gw: &Gateway) {
             };
             let outcome = match upstream::probe(d) {
                 Some(req) => {
-                    let sent = gw.upstream.send(&d.live.conns, req);
+                    let sent = gw.upstream.send(&d.live.conns, req, false);
                     match tokio::time::timeout(gw.cfg.routing.attempt_timeout, sent).await {
                         Ok(Ok(r)) if r.status().is_success() => Attempt::Answered,
                         Ok(Ok(r)) => attempt_of(&r),

@@ -133,7 +133,7 @@ impl TokenizePool {
 
 /// This thread's CPU priority lowered by `nice` (Linux keeps a nice value
 /// per thread). A failure leaves it at the process's priority.
-fn lower_priority(nice: i32) {
+pub(crate) fn lower_priority(nice: i32) {
     #[cfg(target_os = "linux")]
     if nice > 0 {
         // SAFETY: gettid and setpriority only read their arguments.

@@ -333,8 +333,10 @@ pub struct GatewayTuning {
     pub long_input_estimate: String,
     /// Threads counting long inputs exactly; 0 = half the cores (at least 1).
     pub tokenize_threads: usize,
-    /// How much lower the counting threads' CPU priority is than the async
-    /// workers' (a nice increment, 0–19; 0 = the same).
+    /// How much lower the CPU priority of long inputs' work is than the
+    /// async workers': the counting threads, and the runtime that sends
+    /// large bodies to the provider (a nice increment, 0–19; 0 = the same,
+    /// and large bodies sent by the workers).
     pub tokenize_nice: i32,
     /// Largest non-stream upstream answer read (bigger: 502).
     pub max_upstream_body_bytes: usize,

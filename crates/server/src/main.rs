@@ -313,8 +313,8 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             scenarios,
             fair.as_deref(),
         )
-            .await
-            .map(|_| true),
+        .await
+        .map(|_| true),
         Command::Admin {
             command:
                 AdminCommand::LoadLedger {

@@ -238,6 +238,29 @@ pub async fn send(
     }
 }
 
+/// Sends `req` (an absolute `http://` URI) over a new connection of its
+/// own, closed after its answer (never pooled). Its driver runs on the
+/// caller's runtime.
+pub async fn send_unpooled(
+    mut req: Request<Full<Bytes>>,
+    tcp: &HttpConnector,
+) -> Result<http::Response<Body>, BoxError> {
+    let url = req.uri().clone();
+    let to = url
+        .authority()
+        .cloned()
+        .ok_or("the upstream URL has no host")?;
+    let path = url
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    *req.uri_mut() = Uri::from(path);
+    req.headers_mut().insert(HOST, host_header(&to)?);
+    let mut tx = connect(tcp, &url).await?;
+    let resp = tx.send_request(req).await?;
+    Ok(resp.map(|inner| Body { inner, back: None }))
+}
+
 /// The Host header of a request to `to`: its host and any port other than
 /// http's 80 — never the URL's user information.
 fn host_header(to: &Authority) -> Result<HeaderValue, http::header::InvalidHeaderValue> {

@@ -7,6 +7,15 @@
 //! layers cost ~8 % of the gateway's CPU at 32 connections
 //! (bench/results/2026-11-30-bench.md). Plain-http upstreams keep their own
 //! connections per deployment (`http1`). Neither follows redirects.
+//!
+//! A request whose body is large (a long prompt, above the tokenize pool's
+//! threshold) is sent on connections of its own, driven by a runtime of
+//! its own whose threads run at the tokenize pool's lower CPU priority
+//! (`gateway.tokenize_nice`): writing megabytes to the provider then takes
+//! what the short requests leave of the cores, not the async workers'
+//! turns (docs/fair.md, "Isolation under long prompts and stream bursts").
+//! Those connections are never pooled: a short request never rides on a
+//! connection the low-priority runtime drives.
 
 mod http1;
 
@@ -32,6 +41,8 @@ pub type Response = http::Response<Body>;
 pub struct Upstream {
     tls: Client,
     tcp: HttpConnector,
+    /// Large requests' way: their own runtime (lower priority) and client.
+    bulk: Option<(tokio::runtime::Handle, Client)>,
 }
 
 impl Upstream {
@@ -39,21 +50,80 @@ impl Upstream {
         Upstream {
             tls: client(cfg),
             tcp: tcp_connector(cfg),
+            bulk: bulk_runtime(cfg.tokenize_nice).map(|rt| (rt, client(cfg))),
         }
     }
 
     /// Sends `req` to its URL: plain http over `idle`'s connections (the
-    /// deployment's own), https over the pooled client.
+    /// deployment's own), https over the pooled client; a `large` one on
+    /// the low-priority runtime, over a connection of its own.
     pub async fn send(
         &self,
         idle: &std::sync::Arc<Idle>,
         req: Request<Full<Bytes>>,
+        large: bool,
     ) -> Result<Response, BoxError> {
-        if req.uri().scheme() == Some(&http::uri::Scheme::HTTP) {
-            http1::send(idle, req, &self.tcp).await
-        } else {
-            Ok(self.tls.request(req).await?.map(Body::unpooled))
+        let plain = req.uri().scheme() == Some(&http::uri::Scheme::HTTP);
+        match &self.bulk {
+            Some((rt, tls)) if large => {
+                let (tcp, tls) = (self.tcp.clone(), tls.clone());
+                let task = AbortOnDrop(rt.spawn(async move {
+                    if plain {
+                        http1::send_unpooled(req, &tcp).await
+                    } else {
+                        // A client of its own: its pooled connections are
+                        // all driven by this runtime.
+                        Ok(tls.request(req).await?.map(Body::unpooled))
+                    }
+                }));
+                task.await
+            }
+            _ if plain => http1::send(idle, req, &self.tcp).await,
+            _ => Ok(self.tls.request(req).await?.map(Body::unpooled)),
         }
+    }
+}
+
+/// The large requests' runtime: one thread at `nice` below the workers
+/// (Linux; `None` when the priority is not lowered or the runtime cannot
+/// start — large requests then go the usual way). It lives as long as the
+/// process.
+fn bulk_runtime(nice: i32) -> Option<tokio::runtime::Handle> {
+    if nice <= 0 {
+        return None;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("tollgate-bulk")
+        .enable_all()
+        .on_thread_start(move || crate::tokenize::lower_priority(nice))
+        .build()
+        .ok()?;
+    let handle = rt.handle().clone();
+    // Never dropped: a runtime cannot be dropped from async code, and the
+    // gateway's upstream lives as long as the process.
+    std::mem::forget(rt);
+    Some(handle)
+}
+
+/// A spawned send, aborted when its caller stops waiting (a timeout).
+struct AbortOnDrop(tokio::task::JoinHandle<Result<Response, BoxError>>);
+
+impl std::future::Future for AbortOnDrop {
+    type Output = Result<Response, BoxError>;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.unwrap_or_else(|e| Err(e.into())))
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
