@@ -370,10 +370,10 @@ async fn a_tenants_stream_cap_refuses_one_stream_too_many_until_one_ends() {
 /// A burst of one tenant's stream opens is started a few at a time
 /// (`fair.stream_starts_per_tenant`, docs/fair.md, "Isolation under long
 /// prompts and stream bursts"): with one start per tenant and a provider
-/// that takes 400 ms to answer, three streams opened at once get their
-/// headers one after another, while another tenant's stream, opened with
-/// them, starts at once. A stream that waits longer than its priority's
-/// queue wait is refused 503 `queue_timeout`.
+/// that takes 400 ms for its headers, three streams opened at once start
+/// one after another, while another tenant's stream, opened with them,
+/// starts at once. Pacing never refuses: past `fair.stream_start_wait_ms`
+/// a stream starts without its turn.
 #[tokio::test]
 async fn a_burst_of_stream_opens_is_started_a_few_at_a_time_per_tenant() {
     let env = TestEnv::new().await;
@@ -382,7 +382,7 @@ async fn a_burst_of_stream_opens_is_started_a_few_at_a_time_per_tenant() {
     let other = tenant(&env, "calm", "standard", Limits::default(), None).await;
     let mut cfg = config(&env);
     cfg.fair.stream_starts_per_tenant = 1;
-    cfg.fair.max_wait_ms_standard = 600;
+    cfg.fair.stream_start_wait_ms = 600;
     let srv = env.server_with(cfg).await;
     let url = format!("http://{}/v1/chat/completions", srv.addr);
     let slow = "[mock:latency_ms=400] [mock:output_tokens=3]";
@@ -391,28 +391,28 @@ async fn a_burst_of_stream_opens_is_started_a_few_at_a_time_per_tenant() {
         let url = url.clone();
         async move {
             let r = open(&url, &k, slow).await;
-            let at = t0.elapsed();
+            let at = t0.elapsed().as_millis();
             let status = r.status().as_u16();
-            let code = reason(&r);
             let _ = r.bytes().await;
-            (at, status, code)
+            (at, status)
         }
     };
     let (burst, calm) = tokio::join!(
         futures::future::join_all((0..3).map(|_| opened(key.clone()))),
         opened(other.clone())
     );
-    let mut burst = burst;
-    burst.sort_by_key(|b| b.0);
-    let ms = |d: Duration| d.as_millis();
-    // The other tenant's stream started with the first of the burst.
+    let mut at: Vec<u128> = burst.iter().map(|b| b.0).collect();
+    at.sort();
+    // Every stream was served: pacing delays, it does not refuse.
+    assert!(burst.iter().all(|b| b.1 == 200), "{burst:?}");
     assert_eq!(calm.1, 200);
-    assert!(ms(calm.0) < 700, "the calm tenant waited {} ms", ms(calm.0));
-    // The burst's streams started one at a time: the second's headers
-    // after the first's (~800 ms), and the third, which would have waited
-    // 800 ms, refused at its 600 ms wait.
-    assert_eq!((burst[0].1, burst[1].1), (200, 200), "{burst:?}");
-    assert!(ms(burst[1].0) >= 750, "{burst:?}");
-    assert_eq!(burst[2].1, 503, "{burst:?}");
-    assert_eq!(burst[2].2, "queue_timeout", "{burst:?}");
+    // The other tenant's stream started with the first of the burst …
+    assert!(calm.0 < 700, "the calm tenant waited {} ms", calm.0);
+    assert!(at[0] < 700, "{at:?}");
+    // … the second of the burst after the first's headers (~800 ms), the
+    // third after the second's (~1,200 ms) or, past its 600 ms wait,
+    // without a turn (~1,000 ms). Unpaced, all three answer at ~400 ms.
+    assert!(at[1] >= 750, "{at:?}");
+    assert!(at[2] >= 950, "{at:?}");
+    srv.shutdown().await;
 }

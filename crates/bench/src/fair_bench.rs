@@ -1332,20 +1332,12 @@ fn judge(
         .filter(|&at| w.pool > 0 && w.free(at) < threshold)
         .count() as i64
         * 100;
-    // A demand is judged only when its deadline falls within the month:
-    // after the last request the gateway is stopped, so a demand in the
-    // month's last seconds could not be met by anyone (counted apart).
+    // An unmet demand whose deadline falls after the month's last request
+    // is not judged: the gateway is stopped then (counted apart).
     let mut censored = 0u64;
     let mut at = t_min;
     while w.pool > 0 && at < t_max {
-        if at + deadline_ms > t_max {
-            if w.free(at) < threshold && reclaimable(at) >= crumbs {
-                censored += 1;
-            }
-            break;
-        }
         if w.free(at) < threshold && reclaimable(at) >= crumbs {
-            demands += 1;
             let dl = at + deadline_ms;
             let first = w
                 .reclaims
@@ -1354,9 +1346,15 @@ fn judge(
                 .map(|r| r.1)
                 .min();
             let met = first.is_some() || w.free(dl) >= threshold || reclaimable(dl) < crumbs;
-            if met {
+            if !met && dl > t_max {
+                // Unmet, its deadline after the month's last request: set
+                // apart (a met one near the end counts like any other).
+                censored += 1;
+            } else if met {
+                demands += 1;
                 on_time += 1;
             } else {
+                demands += 1;
                 let next = w.reclaims.iter().map(|r| r.1).filter(|&r| r > dl).min();
                 let who: Vec<String> = w
                     .tenants
@@ -1400,7 +1398,7 @@ fn judge(
         deadline_ms / 1000,
         share(on_time, demands),
         if censored > 0 {
-            format!(" (and {censored} in the month's last {} s, whose deadline falls after the run: not judged)", deadline_ms / 1000)
+            format!(" (and {censored} unmet in the month's last {} s, whose deadline falls after the run: not judged)", deadline_ms / 1000)
         } else {
             String::new()
         },

@@ -144,8 +144,10 @@ pub struct FairTuning {
     pub max_open_streams_per_tenant: Option<usize>,
     /// Streams of one tenant being started at once on one replica (held,
     /// forwarded, the provider's headers not yet in); the others wait
-    /// their turn (None: unpaced).
+    /// their turn (None: unpaced) …
     pub stream_starts_per_tenant: Option<usize>,
+    /// … at most this long, then start without one.
+    pub stream_start_wait: Duration,
 }
 
 impl Default for FairTuning {
@@ -160,6 +162,7 @@ impl Default for FairTuning {
             refusal_delay: Duration::from_millis(100),
             max_open_streams_per_tenant: None,
             stream_starts_per_tenant: Some(8),
+            stream_start_wait: Duration::from_millis(1000),
         }
     }
 }

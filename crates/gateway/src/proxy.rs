@@ -297,12 +297,11 @@ async fn admit_and_forward(
     // A tenant's streams start a few at a time (held until the provider's
     // headers are in, when this function returns): a burst of stream opens
     // is spread out instead of taking the cores from everyone else at once.
+    // Never a refusal: past its wait a stream starts without a turn.
     let _start = match gw.cfg.fair.stream_starts_per_tenant {
         Some(n) if summary.stream => {
-            let max_wait = gw.cfg.fair.queue.max_wait_ms(key.tenant.priority);
-            let max_wait = std::time::Duration::from_millis(max_wait);
-            let turn = gw.stream_starts.start(&key.tenant.id, n, max_wait).await;
-            Some(turn.map_err(|waited| crate::open_streams::start_timeout(waited, n))?)
+            let wait = gw.cfg.fair.stream_start_wait;
+            gw.stream_starts.start(&key.tenant.id, n, wait).await
         }
         _ => None,
     };

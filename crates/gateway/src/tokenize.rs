@@ -33,7 +33,7 @@ pub(crate) const LARGE_BODY: usize = 64 * 1024;
 type Job = Box<dyn FnOnce() + Send>;
 
 pub struct TokenizePool {
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
     tenants: Mutex<HashMap<String, Arc<Semaphore>>>,
     jobs: Mutex<mpsc::Sender<Job>>,
 }
@@ -65,7 +65,7 @@ impl TokenizePool {
                 .expect("tokenize thread starts");
         }
         Self {
-            slots: Semaphore::new(threads),
+            slots: Arc::new(Semaphore::new(threads)),
             tenants: Mutex::new(HashMap::new()),
             jobs: Mutex::new(tx),
         }
@@ -85,11 +85,23 @@ impl TokenizePool {
         f: impl FnOnce() -> T + Send + 'static,
     ) -> T {
         let mine = self.tenant(tenant);
-        let _turn = mine.acquire().await.expect("never closed");
-        let _slot = self.slots.acquire().await.expect("never closed");
+        let turn = mine.acquire_owned().await.expect("never closed");
+        let slot = self
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("never closed");
         let (tx, rx) = oneshot::channel();
+        // The turn and the slot go with the job: given back when it has
+        // run, or skipped because its caller is gone (a client that hung
+        // up) — a cancelled request's job neither runs nor frees its
+        // tenant's turn early.
         let job: Job = Box::new(move || {
-            let _ = tx.send(f());
+            let _held = (turn, slot);
+            if !tx.is_closed() {
+                let _ = tx.send(f());
+            }
         });
         self.jobs
             .lock()
@@ -131,15 +143,23 @@ impl TokenizePool {
     }
 }
 
-/// This thread's CPU priority lowered by `nice` (Linux keeps a nice value
-/// per thread). A failure leaves it at the process's priority.
+/// This thread's CPU priority lowered by `nice` from where it is (Linux
+/// keeps a nice value per thread; 19 at most). A failure leaves it as it
+/// was.
 pub(crate) fn lower_priority(nice: i32) {
     #[cfg(target_os = "linux")]
     if nice > 0 {
-        // SAFETY: gettid and setpriority only read their arguments.
+        // SAFETY: gettid, getpriority and setpriority only read their
+        // arguments; errno is this thread's.
         unsafe {
             let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-            let _ = libc::setpriority(libc::PRIO_PROCESS, tid, nice);
+            *libc::__errno_location() = 0;
+            let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+            // -1 is a valid nice value: an error only with errno set.
+            if now == -1 && *libc::__errno_location() != 0 {
+                return;
+            }
+            let _ = libc::setpriority(libc::PRIO_PROCESS, tid, (now + nice).min(19));
         }
     }
     #[cfg(not(target_os = "linux"))]

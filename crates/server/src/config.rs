@@ -59,10 +59,12 @@ pub struct FairConfig {
     /// tenant_stream_cap. 0 = no cap (the default). A tenant's own
     /// `max_open_streams` replaces it.
     pub max_open_streams_per_tenant: usize,
-    /// Streams of one tenant started at once on one replica (admitted, the
-    /// provider's headers not yet in); the others wait their turn, at most
-    /// their priority's max wait (then 503 queue_timeout). 0 = unpaced.
+    /// Streams of one tenant started at once on one replica (from before
+    /// their hold to the provider's headers); the others wait their turn,
+    /// at most `stream_start_wait_ms`, then start without one (never a
+    /// refusal). 0 = unpaced.
     pub stream_starts_per_tenant: usize,
+    pub stream_start_wait_ms: u64,
     /// A 429 or 402 refusal (rate, in flight, budget, full queue) is
     /// answered after this many ms, at most its Retry-After (0 = at once):
     /// a flood that ignores Retry-After gets one refusal per connection per
@@ -102,6 +104,7 @@ impl Default for FairConfig {
             queue_max_per_tenant: 64,
             max_open_streams_per_tenant: 0,
             stream_starts_per_tenant: 8,
+            stream_start_wait_ms: 1_000,
             refusal_delay_ms: 100,
             poll_min_ms: 10,
             poll_max_ms: 100,
@@ -149,6 +152,7 @@ impl FairConfig {
                 .then_some(self.max_open_streams_per_tenant),
             stream_starts_per_tenant: (self.stream_starts_per_tenant > 0)
                 .then_some(self.stream_starts_per_tenant),
+            stream_start_wait: std::time::Duration::from_millis(self.stream_start_wait_ms),
         }
     }
 }

@@ -14,8 +14,9 @@
 //! (`gateway.tokenize_nice`): writing megabytes to the provider then takes
 //! what the short requests leave of the cores, not the async workers'
 //! turns (docs/fair.md, "Isolation under long prompts and stream bursts").
-//! Those connections are never pooled: a short request never rides on a
-//! connection the low-priority runtime drives.
+//! A short request never rides on a connection the low-priority runtime
+//! drives: plain-http ones are never pooled, https ones only in that
+//! runtime's own client.
 
 mod http1;
 
@@ -86,24 +87,24 @@ impl Upstream {
 
 /// The large requests' runtime: one thread at `nice` below the workers
 /// (Linux; `None` when the priority is not lowered or the runtime cannot
-/// start — large requests then go the usual way). It lives as long as the
-/// process.
+/// start — large requests then go the usual way). One per process, made by
+/// the first gateway that asks (a test binary starts many), never dropped
+/// (a runtime cannot be dropped from async code).
 fn bulk_runtime(nice: i32) -> Option<tokio::runtime::Handle> {
+    static BULK: std::sync::OnceLock<Option<tokio::runtime::Runtime>> = std::sync::OnceLock::new();
     if nice <= 0 {
         return None;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("tollgate-bulk")
-        .enable_all()
-        .on_thread_start(move || crate::tokenize::lower_priority(nice))
-        .build()
-        .ok()?;
-    let handle = rt.handle().clone();
-    // Never dropped: a runtime cannot be dropped from async code, and the
-    // gateway's upstream lives as long as the process.
-    std::mem::forget(rt);
-    Some(handle)
+    let rt = BULK.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("tollgate-bulk")
+            .enable_all()
+            .on_thread_start(move || crate::tokenize::lower_priority(nice))
+            .build()
+            .ok()
+    });
+    rt.as_ref().map(|rt| rt.handle().clone())
 }
 
 /// A spawned send, aborted when its caller stops waiting (a timeout).
