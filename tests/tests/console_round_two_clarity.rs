@@ -171,3 +171,141 @@ async fn a_refused_deployment_form_shows_every_problem_in_words_and_keeps_what_w
     ui.c.close().await.unwrap();
     srv.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_tabs_action_names_what_changed_and_refreshes_its_row() {
+    let env = TestEnv::new().await;
+    env.tenant("marketing-cn", Limits::default(), None).await;
+    env.app("marketing-cn", "a", Limits::default()).await;
+    let (key_id, _) = env
+        .named_key("marketing-cn", "a", "campaign bot", Limits::default())
+        .await;
+    user(&env, "admin@x.io", "platform_admin", None).await;
+    user(&env, "admin2@x.io", "platform_admin", None).await;
+    user(&env, "ta@x.io", "tenant_admin", Some("marketing-cn")).await;
+    let (srv, _driver, ui) = browse(&env, |_| ()).await;
+    let base = ui.base.clone();
+    let ta = login(&base, "ta@x.io").await;
+    let expires = (chrono::Utc::now() + chrono::Duration::days(3)).to_rfc3339();
+    let (status, body) = api(
+        "POST",
+        &format!("{base}/api/v1/quota-requests"),
+        Some(&ta),
+        Some(
+            json!({"tenant_id": "marketing-cn", "tokens": 200000, "expires_at": expires,
+            "reason": "launch week"}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let request = body["id"].as_str().unwrap().to_string();
+
+    // The first admin's tab shows the request pending; meanwhile the
+    // second admin approves it.
+    ui.login("admin@x.io", None).await;
+    ui.go("/console/quota-requests").await;
+    let row = format!("#q-{request}");
+    ui.wait(&format!("{row} button.reject")).await;
+    let admin2 = login(&base, "admin2@x.io").await;
+    let (status, body) = api(
+        "POST",
+        &format!("{base}/api/v1/quota-requests/{request}/approve"),
+        Some(&admin2),
+        Some(json!({"note": "ok for the launch"})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+
+    // The stale tab rejects it: refused, the row now says approved, and
+    // the message names the request, its decider and that nothing changed.
+    ui.click(&format!("{row} button.reject")).await;
+    ui.wait(&format!("{row} .row-notice")).await;
+    let notice = ui.text(&format!("{row} .row-notice")).await;
+    for part in [
+        "marketing-cn",
+        "200,000 tokens",
+        "already approved",
+        "admin2@x.io",
+        "nothing was changed",
+    ] {
+        assert!(notice.contains(part), "{part:?} not in {notice:?}");
+    }
+    assert_eq!(
+        ui.wait(&format!("{row} [data-state]"))
+            .await
+            .attr("data-state")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("active")
+    );
+    assert_eq!(ui.count(&format!("{row} button.approve")).await, 0);
+    let flash = ui.text("#flash").await;
+    assert!(!flash.contains("already exists"), "{flash}");
+    ui.shot("r2-11-stale-quota-row").await;
+    let q = env
+        .store
+        .quota_request(&TenantScope::system(), request.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(q.state, "approved", "the stale reject changed nothing");
+
+    // A key revoked in another tab: the stale tab's Revoke and Rotate
+    // name the key, and its row turns revoked.
+    ui.go("/console/tenants/marketing-cn/apps").await;
+    let krow = format!("#key-{key_id}");
+    ui.wait(&format!("{krow}[data-state=active]")).await;
+    ui.c.execute("window.confirm = () => true", vec![])
+        .await
+        .unwrap();
+    let (status, _) = api(
+        "DELETE",
+        &format!("{base}/api/v1/keys/{key_id}"),
+        Some(&ta),
+        None,
+    )
+    .await;
+    assert_eq!(status, 204);
+    ui.click(&format!("{krow} button.rotate")).await;
+    ui.wait(&format!("{krow}[data-state=revoked] .row-notice"))
+        .await;
+    let notice = ui.text(&format!("{krow} .row-notice")).await;
+    assert!(
+        notice.contains("“campaign bot” was already revoked") && !notice.contains(&key_id),
+        "{notice}"
+    );
+    assert_eq!(ui.count("#new-key").await, 0, "no secret was made");
+    assert_eq!(ui.count(&format!("{krow} button.rotate")).await, 0);
+    ui.shot("r2-12-stale-key-row").await;
+    // …and Revoke, from a tab opened before.
+    ui.go("/console/tenants/marketing-cn/apps?revoked=1").await;
+    ui.wait(&format!("{krow}[data-state=revoked]")).await;
+    ui.c.execute(
+        "document.querySelector(arguments[0]).outerHTML = arguments[1];
+         htmx.process(document.querySelector(arguments[0]));",
+        vec![json!(krow), json!(stale_key_row(&key_id))],
+    )
+    .await
+    .unwrap();
+    ui.click(&format!("{krow} button.stale-revoke")).await;
+    ui.wait(&format!("{krow}[data-state=revoked] .row-notice"))
+        .await;
+    let notice = ui.text(&format!("{krow} .row-notice")).await;
+    assert!(
+        notice.contains("“campaign bot” was already revoked"),
+        "{notice}"
+    );
+    assert!(!ui.text("#flash").await.contains("Not found"));
+
+    ui.c.close().await.unwrap();
+    srv.shutdown().await;
+}
+
+/// The key's row as a tab opened before its revocation still shows it:
+/// active, with its Revoke form.
+fn stale_key_row(id: &str) -> String {
+    format!(
+        r#"<tr id="key-{id}" data-state="active"><td class="key-actions"><form class="inline" method="post" action="/console/keys/{id}/revoke" hx-post="/console/keys/{id}/revoke" hx-target="closest tr" hx-swap="outerHTML"><button class="danger stale-revoke">Revoke</button></form></td></tr>"#
+    )
+}

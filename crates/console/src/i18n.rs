@@ -342,6 +342,11 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("quota.state_active", "active", "生效中"),
     ("quota.state_expired", "expired", "已过期"),
     ("quota.state_rejected", "rejected", "已拒绝"),
+    ("quota.amount_tokens", "{n} tokens", "{n} token"),
+    ("quota.already_approved", "The request of {who} for {amount} was already approved by {by} at {at} (in another tab or by another admin). Its row now shows it; nothing was changed.", "{who} 申请 {amount} 的请求已由 {by} 于 {at} 批准（在其他标签页或由其他管理员）。该行已更新为当前状态，本次操作未做任何修改。"),
+    ("quota.already_rejected", "The request of {who} for {amount} was already rejected by {by} at {at} (in another tab or by another admin). Its row now shows it; nothing was changed.", "{who} 申请 {amount} 的请求已由 {by} 于 {at} 拒绝（在其他标签页或由其他管理员）。该行已更新为当前状态，本次操作未做任何修改。"),
+    ("quota.already_changed", "The request of {who} for {amount} is no longer pending. Its row now shows it; nothing was changed.", "{who} 申请 {amount} 的请求已不再待审批。该行已更新为当前状态，本次操作未做任何修改。"),
+    ("apps.already_revoked", "Key “{name}” was already revoked at {at} (in another tab or by someone else). Its row now shows it; nothing was changed.", "密钥“{name}”已于 {at} 被吊销（在其他标签页或由其他人）。该行已更新为当前状态，本次操作未做任何修改。"),
     // models
     ("models.new", "New model", "新建模型"),
     ("models.kind", "Kind", "类型"),
