@@ -309,3 +309,157 @@ fn stale_key_row(id: &str) -> String {
         r#"<tr id="key-{id}" data-state="active"><td class="key-actions"><form class="inline" method="post" action="/console/keys/{id}/revoke" hx-post="/console/keys/{id}/revoke" hx-target="closest tr" hx-swap="outerHTML"><button class="danger stale-revoke">Revoke</button></form></td></tr>"#
     )
 }
+
+/// Chat requests on `key` until one is refused for the budget (402);
+/// returns how many were answered. Another refusal (a 503 when Redis is
+/// slow on a loaded machine: the gateway fails closed) is waited out.
+async fn spend_until_refused(base: &str, key: &str) -> (usize, u16) {
+    let (mut served, mut other) = (0, Vec::new());
+    for i in 0..150 {
+        let r = post(
+            &format!("{base}/v1/chat/completions"),
+            key,
+            &chat_body(&format!("hello {i}"), Some(1)),
+        )
+        .await;
+        match r.status().as_u16() {
+            200 => served += 1,
+            402 => {
+                if !other.is_empty() {
+                    eprintln!("refusals other than 402 on the way: {other:?}");
+                }
+                return (served, 402);
+            }
+            s => {
+                other.push(s);
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        }
+    }
+    panic!("150 requests and no 402 ({served} answered, others: {other:?})");
+}
+
+/// The page at `path` once `css` is on it (reloaded for up to 15 s: the
+/// gateway books refusals and usage a moment after answering).
+async fn reload_until(ui: &Ui, path: &str, css: &str) {
+    let t0 = std::time::Instant::now();
+    loop {
+        ui.go(path).await;
+        if ui.count(css).await > 0 {
+            return;
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(15) {
+            ui.shot("failure").await;
+            panic!("{css} never appeared on {path}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+}
+
+/// Tenant marketing-cn ("Marketing China", app campaigns) with a cost
+/// budget of $0.00004, spent: some twenty one-token answers, then 402
+/// (past 90 %: what is left is less than a request holds). Users: two
+/// platform admins, its tenant admin, finance. The server, the browser.
+async fn spent_budget(env: &TestEnv) -> (server::app::Running, browser_common::Driver, Ui) {
+    env.model("gpt-4o-mini", "chat", 150_000, 600_000).await;
+    let budget = Limits {
+        monthly_cost_usd: Some(domain::MicroUsd(40)),
+        ..Default::default()
+    };
+    env.tenant("marketing-cn", budget, None).await;
+    env.app("marketing-cn", "campaigns", Limits::default())
+        .await;
+    let (_, key) = env
+        .key("marketing-cn", "campaigns", Limits::default())
+        .await;
+    user(env, "admin@x.io", "platform_admin", None).await;
+    user(env, "admin2@x.io", "platform_admin", None).await;
+    user(env, "ta@x.io", "tenant_admin", Some("marketing-cn")).await;
+    user(env, "finance@x.io", "finance", None).await;
+    let (srv, driver, ui) = browse(env, |_| ()).await;
+    let base = ui.base.clone();
+    let admin = login(&base, "admin@x.io").await;
+    let (status, body) = api(
+        "PATCH",
+        &format!("{base}/api/v1/tenants/marketing-cn"),
+        Some(&admin),
+        Some(json!({"name": "Marketing China"})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+
+    // Spent: the gateway answers 402.
+    let (served, status) = spend_until_refused(&base, &key).await;
+    assert!(served > 0);
+    assert_eq!(status, 402);
+
+    (srv, driver, ui)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notices_and_refusals_read_in_words() {
+    let env = TestEnv::new().await;
+    let (srv, _driver, ui) = spent_budget(&env).await;
+
+    // The alerts job notices 70 % and 90 % of the cost budget.
+    let runner = env
+        .job_runner(None, jobs::JobSettings::default(), "replica-a")
+        .await;
+    match runner
+        .run(jobs::JobName::Alerts, chrono::Utc::now(), None)
+        .await
+        .unwrap()
+    {
+        jobs::RunResult::Ran { report, .. } => {
+            assert_eq!(report.counts["alerts_recorded"], 2, "{:?}", report.counts)
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Notices: a title per kind, the tenant by name, dollars — no raw
+    // kind, scope or bare amounts.
+    ui.login("admin@x.io", None).await;
+    ui.go("/console/notices").await;
+    let table = ui.text("#notices-table tbody").await;
+    assert!(table.contains("90 % of a budget used"), "{table}");
+    assert!(table.contains("70 % of a budget used"), "{table}");
+    assert!(
+        table.contains("Tenant Marketing China has used 90 % or more of its monthly cost budget"),
+        "{table}"
+    );
+    assert!(table.contains(" of $0.00004."), "{table}");
+    for raw in [
+        "budget_used",
+        "tenant:marketing-cn",
+        "marketing-cn",
+        " of 0.0",
+    ] {
+        assert!(!table.contains(raw), "{raw:?} in {table}");
+    }
+    ui.shot("r2-13-notices-en").await;
+    ui.click("button[name=lang][value=zh]").await;
+    ui.wait("html[lang=zh]").await;
+    let table = ui.text("#notices-table tbody").await;
+    assert!(table.contains("预算已用 90%"), "{table}");
+    assert!(table.contains("租户 Marketing China 在"), "{table}");
+    assert!(table.contains("每月费用预算"), "{table}");
+    ui.shot("r2-14-notices-zh").await;
+    ui.click("button[name=lang][value=en]").await;
+    ui.wait("html[lang=en]").await;
+
+    // The bill's refusals by reason: a phrase, the code in its title.
+    reload_until(&ui, "/console/bills", ".refused-reason").await;
+    let reason = ui.wait(".refused-reason").await;
+    let text = reason.text().await.unwrap();
+    assert!(
+        text.starts_with("the tenant's monthly cost budget is used up: "),
+        "{text}"
+    );
+    assert_eq!(
+        reason.attr("title").await.unwrap().as_deref(),
+        Some("tenant_monthly_cost_exhausted")
+    );
+
+    ui.c.close().await.unwrap();
+    srv.shutdown().await;
+}
