@@ -463,3 +463,74 @@ async fn notices_and_refusals_read_in_words() {
     ui.c.close().await.unwrap();
     srv.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_budget_is_flagged_until_a_grant_raises_it() {
+    let env = TestEnv::new().await;
+    let (srv, _driver, ui) = spent_budget(&env).await;
+    let base = ui.base.clone();
+    ui.login("admin@x.io", None).await;
+
+    // The spent budget is flagged: the platform admin's dashboard lists
+    // the tenant, its page has the badge and a full cost bar.
+    reload_until(
+        &ui,
+        "/console",
+        "#budgets-spent tr[data-tenant=marketing-cn] .budget-spent[data-measure=cost]",
+    )
+    .await;
+    ui.shot("r2-15-dashboard-budget-spent").await;
+    ui.go("/console/tenants/marketing-cn").await;
+    let badge = ui.text("#budget-spent").await;
+    assert!(
+        badge.contains("cost budget spent") && badge.contains("402"),
+        "{badge}"
+    );
+    let bar = ui.wait("meter.cost-bar").await.attr("value").await.unwrap();
+    assert_eq!(bar.as_deref(), Some("100"));
+    ui.shot("r2-16-tenant-budget-spent").await;
+    ui.logout().await;
+    // …the tenant admin's and finance's dashboards too.
+    for who in ["ta@x.io", "finance@x.io"] {
+        ui.login(who, None).await;
+        let row = ui.text(".usage-table tr[data-tenant=marketing-cn]").await;
+        assert!(row.contains("cost budget spent"), "{who}: {row}");
+        ui.logout().await;
+    }
+
+    // A grant of a dollar raises the budget: no longer flagged.
+    let ta = login(&base, "ta@x.io").await;
+    let expires = (chrono::Utc::now() + chrono::Duration::days(3)).to_rfc3339();
+    let (status, body) = api(
+        "POST",
+        &format!("{base}/api/v1/quota-requests"),
+        Some(&ta),
+        Some(
+            json!({"tenant_id": "marketing-cn", "cost_usd": "1.00", "expires_at": expires,
+            "reason": "launch week"}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let admin2 = login(&base, "admin2@x.io").await;
+    let (status, body) = api(
+        "POST",
+        &format!(
+            "{base}/api/v1/quota-requests/{}/approve",
+            body["id"].as_str().unwrap()
+        ),
+        Some(&admin2),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    ui.login("admin@x.io", None).await;
+    ui.go("/console/tenants/marketing-cn").await;
+    ui.wait("meter.cost-bar").await;
+    assert_eq!(ui.count("#budget-spent").await, 0);
+    ui.go("/console").await;
+    assert_eq!(ui.count("#budgets-spent").await, 0);
+
+    ui.c.close().await.unwrap();
+    srv.shutdown().await;
+}

@@ -230,6 +230,10 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("dash.share", "Share of this month", "占本月比例"),
     ("dash.requests", "Quota requests", "额度申请"),
     ("dash.recent_audit", "Recent changes", "最近变更"),
+    ("dash.budgets_spent", "Budgets spent", "预算已用完"),
+    ("dash.budgets_spent_note", "Requests are refused (HTTP 402) until the budget is raised — a grant, a new limit — or the month turns.", "在提高预算（临时授予或修改额度）或进入下个月之前，请求将被拒绝（HTTP 402）。"),
+    ("dash.cost_spent", "cost budget spent", "费用预算已用完"),
+    ("dash.tokens_spent", "token budget spent", "token 预算已用完"),
     // limits
     ("limits.monthly_tokens", "Monthly tokens", "每月 token"),
     ("limits.monthly_cost_usd", "Monthly cost (USD)", "每月费用（美元）"),

@@ -285,6 +285,48 @@ impl LimitKind {
     }
 }
 
+/// Whether a monthly budget (tokens or micro-USD) refuses requests now:
+/// what is used and held reaches the limit, or the scope's latest request
+/// was refused for this budget at the limit in force now (`refused_at`:
+/// the limit that refused it) — less was left than a request needs. A
+/// limit raised since that refusal (a grant, a change) clears it.
+pub fn budget_spent(used_and_held: i64, limit: Option<i64>, refused_at: Option<i64>) -> bool {
+    match limit {
+        Some(l) => used_and_held >= l || refused_at == Some(l),
+        None => false,
+    }
+}
+
+/// Share of a monthly budget used and held, 0–100 (0 when unlimited).
+pub fn used_percent(used_and_held: i64, limit: Option<i64>) -> i64 {
+    match limit {
+        Some(l) if l > 0 => ((used_and_held as i128 * 100 / l as i128).clamp(0, 100)) as i64,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_is_spent_when_used_up_or_refusing_at_its_current_limit() {
+        assert!(budget_spent(100, Some(100), None));
+        assert!(budget_spent(130, Some(100), None), "overrun");
+        assert!(!budget_spent(96, Some(100), None));
+        // 96 of 100 used, and the last request refused at this limit:
+        // what is left is less than a request needs.
+        assert!(budget_spent(96, Some(100), Some(100)));
+        // …a grant raised the limit since: no longer spent.
+        assert!(!budget_spent(96, Some(5_100), Some(100)));
+        assert!(!budget_spent(10_000, None, Some(100)), "unlimited");
+        assert_eq!(used_percent(96, Some(100)), 96);
+        assert_eq!(used_percent(250, Some(100)), 100);
+        assert_eq!(used_percent(5, None), 0);
+        assert_eq!(used_percent(i64::MAX, Some(1)), 100);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,6 @@ use super::{
     LimitsForm, StaleLine,
 };
 use crate::api::tenants::{self as svc, TenantIn, TenantPatch};
-use crate::api::usage;
 use crate::error::ApiError;
 use crate::web::{fragment_or_page, render, Chrome, PageError, Session};
 use crate::ControlPlane;
@@ -279,10 +278,7 @@ pub async fn show(
 ) -> Result<Html<String>, PageError> {
     let (t, version) = svc::tenant_versioned(&cp, &s.actor, &id).await?;
     // Usage is live from Redis; the page still shows the tenant without it.
-    let usage = usage::month_usage(&cp, &s.actor, &id, None)
-        .await
-        .ok()
-        .map(|u| UsageLine::of(&u));
+    let usage = super::dashboard::usage_line(&cp, &s.actor, &id).await.ok();
     render(ShowPage {
         c: Chrome::new(&s, "nav.tenants", "/console/tenants"),
         t: TenantLine::of(s.lang, &t),
