@@ -534,3 +534,92 @@ async fn a_spent_budget_is_flagged_until_a_grant_raises_it() {
     ui.c.close().await.unwrap();
     srv.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn granted_tokens_say_which_and_an_apps_grant_shows_on_the_tenant_page() {
+    let env = TestEnv::new().await;
+    env.model("gpt-4o-mini", "chat", 150_000, 600_000).await;
+    let budget = Limits {
+        monthly_tokens: Some(1_000_000),
+        ..Default::default()
+    };
+    env.tenant("marketing-cn", budget, None).await;
+    env.app("marketing-cn", "campaigns", Limits::default())
+        .await;
+    user(&env, "admin@x.io", "platform_admin", None).await;
+    user(&env, "ta@x.io", "tenant_admin", Some("marketing-cn")).await;
+    let (srv, _driver, ui) = browse(&env, |_| ()).await;
+    let base = ui.base.clone();
+    let ta = login(&base, "ta@x.io").await;
+    let admin = login(&base, "admin@x.io").await;
+    let expires = (chrono::Utc::now() + chrono::Duration::days(3)).to_rfc3339();
+    for grant in [
+        json!({"tenant_id": "marketing-cn", "tokens": 30000, "expires_at": expires,
+            "reason": "whole tenant"}),
+        json!({"tenant_id": "marketing-cn", "app_id": "campaigns", "tokens": 200000,
+            "cost_usd": "5", "expires_at": expires, "reason": "the campaign app"}),
+    ] {
+        let (status, body) = api(
+            "POST",
+            &format!("{base}/api/v1/quota-requests"),
+            Some(&ta),
+            Some(grant),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+        let id = body["id"].as_str().unwrap();
+        let (status, body) = api(
+            "POST",
+            &format!("{base}/api/v1/quota-requests/{id}/approve"),
+            Some(&admin),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+
+    // The tenant admin sees both grants take effect on the tenant page,
+    // the app's too.
+    ui.login("ta@x.io", None).await;
+    // (Headers are upper-cased by the style sheet.)
+    let label = ui.text(".usage-table thead th:last-child").await;
+    assert_eq!(label.to_lowercase(), "active grants, tenant-wide (tokens)");
+    let granted = ui
+        .text(".usage-table tr[data-tenant=marketing-cn] td:last-child")
+        .await;
+    assert_eq!(granted, "30,000");
+    ui.go("/console/tenants/marketing-cn").await;
+    let app = ui.text("#active-grants tr[data-app=campaigns]").await;
+    assert!(
+        app.contains("app campaigns") && app.contains("200,000") && app.contains("$5.00"),
+        "{app}"
+    );
+    assert!(app.contains("admin@x.io"), "{app}");
+    let whole = ui.text("#active-grants tr[data-app='']").await;
+    assert!(
+        whole.contains("the whole tenant") && whole.contains("30,000"),
+        "{whole}"
+    );
+    let effective = ui.text("#effective-limit").await;
+    assert!(effective.contains("1,030,000"), "{effective}");
+    ui.shot("r2-17-tenant-active-grants").await;
+    ui.logout().await;
+
+    // The bills' column says what it counts: approved in the month,
+    // the tenant's and its apps' alike (230,000).
+    ui.login("admin@x.io", None).await;
+    ui.go("/console/bills").await;
+    let head = ui.text("#bill-table thead").await.to_lowercase();
+    assert!(
+        head.contains("Grants approved this month, tenant and apps (tokens)"),
+        "{head}"
+    );
+    ui.click("button[name=lang][value=zh]").await;
+    ui.wait("html[lang=zh]").await;
+    ui.go("/console/tenants/marketing-cn").await;
+    let app = ui.text("#active-grants tr[data-app=campaigns]").await;
+    assert!(app.contains("应用 campaigns"), "{app}");
+
+    ui.c.close().await.unwrap();
+    srv.shutdown().await;
+}
