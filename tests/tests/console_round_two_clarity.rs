@@ -611,7 +611,7 @@ async fn granted_tokens_say_which_and_an_apps_grant_shows_on_the_tenant_page() {
     ui.go("/console/bills").await;
     let head = ui.text("#bill-table thead").await.to_lowercase();
     assert!(
-        head.contains("Grants approved this month, tenant and apps (tokens)"),
+        head.contains("grants approved this month, tenant and apps (tokens)"),
         "{head}"
     );
     ui.click("button[name=lang][value=zh]").await;
@@ -619,6 +619,132 @@ async fn granted_tokens_say_which_and_an_apps_grant_shows_on_the_tenant_page() {
     ui.go("/console/tenants/marketing-cn").await;
     let app = ui.text("#active-grants tr[data-app=campaigns]").await;
     assert!(app.contains("应用 campaigns"), "{app}");
+
+    ui.c.close().await.unwrap();
+    srv.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn implausible_values_are_refused_or_flagged() {
+    let env = TestEnv::new().await;
+    env.model("gpt-4o-mini", "chat", 150_000, 600_000).await;
+    let tenant_limits = Limits {
+        rpm: Some(60),
+        ..Default::default()
+    };
+    env.tenant("marketing-cn", tenant_limits, None).await;
+    env.app("marketing-cn", "campaigns", Limits::default())
+        .await;
+    let (key_id, _) = env
+        .named_key(
+            "marketing-cn",
+            "campaigns",
+            "campaign bot",
+            Limits::default(),
+        )
+        .await;
+    user(&env, "admin@x.io", "platform_admin", None).await;
+    user(&env, "ta@x.io", "tenant_admin", Some("marketing-cn")).await;
+    let (srv, _driver, ui) = browse(&env, |_| ()).await;
+    let base = ui.base.clone();
+
+    // A "temporary" grant until 2099: refused by the API, naming the
+    // maximum (auth.max_grant_days, 90 by default)…
+    let ta = login(&base, "ta@x.io").await;
+    let url = format!("{base}/api/v1/quota-requests");
+    let ask = |expires: String| {
+        api(
+            "POST",
+            &url,
+            Some(&ta),
+            Some(
+                json!({"tenant_id": "marketing-cn", "tokens": 1000, "expires_at": expires,
+                "reason": "launch"}),
+            ),
+        )
+    };
+    let (status, body) = ask("2099-01-01T00:00:00Z".into()).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "expires_at", "{body}");
+    let msg = body["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("at most 90 days"), "{msg}");
+    let (status, body) = ask((chrono::Utc::now() + chrono::Duration::days(89)).to_rfc3339()).await;
+    assert_eq!(status, 201, "{body}");
+
+    // …and by the console's form, which says the longest beside the field.
+    ui.login("ta@x.io", None).await;
+    ui.go("/console/quota-requests").await;
+    let hint = ui.text("#request-form #expiry-hint").await;
+    assert!(hint.contains("at most 90 days"), "{hint}");
+    let max = ui
+        .wait("#request-form input[name=expires_at]")
+        .await
+        .attr("max")
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    assert!(max.len() == 16 && max.as_str() > "2026-", "{max}");
+    ui.fill("#request-form input[name=tokens]", "5000").await;
+    ui.fill("#request-form textarea[name=reason]", "launch")
+        .await;
+    // Past the browser's `max` (a script, an old browser).
+    ui.c.execute(
+        "const e = document.querySelector('#request-form input[name=expires_at]');
+         e.removeAttribute('max'); e.value = '2099-01-01T00:00';",
+        vec![],
+    )
+    .await
+    .unwrap();
+    ui.click("#request-submit").await;
+    let err = ui
+        .text("#request-form .field-error[data-field=expires_at]")
+        .await;
+    assert!(err.contains("too far ahead"), "{err}");
+    ui.shot("r2-18-grant-too-long").await;
+    let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM quota_requests")
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(pending, 1, "only the 89-day request");
+
+    // A key's limits above its tenant's: saved, with a visible hint.
+    ui.go(&format!("/console/keys/{key_id}/limits")).await;
+    assert_eq!(ui.count("#limits-above").await, 0);
+    ui.fill("#limits-form input[name=rpm]", "500").await;
+    ui.click("#limits-submit").await;
+    ui.wait("#limits-saved").await;
+    let hint = ui.text("#limits-above li[data-field=rpm]").await;
+    assert!(
+        hint.contains("Requests per minute: 500")
+            && hint.contains("marketing-cn")
+            && hint.ends_with(": 60"),
+        "{hint}"
+    );
+    ui.shot("r2-19-key-limits-above-tenant").await;
+    ui.logout().await;
+
+    // An email that is markup is not an address.
+    ui.login("admin@x.io", None).await;
+    ui.go("/console/users").await;
+    ui.c.execute(
+        "const f = document.querySelector('#user-form');
+         f.querySelector('input[name=email]').type = 'text';
+         f.querySelector('input[name=email]').value = '<script>alert(1)</script>@x.io';
+         f.querySelector('input[name=password]').value = 'a long enough password';",
+        vec![],
+    )
+    .await
+    .unwrap();
+    ui.click("#user-form button[type=submit]").await;
+    let err = ui.text("#user-form .field-error[data-field=email]").await;
+    assert_eq!(err, "not an email address");
+    assert!(env
+        .store
+        .users()
+        .await
+        .unwrap()
+        .iter()
+        .all(|u| !u.email.contains("script")));
 
     ui.c.close().await.unwrap();
     srv.shutdown().await;

@@ -185,6 +185,60 @@ pub struct Borrowed {
     pub cost_micro: i64,
 }
 
+/// The limits of `inner` (an app's, a key's) set higher than the same limit
+/// of `outer` (its tenant's, its app's): (field, inner, outer), amounts in
+/// micro-USD. Accepted as set — the lower limit applies first — but worth
+/// a word to whoever set them.
+pub fn above(inner: &Limits, outer: &Limits) -> Vec<(&'static str, i64, i64)> {
+    let m = |v: Option<MicroUsd>| v.map(|m| m.0);
+    let pairs = [
+        ("monthly_tokens", inner.monthly_tokens, outer.monthly_tokens),
+        (
+            "monthly_cost_usd",
+            m(inner.monthly_cost_usd),
+            m(outer.monthly_cost_usd),
+        ),
+        (
+            "daily_cost_soft_usd",
+            m(inner.daily_cost_soft_usd),
+            m(outer.daily_cost_soft_usd),
+        ),
+        ("rpm", inner.rpm, outer.rpm),
+        ("input_tpm", inner.input_tpm, outer.input_tpm),
+        ("output_tpm", inner.output_tpm, outer.output_tpm),
+        ("max_inflight", inner.max_inflight, outer.max_inflight),
+        (
+            "max_context_tokens",
+            inner.max_context_tokens,
+            outer.max_context_tokens,
+        ),
+        (
+            "max_output_tokens",
+            inner.max_output_tokens,
+            outer.max_output_tokens,
+        ),
+    ];
+    pairs
+        .into_iter()
+        .filter_map(|(f, i, o)| match (i, o) {
+            (Some(i), Some(o)) if i > o => Some((f, i, o)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The latest a temporary grant asked at `now` may expire: `max_days`
+/// later (`auth.max_grant_days`).
+pub fn latest_grant_expiry(now: DateTime<Utc>, max_days: u32) -> DateTime<Utc> {
+    now + chrono::Duration::days(i64::from(max_days))
+}
+
+/// Whether a grant asked at `now` may expire at `expires_at` (in the
+/// future is checked apart: a past expiry has its own message).
+pub fn grant_expiry_allowed(expires_at: DateTime<Utc>, now: DateTime<Utc>, max_days: u32) -> bool {
+    expires_at <= latest_grant_expiry(now, max_days)
+}
+
 /// The grants unexpired at `now`, summed (tokens, micro-USD); saturating.
 pub fn granted(grants: &[Grant], now: DateTime<Utc>) -> (i64, i64) {
     grants
@@ -444,5 +498,58 @@ mod tests {
                 index: Some(1)
             })
         );
+    }
+}
+
+#[cfg(test)]
+mod plausible_tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_runs_at_most_the_maximum() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-12-07T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(
+            latest_grant_expiry(now, 90).to_rfc3339(),
+            "2027-03-07T00:00:00+00:00"
+        );
+        assert!(grant_expiry_allowed(
+            now + chrono::Duration::days(90),
+            now,
+            90
+        ));
+        assert!(!grant_expiry_allowed(
+            now + chrono::Duration::days(90) + chrono::Duration::seconds(1),
+            now,
+            90
+        ));
+        let y2099 = chrono::DateTime::parse_from_rfc3339("2099-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert!(!grant_expiry_allowed(y2099, now, 90));
+    }
+
+    #[test]
+    fn limits_above_the_outer_scopes_are_named() {
+        let tenant = Limits {
+            rpm: Some(60),
+            monthly_cost_usd: Some(MicroUsd(10_000_000)),
+            max_inflight: Some(4),
+            ..Default::default()
+        };
+        let key = Limits {
+            rpm: Some(500),
+            monthly_cost_usd: Some(MicroUsd(10_000_000)),
+            max_inflight: Some(2),
+            monthly_tokens: Some(1_000),
+            ..Default::default()
+        };
+        assert_eq!(above(&key, &tenant), vec![("rpm", 500, 60)]);
+        assert!(
+            above(&tenant, &Limits::default()).is_empty(),
+            "unlimited outer"
+        );
+        assert!(above(&Limits::default(), &tenant).is_empty());
     }
 }

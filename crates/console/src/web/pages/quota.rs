@@ -161,6 +161,7 @@ struct QuotaPage {
     form: RequestForm,
     errors: FieldError,
     created: bool,
+    expiry: ExpiryBound,
 }
 
 #[derive(Template)]
@@ -172,6 +173,29 @@ struct RequestFormFragment {
     form: RequestForm,
     errors: FieldError,
     created: bool,
+    expiry: ExpiryBound,
+}
+
+/// The latest expiry a request may ask now (`auth.max_grant_days`): the
+/// form's `max` and the hint beside the field.
+pub struct ExpiryBound {
+    /// `2027-03-07T02:30`, for the datetime-local input.
+    pub max: String,
+    /// "A temporary grant runs at most 90 days: until 2027-03-07 02:30 UTC."
+    pub hint: String,
+}
+
+impl ExpiryBound {
+    fn of(cp: &ControlPlane, lang: crate::i18n::Lang) -> ExpiryBound {
+        let latest = domain::limits::latest_grant_expiry(Utc::now(), cp.max_grant_days);
+        ExpiryBound {
+            max: latest.format("%Y-%m-%dT%H:%M").to_string(),
+            hint: lang
+                .t("quota.max_days")
+                .replace("{n}", &cp.max_grant_days.to_string())
+                .replace("{until}", &when(latest)),
+        }
+    }
 }
 
 #[derive(Template)]
@@ -199,6 +223,7 @@ pub async fn list(
         form: RequestForm::default(),
         errors: FieldError::default(),
         created: false,
+        expiry: ExpiryBound::of(&cp, s.lang),
     })
 }
 
@@ -220,6 +245,12 @@ pub async fn create(
     };
     let (status, errors, created) = match result {
         Ok(()) => (StatusCode::OK, FieldError::default(), true),
+        // Past the longest a grant may run (the API says by when).
+        Err(ApiError::Invalid { param, .. }) if param == "expires_at" => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            FieldError::at("expires_at", "err.grant_too_long"),
+            false,
+        ),
         Err(e) => (StatusCode::UNPROCESSABLE_ENTITY, form_error(e)?, false),
     };
     if created && !s.htmx {
@@ -233,6 +264,7 @@ pub async fn create(
         form,
         errors,
         created,
+        expiry: ExpiryBound::of(&cp, s.lang),
     };
     let html = fragment_or_page(&s, "nav.quota", "/console/quota-requests", frag)?;
     let mut r = (status, html).into_response();
