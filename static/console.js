@@ -85,3 +85,10 @@ document.addEventListener("DOMContentLoaded", function () {
     f.classList.add("restored");
   });
 });
+
+// A plain form came back refused further down a long page: the page opens
+// at its errors, not at its top.
+document.addEventListener("DOMContentLoaded", function () {
+  var r = document.querySelector("[data-scroll-here]");
+  if (r) r.scrollIntoView({ block: "start" });
+});

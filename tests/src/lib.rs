@@ -426,6 +426,19 @@ pub async fn sse_events(r: reqwest::Response) -> Vec<String> {
         .collect()
 }
 
+/// A temporary grant's expiry `days` from now (RFC 3339): within the
+/// longest a grant may run (`auth.max_grant_days`, 90 by default).
+pub fn days_ahead(days: i64) -> String {
+    (chrono::Utc::now() + chrono::Duration::days(days)).to_rfc3339()
+}
+
+/// The same, as a `datetime-local` input takes it (UTC, to the minute).
+pub fn days_ahead_local(days: i64) -> String {
+    (chrono::Utc::now() + chrono::Duration::days(days))
+        .format("%Y-%m-%dT%H:%M")
+        .to_string()
+}
+
 pub fn this_month() -> String {
     chrono_month(chrono_now())
 }

@@ -155,7 +155,8 @@ async fn every_role_against_every_route() {
         assert_eq!(r.0, *want, "{r:?}");
     }
     // A tenant admin's list shows only their tenant's requests.
-    let req = json!({"tenant_id": "other", "tokens": 5, "expires_at": "2099-01-01T00:00:00Z", "reason": "x"});
+    let req =
+        json!({"tenant_id": "other", "tokens": 5, "expires_at": days_ahead(30), "reason": "x"});
     assert_eq!(
         api(
             "POST",
@@ -175,7 +176,8 @@ async fn every_role_against_every_route() {
     )
     .await;
     assert_eq!(mine["data"].as_array().unwrap().len(), 0);
-    let req = json!({"tenant_id": "other", "tokens": 5, "expires_at": "2099-01-01T00:00:00Z", "reason": "x"});
+    let req =
+        json!({"tenant_id": "other", "tokens": 5, "expires_at": days_ahead(30), "reason": "x"});
     assert_eq!(
         api(
             "POST",
@@ -326,7 +328,8 @@ async fn a_grant_lets_refused_requests_through_until_it_expires() {
 async fn nobody_approves_their_own_request() {
     let p = platform(100).await;
     let b = &p.base;
-    let req = json!({"tenant_id": "t", "tokens": 10, "expires_at": "2099-01-01T00:00:00Z", "reason": "mine"});
+    let req =
+        json!({"tenant_id": "t", "tokens": 10, "expires_at": days_ahead(30), "reason": "mine"});
     let (_, q) = api(
         "POST",
         &format!("{b}/api/v1/quota-requests"),
@@ -381,7 +384,8 @@ async fn nobody_approves_their_own_request() {
     assert_eq!(status, 400, "{body}");
     assert!(body.to_string().contains("email"), "{body}");
     let sock = login(b, "sock@x.io").await;
-    let req = json!({"tenant_id": "t", "tokens": 10, "expires_at": "2099-01-01T00:00:00Z", "reason": "again"});
+    let req =
+        json!({"tenant_id": "t", "tokens": 10, "expires_at": days_ahead(30), "reason": "again"});
     let (_, q) = api(
         "POST",
         &format!("{b}/api/v1/quota-requests"),

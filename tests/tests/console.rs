@@ -288,7 +288,7 @@ async fn every_role_against_every_console_route() {
                 &[
                     ("tenant_id", "t"),
                     ("tokens", "10"),
-                    ("expires_at", "2099-01-01T00:00"),
+                    ("expires_at", days_ahead_local(30).as_str()),
                     ("reason", "matrix"),
                 ],
             )
@@ -447,7 +447,7 @@ async fn quota_request_by(p: &Platform, email: &str) -> String {
         "POST",
         &format!("{}/api/v1/quota-requests", p.base),
         Some(&token),
-        Some(json!({"tenant_id": "t", "tokens": 5, "expires_at": "2099-01-01T00:00:00Z", "reason": "x"})),
+        Some(json!({"tenant_id": "t", "tokens": 5, "expires_at": days_ahead(30), "reason": "x"})),
     )
     .await;
     assert_eq!(status, 201, "{q}");
@@ -591,7 +591,7 @@ async fn hostile_names_reasons_and_notes_are_stored_and_rendered_escaped() {
             "/console/quota-requests",
             &[
                 ("tokens", "100"),
-                ("expires_at", "2099-01-01T00:00"),
+                ("expires_at", days_ahead_local(30).as_str()),
                 ("reason", IMG),
             ],
         )

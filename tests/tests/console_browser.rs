@@ -73,7 +73,7 @@ async fn tenant_admin_requests_quota_and_a_platform_admin_approves_it_in_the_bro
     ui.fill("#request-form input[name=tokens]", "100000").await;
     ui.c.execute(
         "document.querySelector('#request-form input[name=expires_at]').value = arguments[0]",
-        vec!["2099-01-01T00:00".into()],
+        vec![days_ahead_local(30).into()],
     )
     .await
     .unwrap();

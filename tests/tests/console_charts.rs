@@ -92,7 +92,7 @@ async fn chart_values_match_the_ledger_no_future_day_is_drawn_and_the_forecast_s
         &format!("{}/api/v1/quota-requests", ui.base),
         Some(&ta),
         Some(serde_json::json!({"tenant_id": "t", "cost_usd": "20",
-            "expires_at": "2099-01-01T00:00:00Z", "reason": "launch"})),
+            "expires_at": days_ahead(30), "reason": "launch"})),
     )
     .await;
     assert_eq!(s, 201, "{q}");

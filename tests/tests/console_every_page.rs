@@ -235,7 +235,7 @@ async fn platform(env: &TestEnv) -> server::app::Running {
         &format!("{base}/api/v1/quota-requests"),
         Some(&token),
         Some(serde_json::json!({"tenant_id": "acme", "tokens": 5000,
-            "expires_at": "2099-01-01T00:00:00Z", "reason": "launch"})),
+            "expires_at": days_ahead(30), "reason": "launch"})),
     )
     .await;
     assert_eq!(status, 201, "{body}");

@@ -90,7 +90,7 @@ async fn a_200000_character_reason_is_refused_with_its_limit_and_the_dashboard_s
          const r = document.querySelector('#request-form textarea[name=reason]');
          r.removeAttribute('maxlength');
          r.value = 'y'.repeat(200000);",
-        vec![json!("2099-01-01T00:00")],
+        vec![json!(days_ahead_local(30))],
     )
     .await
     .unwrap();

@@ -164,7 +164,7 @@ async fn request_as(base: &str, email: &str, reason: &str) {
         &format!("{base}/api/v1/quota-requests"),
         Some(&token),
         Some(serde_json::json!({"tenant_id": "t", "tokens": 1000,
-            "expires_at": "2099-01-01T00:00:00Z", "reason": reason})),
+            "expires_at": days_ahead(30), "reason": reason})),
     )
     .await;
     assert_eq!(status, 201, "{body}");

@@ -51,6 +51,9 @@ pub struct ControlPlane {
     /// password, role, tenant or enabled state within it is not a second
     /// pair of eyes for them.
     pub four_eyes_days: u32,
+    /// The longest a temporary grant may run, in days
+    /// (`auth.max_grant_days`): a quota request expiring later is refused.
+    pub max_grant_days: u32,
     /// Single sign-on (config `auth.oidc`), when configured.
     pub sso: Option<Arc<sso::Sso>>,
     /// The data plane's deployment health, as this replica sees it.

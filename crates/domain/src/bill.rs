@@ -644,6 +644,24 @@ pub fn thresholds_reached(used: i64, limit: i64) -> Vec<u32> {
         .collect()
 }
 
+/// The scope a budget alert is about, as its `scope` field names it
+/// (`tenant:<t>`, `app:<t>/<a>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AlertScope<'a> {
+    Tenant(&'a str),
+    App { tenant: &'a str, app: &'a str },
+}
+
+impl<'a> AlertScope<'a> {
+    pub fn parse(s: &'a str) -> Option<AlertScope<'a>> {
+        if let Some(t) = s.strip_prefix("tenant:") {
+            return (!t.is_empty()).then_some(AlertScope::Tenant(t));
+        }
+        let (tenant, app) = s.strip_prefix("app:")?.split_once('/')?;
+        (!tenant.is_empty() && !app.is_empty()).then_some(AlertScope::App { tenant, app })
+    }
+}
+
 /// One disagreement between the books (reconcile --check).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Difference {
@@ -701,6 +719,29 @@ pub fn compare(
         postgres,
         clickhouse,
     })
+}
+
+#[cfg(test)]
+mod alert_scope_tests {
+    use super::AlertScope;
+
+    #[test]
+    fn an_alerts_scope_reads_as_tenant_or_app() {
+        assert_eq!(
+            AlertScope::parse("tenant:marketing-cn"),
+            Some(AlertScope::Tenant("marketing-cn"))
+        );
+        assert_eq!(
+            AlertScope::parse("app:t/a-1"),
+            Some(AlertScope::App {
+                tenant: "t",
+                app: "a-1"
+            })
+        );
+        for bad in ["tenant:", "app:t", "app:/a", "key:x", ""] {
+            assert_eq!(AlertScope::parse(bad), None, "{bad}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -185,6 +185,60 @@ pub struct Borrowed {
     pub cost_micro: i64,
 }
 
+/// The limits of `inner` (an app's, a key's) set higher than the same limit
+/// of `outer` (its tenant's, its app's): (field, inner, outer), amounts in
+/// micro-USD. Accepted as set — the lower limit applies first — but worth
+/// a word to whoever set them.
+pub fn above(inner: &Limits, outer: &Limits) -> Vec<(&'static str, i64, i64)> {
+    let m = |v: Option<MicroUsd>| v.map(|m| m.0);
+    let pairs = [
+        ("monthly_tokens", inner.monthly_tokens, outer.monthly_tokens),
+        (
+            "monthly_cost_usd",
+            m(inner.monthly_cost_usd),
+            m(outer.monthly_cost_usd),
+        ),
+        (
+            "daily_cost_soft_usd",
+            m(inner.daily_cost_soft_usd),
+            m(outer.daily_cost_soft_usd),
+        ),
+        ("rpm", inner.rpm, outer.rpm),
+        ("input_tpm", inner.input_tpm, outer.input_tpm),
+        ("output_tpm", inner.output_tpm, outer.output_tpm),
+        ("max_inflight", inner.max_inflight, outer.max_inflight),
+        (
+            "max_context_tokens",
+            inner.max_context_tokens,
+            outer.max_context_tokens,
+        ),
+        (
+            "max_output_tokens",
+            inner.max_output_tokens,
+            outer.max_output_tokens,
+        ),
+    ];
+    pairs
+        .into_iter()
+        .filter_map(|(f, i, o)| match (i, o) {
+            (Some(i), Some(o)) if i > o => Some((f, i, o)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The latest a temporary grant asked at `now` may expire: `max_days`
+/// later (`auth.max_grant_days`).
+pub fn latest_grant_expiry(now: DateTime<Utc>, max_days: u32) -> DateTime<Utc> {
+    now + chrono::Duration::days(i64::from(max_days))
+}
+
+/// Whether a grant asked at `now` may expire at `expires_at` (in the
+/// future is checked apart: a past expiry has its own message).
+pub fn grant_expiry_allowed(expires_at: DateTime<Utc>, now: DateTime<Utc>, max_days: u32) -> bool {
+    expires_at <= latest_grant_expiry(now, max_days)
+}
+
 /// The grants unexpired at `now`, summed (tokens, micro-USD); saturating.
 pub fn granted(grants: &[Grant], now: DateTime<Utc>) -> (i64, i64) {
     grants
@@ -282,6 +336,48 @@ impl LimitKind {
             6 => Some(LimitKind::EndUsersPerMinute),
             _ => Self::ALL.get(i).copied(),
         }
+    }
+}
+
+/// Whether a monthly budget (tokens or micro-USD) refuses requests now:
+/// what is used and held reaches the limit, or the scope's latest request
+/// was refused for this budget at the limit in force now (`refused_at`:
+/// the limit that refused it) — less was left than a request needs. A
+/// limit raised since that refusal (a grant, a change) clears it.
+pub fn budget_spent(used_and_held: i64, limit: Option<i64>, refused_at: Option<i64>) -> bool {
+    match limit {
+        Some(l) => used_and_held >= l || refused_at == Some(l),
+        None => false,
+    }
+}
+
+/// Share of a monthly budget used and held, 0–100 (0 when unlimited).
+pub fn used_percent(used_and_held: i64, limit: Option<i64>) -> i64 {
+    match limit {
+        Some(l) if l > 0 => ((used_and_held as i128 * 100 / l as i128).clamp(0, 100)) as i64,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_is_spent_when_used_up_or_refusing_at_its_current_limit() {
+        assert!(budget_spent(100, Some(100), None));
+        assert!(budget_spent(130, Some(100), None), "overrun");
+        assert!(!budget_spent(96, Some(100), None));
+        // 96 of 100 used, and the last request refused at this limit:
+        // what is left is less than a request needs.
+        assert!(budget_spent(96, Some(100), Some(100)));
+        // …a grant raised the limit since: no longer spent.
+        assert!(!budget_spent(96, Some(5_100), Some(100)));
+        assert!(!budget_spent(10_000, None, Some(100)), "unlimited");
+        assert_eq!(used_percent(96, Some(100)), 96);
+        assert_eq!(used_percent(250, Some(100)), 100);
+        assert_eq!(used_percent(5, None), 0);
+        assert_eq!(used_percent(i64::MAX, Some(1)), 100);
     }
 }
 
@@ -402,5 +498,58 @@ mod tests {
                 index: Some(1)
             })
         );
+    }
+}
+
+#[cfg(test)]
+mod plausible_tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_runs_at_most_the_maximum() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-12-07T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(
+            latest_grant_expiry(now, 90).to_rfc3339(),
+            "2027-03-07T00:00:00+00:00"
+        );
+        assert!(grant_expiry_allowed(
+            now + chrono::Duration::days(90),
+            now,
+            90
+        ));
+        assert!(!grant_expiry_allowed(
+            now + chrono::Duration::days(90) + chrono::Duration::seconds(1),
+            now,
+            90
+        ));
+        let y2099 = chrono::DateTime::parse_from_rfc3339("2099-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert!(!grant_expiry_allowed(y2099, now, 90));
+    }
+
+    #[test]
+    fn limits_above_the_outer_scopes_are_named() {
+        let tenant = Limits {
+            rpm: Some(60),
+            monthly_cost_usd: Some(MicroUsd(10_000_000)),
+            max_inflight: Some(4),
+            ..Default::default()
+        };
+        let key = Limits {
+            rpm: Some(500),
+            monthly_cost_usd: Some(MicroUsd(10_000_000)),
+            max_inflight: Some(2),
+            monthly_tokens: Some(1_000),
+            ..Default::default()
+        };
+        assert_eq!(above(&key, &tenant), vec![("rpm", 500, 60)]);
+        assert!(
+            above(&tenant, &Limits::default()).is_empty(),
+            "unlimited outer"
+        );
+        assert!(above(&Limits::default(), &tenant).is_empty());
     }
 }

@@ -186,6 +186,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
             client_ip_header: cfg.auth.client_ip_header.clone(),
             trusted_proxies: trusted_proxies.clone(),
             four_eyes_days: cfg.auth.four_eyes_days,
+            max_grant_days: cfg.auth.max_grant_days,
             sso: sso.clone(),
             routes: catalog.board.clone(),
         })

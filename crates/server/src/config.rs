@@ -241,6 +241,9 @@ pub struct AuthConfig {
     /// person who set their password, role, tenant or enabled state within
     /// this many days (or whose own account they set so).
     pub four_eyes_days: u32,
+    /// The longest a temporary grant (a quota request) may run: its expiry
+    /// at most this many days after it is asked (docs/console.md).
+    pub max_grant_days: u32,
     /// Single sign-on with OpenID Connect (unset: off).
     pub oidc: Option<OidcConfig>,
 }
@@ -501,6 +504,7 @@ impl Default for Config {
                 client_ip_header: None,
                 trusted_proxies: Vec::new(),
                 four_eyes_days: 30,
+                max_grant_days: 90,
                 oidc: None,
             },
             keys: KeysConfig {
@@ -669,6 +673,9 @@ impl Config {
         }
         if f.queue_max_per_tenant == 0 {
             bail!("fair.queue_max_per_tenant must be positive");
+        }
+        if self.auth.max_grant_days == 0 || self.auth.max_grant_days > 3660 {
+            bail!("auth.max_grant_days must be between 1 and 3660");
         }
         if !billing::archive::valid_database(&self.clickhouse.database) {
             bail!("clickhouse.database must match [A-Za-z_][A-Za-z0-9_]*");
@@ -898,6 +905,7 @@ impl fmt::Debug for Config {
             .field("auth.client_ip_header", &self.auth.client_ip_header)
             .field("auth.trusted_proxies", &self.auth.trusted_proxies)
             .field("auth.four_eyes_days", &self.auth.four_eyes_days)
+            .field("auth.max_grant_days", &self.auth.max_grant_days)
             .field(
                 "auth.oidc.issuer_url",
                 &self.auth.oidc.as_ref().map(|o| redact_url(&o.issuer_url)),

@@ -50,7 +50,7 @@ pub use provider_recon::{
     ResolvedLink,
 };
 pub use quota_requests::{GrantRow, NewQuotaRequest, QuotaRequestRow};
-pub use request_decisions::RequestDecisionRow;
+pub use request_decisions::{BudgetRefusal, RequestDecisionRow};
 pub use request_log::{RequestCursor, RequestLogFilter, RequestLogRow};
 pub use rollups::RollupDifference;
 pub use sso::{SsoIdentity, SsoRefusal};

@@ -80,4 +80,43 @@ impl Store {
         .await?;
         Ok(r)
     }
+
+    /// Tenants refusing requests for their own monthly budget now: each
+    /// tenant's latest refusal in `period` for its tenant-level token or
+    /// cost budget, when no request of the tenant was admitted after it
+    /// (request ids are in time order). Its detail holds the limit that
+    /// refused (`limit_value`).
+    pub async fn budget_refusals(
+        &self,
+        scope: &TenantScope,
+        period: &str,
+    ) -> Result<Vec<BudgetRefusal>> {
+        Ok(sqlx::query_as::<_, BudgetRefusal>(
+            "SELECT d.tenant_id, d.reason, d.detail FROM (
+                 SELECT DISTINCT ON (tenant_id) tenant_id, request_id, reason, detail
+                 FROM request_decisions
+                 WHERE period = $1 AND decision = 'refused'
+                   AND reason IN ('tenant_monthly_cost_exhausted', 'tenant_monthly_budget_exhausted')
+                   AND ($2::text IS NULL OR tenant_id = $2)
+                 ORDER BY tenant_id, request_id DESC
+             ) d
+             WHERE d.request_id > COALESCE(
+                 (SELECT max(u.request_id) FROM usage_events u WHERE u.tenant_id = d.tenant_id), '')
+             ORDER BY d.tenant_id",
+        )
+        .bind(period)
+        .bind(scope.tenant())
+        .fetch_all(&self.pool)
+        .await?)
+    }
+}
+
+/// A tenant's latest refusal for its own monthly budget
+/// ([`Store::budget_refusals`]).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct BudgetRefusal {
+    pub tenant_id: String,
+    /// `tenant_monthly_cost_exhausted` or `tenant_monthly_budget_exhausted`.
+    pub reason: String,
+    pub detail: Value,
 }

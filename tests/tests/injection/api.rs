@@ -336,7 +336,7 @@ fn routes() -> Vec<Route> {
             "POST /api/v1/quota-requests",
             &[],
             json!({"tenant_id": "t", "app_id": "a", "tokens": 5, "cost_usd": "1.5",
-                "expires_at": "2099-01-01T00:00:00Z", "reason": "launch {n}"}),
+                "expires_at": "{soon}", "reason": "launch {n}"}),
             "/api/v1/quota-requests",
             &["/console/quota-requests"],
         ),

@@ -246,7 +246,7 @@ fn form_cases() -> Vec<FormCase> {
                 ("app_id", "a"),
                 ("tokens", "10"),
                 ("cost_usd", "1.5"),
-                ("expires_at", "2099-01-01T00:00"),
+                ("expires_at", "{soon}"),
                 ("reason", "launch {n}"),
             ],
             &["/console/quota-requests"],
@@ -521,7 +521,12 @@ impl FormRun<'_> {
         let mut fields: Vec<(String, String)> = c
             .base
             .iter()
-            .map(|(k, v)| (k.to_string(), v.replace("{n}", &n.to_string())))
+            .map(|(k, v)| {
+                let v = v
+                    .replace("{n}", &n.to_string())
+                    .replace("{soon}", &days_ahead_local(30));
+                (k.to_string(), v)
+            })
             .collect();
         for f in fields.iter_mut().filter(|f| f.0 == field) {
             f.1 = value.to_string();

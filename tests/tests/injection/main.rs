@@ -75,7 +75,8 @@ async fn platform() -> Platform {
 impl Platform {
     /// A pending quota request of tenant t, made by its admin; its id.
     async fn pending_request(&self) -> String {
-        let body = json!({"tenant_id": "t", "tokens": 5, "expires_at": "2099-01-01T00:00:00Z", "reason": "x"});
+        let body =
+            json!({"tenant_id": "t", "tokens": 5, "expires_at": days_ahead(30), "reason": "x"});
         let url = format!("{}/api/v1/quota-requests", self.base);
         let (status, q) = api("POST", &url, Some(&self.ta), Some(body)).await;
         assert_eq!(status, 201, "{q}");
@@ -436,7 +437,11 @@ fn set(body: &mut Value, at: &[Step], value: &str) {
 /// `{n}` in every string of a body template.
 fn numbered(v: &Value, n: usize) -> Value {
     match v {
-        Value::String(s) => Value::String(s.replace("{n}", &n.to_string())),
+        // `{soon}`: a grant's expiry within `auth.max_grant_days`.
+        Value::String(s) => Value::String(
+            s.replace("{n}", &n.to_string())
+                .replace("{soon}", &days_ahead(30)),
+        ),
         Value::Array(a) => Value::Array(a.iter().map(|x| numbered(x, n)).collect()),
         Value::Object(o) => {
             Value::Object(o.iter().map(|(k, x)| (k.clone(), numbered(x, n))).collect())

@@ -65,8 +65,10 @@ pub fn check_base_url(field: &'static str, url: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn valid_name(name: &str) -> Result<(), ApiError> {
-    let ok = !name.is_empty()
+/// A deployment's name: letters, digits, '.', '_' or '-', at most 64,
+/// starting with a letter or digit.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 64
         && name
             .bytes()
@@ -74,15 +76,7 @@ fn valid_name(name: &str) -> Result<(), ApiError> {
             .is_some_and(|b| b.is_ascii_alphanumeric())
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(
-            "name",
-            "letters, digits, '.', '_' or '-', at most 64, starting with a letter or digit",
-        ))
-    }
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 impl DeploymentIn {
@@ -93,22 +87,11 @@ impl DeploymentIn {
         model: &str,
         name: &str,
     ) -> Result<DeploymentRow, ApiError> {
-        valid_name(name)?;
-        check_base_url("upstream_base_url", &self.upstream_base_url)?;
-        if self.upstream_model.trim().is_empty() {
-            return Err(ApiError::field("upstream_model", "err.required"));
+        if let Some(e) = self.problems(name).into_iter().next() {
+            return Err(e);
         }
         let weight = self.weight.unwrap_or(1);
-        if !(0..=10_000).contains(&weight) {
-            return Err(ApiError::invalid("weight", "must be between 0 and 10000"));
-        }
         let priority = self.priority.unwrap_or(0);
-        if !(0..=100).contains(&priority) {
-            return Err(ApiError::invalid("priority", "must be between 0 and 100"));
-        }
-        if self.max_inflight.is_some_and(|n| n <= 0) {
-            return Err(ApiError::invalid("max_inflight", "must be positive"));
-        }
         Ok(DeploymentRow {
             model_id: model.to_string(),
             name: name.to_string(),
@@ -125,6 +108,36 @@ impl DeploymentIn {
             profile: self.profile()?,
             enabled: self.enabled.unwrap_or(true),
         })
+    }
+
+    /// Everything wrong with the deployment's fields, not only the first
+    /// (the console's form shows them all at once; the API answers the
+    /// first). Each names its field and a translated message.
+    pub fn problems(&self, name: &str) -> Vec<ApiError> {
+        let mut out = Vec::new();
+        if name.trim().is_empty() {
+            out.push(ApiError::field("name", "err.required"));
+        } else if !valid_name(name) {
+            out.push(ApiError::field("name", "err.deployment_name"));
+        }
+        if self.upstream_base_url.trim().is_empty() {
+            out.push(ApiError::field("upstream_base_url", "err.required"));
+        } else if let Err(e) = check_base_url("upstream_base_url", &self.upstream_base_url) {
+            out.push(e);
+        }
+        if self.upstream_model.trim().is_empty() {
+            out.push(ApiError::field("upstream_model", "err.required"));
+        }
+        if !(0..=10_000).contains(&self.weight.unwrap_or(1)) {
+            out.push(ApiError::field("weight", "err.weight_range"));
+        }
+        if !(0..=100).contains(&self.priority.unwrap_or(0)) {
+            out.push(ApiError::field("priority", "err.priority_range"));
+        }
+        if self.max_inflight.is_some_and(|n| n <= 0) {
+            out.push(ApiError::field("max_inflight", "err.at_least_one"));
+        }
+        out
     }
 
     /// A profile of its own when any profile field is given (the fields
@@ -315,4 +328,49 @@ pub async fn set_fallbacks(
         .set_model_routing(&actor.label(), &id, &[], &f.fallbacks)
         .await?;
     Ok(Json(list_model(&cp, &id).await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_problem_of_a_deployment_at_once() {
+        let d = DeploymentIn {
+            upstream_base_url: "ftp://x".into(),
+            upstream_model: " ".into(),
+            weight: Some(20_000),
+            priority: Some(101),
+            max_inflight: Some(0),
+            ..Default::default()
+        };
+        let fields: Vec<String> = d
+            .problems("-bad name")
+            .iter()
+            .map(|e| match e {
+                ApiError::Field { field, .. } => field.to_string(),
+                e => panic!("{e}"),
+            })
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "name",
+                "upstream_base_url",
+                "upstream_model",
+                "weight",
+                "priority",
+                "max_inflight"
+            ]
+        );
+        let ok = DeploymentIn {
+            upstream_base_url: "https://api.example.com/v1".into(),
+            upstream_model: "m".into(),
+            weight: Some(0),
+            priority: Some(100),
+            ..Default::default()
+        };
+        assert!(ok.problems("east-1").is_empty());
+        assert!(ok.problems("").len() == 1);
+    }
 }

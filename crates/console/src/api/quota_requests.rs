@@ -72,6 +72,17 @@ pub async fn request_quota(
     if r.expires_at <= Utc::now() {
         return Err(ApiError::field("expires_at", "err.past"));
     }
+    if !domain::limits::grant_expiry_allowed(r.expires_at, Utc::now(), cp.max_grant_days) {
+        return Err(ApiError::invalid(
+            "expires_at",
+            format!(
+                "a temporary grant runs at most {} days (auth.max_grant_days): expire it by {}",
+                cp.max_grant_days,
+                domain::limits::latest_grant_expiry(Utc::now(), cp.max_grant_days)
+                    .format("%Y-%m-%dT%H:%MZ")
+            ),
+        ));
+    }
     if r.reason.trim().is_empty() {
         return Err(ApiError::field("reason", "err.required"));
     }

@@ -108,6 +108,9 @@ pub struct KeyLine {
     pub edit_errors: FieldError,
     pub edit_open: bool,
     pub stale: Vec<StaleLine>,
+    /// Why the row was refreshed instead of acted on (a stale tab's action
+    /// on a key that changed meanwhile); empty otherwise.
+    pub notice: String,
 }
 
 /// A key's name, expiry and allowed models as its edit form holds them,
@@ -198,6 +201,7 @@ impl KeyLine {
             edit_errors: FieldError::default(),
             edit_open: false,
             stale: Vec::new(),
+            notice: String::new(),
             name: super::clipped(&k.name, domain::text::KEY_NAME),
             prefix: k.prefix.clone(),
             created: when(k.created_at),
@@ -534,23 +538,85 @@ pub async fn revoke_key(
     s: Session,
     Path(id): Path<Uuid>,
 ) -> Result<Response, PageError> {
-    let tenant = key_svc::revoke_key(&cp, &s.actor, id).await?;
+    let (tenant, already) = match key_svc::revoke_key(&cp, &s.actor, id).await {
+        Ok(tenant) => (tenant, false),
+        Err(e) => (revoked_meanwhile(&cp, &s, id, e).await?, true),
+    };
     if !s.htmx {
         return Ok(Redirect::to(&format!("/console/tenants/{tenant}/apps")).into_response());
     }
-    let keys = cp.store.keys_of(s.actor.scope(), &tenant).await?;
-    let uses = key_uses(&cp, &s, &tenant).await?;
-    let k = keys
+    key_row_now(&cp, &s, id, &tenant, already).await
+}
+
+/// The tenant of a key an action was refused for because it is revoked
+/// (another tab, another admin revoked it meanwhile); any other refusal
+/// stands.
+async fn revoked_meanwhile(
+    cp: &ControlPlane,
+    s: &Session,
+    id: Uuid,
+    e: ApiError,
+) -> Result<String, PageError> {
+    if !matches!(e, ApiError::NotFound(_) | ApiError::Conflict(_)) {
+        return Err(e.into());
+    }
+    match cp.store.key_tenant(s.actor.scope(), id).await? {
+        Some(tenant)
+            if cp
+                .store
+                .keys_of(s.actor.scope(), &tenant)
+                .await?
+                .iter()
+                .any(|k| k.id == id && k.revoked_at.is_some()) =>
+        {
+            Ok(tenant)
+        }
+        _ => Err(e.into()),
+    }
+}
+
+/// A key's row as it is now (htmx swaps it in place of the row acted
+/// on); `already`: the action found it revoked, and the row says so by
+/// the key's name.
+async fn key_row_now(
+    cp: &ControlPlane,
+    s: &Session,
+    id: Uuid,
+    tenant: &str,
+    already: bool,
+) -> Result<Response, PageError> {
+    let keys = cp.store.keys_of(s.actor.scope(), tenant).await?;
+    let uses = key_uses(cp, s, tenant).await?;
+    let row = keys
         .iter()
         .find(|k| k.id == id)
-        .map(|k| KeyLine::of(k, &uses))
         .ok_or_else(|| ApiError::NotFound(format!("key {id}")))?;
-    Ok(render(RevokedRow {
-        c: Chrome::new(&s, "nav.apps", "/console/apps"),
+    let mut k = KeyLine::of(row, &uses);
+    if already {
+        k.notice = s
+            .lang
+            .t("apps.already_revoked")
+            .replace("{name}", &k.name)
+            .replace("{at}", &row.revoked_at.map(when).unwrap_or_default());
+    }
+    let mut r = render(RevokedRow {
+        c: Chrome::new(s, "nav.apps", "/console/apps"),
         k,
         can_manage: true,
     })?
-    .into_response())
+    .into_response();
+    // Whatever the action aimed at (the rotate form aims at the app's
+    // box), the answer is this key's row.
+    let h = r.headers_mut();
+    h.insert(
+        "hx-retarget",
+        axum::http::HeaderValue::from_str(&format!("#key-{id}")).expect("a uuid"),
+    );
+    h.insert(
+        "hx-reswap",
+        axum::http::HeaderValue::from_static("outerHTML"),
+    );
+    Ok(r)
 }
 
 #[derive(Template)]
@@ -585,7 +651,17 @@ pub async fn rotate_key(
     Form(f): Form<RotateForm>,
 ) -> Result<Response, PageError> {
     let grace = super::int("grace_secs", &f.grace_secs)?;
-    let r = key_svc::rotate_key(&cp, &s.actor, id, grace).await?;
+    let r = match key_svc::rotate_key(&cp, &s.actor, id, grace).await {
+        Ok(r) => r,
+        Err(e) => {
+            let tenant = revoked_meanwhile(&cp, &s, id, e).await?;
+            if !s.htmx {
+                let to = format!("/console/tenants/{tenant}/apps");
+                return Ok(Redirect::to(&to).into_response());
+            }
+            return key_row_now(&cp, &s, id, &tenant, true).await;
+        }
+    };
     let keys = cp.store.keys_of(s.actor.scope(), &r.tenant_id).await?;
     let uses = key_uses(&cp, &s, &r.tenant_id).await?;
     let rot = r.rotation;

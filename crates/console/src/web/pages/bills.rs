@@ -18,7 +18,7 @@ use domain::bill::{
 use domain::roles::Role;
 use domain::MicroUsd;
 use serde::Deserialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 pub(super) fn books_error(e: BillingError) -> ApiError {
@@ -53,6 +53,9 @@ pub struct TenantLine {
     pub borrowed: String,
     pub granted: String,
     pub refused: String,
+    /// Refused requests by reason: (code, the reason in the reader's
+    /// language, count).
+    pub refused_by: Vec<(String, String, String)>,
 }
 
 pub struct DrillRow {
@@ -475,12 +478,12 @@ pub async fn show(
             cost: money(t.cost_usd),
             borrowed: thousands(t.borrowed_tokens),
             granted: thousands(t.granted_tokens),
-            refused: t
+            refused: thousands(t.refused_requests),
+            refused_by: t
                 .refused
                 .iter()
-                .map(|(r, n)| format!("{r}: {n}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+                .map(|(r, n)| (r.clone(), s.lang.tv("reason", r), thousands(*n)))
+                .collect(),
         })
         .collect();
     let total = TenantLine {
@@ -493,6 +496,7 @@ pub async fn show(
         borrowed: String::new(),
         granted: String::new(),
         refused: thousands(bill.total.refused_requests),
+        refused_by: Vec::new(),
     };
     // Burn-down: the chosen (or only) tenant with a monthly cost budget.
     let burn_tenant = tenant
@@ -867,24 +871,98 @@ pub async fn notices(
     s: Session,
 ) -> Result<Html<String>, PageError> {
     let rows = cp.store.notices(s.actor.scope(), 200).await?;
+    let names = NoticeNames::of(&cp, &s, &rows).await?;
     render(NoticesPage {
         c: Chrome::new(&s, "nav.notices", "/console/notices"),
         rows: rows
             .into_iter()
             .map(|n| NoticeLine {
                 at: super::when(n.at),
-                message: notice_message(s.lang, &n),
-                tenant: n.tenant_id.unwrap_or_default(),
+                message: notice_message(s.lang, &n, &names),
+                tenant: n
+                    .tenant_id
+                    .as_deref()
+                    .map(|t| names.tenant(t))
+                    .unwrap_or_default(),
                 kind: n.kind,
             })
             .collect(),
     })
 }
 
+/// The names of the tenants and apps notices speak of (a notice shows
+/// names, not ids; an id without a name shows as itself).
+#[derive(Default)]
+pub struct NoticeNames {
+    tenants: HashMap<String, String>,
+    /// (tenant, app) → the app's name
+    apps: HashMap<(String, String), String>,
+}
+
+impl NoticeNames {
+    async fn of(
+        cp: &ControlPlane,
+        s: &Session,
+        rows: &[store::NoticeRow],
+    ) -> Result<NoticeNames, PageError> {
+        let mut names = NoticeNames::default();
+        if rows.is_empty() {
+            return Ok(names);
+        }
+        for t in cp.store.tenant_infos(s.actor.scope()).await? {
+            names.tenants.insert(t.id, t.name);
+        }
+        let mut with_apps: Vec<&str> = rows
+            .iter()
+            .filter_map(|n| n.detail["scope"].as_str())
+            .filter_map(|sc| match domain::bill::AlertScope::parse(sc) {
+                Some(domain::bill::AlertScope::App { tenant, .. }) => Some(tenant),
+                _ => None,
+            })
+            .collect();
+        with_apps.sort_unstable();
+        with_apps.dedup();
+        for t in with_apps {
+            for a in cp.store.apps_of(s.actor.scope(), t).await? {
+                names.apps.insert((a.tenant_id, a.id), a.name);
+            }
+        }
+        Ok(names)
+    }
+
+    fn tenant(&self, id: &str) -> String {
+        match self.tenants.get(id) {
+            Some(n) if !n.is_empty() => n.clone(),
+            _ => id.to_string(),
+        }
+    }
+
+    fn app(&self, tenant: &str, app: &str) -> String {
+        match self.apps.get(&(tenant.to_string(), app.to_string())) {
+            Some(n) if !n.is_empty() => n.clone(),
+            _ => app.to_string(),
+        }
+    }
+
+    /// "tenant Marketing China" / "app Campaigns of Marketing China".
+    fn scope(&self, lang: crate::i18n::Lang, scope: &str) -> String {
+        match domain::bill::AlertScope::parse(scope) {
+            Some(domain::bill::AlertScope::Tenant(t)) => {
+                lang.t("say.who_tenant").replace("{name}", &self.tenant(t))
+            }
+            Some(domain::bill::AlertScope::App { tenant, app }) => lang
+                .t("notice.scope_app")
+                .replace("{app}", &self.app(tenant, app))
+                .replace("{tenant}", &self.tenant(tenant)),
+            None => scope.to_string(),
+        }
+    }
+}
+
 /// A notice in the reader's language, written from its kind and detail
 /// (the stored message is English); a kind the table does not know shows
 /// its stored message.
-fn notice_message(lang: crate::i18n::Lang, n: &store::NoticeRow) -> String {
+fn notice_message(lang: crate::i18n::Lang, n: &store::NoticeRow, names: &NoticeNames) -> String {
     let d = &n.detail;
     let s = |k: &str| match &d[k] {
         serde_json::Value::String(v) => v.clone(),
@@ -913,6 +991,44 @@ fn notice_message(lang: crate::i18n::Lang, n: &store::NoticeRow) -> String {
             &[("job", lang.tv("job", &s("job")))],
         ),
         "redis_eviction_policy" => lang.t("notice.redis_eviction_policy_text").into(),
+        kind if kind.starts_with("budget_") => {
+            // A budget alert's amounts: money as dollars, tokens grouped.
+            let measure = s("measure");
+            let amount = |k: &str| match (measure.as_str(), &d[k]) {
+                ("cost", serde_json::Value::String(v)) => MicroUsd::from_usd_str(v)
+                    .map(money)
+                    .unwrap_or_else(|_| v.clone()),
+                (_, v) => v.as_i64().map(thousands).unwrap_or_else(|| s(k)),
+            };
+            let args = [
+                ("scope", names.scope(lang, &s("scope"))),
+                (
+                    "measure",
+                    match measure.as_str() {
+                        "cost" => lang.t("notice.measure_cost").to_string(),
+                        "tokens" => lang.t("notice.measure_tokens").to_string(),
+                        m => m.to_string(),
+                    },
+                ),
+                ("p", s("threshold_percent")),
+                ("used", amount("used")),
+                ("limit", amount("limit")),
+                ("forecast", amount("forecast")),
+                ("period", s("period")),
+            ];
+            let text = if kind == "budget_forecast_over_budget" {
+                fill("notice.budget_forecast_text", &args)
+            } else if d["threshold_percent"].is_i64() {
+                fill("notice.budget_used_text", &args)
+            } else {
+                return n.message.clone();
+            };
+            // "tenant Marketing China has used …" starts a sentence.
+            let mut c = text.chars();
+            c.next()
+                .map(|f| f.to_uppercase().chain(c).collect())
+                .unwrap_or_default()
+        }
         "provider_drift" => fill(
             "notice.provider_drift_text",
             &[

@@ -13,7 +13,7 @@ use axum::response::Html;
 use domain::bill::{cumulative, spend_by_day, spend_trend};
 use domain::period::{days_in_month, previous_month};
 use domain::roles::Role;
-use domain::MicroUsd;
+use domain::{limits, MicroUsd};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use store::AuditFilter;
@@ -29,6 +29,13 @@ pub struct UsageLine {
     pub pct: i64,
     pub cost: String,
     pub limit_cost: String,
+    /// Share of the cost budget used, 0–100 (0 when unlimited).
+    pub cost_pct: i64,
+    /// The token / cost budget is spent: the tenant's requests are
+    /// refused (402) until it is raised or the month turns
+    /// (`domain::limits::budget_spent`).
+    pub tokens_spent: bool,
+    pub cost_spent: bool,
     pub granted: String,
     /// Effective limit = base + grants + borrowed (docs/design.md §3).
     pub base: String,
@@ -36,25 +43,64 @@ pub struct UsageLine {
 }
 
 impl UsageLine {
-    pub fn of(u: &usage::MonthUsage) -> UsageLine {
-        let pct = match u.limit_tokens {
-            Some(l) if l > 0 => ((u.used_tokens + u.held_tokens) * 100 / l).clamp(0, 100),
-            _ => 0,
+    /// `refusal`: the tenant's latest refusal for its own budget, when no
+    /// request was admitted after it (`Store::budget_refusals`).
+    pub fn of(u: &usage::MonthUsage, refusal: Option<&store::BudgetRefusal>) -> UsageLine {
+        // The limit that refused the tenant's latest request, per measure.
+        let refused_at = |reason: &str| {
+            let r = refusal.filter(|r| r.reason == reason)?;
+            match &r.detail["limit_value"] {
+                serde_json::Value::String(v) => MicroUsd::from_usd_str(v).ok().map(|m| m.0),
+                v => v.as_i64(),
+            }
         };
+        let tokens = u.used_tokens + u.held_tokens;
+        let cost = u.cost.0 + u.held_cost.0;
+        let limit_cost = u.limit_cost.map(|c| c.0);
         UsageLine {
             tenant: u.tenant_id.clone(),
             period: u.period.clone(),
             used: thousands(u.used_tokens),
             held: thousands(u.held_tokens),
             limit: u.limit_tokens.map(thousands).unwrap_or_default(),
-            pct,
+            pct: limits::used_percent(tokens, u.limit_tokens),
             cost: u.cost.shown(),
             limit_cost: u.limit_cost.map(|c| c.shown()).unwrap_or_default(),
+            cost_pct: limits::used_percent(cost, limit_cost),
+            tokens_spent: limits::budget_spent(
+                tokens,
+                u.limit_tokens,
+                refused_at("tenant_monthly_budget_exhausted"),
+            ),
+            cost_spent: limits::budget_spent(
+                cost,
+                limit_cost,
+                refused_at("tenant_monthly_cost_exhausted"),
+            ),
             granted: thousands(u.granted_tokens),
             base: u.base_limit_tokens.map(thousands).unwrap_or_default(),
             borrowed: thousands(u.borrowed_tokens),
         }
     }
+
+    pub fn spent(&self) -> bool {
+        self.tokens_spent || self.cost_spent
+    }
+}
+
+/// A tenant's month with its spent-budget flags.
+pub async fn usage_line(
+    cp: &ControlPlane,
+    a: &store::Principal,
+    tenant: &str,
+) -> Result<UsageLine, crate::error::ApiError> {
+    let u = usage::month_usage(cp, a, tenant, None).await?;
+    let narrow = a
+        .scope()
+        .narrow_to(tenant)
+        .ok_or_else(|| crate::error::ApiError::NotFound(format!("tenant {tenant}")))?;
+    let refusals = cp.store.budget_refusals(&narrow, &u.period).await?;
+    Ok(UsageLine::of(&u, refusals.first()))
 }
 
 /// One of the month's biggest spenders.
@@ -211,6 +257,9 @@ struct Dashboard {
     /// (label key, value, link)
     counts: Vec<(&'static str, String, &'static str)>,
     usage: Vec<UsageLine>,
+    /// Platform admins: the tenants whose budget is spent (refusing with
+    /// 402 now).
+    spent: Vec<UsageLine>,
     requests: Vec<QuotaLine>,
     audit: Vec<AuditLine>,
     show_verify: bool,
@@ -228,6 +277,7 @@ pub async fn show(
         role: crate::web::role_key(a.role),
         counts: Vec::new(),
         usage: Vec::new(),
+        spent: Vec::new(),
         requests: Vec::new(),
         audit: Vec::new(),
         show_verify: false,
@@ -265,10 +315,19 @@ pub async fn show(
             d.requests = quota::lines(&cp, a, s.lang, &pending, now).await?;
             d.audit = recent_audit(&cp, a, 5).await?;
             d.spend = Some(spend(&cp, &s, now).await?);
+            // Only the tenants refusing for their budget are read live.
+            let period = cp.clock.month(now);
+            for r in cp.store.budget_refusals(a.scope(), &period).await? {
+                let u = usage::month_usage(&cp, a, &r.tenant_id, None).await?;
+                let line = UsageLine::of(&u, Some(&r));
+                if line.spent() {
+                    d.spent.push(line);
+                }
+            }
         }
         Role::TenantAdmin => {
             let t = a.tenant.clone().unwrap_or_default();
-            d.usage = vec![UsageLine::of(&usage::month_usage(&cp, a, &t, None).await?)];
+            d.usage = vec![usage_line(&cp, a, &t).await?];
             d.counts = vec![
                 (
                     "dash.apps",
@@ -286,10 +345,12 @@ pub async fn show(
         }
         Role::Finance => {
             d.spend = Some(spend(&cp, &s, now).await?);
+            let period = cp.clock.month(now);
+            let refusals = cp.store.budget_refusals(a.scope(), &period).await?;
             for t in tenants::visible_tenants(&cp, a).await? {
-                d.usage.push(UsageLine::of(
-                    &usage::month_usage(&cp, a, &t.id, None).await?,
-                ));
+                let u = usage::month_usage(&cp, a, &t.id, None).await?;
+                let r = refusals.iter().find(|r| r.tenant_id == t.id);
+                d.usage.push(UsageLine::of(&u, r));
             }
         }
         Role::Auditor => {

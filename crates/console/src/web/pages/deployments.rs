@@ -2,12 +2,13 @@
 //! this replica's view of their health, and the forms that add, edit,
 //! disable and enable one (platform admins). The provider key is write-only.
 
-use super::int;
+use super::{form_error, int, FieldError};
 use crate::api::deployments::{self as svc, DeploymentIn};
 use crate::error::ApiError;
 use crate::web::{PageError, Session};
 use crate::ControlPlane;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use serde::Deserialize;
@@ -103,17 +104,20 @@ pub async fn lines<'a>(
     Ok(out)
 }
 
-#[derive(Deserialize, Default)]
+/// The deployment form as typed (shown again, every field, when refused).
+#[derive(Deserialize, Default, Clone)]
 #[serde(default)]
 pub struct DeploymentForm {
-    model: String,
-    name: String,
-    upstream_base_url: String,
-    upstream_model: String,
-    upstream_api_key: String,
-    weight: String,
-    priority: String,
-    max_inflight: String,
+    pub model: String,
+    pub name: String,
+    pub upstream_base_url: String,
+    pub upstream_model: String,
+    /// Kept as typed when the form is refused: the person who just sent it
+    /// gets it back in the (password) field instead of typing it again.
+    pub upstream_api_key: String,
+    pub weight: String,
+    pub priority: String,
+    pub max_inflight: String,
 }
 
 fn small(field: &'static str, v: &str) -> Result<Option<i32>, ApiError> {
@@ -123,31 +127,64 @@ fn small(field: &'static str, v: &str) -> Result<Option<i32>, ApiError> {
 }
 
 impl DeploymentForm {
-    fn to_input(&self) -> Result<DeploymentIn, ApiError> {
-        Ok(DeploymentIn {
+    /// The deployment typed, and every field that does not parse (those
+    /// fields left out of the deployment).
+    fn to_input(&self) -> (DeploymentIn, Vec<ApiError>) {
+        let mut problems = Vec::new();
+        let mut number = |field, v: &str| {
+            small(field, v).unwrap_or_else(|e| {
+                problems.push(e);
+                None
+            })
+        };
+        let d = DeploymentIn {
             name: None,
+            weight: number("weight", &self.weight),
+            priority: number("priority", &self.priority),
+            max_inflight: number("max_inflight", &self.max_inflight),
             upstream_base_url: self.upstream_base_url.trim().to_string(),
             upstream_model: self.upstream_model.trim().to_string(),
             upstream_api_key: Some(self.upstream_api_key.trim().to_string())
                 .filter(|k| !k.is_empty()),
-            weight: small("weight", &self.weight)?,
-            priority: small("priority", &self.priority)?,
-            max_inflight: small("max_inflight", &self.max_inflight)?,
             ..Default::default()
-        })
+        };
+        (d, problems)
     }
 }
 
-/// `POST /console/models/deployments`: adds or edits one deployment.
+/// `POST /console/models/deployments`: adds or edits one deployment. A
+/// refused form comes back on the models page with every field's problem
+/// beside it and everything typed kept.
 pub async fn put(
     State(cp): State<Arc<ControlPlane>>,
     s: Session,
     Form(f): Form<DeploymentForm>,
 ) -> Result<Response, PageError> {
     crate::api::require_platform_admin(&s.actor)?;
-    let d = f.to_input()?;
-    svc::put_deployment(&cp, &s.actor, f.model.trim(), f.name.trim(), &d).await?;
-    Ok(Redirect::to("/console/models").into_response())
+    let (d, parse) = f.to_input();
+    let (model, name) = (f.model.trim(), f.name.trim());
+    let mut problems = Vec::new();
+    if model.is_empty() {
+        problems.push(ApiError::field("model", "err.required"));
+    } else if !cp.store.model_exists(model).await? {
+        problems.push(ApiError::field("model", "err.unknown_model"));
+    }
+    problems.extend(parse);
+    // A field that did not parse is refused for that, not again for its
+    // range.
+    problems.extend(d.problems(name));
+    let result = if problems.is_empty() {
+        svc::put_deployment(&cp, &s.actor, model, name, &d).await
+    } else {
+        Ok(())
+    };
+    let errors = match result {
+        Ok(()) if problems.is_empty() => return Ok(Redirect::to("/console/models").into_response()),
+        Ok(()) => FieldError::default().and(problems),
+        Err(e) => form_error(e)?,
+    };
+    let page = super::models::with_deployment_form(&cp, &s, f, errors).await?;
+    Ok((StatusCode::UNPROCESSABLE_ENTITY, page).into_response())
 }
 
 #[derive(Deserialize)]

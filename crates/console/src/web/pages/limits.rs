@@ -123,6 +123,81 @@ struct HistoryPage {
     /// What someone else changed since the edit form was opened (a save
     /// refused as stale).
     stale: Vec<StaleLine>,
+    /// The limits in force set higher than the app's or tenant's: accepted
+    /// (the lower one applies first), said beside the form.
+    above: Vec<AboveLine>,
+}
+
+/// A limit set higher than the same limit of the scope around it.
+pub struct AboveLine {
+    pub field: &'static str,
+    /// Translation key of the limit's label.
+    pub label: &'static str,
+    pub value: String,
+    /// `limits.of_app` / `common.tenant`, and its name.
+    pub outer_kind: &'static str,
+    pub outer_name: String,
+    pub outer_value: String,
+}
+
+/// The limits in force (`current`) of an app or a key set higher than its
+/// tenant's (and, for a key, its app's).
+async fn above_outer(
+    cp: &ControlPlane,
+    s: &Session,
+    owner: &LimitsOwner,
+    current: &domain::Limits,
+) -> Result<Vec<AboveLine>, PageError> {
+    let scope = s.actor.scope();
+    let tenant = owner.tenant();
+    let app = match owner {
+        LimitsOwner::Tenant { .. } => return Ok(Vec::new()),
+        LimitsOwner::App { .. } => None,
+        LimitsOwner::Key { id, .. } => cp
+            .store
+            .keys_of(scope, tenant)
+            .await?
+            .into_iter()
+            .find(|k| k.id == *id)
+            .map(|k| k.app_id),
+    };
+    let mut outers = Vec::new();
+    if let Some(app) = app {
+        if let Some(a) = cp
+            .store
+            .apps_of(scope, tenant)
+            .await?
+            .into_iter()
+            .find(|a| a.id == app)
+        {
+            outers.push(("limits.of_app", format!("{tenant}/{app}"), a.limits));
+        }
+    }
+    if let Some(t) = cp.store.tenant(scope, tenant).await? {
+        outers.push(("common.tenant", tenant.to_string(), t.limits));
+    }
+    let amount = |field: &str, v: i64| {
+        if field.ends_with("_usd") {
+            MicroUsd(v).shown()
+        } else {
+            super::thousands(v)
+        }
+    };
+    Ok(outers
+        .iter()
+        .flat_map(|(kind, name, limits)| {
+            domain::limits::above(current, limits)
+                .into_iter()
+                .map(move |(field, mine, theirs)| AboveLine {
+                    field,
+                    label: label_key(field),
+                    value: amount(field, mine),
+                    outer_kind: kind,
+                    outer_name: name.clone(),
+                    outer_value: amount(field, theirs),
+                })
+        })
+        .collect())
 }
 
 struct Owner {
@@ -187,6 +262,10 @@ async fn page(
             .map(|v| LimitsForm::of(&v.limits))
             .unwrap_or_default()
     });
+    let above = match rows.first() {
+        Some(v) => above_outer(cp, s, &o.owner, &v.limits).await?,
+        None => Vec::new(),
+    };
     Ok(HistoryPage {
         c: Chrome::new(s, "limits.history", "/console/tenants"),
         kind: o.kind,
@@ -203,6 +282,7 @@ async fn page(
         saved: false,
         version,
         stale: Vec::new(),
+        above,
     })
 }
 

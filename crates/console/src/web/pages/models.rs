@@ -108,6 +108,9 @@ struct ModelsPage {
     saved: String,
     /// Platform admins only: every model's deployments and their health.
     deployments: Vec<super::deployments::DeploymentLine>,
+    /// The deployment form as typed, and its errors (a refused one).
+    dep_form: super::deployments::DeploymentForm,
+    dep_errors: FieldError,
 }
 
 async fn page(
@@ -174,7 +177,23 @@ async fn page_with(
         price_errors,
         saved,
         deployments,
+        dep_form: Default::default(),
+        dep_errors: FieldError::default(),
     })
+}
+
+/// The models page with a refused deployment form: what was typed, and
+/// every field's problem beside it.
+pub async fn with_deployment_form(
+    cp: &ControlPlane,
+    s: &Session,
+    form: super::deployments::DeploymentForm,
+    errors: FieldError,
+) -> Result<Html<String>, PageError> {
+    let mut p = page(cp, s, ModelForm::default(), FieldError::default()).await?;
+    p.dep_form = form;
+    p.dep_errors = errors;
+    render(p)
 }
 
 fn profile_text(lang: crate::i18n::Lang, p: &domain::provider::ProviderProfile) -> String {

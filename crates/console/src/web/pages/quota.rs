@@ -41,6 +41,9 @@ pub struct QuotaLine {
     /// Why not, for a pending request this viewer may not decide (a
     /// translation key; "" otherwise).
     pub refusal: &'static str,
+    /// Why the row was refreshed instead of decided (a stale tab's decision
+    /// of a request decided meanwhile); empty otherwise.
+    pub notice: String,
 }
 
 /// The translation key of a four-eyes refusal.
@@ -114,6 +117,7 @@ impl QuotaLine {
             decided_by: String::new(),
             can_decide: false,
             refusal: "",
+            notice: String::new(),
         }
     }
 }
@@ -157,6 +161,7 @@ struct QuotaPage {
     form: RequestForm,
     errors: FieldError,
     created: bool,
+    expiry: ExpiryBound,
 }
 
 #[derive(Template)]
@@ -168,6 +173,29 @@ struct RequestFormFragment {
     form: RequestForm,
     errors: FieldError,
     created: bool,
+    expiry: ExpiryBound,
+}
+
+/// The latest expiry a request may ask now (`auth.max_grant_days`): the
+/// form's `max` and the hint beside the field.
+pub struct ExpiryBound {
+    /// `2027-03-07T02:30`, for the datetime-local input.
+    pub max: String,
+    /// "A temporary grant runs at most 90 days: until 2027-03-07 02:30 UTC."
+    pub hint: String,
+}
+
+impl ExpiryBound {
+    fn of(cp: &ControlPlane, lang: crate::i18n::Lang) -> ExpiryBound {
+        let latest = domain::limits::latest_grant_expiry(Utc::now(), cp.max_grant_days);
+        ExpiryBound {
+            max: latest.format("%Y-%m-%dT%H:%M").to_string(),
+            hint: lang
+                .t("quota.max_days")
+                .replace("{n}", &cp.max_grant_days.to_string())
+                .replace("{until}", &when(latest)),
+        }
+    }
 }
 
 #[derive(Template)]
@@ -195,6 +223,7 @@ pub async fn list(
         form: RequestForm::default(),
         errors: FieldError::default(),
         created: false,
+        expiry: ExpiryBound::of(&cp, s.lang),
     })
 }
 
@@ -216,6 +245,12 @@ pub async fn create(
     };
     let (status, errors, created) = match result {
         Ok(()) => (StatusCode::OK, FieldError::default(), true),
+        // Past the longest a grant may run (the API says by when).
+        Err(ApiError::Invalid { param, .. }) if param == "expires_at" => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            FieldError::at("expires_at", "err.grant_too_long"),
+            false,
+        ),
         Err(e) => (StatusCode::UNPROCESSABLE_ENTITY, form_error(e)?, false),
     };
     if created && !s.htmx {
@@ -229,6 +264,7 @@ pub async fn create(
         form,
         errors,
         created,
+        expiry: ExpiryBound::of(&cp, s.lang),
     };
     let html = fragment_or_page(&s, "nav.quota", "/console/quota-requests", frag)?;
     let mut r = (status, html).into_response();
@@ -254,17 +290,70 @@ async fn decide(
     approve: bool,
     note: &str,
 ) -> Result<Response, PageError> {
-    let row = quota_requests::decide_request(cp, &s.actor, id, approve, note).await?;
+    let (row, already) = match quota_requests::decide_request(cp, &s.actor, id, approve, note).await
+    {
+        Ok(row) => (row, false),
+        // Decided meanwhile (another tab, another admin): the row as it is
+        // now, saying what happened to it.
+        Err(ApiError::Conflict(_)) => match cp.store.quota_request(s.actor.scope(), id).await? {
+            Some(row) => (row, true),
+            None => return Err(ApiError::NotFound(format!("quota request {id}")).into()),
+        },
+        Err(e) => return Err(e.into()),
+    };
     if !s.htmx {
         return Ok(axum::response::Redirect::to("/console/quota-requests").into_response());
     }
+    let mut q = lines(cp, &s.actor, s.lang, std::slice::from_ref(&row), Utc::now())
+        .await?
+        .remove(0);
+    if already {
+        q.notice = already_decided(cp, s, &row, &q).await?;
+    }
     let frag = RowFragment {
         c: Chrome::new(s, "nav.quota", "/console/quota-requests"),
-        q: lines(cp, &s.actor, s.lang, std::slice::from_ref(&row), Utc::now())
-            .await?
-            .remove(0),
+        q,
     };
     Ok(render(frag)?.into_response())
+}
+
+/// "The request of <tenant> for <amount> was already <state> by <who> at
+/// <when>": what a stale tab's decision says instead of acting.
+async fn already_decided(
+    cp: &ControlPlane,
+    s: &Session,
+    row: &QuotaRequestRow,
+    q: &QuotaLine,
+) -> Result<String, PageError> {
+    let tenant = cp
+        .store
+        .tenant(s.actor.scope(), &row.tenant_id)
+        .await?
+        .map_or_else(|| row.tenant_id.clone(), |t| t.name);
+    let who = if q.app.is_empty() {
+        tenant
+    } else {
+        format!("{tenant} / {}", q.app)
+    };
+    let amount = [
+        (!q.tokens.is_empty()).then(|| s.lang.t("quota.amount_tokens").replace("{n}", &q.tokens)),
+        (!q.cost.is_empty()).then(|| q.cost.clone()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(" + ");
+    let key = match row.state.as_str() {
+        "approved" => "quota.already_approved",
+        "rejected" => "quota.already_rejected",
+        _ => "quota.already_changed",
+    };
+    Ok(s.lang
+        .t(key)
+        .replace("{who}", &who)
+        .replace("{amount}", &amount)
+        .replace("{by}", &q.decided_by)
+        .replace("{at}", &row.decided_at.map(when).unwrap_or_default()))
 }
 
 pub async fn approve(

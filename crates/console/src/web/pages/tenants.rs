@@ -7,7 +7,6 @@ use super::{
     LimitsForm, StaleLine,
 };
 use crate::api::tenants::{self as svc, TenantIn, TenantPatch};
-use crate::api::usage;
 use crate::error::ApiError;
 use crate::web::{fragment_or_page, render, Chrome, PageError, Session};
 use crate::ControlPlane;
@@ -255,6 +254,8 @@ struct ShowPage {
     c: Chrome,
     t: TenantLine,
     usage: Option<UsageLine>,
+    /// The tenant's grants in force now, tenant-wide and per app.
+    grants: Vec<super::quota::QuotaLine>,
     can_edit: bool,
     can_manage: bool,
     form: TenantForm,
@@ -278,15 +279,14 @@ pub async fn show(
     Query(q): Query<ShowQuery>,
 ) -> Result<Html<String>, PageError> {
     let (t, version) = svc::tenant_versioned(&cp, &s.actor, &id).await?;
+    let grants = active_grants(&cp, &s, &id).await?;
     // Usage is live from Redis; the page still shows the tenant without it.
-    let usage = usage::month_usage(&cp, &s.actor, &id, None)
-        .await
-        .ok()
-        .map(|u| UsageLine::of(&u));
+    let usage = super::dashboard::usage_line(&cp, &s.actor, &id).await.ok();
     render(ShowPage {
         c: Chrome::new(&s, "nav.tenants", "/console/tenants"),
         t: TenantLine::of(s.lang, &t),
         usage,
+        grants,
         can_edit: s.actor.is_platform_admin(),
         can_manage: s.actor.may(domain::roles::Access::Manage, &id),
         form: TenantForm::of(&t, version),
@@ -295,6 +295,27 @@ pub async fn show(
         saved: q.saved.is_some(),
         stale: Vec::new(),
     })
+}
+
+/// The tenant's approved grants in force now (tenant-wide and app-scoped
+/// alike), as the quota-request table shows them.
+async fn active_grants(
+    cp: &ControlPlane,
+    s: &Session,
+    tenant: &str,
+) -> Result<Vec<super::quota::QuotaLine>, PageError> {
+    let Some(scope) = s.actor.scope().narrow_to(tenant) else {
+        return Ok(Vec::new());
+    };
+    let now = chrono::Utc::now();
+    let rows: Vec<_> = cp
+        .store
+        .quota_requests(&scope)
+        .await?
+        .into_iter()
+        .filter(|q| crate::api::quota_requests::state_of(q, now) == "active")
+        .collect();
+    Ok(super::quota::lines(cp, &s.actor, s.lang, &rows, now).await?)
 }
 
 pub async fn update(
