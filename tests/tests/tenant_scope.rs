@@ -320,6 +320,10 @@ async fn a_tenant_admins_scope_reads_nothing_of_another_tenant() {
     // Requests, the ledger.
     assert!(s.request_decision(mine, &refused).await.unwrap().is_none());
     assert!(s.request_decision(all, &refused).await.unwrap().is_some());
+    let mine_spent = s.budget_refusals(mine, &period).await.unwrap();
+    assert!(mine_spent.iter().all(|r| r.tenant_id == MINE));
+    let all_spent = s.budget_refusals(all, &period).await.unwrap();
+    assert!(all_spent.iter().any(|r| r.tenant_id == THEIRS) || all_spent.len() >= mine_spent.len());
     assert!(s.usage_event(mine, &rid).await.unwrap().is_none());
     assert!(s.usage_event(all, &rid).await.unwrap().is_some());
     assert!(!s.usage_event_exists(mine, THEIRS, &rid).await.unwrap());
