@@ -966,8 +966,12 @@ impl World {
     fn lent_unused(&self, at: i64) -> i64 {
         self.tenants
             .keys()
-            .map(|t| self.borrowed(t, at).min(self.headroom(t, at, "").max(0)))
+            .map(|t| self.lent_unused_by(t, at))
             .sum()
+    }
+    /// What of `t`'s borrowed tokens it neither used nor holds at `at`.
+    fn lent_unused_by(&self, t: &str, at: i64) -> i64 {
+        self.borrowed(t, at).min(self.headroom(t, at, "").max(0))
     }
     /// Budget left: base + borrowed − used − held.
     fn headroom(&self, t: &str, at: i64, skip: &str) -> i64 {
@@ -1360,7 +1364,7 @@ fn judge(
                     .tenants
                     .keys()
                     .filter_map(|t| {
-                        let u = w.borrowed(t, at).min(w.headroom(t, at, "").max(0));
+                        let u = w.lent_unused_by(t, at);
                         (u > 0).then(|| format!("{t} {u}"))
                     })
                     .collect();

@@ -22,8 +22,8 @@ pub fn header(r: &reqwest::Response, name: &str) -> String {
         .to_string()
 }
 
-/// A small SVG line chart: one polyline per series over time, log-scale y,
-/// each series' reference value as a dashed line of its colour.
+/// A small SVG line chart: one polyline per series over time, log-scale
+/// or linear y, each series' reference value as a dashed line of its colour.
 pub mod svg {
     pub struct Series {
         pub name: String,
@@ -41,8 +41,23 @@ pub mod svg {
 
     /// Log-scale y.
     pub fn chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
-        let (w, h, l, r, t, b) = (760.0, 360.0, 70.0, 130.0, 40.0, 45.0);
-        let (pw, ph) = (w - l - r, h - t - b);
+        draw(title, x_label, y_label, series, false)
+    }
+
+    /// Linear y from 0.
+    pub fn chart_linear(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
+        draw(title, x_label, y_label, series, true)
+    }
+
+    /// A y axis: where a value goes (0 at the top of the plot, 1 at its
+    /// bottom) and the grid lines with their labels.
+    struct Scale {
+        at: Box<dyn Fn(f64) -> f64>,
+        grid: Vec<(f64, String)>,
+    }
+
+    /// Decades from the smallest positive value to the largest.
+    fn log_scale(series: &[Series]) -> Scale {
         let vals = series
             .iter()
             .flat_map(|s| s.points.iter().map(|p| p.1).chain(s.reference))
@@ -53,93 +68,81 @@ pub mod svg {
             lo.log10().floor(),
             hi.log10().ceil().max(lo.log10().floor() + 1.0),
         );
-        let xmax = series
-            .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.0))
-            .fold(1.0_f64, f64::max)
-            .ceil();
-        let x = |v: f64| l + v / xmax * pw;
-        let y = |v: f64| t + ph - (v.max(10f64.powf(y0)).log10() - y0) / (y1 - y0) * ph;
-        let mut o = format!(
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-             <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-             <text x=\"{l}\" y=\"20\" font-size=\"14\">{}</text>\n",
-            esc(title)
-        );
+        let mut grid = Vec::new();
         let mut d = y0;
         while d <= y1 {
             let v = 10f64.powf(d);
-            let yy = y(v);
-            o += &format!(
-                "<line x1=\"{l}\" x2=\"{}\" y1=\"{yy:.1}\" y2=\"{yy:.1}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",
-                l + pw,
-                l - 6.0,
-                yy + 4.0,
-                if v >= 1.0 { format!("{v:.0}") } else { format!("{v}") }
-            );
+            grid.push((
+                v,
+                if v >= 1.0 {
+                    format!("{v:.0}")
+                } else {
+                    format!("{v}")
+                },
+            ));
             d += 1.0;
         }
-        let step = (xmax / 10.0).ceil().max(1.0);
-        let mut s = 0.0;
-        while s <= xmax {
-            o += &format!(
-                "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{s:.0}</text>\n",
-                x(s),
-                t + ph + 16.0
-            );
-            s += step;
+        Scale {
+            at: Box::new(move |v| 1.0 - (v.max(10f64.powf(y0)).log10() - y0) / (y1 - y0)),
+            grid,
         }
-        o += &format!(
-            "<rect x=\"{l}\" y=\"{t}\" width=\"{pw}\" height=\"{ph}\" fill=\"none\" stroke=\"#888\"/>\n\
-             <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n\
-             <text transform=\"translate(16,{}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
-            l + pw / 2.0,
-            h - 8.0,
-            esc(x_label),
-            t + ph / 2.0,
-            esc(y_label)
-        );
-        o += &lines(series, &x, &y, l, pw, t);
-        o + "</svg>\n"
     }
 
-    /// Linear y from 0.
-    pub fn chart_linear(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
-        let (w, h, l, r, t, b) = (760.0, 360.0, 90.0, 150.0, 40.0, 45.0);
-        let (pw, ph) = (w - l - r, h - t - b);
+    /// From 0 to a round top (1, 2 or 5 × a power of ten), five steps.
+    fn linear_scale(series: &[Series]) -> Scale {
         let hi = series
             .iter()
             .flat_map(|s| s.points.iter().map(|p| p.1).chain(s.reference))
             .fold(0.0_f64, f64::max);
-        // A round top: 1, 2 or 5 × a power of ten.
         let mag = 10f64.powf(hi.max(1.0).log10().floor());
         let top = [1.0, 2.0, 5.0, 10.0]
             .iter()
             .map(|m| m * mag)
             .find(|v| *v >= hi)
             .unwrap_or(10.0 * mag);
+        let grid = (0..=5)
+            .map(|i| top * i as f64 / 5.0)
+            .map(|v| (v, thousands(v)))
+            .collect();
+        Scale {
+            at: Box::new(move |v| 1.0 - v.clamp(0.0, top) / top),
+            grid,
+        }
+    }
+
+    fn draw(title: &str, x_label: &str, y_label: &str, series: &[Series], linear: bool) -> String {
+        // A linear axis labels with thousands: a wider left margin.
+        let (w, h, l, r, t, b) = if linear {
+            (760.0, 360.0, 90.0, 150.0, 40.0, 45.0)
+        } else {
+            (760.0, 360.0, 70.0, 130.0, 40.0, 45.0)
+        };
+        let (pw, ph) = (w - l - r, h - t - b);
+        let scale = if linear {
+            linear_scale(series)
+        } else {
+            log_scale(series)
+        };
         let xmax = series
             .iter()
             .flat_map(|s| s.points.iter().map(|p| p.0))
             .fold(1.0_f64, f64::max)
             .ceil();
         let x = |v: f64| l + v / xmax * pw;
-        let y = |v: f64| t + ph - v.clamp(0.0, top) / top * ph;
+        let y = |v: f64| t + (scale.at)(v) * ph;
         let mut o = format!(
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
              <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
              <text x=\"{l}\" y=\"20\" font-size=\"14\">{}</text>\n",
             esc(title)
         );
-        for i in 0..=5 {
-            let v = top * i as f64 / 5.0;
-            let yy = y(v);
+        for (v, label) in &scale.grid {
+            let yy = y(*v);
             o += &format!(
-                "<line x1=\"{l}\" x2=\"{}\" y1=\"{yy:.1}\" y2=\"{yy:.1}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",
+                "<line x1=\"{l}\" x2=\"{}\" y1=\"{yy:.1}\" y2=\"{yy:.1}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{label}</text>\n",
                 l + pw,
                 l - 6.0,
                 yy + 4.0,
-                thousands(v)
             );
         }
         let step = (xmax / 10.0).ceil().max(1.0);
@@ -155,10 +158,11 @@ pub mod svg {
         o += &format!(
             "<rect x=\"{l}\" y=\"{t}\" width=\"{pw}\" height=\"{ph}\" fill=\"none\" stroke=\"#888\"/>\n\
              <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n\
-             <text transform=\"translate(14,{}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
+             <text transform=\"translate({},{}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
             l + pw / 2.0,
             h - 8.0,
             esc(x_label),
+            if linear { 14.0 } else { 16.0 },
             t + ph / 2.0,
             esc(y_label)
         );

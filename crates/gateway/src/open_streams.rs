@@ -90,17 +90,7 @@ impl StreamStarts {
         per_tenant: usize,
         max_wait: std::time::Duration,
     ) -> Option<StartTurn> {
-        let sem = {
-            let mut t = self.tenants.lock().expect("stream starts lock");
-            match t.get(tenant) {
-                Some(s) => s.clone(),
-                None => {
-                    let s = Arc::new(tokio::sync::Semaphore::new(per_tenant.max(1)));
-                    t.insert(tenant.to_string(), s.clone());
-                    s
-                }
-            }
-        };
+        let sem = crate::tokenize::tenant_semaphore(&self.tenants, tenant, per_tenant);
         if let Ok(turn) = sem.clone().try_acquire_owned() {
             return Some(turn);
         }

@@ -72,10 +72,7 @@ impl TokenizePool {
     }
 
     fn tenant(&self, id: &str) -> Arc<Semaphore> {
-        let mut t = self.tenants.lock().expect("tokenize pool lock");
-        t.entry(id.to_string())
-            .or_insert_with(|| Arc::new(Semaphore::new(1)))
-            .clone()
+        tenant_semaphore(&self.tenants, id, 1)
     }
 
     /// Runs `f` on a blocking thread once this tenant's turn and a slot come.
@@ -141,6 +138,22 @@ impl TokenizePool {
         *body = v;
         bytes
     }
+}
+
+/// `tenant`'s semaphore in `map`, made with `permits` on first use (the
+/// tokenize pool's turns, the stream starts).
+pub(crate) fn tenant_semaphore(
+    map: &Mutex<HashMap<String, Arc<Semaphore>>>,
+    tenant: &str,
+    permits: usize,
+) -> Arc<Semaphore> {
+    let mut m = map.lock().expect("per-tenant semaphores lock");
+    if let Some(s) = m.get(tenant) {
+        return s.clone();
+    }
+    let s = Arc::new(Semaphore::new(permits.max(1)));
+    m.insert(tenant.to_string(), s.clone());
+    s
 }
 
 /// This thread's CPU priority lowered by `nice` from where it is (Linux

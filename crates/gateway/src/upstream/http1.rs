@@ -196,16 +196,7 @@ pub async fn send(
     mut req: Request<Full<Bytes>>,
     tcp: &HttpConnector,
 ) -> Result<http::Response<Body>, BoxError> {
-    let url = req.uri().clone();
-    let to = url
-        .authority()
-        .cloned()
-        .ok_or("the upstream URL has no host")?;
-    let path = url
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
-    *req.uri_mut() = Uri::from(path);
+    let (url, to) = origin_form(&mut req)?;
     loop {
         let (pooled, generation, host) = idle.take(&to)?;
         req.headers_mut().insert(HOST, host);
@@ -245,6 +236,16 @@ pub async fn send_unpooled(
     mut req: Request<Full<Bytes>>,
     tcp: &HttpConnector,
 ) -> Result<http::Response<Body>, BoxError> {
+    let (url, to) = origin_form(&mut req)?;
+    req.headers_mut().insert(HOST, host_header(&to)?);
+    let mut tx = connect(tcp, &url).await?;
+    let resp = tx.send_request(req).await?;
+    Ok(resp.map(|inner| Body { inner, back: None }))
+}
+
+/// `req`'s absolute URI and its authority, the request left with the path
+/// alone (HTTP/1.1's origin form).
+fn origin_form(req: &mut Request<Full<Bytes>>) -> Result<(Uri, Authority), BoxError> {
     let url = req.uri().clone();
     let to = url
         .authority()
@@ -255,10 +256,7 @@ pub async fn send_unpooled(
         .cloned()
         .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
     *req.uri_mut() = Uri::from(path);
-    req.headers_mut().insert(HOST, host_header(&to)?);
-    let mut tx = connect(tcp, &url).await?;
-    let resp = tx.send_request(req).await?;
-    Ok(resp.map(|inner| Body { inner, back: None }))
+    Ok((url, to))
 }
 
 /// The Host header of a request to `to`: its host and any port other than
