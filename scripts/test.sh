@@ -12,7 +12,9 @@
 #      nowhere (in the book, the README and the run logs in bench/results/);
 #      every docs/*.md is in docs/SUMMARY.md; the current-figures tables
 #      match bench/results/figures.tsv (scripts/figures.sh --check);
-#   4. cargo clippy --workspace --all-targets -- -D warnings (the lints: every
+#   4. scripts/cycles.py: no import cycle between the modules of any crate
+#      (a module and the modules it uses never use it back);
+#      cargo clippy --workspace --all-targets -- -D warnings (the lints: every
 #      library crate warns on a dependency it does not use, console/clippy.toml
 #      bans TenantScope::system in the console), then
 #      cargo test --workspace (extra arguments pass through, e.g. -p tollgate-quota);
@@ -73,7 +75,9 @@ done
 # The manual first: it takes seconds once mdbook is built.
 bash scripts/book.sh
 
-# Lints before the tests: a warning fails CI.
+# Lints before the tests: an import cycle or a warning fails CI.
+log "+ python3 scripts/cycles.py"
+python3 scripts/cycles.py
 log "+ cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy -q --workspace --all-targets -- -D warnings
 

@@ -5,15 +5,14 @@
 //! on every request — are the store's (`store::Store::{sign_in,
 //! open_session, authenticate}`): they are the only way to a
 //! `store::Principal` and its tenant scope. Here: the sign-in back-off, the
-//! audit row of a failed login, logout, password change and the extractor.
+//! audit row of a failed login and the extractors (the API's login, logout
+//! and password change are `api::session`'s).
 
-use crate::api::extract::Body;
 use crate::error::ApiError;
 use crate::ControlPlane;
-use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
-use axum::Json;
 use domain::login::Backoff;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -143,23 +142,6 @@ fn client_ip(cp: &ControlPlane, h: &HeaderMap, parts: &Parts) -> Option<IpAddr> 
     cp.trusted_proxies.client(peer, forwarded.as_deref())
 }
 
-#[derive(serde::Deserialize)]
-pub struct Login {
-    email: String,
-    password: String,
-}
-
-pub async fn login(
-    State(cp): State<Arc<ControlPlane>>,
-    ClientIp(ip): ClientIp,
-    Body(l): Body<Login>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let (p, session) = sign_in(&cp, &l.email, l.password, ip).await?;
-    Ok(Json(serde_json::json!({
-        "token": session.token, "role": p.role, "tenant_id": p.tenant,
-        "expires_in": cp.sessions.lifetime_secs()})))
-}
-
 /// Email + password → the person and a new session (unless password
 /// sign-in is turned off). Shared by the API's login and the console's
 /// login form.
@@ -187,7 +169,7 @@ pub(crate) fn ip_subject(ip: IpAddr) -> String {
 
 /// Email + password → the person, behind the back-off per client IP and
 /// per email, audited on failure.
-async fn check_password(
+pub(crate) async fn check_password(
     cp: &ControlPlane,
     email: &str,
     password: String,
@@ -295,38 +277,4 @@ impl FromRequestParts<Arc<ControlPlane>> for Authed {
         let AuthedSession(p, _) = AuthedSession::from_request_parts(parts, cp).await?;
         Ok(Authed(p))
     }
-}
-
-/// `POST /api/v1/auth/logout`: the presented session stops working.
-pub async fn logout(
-    State(cp): State<Arc<ControlPlane>>,
-    AuthedSession(_, session): AuthedSession,
-) -> Result<axum::http::StatusCode, ApiError> {
-    cp.store.revoke_session(&session).await?;
-    Ok(axum::http::StatusCode::NO_CONTENT)
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PasswordChange {
-    current_password: String,
-    new_password: String,
-}
-
-/// `POST /api/v1/auth/password`: one's own password, the current one
-/// checked; every session of the person ends (sign in again).
-pub async fn change_password(
-    State(cp): State<Arc<ControlPlane>>,
-    ClientIp(ip): ClientIp,
-    Authed(actor): Authed,
-    Body(c): Body<PasswordChange>,
-) -> Result<axum::http::StatusCode, ApiError> {
-    // The current password goes through the same back-off as a sign-in.
-    check_password(&cp, &actor.email, c.current_password, ip).await?;
-    let hash = crate::api::users::hash_password(c.new_password).await?;
-    let id = actor.user_id.parse().map_err(|_| ApiError::Internal)?;
-    cp.store
-        .set_user_password(&actor.label(), Some(id), id, &hash, false)
-        .await?;
-    Ok(axum::http::StatusCode::NO_CONTENT)
 }

@@ -33,7 +33,7 @@ impl Lang {
     /// The language cookie, else the first language of Accept-Language
     /// that the console speaks, else English.
     pub fn from_headers(h: &HeaderMap) -> Lang {
-        if let Some(l) = crate::web::session::cookie(h, LANG_COOKIE).and_then(|v| Lang::parse(&v)) {
+        if let Some(l) = crate::cookies::cookie(h, LANG_COOKIE).and_then(|v| Lang::parse(&v)) {
             return l;
         }
         h.get(axum::http::header::ACCEPT_LANGUAGE)

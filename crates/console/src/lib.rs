@@ -6,6 +6,7 @@
 
 mod api;
 mod auth;
+mod cookies;
 mod error;
 pub mod i18n;
 pub mod sso;
@@ -79,9 +80,9 @@ macro_rules! api_routes {
 }
 
 api_routes! {
-    "/api/v1/auth/login" => post(auth::login),
-    "/api/v1/auth/logout" => post(auth::logout),
-    "/api/v1/auth/password" => post(auth::change_password),
+    "/api/v1/auth/login" => post(api::session::login),
+    "/api/v1/auth/logout" => post(api::session::logout),
+    "/api/v1/auth/password" => post(api::session::change_password),
     "/api/v1/users" => post(users::create),
     "/api/v1/users/{id}/disable" => post(users::disable),
     "/api/v1/users/{id}/password" => post(users::password),

@@ -50,7 +50,7 @@ impl Totals {
         self.output_tokens -= o.output_tokens;
         self.cost_micro -= o.cost_micro;
         self.cost_pico -= o.cost_pico;
-        for i in 0..crate::pricing::charges::N_COMPONENTS {
+        for i in 0..crate::charges::N_COMPONENTS {
             self.charges.quantity[i] -= o.charges.quantity[i];
             self.charges.pico[i] -= o.charges.pico[i];
         }

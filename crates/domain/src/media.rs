@@ -50,7 +50,8 @@ impl Media {
     pub fn for_model(upstream_model: &str) -> Media {
         Media {
             images: crate::images::ImageRule::for_model(upstream_model),
-            file_tokens: crate::tokens::context_window(upstream_model).unwrap_or(FILE_INPUT_TOKENS),
+            file_tokens: crate::context::context_window(upstream_model)
+                .unwrap_or(FILE_INPUT_TOKENS),
         }
     }
 }

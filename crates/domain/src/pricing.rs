@@ -4,11 +4,10 @@
 use crate::money::MicroUsd;
 use serde::{Deserialize, Serialize};
 
-pub mod charges;
 pub mod litellm;
 pub mod sheet;
 
-pub use charges::{Charges, Component};
+pub use crate::charges::{Charges, Component};
 pub use sheet::{PriceBook, PriceSheet};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

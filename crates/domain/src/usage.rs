@@ -61,7 +61,7 @@ pub struct UsageEvent {
     /// The exact cost by component (quantity and pico-USD each), adding up
     /// to `cost_pico`; None in events from before components were kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub charges: Option<crate::pricing::Charges>,
+    pub charges: Option<crate::charges::Charges>,
     /// The provider's `usage` object as it sent it, on every request it
     /// sent one for (None otherwise, and in events from before it was
     /// kept): without the served tier or search calls the gateway reads

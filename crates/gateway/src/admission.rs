@@ -17,9 +17,10 @@
 //! queue when an in-flight limit or the pool is full, and one borrow from
 //! the shared pool when the tenant's own budget refused.
 
-use crate::catalog::{KeyEntry, ModelEntry};
+use crate::catalog::ModelEntry;
 use crate::errors::ApiError;
 use crate::fair::{ModelSlot, Slot};
+use crate::key_index::KeyEntry;
 use crate::metrics_names as m;
 use crate::queue::{Blocked, Place, Turn};
 use crate::settle::PendingHold;

@@ -2,8 +2,8 @@
 //! the one rule in `domain::attribution`, refused in the client's dialect
 //! when malformed, and carried to the usage event.
 
-use crate::catalog::KeyEntry;
 use crate::errors::ApiError;
+use crate::key_index::KeyEntry;
 use axum::http::{HeaderMap, HeaderName};
 use domain::attribution::{self, Attribution, Policy, TagError};
 use serde_json::Value;

@@ -1,12 +1,9 @@
 //! The in-memory index the hot path reads: tenants and apps with their
-//! limits, models with prices and upstreams (an [`Index`], swapped in
-//! atomically), and virtual keys by keyed hash (a [`KeyIndex`], changed one
-//! key at a time). Loaded whole at start and after the listener was lost;
-//! otherwise each `tollgate_config` notification names what changed and only
-//! that is read again (see docs/scale.md).
+//! limits, models with prices and deployments (an [`Index`], built whole
+//! from a catalog read and swapped in atomically by
+//! [`CatalogCache`](crate::state::CatalogCache)). Virtual keys are the key
+//! index's ([`crate::key_index`]).
 
-use crate::key_index::{KeyIndex, MissTuning, RefusedKey, Resolved};
-use arc_swap::ArcSwap;
 use chrono::{DateTime, Utc};
 use domain::fairq::Priority;
 use domain::limits::{self, Limits};
@@ -15,8 +12,8 @@ use domain::secret::{self, Secret};
 use domain::tokens::TokenizerFamily;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
-use store::{Catalog, CatalogChange, CatalogParts, KeyRow, Store, TenantScope};
+
+use store::Catalog;
 
 #[derive(Debug)]
 pub struct TenantEntry {
@@ -81,97 +78,6 @@ pub struct AppEntry {
     pub attribution: domain::attribution::Policy,
 }
 
-#[derive(Debug)]
-pub struct KeyEntry {
-    pub id: String,
-    pub tenant: Arc<TenantEntry>,
-    pub app: Arc<AppEntry>,
-    /// The key's own limits and allowed models, boxed and only when it has
-    /// any: most of a million keys have neither, and a pointer is 8 or 16
-    /// bytes where nine empty limits are 144 and an empty set 48. A key's
-    /// allowed models are a short list: a slice, searched in order.
-    own_limits: Option<Box<Limits>>,
-    allowed_models: Option<Box<[String]>>,
-    /// For a previous secret after a rotation, the earlier of the key's
-    /// expiry and its grace end.
-    pub expires_at: Option<DateTime<Utc>>,
-    /// A previous secret whose `expires_at` is its grace end: once that
-    /// passes, it is refused as rotated (on every replica at once, by time).
-    pub rotated: bool,
-    /// The key's own default tags and required tag keys, over its app's
-    /// (none for most keys: a pointer, not an empty policy, per key).
-    pub attribution: Option<Arc<domain::attribution::Policy>>,
-}
-
-impl KeyEntry {
-    /// The key of `row` joined with its tenant and app in `index` (None when
-    /// the index holds neither).
-    pub(crate) fn from_row(row: &KeyRow, index: &Index) -> Option<KeyEntry> {
-        let (tenant, app) = index.tenant_and_app(&row.tenant_id, &row.app_id)?;
-        Some(KeyEntry {
-            id: row.id.to_string(),
-            tenant,
-            app,
-            own_limits: (row.limits != Limits::NONE).then(|| Box::new(row.limits.clone())),
-            allowed_models: row.allowed_models.clone().map(Vec::into_boxed_slice),
-            expires_at: row.expires_at,
-            rotated: row.rotated_out(),
-            attribution: (!row.attribution.is_empty()).then(|| Arc::new(row.attribution.clone())),
-        })
-    }
-
-    /// The same key under a newer tenant or app entry.
-    pub(crate) fn rejoined(&self, tenant: Arc<TenantEntry>, app: Arc<AppEntry>) -> KeyEntry {
-        KeyEntry {
-            id: self.id.clone(),
-            tenant,
-            app,
-            own_limits: self.own_limits.clone(),
-            allowed_models: self.allowed_models.clone(),
-            expires_at: self.expires_at,
-            rotated: self.rotated,
-            attribution: self.attribution.clone(),
-        }
-    }
-
-    /// The key's own limits ([`Limits::NONE`] when it has none).
-    pub fn limits(&self) -> &Limits {
-        self.own_limits.as_deref().unwrap_or(&Limits::NONE)
-    }
-
-    /// Limits of tenant, app and key: the order the hold engine expects.
-    pub fn scope_limits(&self) -> [&Limits; 3] {
-        [&self.tenant.limits, &self.app.limits, self.limits()]
-    }
-
-    /// What budgets are checked against in `month` (docs/design.md §3): base +
-    /// approved grants unexpired at `now` + the tenant's outstanding
-    /// borrowed quota of that month.
-    pub fn effective_limits(&self, now: DateTime<Utc>, month: &str) -> [Limits; 3] {
-        [
-            self.tenant.effective(now, month),
-            limits::effective(&self.app.limits, &self.app.grants, Default::default(), now),
-            self.limits().clone(),
-        ]
-    }
-
-    /// A model is usable only if tenant, app and key all allow it.
-    pub fn may_use(&self, model: &str) -> bool {
-        let ok = |a: Option<&HashSet<String>>| a.is_none_or(|set| set.contains(model));
-        ok(self.tenant.allowed_models.as_ref())
-            && ok(self.app.allowed_models.as_ref())
-            && self
-                .allowed_models
-                .as_deref()
-                .is_none_or(|list| list.iter().any(|m| m == model))
-    }
-
-    /// The tightest per-request cap of the three scopes.
-    pub fn cap(&self, f: impl Fn(&Limits) -> Option<i64>) -> Option<i64> {
-        self.scope_limits().into_iter().filter_map(f).min()
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelKind {
     Chat,
@@ -208,7 +114,7 @@ pub struct ModelEntry {
     pub guarantees: Vec<(String, i64)>,
     /// The deployments serving it (enabled ones; at least one unless every
     /// one is disabled). The fields above describe the first.
-    pub deployments: Vec<crate::routing::Deployment>,
+    pub deployments: Vec<crate::upstream::Deployment>,
     /// Models tried in order when every deployment is down.
     pub fallbacks: Vec<String>,
     /// How the provider behaves: the cap field it reads, hidden reasoning,
@@ -234,11 +140,11 @@ fn set(v: Option<Vec<String>>) -> Option<HashSet<String>> {
 
 impl Index {
     pub fn build(c: Catalog, secret_key: &[u8; 32]) -> Index {
-        Self::build_on(c, secret_key, &crate::routing::Board::default())
+        Self::build_on(c, secret_key, &crate::upstream::Board::default())
     }
 
     /// As `build`, the deployments' live state taken from (and kept on) `board`.
-    pub fn build_on(c: Catalog, secret_key: &[u8; 32], board: &crate::routing::Board) -> Index {
+    pub fn build_on(c: Catalog, secret_key: &[u8; 32], board: &crate::upstream::Board) -> Index {
         let tenants: HashMap<String, Arc<TenantEntry>> = c
             .tenants
             .into_iter()
@@ -319,7 +225,7 @@ impl Index {
                 }
             };
             let deployments = match rows_of.get(m.id.as_str()) {
-                None => vec![crate::routing::Deployment {
+                None => vec![crate::upstream::Deployment {
                     name: Arc::from("default"),
                     base_url: m.upstream_base_url.trim_end_matches('/').to_string(),
                     endpoint_urls: crate::upstream::endpoint_urls(&m.upstream_base_url),
@@ -421,7 +327,7 @@ impl Index {
 
     /// This index with one tenant (and its apps) replaced by what `part`
     /// holds of it: nothing when it was deleted.
-    fn with_tenant(&self, tenant: &str, mut part: Index) -> Index {
+    pub(crate) fn with_tenant(&self, tenant: &str, mut part: Index) -> Index {
         let mut tenants = self.tenants.clone();
         let mut apps = self.apps.clone();
         tenants.remove(tenant);
@@ -436,7 +342,7 @@ impl Index {
     }
 
     /// This index with every model replaced by `part`'s.
-    fn with_models(&self, part: Index) -> Index {
+    pub(crate) fn with_models(&self, part: Index) -> Index {
         Index::assemble(
             part.models,
             part.aliases,
@@ -463,223 +369,6 @@ impl Index {
     }
 }
 
-pub struct CatalogCache {
-    index: ArcSwap<Index>,
-    keys: KeyIndex,
-    secret_key: [u8; 32],
-    /// Deployments' health and in-flight counts, kept across reloads.
-    pub board: Arc<crate::routing::Board>,
-    /// Held across each read-and-apply, so a read made earlier is never
-    /// applied over one made later (the listener and a request that met a
-    /// new tenant both apply).
-    updating: tokio::sync::Mutex<()>,
-}
-
-/// A burst of changes larger than this is applied as one full load.
-const MAX_DELTAS: usize = 4096;
-
-impl CatalogCache {
-    pub fn new(secret_key: [u8; 32]) -> Self {
-        Self::with_miss_tuning(secret_key, MissTuning::default())
-    }
-
-    pub fn with_miss_tuning(secret_key: [u8; 32], tuning: MissTuning) -> Self {
-        Self {
-            index: ArcSwap::from_pointee(Index::default()),
-            keys: KeyIndex::new(tuning),
-            secret_key,
-            board: Default::default(),
-            updating: tokio::sync::Mutex::new(()),
-        }
-    }
-
-    pub fn get(&self) -> arc_swap::Guard<Arc<Index>> {
-        self.index.load()
-    }
-
-    /// The virtual keys (counts of the miss path in `keys().stats`).
-    pub fn keys(&self) -> &KeyIndex {
-        &self.keys
-    }
-
-    /// The usable key with this keyed hash: from the index, else looked up
-    /// in Postgres (see [`KeyIndex::resolve`]); else who it was if it
-    /// exists but was revoked or has expired, else nothing.
-    pub async fn key(
-        &self,
-        store: &Store,
-        hash: &[u8; 32],
-    ) -> Result<Arc<KeyEntry>, Option<Arc<RefusedKey>>> {
-        match self.keys.resolve(store, &self.get(), hash).await {
-            Resolved::Key(k) => Ok(k),
-            Resolved::Refused(r) => Err(Some(r)),
-            Resolved::Unknown => Err(None),
-            Resolved::LoadTenant(t) => {
-                let loaded = {
-                    let _g = self.updating.lock().await;
-                    self.apply_tenant(store, &t).await
-                };
-                if let Err(e) = loaded {
-                    tracing::warn!(error = %e, "tenant load for a new key failed");
-                    return Err(None);
-                }
-                match self.keys.resolve(store, &self.get(), hash).await {
-                    Resolved::Key(k) => Ok(k),
-                    Resolved::Refused(r) => Err(Some(r)),
-                    _ => Err(None),
-                }
-            }
-        }
-    }
-
-    /// Loads everything again (at start, and after the listener was lost).
-    pub async fn reload(&self, store: &Store) -> Result<(), store::StoreError> {
-        let _g = self.updating.lock().await;
-        self.reload_locked(store).await
-    }
-
-    async fn reload_locked(&self, store: &Store) -> Result<(), store::StoreError> {
-        let mut c = store.load_catalog(&TenantScope::system()).await?;
-        let keys = std::mem::take(&mut c.keys);
-        let (k, m) = (keys.len(), c.models.len());
-        let index = Arc::new(Index::build_on(c, &self.secret_key, &self.board));
-        self.index.store(index.clone());
-        self.keys.replace_all(&index, keys);
-        tracing::debug!(keys = k, models = m, "catalog loaded");
-        Ok(())
-    }
-
-    /// Applies a burst of notifications: tenants and models first (keys
-    /// join them), then all key changes in one query.
-    pub async fn apply(
-        &self,
-        store: &Store,
-        changes: Vec<CatalogChange>,
-    ) -> Result<(), store::StoreError> {
-        let _g = self.updating.lock().await;
-        if changes.len() > MAX_DELTAS {
-            return self.reload_locked(store).await;
-        }
-        let mut tenants = HashSet::default();
-        let mut keys = HashSet::default();
-        let (mut models, mut config) = (false, false);
-        for c in changes {
-            match c {
-                CatalogChange::Key(h) => {
-                    keys.insert(h);
-                }
-                CatalogChange::Tenant(t) => {
-                    tenants.insert(t);
-                }
-                CatalogChange::Models => models = true,
-                CatalogChange::Config => config = true,
-            }
-        }
-        if config {
-            let c = store
-                .load_catalog_parts(&TenantScope::system(), CatalogParts::CONFIG)
-                .await?;
-            self.index
-                .store(Arc::new(Index::build_on(c, &self.secret_key, &self.board)));
-        } else {
-            for t in &tenants {
-                self.apply_tenant(store, t).await?;
-            }
-            if models {
-                let c = store
-                    .load_catalog_parts(&TenantScope::system(), CatalogParts::MODELS)
-                    .await?;
-                let part = Index::build_on(c, &self.secret_key, &self.board);
-                let next = self.get().with_models(part);
-                self.index.store(Arc::new(next));
-            }
-        }
-        if !keys.is_empty() {
-            let list: Vec<[u8; 32]> = keys.iter().copied().collect();
-            let rows = store.keys_by_hash(&list).await?;
-            self.keys.apply(&self.get(), &keys, rows);
-        }
-        Ok(())
-    }
-
-    /// Reads one tenant (its apps, grants and borrowed quota) again; the
-    /// caller holds `updating`.
-    async fn apply_tenant(&self, store: &Store, tenant: &str) -> Result<(), store::StoreError> {
-        let Some(scope) = TenantScope::system().narrow_to(tenant) else {
-            return Ok(());
-        };
-        let c = store
-            .load_catalog_parts(&scope, CatalogParts::TENANT)
-            .await?;
-        let part = Index::build_on(c, &self.secret_key, &self.board);
-        let next = self.get().with_tenant(tenant, part);
-        self.index.store(Arc::new(next));
-        Ok(())
-    }
-
-    /// Keeps the index current: LISTEN for changes and apply each burst;
-    /// after the connection is lost, LISTEN again and load everything
-    /// (serving the last index meanwhile). `listening`, when given, has
-    /// been LISTENing since before the index was last loaded (at start), so
-    /// no change can have been missed and the first load is not repeated:
-    /// with a million keys a second load at start took seconds, and the
-    /// changes of those seconds (a revocation) waited behind it.
-    pub fn spawn_listener(
-        self: Arc<Self>,
-        store: Store,
-        listening: Option<store::ConfigListener>,
-    ) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut ready = listening;
-            loop {
-                let listener = match ready.take() {
-                    Some(l) => Ok(l),
-                    None => match store.config_listener().await {
-                        Ok(l) => {
-                            // Load after LISTEN is in place so no change is missed.
-                            if let Err(e) = self.reload(&store).await {
-                                tracing::warn!(error = %e, "catalog load failed");
-                            }
-                            Ok(l)
-                        }
-                        Err(e) => Err(e),
-                    },
-                };
-                match listener {
-                    Ok(mut listener) => {
-                        loop {
-                            let first = match listener.recv().await {
-                                Ok(n) => n,
-                                Err(e) => {
-                                    tracing::warn!(error = %e, "config listener lost; reconnecting");
-                                    break;
-                                }
-                            };
-                            let mut changes = vec![CatalogChange::parse(first.payload())];
-                            while let Some(n) = listener.next_buffered() {
-                                if changes.len() <= MAX_DELTAS {
-                                    changes.push(CatalogChange::parse(n.payload()));
-                                }
-                            }
-                            if let Err(e) = self.apply(&store, changes).await {
-                                // A change not applied is not retried from the
-                                // notification: load everything instead.
-                                tracing::warn!(error = %e, "catalog change not applied; loading all");
-                                if let Err(e) = self.reload(&store).await {
-                                    tracing::warn!(error = %e, "catalog load failed");
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "cannot listen for config changes"),
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        })
-    }
-}
-
 /// Grants of a tenant (app None) or of one of its apps.
 fn grants_of(all: &[store::GrantRow], tenant: &str, app: Option<&str>) -> Vec<Grant> {
     all.iter()
@@ -698,8 +387,8 @@ fn grants_of(all: &[store::GrantRow], tenant: &str, app: Option<&str>) -> Vec<Gr
 fn deployment(
     d: &store::DeploymentRow,
     secret_key: &[u8; 32],
-    board: &crate::routing::Board,
-) -> Option<crate::routing::Deployment> {
+    board: &crate::upstream::Board,
+) -> Option<crate::upstream::Deployment> {
     let api_key = match d
         .upstream_api_key_enc
         .as_deref()
@@ -713,7 +402,7 @@ fn deployment(
             return None;
         }
     };
-    Some(crate::routing::Deployment {
+    Some(crate::upstream::Deployment {
         name: Arc::from(d.name.as_str()),
         base_url: d.upstream_base_url.trim_end_matches('/').to_string(),
         endpoint_urls: crate::upstream::endpoint_urls(&d.upstream_base_url),
@@ -725,18 +414,4 @@ fn deployment(
         profile: d.profile.clone(),
         live: board.live(&d.model_id, &d.name),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A million keys live in the index: an entry stays a few pointers
-    /// (bench/results/2026-12-01-re-run-of-the-catalog-part-with.md). Nine
-    /// inline limits (144 bytes) or an inline set (48) would fail this.
-    #[test]
-    fn a_key_entry_stays_compact() {
-        let size = std::mem::size_of::<KeyEntry>();
-        assert!(size <= 96, "KeyEntry is {size} bytes");
-    }
 }

@@ -8,8 +8,8 @@
 //! times, then dropped and counted (these records are diagnostics, not
 //! money: the ledger is the system of record).
 
-use crate::catalog::KeyEntry;
 use crate::errors::ApiError;
+use crate::key_index::KeyEntry;
 use crate::key_index::RefusedKey;
 use crate::metrics_names as m;
 use chrono::{DateTime, Utc};

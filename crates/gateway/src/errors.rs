@@ -6,7 +6,8 @@ use crate::headers;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use domain::reason::{Decision, ReasonCode};
-use serde_json::json;
+use domain::request::InvalidField;
+use serde_json::{json, Value};
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -24,7 +25,7 @@ pub struct ApiError {
     pub counters: Option<Box<serde_json::Value>>,
     /// A 401 of a key that exists but was revoked or has expired: who it
     /// was, so the refusal is filed under its tenant.
-    pub refused_key: Option<std::sync::Arc<crate::key_index::RefusedKey>>,
+    pub refused_key: Option<std::sync::Arc<crate::refused_key::RefusedKey>>,
 }
 
 impl ApiError {
@@ -118,4 +119,16 @@ pub enum Internal {
     Quota(#[from] quota::QuotaError),
     #[error(transparent)]
     Store(#[from] store::StoreError),
+}
+
+pub(crate) fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        let msg = format!("body is not valid JSON: {e}");
+        ApiError::new(ReasonCode::InvalidRequest, msg)
+    })
+}
+
+/// A field the request cannot have as it is.
+pub(crate) fn invalid(f: InvalidField) -> ApiError {
+    ApiError::new(ReasonCode::InvalidRequest, f.message).param(f.param)
 }

@@ -2,8 +2,9 @@
 //! shared tokenize pool for long bodies) and the output cap per choice, and
 //! the body-size check against the model's context window.
 
-use crate::catalog::{KeyEntry, ModelEntry};
+use crate::catalog::ModelEntry;
 use crate::errors::ApiError;
+use crate::key_index::KeyEntry;
 use crate::Gateway;
 use domain::reason::ReasonCode;
 use domain::request::{Endpoint, RequestSummary};

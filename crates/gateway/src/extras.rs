@@ -4,8 +4,9 @@
 //! may not have it, else priced for the hold by the model's sheet (the one
 //! the settle bills by) and the tools' call cap sent to the provider.
 
-use crate::catalog::{KeyEntry, ModelEntry};
+use crate::catalog::ModelEntry;
 use crate::errors::ApiError;
+use crate::key_index::KeyEntry;
 use domain::extras::{self, PolicyRefusal, ToolHold};
 use domain::pricing::{Price, PriceSheet};
 use domain::provider::Dialect;
@@ -29,7 +30,7 @@ pub(crate) struct Allowed {
 /// The extras `body` asks for, refused (403) when a scope does not allow
 /// them (Gemini's: its hosted tools only).
 pub(crate) fn allowed(key: &KeyEntry, dialect: Dialect, body: &Value) -> Result<Allowed, ApiError> {
-    let asked = extras::read(dialect, body).map_err(crate::proxy::invalid)?;
+    let asked = extras::read(dialect, body).map_err(crate::errors::invalid)?;
     if asked.is_plain() {
         return Ok(Allowed::default());
     }

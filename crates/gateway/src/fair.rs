@@ -3,8 +3,9 @@
 //! the early refusal when a tenant's queue is full. The fair queue wait and
 //! the borrow-and-retry are steps of `admission::get_quota`.
 
-use crate::catalog::{KeyEntry, ModelEntry};
+use crate::catalog::ModelEntry;
 use crate::errors::ApiError;
+use crate::key_index::KeyEntry;
 use crate::Gateway;
 use domain::reason::ReasonCode;
 use quota::SlotOutcome;

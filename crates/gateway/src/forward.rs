@@ -145,7 +145,7 @@ pub(crate) async fn forward(
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
             return Err(oversized_answer(held, limit).await)
         }
-        Ok(Err(e)) => return Err(broken_answer(held, &upstream_error_text(&*e)).await),
+        Ok(Err(e)) => return Err(broken_answer(held, &upstream::error_chain(&*e)).await),
         Err(_) => return Err(broken_answer(held, "no whole answer within the timeout").await),
     };
     gw.meters
@@ -180,19 +180,6 @@ fn answer(headers: HeaderMap, body: axum::body::Body) -> Response {
 
 /// At most this much of a provider's error body is read.
 const ERROR_TEXT_LIMIT: usize = 64 * 1024;
-
-/// An upstream error's text, its sources included, never the URL (hyper's
-/// errors do not carry one).
-pub(crate) fn upstream_error_text(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        src = s.source();
-    }
-    text
-}
 
 /// The provider started answering and broke off (or ran out of time):
 /// the request is charged what is best known of it.

@@ -5,15 +5,109 @@
 //! rate, remembered briefly when unknown), so a key works on every replica
 //! from the moment its create call returns.
 
-use crate::catalog::{Index, KeyEntry};
+use crate::catalog::{AppEntry, Index, TenantEntry};
 use crate::metrics_names as m;
+pub use crate::refused_key::{KeyState, RefusedKey, REFUSALS_RECORDED_PER_SEC};
+use chrono::{DateTime, Utc};
 use domain::keys::MissBudget;
+use domain::limits::{self, Limits};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use store::{KeyRow, Store};
 use tokio::sync::OnceCell;
+
+#[derive(Debug)]
+pub struct KeyEntry {
+    pub id: String,
+    pub tenant: Arc<TenantEntry>,
+    pub app: Arc<AppEntry>,
+    /// The key's own limits and allowed models, boxed and only when it has
+    /// any: most of a million keys have neither, and a pointer is 8 or 16
+    /// bytes where nine empty limits are 144 and an empty set 48. A key's
+    /// allowed models are a short list: a slice, searched in order.
+    own_limits: Option<Box<Limits>>,
+    allowed_models: Option<Box<[String]>>,
+    /// For a previous secret after a rotation, the earlier of the key's
+    /// expiry and its grace end.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// A previous secret whose `expires_at` is its grace end: once that
+    /// passes, it is refused as rotated (on every replica at once, by time).
+    pub rotated: bool,
+    /// The key's own default tags and required tag keys, over its app's
+    /// (none for most keys: a pointer, not an empty policy, per key).
+    pub attribution: Option<Arc<domain::attribution::Policy>>,
+}
+
+impl KeyEntry {
+    /// The key of `row` joined with its tenant and app in `index` (None when
+    /// the index holds neither).
+    pub(crate) fn from_row(row: &KeyRow, index: &Index) -> Option<KeyEntry> {
+        let (tenant, app) = index.tenant_and_app(&row.tenant_id, &row.app_id)?;
+        Some(KeyEntry {
+            id: row.id.to_string(),
+            tenant,
+            app,
+            own_limits: (row.limits != Limits::NONE).then(|| Box::new(row.limits.clone())),
+            allowed_models: row.allowed_models.clone().map(Vec::into_boxed_slice),
+            expires_at: row.expires_at,
+            rotated: row.rotated_out(),
+            attribution: (!row.attribution.is_empty()).then(|| Arc::new(row.attribution.clone())),
+        })
+    }
+
+    /// The same key under a newer tenant or app entry.
+    pub(crate) fn rejoined(&self, tenant: Arc<TenantEntry>, app: Arc<AppEntry>) -> KeyEntry {
+        KeyEntry {
+            id: self.id.clone(),
+            tenant,
+            app,
+            own_limits: self.own_limits.clone(),
+            allowed_models: self.allowed_models.clone(),
+            expires_at: self.expires_at,
+            rotated: self.rotated,
+            attribution: self.attribution.clone(),
+        }
+    }
+
+    /// The key's own limits ([`Limits::NONE`] when it has none).
+    pub fn limits(&self) -> &Limits {
+        self.own_limits.as_deref().unwrap_or(&Limits::NONE)
+    }
+
+    /// Limits of tenant, app and key: the order the hold engine expects.
+    pub fn scope_limits(&self) -> [&Limits; 3] {
+        [&self.tenant.limits, &self.app.limits, self.limits()]
+    }
+
+    /// What budgets are checked against in `month` (docs/design.md §3): base +
+    /// approved grants unexpired at `now` + the tenant's outstanding
+    /// borrowed quota of that month.
+    pub fn effective_limits(&self, now: DateTime<Utc>, month: &str) -> [Limits; 3] {
+        [
+            self.tenant.effective(now, month),
+            limits::effective(&self.app.limits, &self.app.grants, Default::default(), now),
+            self.limits().clone(),
+        ]
+    }
+
+    /// A model is usable only if tenant, app and key all allow it.
+    pub fn may_use(&self, model: &str) -> bool {
+        let ok = |a: Option<&HashSet<String>>| a.is_none_or(|set| set.contains(model));
+        ok(self.tenant.allowed_models.as_ref())
+            && ok(self.app.allowed_models.as_ref())
+            && self
+                .allowed_models
+                .as_deref()
+                .is_none_or(|list| list.iter().any(|m| m == model))
+    }
+
+    /// The tightest per-request cap of the three scopes.
+    pub fn cap(&self, f: impl Fn(&Limits) -> Option<i64>) -> Option<i64> {
+        self.scope_limits().into_iter().filter_map(f).min()
+    }
+}
 
 const SHARDS: usize = 64;
 
@@ -53,100 +147,9 @@ pub struct MissStats {
     pub refused: AtomicU64,
 }
 
-/// Why a key that exists may not be used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyState {
-    Revoked,
-    Expired,
-    /// A key's previous secret after a rotation, past its grace period.
-    Rotated,
-}
-
-impl KeyState {
-    /// Why the secret of `row` may not be used: revoked, else a previous
-    /// secret past its grace (rotated), else past the key's expiry.
-    pub fn of_row(revoked: bool, row: &KeyRow) -> Self {
-        if revoked {
-            KeyState::Revoked
-        } else if row.rotated_out() {
-            KeyState::Rotated
-        } else {
-            KeyState::Expired
-        }
-    }
-
-    /// An entry of the index that stopped being usable by time.
-    pub fn lapsed(rotated: bool) -> Self {
-        if rotated {
-            KeyState::Rotated
-        } else {
-            KeyState::Expired
-        }
-    }
-
-    /// As the request lookup stores it (`detail.key_state`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KeyState::Revoked => "revoked",
-            KeyState::Expired => "expired",
-            KeyState::Rotated => "rotated",
-        }
-    }
-
-    /// What the client is told.
-    pub fn message(self) -> &'static str {
-        match self {
-            KeyState::Revoked => "this API key was revoked",
-            KeyState::Expired => "this API key has expired",
-            KeyState::Rotated => {
-                "this API key was rotated and its grace period has ended: use its new secret"
-            }
-        }
-    }
-}
-
-/// A key that exists but may not be used (revoked, or past its expiry):
-/// who it was, so that its 401s are filed under its tenant and can be
-/// looked up — a few a second per key, so a client that keeps sending it
-/// cannot fill the tenant's request log.
-#[derive(Debug)]
-pub struct RefusedKey {
-    pub tenant_id: String,
-    pub app_id: String,
-    pub key_id: String,
-    pub state: KeyState,
-    /// (second since the index started, refusals recorded in it).
-    recorded: Mutex<(u64, u32)>,
-}
-
-/// Refusals of one unusable key recorded per second; the rest are counted.
-pub const REFUSALS_RECORDED_PER_SEC: u32 = 5;
-
 /// Unusable keys remembered; past it the older half is forgotten (a
 /// forgotten key is looked up again within the miss budget).
 const REFUSED_CAPACITY: usize = 100_000;
-
-impl RefusedKey {
-    pub fn new(tenant_id: &str, app_id: &str, key_id: &str, state: KeyState) -> Self {
-        Self {
-            tenant_id: tenant_id.to_string(),
-            app_id: app_id.to_string(),
-            key_id: key_id.to_string(),
-            state,
-            recorded: Mutex::new((u64::MAX, 0)),
-        }
-    }
-
-    /// Whether this refusal, in second `now` of the index, is recorded.
-    pub fn may_record(&self, now: u64) -> bool {
-        let mut r = self.recorded.lock().expect("refused key");
-        if r.0 != now {
-            *r = (now, 0);
-        }
-        r.1 += 1;
-        r.1 <= REFUSALS_RECORDED_PER_SEC
-    }
-}
 
 #[derive(Debug, Clone)]
 enum Lookup {
@@ -480,6 +483,15 @@ impl KeyIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A million keys live in the index: an entry stays a few pointers
+    /// (bench/results/2026-12-01-re-run-of-the-catalog-part-with.md). Nine
+    /// inline limits (144 bytes) or an inline set (48) would fail this.
+    #[test]
+    fn a_key_entry_stays_compact() {
+        let size = std::mem::size_of::<KeyEntry>();
+        assert!(size <= 96, "KeyEntry is {size} bytes");
+    }
 
     #[test]
     fn an_unusable_keys_refusals_are_recorded_a_few_a_second() {

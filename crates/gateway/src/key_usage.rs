@@ -37,7 +37,7 @@ fn dialect_of(headers: &HeaderMap, query: Option<&str>) -> Dialect {
 pub async fn usage(State(gw): State<Arc<Gateway>>, uri: Uri, headers: HeaderMap) -> Response {
     let rid = gw.new_request_id().0;
     let dialect = dialect_of(&headers, uri.query());
-    let headers = crate::dialect::routes::gemini_key(headers, uri.query());
+    let headers = crate::dialect::gemini::gemini_key(headers, uri.query());
     let key = match authenticate(&gw, &headers).await {
         Ok(k) => k,
         Err(e) => return error_response(dialect, e.for_request(&rid)),
@@ -55,7 +55,7 @@ pub async fn usage(State(gw): State<Arc<Gateway>>, uri: Uri, headers: HeaderMap)
 }
 
 /// The key's standing now, as the document `GET /v1/usage` answers.
-async fn standing_of(gw: &Gateway, key: &crate::catalog::KeyEntry) -> Result<Value, ApiError> {
+async fn standing_of(gw: &Gateway, key: &crate::key_index::KeyEntry) -> Result<Value, ApiError> {
     let now = gw.now();
     let clock = gw.cfg.clock;
     let month = clock.month(now);

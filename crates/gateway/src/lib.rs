@@ -24,10 +24,14 @@ mod models;
 pub mod open_streams;
 mod proxy;
 pub mod queue;
+mod refused_key;
 pub mod replay_check;
+mod routes;
 pub mod routing;
+mod sched;
 mod settle;
 mod sse;
+pub mod state;
 mod stream;
 mod tenants;
 mod tokenize;
@@ -37,9 +41,9 @@ pub use metrics_names::{CLOCK_SKEW_SECONDS, REDIS_EVICTION_POLICY_OK};
 
 use axum::routing::{any, get, post};
 use axum::Router;
-use catalog::CatalogCache;
 use domain::period::PlatformClock;
 use quota::QuotaEngine;
+use state::CatalogCache;
 use std::sync::Arc;
 use std::time::Duration;
 use store::Store;
@@ -277,7 +281,7 @@ impl Gateway {
 /// `/v1` or `/v1beta`, or a method a path does not take, is answered in the
 /// path's dialect with a request id (never a bare 404 / 405).
 pub fn router(gw: Arc<Gateway>) -> Router {
-    use dialect::routes::{method_not_allowed, unknown_route};
+    use routes::{method_not_allowed, unknown_route};
     let post_only = |h| axum::routing::MethodRouter::fallback(h, method_not_allowed("POST"));
     Router::new()
         .route(
@@ -286,11 +290,11 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         )
         .route("/v1/completions", post_only(post(proxy::completions)))
         .route("/v1/embeddings", post_only(post(proxy::embeddings)))
-        .route("/v1/responses", post_only(post(dialect::routes::responses)))
-        .route("/v1/messages", post_only(post(dialect::routes::messages)))
+        .route("/v1/responses", post_only(post(routes::responses)))
+        .route("/v1/messages", post_only(post(routes::messages)))
         .route(
             "/v1/messages/count_tokens",
-            post_only(post(dialect::routes::count_tokens)),
+            post_only(post(routes::count_tokens)),
         )
         .route(
             "/v1/models",
@@ -307,7 +311,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route(
             "/v1/models/{*id}",
             get(models::retrieve)
-                .post(dialect::routes::gemini_call)
+                .post(routes::gemini_call)
                 .fallback(method_not_allowed("GET, POST")),
         )
         .route(
@@ -317,7 +321,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route(
             "/v1beta/models/{*rest}",
             get(models::gemini_one)
-                .post(dialect::routes::gemini_call)
+                .post(routes::gemini_call)
                 .fallback(method_not_allowed("GET, POST")),
         )
         .route("/v1", any(unknown_route))

@@ -48,7 +48,7 @@ pub(crate) fn with_request_id(rid: &str, body: Value) -> Response {
 /// The names this key may call, sorted: the catalog models it may use, and
 /// the exact aliases of its tenant (or global) whose model it may use (a
 /// pattern names no one model to list).
-fn callable(gw: &Gateway, key: &crate::catalog::KeyEntry) -> Vec<String> {
+fn callable(gw: &Gateway, key: &crate::key_index::KeyEntry) -> Vec<String> {
     let index = gw.catalog.get();
     let mut ids: Vec<String> = index
         .models
@@ -116,9 +116,9 @@ async fn gemini_caller(
     gw: &Gateway,
     uri: &axum::http::Uri,
     headers: HeaderMap,
-) -> Result<(String, Arc<crate::catalog::KeyEntry>), Response> {
+) -> Result<(String, Arc<crate::key_index::KeyEntry>), Response> {
     let rid = gw.new_request_id().0;
-    let headers = crate::dialect::routes::gemini_key(headers, uri.query());
+    let headers = crate::dialect::gemini::gemini_key(headers, uri.query());
     match authenticate(gw, &headers).await {
         Ok(k) => Ok((rid, k)),
         Err(e) => Err(error_response(Dialect::Gemini, e.for_request(&rid))),

@@ -90,7 +90,7 @@ impl StreamStarts {
         per_tenant: usize,
         max_wait: std::time::Duration,
     ) -> Option<StartTurn> {
-        let sem = crate::tokenize::tenant_semaphore(&self.tenants, tenant, per_tenant);
+        let sem = crate::sched::tenant_semaphore(&self.tenants, tenant, per_tenant);
         if let Ok(turn) = sem.clone().try_acquire_owned() {
             return Some(turn);
         }

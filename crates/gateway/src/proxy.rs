@@ -6,10 +6,11 @@
 //! refuses with an [`ApiError`]; [`handle`] answers the refusal.
 
 use crate::admission::Want;
-use crate::catalog::{KeyEntry, ModelEntry, ModelKind};
+use crate::catalog::{ModelEntry, ModelKind};
 use crate::dialect::{Dialect, Edge, Inbound};
-use crate::errors::ApiError;
+use crate::errors::{invalid, ApiError};
 use crate::headers;
+use crate::key_index::KeyEntry;
 use crate::key_index::{KeyState, RefusedKey};
 use crate::metrics_names as m;
 use crate::settle::HeldRequest;
@@ -21,7 +22,7 @@ use axum::response::Response;
 use domain::attribution::Attribution;
 use domain::keys;
 use domain::reason::{Decision, ReasonCode};
-use domain::request::{self, Endpoint, InvalidField, RequestSummary};
+use domain::request::{self, Endpoint, RequestSummary};
 use domain::tokens;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -206,18 +207,6 @@ pub(crate) async fn read_body(
         ApiError::new(ReasonCode::InvalidRequest, msg).status(413)
     })?;
     Ok((key, bytes))
-}
-
-pub(crate) fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        let msg = format!("body is not valid JSON: {e}");
-        ApiError::new(ReasonCode::InvalidRequest, msg)
-    })
-}
-
-/// A field the request cannot have as it is.
-pub(crate) fn invalid(f: InvalidField) -> ApiError {
-    ApiError::new(ReasonCode::InvalidRequest, f.message).param(f.param)
 }
 
 pub async fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<Arc<KeyEntry>, ApiError> {

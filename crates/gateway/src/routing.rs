@@ -1,20 +1,17 @@
 //! Which deployment of a model a request goes to, and the retries before
-//! its first byte (docs/routing.md). The rules are `domain::routing`'s; this
-//! module holds each deployment's live state (health, in-flight count,
-//! metrics), which outlives catalog reloads, and makes the attempts.
+//! its first byte (docs/routing.md). The rules are `domain::routing`'s; each
+//! deployment's live state (health, in-flight count, metrics) is
+//! `upstream::deployment`'s; this module makes the attempts.
 
-use crate::catalog::{KeyEntry, ModelEntry};
-use crate::{upstream, Gateway};
-use domain::provider::ProviderProfile;
+use crate::catalog::ModelEntry;
+use crate::key_index::KeyEntry;
+use crate::upstream::{self, now_ms, Deployment, Live};
+use crate::Gateway;
 use domain::request::Endpoint;
-use domain::routing::{
-    self as rules, Admit, Attempt, Candidate, Health, HealthPolicy, RetryPolicy,
-};
-use domain::secret::Secret;
+use domain::routing::{self as rules, Admit, Attempt, Candidate, HealthPolicy, RetryPolicy};
 use serde_json::Value;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Retry and health tuning (`[routing]` in the configuration).
@@ -40,147 +37,8 @@ impl Default for RoutingTuning {
     }
 }
 
-/// One deployment of a model, as the hot path reads it.
-#[derive(Debug)]
-pub struct Deployment {
-    pub name: Arc<str>,
-    pub base_url: String,
-    /// `base_url` + each endpoint's path, parsed once.
-    pub endpoint_urls: upstream::EndpointUrls,
-    pub upstream_model: String,
-    pub api_key: Option<Secret>,
-    pub weight: u32,
-    pub priority: u32,
-    pub max_inflight: Option<u32>,
-    /// None: the model's profile applies.
-    pub profile: Option<ProviderProfile>,
-    pub live: Arc<Live>,
-}
-
-/// A deployment's state on this replica.
-pub struct Live {
-    model: String,
-    name: String,
-    health: Mutex<Health>,
-    inflight: AtomicU32,
-    metrics: OnceLock<Meters>,
-    /// Idle connections to a plain-http upstream.
-    pub conns: Arc<upstream::Idle>,
-}
-
-impl std::fmt::Debug for Live {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Live")
-            .field("name", &self.name)
-            .field("inflight", &self.inflight)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Metric handles, registered once per deployment (first use: the
-/// recorder is installed by then), so the hot path formats no labels.
-struct Meters {
-    requests: metrics::Counter,
-    errors: metrics::Counter,
-    rate_limited: metrics::Counter,
-    ejections: metrics::Counter,
-    seconds: metrics::Histogram,
-    ejected: metrics::Gauge,
-}
-
-pub const REQUESTS: &str = "tollgate_deployment_requests_total";
-pub const ERRORS: &str = "tollgate_deployment_errors_total";
-pub const RATE_LIMITED: &str = "tollgate_deployment_rate_limited_total";
-pub const EJECTIONS: &str = "tollgate_deployment_ejections_total";
-pub const SECONDS: &str = "tollgate_deployment_upstream_seconds";
-pub const EJECTED: &str = "tollgate_deployment_ejected";
 pub const RETRIES: &str = "tollgate_upstream_retries_total";
 pub const FALLBACKS: &str = "tollgate_model_fallbacks_total";
-
-impl Live {
-    fn new(model: &str, name: &str) -> Self {
-        Self {
-            model: model.to_string(),
-            name: name.to_string(),
-            health: Mutex::new(Health::default()),
-            inflight: AtomicU32::new(0),
-            metrics: OnceLock::new(),
-            conns: Arc::default(),
-        }
-    }
-
-    fn meters(&self) -> &Meters {
-        self.metrics.get_or_init(|| {
-            let l = [
-                ("model", self.model.clone()),
-                ("deployment", self.name.clone()),
-            ];
-            Meters {
-                requests: metrics::counter!(REQUESTS, &l),
-                errors: metrics::counter!(ERRORS, &l),
-                rate_limited: metrics::counter!(RATE_LIMITED, &l),
-                ejections: metrics::counter!(EJECTIONS, &l),
-                seconds: metrics::histogram!(SECONDS, &l),
-                ejected: metrics::gauge!(EJECTED, &l),
-            }
-        })
-    }
-
-    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
-        self.health.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn snapshot(&self) -> Health {
-        *self.health()
-    }
-
-    pub fn inflight(&self) -> u32 {
-        self.inflight.load(Ordering::Relaxed)
-    }
-}
-
-/// Every deployment's live state, by (model, deployment), kept across
-/// catalog reloads so a reload forgets no ejection.
-#[derive(Default)]
-pub struct Board {
-    live: Mutex<HashMap<(String, String), Arc<Live>>>,
-}
-
-impl Board {
-    /// The live state of a deployment (new if unknown).
-    pub fn live(&self, model: &str, name: &str) -> Arc<Live> {
-        let mut m = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        m.entry((model.to_string(), name.to_string()))
-            .or_insert_with(|| Arc::new(Live::new(model, name)))
-            .clone()
-    }
-
-    /// Forgets deployments no longer in the catalog.
-    pub fn retain(&self, keep: impl Fn(&str, &str) -> bool) {
-        let mut m = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        m.retain(|(model, name), _| keep(model, name));
-    }
-}
-
-impl rules::HealthView for Board {
-    fn deployments(&self, model: &str) -> Vec<rules::DeploymentHealth> {
-        let now = now_ms();
-        let m = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        let mut v: Vec<_> = m
-            .iter()
-            .filter(|((md, _), _)| md == model)
-            .map(|((_, name), l)| l.snapshot().describe(name, l.inflight(), now))
-            .collect();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        v
-    }
-}
-
-/// Milliseconds since this process's first call: the health clock.
-pub fn now_ms() -> u64 {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    ORIGIN.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
 
 static ROLLS: AtomicU64 = AtomicU64::new(0);
 
@@ -363,7 +221,7 @@ pub async fn send(
         {
             Ok(Ok(r)) => (attempt_of(&r), Some(r)),
             Ok(Err(e)) => {
-                last = crate::forward::upstream_error_text(&*e);
+                last = upstream::error_chain(&*e);
                 (Attempt::ConnectFailed, None)
             }
             Err(_) => {
@@ -511,6 +369,8 @@ pub fn spawn_prober(gw: Arc<Gateway>, every: Duration) -> tokio::task::JoinHandl
 mod tests {
     use super::*;
     use crate::catalog::ModelKind;
+    use crate::upstream::Board;
+    use domain::provider::ProviderProfile;
 
     fn model(weights: &[(u32, u32, Option<u32>)]) -> ModelEntry {
         let board = Board::default();

@@ -3,7 +3,8 @@
 //! on the normal paths, and by `Drop` when the handler or stream is dropped
 //! (the client disconnected), charging what is known to have been generated.
 
-use crate::catalog::{KeyEntry, ModelEntry};
+use crate::catalog::ModelEntry;
+use crate::key_index::KeyEntry;
 use crate::metrics_names as m;
 use crate::Gateway;
 use domain::pricing::sheet::{micro_of_pico, PICO_PER_MICRO};

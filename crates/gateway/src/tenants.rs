@@ -1,7 +1,8 @@
 //! The catalog as settlement's view of the tenants (for borrowing and the
 //! outbox sweeper).
 
-use crate::catalog::{CatalogCache, TenantEntry};
+use crate::catalog::TenantEntry;
+use crate::state::CatalogCache;
 use chrono::{DateTime, Utc};
 use domain::fairq::Priority;
 use domain::Limits;

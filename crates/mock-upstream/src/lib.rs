@@ -45,6 +45,7 @@ mod ledger;
 mod messages;
 mod native;
 mod personality;
+mod plan;
 mod responses;
 mod stats;
 mod stream;

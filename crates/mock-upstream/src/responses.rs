@@ -14,9 +14,9 @@ use axum::Json;
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use crate::chat::TOKEN;
 use crate::ledger::Counts;
 use crate::native::{frame, prompt_tokens, sse, texts, Sse, TOOL_ARGS};
+use crate::plan::TOKEN;
 use crate::{bad_request, latency_and_faults, Call, Directives, Fault, Shared};
 
 pub(crate) async fn responses(

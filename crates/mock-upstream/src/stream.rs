@@ -8,9 +8,9 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use crate::chat::{Kind, Plan, TOKEN};
 use crate::directives::OutputField;
 use crate::ledger::Recording;
+use crate::plan::{Kind, Plan, TOKEN};
 use crate::{aborted, pause, MockStats};
 
 /// Base64 of one audio token's worth of speech, as OpenAI bills it
@@ -19,12 +19,6 @@ use crate::{aborted, pause, MockStats};
 pub(crate) fn audio_token_data() -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode([0u8; 960])
-}
-
-/// (audio tokens, text tokens) of an audio answer of `n` steps: even steps
-/// send a transcript piece (one text token), odd ones one audio token.
-pub(crate) fn audio_split(n: u32) -> (u32, u32) {
-    (n / 2, n - n / 2)
 }
 
 /// The delta of output step `i` in the plan's output field.

@@ -2,42 +2,23 @@
 //! its background tasks (catalog listener, ledger writer, outbox sweeper).
 
 use crate::config::Config;
+use crate::metrics_endpoint::metrics_handle;
 use anyhow::Context;
 use axum::extract::State;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::serve::ListenerExt;
 use axum::Router;
-use gateway::catalog::CatalogCache;
+use gateway::state::CatalogCache;
 use gateway::{Gateway, GatewayConfig, LedgerWriter};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use quota::QuotaEngine;
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 use store::Store;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-
-/// The process-wide Prometheus recorder (installed once, however many
-/// servers a test process runs).
-pub fn metrics_handle() -> PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE
-        .get_or_init(|| {
-            let buckets = [
-                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                1.0, 2.5, 5.0, 10.0, 30.0,
-            ];
-            PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
-                .expect("valid buckets")
-                .install_recorder()
-                .expect("one recorder per process")
-        })
-        .clone()
-}
 
 pub struct Running {
     pub addr: SocketAddr,

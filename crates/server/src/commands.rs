@@ -279,8 +279,7 @@ pub async fn run_job(
     }
     if matches!(job, jobs::JobName::BorrowCheck | jobs::JobName::Reclaim) {
         // Borrowing works on the tenants' catalog: load it for this run.
-        let catalog =
-            std::sync::Arc::new(gateway::catalog::CatalogCache::new(cfg.encryption_key()?));
+        let catalog = std::sync::Arc::new(gateway::state::CatalogCache::new(cfg.encryption_key()?));
         catalog.reload(&ctx.store).await?;
         let b = settlement::borrow::Borrowing::new(
             ctx.store.clone(),

@@ -4,14 +4,33 @@
 //! missing one); `metrics.listen` serves it on a listener of its own,
 //! meant to be bound where only the scraper reaches.
 
-use crate::app::metrics_handle;
 use anyhow::Context;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+/// The process-wide Prometheus recorder (installed once, however many
+/// servers a test process runs).
+pub fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let buckets = [
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                1.0, 2.5, 5.0, 10.0, 30.0,
+            ];
+            PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
+                .expect("valid buckets")
+                .install_recorder()
+                .expect("one recorder per process")
+        })
+        .clone()
+}
 
 /// Constant-time equality (only the length shows).
 fn same(a: &[u8], b: &[u8]) -> bool {

@@ -4,7 +4,7 @@ use crate::pgcopy::{BinaryCopy, FieldTooLarge};
 use crate::{Result, Store, StoreError, TenantScope};
 use chrono::{DateTime, NaiveDate, Utc};
 use domain::attribution::{Attribution, Tags};
-use domain::pricing::charges::{Component, N_COMPONENTS};
+use domain::charges::{Component, N_COMPONENTS};
 use domain::usage::{RawUsage, UsageAnomaly, UsageEvent};
 
 /// Settled usage of one (app, key) of a tenant in a month.

@@ -14,6 +14,7 @@ pub mod quota_requests;
 pub mod reconciliation;
 pub mod request_log;
 pub mod requests;
+pub mod session;
 pub mod tenants;
 pub mod usage;
 pub mod users;

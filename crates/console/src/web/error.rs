@@ -94,7 +94,7 @@ fn login_redirect() -> Response {
 /// The login page that comes back to `next` after signing in (when it is a
 /// console page worth coming back to).
 fn login_to(next: Option<&str>) -> String {
-    match next.and_then(super::login::safe_next) {
+    match next.and_then(safe_next) {
         Some(n) => format!(
             "/console/login?{}",
             serde_urlencoded::to_string([("next", n)]).unwrap_or_default()
@@ -147,10 +147,10 @@ fn sign_in_first(
     } else {
         Redirect::to(&to).into_response()
     };
-    if super::session::cookie(h, super::session::SESSION_COOKIE).is_some() {
+    if crate::cookies::cookie(h, crate::cookies::SESSION_COOKIE).is_some() {
         r.headers_mut().insert(
             axum::http::header::SET_COOKIE,
-            super::session::clear_cookie(cp),
+            crate::cookies::clear_cookie(cp),
         );
     }
     r
@@ -329,4 +329,19 @@ pub async fn render_failures(
     h.entry("cache-control")
         .or_insert(HeaderValue::from_static("no-store"));
     resp
+}
+
+/// `next` when it is a console page to come back to: a path of this
+/// console (no other site: not `//host`, no backslash, printable ASCII), not
+/// the login or logout itself, not the bare dashboard (where a sign-in lands
+/// anyway).
+pub fn safe_next(next: &str) -> Option<&str> {
+    let ok = next
+        .bytes()
+        .all(|b| (0x21..0x7f).contains(&b) && b != b'\\')
+        && (next.starts_with("/console/") || next.starts_with("/console?"))
+        && !next.starts_with("/console/login")
+        && !next.starts_with("/console/logout")
+        && !next.starts_with("/console/sso/");
+    ok.then_some(next)
 }

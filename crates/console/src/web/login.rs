@@ -1,5 +1,6 @@
 //! Sign in, sign out, and the language switch.
 
+use super::error::safe_next;
 use super::session::{
     clear_cookie, cookie, cookie_session, csrf_token, csrf_valid, session_cookie, Session,
 };
@@ -162,21 +163,6 @@ pub struct LoginForm {
     /// The page to come back to (`?next=` of the login page).
     #[serde(default)]
     next: String,
-}
-
-/// `next` when it is a console page to come back to: a path of this
-/// console (no other site: not `//host`, no backslash, printable ASCII), not
-/// the login or logout itself, not the bare dashboard (where a sign-in lands
-/// anyway).
-pub fn safe_next(next: &str) -> Option<&str> {
-    let ok = next
-        .bytes()
-        .all(|b| (0x21..0x7f).contains(&b) && b != b'\\')
-        && (next.starts_with("/console/") || next.starts_with("/console?"))
-        && !next.starts_with("/console/login")
-        && !next.starts_with("/console/logout")
-        && !next.starts_with("/console/sso/");
-    ok.then_some(next)
 }
 
 /// `?next=` of the login page.

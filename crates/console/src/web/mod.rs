@@ -308,7 +308,7 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/console/borrowing", get(borrowing::show))
         .route("/console/borrowing/pool", post(borrowing::set_pool))
         .route("/console/models", get(models::list).post(models::create))
-        .route("/console/models/deployments", post(deployments::put))
+        .route("/console/models/deployments", post(models::put_deployment))
         .route("/console/models/{id}/prices", post(models::set_prices))
         .route(
             "/console/models/{id}/price-sheets",

@@ -12,6 +12,7 @@
 //! not CSRF-able.
 
 use crate::auth;
+pub use crate::cookies::{clear_cookie, cookie, session_cookie, SESSION_COOKIE};
 use crate::error::ApiError;
 use crate::i18n::Lang;
 use crate::web::error::PageError;
@@ -19,7 +20,7 @@ use crate::ControlPlane;
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, HeaderValue, Method};
+use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use hmac::{Hmac, Mac};
@@ -27,24 +28,12 @@ use sha2::Sha256;
 use std::sync::Arc;
 use store::{Principal, VerifiedSession};
 
-pub const SESSION_COOKIE: &str = "tg_session";
 pub const CSRF_HEADER: &str = "x-csrf-token";
 pub const CSRF_FIELD: &str = "_csrf";
 /// What the CSRF key is derived for.
 const CSRF_PURPOSE: &str = "tollgate csrf";
 /// Console form bodies are small; anything larger is refused before parsing.
 const MAX_FORM_BYTES: usize = 256 * 1024;
-
-/// A cookie's value from the request's `Cookie` headers.
-pub fn cookie(h: &HeaderMap, name: &str) -> Option<String> {
-    h.get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.to_string())
-}
 
 fn mac(secret: &[u8], jti: &str) -> Hmac<Sha256> {
     let mut m = Hmac::<Sha256>::new_from_slice(secret).expect("hmac takes any key length");
@@ -63,25 +52,6 @@ pub fn csrf_valid(secret: &[u8], jti: &str, presented: &str) -> bool {
         Ok(bytes) if !jti.is_empty() => mac(secret, jti).verify_slice(&bytes).is_ok(),
         _ => false,
     }
-}
-
-/// `Set-Cookie` for a new session.
-pub fn session_cookie(cp: &ControlPlane, token: &str) -> HeaderValue {
-    let secure = if cp.cookie_secure { "; Secure" } else { "" };
-    HeaderValue::from_str(&format!(
-        "{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
-        cp.sessions.lifetime_secs()
-    ))
-    .expect("a JWT is a valid header value")
-}
-
-/// `Set-Cookie` that removes the session.
-pub fn clear_cookie(cp: &ControlPlane) -> HeaderValue {
-    let secure = if cp.cookie_secure { "; Secure" } else { "" };
-    HeaderValue::from_str(&format!(
-        "{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{secure}"
-    ))
-    .expect("static cookie")
 }
 
 pub(crate) fn cookie_session(cp: &ControlPlane, h: &HeaderMap) -> Option<VerifiedSession> {
@@ -205,7 +175,7 @@ mod tests {
     fn cookies_are_found_among_others() {
         let mut h = HeaderMap::new();
         h.insert(
-            header::COOKIE,
+            axum::http::header::COOKIE,
             "a=1; tg_session=abc.def; b=2".parse().unwrap(),
         );
         assert_eq!(cookie(&h, SESSION_COOKIE).as_deref(), Some("abc.def"));

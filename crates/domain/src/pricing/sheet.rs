@@ -5,7 +5,7 @@
 //! bill line. Holds and the Redis counters stay in whole micro-USD, rounded
 //! up.
 
-use super::charges::{Charges, Component};
+use crate::charges::{Charges, Component};
 use crate::usage::Breakdown;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -297,9 +297,9 @@ mod tests {
                     ..Default::default()
                 }),
                 charges: (ints[9] % 3 != 0).then(|| {
-                    let mut c = crate::pricing::Charges::default();
-                    c.set(crate::pricing::Component::Input, ints[0], i128::from(ints[1]));
-                    c.set(crate::pricing::Component::WebSearch, ints[3], i128::from(ints[4]));
+                    let mut c = crate::charges::Charges::default();
+                    c.set(crate::charges::Component::Input, ints[0], i128::from(ints[1]));
+                    c.set(crate::charges::Component::WebSearch, ints[3], i128::from(ints[4]));
                     c
                 }),
                 // As each reader makes it: a value serialised, scanned

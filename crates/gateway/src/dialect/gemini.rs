@@ -466,6 +466,32 @@ pub fn model_object(id: &str) -> Value {
         "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"]})
 }
 
+/// A Gemini client's key: `x-goog-api-key` or `?key=`, read as an
+/// `x-api-key` (a bearer token works as it is).
+pub(crate) fn gemini_key(
+    mut headers: axum::http::HeaderMap,
+    query: Option<&str>,
+) -> axum::http::HeaderMap {
+    if headers.contains_key(axum::http::header::AUTHORIZATION) || headers.contains_key("x-api-key")
+    {
+        return headers;
+    }
+    let from_query = query.and_then(|q| {
+        q.split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| *k == "key")
+            .map(|(_, v)| v.to_string())
+    });
+    let key = headers
+        .get("x-goog-api-key")
+        .cloned()
+        .or_else(|| from_query.and_then(|k| axum::http::HeaderValue::from_str(&k).ok()));
+    if let Some(k) = key {
+        headers.insert("x-api-key", k);
+    }
+    headers
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,6 @@ pub(crate) mod messages;
 pub(crate) mod native;
 pub(crate) mod responses;
 mod responses_tools;
-pub(crate) mod routes;
 pub(crate) mod stream;
 
 use crate::catalog::ModelEntry;

@@ -18,11 +18,12 @@
 //! drives: plain-http ones are never pooled, https ones only in that
 //! runtime's own client.
 
+mod deployment;
 mod http1;
 
+pub use deployment::{now_ms, Board, Deployment, Live};
 pub use http1::{Body, BoxError, Idle};
 
-use crate::routing::Deployment;
 use crate::GatewayConfig;
 use bytes::Bytes;
 use domain::provider::Dialect;
@@ -100,7 +101,7 @@ fn bulk_runtime(nice: i32) -> Option<tokio::runtime::Handle> {
             .worker_threads(1)
             .thread_name("tollgate-bulk")
             .enable_all()
-            .on_thread_start(move || crate::tokenize::lower_priority(nice))
+            .on_thread_start(move || crate::sched::lower_priority(nice))
             .build()
             .ok()
     });
@@ -271,4 +272,17 @@ pub async fn error_text(resp: Response, limit: usize, within: Duration) -> Strin
         Ok(Ok(b)) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
         _ => String::new(),
     }
+}
+
+/// An upstream error's text, its sources included, never the URL (hyper's
+/// errors do not carry one).
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        src = s.source();
+    }
+    text
 }

@@ -2,13 +2,12 @@
 //! this replica's view of their health, and the forms that add, edit,
 //! disable and enable one (platform admins). The provider key is write-only.
 
-use super::{form_error, int, FieldError};
-use crate::api::deployments::{self as svc, DeploymentIn};
+use super::int;
+use crate::api::deployments::DeploymentIn;
 use crate::error::ApiError;
 use crate::web::{PageError, Session};
 use crate::ControlPlane;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use serde::Deserialize;
@@ -129,7 +128,7 @@ fn small(field: &'static str, v: &str) -> Result<Option<i32>, ApiError> {
 impl DeploymentForm {
     /// The deployment typed, and every field that does not parse (those
     /// fields left out of the deployment).
-    fn to_input(&self) -> (DeploymentIn, Vec<ApiError>) {
+    pub(super) fn to_input(&self) -> (DeploymentIn, Vec<ApiError>) {
         let mut problems = Vec::new();
         let mut number = |field, v: &str| {
             small(field, v).unwrap_or_else(|e| {
@@ -150,41 +149,6 @@ impl DeploymentForm {
         };
         (d, problems)
     }
-}
-
-/// `POST /console/models/deployments`: adds or edits one deployment. A
-/// refused form comes back on the models page with every field's problem
-/// beside it and everything typed kept.
-pub async fn put(
-    State(cp): State<Arc<ControlPlane>>,
-    s: Session,
-    Form(f): Form<DeploymentForm>,
-) -> Result<Response, PageError> {
-    crate::api::require_platform_admin(&s.actor)?;
-    let (d, parse) = f.to_input();
-    let (model, name) = (f.model.trim(), f.name.trim());
-    let mut problems = Vec::new();
-    if model.is_empty() {
-        problems.push(ApiError::field("model", "err.required"));
-    } else if !cp.store.model_exists(model).await? {
-        problems.push(ApiError::field("model", "err.unknown_model"));
-    }
-    problems.extend(parse);
-    // A field that did not parse is refused for that, not again for its
-    // range.
-    problems.extend(d.problems(name));
-    let result = if problems.is_empty() {
-        svc::put_deployment(&cp, &s.actor, model, name, &d).await
-    } else {
-        Ok(())
-    };
-    let errors = match result {
-        Ok(()) if problems.is_empty() => return Ok(Redirect::to("/console/models").into_response()),
-        Ok(()) => FieldError::default().and(problems),
-        Err(e) => form_error(e)?,
-    };
-    let page = super::models::with_deployment_form(&cp, &s, f, errors).await?;
-    Ok((StatusCode::UNPROCESSABLE_ENTITY, page).into_response())
 }
 
 #[derive(Deserialize)]

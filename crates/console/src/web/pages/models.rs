@@ -1,6 +1,7 @@
 //! Models and their prices; platform admins add models and change their
 //! prices. The provider key is write-only: the page never shows it.
 
+use super::deployments::DeploymentForm;
 use super::{form_error, int, usd, FieldError};
 use crate::api::models::{self as svc, ModelIn, ModelPatch};
 use crate::error::ApiError;
@@ -109,7 +110,7 @@ struct ModelsPage {
     /// Platform admins only: every model's deployments and their health.
     deployments: Vec<super::deployments::DeploymentLine>,
     /// The deployment form as typed, and its errors (a refused one).
-    dep_form: super::deployments::DeploymentForm,
+    dep_form: DeploymentForm,
     dep_errors: FieldError,
 }
 
@@ -187,7 +188,7 @@ async fn page_with(
 pub async fn with_deployment_form(
     cp: &ControlPlane,
     s: &Session,
-    form: super::deployments::DeploymentForm,
+    form: DeploymentForm,
     errors: FieldError,
 ) -> Result<Html<String>, PageError> {
     let mut p = page(cp, s, ModelForm::default(), FieldError::default()).await?;
@@ -337,4 +338,39 @@ pub async fn set_enabled(
     };
     svc::patch_model(&cp, &s.actor, &id, patch).await?;
     Ok(Redirect::to("/console/models").into_response())
+}
+
+/// `POST /console/models/deployments`: adds or edits one deployment. A
+/// refused form comes back on the models page with every field's problem
+/// beside it and everything typed kept.
+pub async fn put_deployment(
+    State(cp): State<Arc<ControlPlane>>,
+    s: Session,
+    Form(f): Form<DeploymentForm>,
+) -> Result<Response, PageError> {
+    crate::api::require_platform_admin(&s.actor)?;
+    let (d, parse) = f.to_input();
+    let (model, name) = (f.model.trim(), f.name.trim());
+    let mut problems = Vec::new();
+    if model.is_empty() {
+        problems.push(ApiError::field("model", "err.required"));
+    } else if !cp.store.model_exists(model).await? {
+        problems.push(ApiError::field("model", "err.unknown_model"));
+    }
+    problems.extend(parse);
+    // A field that did not parse is refused for that, not again for its
+    // range.
+    problems.extend(d.problems(name));
+    let result = if problems.is_empty() {
+        crate::api::deployments::put_deployment(&cp, &s.actor, model, name, &d).await
+    } else {
+        Ok(())
+    };
+    let errors = match result {
+        Ok(()) if problems.is_empty() => return Ok(Redirect::to("/console/models").into_response()),
+        Ok(()) => FieldError::default().and(problems),
+        Err(e) => form_error(e)?,
+    };
+    let page = with_deployment_form(&cp, &s, f, errors).await?;
+    Ok((StatusCode::UNPROCESSABLE_ENTITY, page).into_response())
 }

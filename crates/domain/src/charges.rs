@@ -1,7 +1,7 @@
 //! A request's cost split into the components a provider bills it for
 //! (docs/billing.md, "Charge components"): how many of each (tokens or
 //! calls) and what each cost, exactly, in pico-USD. The price sheet makes
-//! them ([`PriceSheet::charges`](super::PriceSheet::charges)); the ledger
+//! them ([`PriceSheet::charges`](crate::pricing::PriceSheet::charges)); the ledger
 //! keeps them on every row; rollups, bills, CSV and FOCUS sum them. A
 //! request's exact cost *is* the sum of its components, so a bill grouped
 //! by component adds up to the bill.

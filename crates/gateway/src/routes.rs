@@ -3,7 +3,8 @@
 //! the model's tokenizer without calling the provider or holding anything;
 //! and the answer, in the path's dialect, to a path or method not served.
 
-use super::{gemini, messages, Dialect, PathCall};
+use crate::dialect::gemini::{self, gemini_key};
+use crate::dialect::{messages, Dialect, PathCall};
 use crate::errors::ApiError;
 use crate::proxy::{self, RequestCtx};
 use crate::Gateway;
@@ -64,9 +65,10 @@ async fn count(
     read: impl FnOnce(&serde_json::Value) -> Result<serde_json::Value, domain::request::InvalidField>,
 ) -> Result<i64, ApiError> {
     let (key, bytes) = proxy::read_body(gw, ctx, headers, body).await?;
-    let json = proxy::parse_json(&bytes)?;
-    let chat = read(&json).map_err(proxy::invalid)?;
-    let summary = request::validate(Endpoint::ChatCompletions, &chat).map_err(proxy::invalid)?;
+    let json = crate::errors::parse_json(&bytes)?;
+    let chat = read(&json).map_err(crate::errors::invalid)?;
+    let summary =
+        request::validate(Endpoint::ChatCompletions, &chat).map_err(crate::errors::invalid)?;
     let model = proxy::resolve_model(gw, &key, Endpoint::ChatCompletions, &summary)?;
     crate::estimate::check_body_size(gw, &model, bytes.len())?;
     // A count is the gateway's CPU: within the key's allowance of counted
@@ -114,14 +116,14 @@ fn path_error(path: &str, e: ApiError) -> Response {
     let e = e.for_request(&proxy::new_request_id());
     let google_call = path.starts_with("/v1/models/") && path.contains(':');
     if path == "/v1beta" || path.starts_with("/v1beta/") || google_call {
-        return super::google_error_response(e);
+        return crate::dialect::google_error_response(e);
     }
     let dialect = if path.starts_with("/v1/messages") {
         Dialect::Messages
     } else {
         Dialect::Chat
     };
-    super::error_response(dialect, e)
+    crate::dialect::error_response(dialect, e)
 }
 
 /// A path under `/v1` or `/v1beta` that tollgate does not serve: 404
@@ -152,29 +154,6 @@ pub fn method_not_allowed(
             .insert(axum::http::header::ALLOW, HeaderValue::from_static(allow));
         std::future::ready(r)
     }
-}
-
-/// A Gemini client's key: `x-goog-api-key` or `?key=`, read as an
-/// `x-api-key` (a bearer token works as it is).
-pub(crate) fn gemini_key(mut headers: HeaderMap, query: Option<&str>) -> HeaderMap {
-    if headers.contains_key(axum::http::header::AUTHORIZATION) || headers.contains_key("x-api-key")
-    {
-        return headers;
-    }
-    let from_query = query.and_then(|q| {
-        q.split('&')
-            .filter_map(|kv| kv.split_once('='))
-            .find(|(k, _)| *k == "key")
-            .map(|(_, v)| v.to_string())
-    });
-    let key = headers
-        .get("x-goog-api-key")
-        .cloned()
-        .or_else(|| from_query.and_then(|k| HeaderValue::from_str(&k).ok()));
-    if let Some(k) = key {
-        headers.insert("x-api-key", k);
-    }
-    headers
 }
 
 fn query_has(query: Option<&str>, pair: &str) -> bool {
