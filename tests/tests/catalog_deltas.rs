@@ -121,7 +121,7 @@ async fn random_keys_are_all_refused_and_bounded_in_postgres() {
     let t = two_replicas().await;
     let (_, known) = create_key(&t, "known").await;
     assert_eq!(chat(t.a.addr, &known).await, 200);
-    let stats = &t.a.gateway.catalog.keys().stats;
+    let stats = &t.a.gateway.catalog().keys().stats;
     let lookups_before = stats.lookups.load(Ordering::Relaxed);
 
     // One unknown key asked 50 times at once is one lookup (single flight,

@@ -372,7 +372,7 @@ async fn every_page_of_every_role_has_each_string_in_both_languages() {
     // The server's own job runs name its replica (a housekeeping run may be
     // shown while it runs and deleted a moment later, when it had nothing
     // to do, so it cannot be looked up afterwards): data.
-    data.push(srv.gateway.cfg.replica.clone());
+    data.push(srv.gateway.cfg().replica.clone());
     data.push(
         env.store
             .keys_of(&TenantScope::system(), "acme")

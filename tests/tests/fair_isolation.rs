@@ -45,7 +45,7 @@ async fn a_flooding_tenant_is_queued_or_refused_while_another_is_untouched() {
     // the 40 requests take a while to arrive.
     assert!(
         eventually(Duration::from_secs(10), || async {
-            srv.gateway.queue.full_for("a", None).is_some()
+            srv.gateway.queue().full_for("a", None).is_some()
         })
         .await,
         "A's queue fills"

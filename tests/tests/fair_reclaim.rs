@@ -76,7 +76,7 @@ async fn reclaim_takes_from_the_longest_held_lowest_priority_first_never_below_u
     set_pool(&base, &token, 10_000, 0.05, 0.88).await;
     let r = srv
         .gateway
-        .borrower
+        .borrower()
         .run_reclaim(chrono::Utc::now())
         .await
         .unwrap();
@@ -124,7 +124,7 @@ async fn reclaim_takes_from_the_longest_held_lowest_priority_first_never_below_u
     // The pool is healthy again: the next run takes nothing.
     let r = srv
         .gateway
-        .borrower
+        .borrower()
         .run_reclaim(chrono::Utc::now())
         .await
         .unwrap();

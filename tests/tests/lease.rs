@@ -148,7 +148,7 @@ async fn a_lowered_limit_takes_effect_on_a_replica_holding_a_lease() {
     // against the old limit, on either path; wait for the catalog reload.
     let reloaded = eventually(Duration::from_secs(5), || async {
         srv.gateway
-            .catalog
+            .catalog()
             .get()
             .tenants
             .get("t")

@@ -44,7 +44,7 @@ async fn patch_tenant(
     );
     assert!(
         eventually(Duration::from_secs(10), || async {
-            let c = srv.gateway.catalog.get();
+            let c = srv.gateway.catalog().get();
             let t = &c.tenants[id];
             t.max_queued_requests.map(|v| v as i64) == q
                 && t.max_open_streams.map(|v| v as i64) == st
@@ -135,7 +135,7 @@ async fn a_tenants_queue_cap_refuses_its_third_waiter_and_queued_waits_are_logge
     // cap (64) is far off.
     assert!(
         eventually(Duration::from_secs(10), || async {
-            srv.gateway.queue.full_for("capped", Some(2)).is_some()
+            srv.gateway.queue().full_for("capped", Some(2)).is_some()
         })
         .await,
         "capped's two requests wait"
@@ -277,7 +277,7 @@ async fn a_tenants_stream_cap_refuses_one_stream_too_many_until_one_ends() {
     let a = open(&url, &key, slow).await;
     let b = open(&url, &key, slow).await;
     assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
-    assert_eq!(srv.gateway.open_streams.count("s"), 2);
+    assert_eq!(srv.gateway.open_streams().count("s"), 2);
     // A third is refused before it is forwarded, in the client's dialect.
     let r = open(&url, &key, slow).await;
     assert_eq!(r.status(), 429);
@@ -322,7 +322,7 @@ async fn a_tenants_stream_cap_refuses_one_stream_too_many_until_one_ends() {
     assert!(tb.unwrap().contains("[DONE]"));
     assert!(
         eventually(Duration::from_secs(5), || async {
-            srv.gateway.open_streams.count("s") == 0
+            srv.gateway.open_streams().count("s") == 0
         })
         .await,
         "the finished streams are closed"
@@ -340,7 +340,7 @@ async fn a_tenants_stream_cap_refuses_one_stream_too_many_until_one_ends() {
     drop(d);
     assert!(
         eventually(Duration::from_secs(5), || async {
-            srv.gateway.open_streams.count("s") == 0
+            srv.gateway.open_streams().count("s") == 0
         })
         .await,
         "streams whose clients left are closed"
@@ -356,7 +356,7 @@ async fn a_tenants_stream_cap_refuses_one_stream_too_many_until_one_ends() {
     let _ = r.bytes().await;
     assert!(
         eventually(Duration::from_secs(5), || async {
-            srv.gateway.open_streams.count("s") == 0
+            srv.gateway.open_streams().count("s") == 0
         })
         .await,
         "failed streams are closed"

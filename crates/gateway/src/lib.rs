@@ -184,23 +184,23 @@ impl std::fmt::Debug for GatewayConfig {
 }
 
 pub struct Gateway {
-    pub cfg: GatewayConfig,
-    pub catalog: Arc<CatalogCache>,
-    pub quota: Arc<QuotaEngine>,
+    pub(crate) cfg: GatewayConfig,
+    pub(crate) catalog: Arc<CatalogCache>,
+    pub(crate) quota: Arc<QuotaEngine>,
     /// Hold / extend / settle / release, per request or from leases.
-    pub admission: admission::Admission,
-    pub store: Store,
-    pub ledger: LedgerWriter,
-    pub queue: Arc<queue::AdmissionQueue>,
-    pub borrower: Arc<borrow::Borrowing>,
+    pub(crate) admission: admission::Admission,
+    pub(crate) store: Store,
+    pub(crate) ledger: LedgerWriter,
+    pub(crate) queue: Arc<queue::AdmissionQueue>,
+    pub(crate) borrower: Arc<borrow::Borrowing>,
     /// Refused and degraded requests, for the request lookup.
-    pub decisions: decisions::DecisionWriter,
+    pub(crate) decisions: decisions::DecisionWriter,
     /// Each tenant's cost of the day, for the daily soft limit.
-    pub day_costs: Arc<day_cost::DayCosts>,
+    pub(crate) day_costs: Arc<day_cost::DayCosts>,
     /// Each tenant's open streams on this replica (its `max_open_streams`).
-    pub open_streams: Arc<open_streams::OpenStreams>,
+    pub(crate) open_streams: Arc<open_streams::OpenStreams>,
     /// Each tenant's streams being started (`fair.stream_starts_per_tenant`).
-    pub stream_starts: open_streams::StreamStarts,
+    pub(crate) stream_starts: open_streams::StreamStarts,
     /// Metric handles of the hot path.
     meters: meters::Meters,
     /// Exact counts of long inputs, off the async workers.
@@ -258,6 +258,51 @@ impl Gateway {
             decisions,
             upstream,
         }
+    }
+}
+
+/// What the server, the jobs and the tests read of a running gateway (its
+/// fields are the crate's own).
+impl Gateway {
+    pub fn cfg(&self) -> &GatewayConfig {
+        &self.cfg
+    }
+
+    pub fn catalog(&self) -> &CatalogCache {
+        &self.catalog
+    }
+
+    pub fn queue(&self) -> &Arc<queue::AdmissionQueue> {
+        &self.queue
+    }
+
+    pub fn borrower(&self) -> &Arc<borrow::Borrowing> {
+        &self.borrower
+    }
+
+    pub fn open_streams(&self) -> &open_streams::OpenStreams {
+        &self.open_streams
+    }
+
+    /// Redis and Postgres both answer (the readiness probe).
+    pub async fn ready(&self) -> (bool, bool) {
+        let redis = self.quota.ping().await.is_ok();
+        let postgres = self.store.ping().await.is_ok();
+        (redis, postgres)
+    }
+
+    /// At shutdown: leases back to their scopes within `within`, then what
+    /// the writers still hold (ledger, decisions, day costs) written out.
+    pub async fn shut_down(
+        &self,
+        within: Duration,
+        before_flush: impl std::future::Future<Output = ()>,
+    ) {
+        self.admission.shutdown(within).await;
+        before_flush.await;
+        self.ledger.flush().await;
+        self.decisions.flush().await;
+        self.day_costs.flush().await;
     }
 }
 

@@ -39,16 +39,14 @@ impl Running {
         self.schedule.shutdown().await;
         let _ = tokio::time::timeout(Duration::from_secs(10), self.server).await;
         // Leases go back to the scopes before the process ends.
+        let background = &self.background;
         self.gateway
-            .admission
-            .shutdown(Duration::from_secs(5))
+            .shut_down(Duration::from_secs(5), async {
+                for b in background {
+                    b.abort();
+                }
+            })
             .await;
-        for b in &self.background {
-            b.abort();
-        }
-        self.gateway.ledger.flush().await;
-        self.gateway.decisions.flush().await;
-        self.gateway.day_costs.flush().await;
         drop(self.gateway);
         let _ = tokio::time::timeout(Duration::from_secs(5), self.ledger_task).await;
     }
@@ -186,15 +184,15 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
     // calendar when `billing.scheduler` is on. Each fire runs once across
     // replicas and is recorded in `job_runs` (crates/jobs/src/schedule.rs).
     let ctx = jobs::JobContext::new(store, quota, Some(archive), clock, cfg.job_settings())
-        .with_borrowing(gw.borrower.clone());
+        .with_borrowing(gw.borrower().clone());
     let plan = jobs::schedule::plan(cfg.billing.scheduler, cfg.housekeeping());
     let schedule =
-        jobs::schedule::Schedule::start(jobs::JobRunner::new(ctx, gw.cfg.replica.clone()), plan)
+        jobs::schedule::Schedule::start(jobs::JobRunner::new(ctx, gw.cfg().replica.clone()), plan)
             .await
             .context("cannot start the job scheduler")?;
     let mut background = background;
-    background.push(gw.queue.spawn_dispatcher());
-    if let Some(every) = gw.cfg.routing.probe_every {
+    background.push(gw.queue().spawn_dispatcher());
+    if let Some(every) = gw.cfg().routing.probe_every {
         background.push(gateway::routing::spawn_prober(gw.clone(), every));
     }
     let metrics_addr = match &cfg.metrics.listen {
@@ -245,8 +243,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
 }
 
 async fn health(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
-    let redis = gw.quota.ping().await.is_ok();
-    let postgres = gw.store.ping().await.is_ok();
+    let (redis, postgres) = gw.ready().await;
     let status = if redis && postgres {
         axum::http::StatusCode::OK
     } else {
