@@ -4,8 +4,8 @@
 # then c=1, req/s, p50, and CPU µs per request of the gateway, Postgres,
 # Redis and the nginx upstream (from /proc/<pid>/stat utime+stime).
 #   ROUNDS=3 DUR=8 ./scripts/ab.sh base=/path/bin new=/path/bin2
-#   SETUP_BIN=/path/bin …   # seed the tenant with this build's `admin bench-setup`
-#                           # (default: each build its own)
+#   SETUP_BIN=/path/tollgate-dev …  # seed the tenant with this build's bench-setup
+#                           # (default: each build's own tollgate-dev)
 #   REDIS_STATS=1 …         # also Redis' time per command during each run
 #                           # (INFO commandstats, reset before the run): µs of
 #                           # Redis a request, by command, the top five

@@ -17,7 +17,7 @@
 #      floods past its in-flight limit (A's clients honour Retry-After, then
 #      a hot loop that ignores it); B's failures; what A was answered.
 #
-#   ./scripts/bench.sh                  # upstream: `tollgate mock-upstream` (zero delay)
+#   ./scripts/bench.sh                  # upstream: `tollgate-dev mock-upstream` (zero delay)
 #   UPSTREAM=nginx ./scripts/bench.sh   # upstream: nginx with bench/peers' fixed answer
 #   DUR=20 ./scripts/bench.sh           # seconds per load run (default 10)
 #   MODES="lease" SLOW_STREAMS=0 HOLD_BENCH=0 ISOLATION=0 ./scripts/bench.sh   # a quick subset
@@ -84,15 +84,16 @@ ensure_services >/dev/null
 have wrk || apt_install wrk
 have redis-benchmark || apt_install redis-tools
 log "building tollgate (release)"
-cargo build -q --release -p tollgate-server --bin tollgate -p tollgate-bench --bin tollgate-bench --bin hold-bench --bin iso-bench --bin scen-bench
+cargo build -q --release -p tollgate-server --bin tollgate -p tollgate-devtools --bin tollgate-dev -p tollgate-bench --bin tollgate-bench --bin hold-bench --bin iso-bench --bin scen-bench
 target=${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/release
 # TOLLGATE_BIN: another build of the gateway (one saved from an earlier
 # commit), to compare two builds run by run in one session.
 bin=${TOLLGATE_BIN:-$target/tollgate}
+dev=${TOLLGATE_DEV_BIN:-$target/tollgate-dev}
 
 case $UPSTREAM in
 mock)
-    "$bin" mock-upstream --listen "127.0.0.1:$MOCK_PORT" >"$work/mock.log" 2>&1 &
+    "$dev" mock-upstream --listen "127.0.0.1:$MOCK_PORT" >"$work/mock.log" 2>&1 &
     pids+=($!)
     upstream=http://127.0.0.1:$MOCK_PORT/v1
     wait_until "mock upstream" 30 tcp_open 127.0.0.1 "$MOCK_PORT"
@@ -122,7 +123,7 @@ export TOLLGATE__KEYS__ENCRYPTION_KEY=001122334455667788990011223344556677889900
 METRICS_TOKEN=bench-metrics-token-0123456789abcdef0123
 export TOLLGATE__METRICS__TOKEN=$METRICS_TOKEN
 export TOLLGATE_LOG=warn
-key=$("$bin" admin bench-setup --upstream "$upstream" 2>"$work/setup.log") || { cat "$work/setup.log" >&2; exit 1; }
+key=$("$dev" bench-setup --upstream "$upstream" 2>"$work/setup.log") || { cat "$work/setup.log" >&2; exit 1; }
 month=$(TZ=Asia/Shanghai date +%Y-%m)
 # An ablation of the schema: SQL run on the bench database after the
 # migrations, e.g. the ledger's indexes before migration 0015 (docs/scale.md,
@@ -280,7 +281,7 @@ for mode in $MODES; do
     stop_gateway
 done
 if [[ $ISOLATION == 1 && $UPSTREAM == mock ]]; then
-    read -r key_a key_b < <("$bin" admin bench-setup --upstream "$upstream" --isolation 2>>"$work/setup.log") ||
+    read -r key_a key_b < <("$dev" bench-setup --upstream "$upstream" --isolation 2>>"$work/setup.log") ||
         { cat "$work/setup.log" >&2; exit 1; }
     [[ -n ${key_b:-} ]] || die "bench-setup --isolation printed no keys"
     start_gateway lease
@@ -304,12 +305,12 @@ if [[ -n $SCENARIOS && $UPSTREAM == mock ]]; then
     # both would make the short requests wait behind its parsing.
     long_upstream=$upstream
     if [[ $NOISY_NICE != 0 ]]; then
-        nice -n "$NOISY_NICE" "$bin" mock-upstream --listen "127.0.0.1:$((MOCK_PORT + 1))" >"$work/mock-long.log" 2>&1 &
+        nice -n "$NOISY_NICE" "$dev" mock-upstream --listen "127.0.0.1:$((MOCK_PORT + 1))" >"$work/mock-long.log" 2>&1 &
         pids+=($!)
         wait_until "second mock upstream" 30 tcp_open 127.0.0.1 "$((MOCK_PORT + 1))"
         long_upstream=http://127.0.0.1:$((MOCK_PORT + 1))/v1
     fi
-    read -r key_c key_s key_b < <("$bin" admin bench-setup --upstream "$upstream" --long-upstream "$long_upstream" --scenarios 2>>"$work/setup.log") ||
+    read -r key_c key_s key_b < <("$dev" bench-setup --upstream "$upstream" --long-upstream "$long_upstream" --scenarios 2>>"$work/setup.log") ||
         { cat "$work/setup.log" >&2; exit 1; }
     [[ -n ${key_b:-} ]] || die "bench-setup --scenarios printed no keys"
     svg_dir=${SVG_DIR:-$work}

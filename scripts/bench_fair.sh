@@ -55,13 +55,14 @@ ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 ensure_services >/dev/null
 log "building tollgate and fair-bench (release)"
-cargo build -q --release -p tollgate-server --bin tollgate -p tollgate-bench --bin fair-bench
+cargo build -q --release -p tollgate-server --bin tollgate -p tollgate-devtools --bin tollgate-dev -p tollgate-bench --bin fair-bench
 target=${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/release
 bin=${TOLLGATE_BIN:-$target/tollgate}
+dev=${TOLLGATE_DEV_BIN:-$target/tollgate-dev}
 fb=$target/fair-bench
 month_args=(--seed "$SEED" --days "$DAYS" --day-secs "$DAY_SECS" --rate-scale "$RATE_SCALE")
 
-"$bin" mock-upstream --listen "127.0.0.1:$MOCK_PORT" >"$work/mock.log" 2>&1 &
+"$dev" mock-upstream --listen "127.0.0.1:$MOCK_PORT" >"$work/mock.log" 2>&1 &
 pids+=($!)
 upstream=http://127.0.0.1:$MOCK_PORT/v1
 wait_until "mock upstream" 30 tcp_open 127.0.0.1 "$MOCK_PORT"
@@ -108,7 +109,7 @@ for run in $RUNS; do
     prefix=tgfair$$$run
     export TOLLGATE__DATABASE__URL=$db_url TOLLGATE__REDIS__KEY_PREFIX=$prefix
     "$fb" plan "${month_args[@]}" --mode "$run" >"$work/spec-$run.json"
-    "$bin" admin bench-setup --upstream "$upstream" --fair "$(cat "$work/spec-$run.json")" >"$work/keys-$run" 2>"$work/setup-$run.log" ||
+    "$dev" bench-setup --upstream "$upstream" --fair "$(cat "$work/spec-$run.json")" >"$work/keys-$run" 2>"$work/setup-$run.log" ||
         { cat "$work/setup-$run.log" >&2; exit 1; }
     # shellcheck disable=SC2086
     before=$(books_of $tenants)

@@ -5,14 +5,14 @@
 # $month and helpers. Its own database (tollgate_scale) is dropped at the end.
 #
 #   1. a catalog of SCALE_KEYS keys over SCALE_TENANTS tenants (bulk-created
-#      by `tollgate admin load-keys`): a replica's start-up time (spawn to
+#      by `tollgate-dev load-keys`): a replica's start-up time (spawn to
 #      /healthz and a first admitted request) and RSS; then SCALE_CREATES
 #      keys created through replica A's admin API and used at once on A and
 #      on B alternately: first calls refused, create → first 200 p50/p99,
 #      revocation → first 401 p50/p99 (every 10th key), RSS of A and B
 #      before and after;
 #   2. ledgers of SCALE_EVENTS events (each loaded afresh, e.g. 1M then 10M)
-#      in the current month, written by `tollgate admin load-ledger` (the ledger's
+#      in the current month, written by `tollgate-dev load-ledger` (the ledger's
 #      own insert, rollups included; SCALE_END_USERS end users): bills API,
 #      bill CSV, FOCUS export (first byte and whole), console dashboard,
 #      request log first page and a deep page (cursor followed
@@ -76,7 +76,7 @@ scale_bench() {
     export TOLLGATE__AUTH__JWT_SECRET=scale-bench-jwt-secret-0123456789abcdef0123456789
     export TOLLGATE__AUTH__COOKIE_SECURE=false
     export TOLLGATE_LOG=warn
-    scale_key=$("$bin" admin bench-setup --upstream "$upstream" 2>"$work/scale-setup.log") ||
+    scale_key=$("$dev" bench-setup --upstream "$upstream" 2>"$work/scale-setup.log") ||
         { cat "$work/scale-setup.log" >&2; exit 1; }
     local pw=scale-bench-password-0123456789
     "$bin" admin create-user --email scale@bench.local --password "$pw" --role platform_admin >/dev/null
@@ -84,7 +84,7 @@ scale_bench() {
 
     # 1. The catalog.
     log "scale: loading $SCALE_KEYS keys over $SCALE_TENANTS tenants"
-    out=$("$bin" admin load-keys --keys "$SCALE_KEYS" --tenants "$SCALE_TENANTS" 2>/dev/null)
+    out=$("$dev" load-keys --keys "$SCALE_KEYS" --tenants "$SCALE_TENANTS" 2>/dev/null)
     S[load_keys]=$out
     S[keys_in_db]=$(psql_url "$sdb" -At -c "SELECT count(*) FROM virtual_keys")
     port_a=$(free_port 18181)
@@ -111,7 +111,7 @@ scale_bench() {
         # start, which depends on the plan's size, so a larger plan does not
         # repeat a smaller one's ids (docs/scale.md, "The loader").
         psql_url "$sdb" -c "TRUNCATE usage_events, usage_rollups, usage_month_rollups, usage_day_rollups" >/dev/null
-        out=$("$bin" admin load-ledger --events "$n" --tenants "$SCALE_LEDGER_TENANTS" --apps "$SCALE_LEDGER_APPS" \
+        out=$("$dev" load-ledger --events "$n" --tenants "$SCALE_LEDGER_TENANTS" --apps "$SCALE_LEDGER_APPS" \
             --end-users "$SCALE_END_USERS" --period "$month" --parallel "$SCALE_LOAD_PARALLEL" \
             --batch "$SCALE_LOAD_BATCH" 2>/dev/null)
         S[$n.load]=$out

@@ -27,7 +27,9 @@ export TOLLGATE__KEYS__ENCRYPTION_KEY=001122334455667788990011223344556677889900
 export TOLLGATE_LOG=warn
 
 # gw_start NAME BIN PORT [SETUP_BIN]: a fresh database and Redis prefix, the
-# bench tenant seeded by SETUP_BIN's `admin bench-setup` (default BIN), BIN
+# bench tenant seeded by SETUP_BIN's bench-setup (default: the tollgate-dev
+# beside BIN; a build older than tollgate-dev has it as `tollgate admin
+# bench-setup`, so a SETUP_BIN not named tollgate-dev is asked that way), BIN
 # serving on PORT; sets gw (its pid) and lua (the wrk script with its key).
 # A SETUP_BIN (or BIN) named bare-proxy is the stack's floor
 # (crates/bench/src/bare_proxy.rs): no setup and no key, a plain
@@ -41,7 +43,11 @@ gw_start() {
     else
         pg_recreate_db "$db_url" >/dev/null
         export TOLLGATE__REDIS__KEY_PREFIX=tgab$$$name$RANDOM
-        key=$("${4:-$bin}" admin bench-setup --upstream http://127.0.0.1:18080/v1 2>"$W/setup.log")
+        local setup=${4:-$(dirname "$bin")/tollgate-dev}
+        [[ -x $setup ]] || setup=$bin
+        local verb=(bench-setup)
+        [[ $(basename "$setup") == tollgate-dev ]] || verb=(admin bench-setup)
+        key=$("$setup" "${verb[@]}" --upstream http://127.0.0.1:18080/v1 2>"$W/setup.log")
         "$bin" serve --listen "127.0.0.1:$port" >"$W/gw-$name.log" 2>&1 &
         gw=$!
         until curl -fs -o /dev/null "http://127.0.0.1:$port/healthz"; do sleep 0.05; done

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Bring up the services, build tollgate (debug) and run `tollgate serve --demo`.
+# Bring up the services, build tollgate-dev (debug) and run `tollgate-dev demo`
+# (the demo platform on a built-in mock provider, served as `tollgate serve` serves).
 # Extra arguments go to `serve`. Environment defaults (only when unset):
 #   TOLLGATE__DATABASE__URL          postgres://postgres@127.0.0.1:5432/tollgate
 #   TOLLGATE__REDIS__URL             redis://127.0.0.1:6379
@@ -24,12 +25,12 @@ ch_query "CREATE DATABASE IF NOT EXISTS \`$TOLLGATE__CLICKHOUSE__DATABASE\`" "$T
     die "clickhouse: could not create database $TOLLGATE__CLICKHOUSE__DATABASE"
 
 have cargo || die "cargo not found: install Rust (rustup) and make sure cargo is on PATH"
-log "building tollgate (debug)"
-cargo build -p tollgate-server --bin tollgate
+log "building tollgate-dev (debug)"
+cargo build -p tollgate-devtools --bin tollgate-dev
 
 target_dir=${CARGO_TARGET_DIR:-target}
 [[ $target_dir == /* ]] || target_dir=$TOLLGATE_ROOT/$target_dir
-bin=$target_dir/debug/tollgate
+bin=$target_dir/debug/tollgate-dev
 [[ -x $bin ]] || die "built binary not found at $bin"
 
-exec "$bin" serve --demo "$@"
+exec "$bin" demo "$@"

@@ -45,8 +45,9 @@ ensure_services >/dev/null
 have nginx || apt_install nginx
 have wrk || apt_install wrk
 log "building tollgate (release)"
-cargo build -q --release -p tollgate-server --bin tollgate
+cargo build -q --release -p tollgate-server --bin tollgate -p tollgate-devtools --bin tollgate-dev
 bin=${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/release/tollgate
+dev=${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/release/tollgate-dev
 FLOOR_PORT=${FLOOR_PORT:-18093}
 if [[ " $* " == *" stack-floor "* ]]; then
     cargo build -q --release -p tollgate-bench --bin bare-proxy
@@ -73,7 +74,7 @@ export TOLLGATE__REDIS__KEY_PREFIX=tgpeers$$
 export TOLLGATE__KEYS__PEPPER=peers-pepper-0123456789abcdef0123456789abcdef
 export TOLLGATE__KEYS__ENCRYPTION_KEY=0011223344556677889900112233445566778899001122334455667788990011
 export TOLLGATE_LOG=warn
-key=$("$bin" admin bench-setup --upstream http://127.0.0.1:18080/v1 2>"$work/setup.log") ||
+key=$("$dev" bench-setup --upstream http://127.0.0.1:18080/v1 2>"$work/setup.log") ||
     { cat "$work/setup.log" >&2; exit 1; }
 "$bin" serve --listen "127.0.0.1:$GW_PORT" >"$work/gw.log" 2>&1 &
 pids+=($!)

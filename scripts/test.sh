@@ -172,8 +172,8 @@ redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" -n "$smoke_redis_db" flushdb >/dev/n
 
 # Build first so that the timeout below covers start-up, not compilation
 # (dev.sh's own build is then a no-op).
-log "dev.sh smoke: building tollgate"
-cargo build -q -p tollgate-server --bin tollgate
+log "dev.sh smoke: building tollgate-dev"
+cargo build -q -p tollgate-devtools --bin tollgate-dev
 
 log "dev.sh smoke: starting scripts/dev.sh on 127.0.0.1:$smoke_port (logs in $smoke_dir)"
 # setsid: dev.sh (and the server it execs) lead their own process group, so
@@ -216,7 +216,7 @@ curl -s -H "Authorization: Bearer $smoke_metrics_token" "$smoke_base/metrics" \
 curl -s -H 'Authorization: Bearer tg-not-a-real-key' -d '{}' "$smoke_base/v1/chat/completions" \
     >"$TOLLGATE_TEST_LOG_DIR/smoke-error-body.json" || true
 smoke_stop
-# The server's log is scanned; its stdout is not: `serve --demo` prints the
+# The server's log is scanned; its stdout is not: `tollgate-dev demo` prints the
 # demo key there once, on purpose (the curl line above).
 mv "$smoke_err" "$TOLLGATE_TEST_LOG_DIR/smoke-server.log"
 rm -rf "$smoke_dir"

@@ -577,7 +577,7 @@ async fn the_compose_healthchecks_answer_2xx_against_a_real_server() {
         assert!(services.contains_key(s), "service {s} in {services:?}");
     }
     let env = TestEnv::new().await;
-    // The same `serve` (compose adds --demo, which only seeds data).
+    // The same `serve` (compose runs `tollgate-dev demo`, which seeds data first).
     let srv = env.server().await;
     let ours = base_of(&srv);
     let clickhouse = std::env::var("TOLLGATE_TEST_CLICKHOUSE_URL")

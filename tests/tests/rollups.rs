@@ -1,9 +1,9 @@
 //! Rollups: a month loaded through the ledger path bills exactly what its
 //! events sum to, and `reconcile --check` names a tampered rollup row.
 
+use devtools::load_ledger::{load, LoadPlan};
 use e2e::*;
 use jobs::JobSettings;
-use server::load_ledger::{load, LoadPlan};
 use sqlx::Row;
 use std::collections::BTreeMap;
 

@@ -1,33 +1,26 @@
 //! The command-line verbs (docs/design.md §12). Operators script against them: keep
 //! names and flags stable.
 
+use crate::app;
 use crate::config::Config;
-use crate::{app, demo};
 use anyhow::Context;
 use std::net::SocketAddr;
 use store::{passwords, Store, TenantScope};
 use tokio::net::TcpListener;
 
-pub async fn serve(mut cfg: Config, listen: Option<String>, demo_mode: bool) -> anyhow::Result<()> {
+pub async fn serve(cfg: Config, listen: Option<String>) -> anyhow::Result<()> {
+    serve_then(cfg, listen, |_| {}).await
+}
+
+/// `serve`, with `after_start` called with the address once the server
+/// listens (after the banner): the dev binary prints its demo users there.
+pub async fn serve_then(
+    mut cfg: Config,
+    listen: Option<String>,
+    after_start: impl FnOnce(SocketAddr),
+) -> anyhow::Result<()> {
     if let Some(l) = listen {
         cfg.server.listen = l;
-    }
-    let mut demo_key = None;
-    if demo_mode {
-        cfg = cfg.with_demo_secrets();
-        let (mock_url, _stats) = mock_upstream::spawn(mock_upstream::MockConfig {
-            latency_ms: cfg.mock.latency_ms,
-            output_tokens: cfg.mock.output_tokens,
-            chunk_delay_ms: cfg.mock.chunk_delay_ms,
-            ..Default::default()
-        })
-        .await;
-        let store = Store::connect(&cfg.database.url, 4)
-            .await
-            .context("cannot connect to PostgreSQL")?;
-        store.migrate().await?;
-        demo_key = Some(demo::seed(&store, &mock_url, &cfg.pepper()?).await?);
-        tracing::info!(upstream = %mock_url, "demo platform seeded; built-in mock upstream running");
     }
     tracing::info!(config = ?cfg, "starting");
     let listener = TcpListener::bind(&cfg.server.listen)
@@ -39,45 +32,23 @@ pub async fn serve(mut cfg: Config, listen: Option<String>, demo_mode: bool) -> 
         (None, Some(_)) => format!("http://{}/metrics (Bearer metrics.token)", running.addr),
         (None, None) => "off (set metrics.listen or metrics.token)".into(),
     };
-    print_banner(running.addr, &metrics, demo_key.as_ref());
+    print_banner(running.addr, &metrics);
+    after_start(running.addr);
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
     shutdown_signal().await;
     tracing::info!("shutting down: finishing in-flight requests and draining the ledger");
     running.shutdown().await;
     Ok(())
 }
 
-fn print_banner(addr: SocketAddr, metrics: &str, demo_key: Option<&demo::DemoKey>) {
+fn print_banner(addr: SocketAddr, metrics: &str) {
     let url = format!("http://{addr}");
     println!("tollgate is serving on {url}");
     println!("  OpenAI-compatible API: {url}/v1    health: {url}/healthz    metrics: {metrics}");
     println!(
         "  console: {url}/console    admin API: {url}/api/v1 (OpenAPI: {url}/api/v1/openapi.json)"
     );
-    if let Some(k) = demo_key {
-        println!("demo users (sign in to the console at {url}/console/login):");
-        println!(
-            "  platform admin: {} / {}",
-            demo::ADMIN_EMAIL,
-            demo::ADMIN_PASSWORD
-        );
-        println!(
-            "  finance:        {} / {}",
-            demo::FINANCE_EMAIL,
-            demo::FINANCE_PASSWORD
-        );
-        println!(
-            "demo key for tenant {:?}, app {:?} (shown once):",
-            k.tenant, k.app
-        );
-        println!("  {}", k.key);
-        println!("try it:");
-        println!(
-            "curl -sS {url}/v1/chat/completions -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' -d '{{\"model\":\"gpt-4o-mini\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hello, tollgate!\"}}]}}'",
-            k.key
-        );
-    }
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
 }
 
 async fn shutdown_signal() {
@@ -155,66 +126,6 @@ pub async fn audit_verify(cfg: &Config) -> anyhow::Result<bool> {
             Ok(false)
         }
     }
-}
-
-pub async fn mock_upstream(cfg: &Config, listen: Option<String>) -> anyhow::Result<()> {
-    let addr = listen.unwrap_or_else(|| cfg.mock.listen.clone());
-    let listener = TcpListener::bind(&addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
-    println!(
-        "mock upstream serving on http://{}/v1",
-        listener.local_addr()?
-    );
-    let personality =
-        mock_upstream::Personality::parse(&cfg.mock.personality).map_err(anyhow::Error::msg)?;
-    let mock = mock_upstream::MockConfig {
-        latency_ms: cfg.mock.latency_ms,
-        output_tokens: cfg.mock.output_tokens,
-        chunk_delay_ms: cfg.mock.chunk_delay_ms,
-        personality,
-        ..Default::default()
-    };
-    mock_upstream::serve(listener, mock, Default::default()).await?;
-    Ok(())
-}
-
-pub async fn bench_setup(
-    cfg: &Config,
-    (upstream, long_upstream): (&str, Option<&str>),
-    isolation: bool,
-    scenarios: bool,
-    fair: Option<&str>,
-) -> anyhow::Result<()> {
-    let store = Store::connect(&cfg.database.url, 2)
-        .await
-        .context("cannot connect to PostgreSQL")?;
-    store.migrate().await?;
-    let pepper = cfg.clone().with_demo_secrets().pepper()?;
-    if let Some(spec) = fair {
-        let spec: crate::demo::FairSpec =
-            serde_json::from_str(spec).context("--fair: the spec `fair-bench plan` writes")?;
-        for (tenant, key) in crate::demo::seed_fair(&store, upstream, &pepper, &spec).await? {
-            println!("{tenant} {key}");
-        }
-    } else if scenarios {
-        let [c, s, b] = crate::demo::seed_scenarios(
-            &store,
-            (upstream, long_upstream.unwrap_or(upstream)),
-            &pepper,
-        )
-        .await?;
-        println!("{c} {s} {b}");
-    } else if isolation {
-        let (a, b) = crate::demo::seed_isolation(&store, upstream, &pepper).await?;
-        println!("{a} {b}");
-    } else {
-        println!(
-            "{}",
-            crate::demo::seed_bench(&store, upstream, &pepper).await?
-        );
-    }
-    Ok(())
 }
 
 /// The jobs' context for a command-line run.
@@ -306,52 +217,6 @@ pub async fn run_job(
         }
     }
     Ok(r)
-}
-
-/// `tollgate admin load-ledger`: a synthetic month through the ledger path.
-pub async fn load_ledger(
-    cfg: &Config,
-    events: u64,
-    (tenants, apps, end_users): (u32, u32, u32),
-    period: &str,
-    batch: Option<usize>,
-    parallel: usize,
-) -> anyhow::Result<crate::load_ledger::LoadReport> {
-    let parallel = parallel.max(1);
-    let store = Store::connect(&cfg.database.url, parallel as u32 + 1).await?;
-    store.migrate().await?;
-    let plan = crate::load_ledger::LoadPlan {
-        events,
-        tenants,
-        apps,
-        end_users,
-        period: period.to_string(),
-        batch: batch.unwrap_or(cfg.gateway.ledger_batch),
-        parallel,
-        progress: true,
-    };
-    let r = crate::load_ledger::load(&store, &plan).await?;
-    println!(
-        "load-ledger: {} new events of {events} in {:.1}s: {:.0} events/s",
-        r.events_written,
-        r.seconds,
-        r.events_per_sec()
-    );
-    Ok(r)
-}
-
-/// `tollgate admin load-keys`: a large catalog of keys.
-pub async fn load_keys(cfg: &Config, keys: u64, tenants: u32) -> anyhow::Result<()> {
-    let store = Store::connect(&cfg.database.url, 2).await?;
-    store.migrate().await?;
-    let pepper = cfg.clone().with_demo_secrets().pepper()?;
-    let started = std::time::Instant::now();
-    let n = crate::load_ledger::load_keys(&store, &pepper, keys, tenants).await?;
-    println!(
-        "load-keys: {n} keys over {tenants} tenants in {:.1}s",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
 }
 
 /// `tollgate reconcile --check [--period P]`: prints every difference;

@@ -609,7 +609,7 @@ impl Default for MockUpstreamConfig {
     }
 }
 
-/// Development-only secrets used by `serve --demo` when none are configured.
+/// Development-only secrets used by `tollgate-dev demo` (and the benchmarks' seeding) when none are configured.
 /// A production start without configured secrets is refused.
 const DEMO_PEPPER: &str = "tollgate-demo-pepper-not-for-production-use-0001";
 const DEMO_ENCRYPTION_KEY: &str =

@@ -9,8 +9,6 @@ use {clap as _, libc as _, metrics as _, sqlx as _, tracing_subscriber as _};
 pub mod app;
 pub mod commands;
 pub mod config;
-pub mod demo;
-pub mod load_ledger;
 pub mod metrics_endpoint;
 pub mod redis_policy;
 pub mod routing_config;

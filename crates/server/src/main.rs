@@ -82,9 +82,6 @@ enum Command {
     Serve {
         #[arg(long)]
         listen: Option<String>,
-        /// Migrate, seed a demo platform on a built-in mock upstream, print a curl line.
-        #[arg(long)]
-        demo: bool,
     },
     /// Apply the Postgres and ClickHouse schemas.
     Migrate,
@@ -113,22 +110,6 @@ enum Command {
     Prices {
         #[command(subcommand)]
         command: PricesCommand,
-    },
-    /// An OpenAI-compatible fake provider for demos, tests and benchmarks.
-    MockUpstream {
-        #[arg(long)]
-        listen: Option<String>,
-        #[arg(long)]
-        latency_ms: Option<u64>,
-        #[arg(long)]
-        output_tokens: Option<u32>,
-        #[arg(long)]
-        chunk_delay_ms: Option<u64>,
-        /// Behave like a real provider: `max_tokens_only`,
-        /// `max_completion_tokens_only`, `hidden_reasoning=N`,
-        /// `absurd_usage=huge|max|negative|float|text`, comma-separated.
-        #[arg(long)]
-        personality: Option<String>,
     },
 }
 
@@ -184,66 +165,6 @@ enum AdminCommand {
         #[arg(long)]
         tenant: Option<String>,
     },
-    /// Create (or reuse) the `bench` tenant with every limit set high enough
-    /// not to run out, a model `gpt-4o-mini` on the given upstream, and print
-    /// a fresh key. Used by scripts/bench.sh and bench/peers/peers.sh.
-    ///
-    /// With `--isolation`: instead, tenants `iso-a` and `iso-b` (in-flight
-    /// limit 2 each) for the isolation benchmark; prints A's key, a space
-    /// and B's key.
-    ///
-    /// With `--scenarios`: instead, tenants `scn-core`, `scn-standard` and
-    /// `scn-batch` (every limit kind set) and the models of the load
-    /// scenarios; prints their three keys, space-separated.
-    BenchSetup {
-        #[arg(long)]
-        upstream: String,
-        /// With `--scenarios`: the upstream of `gpt-4.1`, the long prompts'
-        /// model (default: `--upstream`).
-        #[arg(long, requires = "scenarios")]
-        long_upstream: Option<String>,
-        #[arg(long)]
-        isolation: bool,
-        #[arg(long, conflicts_with = "isolation")]
-        scenarios: bool,
-        /// The fairness benchmark's tenants and pool: the JSON spec that
-        /// `fair-bench plan` prints (scripts/bench_fair.sh).
-        #[arg(long, conflicts_with_all = ["isolation", "scenarios"])]
-        fair: Option<String>,
-    },
-    /// Write a synthetic month of usage events (and their rollups) through
-    /// the ledger's own write path, with tenants `load-00000`… and their
-    /// apps; prints events per second. For capacity planning and benchmarks.
-    LoadLedger {
-        #[arg(long)]
-        events: u64,
-        #[arg(long, default_value_t = 100)]
-        tenants: u32,
-        #[arg(long, default_value_t = 5)]
-        apps: u32,
-        /// End users the events are spread over (0: none).
-        #[arg(long, default_value_t = 0)]
-        end_users: u32,
-        /// YYYY-MM
-        #[arg(long)]
-        period: String,
-        /// Events per insert (default: the gateway's `ledger_batch`).
-        #[arg(long)]
-        batch: Option<usize>,
-        /// Inserts in flight at once, each on its own connection (the
-        /// events and their order within a batch stay the same).
-        #[arg(long, default_value_t = 1)]
-        parallel: usize,
-    },
-    /// Create N virtual keys spread over tenants `load-00000`… (each with
-    /// an app `app-0`), in batches of one statement each: a large catalog
-    /// for the scale benchmark. The keys' plaintexts are not kept.
-    LoadKeys {
-        #[arg(long)]
-        keys: u64,
-        #[arg(long, default_value_t = 100)]
-        tenants: u32,
-    },
 }
 
 /// No transparent huge pages for this process. mimalloc asks for them on
@@ -282,9 +203,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<bool> {
-    let mut cfg = Config::load(cli.config.as_deref())?;
+    let cfg = Config::load(cli.config.as_deref())?;
     match cli.command {
-        Command::Serve { listen, demo } => commands::serve(cfg, listen, demo).await.map(|_| true),
+        Command::Serve { listen } => commands::serve(cfg, listen).await.map(|_| true),
         Command::Migrate => commands::migrate(&cfg).await.map(|_| true),
         Command::Admin {
             command:
@@ -297,48 +218,6 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         } => commands::create_user(&cfg, &email, &password, &role, tenant.as_deref())
             .await
             .map(|_| true),
-        Command::Admin {
-            command:
-                AdminCommand::BenchSetup {
-                    upstream,
-                    long_upstream,
-                    isolation,
-                    scenarios,
-                    fair,
-                },
-        } => commands::bench_setup(
-            &cfg,
-            (&upstream, long_upstream.as_deref()),
-            isolation,
-            scenarios,
-            fair.as_deref(),
-        )
-        .await
-        .map(|_| true),
-        Command::Admin {
-            command:
-                AdminCommand::LoadLedger {
-                    events,
-                    tenants,
-                    apps,
-                    end_users,
-                    period,
-                    batch,
-                    parallel,
-                },
-        } => commands::load_ledger(
-            &cfg,
-            events,
-            (tenants, apps, end_users),
-            &period,
-            batch,
-            parallel,
-        )
-        .await
-        .map(|_| true),
-        Command::Admin {
-            command: AdminCommand::LoadKeys { keys, tenants },
-        } => commands::load_keys(&cfg, keys, tenants).await.map(|_| true),
         Command::AuditVerify => commands::audit_verify(&cfg).await,
         Command::Jobs {
             command: JobsCommand::Run { job, now, day },
@@ -360,27 +239,6 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                     round,
                 },
         } => commands::prices_import(&cfg, &file, apply, effective_from.as_deref(), round).await,
-        Command::MockUpstream {
-            listen,
-            latency_ms,
-            output_tokens,
-            chunk_delay_ms,
-            personality,
-        } => {
-            if let Some(v) = personality {
-                cfg.mock.personality = v;
-            }
-            if let Some(v) = latency_ms {
-                cfg.mock.latency_ms = v;
-            }
-            if let Some(v) = output_tokens {
-                cfg.mock.output_tokens = v;
-            }
-            if let Some(v) = chunk_delay_ms {
-                cfg.mock.chunk_delay_ms = v;
-            }
-            commands::mock_upstream(&cfg, listen).await.map(|_| true)
-        }
     }
 }
 

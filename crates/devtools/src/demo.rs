@@ -1,4 +1,4 @@
-//! `serve --demo`: a whole platform to look at, on the built-in mock upstream.
+//! `tollgate-dev demo`: a whole platform to look at, on the built-in mock upstream.
 //! Idempotent: a second start reuses what the first created, points the demo
 //! models at this run's mock, and issues a fresh key for the printed curl line.
 
