@@ -27,9 +27,10 @@ export TOLLGATE__KEYS__ENCRYPTION_KEY=001122334455667788990011223344556677889900
 export TOLLGATE_LOG=warn
 
 # gw_start NAME BIN PORT [SETUP_BIN]: a fresh database and Redis prefix, the
-# bench tenant seeded by SETUP_BIN's bench-setup (default: the tollgate-dev
-# beside BIN; a build older than tollgate-dev has it as `tollgate admin
-# bench-setup`, so a SETUP_BIN not named tollgate-dev is asked that way), BIN
+# bench tenant seeded by the tollgate-dev beside SETUP_BIN (default BIN), or
+# by SETUP_BIN itself when it is a tollgate-dev; a build with no tollgate-dev
+# beside it is older than tollgate-dev and asked `tollgate admin
+# bench-setup`, as it had it then. BIN
 # serving on PORT; sets gw (its pid) and lua (the wrk script with its key).
 # A SETUP_BIN (or BIN) named bare-proxy is the stack's floor
 # (crates/bench/src/bare_proxy.rs): no setup and no key, a plain
@@ -43,8 +44,9 @@ gw_start() {
     else
         pg_recreate_db "$db_url" >/dev/null
         export TOLLGATE__REDIS__KEY_PREFIX=tgab$$$name$RANDOM
-        local setup=${4:-$(dirname "$bin")/tollgate-dev}
-        [[ -x $setup ]] || setup=$bin
+        local setup=${4:-$bin}
+        [[ $(basename "$setup") == tollgate-dev || ! -x $(dirname "$setup")/tollgate-dev ]] ||
+            setup=$(dirname "$setup")/tollgate-dev
         local verb=(bench-setup)
         [[ $(basename "$setup") == tollgate-dev ]] || verb=(admin bench-setup)
         key=$("$setup" "${verb[@]}" --upstream http://127.0.0.1:18080/v1 2>"$W/setup.log")

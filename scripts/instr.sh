@@ -12,6 +12,8 @@
 # tollgate-bench --bin bare-proxy`) is counted the same way, as a
 # pass-through in front of the same upstream (builds.sh's gw_start):
 #   ROUNDS=1 DUR=15 ./scripts/instr.sh floor=$CARGO_TARGET_DIR/release/bare-proxy cur=/path/bin
+# Each build's bench tenant is seeded by the tollgate-dev beside it (build
+# both: `cargo build --release -p tollgate-server -p tollgate-devtools`).
 # Under valgrind SHA-256 runs in software (no SHA-NI), so hashing counts
 # more than it costs natively.
 set -euo pipefail

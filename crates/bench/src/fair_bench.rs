@@ -3,7 +3,7 @@
 //! minute and a half, replayed against the gateway on the mock upstream,
 //! then judged from the records alone.
 //!
-//! - `plan` prints the tenants' spec (JSON, for `tollgate admin bench-setup
+//! - `plan` prints the tenants' spec (JSON, for `tollgate-dev bench-setup
 //!   --fair`): budgets sized from the month's offered load, so that some
 //!   tenants stay well inside theirs and the bursty ones run past it and
 //!   borrow, and a pool that is tight by the end of the month.
@@ -53,7 +53,7 @@ struct Month {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// The tenants' spec for `tollgate admin bench-setup --fair`.
+    /// The tenants' spec for `tollgate-dev bench-setup --fair`.
     Plan {
         #[command(flatten)]
         month: Month,
