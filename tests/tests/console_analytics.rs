@@ -167,11 +167,7 @@ async fn analytics_figures_equal_the_ledger_a_tenant_admin_sees_their_own_and_a_
     }
     let mut key_ids = Vec::new();
     for (t, a, name) in KEYS {
-        key_ids.push(
-            env.named_key(t, a, name, domain::Limits::default())
-                .await
-                .0,
-        );
+        key_ids.push(env.named_key(t, a, name, domain::Limits::default()).await.0);
     }
     user(&env, "pa@x.io", "platform_admin", None).await;
     user(&env, "fin@x.io", "finance", None).await;
@@ -192,7 +188,12 @@ async fn analytics_figures_equal_the_ledger_a_tenant_admin_sees_their_own_and_a_
     .await
     .unwrap()
     .iter()
-    .map(|r| (r.get("day"), Sums([r.get("r"), r.get("i"), r.get("o"), r.get("c")])))
+    .map(|r| {
+        (
+            r.get("day"),
+            Sums([r.get("r"), r.get("i"), r.get("o"), r.get("c")]),
+        )
+    })
     .collect();
     let mut written: BTreeMap<String, Sums> = BTreeMap::new();
     for e in &events {
@@ -215,7 +216,11 @@ async fn analytics_figures_equal_the_ledger_a_tenant_admin_sees_their_own_and_a_
         })
         .collect();
     assert_eq!(rows(&ui, "#analytics-days tbody tr[data-day]").await, want);
-    assert_eq!(ui.count("#spend-chart circle.dot").await, 7, "one dot a day");
+    assert_eq!(
+        ui.count("#spend-chart circle.dot").await,
+        7,
+        "one dot a day"
+    );
     let titles =
         ui.c.execute(
             "return [...document.querySelectorAll('#spend-chart circle.dot title')].map(t => t.textContent)",
@@ -226,7 +231,12 @@ async fn analytics_figures_equal_the_ledger_a_tenant_admin_sees_their_own_and_a_
     let want_titles: Vec<String> = first
         .iter_days()
         .take(7)
-        .map(|d| format!("Spend · {d}: {}", MicroUsd(written[&d.to_string()].0[3]).shown()))
+        .map(|d| {
+            format!(
+                "Spend · {d}: {}",
+                MicroUsd(written[&d.to_string()].0[3]).shown()
+            )
+        })
         .collect();
     assert_eq!(titles, serde_json::json!(want_titles));
     let week: Vec<&UsageEvent> = events
@@ -257,7 +267,13 @@ async fn analytics_figures_equal_the_ledger_a_tenant_admin_sees_their_own_and_a_
     ui.wait("#analytics-top").await;
     let all: Vec<&UsageEvent> = events.iter().collect();
     let name_of = |id: &str| KEYS[key_ids.iter().position(|k| k == id).unwrap()].2;
-    let tenant_name = |id: &str| if id == "acme" { "Acme Corp" } else { "Globex Inc" };
+    let tenant_name = |id: &str| {
+        if id == "acme" {
+            "Acme Corp"
+        } else {
+            "Globex Inc"
+        }
+    };
     // Four keys: all of them within a top 25, none left over.
     let (top, rest, count) = top_n(&all, |e| (e.tenant_id.clone(), e.key_id.clone()), 25);
     assert_eq!((top.len(), count, rest), (4, 4, Sums::default()));
@@ -282,12 +298,7 @@ async fn analytics_figures_equal_the_ledger_a_tenant_admin_sees_their_own_and_a_
     ui.wait("#analytics-top").await;
     let (top, rest, count) = top_n(
         &all,
-        |e| {
-            (
-                e.tenant_id.clone(),
-                e.attribution.tags["project"].clone(),
-            )
-        },
+        |e| (e.tenant_id.clone(), e.attribution.tags["project"].clone()),
         5,
     );
     assert_eq!(count, 4);
@@ -318,12 +329,18 @@ async fn analytics_figures_equal_the_ledger_a_tenant_admin_sees_their_own_and_a_
         },
         5,
     );
-    assert_eq!(count, 4, "acme's three users and globex's requests without one");
+    assert_eq!(
+        count, 4,
+        "acme's three users and globex's requests without one"
+    );
     assert_eq!(rest, Sums::default());
     let got = rows(&ui, "#analytics-top tbody tr.top-row").await;
     for (row, ((tenant, user), s)) in got.iter().zip(&top) {
         let shown = if user.is_empty() { "(none)" } else { user };
-        assert_eq!((row[1].as_str(), row[2].as_str()), (tenant_name(tenant), shown));
+        assert_eq!(
+            (row[1].as_str(), row[2].as_str()),
+            (tenant_name(tenant), shown)
+        );
         assert_eq!(row[3], s.cells()[0]);
         assert_eq!(row[5..], s.cells()[1..]);
     }
@@ -469,7 +486,10 @@ async fn analytics_figures_equal_the_ledger_a_tenant_admin_sees_their_own_and_a_
             .await
             .unwrap();
         assert!(v["width"].as_f64().unwrap() <= 400.0, "{v}");
-        assert!(v["wide"].as_f64().unwrap() <= 1.0, "{who} {path}: scrolls sideways: {v}");
+        assert!(
+            v["wide"].as_f64().unwrap() <= 1.0,
+            "{who} {path}: scrolls sideways: {v}"
+        );
         assert!(v["n"].as_u64().unwrap() >= 20, "{v}");
         assert!(
             v["min"].as_f64().unwrap() >= 10.0,
@@ -478,9 +498,12 @@ async fn analytics_figures_equal_the_ledger_a_tenant_admin_sees_their_own_and_a_
         assert_eq!(v["overlaps"], serde_json::json!([]), "{path}: {v}");
     }
     ui.shot("analytics-04-phone").await;
-    ui.c.execute("document.querySelector('#analytics-top').scrollIntoView()", vec![])
-        .await
-        .unwrap();
+    ui.c.execute(
+        "document.querySelector('#analytics-top').scrollIntoView()",
+        vec![],
+    )
+    .await
+    .unwrap();
     ui.shot("analytics-05-phone-top").await;
 
     ui.c.close().await.unwrap();

@@ -199,7 +199,10 @@ fn short_count(v: i64) -> String {
 /// the console shows money (`$0.04`).
 fn short_money(v: i64) -> String {
     if v >= 10_000_000 {
-        format!("${}", domain::money::group_thousands((v / 1_000_000) as u64))
+        format!(
+            "${}",
+            domain::money::group_thousands((v / 1_000_000) as u64)
+        )
     } else {
         MicroUsd(v).shown()
     }
@@ -394,7 +397,10 @@ impl AnalyticsPage {
     }
 
     fn error(&self, field: &str) -> Option<&'static str> {
-        self.errors.iter().find(|(f, _)| *f == field).map(|(_, k)| *k)
+        self.errors
+            .iter()
+            .find(|(f, _)| *f == field)
+            .map(|(_, k)| *k)
     }
 }
 
@@ -476,7 +482,9 @@ pub async fn show(
         Err(errors) => {
             page.errors = errors;
             let html = page.render().map_err(PageError::from)?;
-            return Ok((StatusCode::UNPROCESSABLE_ENTITY, axum::response::Html(html)).into_response());
+            return Ok(
+                (StatusCode::UNPROCESSABLE_ENTITY, axum::response::Html(html)).into_response(),
+            );
         }
     };
     // A range of 7 or 30 days shows its dates in the form.
@@ -535,7 +543,10 @@ pub async fn show(
         day_chart(
             ("spend-chart", "analytics.spend_per_day"),
             &days,
-            vec![(lang.t("analytics.spend").to_string(), pick(|s| s.cost_micro))],
+            vec![(
+                lang.t("analytics.spend").to_string(),
+                pick(|s| s.cost_micro),
+            )],
             true,
         ),
         day_chart(
@@ -652,7 +663,10 @@ mod tests {
         f.top = "11".into();
         assert_eq!(
             read_form(&f, today).unwrap_err(),
-            [("tag", "analytics.err_tag_needed"), ("top", "analytics.err_top")]
+            [
+                ("tag", "analytics.err_tag_needed"),
+                ("top", "analytics.err_top")
+            ]
         );
         f.tag = "Bad Key".into();
         f.top = "25".into();
