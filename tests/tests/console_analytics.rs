@@ -113,13 +113,16 @@ async fn rows(ui: &Ui, css: &str) -> Vec<Vec<String>> {
     serde_json::from_value(v).unwrap()
 }
 
+/// A top-N line: (tenant, group) and its sums.
+type Line = ((String, String), Sums);
+
 /// The top `n` groups of `events` by cost (then requests, tenant, group),
 /// the page's order, and the sums of the rest.
 fn top_n(
     events: &[&UsageEvent],
     group: impl Fn(&UsageEvent) -> (String, String),
     n: usize,
-) -> (Vec<((String, String), Sums)>, Sums, usize) {
+) -> (Vec<Line>, Sums, usize) {
     let mut by: BTreeMap<(String, String), Sums> = BTreeMap::new();
     let mut total = Sums::default();
     for e in events {
