@@ -477,6 +477,17 @@ pub async fn show(
         others: None,
         purged: vec![],
     };
+    // Empty fields read as their defaults, and the form shows them so
+    // (a refused form too).
+    for (field, default) in [
+        (&mut page.f.range, "7"),
+        (&mut page.f.group, "model"),
+        (&mut page.f.top, "10"),
+    ] {
+        if field.trim().is_empty() {
+            *field = default.into();
+        }
+    }
     let ask = match read {
         Ok(a) => a,
         Err(errors) => {
@@ -491,15 +502,6 @@ pub async fn show(
     if f.range.trim() != "custom" {
         page.f.from = ask.from.to_string();
         page.f.to = ask.to.to_string();
-    }
-    if page.f.range.trim().is_empty() {
-        page.f.range = "7".into();
-    }
-    if page.f.group.trim().is_empty() {
-        page.f.group = "model".into();
-    }
-    if page.f.top.trim().is_empty() {
-        page.f.top = "10".into();
     }
     page.from = ask.from.to_string();
     page.to = ask.to.to_string();
