@@ -501,7 +501,7 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("analytics.by_tag", "Tag value", "标签值"),
     ("analytics.by_end_user", "End user", "终端用户"),
     ("analytics.tag", "Tag key (to group by tag)", "标签键（按标签分组时）"),
-    ("analytics.top", "Top", "前 N 名"),
+    ("analytics.top", "Top", "显示前几名"),
     ("analytics.show", "Show", "查看"),
     ("analytics.days", "Days", "日期"),
     ("analytics.days_unit", "days", "天"),
