@@ -155,6 +155,13 @@ async fn every_role_against_every_console_route() {
         ),
         (&lookup, [Ok, Ok, Ok, Ok, Ok, Login]),
         ("/console/borrowing", [Ok, Is(403), Is(403), Ok, Ok, Login]),
+        ("/console/analytics", [Ok, Ok, Ok, Ok, Ok, Login]),
+        // A tenant admin of another tenant asking for t's analytics by
+        // editing the address: not found.
+        (
+            "/console/analytics?tenant=t",
+            [Ok, Ok, Is(404), Ok, Ok, Login],
+        ),
         (
             "/console/models/gpt-4o-mini/fairness",
             [Ok, Is(403), Is(403), Is(403), Is(403), Login],

@@ -388,6 +388,11 @@ async fn every_page_of_every_role_has_each_string_in_both_languages() {
         set_lang(&ui, "en").await;
         let walk = crawl(&ui, 80).await;
         assert!(walk.len() >= 8, "{role} reached only {walk:?}");
+        // Every role reaches usage analytics from the navigation.
+        assert!(
+            walk.iter().any(|h| h.starts_with("/console/analytics")),
+            "{role}: no usage analytics in {walk:?}"
+        );
         for lang in ["en", "zh"] {
             set_lang(&ui, lang).await;
             for href in &walk {
@@ -481,6 +486,10 @@ async fn at_390_px_the_menu_folds_and_every_table_cell_is_reachable() {
         ui.c.set_window_size(1280, 900).await.unwrap();
         ui.login(email, None).await;
         let walk = crawl(&ui, 80).await;
+        assert!(
+            walk.iter().any(|h| h.starts_with("/console/analytics")),
+            "{role}: no usage analytics in {walk:?}"
+        );
         if email == "pa@x.io" {
             for (path, name) in [
                 ("/console/tenants", "tenants"),

@@ -548,6 +548,62 @@ async fn a_tenant_admins_scope_reads_nothing_of_another_tenant() {
     assert_eq!(s.tenant_day_cost(mine, THEIRS, &day).await.unwrap(), 0);
     assert_eq!(s.tenant_day_cost(all, THEIRS, &day).await.unwrap(), 30);
 
+    // Usage analytics over a range of days (the events' day is today).
+    let today = Utc::now().date_naive();
+    let (from, to) = (today - Duration::days(1), today + Duration::days(1));
+    let day_cost = |v: Vec<store::DayUsage>| v.iter().map(|d| d.sums.cost_micro).sum::<i64>();
+    assert_eq!(day_cost(s.usage_days(mine, from, to).await.unwrap()), 30);
+    assert_eq!(day_cost(s.usage_days(all, from, to).await.unwrap()), 60);
+    let group_tenants =
+        |v: Vec<store::GroupUsage>| v.into_iter().map(|g| g.tenant_id).collect::<Vec<_>>();
+    for by in [
+        store::UsageBy::Key,
+        store::UsageBy::App,
+        store::UsageBy::EndUser,
+        store::UsageBy::Tag(THEIRS.into()),
+    ] {
+        let mine_top = s.usage_top(mine, from, to, &by, 10).await.unwrap();
+        assert!(mine_top.iter().all(|g| g.tenant_id == MINE), "{by:?}");
+        assert!(both(group_tenants(
+            s.usage_top(all, from, to, &by, 10).await.unwrap()
+        )));
+    }
+    // Their tag is on none of my requests: my one group is "without it".
+    let untagged = s
+        .usage_top(mine, from, to, &store::UsageBy::Tag(THEIRS.into()), 10)
+        .await
+        .unwrap();
+    assert_eq!(untagged.len(), 1);
+    assert_eq!(untagged[0].value, None);
+    assert!(only_mine(group_tenants(
+        s.usage_top(mine, from, to, &store::UsageBy::Key, 10)
+            .await
+            .unwrap()
+    )));
+    // By model, across tenants: my scope's line is my spend only.
+    let by_model = |v: Vec<store::GroupUsage>| v.iter().map(|g| g.sums.cost_micro).sum::<i64>();
+    assert_eq!(
+        by_model(
+            s.usage_top(mine, from, to, &store::UsageBy::Model, 10)
+                .await
+                .unwrap()
+        ),
+        30
+    );
+    assert_eq!(
+        by_model(
+            s.usage_top(all, from, to, &store::UsageBy::Model, 10)
+                .await
+                .unwrap()
+        ),
+        60
+    );
+    assert_eq!(s.usage_tag_keys(mine, from, to).await.unwrap(), [MINE]);
+    assert_eq!(
+        s.usage_tag_keys(all, from, to).await.unwrap(),
+        [MINE, THEIRS]
+    );
+
     // Jobs' records.
     let alerts = |v: Vec<store::AlertRow>| v.into_iter().map(|a| a.tenant_id).collect();
     assert!(only_mine(alerts(s.due_alerts(mine, later).await.unwrap())));

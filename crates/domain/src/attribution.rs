@@ -288,7 +288,9 @@ fn shorten(s: &str) -> String {
     s.chars().take(MAX_VALUE_LEN + 8).collect()
 }
 
-fn valid_key(k: &str) -> bool {
+/// A tag key as the gateway accepts it (a lowercase letter, then a-z, 0-9,
+/// `_`, `-`, `.`; at most `MAX_KEY_LEN` bytes).
+pub fn valid_key(k: &str) -> bool {
     let b = k.as_bytes();
     !b.is_empty()
         && b.len() <= MAX_KEY_LEN

@@ -5,6 +5,7 @@
 // A dependency nothing uses fails CI (clippy -D warnings).
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
+mod analytics;
 mod audit;
 mod auth;
 mod billing;
@@ -30,6 +31,7 @@ mod rollups;
 mod sso;
 mod users;
 
+pub use analytics::{months_between, DayUsage, GroupUsage, UsageBy, UsageSums};
 pub use audit::{AuditRow, NewAudit};
 pub use auth::{IssuedSession, Principal, Sessions, SignedInVia, TenantScope, VerifiedSession};
 pub use billing::{ClosedMonth, DayRowsCursor, VerifiedMonth};

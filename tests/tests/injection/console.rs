@@ -437,6 +437,24 @@ fn form_cases() -> Vec<FormCase> {
             )
         },
         FormCase {
+            method: "get",
+            // Usage analytics: a hostile range, day, grouping, tag key,
+            // top-N or tenant is refused beside its field (422).
+            ..case(
+                "/console/analytics",
+                &[
+                    ("range", "custom"),
+                    ("from", "2026-01-01"),
+                    ("to", "2026-01-31"),
+                    ("group", "tag"),
+                    ("tag", "project"),
+                    ("top", "10"),
+                    ("tenant", "t"),
+                ],
+                &["<answer>"],
+            )
+        },
+        FormCase {
             shown: &[("admin_key", Shown::Never), ("kind", Shown::Never)],
             ..case(
                 "/console/reconciliation/accounts",

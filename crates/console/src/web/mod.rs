@@ -97,6 +97,11 @@ pub const NAV: &[NavEntry] = &[
         roles: ALL,
     },
     NavEntry {
+        href: "/console/analytics",
+        label: "nav.analytics",
+        roles: ALL,
+    },
+    NavEntry {
         href: "/console/reconciliation",
         label: "nav.reconciliation",
         roles: &[Role::PlatformAdmin, Role::Finance, Role::Auditor],
@@ -335,6 +340,7 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/console/bills.csv", get(bills::csv_export))
         .route("/console/bills.focus.csv", get(bills::focus_export))
         .route("/console/jobs", get(bills::jobs))
+        .route("/console/analytics", get(analytics::show))
         .route("/console/reconciliation", get(reconciliation::show))
         .route(
             "/console/reconciliation/accounts",

@@ -1,6 +1,7 @@
 //! One module per console page. Handlers: take the `Session`, parse the
 //! form, call the service function the JSON API uses, render.
 
+pub mod analytics;
 pub mod apps;
 pub mod audit;
 pub mod bills;
