@@ -19,11 +19,11 @@
 
 use crate::catalog::ModelEntry;
 use crate::errors::ApiError;
-use crate::fair::{ModelSlot, Slot};
 use crate::key_index::KeyEntry;
 use crate::metrics_names as m;
 use crate::queue::{Blocked, Place, Turn};
 use crate::settle::PendingHold;
+use crate::sharing::{ModelSlot, Slot};
 use crate::Gateway;
 use domain::admission::{Ask, Next, Plan};
 use domain::reason::{ReasonCode, Refusal};
@@ -319,7 +319,7 @@ pub(crate) async fn get_quota(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let slot = match crate::fair::take_slot(gw, key, model, request_id, attempt).await {
+        let slot = match crate::sharing::take_slot(gw, key, model, request_id, attempt).await {
             Ok(Slot::Free(slot)) => slot,
             Ok(Slot::Full) => {
                 Box::pin(fair.wait(Blocked::Model(model.id.clone()), "model_pool_full", model))
@@ -614,7 +614,7 @@ impl<'a> FairWait<'a> {
                 .join(&self.key.tenant.id, priority, &model.id, cap)
             {
                 Ok(p) => self.place = Some(p),
-                Err(full) => return Err(crate::fair::queue_full(why, full.depth)),
+                Err(full) => return Err(crate::sharing::queue_full(why, full.depth)),
             }
         }
         let p = self.place.as_mut().expect("joined above");

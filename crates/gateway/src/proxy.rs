@@ -256,7 +256,7 @@ async fn admit_and_forward(
     path: Option<crate::dialect::PathCall>,
 ) -> Result<Response, ApiError> {
     let (key, bytes) = read_body(gw, ctx, headers, body).await?;
-    crate::fair::refuse_if_queue_full(gw, &key)?;
+    crate::sharing::refuse_if_queue_full(gw, &key)?;
     let json = gw.tokenize.parse(&key.tenant.id, &bytes).await?;
     ctx.attribution = crate::attribution::read(headers, &json, &key)?;
     let inbound = Inbound::read(dialect, json, path.as_ref()).map_err(invalid)?;
@@ -295,7 +295,7 @@ async fn admit_and_forward(
         _ => None,
     };
     // Past the daily soft limit: the cheaper model and/or a smaller cap.
-    let degrade = crate::fair::degrade_step(gw, &key, &model).await?;
+    let degrade = crate::sharing::degrade_step(gw, &key, &model).await?;
     let requested_model = model.id.clone();
     let model = match degrade.as_ref().and_then(|d| d.model.clone()) {
         Some(cheaper) => cheaper,

@@ -39,7 +39,7 @@ pub struct HeldRequest {
     /// The provider's own usage, as reported, once seen.
     pub provider_usage: Option<Reported>,
     /// The model-pool slot this request holds (given back on drop).
-    pub slot: Option<crate::fair::ModelSlot>,
+    pub slot: Option<crate::sharing::ModelSlot>,
     /// A stream's place among its tenant's open streams: the stream's body
     /// takes it and gives it back when dropped, however it ended.
     pub open_stream: Option<crate::open_streams::OpenStream>,
@@ -584,7 +584,7 @@ impl SettleJob {
             crate::anomaly::report(&self.gw, e, a);
         }
         self.gw.queue.slot_freed();
-        crate::fair::count_day_cost(&self.gw, &self.key, &e.day, e.cost_micro);
+        crate::sharing::count_day_cost(&self.gw, &self.key, &e.day, e.cost_micro);
         self.gw.ledger.submit(self.event);
     }
 }

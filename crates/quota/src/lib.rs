@@ -8,11 +8,11 @@
 mod conn;
 mod engine;
 mod eviction;
-mod fair;
 mod keys;
 mod lease;
 mod lease_engine;
 mod login;
+mod pool;
 mod settle_bound;
 
 pub use conn::Timeouts;
@@ -22,9 +22,9 @@ pub use engine::{
     SettleRequest,
 };
 pub use eviction::{policy_problem, NodePolicy, REQUIRED_POLICY};
-pub use fair::{BorrowOutcome, SlotOutcome};
 pub use keys::KeySpace;
 pub use lease::{LeaseAdmit, LeaseBook, LeaseTuning, SettleDone};
 pub use lease_engine::{
     LeaseAcquire, LeaseBatch, LeaseBatchOutcome, LeaseGrant, LeaseItem, OpenLease,
 };
+pub use pool::{BorrowOutcome, SlotOutcome};

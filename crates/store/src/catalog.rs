@@ -369,7 +369,7 @@ impl Store {
             .bind(t_or_none)
             .fetch_all(&mut *tx)
             .await?;
-        let borrowed = sqlx::query_as(crate::fair::OUTSTANDING)
+        let borrowed = sqlx::query_as(crate::pool::OUTSTANDING)
             .bind(t_or_none)
             .fetch_all(&mut *tx)
             .await?;

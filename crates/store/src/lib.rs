@@ -13,7 +13,6 @@ mod catalog;
 mod catalog_delta;
 mod console;
 mod deployments;
-mod fair;
 mod jobs;
 mod key_lifecycle;
 mod ledger;
@@ -21,6 +20,7 @@ mod limits_history;
 mod model_aliases;
 pub mod passwords;
 mod pgcopy;
+mod pool;
 mod prices;
 mod provider;
 mod provider_recon;
@@ -39,12 +39,12 @@ pub use catalog::{AppChange, AppRow, Catalog, KeyRow, ModelRow, NewKey, NewModel
 pub use catalog_delta::{CatalogChange, CatalogParts};
 pub use console::{AuditFilter, KeyListRow, KeySpendRow, UserListRow};
 pub use deployments::{DeploymentRow, RoutingRows};
-pub use fair::{BorrowRow, BorrowedRow, GuaranteeRow, ReclaimRow};
 pub use jobs::{AlertRow, JobRunRow, NewAlert, NoticeRow};
 pub use key_lifecycle::{KeyEdit, Rotation};
 pub use ledger::MonthUsageRow;
 pub use limits_history::LimitsOwner;
 pub use model_aliases::ModelAliasRow;
+pub use pool::{BorrowRow, BorrowedRow, GuaranteeRow, ReclaimRow};
 pub use prices::{PriceSheetRow, PricedModel};
 pub use provider_recon::{
     AccountLink, AdjustmentRow, AdjustmentShare, BillAdjustment, DaySaved, NewAdjustment,

@@ -1,4 +1,4 @@
-//! The fairness steps around admission (docs/design.md §5, §7): degrade past the
+//! How capacity is shared around admission (docs/design.md §5, §7): degrade past the
 //! daily soft limit, the model pool's concurrent slots with guarantees, and
 //! the early refusal when a tenant's queue is full. The fair queue wait and
 //! the borrow-and-retry are steps of `admission::get_quota`.
