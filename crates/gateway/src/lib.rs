@@ -63,7 +63,7 @@ pub mod steps {
 }
 
 // The back office lives in `settlement`; these keep the gateway's paths.
-pub use settlement::{borrow, ledger, ledger_source, reconcile, LedgerWriter};
+pub use settlement::{abandoned, borrow, ledger, ledger_source, LedgerWriter};
 
 #[derive(Clone)]
 pub struct GatewayConfig {

@@ -25,8 +25,8 @@ use chrono::{DateTime, Utc};
 use domain::period::PlatformClock;
 use quota::QuotaEngine;
 use serde_json::Value;
+use settlement::abandoned::HoldAges;
 use settlement::borrow::Borrowing;
-use settlement::reconcile::HoldAges;
 use std::sync::Arc;
 use std::time::Duration;
 use store::{Store, TenantScope};
@@ -304,7 +304,7 @@ async fn reclaim(ctx: &JobContext, now: DateTime<Utc>) -> Result<JobReport, JobE
 
 async fn stale_holds(ctx: &JobContext, now: DateTime<Utc>) -> Result<JobReport, JobError> {
     let tenants = ctx.store.tenant_ids(&TenantScope::system()).await?;
-    let r = settlement::reconcile::close_abandoned_holds(
+    let r = settlement::abandoned::close_abandoned_holds(
         &ctx.store,
         &ctx.quota,
         &tenants,

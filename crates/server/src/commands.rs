@@ -249,7 +249,7 @@ pub async fn reconcile_check(cfg: &Config, period: Option<&str>) -> anyhow::Resu
 pub async fn stale_holds(
     cfg: &Config,
     now: Option<&str>,
-) -> anyhow::Result<settlement::reconcile::ReconcileReport> {
+) -> anyhow::Result<settlement::abandoned::ReconcileReport> {
     let store = Store::connect(&cfg.database.url, 2)
         .await
         .context("cannot connect to PostgreSQL")?;
@@ -271,7 +271,7 @@ pub async fn stale_holds(
         .context("another replica is running this job")?;
     let ages = cfg.job_settings().hold_ages;
     let tenants = store.tenant_ids(&TenantScope::system()).await?;
-    let r = settlement::reconcile::close_abandoned_holds(
+    let r = settlement::abandoned::close_abandoned_holds(
         &store, &quota, &tenants, &clock, now_ms, &ages,
     )
     .await?;

@@ -836,7 +836,7 @@ impl Config {
                 self.billing.webhook_timeout_ms.max(1),
             ),
             webhook_max_attempts: self.billing.webhook_max_attempts.max(1),
-            hold_ages: std::sync::Arc::new(settlement::reconcile::HoldAges {
+            hold_ages: std::sync::Arc::new(settlement::abandoned::HoldAges {
                 stale_after: std::time::Duration::from_secs(self.gateway.stale_hold_secs),
                 orphan_after: std::time::Duration::from_secs(self.gateway.orphan_hold_secs),
                 writer_grace: self.writer_grace(),

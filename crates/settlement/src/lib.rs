@@ -6,11 +6,11 @@
 // A dependency nothing uses fails CI (clippy -D warnings).
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
+pub mod abandoned;
 pub mod borrow;
 pub mod ledger;
 pub mod ledger_source;
 mod metrics_names;
-pub mod reconcile;
 
 pub use ledger::LedgerWriter;
 

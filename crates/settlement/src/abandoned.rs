@@ -71,7 +71,7 @@ pub async fn close_abandoned_holds(
             let (open, gone) = match quota.open_holds(t, before, offset, PAGE).await {
                 Ok(x) => x,
                 Err(e) => {
-                    tracing::warn!(tenant = %t, error = %e, "reconciler could not read open holds");
+                    tracing::warn!(tenant = %t, error = %e, "abandoned-hold sweep could not read open holds");
                     break;
                 }
             };
@@ -81,7 +81,7 @@ pub async fn close_abandoned_holds(
                 match quota.forget_open(t, &gone).await {
                     Ok(()) => removed += gone.len(),
                     Err(e) => {
-                        tracing::warn!(tenant = %t, error = %e, "reconciler could not prune the open-holds index")
+                        tracing::warn!(tenant = %t, error = %e, "abandoned-hold sweep could not prune the open-holds index")
                     }
                 }
             }
@@ -137,7 +137,7 @@ async fn expire_abandoned_leases(
     let leases = match quota.open_leases(tenant, before).await {
         Ok(l) => l,
         Err(e) => {
-            tracing::warn!(tenant, error = %e, "reconciler could not read leases");
+            tracing::warn!(tenant, error = %e, "abandoned-hold sweep could not read leases");
             return Ok(0);
         }
     };
