@@ -30,6 +30,10 @@ def module_path(src_root, path):
 
 def strip(src):
     """The source without comments, string contents and #[cfg(test)] modules."""
+    src = re.sub(r'r(#*)".*?"\1', '""', src, flags=re.S)  # raw strings
+    src = re.sub(r'"(?:\\.|[^"\\])*"', '""', src)  # strings
+    src = re.sub(r"'(?:\\.|[^'\\])'", "' '", src)  # char literals
+    src = re.sub(r"/\*.*?\*/", "", src, flags=re.S)
     src = re.sub(r"//[^\n]*", "", src)
     out, i = [], 0
     pat = re.compile(r"#\[cfg\(test\)\]\s*(pub(\([^)]*\))?\s+)?mod\s+\w+\s*\{")
@@ -61,25 +65,81 @@ def use_group_heads(group):
     return [m.group(1) for m in (re.match(r"\s*(\w+)", p) for p in pieces) if m]
 
 
+def group_end(src, start):
+    """The index after the `}` closing the group opened just before `start`."""
+    j, depth = start, 1
+    while depth and j < len(src):
+        depth += (src[j] == "{") - (src[j] == "}")
+        j += 1
+    return j
+
+
+def absolute(mod, ups, rest):
+    """`super::` × ups then `rest` (a tuple), from module `mod`."""
+    base = mod[: len(mod) - ups] if ups <= len(mod) else ()
+    return base + rest
+
+
 def references(mod, src):
-    """Absolute module paths (tuples, maybe too long) that `mod` refers to."""
+    """Absolute paths (tuples, maybe longer than a module path) that `mod`
+    refers to: `crate::…` and `super::…` paths, and the paths of their
+    `{…}` use groups."""
     refs = set()
     for m in re.finditer(r"\bcrate::((?:\w+::)*\w+)", src):
         refs.add(tuple(m.group(1).split("::")))
     for m in re.finditer(r"\bcrate::((?:\w+::)*)\{", src):
         prefix = tuple(p for p in m.group(1).split("::") if p)
-        j, depth = m.end(), 1
-        while depth and j < len(src):
-            depth += (src[j] == "{") - (src[j] == "}")
-            j += 1
+        j = group_end(src, m.end())
         for head in use_group_heads(src[m.end() : j - 1]):
             if head != "self":
                 refs.add(prefix + (head,))
     for m in re.finditer(r"\b((?:super::)+)((?:\w+::)*\w+)", src):
-        ups = m.group(1).count("super::")
-        base = mod[: len(mod) - ups] if ups <= len(mod) else ()
-        refs.add(base + tuple(m.group(2).split("::")))
+        refs.add(absolute(mod, m.group(1).count("super::"), tuple(m.group(2).split("::"))))
+    for m in re.finditer(r"\b((?:super::)+)((?:\w+::)*)\{", src):
+        prefix = tuple(p for p in m.group(2).split("::") if p)
+        j = group_end(src, m.end())
+        for head in use_group_heads(src[m.end() : j - 1]):
+            if head != "self":
+                refs.add(absolute(mod, m.group(1).count("super::"), prefix + (head,)))
     return refs
+
+
+def reexports(mod, src):
+    """What `mod` re-exports (`pub use …`, `pub(crate) use …`): the name it
+    gives each item and the item's absolute path (a tuple)."""
+    out = {}
+    for m in re.finditer(r"\bpub(?:\([^)]*\))?\s+use\s+([^;]+);", src):
+        path = m.group(1).strip()
+        if path.startswith("crate::"):
+            base, path = (), path[len("crate::") :]
+        elif path.startswith("self::"):
+            base, path = mod, path[len("self::") :]
+        elif path.startswith("super::"):
+            ups = 0
+            while path.startswith("super::"):
+                ups, path = ups + 1, path[len("super::") :]
+            base = absolute(mod, ups, ())
+        elif re.match(r"\w+::", path) and path.split("::")[0] not in ("std", "core", "alloc"):
+            base = mod  # a child module (or an extern crate, found by no module)
+        else:
+            continue
+        g = re.match(r"((?:\w+::)*)\{(.*)\}$", path, re.S)
+        items = []
+        if g:
+            prefix = tuple(p for p in g.group(1).split("::") if p)
+            for piece in re.split(r",(?![^{]*\})", g.group(2)):
+                piece = piece.strip()
+                if not piece or "{" in piece:
+                    continue
+                name = piece.split(" as ")[-1].strip()
+                items.append((name, prefix + tuple(piece.split(" as ")[0].strip().split("::"))))
+        else:
+            name = path.split(" as ")[-1].strip().split("::")[-1]
+            items.append((name, tuple(path.split(" as ")[0].strip().split("::"))))
+        for name, rel in items:
+            if rel and rel[-1] not in ("self", "*"):
+                out[name] = base + rel
+    return out
 
 
 def cycles(graph):
@@ -123,16 +183,28 @@ def check(crate):
                 path = os.path.join(folder, name)
                 sources[module_path(src_root, path)] = strip(open(path, encoding="utf-8").read())
     modules = set(sources)
+    exported = {m: reexports(m, src) for m, src in sources.items()}
+
+    def resolve(ref, depth=0):
+        """The module `ref` names or names an item of; an item a module
+        re-exports counts for the module that defines it."""
+        for n in range(len(ref), -1, -1):
+            if ref[:n] in modules:
+                target = ref[:n]
+                if n < len(ref) and depth < 8:
+                    inner = exported[target].get(ref[n])
+                    if inner is not None and inner != ref[: n + 1]:
+                        deeper = resolve(inner + ref[n + 1 :], depth + 1)
+                        if deeper is not None:
+                            return deeper
+                return target if target else None
+        return None
+
     # edges[parent][a][b] = the references of a (or a child of it) to b.
     edges = collections.defaultdict(lambda: collections.defaultdict(lambda: collections.defaultdict(set)))
     for mod, src in sources.items():
         for ref in references(mod, src):
-            # The longest prefix of ref that is a module.
-            target = None
-            for n in range(len(ref), 0, -1):
-                if ref[:n] in modules:
-                    target = ref[:n]
-                    break
+            target = resolve(ref)
             if target is None:
                 continue
             # The first level where mod and target part: they are siblings there.

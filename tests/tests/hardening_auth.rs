@@ -724,13 +724,33 @@ fn embedded_top_dirs() -> std::collections::BTreeSet<String> {
 #[test]
 fn the_dockerfile_builds_and_ships_what_the_repository_holds() {
     let docker = read("Dockerfile");
-    let line = |prefix: &str| -> Vec<String> {
-        docker
-            .lines()
+    // The stages: the last is the production image (what `docker build .`
+    // gives), built on the `runtime` stage that installs the packages;
+    // compose builds the `demo` stage (the runtime and tollgate-dev).
+    let stages: Vec<&str> = docker.split("\nFROM ").collect();
+    let stage = |name: &str| -> &str {
+        stages
+            .iter()
+            .find(|s| {
+                s.lines()
+                    .next()
+                    .unwrap_or("")
+                    .ends_with(&format!(" AS {name}"))
+            })
+            .unwrap_or_else(|| panic!("the Dockerfile has no stage {name}"))
+    };
+    let production = *stages.last().unwrap();
+    assert!(
+        production.starts_with("runtime AS production"),
+        "the last stage is the production image on the runtime stage"
+    );
+    let line_in = |text: &str, prefix: &str| -> Vec<String> {
+        text.lines()
             .filter(|l| l.starts_with(prefix))
             .map(|l| l[prefix.len()..].trim().to_string())
             .collect()
     };
+    let line = |prefix: &str| line_in(production, prefix);
     // The binary's name, as the server crate declares it.
     let cargo = read("crates/server/Cargo.toml");
     let package = cargo
@@ -785,7 +805,7 @@ fn the_dockerfile_builds_and_ships_what_the_repository_holds() {
     // CMD is a `serve` that listens on the exposed port, as compose's is.
     let cmd = flow(&line("CMD")[0]);
     assert_eq!(cmd[0], "serve", "{cmd:?}");
-    let expose = line("EXPOSE")[0].clone();
+    let expose = line_in(stage("runtime"), "EXPOSE")[0].clone();
     assert!(
         cmd.iter().any(|a| a.ends_with(&format!(":{expose}"))),
         "CMD {cmd:?} does not listen on EXPOSE {expose}"
@@ -798,10 +818,28 @@ fn the_dockerfile_builds_and_ships_what_the_repository_holds() {
     } else {
         test[1].split_whitespace().next().unwrap().to_string()
     };
-    let runtime = docker.rsplit("\nFROM ").next().unwrap();
+    let runtime = stage("runtime");
     assert!(
         runtime.contains("apt-get install") && runtime.contains(&format!(" {program}")),
         "the healthcheck runs {program}, which the runtime image does not install"
     );
-    assert_eq!(services["tollgate"].command[0], "serve");
+    // Compose runs the demo: the demo stage's tollgate-dev, built by the
+    // Dockerfile, listening on the exposed port.
+    let demo = stage("demo");
+    assert!(
+        demo.starts_with("runtime AS demo"),
+        "the demo stage is on the runtime"
+    );
+    assert_eq!(flow(&line_in(demo, "ENTRYPOINT")[0]), vec!["tollgate-dev"]);
+    assert!(docker.contains("-p tollgate-devtools --bin tollgate-dev"));
+    assert!(docker.contains("target/release/tollgate-dev /usr/local/bin/tollgate-dev"));
+    let demo_cmd = flow(&line_in(demo, "CMD")[0]);
+    assert_eq!(demo_cmd[0], "demo", "{demo_cmd:?}");
+    assert!(demo_cmd.iter().any(|a| a.ends_with(&format!(":{expose}"))));
+    assert_eq!(services["tollgate"].command[0], "demo");
+    // The production image carries no tollgate-dev.
+    assert!(
+        !production.contains("tollgate-dev"),
+        "tollgate-dev in the production image"
+    );
 }

@@ -10,6 +10,7 @@ mod cookies;
 mod error;
 pub mod i18n;
 pub mod sso;
+mod theme;
 mod web;
 
 use axum::handler::Handler;

@@ -2,12 +2,46 @@
 //! is built from, and the writes that change it (each with its audit row).
 
 use crate::audit::{append, NewAudit};
-use crate::CatalogParts;
 use crate::{conflict, Result, Store, StoreError, TenantScope};
 use chrono::{DateTime, Utc};
 use domain::Limits;
 use serde_json::json;
 use uuid::Uuid;
+
+/// Which parts of the catalog a load reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CatalogParts {
+    /// Tenants, apps, grants and borrowed quota.
+    pub tenants: bool,
+    pub keys: bool,
+    /// Models and their pool guarantees.
+    pub models: bool,
+}
+
+impl CatalogParts {
+    pub const ALL: CatalogParts = CatalogParts {
+        tenants: true,
+        keys: true,
+        models: true,
+    };
+    /// Everything but the keys: small, and what a change of unknown kind
+    /// reloads.
+    pub const CONFIG: CatalogParts = CatalogParts {
+        tenants: true,
+        keys: false,
+        models: true,
+    };
+    pub const TENANT: CatalogParts = CatalogParts {
+        tenants: true,
+        keys: false,
+        models: false,
+    };
+    pub const MODELS: CatalogParts = CatalogParts {
+        tenants: false,
+        keys: false,
+        models: true,
+    };
+}
 
 #[derive(Debug, Clone)]
 pub struct TenantRow {

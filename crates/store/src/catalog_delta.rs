@@ -5,41 +5,6 @@
 use crate::catalog::{key_row, KeyCols, KeyRow, KEY_COLS, KEY_SECRETS};
 use crate::{Result, Store};
 
-/// Which parts of the catalog a load reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CatalogParts {
-    /// Tenants, apps, grants and borrowed quota.
-    pub tenants: bool,
-    pub keys: bool,
-    /// Models and their pool guarantees.
-    pub models: bool,
-}
-
-impl CatalogParts {
-    pub const ALL: CatalogParts = CatalogParts {
-        tenants: true,
-        keys: true,
-        models: true,
-    };
-    /// Everything but the keys: small, and what a change of unknown kind
-    /// reloads.
-    pub const CONFIG: CatalogParts = CatalogParts {
-        tenants: true,
-        keys: false,
-        models: true,
-    };
-    pub const TENANT: CatalogParts = CatalogParts {
-        tenants: true,
-        keys: false,
-        models: false,
-    };
-    pub const MODELS: CatalogParts = CatalogParts {
-        tenants: false,
-        keys: false,
-        models: true,
-    };
-}
-
 /// One notification on the config channel.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum CatalogChange {

@@ -28,15 +28,18 @@ mod quota_requests;
 mod request_decisions;
 mod request_log;
 mod rollups;
+mod scope;
 mod sso;
 mod users;
 
 pub use analytics::{months_between, DayUsage, GroupUsage, UsageBy, UsageSums};
 pub use audit::{AuditRow, NewAudit};
-pub use auth::{IssuedSession, Principal, Sessions, SignedInVia, TenantScope, VerifiedSession};
+pub use auth::{IssuedSession, Principal, Sessions, SignedInVia, VerifiedSession};
 pub use billing::{ClosedMonth, DayRowsCursor, VerifiedMonth};
-pub use catalog::{AppChange, AppRow, Catalog, KeyRow, ModelRow, NewKey, NewModel, TenantRow};
-pub use catalog_delta::{CatalogChange, CatalogParts};
+pub use catalog::{
+    AppChange, AppRow, Catalog, CatalogParts, KeyRow, ModelRow, NewKey, NewModel, TenantRow,
+};
+pub use catalog_delta::CatalogChange;
 pub use console::{AuditFilter, KeyListRow, KeySpendRow, UserListRow};
 pub use deployments::{DeploymentRow, RoutingRows};
 pub use jobs::{AlertRow, JobRunRow, NewAlert, NoticeRow};
@@ -55,6 +58,7 @@ pub use quota_requests::{GrantRow, NewQuotaRequest, QuotaRequestRow};
 pub use request_decisions::{BudgetRefusal, RequestDecisionRow};
 pub use request_log::{RequestCursor, RequestLogFilter, RequestLogRow};
 pub use rollups::RollupDifference;
+pub use scope::TenantScope;
 pub use sso::{SsoIdentity, SsoRefusal};
 pub use users::{AccountHandsRow, UserRow};
 

@@ -110,6 +110,14 @@ fn form_cases() -> Vec<FormCase> {
             )
         },
         FormCase {
+            shown: &[("theme", Shown::Never), ("back", Shown::Never)],
+            ..case(
+                "/console/theme",
+                &[("theme", "dark"), ("back", "/console")],
+                &[],
+            )
+        },
+        FormCase {
             shown: TENANT_SHOWN,
             ..case(
                 "/console/tenants",

@@ -1,18 +1,13 @@
 //! How console pages fail. A handler returns `PageError`; it becomes a bare
 //! response carrying the failure, and `render_failures` (a layer in front of
 //! every console route, which knows the reader's language and whether htmx
-//! asked) turns it into a page — or, for htmx, a message in `#flash`.
+//! asked, `failure::render_failures`) turns it into a page — or, for htmx,
+//! a message in `#flash`.
 
 use crate::error::ApiError;
-use crate::i18n::Lang;
-use crate::web::{Chrome, Session};
 use crate::ControlPlane;
-use askama::Template;
-use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
-use axum::middleware::Next;
-use axum::response::{Html, IntoResponse, Redirect, Response};
-use std::sync::Arc;
+use axum::response::{IntoResponse, Redirect, Response};
 
 #[derive(Debug)]
 pub enum PageError {
@@ -47,7 +42,11 @@ impl From<askama::Error> for PageError {
 
 /// What `render_failures` renders: (status, message key, detail).
 #[derive(Clone)]
-struct Failure(StatusCode, &'static str, Option<String>);
+pub(super) struct Failure(
+    pub(super) StatusCode,
+    pub(super) &'static str,
+    pub(super) Option<String>,
+);
 
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
@@ -58,7 +57,7 @@ impl IntoResponse for PageError {
                 let (status, _) = e.status_code();
                 let (key, detail) = match &e {
                     ApiError::Forbidden(m) => ("error.forbidden", Some(m.clone())),
-                    ApiError::FourEyes(r) => (super::pages::quota::refusal_key(*r), None),
+                    ApiError::FourEyes(r) => (refusal_key(*r), None),
                     ApiError::NotFound(m) => ("error.not_found", Some(m.clone())),
                     ApiError::Conflict(_) => ("error.conflict", None),
                     ApiError::Stale { .. } => ("error.stale", None),
@@ -83,7 +82,7 @@ impl IntoResponse for PageError {
 /// Marks an answer "sign in first": `render_failures`, which knows the
 /// request, sends the browser to the login page with the way back.
 #[derive(Clone, Copy)]
-struct NeedsLogin;
+pub(super) struct NeedsLogin;
 
 fn login_redirect() -> Response {
     let mut r = Redirect::to("/console/login").into_response();
@@ -129,7 +128,7 @@ fn return_to(method: &Method, uri: &Uri, h: &HeaderMap, htmx: bool) -> Option<St
 /// A session cookie the server no longer honours (expired, signed out
 /// elsewhere) is cleared: the login form's POST would otherwise carry it
 /// and be refused for want of that session's CSRF token.
-fn sign_in_first(
+pub(super) fn sign_in_first(
     cp: &ControlPlane,
     method: &Method,
     uri: &Uri,
@@ -156,19 +155,6 @@ fn sign_in_first(
     r
 }
 
-/// The signed-in layout when the request has a valid session, else the
-/// anonymous one (also when the session cannot be read: the database down).
-async fn chrome_of(cp: &Arc<ControlPlane>, uri: Uri, headers: HeaderMap, lang: Lang) -> Chrome {
-    let mut req = Request::new(());
-    *req.uri_mut() = uri;
-    *req.headers_mut() = headers;
-    let (mut parts, ()) = req.into_parts();
-    match Session::from_request_parts(&mut parts, cp).await {
-        Ok(s) => Chrome::new(&s, "error.title", ""),
-        Err(_) => Chrome::anonymous(lang, "error.title"),
-    }
-}
-
 /// The page a form posting to `path` belongs to: where a GET of a
 /// POST-only address goes (a reload of a form's result, the language
 /// switch on it, a bookmark), instead of a bare 405.
@@ -187,7 +173,7 @@ pub fn page_of(path: &str) -> String {
         ["", "console", area @ ("models" | "users" | "quota-requests" | "borrowing"), ..] => {
             format!("/console/{area}")
         }
-        ["", "console", "logout" | "lang"] => "/console".into(),
+        ["", "console", "logout" | "lang" | "theme"] => "/console".into(),
         // A page that takes its own form (a tenant, a limits history).
         _ => path.to_string(),
     }
@@ -208,9 +194,30 @@ pub async fn method_not_allowed(method: Method, uri: Uri) -> Response {
     StatusCode::METHOD_NOT_ALLOWED.into_response()
 }
 
-/// An unknown `/console/…` address: the console's own 404 page.
-pub async fn not_found(_s: Session) -> PageError {
-    PageError::Api(ApiError::NotFound("page".into()))
+/// The translation key of a four-eyes refusal.
+pub(crate) fn refusal_key(r: domain::roles::DecisionRefusal) -> &'static str {
+    match r {
+        domain::roles::DecisionRefusal::NotPlatformAdmin
+        | domain::roles::DecisionRefusal::NotFinance => "quota.refuse_not_admin",
+        domain::roles::DecisionRefusal::OwnRequest => "quota.refuse_own",
+        domain::roles::DecisionRefusal::SameLine => "quota.refuse_same_line",
+        domain::roles::DecisionRefusal::AccountSet => "quota.refuse_account_set",
+    }
+}
+
+/// `next` when it is a console page to come back to: a path of this
+/// console (no other site: not `//host`, no backslash, printable ASCII), not
+/// the login or logout itself, not the bare dashboard (where a sign-in lands
+/// anyway).
+pub fn safe_next(next: &str) -> Option<&str> {
+    let ok = next
+        .bytes()
+        .all(|b| (0x21..0x7f).contains(&b) && b != b'\\')
+        && (next.starts_with("/console/") || next.starts_with("/console?"))
+        && !next.starts_with("/console/login")
+        && !next.starts_with("/console/logout")
+        && !next.starts_with("/console/sso/");
+    ok.then_some(next)
 }
 
 #[cfg(test)]
@@ -248,100 +255,11 @@ mod tests {
             ("/console/borrowing/pool", "/console/borrowing"),
             ("/console/logout", "/console"),
             ("/console/lang", "/console"),
+            ("/console/theme", "/console"),
             ("/console/tenants/t", "/console/tenants/t"),
             ("/console/keys/0b1c/limits", "/console/keys/0b1c/limits"),
         ] {
             assert_eq!(page_of(post), page, "{post}");
         }
     }
-}
-
-#[derive(Template)]
-#[template(path = "pages/error.html")]
-struct ErrorPage {
-    c: Chrome,
-    message: &'static str,
-    detail: Option<String>,
-    status: u16,
-}
-
-#[derive(Template)]
-#[template(path = "partials/flash.html")]
-struct Flash {
-    message: &'static str,
-    detail: Option<String>,
-}
-
-/// Renders failures in the reader's language — a signed-in person's error
-/// page keeps the navigation and Log out — and sets the headers every
-/// console answer carries.
-pub async fn render_failures(
-    State(cp): State<Arc<ControlPlane>>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let lang = Lang::from_headers(req.headers());
-    let htmx = req.headers().contains_key("hx-request");
-    // Kept to find the session again, only when something failed.
-    let (method, uri, headers) = (
-        req.method().clone(),
-        req.uri().clone(),
-        req.headers().clone(),
-    );
-    let mut resp = next.run(req).await;
-    if resp.extensions_mut().remove::<NeedsLogin>().is_some() {
-        resp = sign_in_first(&cp, &method, &uri, &headers, htmx);
-    }
-    if let Some(Failure(status, key, detail)) = resp.extensions_mut().remove::<Failure>() {
-        let message = lang.t(key);
-        let html = if htmx {
-            Flash { message, detail }.render()
-        } else {
-            ErrorPage {
-                c: chrome_of(&cp, uri, headers, lang).await,
-                message,
-                detail,
-                status: status.as_u16(),
-            }
-            .render()
-        };
-        resp = match html {
-            Ok(h) => (status, Html(h)).into_response(),
-            Err(_) => status.into_response(),
-        };
-        if htmx {
-            let h = resp.headers_mut();
-            h.insert("hx-retarget", HeaderValue::from_static("#flash"));
-            h.insert("hx-reswap", HeaderValue::from_static("innerHTML"));
-        }
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            resp.headers_mut()
-                .insert("retry-after", HeaderValue::from_static("5"));
-        }
-    }
-    let h = resp.headers_mut();
-    h.insert("x-frame-options", HeaderValue::from_static("DENY"));
-    h.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert("referrer-policy", HeaderValue::from_static("same-origin"));
-    h.entry("cache-control")
-        .or_insert(HeaderValue::from_static("no-store"));
-    resp
-}
-
-/// `next` when it is a console page to come back to: a path of this
-/// console (no other site: not `//host`, no backslash, printable ASCII), not
-/// the login or logout itself, not the bare dashboard (where a sign-in lands
-/// anyway).
-pub fn safe_next(next: &str) -> Option<&str> {
-    let ok = next
-        .bytes()
-        .all(|b| (0x21..0x7f).contains(&b) && b != b'\\')
-        && (next.starts_with("/console/") || next.starts_with("/console?"))
-        && !next.starts_with("/console/login")
-        && !next.starts_with("/console/logout")
-        && !next.starts_with("/console/sso/");
-    ok.then_some(next)
 }

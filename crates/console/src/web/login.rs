@@ -8,6 +8,7 @@ use super::{render, Chrome, PageError};
 use crate::auth::{self, ClientIp};
 use crate::error::ApiError;
 use crate::i18n::{Lang, LANG_COOKIE};
+use crate::theme::{Theme, THEME_COOKIE};
 use crate::ControlPlane;
 use askama::Template;
 use axum::extract::{Query, State};
@@ -236,21 +237,49 @@ pub struct LanguageForm {
 /// Remembers the chosen language for a year and goes back to the page.
 pub async fn language(Form(f): Form<LanguageForm>) -> Response {
     let lang = Lang::parse(&f.lang).unwrap_or_default();
-    // Only back to a console page (no open redirect).
-    let safe = f.back.bytes().all(|b| (0x21..0x7f).contains(&b));
-    let back = if safe && f.back.starts_with("/console") {
-        f.back
-    } else {
-        "/console".into()
-    };
-    let mut r = Redirect::to(&back).into_response();
-    r.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_str(&format!(
+    remember(
+        &f.back,
+        format!(
             "{LANG_COOKIE}={}; Path=/; Max-Age=31536000; SameSite=Lax",
             lang.code()
-        ))
-        .expect("ascii cookie"),
+        ),
+    )
+}
+
+#[derive(Deserialize)]
+pub struct ThemeForm {
+    theme: String,
+    #[serde(default)]
+    back: String,
+}
+
+/// Remembers the chosen colour scheme for a year (`auto`: forgets it, the
+/// browser's own applies) and goes back to the page.
+pub async fn theme(Form(f): Form<ThemeForm>) -> Response {
+    let theme = Theme::parse(&f.theme).unwrap_or_default();
+    let cookie = match theme {
+        Theme::Auto => format!("{THEME_COOKIE}=; Path=/; Max-Age=0; SameSite=Lax"),
+        t => format!(
+            "{THEME_COOKIE}={}; Path=/; Max-Age=31536000; SameSite=Lax",
+            t.code()
+        ),
+    };
+    remember(&f.back, cookie)
+}
+
+/// A preference's answer: `cookie` set, back to `back` when it is a console
+/// page (no open redirect), else the dashboard.
+fn remember(back: &str, cookie: String) -> Response {
+    let safe = back.bytes().all(|b| (0x21..0x7f).contains(&b));
+    let back = if safe && back.starts_with("/console") {
+        back
+    } else {
+        "/console"
+    };
+    let mut r = Redirect::to(back).into_response();
+    r.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_str(&cookie).expect("ascii cookie"),
     );
     r
 }

@@ -7,6 +7,7 @@
 //! `Chrome` (layout: navigation, language, CSRF token).
 
 pub mod error;
+mod failure;
 mod login;
 mod pages;
 pub mod session;
@@ -134,6 +135,8 @@ pub struct UserBadge {
 /// template struct has one, named `c`.
 pub struct Chrome {
     pub lang: Lang,
+    /// The colour scheme (`<html data-theme>`).
+    pub theme: crate::theme::Theme,
     /// Translation key of the page title.
     pub title: &'static str,
     pub user: Option<UserBadge>,
@@ -158,6 +161,7 @@ impl Chrome {
             .collect();
         Chrome {
             lang: s.lang,
+            theme: s.theme,
             title,
             user: Some(UserBadge {
                 email: s.actor.email.clone(),
@@ -174,6 +178,7 @@ impl Chrome {
     pub fn anonymous(lang: Lang, title: &'static str) -> Chrome {
         Chrome {
             lang,
+            theme: crate::theme::Theme::Auto,
             title,
             user: None,
             csrf: String::new(),
@@ -262,6 +267,7 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         .route("/console/login", get(login::form).post(login::submit))
         .route("/console/logout", post(login::logout))
         .route("/console/lang", post(login::language))
+        .route("/console/theme", post(login::theme))
         .route("/console/sso/start", get(sso::start))
         .route("/console/sso/callback", get(sso::callback))
         .route("/console/tenants", get(tenants::list).post(tenants::create))
@@ -359,7 +365,7 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
             post(reconciliation::reject),
         )
         .route("/console/notices", get(bills::notices))
-        .route("/console/{*rest}", get(error::not_found))
+        .route("/console/{*rest}", get(failure::not_found))
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             cp.clone(),
@@ -367,7 +373,7 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
         ))
         .layer(axum::middleware::from_fn_with_state(
             cp.clone(),
-            error::render_failures,
+            failure::render_failures,
         ))
         .with_state(cp);
     Router::new()

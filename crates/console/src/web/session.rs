@@ -15,6 +15,7 @@ use crate::auth;
 pub use crate::cookies::{clear_cookie, cookie, session_cookie, SESSION_COOKIE};
 use crate::error::ApiError;
 use crate::i18n::Lang;
+use crate::theme::Theme;
 use crate::web::error::PageError;
 use crate::ControlPlane;
 use axum::body::Body;
@@ -114,6 +115,7 @@ pub struct Session {
     pub actor: Principal,
     pub csrf: String,
     pub lang: Lang,
+    pub theme: Theme,
     pub path: String,
     /// The request came from htmx: answer with a fragment.
     pub htmx: bool,
@@ -136,6 +138,7 @@ impl FromRequestParts<Arc<ControlPlane>> for Session {
             actor,
             csrf: csrf_token(&csrf_key(cp), session.jti()),
             lang: Lang::from_headers(&parts.headers),
+            theme: Theme::from_headers(&parts.headers),
             // A form's result (a POST) is not an address to come back to:
             // the language switch goes to the form's page.
             path: match parts.method {

@@ -346,7 +346,7 @@ pub fn from_chat(chat: &Value, edge: &Edge) -> Value {
             call["function"]["arguments"].as_str().unwrap_or("{}"),
         ));
     }
-    let usage = super::native::usage_of(super::Dialect::Chat, chat).unwrap_or((0, 0));
+    let usage = super::usage_of(super::Dialect::Chat, chat).unwrap_or((0, 0));
     json!({
         "candidates": [{"content": {"role": "model", "parts": parts},
             "finishReason": finish_reason(choice["finish_reason"].as_str(), false), "index": 0}],

@@ -350,7 +350,7 @@ pub fn from_chat(chat: &Value, edge: &Edge) -> Value {
             .unwrap_or_else(|| json!({}));
         content.push(json!({"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": input}));
     }
-    let (input, output) = super::native::usage_of(super::Dialect::Chat, chat).unwrap_or((0, 0));
+    let (input, output) = super::usage_of(super::Dialect::Chat, chat).unwrap_or((0, 0));
     json!({
         "id": message_id(edge), "type": "message", "role": "assistant", "model": edge.model,
         "content": content, "stop_reason": stop_reason(choice["finish_reason"].as_str()),

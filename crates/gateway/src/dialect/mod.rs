@@ -299,6 +299,29 @@ fn client_field(dialect: Dialect, chat_field: &str) -> &str {
     }
 }
 
+/// The provider's usage (input, output) in a whole answer or a usage
+/// event of `dialect`. Anthropic's cached input counts as input.
+pub fn usage_of(dialect: Dialect, v: &Value) -> Option<(i64, i64)> {
+    let u = match dialect {
+        Dialect::Responses if v.get("response").is_some() => &v["response"]["usage"],
+        Dialect::Messages if v.get("message").is_some() => &v["message"]["usage"],
+        _ => &v["usage"],
+    };
+    if !u.is_object() {
+        return None;
+    }
+    let n = |k: &str| u[k].as_i64().unwrap_or(0);
+    match dialect {
+        // Gemini is never a wire: its answers are chat's.
+        Dialect::Chat | Dialect::Gemini => Some((n("prompt_tokens"), n("completion_tokens"))),
+        Dialect::Responses => Some((n("input_tokens"), n("output_tokens"))),
+        Dialect::Messages => Some((
+            n("input_tokens") + n("cache_creation_input_tokens") + n("cache_read_input_tokens"),
+            n("output_tokens"),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

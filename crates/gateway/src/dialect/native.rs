@@ -13,29 +13,6 @@ use domain::tokens::TokenizerFamily;
 use domain::usage::{Count, RawUsage, Reported};
 use serde_json::Value;
 
-/// The provider's usage (input, output) in a whole answer or a usage
-/// event of `dialect`. Anthropic's cached input counts as input.
-pub fn usage_of(dialect: Dialect, v: &Value) -> Option<(i64, i64)> {
-    let u = match dialect {
-        Dialect::Responses if v.get("response").is_some() => &v["response"]["usage"],
-        Dialect::Messages if v.get("message").is_some() => &v["message"]["usage"],
-        _ => &v["usage"],
-    };
-    if !u.is_object() {
-        return None;
-    }
-    let n = |k: &str| u[k].as_i64().unwrap_or(0);
-    match dialect {
-        // Gemini is never a wire: its answers are chat's.
-        Dialect::Chat | Dialect::Gemini => Some((n("prompt_tokens"), n("completion_tokens"))),
-        Dialect::Responses => Some((n("input_tokens"), n("output_tokens"))),
-        Dialect::Messages => Some((
-            n("input_tokens") + n("cache_creation_input_tokens") + n("cache_read_input_tokens"),
-            n("output_tokens"),
-        )),
-    }
-}
-
 /// The provider's usage object as the settle bills it (`Reported`, read
 /// leniently so the sanity bound sees an absurd report): chat's
 /// `prompt_tokens` / `completion_tokens`, or the `input_tokens` /

@@ -386,7 +386,7 @@ pub fn from_chat(chat: &Value, edge: &Edge) -> Value {
     }
     out.close_items();
     out.finish = choice["finish_reason"].as_str().map(str::to_string);
-    out.usage = super::native::usage_of(super::Dialect::Chat, chat);
+    out.usage = super::usage_of(super::Dialect::Chat, chat);
     out.response(out.status())
 }
 

@@ -63,7 +63,7 @@ impl Writer {
             }
             return;
         }
-        if let Some(u) = super::native::usage_of(Dialect::Chat, c) {
+        if let Some(u) = super::usage_of(Dialect::Chat, c) {
             match self {
                 Writer::Responses(o) => o.usage = Some(u),
                 Writer::Messages(o) => o.usage = Some(u),

@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::Form;
 use chrono::{DateTime, Utc};
-use domain::roles::{Actor, DecisionRefusal, Role};
+use domain::roles::{Actor, Role};
 use domain::MicroUsd;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -46,16 +46,6 @@ pub struct QuotaLine {
     pub notice: String,
 }
 
-/// The translation key of a four-eyes refusal.
-pub(crate) fn refusal_key(r: DecisionRefusal) -> &'static str {
-    match r {
-        DecisionRefusal::NotPlatformAdmin | DecisionRefusal::NotFinance => "quota.refuse_not_admin",
-        DecisionRefusal::OwnRequest => "quota.refuse_own",
-        DecisionRefusal::SameLine => "quota.refuse_same_line",
-        DecisionRefusal::AccountSet => "quota.refuse_account_set",
-    }
-}
-
 /// The rows of a requests table, with who asked, who decided and whether
 /// this viewer may decide (the rule the decision itself enforces).
 pub async fn lines(
@@ -77,7 +67,7 @@ pub async fn lines(
         if line.state == "pending" {
             match quota_requests::may_decide_request(cp, viewer, q.requested_by).await? {
                 Ok(()) => line.can_decide = true,
-                Err(r) => line.refusal = refusal_key(r),
+                Err(r) => line.refusal = crate::web::error::refusal_key(r),
             }
         }
         out.push(line);

@@ -204,7 +204,7 @@ pub async fn show(
         let (can_decide, refusal) = if a.state == "proposed" && is_finance {
             match api::may_decide(&cp, &s.actor, a.proposed_by).await? {
                 Ok(()) => (true, ""),
-                Err(r) => (false, super::quota::refusal_key(r)),
+                Err(r) => (false, crate::web::error::refusal_key(r)),
             }
         } else {
             (false, "")
