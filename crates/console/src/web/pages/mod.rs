@@ -147,6 +147,12 @@ pub fn time(field: &'static str, v: &str) -> Result<Option<DateTime<Utc>>, ApiEr
         .ok_or_else(|| ApiError::field(field, "err.bad_time"))
 }
 
+/// A filter's refusals: (field, message key), each shown beside its field.
+pub type FieldErrors = Vec<(&'static str, &'static str)>;
+
+/// The two ends of a From–To filter of times (`None`: no bound).
+pub type TimeRange = (Option<DateTime<Utc>>, Option<DateTime<Utc>>);
+
 /// A From–To filter's faults (`domain::period::check_range`) as (field,
 /// message key) pairs to show beside the fields: `unreadable` beside an end
 /// that could not be read, `after` beside the From when it is after the To.
@@ -154,7 +160,7 @@ pub fn range_errors(
     faults: &[domain::period::RangeFault],
     unreadable: &'static str,
     after: &'static str,
-) -> Vec<(&'static str, &'static str)> {
+) -> FieldErrors {
     use domain::period::RangeFault;
     faults
         .iter()
@@ -169,10 +175,7 @@ pub fn range_errors(
 /// A From–To filter of times as typed (see `time`): both ends, or each
 /// field in error with its message key (`err.bad_time`,
 /// `err.from_after_to`), all at once.
-pub fn time_range(
-    from: &str,
-    to: &str,
-) -> Result<(Option<DateTime<Utc>>, Option<DateTime<Utc>>), Vec<(&'static str, &'static str)>> {
+pub fn time_range(from: &str, to: &str) -> Result<TimeRange, FieldErrors> {
     domain::period::check_range(
         time("from", from).map_err(|_| ()),
         time("to", to).map_err(|_| ()),
