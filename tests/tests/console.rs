@@ -830,14 +830,15 @@ async fn the_audit_log_pages_by_id_newest_first_with_times_in_utc() {
     assert_eq!(sizes, [100, 100, 30]);
     assert_eq!(seen.len(), 230);
 
-    // A filter that cannot match says so and lists nothing (it listed every
-    // row, as if unfiltered): an unreadable time, a From after its To.
+    // A filter that cannot match is refused (422), says so and lists
+    // nothing (it listed every row, as if unfiltered): an unreadable time,
+    // a From after its To.
     for q in [
         "action=paging&from=yesterday",
         "action=paging&from=2026-12-02T00:00&to=2026-12-01T00:00",
     ] {
         let page = w.get(&format!("/console/audit?{q}")).await;
-        assert_eq!(page.status, 200, "{}", page.body);
+        assert_eq!(page.status, 422, "{}", page.body);
         assert!(
             page.body.contains("id=\"audit-bad-filter\""),
             "{q}: {}",

@@ -301,8 +301,64 @@ pub fn parse_month(s: &str) -> Option<(i32, u32)> {
     (1..=12).contains(&m).then_some((y, m))
 }
 
+/// Why a From–To filter is refused, naming the end at fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeFault {
+    /// The From could not be read.
+    From,
+    /// The To could not be read.
+    To,
+    /// Both read, and the From is after the To: nothing can match.
+    FromAfterTo,
+}
+
+/// A From–To filter as read: each end `Ok(None)` when left empty,
+/// `Err(())` when it could not be read. Every fault, at once: an unreadable
+/// end is never read as "no bound" (that would show every row), and a From
+/// after the To is refused rather than answered with nothing. Equal ends
+/// are one instant (or one day) and are kept.
+pub fn check_range<T: PartialOrd>(
+    from: Result<Option<T>, ()>,
+    to: Result<Option<T>, ()>,
+) -> Result<(Option<T>, Option<T>), Vec<RangeFault>> {
+    match (from, to) {
+        (Ok(Some(a)), Ok(Some(b))) if a > b => Err(vec![RangeFault::FromAfterTo]),
+        (Ok(a), Ok(b)) => Ok((a, b)),
+        (f, t) => Err(
+            [(f.is_err(), RangeFault::From), (t.is_err(), RangeFault::To)]
+                .into_iter()
+                .filter_map(|(bad, fault)| bad.then_some(fault))
+                .collect(),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_range_is_refused_for_an_unreadable_end_or_a_from_after_the_to() {
+        use super::{check_range, RangeFault::*};
+        let d = |s: &str| super::parse_day(s).ok_or(()).map(Some);
+        assert_eq!(
+            check_range(d("2026-12-01"), d("2026-12-31")),
+            Ok((
+                super::parse_day("2026-12-01"),
+                super::parse_day("2026-12-31")
+            ))
+        );
+        // One day is a range; open ends are no bound.
+        assert!(check_range(d("2026-12-01"), d("2026-12-01")).is_ok());
+        assert_eq!(check_range::<u8>(Ok(None), Ok(None)), Ok((None, None)));
+        assert_eq!(check_range(Ok(Some(3)), Ok(None)), Ok((Some(3), None)));
+        assert_eq!(
+            check_range(d("2026-12-31"), d("2026-12-01")),
+            Err(vec![FromAfterTo])
+        );
+        assert_eq!(check_range(d("notadate"), d("2026-12-01")), Err(vec![From]));
+        assert_eq!(check_range(Ok(Some(1)), Err(())), Err(vec![To]));
+        assert_eq!(check_range::<u8>(Err(()), Err(())), Err(vec![From, To]));
+    }
 
     #[test]
     fn skew_is_the_server_time_less_the_calls_midpoint() {

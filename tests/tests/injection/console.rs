@@ -403,6 +403,7 @@ fn form_cases() -> Vec<FormCase> {
         },
         FormCase {
             method: "get",
+            // A time that cannot be read is refused beside its field (422).
             ..case(
                 "/console/audit",
                 &[
@@ -418,7 +419,8 @@ fn form_cases() -> Vec<FormCase> {
         FormCase {
             method: "get",
             // The lookup (id) and the log's filters (id empty) share
-            // the address.
+            // the address. A time that cannot be read is refused beside
+            // its field (422); a tenant that is not there, as not found.
             ..case(
                 "/console/requests",
                 &[
@@ -438,6 +440,7 @@ fn form_cases() -> Vec<FormCase> {
         },
         FormCase {
             method: "get",
+            // A tenant that is not there is refused as not found (404).
             ..case(
                 "/console/bills",
                 &[("period", "2026-01"), ("tenant", "t")],

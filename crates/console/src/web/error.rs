@@ -16,6 +16,10 @@ pub enum PageError {
     /// A state change without the session's CSRF token.
     Csrf,
     Api(ApiError),
+    /// A filter named a tenant the reader cannot see: one that does not
+    /// exist, or (to a tenant admin) another tenant's — the same answer,
+    /// so the answer never tells whether another tenant exists.
+    NoSuchTenant(String),
 }
 
 impl From<ApiError> for PageError {
@@ -53,6 +57,11 @@ impl IntoResponse for PageError {
         let f = match self {
             PageError::Login => return login_redirect(),
             PageError::Csrf => Failure(StatusCode::FORBIDDEN, "error.csrf", None),
+            PageError::NoSuchTenant(t) => Failure(
+                StatusCode::NOT_FOUND,
+                "error.no_such_tenant",
+                Some(t.chars().take(64).collect()),
+            ),
             PageError::Api(e) => {
                 let (status, _) = e.status_code();
                 let (key, detail) = match &e {

@@ -17,7 +17,7 @@ use crate::i18n::Lang;
 use crate::ControlPlane;
 use askama::Template;
 use axum::http::header;
-use axum::response::{Html, IntoResponse, Redirect};
+use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use domain::roles::Role;
@@ -219,6 +219,18 @@ pub fn role_key(r: Role) -> &'static str {
 /// Renders a template into a 200 HTML answer.
 pub fn render(t: impl Template) -> Result<Html<String>, PageError> {
     Ok(Html(t.render()?))
+}
+
+/// Renders a template into a 200 HTML answer, or a 422 one when the page
+/// refused its filter (`refused`): the page with the message beside the
+/// filter and no rows.
+pub fn render_refusable(t: impl Template, refused: bool) -> Result<Response, PageError> {
+    let html = Html(t.render()?);
+    Ok(if refused {
+        (axum::http::StatusCode::UNPROCESSABLE_ENTITY, html).into_response()
+    } else {
+        html.into_response()
+    })
 }
 
 /// A form's answer to htmx is its fragment; without htmx (a plain form

@@ -7,7 +7,6 @@
 
 use super::bills::{Dot, Series};
 use super::thousands;
-use crate::api::bills::bill_scope;
 use crate::web::{Chrome, PageError, Session};
 use crate::ControlPlane;
 use askama::Template;
@@ -76,28 +75,25 @@ pub fn read_form(
     let range = match f.range.trim() {
         "" | "7" => Some(last(7)),
         "30" => Some(last(30)),
-        "custom" => {
-            let from = day(&f.from);
-            let to = day(&f.to);
-            if from.is_none() {
-                errs.push(("from", "analytics.err_date"));
+        "custom" => match domain::period::check_range(
+            day(&f.from).ok_or(()).map(Some),
+            day(&f.to).ok_or(()).map(Some),
+        ) {
+            Ok((Some(a), Some(b))) if (b - a).num_days() + 1 > MAX_DAYS => {
+                errs.push(("to", "analytics.err_too_long"));
+                None
             }
-            if to.is_none() {
-                errs.push(("to", "analytics.err_date"));
+            Ok((Some(a), Some(b))) => Some((a, b)),
+            Ok(_) => None,
+            Err(faults) => {
+                errs.extend(super::range_errors(
+                    &faults,
+                    "analytics.err_date",
+                    "analytics.err_from_after_to",
+                ));
+                None
             }
-            match (from, to) {
-                (Some(a), Some(b)) if a > b => {
-                    errs.push(("from", "analytics.err_from_after_to"));
-                    None
-                }
-                (Some(a), Some(b)) if (b - a).num_days() + 1 > MAX_DAYS => {
-                    errs.push(("to", "analytics.err_too_long"));
-                    None
-                }
-                (Some(a), Some(b)) => Some((a, b)),
-                _ => None,
-            }
-        }
+        },
         _ => {
             errs.push(("range", "analytics.err_range"));
             None
@@ -431,7 +427,8 @@ pub async fn show(
     let scope = if staff && read.is_err() {
         s.actor.scope().clone()
     } else {
-        bill_scope(&s.actor, asked)?
+        // Another tenant's id reads as no such tenant, as on every page.
+        super::tenant_filter(&cp, &s.actor, asked).await?
     };
     let tenant_name = match scope.tenant() {
         Some(t) if staff => infos

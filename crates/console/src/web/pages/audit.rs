@@ -3,9 +3,9 @@
 //! last id shown), and the button that checks the hash chain and names the
 //! first broken row.
 
-use super::time;
+use super::{field_error, time_range};
 use crate::api::audit;
-use crate::web::{render, Chrome, PageError, Session};
+use crate::web::{render_refusable, Chrome, PageError, Session};
 use crate::ControlPlane;
 use askama::Template;
 use axum::extract::{Query, State};
@@ -93,8 +93,8 @@ struct AuditPage {
     c: Chrome,
     f: Filter,
     rows: Vec<AuditLine>,
-    /// The filter's refusal (a message key), or "".
-    bad_filter: &'static str,
+    /// The filter's refusals: (field, message key), beside the fields.
+    errors: Vec<(&'static str, &'static str)>,
     /// Query of the newest page, when this is not it.
     newest: Option<String>,
     /// Query of the next (older) page, when there is one.
@@ -104,17 +104,10 @@ struct AuditPage {
 }
 
 /// The store's filter for a page of this filter; a time that cannot be
-/// read, or a From after the To, is refused with its message's key (the
-/// page shows no rows then, rather than every row as if unfiltered).
-fn store_filter(f: &Filter, limit: i64) -> Result<AuditFilter, &'static str> {
-    let (Ok(from), Ok(to)) = (time("from", &f.from), time("to", &f.to)) else {
-        return Err("err.bad_time");
-    };
-    if let (Some(a), Some(b)) = (from, to) {
-        if a > b {
-            return Err("err.from_after_to");
-        }
-    }
+/// read, or a From after the To, is refused with each field's message key
+/// (the page shows no rows then, rather than every row as if unfiltered).
+fn store_filter(f: &Filter, limit: i64) -> Result<AuditFilter, Vec<(&'static str, &'static str)>> {
+    let (from, to) = time_range(&f.from, &f.to)?;
     Ok(AuditFilter {
         actor: f.actor.trim().to_string(),
         action: f.action.trim().to_string(),
@@ -130,24 +123,35 @@ pub async fn list(
     State(cp): State<Arc<ControlPlane>>,
     s: Session,
     Query(f): Query<Filter>,
-) -> Result<Html<String>, PageError> {
+) -> Result<Response, PageError> {
     audit::may_audit(&s.actor)?;
-    let (rows, next, before, bad_filter) = match store_filter(&f, PAGE) {
+    let (rows, next, before, errors) = match store_filter(&f, PAGE) {
         Ok(filter) => {
             let (rows, next) = audit::page(&cp, &s.actor, &filter).await?;
-            (rows, next, filter.before, "")
+            (rows, next, filter.before, vec![])
         }
-        Err(key) => (Vec::new(), None, None, key),
+        Err(errors) => (Vec::new(), None, None, errors),
     };
-    render(AuditPage {
-        c: Chrome::new(&s, "nav.audit", "/console/audit"),
-        newest: before.map(|_| f.with_before(None)),
-        older: next.map(|n| f.with_before(Some(n))),
-        csv: f.with_before(None),
-        f,
-        rows: rows.iter().map(|r| AuditLine::of(r).clipped()).collect(),
-        bad_filter,
-    })
+    let refused = !errors.is_empty();
+    render_refusable(
+        AuditPage {
+            c: Chrome::new(&s, "nav.audit", "/console/audit"),
+            newest: before.map(|_| f.with_before(None)),
+            older: next.map(|n| f.with_before(Some(n))),
+            csv: f.with_before(None),
+            f,
+            rows: rows.iter().map(|r| AuditLine::of(r).clipped()).collect(),
+            errors,
+        },
+        refused,
+    )
+}
+
+impl AuditPage {
+    /// The message key beside `field`, if the filter refused it.
+    fn error(&self, field: &str) -> Option<&'static str> {
+        field_error(&self.errors, field)
+    }
 }
 
 /// Rows one export reads at most.
@@ -160,8 +164,10 @@ pub async fn csv_export(
     Query(f): Query<Filter>,
 ) -> Result<Response, PageError> {
     audit::may_audit(&s.actor)?;
-    let filter =
-        store_filter(&f, EXPORT_ROWS).map_err(|key| crate::error::ApiError::field("from", key))?;
+    let filter = store_filter(&f, EXPORT_ROWS).map_err(|e| {
+        let (field, key) = e.first().copied().unwrap_or(("from", "err.bad_time"));
+        crate::error::ApiError::field(field, key)
+    })?;
     let (rows, _) = audit::page(&cp, &s.actor, &filter).await?;
     let mut body = String::from("id,at_utc,actor,action,target,field,before,after,reason\n");
     for r in &rows {

@@ -3,7 +3,7 @@
 //! the months' rollover states and the latest reconcile check, and notices.
 
 use super::thousands;
-use crate::api::bills::{bill_scope, csv_response, focus_body};
+use crate::api::bills::{csv_response, focus_body};
 use crate::error::ApiError;
 use crate::web::{render, Chrome, PageError, Session};
 use crate::ControlPlane;
@@ -433,7 +433,9 @@ pub async fn show(
         typed.to_string()
     };
     let asked = Some(f.tenant.trim()).filter(|t| !t.is_empty());
-    let scope = bill_scope(&s.actor, asked)?;
+    // A tenant that does not exist is said so (not an empty bill); to a
+    // tenant admin another tenant's id reads the same.
+    let scope = super::tenant_filter(&cp, &s.actor, asked).await?;
     let tenant = scope.tenant().map(String::from);
     let bill = cp.books.bill(&period, &scope).await.map_err(books_error)?;
     let by = DrillBy::parse(f.by.trim());
@@ -710,7 +712,12 @@ pub async fn csv_export(
     s: Session,
     Query(f): Query<BillForm>,
 ) -> Result<Response, PageError> {
-    let scope = bill_scope(&s.actor, Some(f.tenant.trim()).filter(|t| !t.is_empty()))?;
+    let scope = super::tenant_filter(
+        &cp,
+        &s.actor,
+        Some(f.tenant.trim()).filter(|t| !t.is_empty()),
+    )
+    .await?;
     let body = cp
         .books
         .csv(f.period.trim(), &scope)
@@ -727,7 +734,12 @@ pub async fn focus_export(
     s: Session,
     Query(f): Query<BillForm>,
 ) -> Result<Response, PageError> {
-    let scope = bill_scope(&s.actor, Some(f.tenant.trim()).filter(|t| !t.is_empty()))?;
+    let scope = super::tenant_filter(
+        &cp,
+        &s.actor,
+        Some(f.tenant.trim()).filter(|t| !t.is_empty()),
+    )
+    .await?;
     let chunks = cp
         .books
         .focus_chunks(f.period.trim(), &scope)

@@ -147,6 +147,68 @@ pub fn time(field: &'static str, v: &str) -> Result<Option<DateTime<Utc>>, ApiEr
         .ok_or_else(|| ApiError::field(field, "err.bad_time"))
 }
 
+/// A filter's refusals: (field, message key), each shown beside its field.
+pub type FieldErrors = Vec<(&'static str, &'static str)>;
+
+/// The two ends of a From–To filter of times (`None`: no bound).
+pub type TimeRange = (Option<DateTime<Utc>>, Option<DateTime<Utc>>);
+
+/// A From–To filter's faults (`domain::period::check_range`) as (field,
+/// message key) pairs to show beside the fields: `unreadable` beside an end
+/// that could not be read, `after` beside the From when it is after the To.
+pub fn range_errors(
+    faults: &[domain::period::RangeFault],
+    unreadable: &'static str,
+    after: &'static str,
+) -> FieldErrors {
+    use domain::period::RangeFault;
+    faults
+        .iter()
+        .map(|f| match f {
+            RangeFault::From => ("from", unreadable),
+            RangeFault::To => ("to", unreadable),
+            RangeFault::FromAfterTo => ("from", after),
+        })
+        .collect()
+}
+
+/// A From–To filter of times as typed (see `time`): both ends, or each
+/// field in error with its message key (`err.bad_time`,
+/// `err.from_after_to`), all at once.
+pub fn time_range(from: &str, to: &str) -> Result<TimeRange, FieldErrors> {
+    domain::period::check_range(
+        time("from", from).map_err(|_| ()),
+        time("to", to).map_err(|_| ()),
+    )
+    .map_err(|faults| range_errors(&faults, "err.bad_time", "err.from_after_to"))
+}
+
+/// The message key of `field` in a filter's errors, if it has one.
+pub fn field_error(errors: &[(&'static str, &'static str)], field: &str) -> Option<&'static str> {
+    errors.iter().find(|(f, _)| *f == field).map(|(_, k)| *k)
+}
+
+/// The scope of a page filtered to the tenant `asked` (none: the reader's
+/// whole scope). A tenant the reader cannot see is refused as no such
+/// tenant: one that does not exist and, to a tenant admin, another
+/// tenant's alike (the scope narrows, never widens, and never tells
+/// whether another tenant exists).
+pub async fn tenant_filter(
+    cp: &crate::ControlPlane,
+    actor: &store::Principal,
+    asked: Option<&str>,
+) -> Result<store::TenantScope, PageError> {
+    let Some(t) = asked else {
+        return Ok(actor.scope().clone());
+    };
+    let no_such = || PageError::NoSuchTenant(t.to_string());
+    let scope = crate::api::bills::bill_scope(actor, Some(t)).map_err(|_| no_such())?;
+    if cp.store.tenant(&scope, t).await?.is_none() {
+        return Err(no_such());
+    }
+    Ok(scope)
+}
+
 /// A comma- or space-separated list; empty means "not restricted".
 pub fn split_list(v: &str) -> Option<Vec<String>> {
     let items: Vec<String> = v

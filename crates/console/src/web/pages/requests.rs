@@ -3,15 +3,15 @@
 //! `x-request-id`: first one sentence a person understands (why it was
 //! refused, or what it cost), then the facts and the counters at the time.
 
-use super::{thousands, time, when_secs};
+use super::{field_error, tenant_filter, thousands, time_range, when_secs};
 use crate::api::{request_log, requests};
 use crate::error::ApiError;
 use crate::i18n::{self, Lang};
-use crate::web::{render, Chrome, PageError, Session};
+use crate::web::{render_refusable, Chrome, PageError, Session};
 use crate::ControlPlane;
 use askama::Template;
 use axum::extract::{Query, State};
-use axum::response::Html;
+use axum::response::Response;
 use chrono::{DateTime, Utc};
 use domain::MicroUsd;
 use serde::{Deserialize, Serialize};
@@ -113,6 +113,9 @@ struct RequestsPage {
     reasons: Vec<Choice>,
     /// A filter the log could not read (its field's message key).
     bad: Option<&'static str>,
+    /// The From–To filter's refusals: (field, message key), beside the
+    /// fields (the log is then answered 422, with no rows).
+    errors: Vec<(&'static str, &'static str)>,
     older: Option<String>,
     newest: Option<String>,
 }
@@ -131,7 +134,7 @@ pub async fn lookup(
     State(cp): State<Arc<ControlPlane>>,
     s: Session,
     Query(q): Query<Lookup>,
-) -> Result<Html<String>, PageError> {
+) -> Result<Response, PageError> {
     let id = q.id.trim().to_string();
     let mut found = None;
     let mut missing = false;
@@ -156,15 +159,24 @@ pub async fn lookup(
         statuses: Vec::new(),
         reasons: Vec::new(),
         bad: None,
+        errors: Vec::new(),
         older: None,
         newest: None,
     };
     if found.is_some() || missing {
         page.found = found;
-        return render(page);
+        return render_refusable(page, false);
     }
     log(&cp, &s, &mut page).await?;
-    render(page)
+    let refused = !page.errors.is_empty();
+    render_refusable(page, refused)
+}
+
+impl RequestsPage {
+    /// The message key beside `field`, if the filter refused it.
+    fn error(&self, field: &str) -> Option<&'static str> {
+        field_error(&self.errors, field)
+    }
 }
 
 /// Fills the log and its filters' choices.
@@ -172,14 +184,17 @@ async fn log(cp: &ControlPlane, s: &Session, p: &mut RequestsPage) -> Result<(),
     let q = p.q.clone();
     let lang = s.lang;
     let opt = |v: &str| (!v.trim().is_empty()).then(|| v.trim().to_string());
-    let rfc = |field: &'static str, v: &str| time(field, v).map(|t| t.map(|t| t.to_rfc3339()));
-    let (from, to) = match (rfc("from", &q.from), rfc("to", &q.to)) {
-        (Ok(f), Ok(t)) => (f, t),
-        _ => {
-            p.bad = Some("err.bad_time");
+    let (from, to) = match time_range(&q.from, &q.to) {
+        Ok((f, t)) => (f.map(|t| t.to_rfc3339()), t.map(|t| t.to_rfc3339())),
+        Err(errors) => {
+            p.errors = errors;
+            p.bad = Some("err.filter_refused");
             (None, None)
         }
     };
+    // A tenant the reader cannot see (none such, or another tenant's to a
+    // tenant admin) is refused as no such tenant, not shown as no requests.
+    tenant_filter(cp, &s.actor, opt(&q.tenant).as_deref()).await?;
     let tenant = s.actor.tenant.clone().or_else(|| opt(&q.tenant));
     // A key is named by its id; anything else matches no request.
     let key = opt(&q.key);
