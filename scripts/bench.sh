@@ -27,7 +27,8 @@
 #   RECORD=0 ./scripts/bench.sh         # print the report only (default: also kept as
 #                                       # bench/results/<date>-bench-<upstream>.md, its headline
 #                                       # figures added to bench/results/figures.tsv)
-#   TOLLGATE_BIN=/path/to/tollgate ./scripts/bench.sh   # another build of the gateway (A/B runs)
+#   TOLLGATE_BIN=/path/to/tollgate ./scripts/bench.sh   # another build of the gateway (A/B runs;
+#                                       # its tollgate-dev beside it, or TOLLGATE_DEV_BIN=…)
 #
 #   6. load scenarios (docs/benchmarks.md, "Load scenarios"): three tenants
 #      (core, standard, batch), every limit kind set, each scenario's loads
@@ -89,7 +90,10 @@ target=${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/release
 # TOLLGATE_BIN: another build of the gateway (one saved from an earlier
 # commit), to compare two builds run by run in one session.
 bin=${TOLLGATE_BIN:-$target/tollgate}
-dev=${TOLLGATE_DEV_BIN:-$target/tollgate-dev}
+# The seeding and the mock provider: the tollgate-dev of the same build
+# (it migrates the database to its own schema), beside TOLLGATE_BIN.
+dev=${TOLLGATE_DEV_BIN:-$(dirname "$bin")/tollgate-dev}
+[[ -x $dev ]] || die "no tollgate-dev beside $bin: build it (-p tollgate-devtools --bin tollgate-dev) or set TOLLGATE_DEV_BIN"
 
 case $UPSTREAM in
 mock)

@@ -58,7 +58,10 @@ log "building tollgate and fair-bench (release)"
 cargo build -q --release -p tollgate-server --bin tollgate -p tollgate-devtools --bin tollgate-dev -p tollgate-bench --bin fair-bench
 target=${CARGO_TARGET_DIR:-$TOLLGATE_ROOT/target}/release
 bin=${TOLLGATE_BIN:-$target/tollgate}
-dev=${TOLLGATE_DEV_BIN:-$target/tollgate-dev}
+# The seeding and the mock provider: the tollgate-dev of the same build
+# (it migrates the database to its own schema), beside TOLLGATE_BIN.
+dev=${TOLLGATE_DEV_BIN:-$(dirname "$bin")/tollgate-dev}
+[[ -x $dev ]] || die "no tollgate-dev beside $bin: build it (-p tollgate-devtools --bin tollgate-dev) or set TOLLGATE_DEV_BIN"
 fb=$target/fair-bench
 month_args=(--seed "$SEED" --days "$DAYS" --day-secs "$DAY_SECS" --rate-scale "$RATE_SCALE")
 

@@ -49,7 +49,8 @@ gw_start() {
             setup=$(dirname "$setup")/tollgate-dev
         local verb=(bench-setup)
         [[ $(basename "$setup") == tollgate-dev ]] || verb=(admin bench-setup)
-        key=$("$setup" "${verb[@]}" --upstream http://127.0.0.1:18080/v1 2>"$W/setup.log")
+        key=$("$setup" "${verb[@]}" --upstream http://127.0.0.1:18080/v1 2>"$W/setup.log") ||
+            { cat "$W/setup.log" >&2; die "$setup ${verb[*]} failed (a build needs its tollgate-dev beside it)"; }
         "$bin" serve --listen "127.0.0.1:$port" >"$W/gw-$name.log" 2>&1 &
         gw=$!
         until curl -fs -o /dev/null "http://127.0.0.1:$port/healthz"; do sleep 0.05; done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bring up the services, build tollgate-dev (debug) and run `tollgate-dev demo`
 # (the demo platform on a built-in mock provider, served as `tollgate serve` serves).
-# Extra arguments go to `serve`. Environment defaults (only when unset):
+# Extra arguments go to `tollgate-dev demo` (e.g. --listen). Environment defaults (only when unset):
 #   TOLLGATE__DATABASE__URL          postgres://postgres@127.0.0.1:5432/tollgate
 #   TOLLGATE__REDIS__URL             redis://127.0.0.1:6379
 #   TOLLGATE__CLICKHOUSE__URL        http://127.0.0.1:8123

@@ -1,5 +1,5 @@
 //! The load scenarios for scripts/bench.sh (docs/benchmarks.md, "Load
-//! scenarios"): three tenants (core, standard, batch; `tollgate admin
+//! scenarios"): three tenants (core, standard, batch; `tollgate-dev
 //! bench-setup --scenarios`) on one gateway, one scenario per run:
 //!
 //! - `storm`: tiny prompts, `max_tokens` 1, 256 connections in all;

@@ -1,4 +1,4 @@
-//! `tollgate admin load-ledger`: a synthetic month of usage for capacity
+//! `tollgate-dev load-ledger`: a synthetic month of usage for capacity
 //! planning and benchmarks. Events go through the ledger's own write
 //! (`Store::insert_usage_events`, rollups included) in the batch size the
 //! gateway's ledger writer uses, from a fixed seed, so two runs of the same

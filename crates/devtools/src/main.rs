@@ -4,33 +4,13 @@
 
 use clap::{Parser, Subcommand};
 use server::config::Config;
+use server::process::{no_transparent_huge_pages, Mimalloc};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// mimalloc, as the `tollgate` binary uses: the mock provider is the
-/// benchmarks' upstream, and its allocator should not be what they measure.
-struct Mimalloc;
-
-// SAFETY: every call forwards to mimalloc's aligned functions with the
-// layout's size and alignment; `mi_free` frees blocks of every kind.
-unsafe impl std::alloc::GlobalAlloc for Mimalloc {
-    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
-        unsafe { libmimalloc_sys::mi_malloc_aligned(l.size(), l.align()).cast() }
-    }
-
-    unsafe fn alloc_zeroed(&self, l: std::alloc::Layout) -> *mut u8 {
-        unsafe { libmimalloc_sys::mi_zalloc_aligned(l.size(), l.align()).cast() }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, _: std::alloc::Layout) {
-        unsafe { libmimalloc_sys::mi_free(ptr.cast()) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, l: std::alloc::Layout, new_size: usize) -> *mut u8 {
-        unsafe { libmimalloc_sys::mi_realloc_aligned(ptr.cast(), new_size, l.align()).cast() }
-    }
-}
-
+/// mimalloc, as `tollgate` uses (`tollgate_server::process`): the mock
+/// provider is the benchmarks' upstream, and its allocator should not be
+/// what they measure.
 #[global_allocator]
 static ALLOC: Mimalloc = Mimalloc;
 
@@ -135,6 +115,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    no_transparent_huge_pages();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")

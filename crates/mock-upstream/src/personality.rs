@@ -18,7 +18,7 @@
 //! - `unterminated`: streams its whole answer as one event and closes
 //!   without the event's closing blank line (no finish, usage or `[DONE]`).
 //!
-//! Set for every request with `tollgate mock-upstream --personality a,b=N`
+//! Set for every request with `tollgate-dev mock-upstream --personality a,b=N`
 //! ([`MockConfig::personality`](crate::MockConfig)), or per request with
 //! directives in the last user message: `[mock:personality=max_tokens_only]`,
 //! `[mock:hidden_reasoning=600]`, `[mock:absurd_usage=huge]`.

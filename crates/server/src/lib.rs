@@ -4,11 +4,12 @@
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 // Used by the binary (main.rs) only.
-use {clap as _, libc as _, metrics as _, sqlx as _, tracing_subscriber as _};
+use {clap as _, metrics as _, sqlx as _, tracing_subscriber as _};
 
 pub mod app;
 pub mod commands;
 pub mod config;
 pub mod metrics_endpoint;
+pub mod process;
 pub mod redis_policy;
 pub mod routing_config;

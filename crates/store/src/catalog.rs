@@ -609,7 +609,7 @@ impl Store {
         Ok(id)
     }
 
-    /// Stores many keys in one statement (`tollgate admin load-keys`, the
+    /// Stores many keys in one statement (`tollgate-dev load-keys`, the
     /// scale benchmark's catalog): the same rows `create_key` writes, one
     /// audit record for the batch (it names how many and the first and last
     /// id). Returns the ids in input order.
