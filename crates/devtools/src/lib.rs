@@ -7,7 +7,7 @@
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 // Used by the binary (main.rs) only.
-use {clap as _, tracing_subscriber as _};
+use clap as _;
 
 pub mod demo;
 pub mod load_ledger;

@@ -4,7 +4,7 @@
 
 use clap::{Parser, Subcommand};
 use server::config::Config;
-use server::process::{no_transparent_huge_pages, Mimalloc};
+use server::process::{main_with, Mimalloc};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -115,23 +115,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    no_transparent_huge_pages();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
-                .unwrap_or_else(|_| "info,sqlx=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let cli = Cli::parse();
-    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
-    match rt.block_on(run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(2)
-        }
-    }
+    main_with(async { run(Cli::parse()).await.map(|()| true) })
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {

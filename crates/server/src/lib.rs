@@ -4,7 +4,7 @@
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 // Used by the binary (main.rs) only.
-use {clap as _, metrics as _, sqlx as _, tracing_subscriber as _};
+use {clap as _, metrics as _, sqlx as _};
 
 pub mod app;
 pub mod commands;

@@ -1,7 +1,7 @@
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tollgate_server::process::{no_transparent_huge_pages, Mimalloc};
+use tollgate_server::process::{main_with, Mimalloc};
 use tollgate_server::{commands, config::Config};
 
 /// mimalloc instead of glibc's malloc (`tollgate_server::process`).
@@ -114,24 +114,7 @@ enum AdminCommand {
 }
 
 fn main() -> ExitCode {
-    no_transparent_huge_pages();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
-                .unwrap_or_else(|_| "info,sqlx=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let cli = Cli::parse();
-    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
-    match rt.block_on(run(cli)) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(2)
-        }
-    }
+    main_with(run(Cli::parse()))
 }
 
 async fn run(cli: Cli) -> anyhow::Result<bool> {

@@ -2,7 +2,9 @@
 //! allocator (`#[global_allocator] static ALLOC: Mimalloc = Mimalloc;` in
 //! its main.rs) and no transparent huge pages. `tollgate` and `tollgate-dev`
 //! both use them, so the mock provider the benchmarks measure against runs
-//! as the gateway does.
+//! as the gateway does; and the `main` both have ([`main_with`]).
+
+use std::process::ExitCode;
 
 /// mimalloc instead of glibc's malloc: the request path allocates and frees
 /// many small objects across two worker threads, and glibc's allocator was
@@ -71,6 +73,30 @@ pub fn no_transparent_huge_pages() {
     // arguments and changes a flag of this process.
     unsafe {
         libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}
+
+/// A binary's `main`: no huge pages, the log on stderr (`TOLLGATE_LOG`,
+/// default `info,sqlx=warn`), then `run` on a tokio runtime. Exit 0 when it
+/// returns `Ok(true)`, 1 on `Ok(false)` (a check that found something), 2
+/// on an error (printed).
+pub fn main_with(run: impl std::future::Future<Output = anyhow::Result<bool>>) -> ExitCode {
+    no_transparent_huge_pages();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
+                .unwrap_or_else(|_| "info,sqlx=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    match rt.block_on(run) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
     }
 }
 
