@@ -96,6 +96,8 @@ pub struct KeyLine {
     pub requests: String,
     /// The last day it was used (this month or the last), or empty.
     pub last_used: String,
+    /// No use yet, and the key is younger than the "last used" window.
+    pub never_used: bool,
     /// After a rotation whose grace is still running: the previous
     /// secret's prefix and when it stops working; else empty.
     pub previous_prefix: String,
@@ -171,19 +173,45 @@ impl KeyFilter {
     }
 }
 
-/// What each key of a tenant used, by key id (from the rollups).
-type KeyUses = HashMap<String, store::KeySpendRow>;
+/// What each key of a tenant used, by key id (from the rollups), and the
+/// window the "last used" day is looked for in.
+struct KeyUses {
+    by_key: HashMap<String, store::KeySpendRow>,
+    clock: domain::period::PlatformClock,
+    /// The first month of the window (`YYYY-MM`, platform time).
+    since: String,
+}
+
+impl KeyUses {
+    fn get(&self, key: &str) -> Option<&store::KeySpendRow> {
+        self.by_key.get(key)
+    }
+
+    /// A key with no use in the window that did not exist before it:
+    /// never used, rather than "not in two months".
+    fn never_used(&self, k: &store::KeyListRow) -> bool {
+        self.get(&k.id.to_string())
+            .and_then(|u| u.last_day)
+            .is_none()
+            && self.clock.month(k.created_at) >= self.since
+    }
+}
 
 async fn key_uses(cp: &ControlPlane, s: &Session, tenant: &str) -> Result<KeyUses, PageError> {
     let period = cp.clock.month(chrono::Utc::now());
     let previous = domain::period::previous_month(&period).unwrap_or_else(|| period.clone());
-    Ok(cp
+    let by_key = cp
         .store
         .key_spend(s.actor.scope(), tenant, &period, &previous)
         .await?
         .into_iter()
         .map(|u| (u.key_id.clone(), u))
-        .collect())
+        .collect();
+    Ok(KeyUses {
+        by_key,
+        clock: cp.clock,
+        since: previous,
+    })
 }
 
 impl KeyLine {
@@ -213,6 +241,7 @@ impl KeyLine {
                 .and_then(|u| u.last_day)
                 .map(|d| d.to_string())
                 .unwrap_or_default(),
+            never_used: uses.never_used(k),
         }
     }
 }
