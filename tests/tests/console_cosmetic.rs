@@ -3,7 +3,7 @@
 //! (422), not silently 50; the login back-off names the real wait; a key
 //! never used reads "never", not "not in two months"; a rejected quota
 //! request shows no time left; a revoked key's limits page offers no
-//! change form.
+//! change form; creating an app lands on a page that says so.
 
 use domain::Limits;
 use e2e::console_web::{Web, PASSWORD};
@@ -192,5 +192,42 @@ async fn key_rows_quota_rows_and_revoked_key_limits_read_right() {
     );
     assert!(!revoked.body.contains("Change the limits"));
     assert!(revoked.body.contains("id=\"limits-revoked\""));
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn creating_an_app_is_confirmed() {
+    let env = TestEnv::new().await;
+    env.tenant("t", Limits::default(), None).await;
+    user(&env, "ta@x.io", "tenant_admin", Some("t")).await;
+    let srv = env.server().await;
+    let w = Web::login(&format!("http://{}", srv.addr), "ta@x.io").await;
+    let r = w
+        .post(
+            "/console/tenants/t/apps",
+            &[("id", "chat"), ("name", "Chat")],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let to = r.location.expect("a redirect");
+    assert_eq!(to, "/console/tenants/t/apps?created=chat#app-chat");
+    let page = w.get(to.split('#').next().unwrap()).await;
+    assert_eq!(page.status, 200);
+    let at = page
+        .body
+        .find("id=\"app-created\"")
+        .expect("a confirmation");
+    let msg = &page.body[at..at + page.body[at..].find("</p>").unwrap()];
+    assert!(
+        msg.contains("App created") && msg.contains("<code>chat</code>"),
+        "{msg}"
+    );
+    // Only an app of the page is confirmed: not one the address makes up,
+    // nor on the plain list.
+    for q in ["?created=nope", ""] {
+        let p = w.get(&format!("/console/tenants/t/apps{q}")).await;
+        assert_eq!(p.status, 200);
+        assert!(!p.body.contains("app-created"), "{q}");
+    }
     srv.shutdown().await;
 }

@@ -310,6 +310,7 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("apps.last_used", "Last used (day, platform time)", "最近使用（日期，平台时区）"),
     ("apps.not_used", "not in two months", "近两个月未使用"),
     ("apps.never_used", "never", "从未使用"),
+    ("apps.created_ok", "App created; issue its first key below:", "应用已创建，可在下方签发第一个密钥："),
     ("apps.requests", "requests", "次请求"),
     ("apps.prefix", "Key prefix", "密钥前缀"),
     ("apps.created", "Created", "创建时间"),

@@ -159,6 +159,8 @@ pub struct KeyFilter {
     pub q: String,
     /// "1": revoked keys are shown too.
     pub revoked: String,
+    /// The app just created (`?created=` of the page a creation lands on).
+    pub created: String,
 }
 
 impl KeyFilter {
@@ -307,6 +309,17 @@ struct AppsPage {
     hidden_revoked: usize,
 }
 
+impl AppsPage {
+    /// The app `?created=` names, if it is one of the page's (a confirmation
+    /// of the creation, never text from the address alone).
+    fn created(&self) -> Option<&str> {
+        self.apps
+            .iter()
+            .find(|a| !self.filter.created.is_empty() && a.id == self.filter.created)
+            .map(|a| a.id.as_str())
+    }
+}
+
 async fn apps_page(
     cp: &ControlPlane,
     s: &Session,
@@ -405,7 +418,16 @@ pub async fn create(
         Err(e) => Err(e),
     };
     match result {
-        Ok(()) => Ok(Redirect::to(&format!("/console/tenants/{tenant}/apps")).into_response()),
+        // Lands on the list saying so, at the new app (its key form).
+        Ok(()) => {
+            let id = f.id.trim();
+            let q = serde_urlencoded::to_string([("created", id)]).unwrap_or_default();
+            let to = format!(
+                "/console/tenants/{tenant}/apps?{q}#app-{}",
+                super::path_segment(id)
+            );
+            Ok(Redirect::to(&to).into_response())
+        }
         Err(e) => {
             let mut more = f.limits.problems();
             more.extend(model_problems(&cp, &f.allowed_models).await);
@@ -759,6 +781,7 @@ pub async fn edit_key(
     let filter = KeyFilter {
         q: String::new(),
         revoked: if k.revoked_at.is_some() { "1" } else { "" }.into(),
+        created: String::new(),
     };
     let mut page = apps_page_with(
         &cp,
