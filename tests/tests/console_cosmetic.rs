@@ -3,7 +3,8 @@
 //! (422), not silently 50; the login back-off names the real wait; a key
 //! never used reads "never", not "not in two months"; a rejected quota
 //! request shows no time left; a revoked key's limits page offers no
-//! change form; creating an app lands on a page that says so.
+//! change form; creating an app lands on a page that says so; a bill
+//! downloaded for one tenant is named for it.
 
 use domain::Limits;
 use e2e::console_web::{Web, PASSWORD};
@@ -228,6 +229,50 @@ async fn creating_an_app_is_confirmed() {
         let p = w.get(&format!("/console/tenants/t/apps{q}")).await;
         assert_eq!(p.status, 200);
         assert!(!p.body.contains("app-created"), "{q}");
+    }
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_tenants_bill_download_is_named_for_the_tenant() {
+    let env = TestEnv::new().await;
+    env.tenant("acme", Limits::default(), None).await;
+    user(&env, "pa@x.io", "platform_admin", None).await;
+    let srv = env.server().await;
+    let w = Web::login(&format!("http://{}", srv.addr), "pa@x.io").await;
+    let month = this_month();
+    for (path, tenant, name) in [
+        (
+            "bills.csv",
+            "acme",
+            format!("tollgate-bill-acme-{month}.csv"),
+        ),
+        ("bills.csv", "", format!("tollgate-bill-{month}.csv")),
+        (
+            "bills.focus.csv",
+            "acme",
+            format!("tollgate-focus-acme-{month}.csv"),
+        ),
+    ] {
+        let r = reqwest::Client::new()
+            .get(format!(
+                "{}/console/{path}?period={month}&tenant={tenant}",
+                w.base
+            ))
+            .header("cookie", &w.cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path} {tenant}");
+        let cd = r.headers()["content-disposition"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            cd,
+            format!("attachment; filename=\"{name}\""),
+            "{path} {tenant}"
+        );
     }
     srv.shutdown().await;
 }
