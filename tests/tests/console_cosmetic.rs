@@ -193,6 +193,27 @@ async fn key_rows_quota_rows_and_revoked_key_limits_read_right() {
     );
     assert!(!revoked.body.contains("Change the limits"));
     assert!(revoked.body.contains("id=\"limits-revoked\""));
+    // A change posted anyway (a form left open) is refused, not saved.
+    let before = sqlx::query_scalar::<_, i64>("SELECT version FROM virtual_keys WHERE id = $1")
+        .bind(uuid::Uuid::parse_str(&gone).unwrap())
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap();
+    let v = before.to_string();
+    let r = pa
+        .post(
+            &format!("/console/keys/{gone}/limits"),
+            &[("rpm", "7"), ("version", v.as_str())],
+        )
+        .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("revoked"), "{}", r.body);
+    let after = sqlx::query_scalar::<_, i64>("SELECT version FROM virtual_keys WHERE id = $1")
+        .bind(uuid::Uuid::parse_str(&gone).unwrap())
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(after, before, "the revoked key's limits were not changed");
     srv.shutdown().await;
 }
 

@@ -418,6 +418,13 @@ async fn edit(
     o: Owner,
     f: EditForm,
 ) -> Result<Response, PageError> {
+    if o.revoked {
+        // The page offers no form; a post made anyway is refused too.
+        return Err(crate::error::ApiError::Forbidden(
+            "the key is revoked; its limits can no longer be changed".into(),
+        )
+        .into());
+    }
     let owner = o.owner.clone();
     let EditForm { limits: f, version } = f;
     let result = match (f.parse(), super::int("version", &version)) {
