@@ -24,6 +24,9 @@ struct LoginPage {
     c: Chrome,
     email: String,
     error: Option<&'static str>,
+    /// Seconds until the next attempt is let through (the back-off), the
+    /// `{secs}` of the error's sentence.
+    wait: Option<u64>,
     /// The login form's CSRF token (see [`LoginCsrf`]).
     login_csrf: String,
     /// Email + password sign-in is offered.
@@ -106,10 +109,23 @@ fn login_page(
         c: Chrome::anonymous(lang, "login.title"),
         email,
         error,
+        wait: None,
         login_csrf: csrf.token(cp),
         password_login: cp.password_login,
         sso: cp.sso.is_some(),
         next: String::new(),
+    }
+}
+
+impl LoginPage {
+    /// The error's sentence in the reader's language, the wait filled in.
+    fn message(&self) -> Option<String> {
+        let e = self.error?;
+        let text = self.c.t(e);
+        Some(match self.wait {
+            Some(secs) => text.replace("{secs}", &secs.to_string()),
+            None => text.to_string(),
+        })
     }
 }
 
@@ -196,8 +212,12 @@ pub async fn submit(
         Err(ApiError::Unauthenticated) => {
             return failed(StatusCode::UNAUTHORIZED, "login.failed", f.email)
         }
-        Err(ApiError::TooManyAttempts(_)) => {
-            return failed(StatusCode::TOO_MANY_REQUESTS, "login.too_many", f.email)
+        Err(ApiError::TooManyAttempts(secs)) => {
+            // The real wait, not "a minute" for a back-off of 1–4 s.
+            let mut page = login_page(&cp, lang, &csrf, f.email, Some("login.too_many"));
+            page.wait = Some(secs);
+            page.next = safe_next(&f.next).unwrap_or_default().to_string();
+            return csrf.answer(&cp, StatusCode::TOO_MANY_REQUESTS, page);
         }
         Err(ApiError::Forbidden(_)) => {
             return failed(StatusCode::FORBIDDEN, "login.password_off", f.email)

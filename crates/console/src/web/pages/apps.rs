@@ -96,6 +96,8 @@ pub struct KeyLine {
     pub requests: String,
     /// The last day it was used (this month or the last), or empty.
     pub last_used: String,
+    /// No use yet, and the key is younger than the "last used" window.
+    pub never_used: bool,
     /// After a rotation whose grace is still running: the previous
     /// secret's prefix and when it stops working; else empty.
     pub previous_prefix: String,
@@ -157,6 +159,8 @@ pub struct KeyFilter {
     pub q: String,
     /// "1": revoked keys are shown too.
     pub revoked: String,
+    /// The app just created (`?created=` of the page a creation lands on).
+    pub created: String,
 }
 
 impl KeyFilter {
@@ -171,19 +175,45 @@ impl KeyFilter {
     }
 }
 
-/// What each key of a tenant used, by key id (from the rollups).
-type KeyUses = HashMap<String, store::KeySpendRow>;
+/// What each key of a tenant used, by key id (from the rollups), and the
+/// window the "last used" day is looked for in.
+struct KeyUses {
+    by_key: HashMap<String, store::KeySpendRow>,
+    clock: domain::period::PlatformClock,
+    /// The first month of the window (`YYYY-MM`, platform time).
+    since: String,
+}
+
+impl KeyUses {
+    fn get(&self, key: &str) -> Option<&store::KeySpendRow> {
+        self.by_key.get(key)
+    }
+
+    /// A key with no use in the window that did not exist before it:
+    /// never used, rather than "not in two months".
+    fn never_used(&self, k: &store::KeyListRow) -> bool {
+        self.get(&k.id.to_string())
+            .and_then(|u| u.last_day)
+            .is_none()
+            && self.clock.month(k.created_at) >= self.since
+    }
+}
 
 async fn key_uses(cp: &ControlPlane, s: &Session, tenant: &str) -> Result<KeyUses, PageError> {
     let period = cp.clock.month(chrono::Utc::now());
     let previous = domain::period::previous_month(&period).unwrap_or_else(|| period.clone());
-    Ok(cp
+    let by_key = cp
         .store
         .key_spend(s.actor.scope(), tenant, &period, &previous)
         .await?
         .into_iter()
         .map(|u| (u.key_id.clone(), u))
-        .collect())
+        .collect();
+    Ok(KeyUses {
+        by_key,
+        clock: cp.clock,
+        since: previous,
+    })
 }
 
 impl KeyLine {
@@ -213,6 +243,7 @@ impl KeyLine {
                 .and_then(|u| u.last_day)
                 .map(|d| d.to_string())
                 .unwrap_or_default(),
+            never_used: uses.never_used(k),
         }
     }
 }
@@ -276,6 +307,17 @@ struct AppsPage {
     /// Which keys the tables show, and how many revoked ones they hide.
     filter: KeyFilter,
     hidden_revoked: usize,
+}
+
+impl AppsPage {
+    /// The app `?created=` names, if it is one of the page's (a confirmation
+    /// of the creation, never text from the address alone).
+    fn created(&self) -> Option<&str> {
+        self.apps
+            .iter()
+            .find(|a| !self.filter.created.is_empty() && a.id == self.filter.created)
+            .map(|a| a.id.as_str())
+    }
 }
 
 async fn apps_page(
@@ -376,7 +418,16 @@ pub async fn create(
         Err(e) => Err(e),
     };
     match result {
-        Ok(()) => Ok(Redirect::to(&format!("/console/tenants/{tenant}/apps")).into_response()),
+        // Lands on the list saying so, at the new app (its key form).
+        Ok(()) => {
+            let id = f.id.trim();
+            let q = serde_urlencoded::to_string([("created", id)]).unwrap_or_default();
+            let to = format!(
+                "/console/tenants/{tenant}/apps?{q}#app-{}",
+                super::path_segment(id)
+            );
+            Ok(Redirect::to(&to).into_response())
+        }
         Err(e) => {
             let mut more = f.limits.problems();
             more.extend(model_problems(&cp, &f.allowed_models).await);
@@ -730,6 +781,7 @@ pub async fn edit_key(
     let filter = KeyFilter {
         q: String::new(),
         revoked: if k.revoked_at.is_some() { "1" } else { "" }.into(),
+        created: String::new(),
     };
     let mut page = apps_page_with(
         &cp,

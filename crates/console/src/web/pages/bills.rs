@@ -723,10 +723,7 @@ pub async fn csv_export(
         .csv(f.period.trim(), &scope)
         .await
         .map_err(books_error)?;
-    Ok(csv_response(
-        format!("tollgate-bill-{}.csv", f.period.trim()),
-        body,
-    ))
+    Ok(csv_response(export_name("bill", &f), body))
 }
 
 pub async fn focus_export(
@@ -745,10 +742,25 @@ pub async fn focus_export(
         .focus_chunks(f.period.trim(), &scope)
         .await
         .map_err(books_error)?;
-    Ok(csv_response(
-        format!("tollgate-focus-{}.csv", f.period.trim()),
-        focus_body(chunks),
-    ))
+    Ok(csv_response(export_name("focus", &f), focus_body(chunks)))
+}
+
+/// A download's file name: `tollgate-{kind}[-{tenant}]-{period}.csv`, the
+/// tenant filter named (one tenant's bill is not saved as everyone's); only
+/// letters, digits, '-', '_' and '.' are kept.
+fn export_name(kind: &str, f: &BillForm) -> String {
+    let safe = |v: &str| -> String {
+        v.chars()
+            .filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c))
+            .collect()
+    };
+    let tenant = safe(f.tenant.trim());
+    let period = safe(f.period.trim());
+    if tenant.is_empty() {
+        format!("tollgate-{kind}-{period}.csv")
+    } else {
+        format!("tollgate-{kind}-{tenant}-{period}.csv")
+    }
 }
 
 pub struct RunLine {

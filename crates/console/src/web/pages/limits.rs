@@ -116,6 +116,8 @@ struct HistoryPage {
     /// An app's or a key's limits, editable by whoever manages the tenant
     /// (the limits in force, or as typed when refused).
     edit: Option<LimitsForm>,
+    /// A revoked key's history: no change form, a note instead.
+    revoked: bool,
     edit_errors: FieldError,
     saved: bool,
     /// The owner's row version the edit form is based on.
@@ -206,6 +208,8 @@ struct Owner {
     name: String,
     base: String,
     back: String,
+    /// A revoked key: its limits are history only, not offered for change.
+    revoked: bool,
 }
 
 async fn tenant_owner(cp: &ControlPlane, s: &Session, t: &str) -> Result<Owner, PageError> {
@@ -215,6 +219,7 @@ async fn tenant_owner(cp: &ControlPlane, s: &Session, t: &str) -> Result<Owner, 
         name: t.to_string(),
         base: format!("/console/tenants/{t}/limits"),
         back: format!("/console/tenants/{t}"),
+        revoked: false,
     })
 }
 
@@ -225,6 +230,7 @@ async fn app_owner(cp: &ControlPlane, s: &Session, t: &str, a: &str) -> Result<O
         name: format!("{t}/{a}"),
         base: format!("/console/tenants/{t}/apps/{a}/limits"),
         back: format!("/console/tenants/{t}/apps"),
+        revoked: false,
     })
 }
 
@@ -232,11 +238,10 @@ async fn key_owner(cp: &ControlPlane, s: &Session, id: Uuid) -> Result<Owner, Pa
     let owner = svc::key_owner(cp, &s.actor, id).await?;
     let back = format!("/console/tenants/{}/apps", owner.tenant());
     // A key is named by its name (its id is the page's address).
-    let name = cp
-        .store
-        .key_names(s.actor.scope(), &[id])
-        .await?
-        .remove(&id)
+    let detail = cp.store.key_detail(s.actor.scope(), id).await?;
+    let name = detail
+        .as_ref()
+        .map(|k| k.name.clone())
         .unwrap_or_else(|| id.to_string());
     Ok(Owner {
         owner,
@@ -244,6 +249,7 @@ async fn key_owner(cp: &ControlPlane, s: &Session, id: Uuid) -> Result<Owner, Pa
         name,
         base: format!("/console/keys/{id}/limits"),
         back,
+        revoked: detail.is_some_and(|k| k.revoked_at.is_some()),
     })
 }
 
@@ -257,7 +263,7 @@ async fn page(
 ) -> Result<HistoryPage, PageError> {
     let version = svc::version_of(cp, &s.actor, &o.owner).await?;
     let rows = svc::history(cp, &s.actor, &o.owner).await?;
-    let edit = svc::may_set(&s.actor, &o.owner).is_ok().then(|| {
+    let edit = (!o.revoked && svc::may_set(&s.actor, &o.owner).is_ok()).then(|| {
         rows.first()
             .map(|v| LimitsForm::of(&v.limits))
             .unwrap_or_default()
@@ -278,6 +284,7 @@ async fn page(
         failed,
         restored,
         edit,
+        revoked: o.revoked,
         edit_errors: FieldError::default(),
         saved: false,
         version,
@@ -411,6 +418,13 @@ async fn edit(
     o: Owner,
     f: EditForm,
 ) -> Result<Response, PageError> {
+    if o.revoked {
+        // The page offers no form; a post made anyway is refused too.
+        return Err(crate::error::ApiError::Forbidden(
+            "the key is revoked; its limits can no longer be changed".into(),
+        )
+        .into());
+    }
     let owner = o.owner.clone();
     let EditForm { limits: f, version } = f;
     let result = match (f.parse(), super::int("version", &version)) {

@@ -101,7 +101,13 @@ impl QuotaLine {
             state,
             state_key,
             expires: when(q.expires_at),
-            left: time_left(lang, q.expires_at, now),
+            // Only a grant that is or may yet be in force has time left; a
+            // rejected request's expiry is moot.
+            left: if matches!(state, "pending" | "active") {
+                time_left(lang, q.expires_at, now)
+            } else {
+                String::new()
+            },
             note: super::clipped(&q.note, domain::text::NOTE),
             requested_by: String::new(),
             decided_by: String::new(),

@@ -113,8 +113,8 @@ struct RequestsPage {
     reasons: Vec<Choice>,
     /// A filter the log could not read (its field's message key).
     bad: Option<&'static str>,
-    /// The From–To filter's refusals: (field, message key), beside the
-    /// fields (the log is then answered 422, with no rows).
+    /// The From–To and rows-per-page filters' refusals: (field, message
+    /// key), beside the fields (the log is then answered 422, with no rows).
     errors: Vec<(&'static str, &'static str)>,
     older: Option<String>,
     newest: Option<String>,
@@ -213,14 +213,16 @@ async fn log(cp: &ControlPlane, s: &Session, p: &mut RequestsPage) -> Result<(),
         from,
         to,
         cursor: opt(&q.cursor),
-        limit: Some(
-            q.per
-                .trim()
-                .parse()
-                .ok()
-                .filter(|n| (1..=PAGE_MAX).contains(n))
-                .unwrap_or(PAGE),
-        ),
+        limit: Some(match rows_per_page(&q.per) {
+            Ok(n) => n,
+            Err(key) => {
+                // Out of range or not a number: refused beside the field
+                // (422), as the From–To filter is, never silently 50.
+                p.errors.push(("per", key));
+                p.bad = Some("err.filter_refused");
+                PAGE
+            }
+        }),
     };
     let (rows, next) = if p.bad.is_some() || no_such_key {
         (Vec::new(), None)
@@ -310,6 +312,22 @@ async fn log(cp: &ControlPlane, s: &Session, p: &mut RequestsPage) -> Result<(),
 /// Rows per page of the log, unless the query asks for up to `PAGE_MAX`.
 const PAGE: i64 = 50;
 const PAGE_MAX: i64 = 500;
+
+/// The `per` filter: empty is `PAGE`; a whole number from 1 to `PAGE_MAX`
+/// is itself; anything else is refused with its message key.
+fn rows_per_page(v: &str) -> Result<i64, &'static str> {
+    let v = v.trim();
+    if v.is_empty() {
+        return Ok(PAGE);
+    }
+    match v.parse::<i64>() {
+        Ok(n) if (1..=PAGE_MAX).contains(&n) => Ok(n),
+        Ok(_) => Err("err.per_range"),
+        // All digits but past i64: out of range too.
+        Err(_) if v.bytes().all(|b| b.is_ascii_digit()) => Err("err.per_range"),
+        Err(_) => Err("err.not_a_number"),
+    }
+}
 
 fn line(lang: Lang, r: &RequestLogRow, names: &HashMap<String, String>) -> LogLine {
     let (outcome_key, why) = match r.outcome.as_str() {
