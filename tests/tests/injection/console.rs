@@ -419,8 +419,9 @@ fn form_cases() -> Vec<FormCase> {
         FormCase {
             method: "get",
             // The lookup (id) and the log's filters (id empty) share
-            // the address. A time that cannot be read is refused beside
-            // its field (422); a tenant that is not there, as not found.
+            // the address. A time that cannot be read, or rows per page
+            // outside 1–500, is refused beside its field (422); a tenant
+            // that is not there, as not found.
             ..case(
                 "/console/requests",
                 &[
@@ -434,6 +435,7 @@ fn form_cases() -> Vec<FormCase> {
                     ("end_user", "user-{n}"),
                     ("from", "2000-01-01T00:00"),
                     ("to", "2099-01-01T00:00"),
+                    ("per", "50"),
                 ],
                 &["<answer>"],
             )
