@@ -6,6 +6,7 @@
 //! own tenant only (the scope of their session, narrowed, never widened).
 
 use super::bills::{Dot, Series};
+use super::nice_top;
 use super::thousands;
 use crate::web::{Chrome, PageError, Session};
 use crate::ControlPlane;
@@ -162,24 +163,6 @@ const RIGHT: i64 = WIDTH - 26;
 const TOP: i64 = 14;
 const AXIS: i64 = HEIGHT - 34;
 const COLORS: [&str; 3] = ["#2563eb", "#dc2626", "#16a34a"];
-
-/// The smallest of 1, 2, 4, 5, 8 × 10^k at or above `v` (and `min`): an
-/// axis top whose quarters read as round numbers.
-fn nice_top(v: i64, min: i64) -> i64 {
-    let v = v.max(min).max(1);
-    let mut p: i64 = 1;
-    loop {
-        for m in [1, 2, 4, 5, 8] {
-            if m * p >= v {
-                return m * p;
-            }
-        }
-        match p.checked_mul(10) {
-            Some(n) if n < i64::MAX / 10 => p = n,
-            _ => return v,
-        }
-    }
-}
 
 /// A count as an axis label: `950`, `12k`, `1.5M`.
 fn short_count(v: i64) -> String {

@@ -179,22 +179,10 @@ fn y_ticks(lo: i64, hi: i64) -> Vec<(i64, String)> {
         .collect()
 }
 
-/// The smallest of 1, 2, 4, 5, 8 × 10^k micro-USD at or above `v` (and at
-/// least a cent): an axis top whose quarters read as round amounts.
+/// An axis top in micro-USD whose quarters read as round amounts, at
+/// least a cent.
 fn nice_top(v: i64) -> i64 {
-    let mut p: i64 = 1;
-    loop {
-        for m in [1, 2, 4, 5, 8] {
-            let top = m * p;
-            if top >= v.max(10_000) {
-                return top;
-            }
-        }
-        p = p.saturating_mul(10);
-        if p >= i64::MAX / 10 {
-            return v;
-        }
-    }
+    super::nice_top(v, 10_000)
 }
 
 /// `2026-12-03`: the period's day `d`.

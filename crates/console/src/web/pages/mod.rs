@@ -429,6 +429,24 @@ pub fn time_left(lang: Lang, t: DateTime<Utc>, now: DateTime<Utc>) -> String {
         .replace("{b}", &b.to_string())
 }
 
+/// The smallest of 1, 2, 4, 5, 8 × 10^k at or above `v` (and `min`): an
+/// axis top whose quarters read as round numbers.
+pub(super) fn nice_top(v: i64, min: i64) -> i64 {
+    let v = v.max(min).max(1);
+    let mut p: i64 = 1;
+    loop {
+        for m in [1, 2, 4, 5, 8] {
+            if m * p >= v {
+                return m * p;
+            }
+        }
+        match p.checked_mul(10) {
+            Some(n) if n < i64::MAX / 10 => p = n,
+            _ => return v,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
