@@ -417,6 +417,7 @@ async fn a_hold_left_by_a_killed_gateway_is_expired_by_the_job() {
         ..Default::default()
     };
     let req = HoldRequest {
+        budgets: &[],
         request_id: "req-abandoned",
         tenant: "t",
         app: "a",
@@ -439,6 +440,7 @@ async fn a_hold_left_by_a_killed_gateway_is_expired_by_the_job() {
     ));
     // Its quota is locked: another 100 tokens do not fit the budget of 150.
     let other = HoldRequest {
+        budgets: &[],
         request_id: "req-other",
         ..req
     };

@@ -449,6 +449,7 @@ impl Machine {
         let est_out = if stream { max_out.min(SLICE) } else { max_out };
         let est_cost = price.cost(est_in, est_out).0.saturating_add(fees);
         let req = HoldRequest {
+            budgets: &[],
             request_id: &rid,
             tenant: &self.tenant,
             app: "a",
@@ -542,6 +543,7 @@ impl Machine {
                 let o = &self.open[i];
                 let add_cost = o.price.cost(0, add).0;
                 let req = ExtendRequest {
+                    budgets: &[],
                     request_id: &o.rid,
                     tenant: &self.tenant,
                     app: "a",

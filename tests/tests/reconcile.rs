@@ -11,6 +11,7 @@ async fn hold_as(env: &TestEnv, replica: &str, rid: &str, key_id: &str) -> Quota
     let none = Limits::default();
     let month = this_month();
     let req = HoldRequest {
+        budgets: &[],
         request_id: rid,
         tenant: "t",
         app: "a",

@@ -123,6 +123,7 @@ async fn cleanup(url: &str, prefix: &str) -> anyhow::Result<()> {
 
 async fn pair(q: &QuotaEngine, book: Option<&LeaseBook>, rid: &str, l: &Limits) -> bool {
     let hold = HoldRequest {
+        budgets: &[],
         request_id: rid,
         tenant: "bench",
         app: "bench-app",

@@ -257,6 +257,7 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("limits.max_output_tokens", "Max output tokens", "最大输出 token"),
     ("limits.allowed_service_tiers", "Allowed service tiers (beyond the default)", "允许的服务等级（默认之外）"),
     ("limits.allowed_tools", "Allowed hosted tools", "允许的托管工具"),
+    ("limits.budgets", "Budgets by period and model (e.g. month on gpt-4o cost_usd=500; day requests=100)", "按周期和模型的预算（例：month on gpt-4o cost_usd=500; day requests=100）"),
     // limits history and rollback
     ("limits.history", "Limits history", "限额历史"),
     ("limits.history_intro", "Every change of these limits, newest first, from the audit log. Restoring an earlier version puts its limits back in force within seconds and is itself recorded here and in the audit log.", "这些限额的每次变更（最新在前），取自审计日志。恢复较早的版本会在数秒内使其限额重新生效，恢复操作本身也会记录在此处和审计日志中。"),
@@ -489,6 +490,9 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("err.yes_no", "must be yes or no", "必须是“是”或“否”"),
     ("err.tokenizer", "must be o200k, cl100k or other", "必须是 o200k、cl100k 或 other"),
     ("err.unknown_model", "unknown model", "未知模型"),
+    ("err.budget_text", "reads like: month on gpt-4o,o3 cost_usd=500; day requests=100 (a period, optionally 'on' and models, then tokens=, cost_usd= or requests=)", "格式如：month on gpt-4o,o3 cost_usd=500; day requests=100（周期，可选 'on' 加模型，然后 tokens=、cost_usd= 或 requests=）"),
+    ("err.budget", "a budget needs a period (day, week, month or quarter), at least one of tokens, cost_usd or requests, none negative, at most 16 distinct models, and no other budget of the same period and models (at most 16 budgets)", "预算需要周期（day、week、month 或 quarter），至少设置 tokens、cost_usd 或 requests 之一且不能为负，最多 16 个不重复的模型，且不能与另一预算的周期和模型相同（最多 16 个预算）"),
+    ("err.unknown_budget_model", "names a model this gateway does not serve (see Models & prices)", "包含本网关未提供的模型（见“模型与价格”页）"),
     ("err.unknown_allowed_model", "names a model this gateway does not serve (see Models & prices)", "包含本网关未提供的模型（见“模型与价格”页）"),
     // billing
     ("nav.bills", "Bills", "账单"),

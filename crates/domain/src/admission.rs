@@ -114,6 +114,7 @@ mod tests {
 
     fn refusal(scope: ScopeKind, limit: LimitKind, tokens: Option<i64>) -> Refusal {
         Refusal {
+            budget: None,
             scope,
             limit,
             retry_after_ms: None,

@@ -11,6 +11,8 @@ pub mod audit;
 pub mod bill;
 pub mod borrowing;
 pub mod bpe;
+pub mod budgets;
+pub mod chain_budgets;
 pub mod charges;
 pub mod client_ip;
 pub mod context;

@@ -35,11 +35,15 @@ pub struct Limits {
     /// scope of the request has a monthly budget, else none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_tools: Option<Vec<String>>,
+    /// Budgets over a day, week, month or quarter, on every model or on
+    /// some (`domain::budgets`; docs/limits.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budgets: Option<Vec<crate::budgets::Budget>>,
 }
 
 /// The names of a limits object's fields (its JSON keys), as its checks
 /// name them.
-pub const FIELDS: [&str; 11] = [
+pub const FIELDS: [&str; 12] = [
     "monthly_tokens",
     "monthly_cost_usd",
     "daily_cost_soft_usd",
@@ -51,6 +55,7 @@ pub const FIELDS: [&str; 11] = [
     "max_output_tokens",
     "allowed_service_tiers",
     "allowed_tools",
+    "budgets",
 ];
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -75,6 +80,7 @@ impl Limits {
         max_output_tokens: None,
         allowed_service_tiers: None,
         allowed_tools: None,
+        budgets: None,
     };
 
     pub fn validate(&self) -> Result<(), LimitsError> {
@@ -117,6 +123,12 @@ impl Limits {
                     index: Some(index),
                 });
             }
+        }
+        if let Some(b) = &self.budgets {
+            crate::budgets::validate(b).map_err(|e| LimitsError {
+                field: "budgets",
+                index: Some(e.index),
+            })?;
         }
         Ok(())
     }
@@ -318,6 +330,9 @@ pub enum LimitKind {
     /// The cap on distinct end users an app admits per minute (what keeps
     /// the end-user counters' memory bounded).
     EndUsersPerMinute,
+    /// One of the scope's `budgets` (`domain::budgets`): the refusal's
+    /// `budget` says which.
+    Budget,
 }
 
 impl LimitKind {
@@ -330,10 +345,12 @@ impl LimitKind {
         LimitKind::OutputTpm,
     ];
 
-    /// The scripts' limit index (0-based): 0-5 as `ALL`, 6 the end-user cap.
+    /// The scripts' limit index (0-based): 0-5 as `ALL`, 6 the end-user
+    /// cap, 7 a budget.
     pub fn from_index(i: usize) -> Option<Self> {
         match i {
             6 => Some(LimitKind::EndUsersPerMinute),
+            7 => Some(LimitKind::Budget),
             _ => Self::ALL.get(i).copied(),
         }
     }
@@ -480,6 +497,13 @@ mod tests {
             max_output_tokens: Some(1),
             allowed_service_tiers: Some(vec!["priority".into()]),
             allowed_tools: Some(vec!["web_search".into()]),
+            budgets: Some(vec![crate::budgets::Budget {
+                period: crate::budgets::BudgetPeriod::Day,
+                models: None,
+                tokens: Some(1),
+                cost_usd: None,
+                requests: None,
+            }]),
         };
         let v = serde_json::to_value(&all).unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();

@@ -7,6 +7,11 @@ use chrono_tz::Tz;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PlatformClock {
     pub tz: Tz,
+    /// The first day of a budget's week (`platform.week_starts`; Monday).
+    pub week_start: chrono::Weekday,
+    /// The month (1–12) the fiscal year, and so its quarters, starts in
+    /// (`platform.fiscal_year_starts`; 1, January).
+    pub fiscal_start: u32,
 }
 
 /// A skew smaller than this is within what one `TIME` call over a loaded
@@ -43,7 +48,27 @@ pub fn skewed(now: DateTime<Utc>, skew_ms: i64) -> DateTime<Utc> {
 
 impl PlatformClock {
     pub fn new(tz: Tz) -> Self {
-        Self { tz }
+        Self {
+            tz,
+            week_start: chrono::Weekday::Mon,
+            fiscal_start: 1,
+        }
+    }
+
+    /// This clock with the platform calendar's week and fiscal year:
+    /// `week_start` a day's English name or its first three letters
+    /// (`monday`, `Sun`), `fiscal_start` a month 1–12.
+    pub fn with_calendar(mut self, week_start: &str, fiscal_start: u32) -> Result<Self, String> {
+        self.week_start = week_start
+            .parse::<chrono::Weekday>()
+            .map_err(|_| format!("unknown first day of the week {week_start:?}"))?;
+        if !(1..=12).contains(&fiscal_start) {
+            return Err(format!(
+                "the fiscal year must start in a month 1-12, not {fiscal_start}"
+            ));
+        }
+        self.fiscal_start = fiscal_start;
+        Ok(self)
     }
 
     pub fn parse(name: &str) -> Result<Self, String> {
@@ -142,7 +167,7 @@ impl PlatformClock {
         ))
     }
 
-    fn local_midnight(&self, y: i32, m: u32, d: u32) -> Option<DateTime<Utc>> {
+    pub(crate) fn local_midnight(&self, y: i32, m: u32, d: u32) -> Option<DateTime<Utc>> {
         let naive = chrono::NaiveDate::from_ymd_opt(y, m, d)?.and_hms_opt(0, 0, 0)?;
         // A zone that skips midnight (DST) starts the day at the first
         // instant that exists.

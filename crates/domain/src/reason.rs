@@ -1,5 +1,6 @@
 //! Admission decisions and the reason codes clients, metrics and bills see.
 
+use crate::budgets::{BudgetKind, BudgetPeriod};
 use crate::limits::{LimitKind, ScopeKind};
 use std::fmt;
 
@@ -27,6 +28,14 @@ impl Decision {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReasonCode {
     Limit(ScopeKind, LimitKind),
+    /// A budget of `Limits::budgets` (`domain::budgets`): its level,
+    /// whether it counts some models only, its period and what it counts.
+    Budget {
+        level: ScopeKind,
+        model_scoped: bool,
+        period: BudgetPeriod,
+        kind: BudgetKind,
+    },
     InvalidApiKey,
     InvalidRequest,
     ModelNotFound,
@@ -109,7 +118,16 @@ impl ReasonCode {
                 (EndUser, InputTpm) => "end_user_input_tpm_exceeded",
                 (EndUser, OutputTpm) => "end_user_output_tpm_exceeded",
                 (_, EndUsersPerMinute) => "app_end_users_per_minute_exceeded",
+                // A budget refusal carries its budget (`Refusal::budget`)
+                // and answers `ReasonCode::Budget`; this is never sent.
+                (_, Budget) => "budget_exhausted",
             },
+            ReasonCode::Budget {
+                level,
+                model_scoped,
+                period,
+                kind,
+            } => crate::chain_budgets::reason_code(level, model_scoped, period, kind),
             ReasonCode::InvalidApiKey => "invalid_api_key",
             ReasonCode::InvalidRequest => "invalid_request",
             ReasonCode::ModelNotFound => "model_not_found",
@@ -141,6 +159,11 @@ impl ReasonCode {
     pub fn http_status(self) -> u16 {
         match self {
             ReasonCode::Limit(_, LimitKind::MonthlyTokens | LimitKind::MonthlyCost) => 402,
+            ReasonCode::Budget {
+                kind: BudgetKind::Requests,
+                ..
+            } => 429,
+            ReasonCode::Budget { .. } | ReasonCode::Limit(_, LimitKind::Budget) => 402,
             ReasonCode::Limit(_, _) => 429,
             ReasonCode::InvalidApiKey => 401,
             ReasonCode::InvalidRequest
@@ -196,11 +219,32 @@ pub struct Refusal {
     /// room for (None where no budget of that kind is set).
     pub headroom_tokens: Option<i64>,
     pub headroom_cost: Option<i64>,
+    /// Set when a budget of `Limits::budgets` refused (`limit` is then
+    /// `LimitKind::Budget`).
+    pub budget: Option<BudgetRefusal>,
+}
+
+/// Which budget refused a hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetRefusal {
+    /// Its place in the request's applicable budgets (`chain_budgets::applicable`).
+    pub index: usize,
+    pub period: BudgetPeriod,
+    pub kind: BudgetKind,
+    pub model_scoped: bool,
 }
 
 impl Refusal {
     pub fn reason(&self) -> ReasonCode {
-        ReasonCode::Limit(self.scope, self.limit)
+        match self.budget {
+            Some(b) => ReasonCode::Budget {
+                level: self.scope,
+                model_scoped: b.model_scoped,
+                period: b.period,
+                kind: b.kind,
+            },
+            None => ReasonCode::Limit(self.scope, self.limit),
+        }
     }
 
     /// `Retry-After` in whole seconds, rounded up, at least 1.
@@ -292,6 +336,7 @@ mod tests {
     #[test]
     fn retry_after_rounds_up() {
         let r = Refusal {
+            budget: None,
             scope: ScopeKind::App,
             limit: LimitKind::Rpm,
             retry_after_ms: Some(1200),
@@ -300,6 +345,7 @@ mod tests {
         };
         assert_eq!(r.retry_after_secs(), Some(2));
         let r = Refusal {
+            budget: None,
             retry_after_ms: Some(3),
             ..r
         };

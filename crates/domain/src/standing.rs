@@ -31,7 +31,21 @@ pub enum Kind {
 pub enum Period {
     Minute,
     Day,
+    Week,
     Month,
+    Quarter,
+}
+
+impl From<crate::budgets::BudgetPeriod> for Period {
+    fn from(p: crate::budgets::BudgetPeriod) -> Self {
+        use crate::budgets::BudgetPeriod as B;
+        match p {
+            B::Day => Period::Day,
+            B::Week => Period::Week,
+            B::Month => Period::Month,
+            B::Quarter => Period::Quarter,
+        }
+    }
 }
 
 /// How a limit is kept: a hard one refuses (402 or 429), a soft one
@@ -43,13 +57,21 @@ pub enum Enforcement {
     Soft,
 }
 
-/// Which models a limit counts. Every limit counts every model today; the
-/// field is there so a model or model-group scope can be added without
-/// changing the shape (issue #48).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Which models a limit counts: every one (`{"kind": "all"}`), or those a
+/// budget names (`{"kind": "models", "models": ["gpt-4o", "o3"]}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ModelScope {
     All,
+    Models { models: Vec<String> },
+}
+
+/// One budget of `Limits::budgets` and its counters: tokens, µUSD and
+/// requests, each used and held (`ut, ht, uc, hc, uq, hq`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetCounters {
+    pub budget: crate::chain_budgets::Applied,
+    pub counters: [i64; 6],
 }
 
 /// What an engine limit counts and over which window.
@@ -62,6 +84,8 @@ pub fn kind_and_period(l: LimitKind) -> (Kind, Option<Period>) {
         LimitKind::InputTpm => (Kind::InputTokens, Some(Period::Minute)),
         LimitKind::OutputTpm => (Kind::OutputTokens, Some(Period::Minute)),
         LimitKind::EndUsersPerMinute => (Kind::EndUsers, Some(Period::Minute)),
+        // Each budget names its own kind and period (`budget_line`).
+        LimitKind::Budget => (Kind::Tokens, None),
     }
 }
 
@@ -83,6 +107,7 @@ pub fn describe(scope: ScopeKind, limit: LimitKind) -> String {
         LimitKind::InputTpm => "input tokens per minute",
         LimitKind::OutputTpm => "output tokens per minute",
         LimitKind::EndUsersPerMinute => return "the app's distinct end users per minute".into(),
+        LimitKind::Budget => "budget",
     };
     format!("{whose} {what}")
 }
@@ -166,6 +191,9 @@ pub struct Inputs<'a> {
     /// The platform's time (Redis time: buckets are stamped with it).
     pub now: DateTime<Utc>,
     pub clock: PlatformClock,
+    /// Every budget of `Limits::budgets` of the three, with its counters
+    /// (`chain_budgets::of_chain`'s order).
+    pub budgets: Vec<BudgetCounters>,
 }
 
 /// An instant as RFC 3339 with the platform zone's offset (`2026-12-01T00:00:00+08:00`).
@@ -234,7 +262,7 @@ pub fn lines(i: &Inputs<'_>) -> Vec<LimitLine> {
                         Some(i.now + chrono::Duration::milliseconds(refill_ms)),
                     )
                 }
-                LimitKind::EndUsersPerMinute => continue,
+                LimitKind::EndUsersPerMinute | LimitKind::Budget => continue,
             };
             let [limit, used, held, remaining] = amounts;
             out.push(LimitLine {
@@ -259,8 +287,49 @@ pub fn lines(i: &Inputs<'_>) -> Vec<LimitLine> {
         if level == ScopeKind::Tenant && limits.monthly_cost_usd.is_none() {
             out.extend(soft_line(i, day_end));
         }
+        // Then the level's budgets, each amount it sets a line.
+        for b in i.budgets.iter().filter(|b| b.budget.level == level) {
+            out.extend(budget_lines(i, b));
+        }
     }
     out
+}
+
+/// A budget's lines: one per amount it sets (tokens, cost, requests).
+fn budget_lines(i: &Inputs<'_>, b: &BudgetCounters) -> Vec<LimitLine> {
+    use crate::budgets::BudgetKind;
+    let a = &b.budget;
+    let c = b.counters;
+    let kinds = [
+        (BudgetKind::Tokens, Kind::Tokens, c[0], c[1], false),
+        (BudgetKind::Cost, Kind::Cost, c[2], c[3], true),
+        (BudgetKind::Requests, Kind::Requests, c[4], c[5], false),
+    ];
+    let scope = match &a.models {
+        Some(m) => ModelScope::Models { models: m.clone() },
+        None => ModelScope::All,
+    };
+    kinds
+        .into_iter()
+        .zip(a.limits)
+        .filter(|(_, l)| *l >= 0)
+        .map(|((bk, k, used, held, money), l)| {
+            let [limit, used, held, remaining] = budget(l, used, held, money);
+            LimitLine {
+                level: a.level,
+                scope: scope.clone(),
+                period: Some(a.period.into()),
+                kind: k,
+                enforcement: Enforcement::Hard,
+                limit,
+                used,
+                held,
+                remaining,
+                resets_at: Some(rfc3339(&i.clock, a.resets_at)),
+                reason: crate::chain_budgets::reason_code(a.level, a.model_scoped, a.period, bk),
+            }
+        })
+        .collect()
 }
 
 /// The tenant's daily cost soft limit: settled cost of the platform day,
@@ -352,6 +421,7 @@ mod tests {
             day_cost: Some(1_200_000),
             now,
             clock: clock(),
+            budgets: Vec::new(),
         });
         let v = serde_json::to_value(&lines).unwrap();
         let got: Vec<(String, String, String)> = v
@@ -435,6 +505,7 @@ mod tests {
             day_cost: None,
             now: Utc::now(),
             clock: clock(),
+            budgets: Vec::new(),
         });
         assert!(lines.is_empty());
     }

@@ -105,7 +105,10 @@ impl Admission {
         ledger: &impl LedgerSource,
         stream: bool,
     ) -> Result<HoldOutcome, QuotaError> {
-        let leasable = !stream && end_user.is_none();
+        // A lease carries the monthly budgets and rates of the chain only:
+        // a request some budget of `Limits::budgets` counts is held per
+        // request, like a stream (docs/leases.md).
+        let leasable = !stream && end_user.is_none() && req.budgets.is_empty();
         match (&self.leases, self.mode) {
             (_, AdmissionMode::Off) => {
                 metrics::counter!(m::ADMISSIONS, "path" => "off").increment(1);
@@ -358,7 +361,9 @@ pub(crate) async fn get_quota(
             }
             // Lent something: the next attempt holds against the raised limit.
             Next::Borrow if Box::pin(gw.borrower.borrow_for(key.tenant.clone(), month)).await => {}
-            Next::Borrow | Next::Refuse => return Err(fair.refused(refused(&refusal, &want))),
+            Next::Borrow | Next::Refuse => {
+                return Err(fair.refused(refused(gw, key, model, &refusal, &want)))
+            }
         }
     }
 }
@@ -398,7 +403,7 @@ pub(crate) async fn take_request_rates(
             ));
             Ok(())
         }
-        HoldOutcome::Refused(r) => Err(refused(&r, &want)),
+        HoldOutcome::Refused(r) => Err(refused(gw, key, model, &r, &want)),
         HoldOutcome::Duplicate { .. } => Err(ApiError::new(
             ReasonCode::QuotaStoreUnavailable,
             "duplicate request id",
@@ -463,25 +468,70 @@ async fn hold_or_clamp(
 
 /// The refusal as the client sees it, with the counters the request lookup
 /// shows.
-fn refused(r: &Refusal, want: &Want<'_>) -> ApiError {
+fn refused(
+    gw: &Gateway,
+    key: &KeyEntry,
+    model: &ModelEntry,
+    r: &Refusal,
+    want: &Want<'_>,
+) -> ApiError {
     // GET /v1/usage lists the tenant's, app's and key's limits, not an end
     // user's: the hint only where it answers.
     let hint = match r.scope {
         domain::limits::ScopeKind::EndUser => "",
         _ => " (GET /v1/usage shows what is left)",
     };
-    let msg = format!(
-        "{}: request refused by {}{hint}",
-        r.reason(),
-        domain::standing::describe(r.scope, r.limit)
-    );
+    // A budget of `Limits::budgets`: named with its models and when it
+    // starts again; a request budget is retried then.
+    let mut retry_after = r.retry_after_secs();
+    let what = match r.budget {
+        Some(b) => {
+            let now = gw.now();
+            let applied = budgets_of(gw, key, model, now);
+            match applied.get(b.index) {
+                Some(a) => {
+                    if b.kind == domain::budgets::BudgetKind::Requests {
+                        let secs = (a.resets_at - now).num_seconds().max(1);
+                        retry_after = Some(secs as u64);
+                    }
+                    format!(
+                        "{} (it starts again at {})",
+                        domain::chain_budgets::describe(
+                            r.scope,
+                            a.models.as_deref(),
+                            b.period,
+                            b.kind
+                        ),
+                        domain::standing::rfc3339(&gw.cfg.clock, a.resets_at)
+                    )
+                }
+                None => domain::chain_budgets::describe(r.scope, None, b.period, b.kind),
+            }
+        }
+        None => domain::standing::describe(r.scope, r.limit),
+    };
+    let msg = format!("{}: request refused by {what}{hint}", r.reason());
     let counters = json!({"scope": r.scope.as_str(), "limit": format!("{:?}", r.limit),
         "headroom_tokens": r.headroom_tokens, "headroom_cost_micro_usd": r.headroom_cost,
         "retry_after_ms": r.retry_after_ms, "est_input_tokens": want.est_in,
         "est_output_tokens": want.est_out});
     ApiError::new(r.reason(), msg)
-        .retry_after(r.retry_after_secs())
+        .retry_after(retry_after)
         .counters(counters)
+}
+
+/// The budgets of `Limits::budgets` that count a request of `key` to
+/// `model` at `now`, in the order the hold takes them.
+pub(crate) fn budgets_of(
+    gw: &Gateway,
+    key: &KeyEntry,
+    model: &ModelEntry,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<domain::chain_budgets::Applied> {
+    let month = gw.cfg.clock.month(now);
+    let limits = key.effective_limits(now, &month);
+    let limits = [&limits[0], &limits[1], &limits[2]];
+    domain::chain_budgets::applicable(limits, &key.app.id, &key.id, &model.id, &gw.cfg.clock, now)
 }
 
 /// One hold call, failing closed on any quota-store error. A hold whose
@@ -495,7 +545,17 @@ async fn hold(
     want: &Want<'_>,
     est_out: i64,
 ) -> Result<HoldOutcome, ApiError> {
-    let limits = key.effective_limits(gw.now(), month);
+    let now = gw.now();
+    let limits = key.effective_limits(now, month);
+    let limits = [&limits[0], &limits[1], &limits[2]];
+    let budgets = domain::chain_budgets::applicable(
+        limits,
+        &key.app.id,
+        &key.id,
+        &model.id,
+        &gw.cfg.clock,
+        now,
+    );
     let req = HoldRequest {
         request_id,
         tenant: &key.tenant.id,
@@ -510,7 +570,8 @@ async fn hold(
             .0
             .saturating_add(want.fees),
         model: &model.id,
-        limits: [&limits[0], &limits[1], &limits[2]],
+        limits,
+        budgets: &budgets,
     };
     let mut pending = PendingHold {
         gw: gw.clone(),

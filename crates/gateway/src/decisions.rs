@@ -289,6 +289,9 @@ fn limit_value(
         LimitKind::InputTpm => lim.input_tpm.map(|v| json!(v)),
         LimitKind::OutputTpm => lim.output_tpm.map(|v| json!(v)),
         LimitKind::EndUsersPerMinute => None,
+        // The scope's budgets by period and model (the refusal's reason
+        // names which).
+        LimitKind::Budget => lim.budgets.as_ref().map(|b| json!(b)),
     }
 }
 

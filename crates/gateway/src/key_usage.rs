@@ -87,12 +87,28 @@ async fn standing_of(gw: &Gateway, key: &crate::key_index::KeyEntry) -> Result<V
         None => None,
     };
     let k = counters[2];
+    let chain = [&limits[0], &limits[1], &limits[2]];
+    let all = domain::chain_budgets::of_chain(chain, &key.app.id, &key.id, None, &clock, now);
+    let budget_counters = gw
+        .quota
+        .budget_counters_rebuilt(&key.tenant.id, &key.app.id, &key.id, &all, &ledger)
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "usage: quota store unavailable");
+            ApiError::store_down()
+        })?;
+    let budgets = all
+        .into_iter()
+        .zip(budget_counters)
+        .map(|(budget, counters)| standing::BudgetCounters { budget, counters })
+        .collect();
     let lines = standing::lines(&Inputs {
         limits: [&limits[0], &limits[1], &limits[2]],
         counters,
         day_cost,
         now,
         clock,
+        budgets,
     });
     Ok(json!({
         "object": "usage",

@@ -214,6 +214,10 @@ async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<
             let add_cost = held.hold_price.cost(0, add).0;
             let k = held.key.clone();
             let limits = k.effective_limits(held.gw.now(), &held.month);
+            // The hold's budgets, as it took them (its start names the period).
+            let started = chrono::DateTime::from_timestamp_millis(held.started_at_ms)
+                .unwrap_or_else(|| held.gw.now());
+            let budgets = crate::admission::budgets_of(&held.gw, &k, &held.model, started);
             let req = ExtendRequest {
                 request_id: &held.request_id,
                 tenant: &k.tenant.id,
@@ -223,6 +227,7 @@ async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<
                 add_output: add,
                 add_cost,
                 limits: [&limits[0], &limits[1], &limits[2]],
+                budgets: &budgets,
             };
             let t0 = Instant::now();
             let eu = crate::attribution::end_user_scope(&k, held.attribution.end_user.as_deref());

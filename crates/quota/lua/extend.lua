@@ -48,6 +48,18 @@ if EUM and redis.call('HEXISTS', H, 'u') == 1 then
   L = amount(25, -1)
   if L >= 0 and n(eu[3]) + n(eu[4]) + add_cost > L then return {0, 4, 2, -1} end
 end
+-- The budgets the hold took: the same checks for what the extension adds.
+local budgets = held_budgets(redis.call('HGET', H, 'b'))
+for j, b in ipairs(budgets) do
+  local f = b.f
+  b.v = redis.call('HMGET', b.K, f .. ':ut', f .. ':ht', f .. ':uc', f .. ':hc')
+  if b.lt >= 0 then
+    local left = b.lt - n(b.v[1]) - n(b.v[2])
+    if left < add_out then return {0, b.lvl, 8, -1, -1, -1, j, 1} end
+    if rem_tok < 0 or left - add_out < rem_tok then rem_tok = left - add_out end
+  end
+  if b.lc >= 0 and n(b.v[3]) + n(b.v[4]) + add_cost > b.lc then return {0, b.lvl, 8, -1, -1, -1, j, 2} end
+end
 local buckets = {}
 for s = 1, 3 do
   local L = limit(s, 6)
@@ -69,6 +81,9 @@ end
 redis.call('HSET', M, unpack(mw))
 if eu then
   redis.call('HSET', EUM, 'ht', int(n(eu[2]) + add_out), 'hc', int(n(eu[4]) + add_cost))
+end
+for _, b in ipairs(budgets) do
+  redis.call('HSET', b.K, b.f .. ':ht', int(n(b.v[2]) + add_out), b.f .. ':hc', int(n(b.v[4]) + add_cost))
 end
 for _, b in ipairs(buckets) do
   redis.call('HSET', R, b[1], string.format('%.6f', b[2]), b[1] .. ':ts', int(now))

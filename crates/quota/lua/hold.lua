@@ -11,6 +11,12 @@
 --       32 distinct end users per minute, 33 month ttl seconds
 --          {-2}                                        end user's month unknown:
 --                                                      rebuild it first
+-- The budgets of Limits::budgets that count the request: the last
+-- arguments and keys (`read_budgets` in the prelude); ARGV[#ARGV] = 0 when
+-- none. A budget whose counters are unknown answers {-3, j}: rebuild that
+-- budget's counters from the ledger first. A budget refusal:
+--          {0, level, 8, -1, headroom_tokens, headroom_cost, j, kind (1
+--          tokens, 2 cost, 3 requests)}
 -- Returns: {1, remaining_requests, remaining_tokens}  admitted
 --          {2, state}                                  duplicate (first answer)
 --          {0, scope_index, limit_index, retry_ms[, headroom_tokens, headroom_cost]}
@@ -35,6 +41,10 @@ if not mon then
   return {-1}
 end
 local rate = read_rates(R, scopes)
+local budgets, NB = read_budgets()
+for j, b in ipairs(budgets) do
+  if not b.rb then return {-3, j} end
+end
 
 -- Phase 1: check everything, write nothing. Budgets first; a budget refusal
 -- returns the tightest headroom so the caller can offer a clamped request.
@@ -56,6 +66,15 @@ for s = 1, 3 do
 end
 if fail_tok then return {0, fail_tok, 1, -1, rem_tok, rem_cost} end
 if fail_cost then return {0, fail_cost, 2, -1, rem_tok, rem_cost} end
+for j, b in ipairs(budgets) do
+  local lt, lc = -1, -1
+  if b.lt >= 0 then lt = math.max(0, b.lt - b.ut - b.ht) end
+  if b.lc >= 0 then lc = math.max(0, b.lc - b.uc - b.hc) end
+  if b.lt >= 0 and lt < est_tok then return {0, b.lvl, 8, -1, lt, lc, j, 1} end
+  if b.lc >= 0 and lc < est_cost then return {0, b.lvl, 8, -1, lt, lc, j, 2} end
+  if b.lr >= 0 and b.uq + b.hq + 1 > b.lr then return {0, b.lvl, 8, -1, -1, -1, j, 3} end
+  if lt >= 0 and (rem_tok < 0 or lt < rem_tok) then rem_tok = lt end
+end
 for s = 1, 3 do
   local L = limit(s, 3)
   if L >= 0 and n(rate(s, 1)) + 1 > L then return {0, s, 3, 1000} end
@@ -82,7 +101,8 @@ end
 
 -- The end user: budgets, rpm, and the app's cap on distinct end users in
 -- the last minute (counted, not pruned: a refusal writes nothing).
-local EUM, EUR, EUS = KEYS[5], KEYS[6], KEYS[7]
+local EUM, EUR, EUS = nil, nil, nil
+if #KEYS - NB >= 7 then EUM, EUR, EUS = KEYS[5], KEYS[6], KEYS[7] end
 local eu = nil
 if EUM then
   local who = ARGV[28]
@@ -137,6 +157,16 @@ redis.call('HSET', R, unpack(rw))
 redis.call('HSET', H, 'st', 'H', 'p', ARGV[9], 'a', ARGV[2], 'k', ARGV[3],
   'ei', int(est_in), 'eo', int(est_out), 'ec', int(est_cost), 'm', ARGV[7], 'r', ARGV[8], 'at', now)
 redis.call('ZADD', OPEN, now, ARGV[1])
+if NB > 0 then
+  local rec = {}
+  for _, b in ipairs(budgets) do
+    redis.call('HSET', b.K, b.f .. ':ht', int(b.ht + est_tok), b.f .. ':hc', int(b.hc + est_cost),
+      b.f .. ':hq', int(b.hq + 1))
+    redis.call('EXPIRE', b.K, b.ttl)
+    rec[#rec + 1] = b.K .. '\t' .. b.f .. '\t' .. int(b.lvl) .. '\t' .. int(b.lt) .. '\t' .. int(b.lc)
+  end
+  redis.call('HSET', H, 'b', table.concat(rec, '\n'))
+end
 if eu then
   redis.call('HSET', EUM, 'ht', int(n(eu.m[2]) + est_tok), 'hc', int(n(eu.m[4]) + est_cost))
   redis.call('EXPIRE', EUM, tonumber(ARGV[33]))

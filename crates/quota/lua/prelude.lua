@@ -85,3 +85,42 @@ local function refill_wait(cur, need, L)
   if need <= L and L > 0 then return math.ceil((need - cur) * 60000 / L) end
   return 60000
 end
+
+-- Budgets of `Limits::budgets` (domain::budgets). A hold passes the ones
+-- that count the request as its last arguments: ARGV[#ARGV] = B, before it
+-- B x 6 (field prefix, level 1-3, tokens, cost, requests limits with -1 =
+-- none, ttl seconds), and as its last B keys each one's period hash. Each
+-- budget's counters are fields of that hash: <prefix>:ut/ht (tokens used,
+-- held), :uc/hc (cost), :uq/hq (requests), :rb (rebuilt from the ledger).
+local BUDGET_FIELDS = {':rb', ':ut', ':ht', ':uc', ':hc', ':uq', ':hq'}
+local function read_budgets()
+  local B = amount(#ARGV)
+  local base, kbase = #ARGV - 6 * B - 1, #KEYS - B
+  local out = {}
+  for j = 1, B do
+    local a = base + (j - 1) * 6
+    local f, K = ARGV[a + 1], KEYS[kbase + j]
+    local q = {}
+    for i, x in ipairs(BUDGET_FIELDS) do q[i] = f .. x end
+    local v = redis.call('HMGET', K, unpack(q))
+    out[j] = {K = K, f = f, lvl = amount(a + 2), lt = amount(a + 3, -1), lc = amount(a + 4, -1),
+      lr = amount(a + 5, -1), ttl = amount(a + 6), rb = v[1], ut = n(v[2]), ht = n(v[3]),
+      uc = n(v[4]), hc = n(v[5]), uq = n(v[6]), hq = n(v[7])}
+  end
+  return out, B
+end
+
+-- The budgets a hold took, as its record keeps them (field `b`): one line
+-- each, "<period hash>\t<prefix>\t<level>\t<tokens limit>\t<cost limit>".
+-- Settle, release and extend find them there (same hash tag as the hold).
+local function held_budgets(rec)
+  local out = {}
+  if not rec then return out end
+  for line in string.gmatch(rec, '[^\n]+') do
+    local K, f, lvl, lt, lc = string.match(line, '^(.-)\t(.-)\t(.-)\t(.-)\t(.-)$')
+    if K then
+      out[#out + 1] = {K = K, f = f, lvl = tonumber(lvl), lt = tonumber(lt), lc = tonumber(lc)}
+    end
+  end
+  return out
+end

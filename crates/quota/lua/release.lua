@@ -6,7 +6,7 @@
 -- Returns: {1} released now, {2, state} no open hold: no-op
 local M, R, H, OPEN = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
-local h = redis.call('HMGET', H, 'st', 'ei', 'eo', 'ec', 'u')
+local h = redis.call('HMGET', H, 'st', 'ei', 'eo', 'ec', 'u', 'b')
 if h[1] ~= 'H' then
   return {2, h[1] or 'none'}
 end
@@ -32,6 +32,12 @@ local EUM = KEYS[5]
 if EUM and h[5] then
   if redis.call('HINCRBY', EUM, 'ht', int(0 - (est_in + est_out))) < 0 then redis.call('HSET', EUM, 'ht', 0) end
   if redis.call('HINCRBY', EUM, 'hc', int(0 - est_cost)) < 0 then redis.call('HSET', EUM, 'hc', 0) end
+end
+for _, b in ipairs(held_budgets(h[6])) do
+  local f = b.f
+  local v = redis.call('HMGET', b.K, f .. ':ht', f .. ':hc', f .. ':hq')
+  redis.call('HSET', b.K, f .. ':ht', int(math.max(0, n(v[1]) - est_in - est_out)),
+    f .. ':hc', int(math.max(0, n(v[2]) - est_cost)), f .. ':hq', int(math.max(0, n(v[3]) - 1)))
 end
 redis.call('HSET', H, 'st', 'R')
 redis.call('EXPIRE', H, 86400)

@@ -19,7 +19,7 @@
 -- Reads and writes are batched, as in hold.lua.
 local M, R, H, OPEN, OUTBOX = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
-local h = redis.call('HMGET', H, 'st', 'ei', 'eo', 'ec', 'u')
+local h = redis.call('HMGET', H, 'st', 'ei', 'eo', 'ec', 'u', 'b')
 if h[1] == 'S' or h[1] == 'R' then
   return {2, h[1]}
 end
@@ -89,6 +89,19 @@ if EUM and held and h[5] then
 elseif EUM and not held and redis.call('HEXISTS', EUM, '_rb') == 1 then
   local e = redis.call('HMGET', EUM, 'ut', 'uc')
   redis.call('HSET', EUM, 'ut', int(n(e[1]) + act_tok), 'uc', int(n(e[2]) + act_cost))
+end
+-- The budgets the hold took (its record's `b`): held to used. A hold
+-- Redis lost took none that are known: its usage reaches them through the
+-- ledger when they are rebuilt.
+if held then
+  for _, b in ipairs(held_budgets(h[6])) do
+    local f = b.f
+    local v = redis.call('HMGET', b.K, f .. ':ut', f .. ':ht', f .. ':uc', f .. ':hc', f .. ':uq', f .. ':hq')
+    redis.call('HSET', b.K, f .. ':ut', int(n(v[1]) + act_tok),
+      f .. ':ht', int(math.max(0, n(v[2]) - est_in - est_out)),
+      f .. ':uc', int(n(v[3]) + act_cost), f .. ':hc', int(math.max(0, n(v[4]) - est_cost)),
+      f .. ':uq', int(n(v[5]) + 1), f .. ':hq', int(math.max(0, n(v[6]) - 1)))
+  end
 end
 redis.call('HSET', OUTBOX, ARGV[1], ARGV[7])
 redis.call('HSET', H, 'st', 'S', 'ai', int(act_in), 'ao', int(act_out), 'ac', int(act_cost), 'x', ARGV[8])

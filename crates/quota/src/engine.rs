@@ -71,6 +71,7 @@ pub(crate) struct Scripts {
     settle: Script,
     release: Script,
     rebuild: Script,
+    budget_rebuild: Script,
     extend: Script,
     pub(crate) lease_acquire: Script,
     pub(crate) lease_settle: Script,
@@ -154,6 +155,7 @@ impl QuotaEngine {
                 settle: lua_script(include_str!("../lua/settle.lua")),
                 release: lua_script(include_str!("../lua/release.lua")),
                 rebuild: lua_script(include_str!("../lua/rebuild.lua")),
+                budget_rebuild: lua_script(include_str!("../lua/budget_rebuild.lua")),
                 extend: lua_script(include_str!("../lua/extend.lua")),
                 lease_acquire: lua_script(include_str!("../lua/lease_acquire.lua")),
                 lease_settle: lua_script(include_str!("../lua/lease_settle.lua")),
@@ -301,8 +303,16 @@ impl QuotaEngine {
                         state: str_at(&reply, 1),
                     })
                 }
-                0 => return Ok(HoldOutcome::Refused(refusal_from(&reply)?)),
+                0 => return Ok(HoldOutcome::Refused(refusal_from(&reply, req.budgets)?)),
                 -1 => self.rebuild_month(req.tenant, req.month, ledger).await?,
+                -3 => {
+                    let j = int_at(&reply, 1)? as usize;
+                    let Some(b) = j.checked_sub(1).and_then(|j| req.budgets.get(j)) else {
+                        return Err(QuotaError::Protocol(format!("{reply:?}")));
+                    };
+                    self.rebuild_budget(req.tenant, req.app, req.key, b, ledger)
+                        .await?
+                }
                 -2 => match eu {
                     Some((e, d)) => {
                         self.rebuild_end_user(req.tenant, req.app, e.id, d, req.month, ledger)
@@ -349,6 +359,18 @@ impl QuotaEngine {
             }
             inv.arg(MONTH_TTL_SECS);
         }
+        // The budgets that count the request: last, and their number last
+        // of all (`read_budgets` in lua/prelude.lua).
+        for b in req.budgets {
+            inv.key(self.keys.budget_period(req.tenant, &b.period_id))
+                .arg(&b.field)
+                .arg(budget_level(b.level))
+                .arg(domain::counter::limit_arg(b.limits[0]))
+                .arg(domain::counter::limit_arg(b.limits[1]))
+                .arg(domain::counter::limit_arg(b.limits[2]))
+                .arg(b.ttl_secs());
+        }
+        inv.arg(req.budgets.len());
         let mut conn = self.link().await?;
         self.timed(inv.invoke_async(&mut conn)).await
     }
@@ -391,7 +413,7 @@ impl QuotaEngine {
             1 => Ok(ExtendOutcome::Extended {
                 remaining_tokens: Some(int_at(&reply, 1)?).filter(|v| *v >= 0),
             }),
-            0 => Ok(ExtendOutcome::Refused(refusal_from(&reply)?)),
+            0 => Ok(ExtendOutcome::Refused(refusal_from(&reply, req.budgets)?)),
             2 => Ok(ExtendOutcome::NotHeld {
                 state: str_at(&reply, 1),
             }),
@@ -561,8 +583,21 @@ pub(crate) fn str_at(v: &[redis::Value], i: usize) -> String {
     }
 }
 
-/// `{0, scope_index, limit_index, retry_ms[, headroom_tokens, headroom_cost]}`
-fn refusal_from(reply: &[redis::Value]) -> Result<Refusal, QuotaError> {
+/// A budget's level as the scripts number scopes (1 tenant, 2 app, 3 key).
+fn budget_level(level: ScopeKind) -> i64 {
+    match level {
+        ScopeKind::Tenant => 1,
+        ScopeKind::App => 2,
+        _ => 3,
+    }
+}
+
+/// `{0, scope_index, limit_index, retry_ms[, headroom_tokens, headroom_cost[,
+/// budget j, kind]]}`; `budgets`: the request's, in the order it passed them.
+fn refusal_from(
+    reply: &[redis::Value],
+    budgets: &[domain::chain_budgets::Applied],
+) -> Result<Refusal, QuotaError> {
     let scope = ScopeKind::from_index(int_at(reply, 1)? as usize - 1);
     let limit = LimitKind::from_index(int_at(reply, 2)? as usize - 1);
     let (Some(scope), Some(limit)) = (scope, limit) else {
@@ -570,11 +605,36 @@ fn refusal_from(reply: &[redis::Value]) -> Result<Refusal, QuotaError> {
     };
     let retry = int_at(reply, 3)?;
     let opt = |i: usize| int_at(reply, i).ok().filter(|v| *v >= 0);
+    let budget = if limit == LimitKind::Budget {
+        let j = int_at(reply, 6)?;
+        let kind = domain::budgets::BudgetKind::from_index((int_at(reply, 7)? - 1).max(0) as usize);
+        let index = usize::try_from(j - 1).unwrap_or(0);
+        let Some(kind) = kind else {
+            return Err(QuotaError::Protocol(format!("{reply:?}")));
+        };
+        // The caller's list names the budget; an extension whose caller's
+        // list no longer matches the hold's (its limits changed since)
+        // still refuses, as the hold's budget: a monthly one by default.
+        let (period, model_scoped) = budgets
+            .get(index)
+            .map_or((domain::budgets::BudgetPeriod::Month, false), |b| {
+                (b.period, b.model_scoped)
+            });
+        Some(domain::reason::BudgetRefusal {
+            index,
+            period,
+            kind,
+            model_scoped,
+        })
+    } else {
+        None
+    };
     Ok(Refusal {
         scope,
         limit,
         retry_after_ms: (retry >= 0).then_some(retry as u64),
         headroom_tokens: opt(4),
         headroom_cost: opt(5),
+        budget,
     })
 }

@@ -24,6 +24,12 @@ impl KeySpace {
     }
 
     /// In-flight counts and token buckets (no period: they are windows).
+    /// The counters of a tenant's budgets in one period (`d:2026-12-07`,
+    /// `q:2026-10`: `domain::chain_budgets::Applied::period_id`).
+    pub fn budget_period(&self, tenant: &str, period_id: &str) -> String {
+        format!("{}:b:{}", self.tag(tenant), period_id)
+    }
+
     pub fn rates(&self, tenant: &str) -> String {
         format!("{}:rt", self.tag(tenant))
     }

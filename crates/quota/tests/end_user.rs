@@ -61,6 +61,7 @@ const NONE: Limits = Limits {
 
 fn hold(rid: &str, est: i64) -> HoldRequest<'_> {
     HoldRequest {
+        budgets: &[],
         request_id: rid,
         tenant: "acme",
         app: "web",
@@ -299,6 +300,7 @@ async fn an_extension_checks_the_end_users_budget() {
     let out = q.hold_with(&hold("r1", 60), alice, &ledger).await.unwrap();
     assert!(matches!(out, HoldOutcome::Admitted { .. }), "{out:?}");
     let ext = |add| ExtendRequest {
+        budgets: &[],
         request_id: "r1",
         tenant: "acme",
         app: "web",

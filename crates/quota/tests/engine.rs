@@ -39,6 +39,7 @@ struct Scopes {
 
 fn hold<'a>(s: &'a Scopes, rid: &'a str, est_in: i64, est_out: i64) -> HoldRequest<'a> {
     HoldRequest {
+        budgets: &[],
         request_id: rid,
         tenant: "acme",
         app: "web",
@@ -351,6 +352,7 @@ async fn redis_down_fails_closed_fast() {
 
 fn extend<'a>(s: &'a Scopes, rid: &'a str, add: i64) -> ExtendRequest<'a> {
     ExtendRequest {
+        budgets: &[],
         request_id: rid,
         tenant: "acme",
         app: "web",

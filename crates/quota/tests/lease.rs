@@ -43,6 +43,7 @@ fn tuning() -> LeaseTuning {
 
 fn hold<'a>(l: &'a [Limits; 3], rid: &'a str, input: i64, output: i64) -> HoldRequest<'a> {
     HoldRequest {
+        budgets: &[],
         request_id: rid,
         tenant: "acme",
         app: "web",

@@ -52,6 +52,7 @@ struct World {
 impl World {
     fn hold_request<'a>(&'a self, rid: &'a str) -> HoldRequest<'a> {
         HoldRequest {
+            budgets: &[],
             request_id: rid,
             tenant: "acme",
             app: "web",

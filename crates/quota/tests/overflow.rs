@@ -43,6 +43,7 @@ fn budget(tokens: i64) -> [Limits; 3] {
 
 fn hold<'a>(l: &'a [Limits; 3], rid: &'a str, est_in: i64, est_out: i64) -> HoldRequest<'a> {
     HoldRequest {
+        budgets: &[],
         request_id: rid,
         tenant: "acme",
         app: "web",

@@ -71,6 +71,7 @@ fn limits() -> [Limits; 3] {
 
 fn hold<'a>(l: &'a [Limits; 3], rid: &'a str) -> HoldRequest<'a> {
     HoldRequest {
+        budgets: &[],
         request_id: rid,
         tenant: "acme",
         app: "web",

@@ -61,8 +61,7 @@ pub async fn start(cfg: &Config, listener: TcpListener) -> anyhow::Result<Runnin
         .await
         .context("cannot connect to PostgreSQL (database.url)")?;
     store.migrate().await.context("migrations failed")?;
-    let clock =
-        domain::period::PlatformClock::parse(&cfg.platform.timezone).map_err(anyhow::Error::msg)?;
+    let clock = cfg.platform.clock().map_err(anyhow::Error::msg)?;
     let replica = cfg.replica();
     let quota = Arc::new(
         cfg.quota_engine(&replica, Duration::from_millis(cfg.redis.timeout_ms))?

@@ -142,8 +142,7 @@ pub async fn job_context(cfg: &Config) -> anyhow::Result<jobs::JobContext> {
         .with_booked_check(std::sync::Arc::new(gateway::replay_check::LedgerBooked(
             store.clone(),
         )));
-    let clock =
-        domain::period::PlatformClock::parse(&cfg.platform.timezone).map_err(anyhow::Error::msg)?;
+    let clock = cfg.platform.clock().map_err(anyhow::Error::msg)?;
     Ok(jobs::JobContext::new(
         store,
         std::sync::Arc::new(quota),
@@ -257,8 +256,7 @@ pub async fn stale_holds(
         "cli",
         std::time::Duration::from_millis(cfg.redis.timeout_ms.max(1000)),
     )?;
-    let clock =
-        domain::period::PlatformClock::parse(&cfg.platform.timezone).map_err(anyhow::Error::msg)?;
+    let clock = cfg.platform.clock().map_err(anyhow::Error::msg)?;
     let now_ms = match now {
         Some(t) => chrono::DateTime::parse_from_rfc3339(t)
             .context("--now must be RFC 3339")?

@@ -327,6 +327,19 @@ pub struct KeysConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct PlatformConfig {
     pub timezone: String,
+    /// The first day of a weekly budget's week (`monday` … `sunday`).
+    pub week_starts: String,
+    /// The month (1–12) the fiscal year starts in: quarterly budgets'
+    /// quarters start in it and every third month after.
+    pub fiscal_year_starts: u32,
+}
+
+impl PlatformConfig {
+    /// The platform calendar: time zone, week and fiscal year.
+    pub fn clock(&self) -> Result<domain::period::PlatformClock, String> {
+        domain::period::PlatformClock::parse(&self.timezone)?
+            .with_calendar(&self.week_starts, self.fiscal_year_starts)
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -515,6 +528,8 @@ impl Default for Config {
             },
             platform: PlatformConfig {
                 timezone: "Asia/Shanghai".into(),
+                week_starts: "monday".into(),
+                fiscal_year_starts: 1,
             },
             gateway: GatewayTuning {
                 max_body_bytes: 4 << 20,
@@ -634,8 +649,7 @@ impl Config {
     }
 
     pub fn validate(&self) -> anyhow::Result<()> {
-        domain::period::PlatformClock::parse(&self.platform.timezone)
-            .map_err(anyhow::Error::msg)?;
+        self.platform.clock().map_err(anyhow::Error::msg)?;
         self.routing.validate()?;
         if let Some(p) = &self.keys.pepper {
             if p.len() < 32 {

@@ -62,6 +62,21 @@ impl LedgerSource for StoreLedger<'_> {
             .collect())
     }
 
+    async fn window_usage(
+        &self,
+        tenant: &str,
+        app: Option<&str>,
+        key: Option<&str>,
+        models: Option<&[String]>,
+        days: domain::budgets::Days,
+    ) -> Result<(i64, i64, i64), String> {
+        self.store_pending(tenant).await?;
+        self.store
+            .window_usage(&TenantScope::system(), tenant, app, key, models, days)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     async fn end_user_month_usage(
         &self,
         tenant: &str,

@@ -820,6 +820,51 @@ impl Store {
         Ok(rows)
     }
 
+    /// Settled (tokens, cost, requests) of a tenant — of one app, or one
+    /// key, when given — on `models` (None: every model) over the platform
+    /// days `[days.0, days.1)`, capped like [`Self::month_usage`]: what a
+    /// budget's counters are rebuilt from (`domain::budgets`).
+    pub async fn window_usage(
+        &self,
+        scope: &TenantScope,
+        tenant: &str,
+        app: Option<&str>,
+        key: Option<&str>,
+        models: Option<&[String]>,
+        days: domain::budgets::Days,
+    ) -> Result<(i64, i64, i64)> {
+        // The months the days fall in: the rollups' key starts with them.
+        let mut months = Vec::new();
+        let mut d = days.0;
+        while d < days.1 {
+            let m = d.format("%Y-%m").to_string();
+            if months.last() != Some(&m) {
+                months.push(m);
+            }
+            d = d.succ_opt().unwrap_or(days.1);
+        }
+        Ok(sqlx::query_as(
+            "SELECT LEAST(COALESCE(SUM(input_tokens::numeric + output_tokens), 0), 9007199254740991)::int8,
+                    LEAST(COALESCE(SUM(cost_micro::numeric), 0), 9007199254740991)::int8,
+                    LEAST(COALESCE(SUM(requests::numeric), 0), 9007199254740991)::int8
+             FROM usage_rollups
+             WHERE period = ANY($1) AND tenant_id = $2 AND day >= $3 AND day < $4
+               AND ($5::text IS NULL OR app_id = $5) AND ($6::text IS NULL OR key_id = $6)
+               AND ($7::text[] IS NULL OR model = ANY($7))
+               AND ($8::text IS NULL OR tenant_id = $8)",
+        )
+        .bind(&months)
+        .bind(tenant)
+        .bind(days.0)
+        .bind(days.1)
+        .bind(app)
+        .bind(key)
+        .bind(models)
+        .bind(scope.tenant())
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     /// One end user's settled (tokens, cost) of an app in a month, capped
     /// like [`Self::month_usage`].
     pub async fn end_user_month_usage(

@@ -351,6 +351,7 @@ impl Machine {
         lim: &'a Limits,
     ) -> HoldRequest<'a> {
         HoldRequest {
+            budgets: &[],
             request_id: rid,
             tenant: self.tenant(),
             app: "a",

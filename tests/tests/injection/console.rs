@@ -21,7 +21,7 @@ struct FormCase {
     refusal_writes: &'static [&'static str],
 }
 
-const LIMITS: [(&str, &str); 11] = [
+const LIMITS: [(&str, &str); 12] = [
     ("monthly_tokens", "1000"),
     ("monthly_cost_usd", "10"),
     ("daily_cost_soft_usd", "1"),
@@ -33,6 +33,7 @@ const LIMITS: [(&str, &str); 11] = [
     ("max_output_tokens", "500"),
     ("allowed_service_tiers", "priority"),
     ("allowed_tools", "web_search"),
+    ("budgets", "day requests=100"),
 ];
 
 /// `fields` and the limit fields every limits form has.
@@ -178,6 +179,7 @@ fn form_cases() -> Vec<FormCase> {
                 ("max_inflight", Shown::Never),
                 ("max_context_tokens", Shown::Never),
                 ("max_output_tokens", Shown::Never),
+                ("budgets", Shown::Never),
             ],
             ..case(
                 "/console/tenants/{}/apps/{}/keys",

@@ -57,6 +57,7 @@ pub async fn issue(
     }
     super::valid_text("name", domain::text::KEY_NAME, &k.name)?;
     valid_limits(&k.limits)?;
+    super::known_budget_models(cp, &k.limits).await?;
     if k.expires_at.is_some_and(|t| t <= Utc::now()) {
         return Err(ApiError::field("expires_at", "err.past"));
     }

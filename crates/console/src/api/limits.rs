@@ -139,6 +139,7 @@ pub async fn restore(
         .find(|v| v.id == version)
         .ok_or_else(|| ApiError::NotFound(format!("limits version {version}")))?;
     valid_limits(&version.limits)?;
+    super::known_budget_models(cp, &version.limits).await?;
     cp.store
         .restore_limits(&actor.label(), owner, &version.limits, version.id, reason)
         .await?;
@@ -194,6 +195,7 @@ pub async fn set(
 ) -> Result<i64, ApiError> {
     may_set(actor, owner)?;
     valid_limits(limits)?;
+    super::known_budget_models(cp, limits).await?;
     Ok(cp
         .store
         .set_limits(&actor.label(), owner, limits, expected)

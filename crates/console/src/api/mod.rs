@@ -125,6 +125,11 @@ pub fn in_limits(e: ApiError) -> ApiError {
 /// names the limit (and a list's bad element: `allowed_tools[1]`).
 pub fn valid_limits(l: &domain::Limits) -> Result<(), ApiError> {
     l.validate().map_err(|e| match e.index {
+        Some(index) if e.field == "budgets" => ApiError::Element {
+            field: e.field,
+            index,
+            key: "err.budget",
+        },
         Some(index) => ApiError::Element {
             field: e.field,
             index,
@@ -132,6 +137,26 @@ pub fn valid_limits(l: &domain::Limits) -> Result<(), ApiError> {
         },
         None => ApiError::field(e.field, "err.negative"),
     })
+}
+
+/// Every model a budget of `l` names is one the gateway serves; the
+/// refusal names the budget (`budgets[1]`).
+pub async fn known_budget_models(
+    cp: &crate::ControlPlane,
+    l: &domain::Limits,
+) -> Result<(), ApiError> {
+    for (index, b) in l.budgets.iter().flatten().enumerate() {
+        for m in b.models.iter().flatten() {
+            if !cp.store.model_exists(m).await? {
+                return Err(ApiError::Element {
+                    field: "budgets",
+                    index,
+                    key: "err.unknown_budget_model",
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Every model of an allowed-models list is one the gateway serves; the

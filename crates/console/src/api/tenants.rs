@@ -103,6 +103,7 @@ pub async fn create_tenant(
     };
     check(&row)?;
     known_models(cp, row.allowed_models.as_deref()).await?;
+    super::known_budget_models(cp, &row.limits).await?;
     cp.store.create_tenant(&actor.label(), &row).await?;
     Ok(row)
 }
@@ -240,6 +241,7 @@ pub async fn update_tenant(
     }
     check(&t)?;
     known_models(cp, t.allowed_models.as_deref()).await?;
+    super::known_budget_models(cp, &t.limits).await?;
     let expected = p.version.unwrap_or(read);
     let version = cp
         .store
@@ -364,6 +366,7 @@ pub async fn create_app_in(
     valid_id("id", &a.id)?;
     valid_app_name(&a.name)?;
     valid_limits(&a.limits)?;
+    super::known_budget_models(cp, &a.limits).await?;
     super::valid_attribution(&a.attribution)?;
     known_models(cp, a.allowed_models.as_deref()).await?;
     if !cp.store.tenant_exists(actor.scope(), tenant).await? {

@@ -2,6 +2,7 @@
 //! under a lock), and read back as counters.
 
 use super::*;
+use domain::limits::ScopeKind;
 use domain::standing::ScopeCounters;
 
 impl QuotaEngine {
@@ -87,6 +88,44 @@ impl QuotaEngine {
                     "rebuilt month counters from the ledger"
                 );
             }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Restores one budget's used counters in its period from the ledger
+    /// (lost with Redis, or the budget is new), once, under a lock.
+    pub(super) async fn rebuild_budget(
+        &self,
+        tenant: &str,
+        app: &str,
+        key: &str,
+        b: &domain::chain_budgets::Applied,
+        ledger: &impl LedgerSource,
+    ) -> Result<(), QuotaError> {
+        let lock = self
+            .keys
+            .rebuild_lock(tenant, &format!("b:{}:{}", b.period_id, b.field));
+        self.once_under_lock(&lock, async {
+            let (app, key) = match b.level {
+                ScopeKind::Tenant => (None, None),
+                ScopeKind::App => (Some(app), None),
+                _ => (Some(app), Some(key)),
+            };
+            let (tokens, cost, requests) = ledger
+                .window_usage(tenant, app, key, b.models.as_deref(), b.days)
+                .await
+                .map_err(QuotaError::Ledger)?;
+            let cap = |v: i64| v.clamp(0, domain::usage::MAX_SETTLE_AMOUNT);
+            let mut inv = self.scripts.budget_rebuild.prepare_invoke();
+            inv.key(self.keys.budget_period(tenant, &b.period_id))
+                .arg(&b.field)
+                .arg(b.ttl_secs())
+                .arg(cap(tokens))
+                .arg(cap(cost))
+                .arg(cap(requests));
+            let mut conn = self.link().await?;
+            let _: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
             Ok(())
         })
         .await
@@ -278,5 +317,49 @@ impl QuotaEngine {
         Err(QuotaError::Unavailable(
             "month rebuild did not complete".into(),
         ))
+    }
+}
+
+impl QuotaEngine {
+    /// The counters of `budgets` (a chain's, `domain::chain_budgets::of_chain`):
+    /// tokens, µUSD and requests, used and held — each rebuilt from the
+    /// ledger first when Redis does not know it. For `GET /v1/usage`.
+    pub async fn budget_counters_rebuilt(
+        &self,
+        tenant: &str,
+        app: &str,
+        key: &str,
+        budgets: &[domain::chain_budgets::Applied],
+        ledger: &impl LedgerSource,
+    ) -> Result<Vec<[i64; 6]>, QuotaError> {
+        const FIELDS: [&str; 7] = ["rb", "ut", "ht", "uc", "hc", "uq", "hq"];
+        let mut out = Vec::with_capacity(budgets.len());
+        for b in budgets {
+            let mut done = None;
+            for _ in 0..50 {
+                let mut cmd = redis::cmd("HMGET");
+                cmd.arg(self.keys.budget_period(tenant, &b.period_id));
+                for f in FIELDS {
+                    cmd.arg(format!("{}:{f}", b.field));
+                }
+                let mut conn = self.link().await?;
+                let v: Vec<Option<String>> = self.bounded(cmd.query_async(&mut conn)).await?;
+                if v.first().is_some_and(Option::is_some) {
+                    let int = |i: usize| {
+                        v.get(i)
+                            .and_then(|x| x.as_deref())
+                            .and_then(|x| x.parse::<f64>().ok())
+                            .map_or(0, |x| x as i64)
+                    };
+                    done = Some(std::array::from_fn(|i| int(i + 1)));
+                    break;
+                }
+                self.rebuild_budget(tenant, app, key, b, ledger).await?;
+            }
+            out.push(done.ok_or_else(|| {
+                QuotaError::Unavailable("budget rebuild did not complete".into())
+            })?);
+        }
+        Ok(out)
     }
 }

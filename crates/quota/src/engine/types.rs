@@ -55,6 +55,9 @@ pub struct HoldRequest<'a> {
     pub model: &'a str,
     /// Limits of tenant, app and key, in that order.
     pub limits: [&'a Limits; 3],
+    /// The budgets of `Limits::budgets` that count this request
+    /// (`domain::chain_budgets::applicable`); taken in the same step.
+    pub budgets: &'a [domain::chain_budgets::Applied],
 }
 
 /// The fourth scope of a hold: the request's end user, under its app, when
@@ -117,6 +120,9 @@ pub struct ExtendRequest<'a> {
     pub add_output: i64,
     pub add_cost: i64,
     pub limits: [&'a Limits; 3],
+    /// The budgets the hold took, in its order (the hold's record keeps
+    /// them; these only name a budget that refuses).
+    pub budgets: &'a [domain::chain_budgets::Applied],
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,6 +184,21 @@ pub trait LedgerSource: Send + Sync {
         tenant: &str,
         month: &str,
     ) -> impl Future<Output = Result<Vec<ScopeUsage>, String>> + Send;
+
+    /// Settled tokens, cost and requests of a tenant (of one app or key
+    /// when given) on `models` (None: every model) over platform days
+    /// `[days.0, days.1)`: what a budget's counters are rebuilt from.
+    /// Sources that keep no ledger (tools, most tests) keep this default.
+    fn window_usage(
+        &self,
+        _tenant: &str,
+        _app: Option<&str>,
+        _key: Option<&str>,
+        _models: Option<&[String]>,
+        _days: domain::budgets::Days,
+    ) -> impl Future<Output = Result<(i64, i64, i64), String>> + Send {
+        async { Ok((0, 0, 0)) }
+    }
 
     /// One end user's settled (tokens, cost) of an app in a month. Sources
     /// that never see end users (tools, most tests) keep this default.

@@ -40,6 +40,7 @@ impl Machine {
         };
         let rid = self.m.open[i].0.clone();
         let req = ExtendRequest {
+            budgets: &[],
             request_id: &rid,
             tenant: self.tenant(),
             app: "a",

@@ -247,6 +247,9 @@ pub struct LimitsForm {
     /// and hosted tools").
     pub allowed_service_tiers: String,
     pub allowed_tools: String,
+    /// Budgets by period and model, as `domain::budgets::to_text` writes
+    /// them (docs/limits.md).
+    pub budgets: String,
 }
 
 impl LimitsForm {
@@ -263,6 +266,7 @@ impl LimitsForm {
             max_output_tokens: int("max_output_tokens", &self.max_output_tokens)?,
             allowed_service_tiers: split_list(&self.allowed_service_tiers),
             allowed_tools: split_list(&self.allowed_tools),
+            budgets: budgets("budgets", &self.budgets)?,
         })
     }
 
@@ -284,6 +288,7 @@ impl LimitsForm {
         ];
         let mut out: Vec<ApiError> = ints.iter().filter_map(|(f, v)| int(f, v).err()).collect();
         out.extend(usds.iter().filter_map(|(f, v)| usd(f, v).err()));
+        out.extend(budgets("budgets", &self.budgets).err());
         out
     }
 
@@ -310,11 +315,16 @@ impl LimitsForm {
                 .as_deref()
                 .map(|v| v.join(", "))
                 .unwrap_or_default(),
+            budgets: l
+                .budgets
+                .as_deref()
+                .map(domain::budgets::to_text)
+                .unwrap_or_default(),
         }
     }
 
     /// (field, label key, value) for the template's loop.
-    pub fn fields(&self) -> [(&'static str, &'static str, &str); 11] {
+    pub fn fields(&self) -> [(&'static str, &'static str, &str); 12] {
         [
             (
                 "monthly_tokens",
@@ -351,8 +361,19 @@ impl LimitsForm {
                 &self.allowed_service_tiers,
             ),
             ("allowed_tools", "limits.allowed_tools", &self.allowed_tools),
+            ("budgets", "limits.budgets", &self.budgets),
         ]
     }
+}
+
+/// A budgets field (`domain::budgets::from_text`): none when empty.
+fn budgets(field: &'static str, v: &str) -> Result<Option<Vec<domain::budgets::Budget>>, ApiError> {
+    let b = domain::budgets::from_text(v).map_err(|e| ApiError::Element {
+        field,
+        index: e.index,
+        key: "err.budget_text",
+    })?;
+    Ok((!b.is_empty()).then_some(b))
 }
 
 /// Limits as one short line for tables ("" when unlimited), with the
