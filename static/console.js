@@ -92,3 +92,29 @@ document.addEventListener("DOMContentLoaded", function () {
   var r = document.querySelector("[data-scroll-here]");
   if (r) r.scrollIntoView({ block: "start" });
 });
+
+// The quota request form: the app picker offers the chosen tenant's apps
+// only (the server checks the pair anyway).
+function pickApps(form) {
+  var t = form.querySelector("#request-tenant");
+  var a = form.querySelector("#request-app");
+  if (!t || !a) { return; }
+  a.querySelectorAll("optgroup[data-tenant]").forEach(function (g) {
+    var other = t.value !== "" && g.dataset.tenant !== t.value;
+    g.hidden = other;
+    g.disabled = other;
+  });
+  var chosen = a.selectedOptions[0];
+  if (chosen && chosen.parentElement.disabled) { a.value = ""; }
+}
+document.addEventListener("change", function (e) {
+  if (e.target.id === "request-tenant") { pickApps(e.target.form); }
+});
+document.addEventListener("htmx:load", function (e) {
+  var f = e.detail.elt.querySelector && e.detail.elt.querySelector("#request-tenant");
+  if (f) { pickApps(f.form); }
+});
+document.addEventListener("DOMContentLoaded", function () {
+  var f = document.getElementById("request-tenant");
+  if (f) { pickApps(f.form); }
+});

@@ -45,8 +45,13 @@ async fn a_refused_deployment_form_shows_every_problem_in_words_and_keeps_what_w
         ("max_inflight", "8"),
     ];
     for (field, v) in typed {
-        ui.fill(&format!("#deployment-form input[name={field}]"), v)
-            .await;
+        if field == "model" {
+            // A picker of the models there are (#52, defect 19).
+            ui.select("#deployment-form select[name=model]", v).await;
+        } else {
+            ui.fill(&format!("#deployment-form input[name={field}]"), v)
+                .await;
+        }
     }
     ui.click("#deployment-form button[type=submit]").await;
     ui.wait("#deployment-refused").await;
@@ -73,8 +78,9 @@ async fn a_refused_deployment_form_shows_every_problem_in_words_and_keeps_what_w
     assert_eq!(ui.count("#error-message").await, 0, "no error page");
     // Everything typed is still there, the provider key too.
     for (field, v) in typed {
+        let tag = if field == "model" { "select" } else { "input" };
         assert_eq!(
-            value_of(&ui, &format!("#deployment-form input[name={field}]")).await,
+            value_of(&ui, &format!("#deployment-form {tag}[name={field}]")).await,
             v,
             "{field}"
         );
@@ -91,7 +97,7 @@ async fn a_refused_deployment_form_shows_every_problem_in_words_and_keeps_what_w
     ui.click("button[name=lang][value=zh]").await;
     ui.wait("html[lang=zh]").await;
     ui.go("/console/models").await;
-    ui.fill("#deployment-form input[name=model]", "no-such-model")
+    ui.select("#deployment-form select[name=model]", "gpt-4o-mini")
         .await;
     ui.fill("#deployment-form input[name=name]", "east-1").await;
     ui.fill(
@@ -104,10 +110,7 @@ async fn a_refused_deployment_form_shows_every_problem_in_words_and_keeps_what_w
     ui.fill("#deployment-form input[name=priority]", "-1").await;
     ui.click("#deployment-form button[type=submit]").await;
     ui.wait("#deployment-refused").await;
-    assert_eq!(
-        error_fields(&ui, "#deployment-form").await,
-        ["model", "priority"]
-    );
+    assert_eq!(error_fields(&ui, "#deployment-form").await, ["priority"]);
     let msg = ui
         .text("#deployment-form .field-error[data-field=priority]")
         .await;
@@ -124,8 +127,12 @@ async fn a_refused_deployment_form_shows_every_problem_in_words_and_keeps_what_w
             "priority" => "5",
             _ => v,
         };
-        ui.fill(&format!("#deployment-form input[name={field}]"), v)
-            .await;
+        if field == "model" {
+            ui.select("#deployment-form select[name=model]", v).await;
+        } else {
+            ui.fill(&format!("#deployment-form input[name={field}]"), v)
+                .await;
+        }
     }
     ui.click("#deployment-form button[type=submit]").await;
     // (The model's own upstream stays beside it, as deployment `default`.)

@@ -299,6 +299,17 @@ pub fn valid_key(k: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"_-.".contains(c))
 }
 
+/// A tag filter as a person types it: `key=value`, the syntax of the
+/// `x-tollgate-tags` header (`project=apollo`); `key:value` is read too,
+/// for links and scripts written before the two were one. A key holds
+/// neither `=` nor `:`, so the first of them ends it (a value may hold
+/// `:`, as in `url=http://x`). `None`: no separator, or an empty side.
+pub fn parse_tag_filter(s: &str) -> Option<(String, String)> {
+    let at = s.find(['=', ':'])?;
+    let (k, v) = (s[..at].trim(), s[at + 1..].trim());
+    (!k.is_empty() && !v.is_empty()).then(|| (k.to_string(), v.to_string()))
+}
+
 fn valid_value(v: &str) -> bool {
     let b = v.as_bytes();
     !b.is_empty()
@@ -524,6 +535,20 @@ pub fn resolve(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_tag_filter_reads_the_header_syntax_and_the_old_one() {
+        let kv = |k: &str, v: &str| Some((k.to_string(), v.to_string()));
+        assert_eq!(parse_tag_filter("project=apollo"), kv("project", "apollo"));
+        assert_eq!(parse_tag_filter("project:apollo"), kv("project", "apollo"));
+        assert_eq!(parse_tag_filter(" env = prod "), kv("env", "prod"));
+        // The first separator ends the key; the value keeps the rest.
+        assert_eq!(parse_tag_filter("url=http://x"), kv("url", "http://x"));
+        assert_eq!(parse_tag_filter("url:http://x"), kv("url", "http://x"));
+        for bad in ["", "project", "=apollo", "project=", ":", "project: "] {
+            assert_eq!(parse_tag_filter(bad), None, "{bad:?}");
+        }
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -83,7 +83,19 @@ impl Limits {
         budgets: None,
     };
 
+    /// The first rule these limits break (see [`Limits::problems`]).
     pub fn validate(&self) -> Result<(), LimitsError> {
+        match self.problems().into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Every field that breaks a rule, in field order, one problem per
+    /// field: a negative number, or a list's first bad element (a name of
+    /// 1–32 letters, digits, `_` or `-`; at most 32 names).
+    pub fn problems(&self) -> Vec<LimitsError> {
+        let mut out = Vec::new();
         let ints = [
             ("monthly_tokens", self.monthly_tokens),
             ("monthly_cost_usd", self.monthly_cost_usd.map(|m| m.0)),
@@ -97,7 +109,7 @@ impl Limits {
         ];
         for (field, v) in ints {
             if v.is_some_and(|v| v < 0) {
-                return Err(LimitsError { field, index: None });
+                out.push(LimitsError { field, index: None });
             }
         }
         let lists = [
@@ -118,19 +130,21 @@ impl Limits {
                 .position(bad)
                 .or((list.len() > 32).then_some(32))
             {
-                return Err(LimitsError {
+                out.push(LimitsError {
                     field,
                     index: Some(index),
                 });
             }
         }
         if let Some(b) = &self.budgets {
-            crate::budgets::validate(b).map_err(|e| LimitsError {
-                field: "budgets",
-                index: Some(e.index),
-            })?;
+            if let Err(e) = crate::budgets::validate(b) {
+                out.push(LimitsError {
+                    field: "budgets",
+                    index: Some(e.index),
+                });
+            }
         }
-        Ok(())
+        out
     }
 
     /// These limits raised by temporary grants (tokens, micro-USD). A grant
@@ -481,6 +495,38 @@ mod tests {
                 index: None
             })
         );
+    }
+
+    #[test]
+    fn every_broken_limit_at_once() {
+        let l = Limits {
+            monthly_tokens: Some(-5),
+            rpm: Some(-1),
+            max_inflight: Some(3),
+            allowed_tools: Some(vec!["ok".into(), "not ok".into()]),
+            ..Limits::NONE
+        };
+        let fields: Vec<_> = l
+            .problems()
+            .into_iter()
+            .map(|e| (e.field, e.index))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                ("monthly_tokens", None),
+                ("rpm", None),
+                ("allowed_tools", Some(1))
+            ]
+        );
+        assert_eq!(
+            l.validate(),
+            Err(LimitsError {
+                field: "monthly_tokens",
+                index: None
+            })
+        );
+        assert!(Limits::NONE.problems().is_empty());
     }
 
     #[test]

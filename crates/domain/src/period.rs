@@ -47,6 +47,9 @@ pub fn skewed(now: DateTime<Utc>, skew_ms: i64) -> DateTime<Utc> {
 }
 
 impl PlatformClock {
+    /// Coordinated Universal Time (exports whose columns say UTC).
+    pub const UTC: PlatformClock = PlatformClock { tz: Tz::UTC };
+
     pub fn new(tz: Tz) -> Self {
         Self {
             tz,
@@ -177,6 +180,28 @@ impl PlatformClock {
             .or_else(|| {
                 self.tz
                     .from_local_datetime(&(naive + chrono::Duration::hours(1)))
+                    .earliest()
+            })
+            .map(|t| t.with_timezone(&Utc))
+    }
+
+    /// The instant's platform-time wall clock (what the console shows and
+    /// what its date pickers hold).
+    pub fn wall(&self, at: DateTime<Utc>) -> chrono::NaiveDateTime {
+        self.tz.from_utc_datetime(&at.naive_utc()).naive_local()
+    }
+
+    /// The instant a platform-time wall clock names (a date picker's value
+    /// read in the platform's zone). A time the zone skips (the hour a DST
+    /// change jumps over) is read an hour later; a time it repeats, as its
+    /// first instant.
+    pub fn from_wall(&self, wall: chrono::NaiveDateTime) -> Option<DateTime<Utc>> {
+        self.tz
+            .from_local_datetime(&wall)
+            .earliest()
+            .or_else(|| {
+                self.tz
+                    .from_local_datetime(&(wall + chrono::Duration::hours(1)))
                     .earliest()
             })
             .map(|t| t.with_timezone(&Utc))
@@ -360,6 +385,39 @@ pub fn check_range<T: PartialOrd>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn wall_clock_both_ways() {
+        use chrono::NaiveDate;
+        let sh = PlatformClock::parse("Asia/Shanghai").unwrap();
+        let at = DateTime::parse_from_rfc3339("2026-12-31T10:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let wall = NaiveDate::from_ymd_opt(2026, 12, 31)
+            .unwrap()
+            .and_hms_opt(18, 0, 0)
+            .unwrap();
+        assert_eq!(sh.wall(at), wall);
+        assert_eq!(sh.from_wall(wall), Some(at));
+        let utc = PlatformClock::parse("UTC").unwrap();
+        assert_eq!(utc.from_wall(wall), Some(wall.and_utc()));
+        // New York skips 02:00–03:00 on 2026-03-08: 02:30 reads as 03:30
+        // EDT; 01:30 on 2026-11-01 happens twice: the first (EDT) is taken.
+        let ny = PlatformClock::parse("America/New_York").unwrap();
+        let d = |m, day, h, min| {
+            NaiveDate::from_ymd_opt(2026, m, day)
+                .unwrap()
+                .and_hms_opt(h, min, 0)
+                .unwrap()
+        };
+        assert_eq!(
+            ny.from_wall(d(3, 8, 2, 30)).unwrap().to_rfc3339(),
+            "2026-03-08T07:30:00+00:00"
+        );
+        assert_eq!(
+            ny.from_wall(d(11, 1, 1, 30)).unwrap().to_rfc3339(),
+            "2026-11-01T05:30:00+00:00"
+        );
+    }
 
     #[test]
     fn a_range_is_refused_for_an_unreadable_end_or_a_from_after_the_to() {

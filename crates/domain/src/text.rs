@@ -87,6 +87,42 @@ pub fn is_email(email: &str) -> bool {
     local_ok && labels.len() >= 2 && labels.iter().all(|l| label_ok(l))
 }
 
+/// Whether `id` is a tenant's or an app's id: 1–64 characters of `a-z`,
+/// `0-9`, `-` and `_`, starting with a letter or digit (it is part of
+/// paths, Redis keys and file names).
+pub fn is_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// Whether `id` is a model's id: wider than a tenant's (`gpt-4o-mini`,
+/// `org/model:tag`): 1–128 characters of letters, digits and `._:/-`,
+/// starting with a letter or digit.
+pub fn is_model_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._:/-".contains(&b))
+}
+
+/// The shortest password a person may set, in characters.
+pub const PASSWORD_MIN_CHARS: usize = 12;
+
+/// Whether `password` is long enough ([`PASSWORD_MIN_CHARS`] characters,
+/// not bytes).
+pub fn password_long_enough(password: &str) -> bool {
+    password.chars().count() >= PASSWORD_MIN_CHARS
+}
+
 /// At most `max` characters of `text`, cut on a character boundary, with
 /// `…` appended when something was cut (a page shows the rest on demand).
 pub fn clip(text: &str, max: usize) -> (&str, bool) {
@@ -147,6 +183,45 @@ mod tests {
         }
         let address = format!("{}@{}", "a".repeat(64), "d".repeat(189));
         assert_eq!(EMAIL.check(&address), Ok(()), "an RFC 5321 address fits");
+    }
+
+    #[test]
+    fn ids_and_model_ids() {
+        for ok in ["acme", "a", "0-team_x", "a".repeat(64).as_str()] {
+            assert!(is_id(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "Acme",
+            "-a",
+            "_a",
+            "a b",
+            "a/b",
+            "a.b",
+            "a".repeat(65).as_str(),
+            "<x>",
+        ] {
+            assert!(!is_id(bad), "{bad}");
+        }
+        for ok in [
+            "gpt-4o-mini",
+            "org/model:tag",
+            "A.1",
+            "m".repeat(128).as_str(),
+        ] {
+            assert!(is_model_id(ok), "{ok}");
+        }
+        for bad in ["", "-m", "/m", "m m", "m<", "m".repeat(129).as_str()] {
+            assert!(!is_model_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn passwords_count_characters() {
+        assert!(!password_long_enough(&"a".repeat(11)));
+        assert!(password_long_enough(&"a".repeat(12)));
+        // Four characters of three bytes each are 12 bytes, not 12 characters.
+        assert!(!password_long_enough("键键键键"));
     }
 
     #[test]

@@ -92,6 +92,18 @@ impl Store {
         rows.into_iter().map(tenant_row).collect()
     }
 
+    /// Every app of the scope's tenants, by tenant then id (the ids a
+    /// picker offers).
+    pub async fn app_ids(&self, scope: &TenantScope) -> Result<Vec<(String, String)>> {
+        Ok(sqlx::query_as::<_, (String, String)>(
+            "SELECT tenant_id, id FROM apps WHERE ($1::text IS NULL OR tenant_id = $1)
+             ORDER BY tenant_id, id",
+        )
+        .bind(scope.tenant())
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     pub async fn apps_of(&self, scope: &TenantScope, tenant: &str) -> Result<Vec<AppRow>> {
         let rows = sqlx::query_as::<_, AppCols>(
             "SELECT tenant_id, id, name, limits, allowed_models, attribution FROM apps

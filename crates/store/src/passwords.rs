@@ -21,7 +21,7 @@ fn argon() -> Argon2<'static> {
 }
 
 pub fn hash(password: &str) -> Result<String, PasswordError> {
-    if password.chars().count() < 12 {
+    if !domain::text::password_long_enough(password) {
         return Err(PasswordError::TooShort);
     }
     let salt = SaltString::generate(&mut OsRng);

@@ -206,6 +206,13 @@ impl Ui {
         .await
     }
 
+    /// Chooses the option of value `value` of the `<select>` `css` finds
+    /// (a click on it, as a person chooses).
+    pub async fn select(&self, css: &str, value: &str) {
+        self.click(&format!("{css} option[value=\"{value}\"]"))
+            .await
+    }
+
     pub async fn click(&self, css: &str) {
         self.on(css, |e| async move { e.click().await }).await
     }

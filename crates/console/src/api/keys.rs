@@ -1,5 +1,5 @@
 use super::extract::{Body, Params};
-use super::{known_models, require, valid_limits};
+use super::{known_models, require};
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
 use axum::extract::State;
@@ -43,6 +43,35 @@ pub struct IssuedKey {
     pub key: String,
 }
 
+/// Every rule a new key breaks, all at once in the form's order: its name,
+/// limits, expiry, attribution and allowed models (one place for the API,
+/// which answers the first, and the console's form, which shows each
+/// beside its field; `Err`: the store could not be asked).
+pub async fn new_key_problems(cp: &ControlPlane, k: &KeyIn) -> Result<Vec<ApiError>, ApiError> {
+    let mut out = Vec::new();
+    if k.name.trim().is_empty() {
+        out.push(ApiError::field("name", "err.required"));
+    } else {
+        out.extend(super::valid_text("name", domain::text::KEY_NAME, &k.name).err());
+    }
+    if k.expires_at.is_some_and(|t| t <= Utc::now()) {
+        out.push(ApiError::field("expires_at", "err.past"));
+    }
+    out.extend(super::limits_problems(&k.limits));
+    out.extend(super::valid_attribution(&k.attribution).err());
+    if k.attribution.end_user_limits.is_some() {
+        out.push(ApiError::invalid(
+            "attribution.end_user_limits",
+            "end-user limits are set on the app, not on a key".to_string(),
+        ));
+    }
+    out.extend(super::unknown_models(cp, k.allowed_models.as_deref()).await?);
+    if let Err(e) = super::known_budget_models(cp, &k.limits).await {
+        out.push(e);
+    }
+    Ok(out)
+}
+
 /// Issues a key for an app of a tenant the actor manages.
 pub async fn issue(
     cp: &ControlPlane,
@@ -52,23 +81,7 @@ pub async fn issue(
     k: KeyIn,
 ) -> Result<IssuedKey, ApiError> {
     require(actor, Access::Manage, tenant)?;
-    if k.name.trim().is_empty() {
-        return Err(ApiError::field("name", "err.required"));
-    }
-    super::valid_text("name", domain::text::KEY_NAME, &k.name)?;
-    valid_limits(&k.limits)?;
-    super::known_budget_models(cp, &k.limits).await?;
-    if k.expires_at.is_some_and(|t| t <= Utc::now()) {
-        return Err(ApiError::field("expires_at", "err.past"));
-    }
-    super::valid_attribution(&k.attribution)?;
-    if k.attribution.end_user_limits.is_some() {
-        return Err(ApiError::invalid(
-            "attribution.end_user_limits",
-            "end-user limits are set on the app, not on a key".to_string(),
-        ));
-    }
-    known_models(cp, k.allowed_models.as_deref()).await?;
+    super::first(new_key_problems(cp, &k).await?)?;
     let key = keys::generate();
     let new = NewKey {
         tenant_id: tenant.to_string(),

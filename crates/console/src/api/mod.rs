@@ -44,17 +44,9 @@ pub fn require_platform_admin(actor: &Actor) -> Result<(), ApiError> {
     }
 }
 
+/// A tenant's or app's id (`domain::text::is_id`).
 pub fn valid_id(field: &'static str, id: &str) -> Result<(), ApiError> {
-    let ok = !id.is_empty()
-        && id.len() <= 64
-        && id
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-    if ok {
+    if domain::text::is_id(id) {
         Ok(())
     } else {
         Err(ApiError::field(field, "err.id_format"))
@@ -124,19 +116,37 @@ pub fn in_limits(e: ApiError) -> ApiError {
 /// Limits must not be negative, and their lists hold names; the error
 /// names the limit (and a list's bad element: `allowed_tools[1]`).
 pub fn valid_limits(l: &domain::Limits) -> Result<(), ApiError> {
-    l.validate().map_err(|e| match e.index {
-        Some(index) if e.field == "budgets" => ApiError::Element {
-            field: e.field,
-            index,
-            key: "err.budget",
-        },
-        Some(index) => ApiError::Element {
-            field: e.field,
-            index,
-            key: "err.name_list",
-        },
-        None => ApiError::field(e.field, "err.negative"),
-    })
+    first(limits_problems(l))
+}
+
+/// Every limit that breaks a rule (`domain::Limits::problems`), each
+/// naming its field.
+pub fn limits_problems(l: &domain::Limits) -> Vec<ApiError> {
+    l.problems()
+        .into_iter()
+        .map(|e| match e.index {
+            Some(index) if e.field == "budgets" => ApiError::Element {
+                field: e.field,
+                index,
+                key: "err.budget",
+            },
+            Some(index) => ApiError::Element {
+                field: e.field,
+                index,
+                key: "err.name_list",
+            },
+            None => ApiError::field(e.field, "err.negative"),
+        })
+        .collect()
+}
+
+/// The first of a form's problems, as the API answers (the console shows
+/// them all beside their fields).
+pub fn first(problems: Vec<ApiError>) -> Result<(), ApiError> {
+    match problems.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// Every model a budget of `l` names is one the gateway serves; the
@@ -165,30 +175,33 @@ pub async fn known_models(
     cp: &crate::ControlPlane,
     models: Option<&[String]>,
 ) -> Result<(), ApiError> {
+    first(unknown_models(cp, models).await?)
+}
+
+/// The refusal of the first model of an allowed-models list the gateway
+/// does not serve, if any (`Err`: the store could not be asked).
+pub async fn unknown_models(
+    cp: &crate::ControlPlane,
+    models: Option<&[String]>,
+) -> Result<Vec<ApiError>, ApiError> {
     for (index, m) in models.unwrap_or_default().iter().enumerate() {
         if !cp.store.model_exists(m).await? {
-            return Err(ApiError::Element {
+            return Ok(vec![ApiError::Element {
                 field: "allowed_models",
                 index,
                 key: "err.unknown_allowed_model",
-            });
+            }]);
         }
     }
-    Ok(())
+    Ok(Vec::new())
 }
 
-/// Model ids are wider than tenant ids (`gpt-4o-mini`, `org/model:tag`).
+/// Model ids are wider than tenant ids (`domain::text::is_model_id`).
 pub fn valid_id_model(id: &str) -> Result<(), ApiError> {
-    let ok = !id.is_empty()
-        && id.len() <= 128
-        && id.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._:/-".contains(&b));
-    if ok {
+    if domain::text::is_model_id(id) {
         Ok(())
     } else {
-        Err(ApiError::field("id", "err.id_format"))
+        Err(ApiError::field("id", "err.model_id_format"))
     }
 }
 

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use store::{NewModel, Principal};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct ModelIn {
     pub id: String,
@@ -222,6 +222,49 @@ pub async fn create(
     ))
 }
 
+/// Every rule a new model's own fields break, all at once in the form's
+/// order (one place for the API, which answers the first, and the
+/// console's form, which shows each beside its field). Whether the id is
+/// taken is the store's to say (409); deployments and fallbacks are
+/// checked by their own rules.
+pub fn new_model_problems(m: &ModelIn) -> Vec<ApiError> {
+    let mut out: Vec<ApiError> = super::valid_id_model(&m.id).err().into_iter().collect();
+    if !["chat", "embedding"].contains(&m.kind.as_str()) {
+        out.push(ApiError::field("kind", "err.kind"));
+    }
+    if m.upstream_base_url.trim().is_empty() {
+        out.push(ApiError::field("upstream_base_url", "err.required"));
+    } else {
+        out.extend(
+            super::deployments::check_base_url("upstream_base_url", &m.upstream_base_url).err(),
+        );
+    }
+    if m.upstream_model.trim().is_empty() {
+        out.push(ApiError::field("upstream_model", "err.required"));
+    }
+    out.extend(valid_price("input_price_per_mtok_usd", m.input_price_per_mtok_usd).err());
+    out.extend(valid_price("output_price_per_mtok_usd", m.output_price_per_mtok_usd).err());
+    if m.default_max_output_tokens.is_some_and(|v| v < 1) {
+        out.push(ApiError::field(
+            "default_max_output_tokens",
+            "err.at_least_one",
+        ));
+    }
+    if m.tokenizer
+        .as_deref()
+        .is_some_and(|t| !["o200k", "cl100k", "other"].contains(&t))
+    {
+        out.push(ApiError::field("tokenizer", "err.tokenizer"));
+    }
+    if m.cap_field
+        .as_deref()
+        .is_some_and(|c| CapField::parse(c.trim()).is_none())
+    {
+        out.push(ApiError::field("cap_field", "err.cap_field"));
+    }
+    out
+}
+
 /// Adds a model (platform admins only). The provider key is encrypted
 /// before it reaches the store.
 pub async fn create_model(
@@ -246,29 +289,8 @@ pub async fn create_model(
         m.upstream_model = first.upstream_model.clone();
         key_enc = first.upstream_api_key_enc.clone();
     }
-    super::deployments::check_base_url("upstream_base_url", &m.upstream_base_url)?;
+    super::first(new_model_problems(&m))?;
     super::deployments::check_fallbacks(cp, &m.id, &m.fallbacks).await?;
-    if !["chat", "embedding"].contains(&m.kind.as_str()) {
-        return Err(ApiError::field("kind", "err.kind"));
-    }
-    if m.tokenizer
-        .as_deref()
-        .is_some_and(|t| !["o200k", "cl100k", "other"].contains(&t))
-    {
-        return Err(ApiError::field("tokenizer", "err.tokenizer"));
-    }
-    super::valid_id_model(&m.id)?;
-    if m.upstream_model.trim().is_empty() {
-        return Err(ApiError::field("upstream_model", "err.required"));
-    }
-    valid_price("input_price_per_mtok_usd", m.input_price_per_mtok_usd)?;
-    valid_price("output_price_per_mtok_usd", m.output_price_per_mtok_usd)?;
-    if m.default_max_output_tokens.is_some_and(|v| v < 1) {
-        return Err(ApiError::field(
-            "default_max_output_tokens",
-            "err.at_least_one",
-        ));
-    }
     let profile = profile_with(
         ProviderProfile::suggested_for(&m.upstream_model),
         m.cap_field.as_deref(),

@@ -23,7 +23,7 @@ pub struct LogQuery {
     pub model: Option<String>,
     pub status: Option<String>,
     pub reason: Option<String>,
-    /// `key:value`: requests carrying that tag.
+    /// `key=value` (or `key:value`): requests carrying that tag.
     pub tag: Option<String>,
     pub end_user: Option<String>,
     pub from: Option<String>,
@@ -45,15 +45,14 @@ fn time(field: &'static str, v: &Option<String>) -> Result<Option<DateTime<Utc>>
         .transpose()
 }
 
-/// `project:apollo` → ("project", "apollo"); tag keys never hold `:`.
+/// `project=apollo` → ("project", "apollo"), the `x-tollgate-tags`
+/// header's syntax; `project:apollo` is read too
+/// (`domain::attribution::parse_tag_filter`).
 fn tag(v: &Option<String>) -> Result<Option<(String, String)>, ApiError> {
     v.as_deref()
-        .map(|s| match s.split_once(':') {
-            Some((k, v)) if !k.is_empty() && !v.is_empty() => Ok((k.to_string(), v.to_string())),
-            _ => Err(ApiError::invalid(
-                "tag",
-                "expected key:value, e.g. project:apollo",
-            )),
+        .map(|s| {
+            domain::attribution::parse_tag_filter(s)
+                .ok_or_else(|| ApiError::invalid("tag", "expected key=value, e.g. project=apollo"))
         })
         .transpose()
 }

@@ -1,5 +1,5 @@
 use super::extract::{Body, IfMatch, Params};
-use super::{known_models, require, require_platform_admin, valid_id, valid_limits};
+use super::{first, known_models, require, require_platform_admin, valid_id, valid_limits};
 use crate::auth::Authed;
 use crate::{ApiError, ControlPlane};
 use axum::extract::State;
@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use store::{AppRow, Principal, TenantRow};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct TenantIn {
     pub id: String,
@@ -58,19 +58,67 @@ fn standard() -> String {
 }
 
 fn check(t: &TenantRow) -> Result<(), ApiError> {
+    first(problems(t))
+}
+
+/// Every rule a tenant's fields break, all at once in the form's order
+/// (the console shows each beside its field; the API answers the first).
+fn problems(t: &TenantRow) -> Vec<ApiError> {
+    let mut out = Vec::new();
     if t.name.trim().is_empty() {
-        return Err(ApiError::field("name", "err.required"));
+        out.push(ApiError::field("name", "err.required"));
+    } else {
+        out.extend(super::valid_text("name", domain::text::NAME, &t.name).err());
     }
-    super::valid_text("name", domain::text::NAME, &t.name)?;
-    super::valid_text("cost_center", domain::text::COST_CENTER, &t.cost_center)?;
+    out.extend(super::valid_text("cost_center", domain::text::COST_CENTER, &t.cost_center).err());
     if !["core", "standard", "batch"].contains(&t.priority.as_str()) {
-        return Err(ApiError::field("priority", "err.priority"));
+        out.push(ApiError::field("priority", "err.priority"));
     }
-    valid_limits(&t.limits)?;
+    out.extend(super::limits_problems(&t.limits));
     if t.borrow_cap_tokens < 0 {
-        return Err(ApiError::field("borrow_cap_tokens", "err.negative"));
+        out.push(ApiError::field("borrow_cap_tokens", "err.negative"));
     }
-    Ok(())
+    out
+}
+
+/// Every rule a new tenant breaks: its id, its fields, its caps and its
+/// allowed models (one place for the API and the console's form; `Err`:
+/// the store could not be asked). Whether the id is taken is the store's
+/// to say (409).
+pub async fn new_tenant_problems(
+    cp: &ControlPlane,
+    t: &TenantIn,
+) -> Result<Vec<ApiError>, ApiError> {
+    let mut out: Vec<ApiError> = valid_id("id", &t.id).err().into_iter().collect();
+    let row = row_of(t.clone());
+    out.extend(problems(&row));
+    out.extend(cap("max_queued_requests", t.max_queued_requests).err());
+    out.extend(cap("max_open_streams", t.max_open_streams).err());
+    out.extend(super::unknown_models(cp, t.allowed_models.as_deref()).await?);
+    if let Err(e) = super::known_budget_models(cp, &t.limits).await {
+        out.push(e);
+    }
+    Ok(out)
+}
+
+/// The row of a new tenant (a cap out of range left unset: refused by
+/// `new_tenant_problems` first).
+fn row_of(t: TenantIn) -> TenantRow {
+    TenantRow {
+        max_queued_requests: cap("max_queued_requests", t.max_queued_requests)
+            .ok()
+            .flatten(),
+        max_open_streams: cap("max_open_streams", t.max_open_streams).ok().flatten(),
+        id: t.id,
+        name: t.name,
+        cost_center: t.cost_center,
+        priority: t.priority,
+        limits: t.limits,
+        may_borrow: t.may_borrow,
+        borrow_cap_tokens: t.borrow_cap_tokens,
+        allowed_models: t.allowed_models,
+        clamp_max_tokens: t.clamp_max_tokens,
+    }
 }
 
 pub fn render(t: &TenantRow) -> Value {
@@ -87,23 +135,8 @@ pub async fn create_tenant(
     t: TenantIn,
 ) -> Result<TenantRow, ApiError> {
     require_platform_admin(actor)?;
-    valid_id("id", &t.id)?;
-    let row = TenantRow {
-        id: t.id,
-        name: t.name,
-        cost_center: t.cost_center,
-        priority: t.priority,
-        limits: t.limits,
-        may_borrow: t.may_borrow,
-        borrow_cap_tokens: t.borrow_cap_tokens,
-        allowed_models: t.allowed_models,
-        clamp_max_tokens: t.clamp_max_tokens,
-        max_queued_requests: cap("max_queued_requests", t.max_queued_requests)?,
-        max_open_streams: cap("max_open_streams", t.max_open_streams)?,
-    };
-    check(&row)?;
-    known_models(cp, row.allowed_models.as_deref()).await?;
-    super::known_budget_models(cp, &row.limits).await?;
+    first(new_tenant_problems(cp, &t).await?)?;
+    let row = row_of(t);
     cp.store.create_tenant(&actor.label(), &row).await?;
     Ok(row)
 }

@@ -32,6 +32,39 @@ fn role_and_tenant(role: &str, tenant: &Option<String>) -> Result<Role, ApiError
     Ok(role)
 }
 
+/// Every rule a new user breaks, all at once in the form's order: the
+/// email, the password's length, the role and its tenant (one place for
+/// the API, which answers the first, and the console's form, which shows
+/// each beside its field; `Err`: the store could not be asked). Whether
+/// the email is taken is the store's to say (409).
+pub async fn new_user_problems(
+    cp: &ControlPlane,
+    actor: &Principal,
+    u: &NewUser,
+) -> Result<Vec<ApiError>, ApiError> {
+    let mut out = Vec::new();
+    let email = u.email.trim().to_lowercase();
+    if !domain::text::is_email(&email) {
+        out.push(ApiError::field("email", "err.email"));
+    } else {
+        out.extend(super::valid_text("email", domain::text::EMAIL, &email).err());
+    }
+    if !domain::text::password_long_enough(&u.password) {
+        out.push(ApiError::field("password", "err.password_short"));
+    }
+    match role_and_tenant(&u.role, &u.tenant_id) {
+        Err(e) => out.push(e),
+        Ok(_) => {
+            if let Some(t) = &u.tenant_id {
+                if !cp.store.tenant_exists(actor.scope(), t).await? {
+                    out.push(ApiError::field("tenant_id", "err.unknown_tenant"));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Creates a user (platform admins only); returns (id, normalised email, role).
 pub async fn create_user(
     cp: &ControlPlane,
@@ -39,17 +72,9 @@ pub async fn create_user(
     u: NewUser,
 ) -> Result<(Uuid, String, Role), ApiError> {
     require_platform_admin(actor)?;
+    super::first(new_user_problems(cp, actor, &u).await?)?;
     let email = u.email.trim().to_lowercase();
-    if !domain::text::is_email(&email) {
-        return Err(ApiError::field("email", "err.email"));
-    }
-    super::valid_text("email", domain::text::EMAIL, &email)?;
     let role = role_and_tenant(&u.role, &u.tenant_id)?;
-    if let Some(t) = &u.tenant_id {
-        if !cp.store.tenant_exists(actor.scope(), t).await? {
-            return Err(ApiError::field("tenant_id", "err.unknown_tenant"));
-        }
-    }
     let hash = hash_password(u.password).await?;
     let creator = actor.user_id.parse().ok();
     let id = cp

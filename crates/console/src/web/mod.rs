@@ -145,6 +145,9 @@ pub struct Chrome {
     pub nav: Vec<NavLink>,
     /// The current path, where the language switch comes back to.
     pub path: String,
+    /// The platform's time zone (`Asia/Shanghai`): the zone every time is
+    /// shown in and every date picker is read in.
+    pub zone: &'static str,
 }
 
 impl Chrome {
@@ -171,6 +174,7 @@ impl Chrome {
             csrf: s.csrf.clone(),
             nav,
             path: s.path.clone(),
+            zone: s.clock.tz.name(),
         }
     }
 
@@ -184,11 +188,18 @@ impl Chrome {
             csrf: String::new(),
             nav: Vec::new(),
             path: "/console/login".into(),
+            zone: "UTC",
         }
     }
 
     pub fn t(&self, key: &str) -> &'static str {
         self.lang.t(key)
+    }
+
+    /// The text of `key` with `{zone}` the platform's time zone (a date
+    /// picker's label names the zone it is read in).
+    pub fn zone_t(&self, key: &str) -> String {
+        self.lang.t(key).replace("{zone}", self.zone)
     }
 
     /// The longest text of a kind (`reason`, `name`, … of

@@ -119,6 +119,9 @@ pub struct Session {
     pub path: String,
     /// The request came from htmx: answer with a fragment.
     pub htmx: bool,
+    /// The platform's zone: every time a page shows, and every date picker
+    /// it reads, is in it.
+    pub clock: domain::period::PlatformClock,
 }
 
 impl FromRequestParts<Arc<ControlPlane>> for Session {
@@ -135,6 +138,7 @@ impl FromRequestParts<Arc<ControlPlane>> for Session {
             Err(e) => return Err(PageError::Api(e)),
         };
         Ok(Session {
+            clock: cp.clock,
             actor,
             csrf: csrf_token(&csrf_key(cp), session.jti()),
             lang: Lang::from_headers(&parts.headers),

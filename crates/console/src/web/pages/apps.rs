@@ -2,8 +2,8 @@
 //! the answer to the issue request and nowhere else), revoke keys.
 
 use super::{
-    form_error, limits_summary, model_problems, split_list, stale_notice, thousands, time, when,
-    FieldError, LimitsForm, StaleLine,
+    form_error, form_errors, limits_summary, model_problems, noted, split_list, stale_notice,
+    thousands, time, when, FieldError, LimitsForm, StaleLine,
 };
 use crate::api::keys::{self as key_svc, KeyIn, KeyPatch};
 use crate::api::tenants::{self as svc, AppIn, AppPatch};
@@ -127,12 +127,12 @@ pub struct KeyEditForm {
 }
 
 impl KeyEditForm {
-    fn of(k: &store::KeyListRow) -> KeyEditForm {
+    fn of(k: &store::KeyListRow, clock: domain::period::PlatformClock) -> KeyEditForm {
         KeyEditForm {
             name: k.name.clone(),
             expires_at: k
                 .expires_at
-                .map(|t| t.format("%Y-%m-%dT%H:%M").to_string())
+                .map(|t| super::picker(clock, t))
                 .unwrap_or_default(),
             allowed_models: k.allowed_models.as_deref().unwrap_or_default().join(", "),
             version: k.version.to_string(),
@@ -141,10 +141,10 @@ impl KeyEditForm {
 
     /// The change (every field set, as the form shows them all), or the
     /// first field in error.
-    fn patch(&self) -> Result<KeyPatch, ApiError> {
+    fn patch(&self, clock: domain::period::PlatformClock) -> Result<KeyPatch, ApiError> {
         Ok(KeyPatch {
             name: Some(self.name.trim().to_string()),
-            expires_at: Some(time("expires_at", &self.expires_at)?),
+            expires_at: Some(time(clock, "expires_at", &self.expires_at)?),
             allowed_models: Some(split_list(&self.allowed_models)),
             version: super::int("version", &self.version)?,
         })
@@ -221,13 +221,14 @@ impl KeyLine {
         let used = uses.get(&k.id.to_string());
         let now = chrono::Utc::now();
         let in_grace = k.previous_valid_until.filter(|t| *t > now);
+        let when = |t| when(uses.clock, t);
         KeyLine {
             id: k.id.to_string(),
             app: k.app_id.clone(),
             previous_prefix: in_grace.and(k.previous_prefix.clone()).unwrap_or_default(),
             previous_until: in_grace.map(when).unwrap_or_default(),
             rotated: k.rotated_at.map(when).unwrap_or_default(),
-            edit: KeyEditForm::of(k),
+            edit: KeyEditForm::of(k, uses.clock),
             edit_errors: FieldError::default(),
             edit_open: false,
             stale: Vec::new(),
@@ -524,18 +525,27 @@ pub async fn issue_key(
     Path((tenant, app)): Path<(String, String)>,
     Form(f): Form<KeyForm>,
 ) -> Result<Response, PageError> {
-    let input = time("expires_at", &f.expires_at).and_then(|expires_at| {
-        Ok(KeyIn {
-            name: f.name.trim().to_string(),
-            expires_at,
-            limits: f.limits.parse()?,
-            allowed_models: split_list(&f.allowed_models),
-            attribution: Default::default(),
-        })
-    });
-    let result = match input {
-        Ok(k) => key_svc::issue(&cp, &s.actor, &tenant, &app, k).await,
-        Err(e) => Err(e),
+    // Who may first: the form's problems are no answer to someone who may
+    // not issue keys here.
+    crate::api::require(&s.actor, Access::Manage, &tenant)?;
+    // Every field at once: what does not read (left unset), then every
+    // rule the rest breaks (the API's own).
+    let (limits, mut problems) = f.limits.read();
+    let expires_at = noted(&mut problems, time(s.clock, "expires_at", &f.expires_at));
+    let input = KeyIn {
+        name: f.name.trim().to_string(),
+        expires_at,
+        limits,
+        allowed_models: split_list(&f.allowed_models),
+        attribution: Default::default(),
+    };
+    problems.extend(key_svc::new_key_problems(&cp, &input).await?);
+    let result = if problems.is_empty() {
+        key_svc::issue(&cp, &s.actor, &tenant, &app, input)
+            .await
+            .map_err(|e| vec![e])
+    } else {
+        Err(problems)
     };
     let html = match result {
         Ok(k) => {
@@ -553,18 +563,16 @@ pub async fn issue_key(
                     name: k.name,
                     prefix: k.prefix,
                     key: k.key,
-                    expires: k.expires_at.map(when).unwrap_or_default(),
+                    expires: k.expires_at.map(|t| when(s.clock, t)).unwrap_or_default(),
                 },
             )?
         }
-        Err(e) => {
+        Err(problems) => {
             let frag = KeyFormFragment {
                 c: Chrome::new(&s, "nav.apps", "/console/apps"),
                 tenant,
                 app,
-                key_errors: form_error(e)?
-                    .and(f.limits.problems())
-                    .and(model_problems(&cp, &f.allowed_models).await),
+                key_errors: form_errors(problems)?,
                 key_draft: f,
             };
             let html = fragment_or_page(&s, "nav.apps", "/console/apps", frag)?;
@@ -648,7 +656,10 @@ async fn key_row_now(
             .lang
             .t("apps.already_revoked")
             .replace("{name}", &k.name)
-            .replace("{at}", &row.revoked_at.map(when).unwrap_or_default());
+            .replace(
+                "{at}",
+                &row.revoked_at.map(|t| when(s.clock, t)).unwrap_or_default(),
+            );
     }
     let mut r = render(RevokedRow {
         c: Chrome::new(s, "nav.apps", "/console/apps"),
@@ -731,7 +742,7 @@ pub async fn rotate_key(
             key: r.key,
             previous_prefix: rot.previous_prefix,
             grace_ends: if in_grace {
-                when(rot.grace_ends_at)
+                when(s.clock, rot.grace_ends_at)
             } else {
                 String::new()
             },
@@ -752,7 +763,7 @@ pub async fn edit_key(
 ) -> Result<Response, PageError> {
     let k = key_svc::key_for(&cp, &s.actor, id).await?;
     let tenant = k.tenant_id.clone();
-    let result = match f.patch() {
+    let result = match f.patch(s.clock) {
         Ok(p) => key_svc::update_key(&cp, &s.actor, id, p).await.map(|_| ()),
         Err(e) => Err(e),
     };

@@ -30,11 +30,11 @@ pub struct AuditLine {
 }
 
 impl AuditLine {
-    pub fn of(r: &AuditRow) -> AuditLine {
+    pub fn of(r: &AuditRow, clock: domain::period::PlatformClock) -> AuditLine {
         let e = &r.entry;
         AuditLine {
             id: r.id,
-            at: format!("{} UTC", e.at.get(..19).unwrap_or(&e.at).replace('T', " ")),
+            at: super::when_text(clock, &e.at),
             actor: e.actor.clone(),
             action: e.action.clone(),
             target: e.target.clone(),
@@ -106,8 +106,12 @@ struct AuditPage {
 /// The store's filter for a page of this filter; a time that cannot be
 /// read, or a From after the To, is refused with each field's message key
 /// (the page shows no rows then, rather than every row as if unfiltered).
-fn store_filter(f: &Filter, limit: i64) -> Result<AuditFilter, Vec<(&'static str, &'static str)>> {
-    let (from, to) = time_range(&f.from, &f.to)?;
+fn store_filter(
+    f: &Filter,
+    clock: domain::period::PlatformClock,
+    limit: i64,
+) -> Result<AuditFilter, Vec<(&'static str, &'static str)>> {
+    let (from, to) = time_range(clock, &f.from, &f.to)?;
     Ok(AuditFilter {
         actor: f.actor.trim().to_string(),
         action: f.action.trim().to_string(),
@@ -125,7 +129,7 @@ pub async fn list(
     Query(f): Query<Filter>,
 ) -> Result<Response, PageError> {
     audit::may_audit(&s.actor)?;
-    let (rows, next, before, errors) = match store_filter(&f, PAGE) {
+    let (rows, next, before, errors) = match store_filter(&f, s.clock, PAGE) {
         Ok(filter) => {
             let (rows, next) = audit::page(&cp, &s.actor, &filter).await?;
             (rows, next, filter.before, vec![])
@@ -140,7 +144,10 @@ pub async fn list(
             older: next.map(|n| f.with_before(Some(n))),
             csv: f.with_before(None),
             f,
-            rows: rows.iter().map(|r| AuditLine::of(r).clipped()).collect(),
+            rows: rows
+                .iter()
+                .map(|r| AuditLine::of(r, s.clock).clipped())
+                .collect(),
             errors,
         },
         refused,
@@ -164,14 +171,15 @@ pub async fn csv_export(
     Query(f): Query<Filter>,
 ) -> Result<Response, PageError> {
     audit::may_audit(&s.actor)?;
-    let filter = store_filter(&f, EXPORT_ROWS).map_err(|e| {
+    let filter = store_filter(&f, s.clock, EXPORT_ROWS).map_err(|e| {
         let (field, key) = e.first().copied().unwrap_or(("from", "err.bad_time"));
         crate::error::ApiError::field(field, key)
     })?;
     let (rows, _) = audit::page(&cp, &s.actor, &filter).await?;
     let mut body = String::from("id,at_utc,actor,action,target,field,before,after,reason\n");
     for r in &rows {
-        let l = AuditLine::of(r);
+        // The file's times are UTC, as its column says.
+        let l = AuditLine::of(r, domain::period::PlatformClock::UTC);
         let head = [l.id.to_string(), l.at.clone(), l.actor, l.action, l.target];
         let changes = if l.changes.is_empty() {
             vec![FieldChange {
@@ -223,7 +231,10 @@ pub async fn verify(
     let frag = Verified {
         c: Chrome::new(&s, "nav.audit", "/console/audit"),
         rows: check.rows,
-        broken: check.first_broken.as_ref().map(AuditLine::of),
+        broken: check
+            .first_broken
+            .as_ref()
+            .map(|r| AuditLine::of(r, s.clock)),
     };
     crate::web::fragment_or_page(&s, "nav.audit", "/console/audit", frag)
 }

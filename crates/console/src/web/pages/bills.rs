@@ -831,7 +831,7 @@ pub async fn jobs(
             .first()
             .map(|r| {
                 let outcome = s.lang.tv("outcome", &r.outcome);
-                format!("{} ({outcome})", super::when(r.started_at))
+                format!("{} ({outcome})", super::when(cp.clock, r.started_at))
             })
             .unwrap_or_default(),
         diffs,
@@ -839,8 +839,11 @@ pub async fn jobs(
             .into_iter()
             .map(|r| RunLine {
                 job: r.job,
-                started: super::when(r.started_at),
-                finished: r.finished_at.map(super::when).unwrap_or_default(),
+                started: super::when(cp.clock, r.started_at),
+                finished: r
+                    .finished_at
+                    .map(|t| super::when(cp.clock, t))
+                    .unwrap_or_default(),
                 outcome: r.outcome,
                 counts: r.counts.to_string(),
                 error: r.error.unwrap_or_default(),
@@ -857,8 +860,14 @@ pub async fn jobs(
                 state: m.state,
                 events: thousands(m.totals.requests),
                 cost: money(MicroUsd(m.totals.cost_micro)),
-                closed: m.closed_at.map(super::when).unwrap_or_default(),
-                purge_after: m.purge_after.map(super::when).unwrap_or_default(),
+                closed: m
+                    .closed_at
+                    .map(|t| super::when(cp.clock, t))
+                    .unwrap_or_default(),
+                purge_after: m
+                    .purge_after
+                    .map(|t| super::when(cp.clock, t))
+                    .unwrap_or_default(),
             })
             .collect(),
     })
@@ -889,7 +898,7 @@ pub async fn notices(
         rows: rows
             .into_iter()
             .map(|n| NoticeLine {
-                at: super::when(n.at),
+                at: super::when(cp.clock, n.at),
                 message: notice_message(s.lang, &n, &names),
                 tenant: n
                     .tenant_id

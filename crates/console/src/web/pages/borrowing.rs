@@ -200,7 +200,7 @@ async fn page(
             0
         },
     };
-    let time = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+    let time = |t: chrono::DateTime<chrono::Utc>| super::when_secs(s.clock, t);
     let (form, errors) = refused.unwrap_or_else(|| (PoolForm::of(p), FieldError::default()));
     Ok(BorrowingPage {
         c: Chrome::new(s, "nav.borrowing", "/console/borrowing"),

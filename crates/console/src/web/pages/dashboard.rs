@@ -373,6 +373,6 @@ async fn recent_audit(
     Ok(audit::search(cp, a, &f)
         .await?
         .iter()
-        .map(|r| AuditLine::of(r).clipped())
+        .map(|r| AuditLine::of(r, cp.clock).clipped())
         .collect())
 }

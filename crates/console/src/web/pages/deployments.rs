@@ -30,15 +30,22 @@ pub struct DeploymentLine {
     pub detail: String,
     /// False for the one-deployment form (the model's own upstream).
     pub editable: bool,
+    /// The whole model is disabled: none of its deployments is used,
+    /// whatever its own switch and health say.
+    pub model_off: bool,
 }
 
-/// The deployments of `models`, in order.
-pub async fn lines<'a>(
+/// The deployments of `models`, in order. A model without deployments of
+/// its own is served by its own upstream (`default`): the line says where
+/// that goes. A disabled model's deployments say so, not their health.
+pub async fn lines(
     cp: &ControlPlane,
-    models: impl Iterator<Item = &'a str>,
+    models: &[store::ModelRow],
 ) -> Result<Vec<DeploymentLine>, PageError> {
     let mut out = Vec::new();
-    for model in models {
+    for m in models {
+        let model = m.id.as_str();
+        let model_off = !m.enabled;
         let health = cp.routes.deployments(model);
         let of = |name: &str| {
             let h = health.iter().find(|h| h.name == name);
@@ -67,8 +74,8 @@ pub async fn lines<'a>(
                 model: model.to_string(),
                 path: format!("{}/deployments/default", super::path_segment(model)),
                 name: "default".into(),
-                upstream: String::new(),
-                upstream_model: String::new(),
+                upstream: m.upstream_base_url.clone(),
+                upstream_model: m.upstream_model.clone(),
                 weight: "1".into(),
                 priority: "0".into(),
                 max_inflight: String::new(),
@@ -76,6 +83,7 @@ pub async fn lines<'a>(
                 health,
                 detail,
                 editable: false,
+                model_off,
             });
         }
         for d in rows {
@@ -96,6 +104,7 @@ pub async fn lines<'a>(
                 health,
                 detail,
                 editable: true,
+                model_off,
                 name: d.name,
             });
         }

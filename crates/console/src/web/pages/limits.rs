@@ -66,7 +66,7 @@ fn label_key(field: &str) -> &'static str {
 }
 
 impl VersionLine {
-    fn of(v: &LimitVersion) -> VersionLine {
+    fn of(v: &LimitVersion, clock: domain::period::PlatformClock) -> VersionLine {
         let what = if v.action.ends_with(".limits_restore") {
             "limits.restored"
         } else if v.action.ends_with(".create") {
@@ -76,7 +76,7 @@ impl VersionLine {
         };
         VersionLine {
             id: v.id,
-            at: format!("{} UTC", v.at.get(..19).unwrap_or(&v.at).replace('T', " ")),
+            at: super::when_text(clock, &v.at),
             actor: v.actor.clone(),
             what,
             reason: super::clipped(&v.reason, domain::text::REASON),
@@ -278,7 +278,7 @@ async fn page(
         name: o.name,
         base: o.base,
         back: o.back,
-        rows: rows.iter().map(VersionLine::of).collect(),
+        rows: rows.iter().map(|v| VersionLine::of(v, cp.clock)).collect(),
         can_restore: s.actor.is_platform_admin(),
         errors,
         failed,

@@ -22,6 +22,7 @@ use crate::error::ApiError;
 use crate::i18n::Lang;
 use crate::web::PageError;
 use chrono::{DateTime, NaiveDateTime, Utc};
+use domain::period::PlatformClock;
 use domain::{Limits, MicroUsd};
 use serde::Deserialize;
 
@@ -73,6 +74,30 @@ pub fn form_error(e: ApiError) -> Result<FieldError, PageError> {
         ApiError::Conflict(_) => Ok(FieldError::at("id", "err.exists")),
         e => Err(e.into()),
     }
+}
+
+/// Every problem of a form, each beside its field (the first per field,
+/// in the order found). A problem no field shows (a 404, a 403, a store
+/// failure) is the page's error instead.
+pub fn form_errors(problems: Vec<ApiError>) -> Result<FieldError, PageError> {
+    let mut out = FieldError::default();
+    for e in problems {
+        for (field, key) in form_error(e)?.items {
+            if out.on(field).is_none() {
+                out.items.push((field, key));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The value of a field as read, or `None` with its problem noted (a
+/// lenient read: the rest of the form is still checked).
+pub fn noted<T>(problems: &mut Vec<ApiError>, r: Result<Option<T>, ApiError>) -> Option<T> {
+    r.unwrap_or_else(|e| {
+        problems.push(e);
+        None
+    })
 }
 
 /// An optional whole number; empty means absent.
@@ -131,8 +156,13 @@ pub fn percent(field: &'static str, v: &str) -> Result<Option<f64>, ApiError> {
         .ok_or(ApiError::field(field, "err.percent"))
 }
 
-/// A `datetime-local` input, read as UTC (the form says so).
-pub fn time(field: &'static str, v: &str) -> Result<Option<DateTime<Utc>>, ApiError> {
+/// A `datetime-local` input, read in the platform's zone (the form's
+/// label names it); an RFC 3339 time with its own offset as it says.
+pub fn time(
+    clock: PlatformClock,
+    field: &'static str,
+    v: &str,
+) -> Result<Option<DateTime<Utc>>, ApiError> {
     let v = v.trim();
     if v.is_empty() {
         return Ok(None);
@@ -143,8 +173,14 @@ pub fn time(field: &'static str, v: &str) -> Result<Option<DateTime<Utc>>, ApiEr
     ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]
         .iter()
         .find_map(|f| NaiveDateTime::parse_from_str(v, f).ok())
-        .map(|n| Some(n.and_utc()))
+        .and_then(|n| clock.from_wall(n))
+        .map(Some)
         .ok_or_else(|| ApiError::field(field, "err.bad_time"))
+}
+
+/// A time as a `datetime-local` input holds it: the platform's wall clock.
+pub fn picker(clock: PlatformClock, t: DateTime<Utc>) -> String {
+    clock.wall(t).format("%Y-%m-%dT%H:%M").to_string()
 }
 
 /// A filter's refusals: (field, message key), each shown beside its field.
@@ -172,13 +208,14 @@ pub fn range_errors(
         .collect()
 }
 
-/// A From–To filter of times as typed (see `time`): both ends, or each
+/// A From–To filter of times as typed (see `time`, in the platform's
+/// zone): both ends, or each
 /// field in error with its message key (`err.bad_time`,
 /// `err.from_after_to`), all at once.
-pub fn time_range(from: &str, to: &str) -> Result<TimeRange, FieldErrors> {
+pub fn time_range(clock: PlatformClock, from: &str, to: &str) -> Result<TimeRange, FieldErrors> {
     domain::period::check_range(
-        time("from", from).map_err(|_| ()),
-        time("to", to).map_err(|_| ()),
+        time(clock, "from", from).map_err(|_| ()),
+        time(clock, "to", to).map_err(|_| ()),
     )
     .map_err(|faults| range_errors(&faults, "err.bad_time", "err.from_after_to"))
 }
@@ -253,6 +290,29 @@ pub struct LimitsForm {
 }
 
 impl LimitsForm {
+    /// The limits as typed, every field that does not read left unset and
+    /// its problem noted (the form then shows them all at once).
+    pub fn read(&self) -> (Limits, Vec<ApiError>) {
+        let mut p = Vec::new();
+        let limits = Limits {
+            monthly_tokens: noted(&mut p, int("monthly_tokens", &self.monthly_tokens)),
+            monthly_cost_usd: noted(&mut p, usd("monthly_cost_usd", &self.monthly_cost_usd)),
+            daily_cost_soft_usd: noted(
+                &mut p,
+                usd("daily_cost_soft_usd", &self.daily_cost_soft_usd),
+            ),
+            rpm: noted(&mut p, int("rpm", &self.rpm)),
+            input_tpm: noted(&mut p, int("input_tpm", &self.input_tpm)),
+            output_tpm: noted(&mut p, int("output_tpm", &self.output_tpm)),
+            max_inflight: noted(&mut p, int("max_inflight", &self.max_inflight)),
+            max_context_tokens: noted(&mut p, int("max_context_tokens", &self.max_context_tokens)),
+            max_output_tokens: noted(&mut p, int("max_output_tokens", &self.max_output_tokens)),
+            allowed_service_tiers: split_list(&self.allowed_service_tiers),
+            allowed_tools: split_list(&self.allowed_tools),
+        };
+        (limits, p)
+    }
+
     pub fn parse(&self) -> Result<Limits, ApiError> {
         Ok(Limits {
             monthly_tokens: int("monthly_tokens", &self.monthly_tokens)?,
@@ -422,14 +482,32 @@ pub fn clipped(text: &str, limit: domain::text::TextLimit) -> String {
     }
 }
 
-/// A time as the console shows it (UTC, to the minute).
-pub fn when(t: DateTime<Utc>) -> String {
-    t.format("%Y-%m-%d %H:%M UTC").to_string()
+/// A time as the console shows it: the platform's wall clock to the
+/// minute, the zone named ("2026-12-31 18:00 Asia/Shanghai"; pickers and
+/// bills use the same zone).
+pub fn when(clock: PlatformClock, t: DateTime<Utc>) -> String {
+    format!(
+        "{} {}",
+        clock.wall(t).format("%Y-%m-%d %H:%M"),
+        clock.tz.name()
+    )
 }
 
 /// A time to the second, the zone named ("2026-11-03 14:03:22 UTC").
-pub fn when_secs(t: DateTime<Utc>) -> String {
-    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+pub fn when_secs(clock: PlatformClock, t: DateTime<Utc>) -> String {
+    format!(
+        "{} {}",
+        clock.wall(t).format("%Y-%m-%d %H:%M:%S"),
+        clock.tz.name()
+    )
+}
+
+/// A stored RFC 3339 time (an audit row's `at`) to the second, as
+/// `when_secs` shows it; text that does not read, as it is.
+pub fn when_text(clock: PlatformClock, at: &str) -> String {
+    DateTime::parse_from_rfc3339(at)
+        .map(|t| when_secs(clock, t.with_timezone(&Utc)))
+        .unwrap_or_else(|_| at.get(..19).unwrap_or(at).replace('T', " "))
 }
 
 /// Time left until `t`, like "2d 3h", "3h 12m", "45m" (in the reader's
@@ -500,9 +578,23 @@ mod tests {
 
     #[test]
     fn times() {
-        let t = time("expires_at", "2026-12-31T18:00").unwrap().unwrap();
-        assert_eq!(when(t), "2026-12-31 18:00 UTC");
-        assert!(time("expires_at", "tomorrow").is_err());
+        let utc = PlatformClock::parse("UTC").unwrap();
+        let t = time(utc, "expires_at", "2026-12-31T18:00")
+            .unwrap()
+            .unwrap();
+        assert_eq!(when(utc, t), "2026-12-31 18:00 UTC");
+        assert!(time(utc, "expires_at", "tomorrow").is_err());
+        // In the platform's zone: shown, picked and read alike.
+        let sh = PlatformClock::parse("Asia/Shanghai").unwrap();
+        let picked = time(sh, "expires_at", "2026-12-31T18:00").unwrap().unwrap();
+        assert_eq!(picked, t - chrono::Duration::hours(8));
+        assert_eq!(when(sh, picked), "2026-12-31 18:00 Asia/Shanghai");
+        assert_eq!(when_secs(sh, picked), "2026-12-31 18:00:00 Asia/Shanghai");
+        assert_eq!(picker(sh, picked), "2026-12-31T18:00");
+        assert_eq!(
+            when_text(sh, "2026-12-31T10:00:00.123+00:00"),
+            "2026-12-31 18:00:00 Asia/Shanghai"
+        );
         let now = t - chrono::Duration::minutes(135);
         assert_eq!(time_left(Lang::En, t, now), "2h 15m");
         assert_eq!(time_left(Lang::Zh, t, now), "2 小时 15 分钟");
@@ -560,14 +652,7 @@ pub async fn stale_notice(
         .iter()
         .map(|r| StaleLine {
             actor: r.entry.actor.clone(),
-            at: format!(
-                "{} UTC",
-                r.entry
-                    .at
-                    .get(..19)
-                    .unwrap_or(&r.entry.at)
-                    .replace('T', " ")
-            ),
+            at: when_text(cp.clock, &r.entry.at),
             changes: domain::audit::field_changes(&r.entry.before, &r.entry.after)
                 .into_iter()
                 .filter(|c| c.field != "version")

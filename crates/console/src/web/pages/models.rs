@@ -2,7 +2,7 @@
 //! prices. The provider key is write-only: the page never shows it.
 
 use super::deployments::DeploymentForm;
-use super::{form_error, int, usd, FieldError};
+use super::{form_error, form_errors, int, noted, usd, FieldError};
 use crate::api::models::{self as svc, ModelIn, ModelPatch};
 use crate::error::ApiError;
 use crate::web::{render, Chrome, PageError, Session};
@@ -47,6 +47,10 @@ pub struct ModelForm {
     cap_field: String,
     /// "", "true" or "false".
     hidden_reasoning: String,
+    /// A refused form had a provider key typed, which is not sent back:
+    /// the field says to type it again.
+    #[serde(skip)]
+    key_dropped: bool,
 }
 
 /// A price field of a form: money, required.
@@ -55,8 +59,34 @@ fn price(field: &'static str, v: &str) -> Result<MicroUsd, ApiError> {
 }
 
 impl ModelForm {
-    fn to_input(&self) -> Result<ModelIn, ApiError> {
-        Ok(ModelIn {
+    /// The model as typed, and every field that does not read (left at a
+    /// value the service's rules pass, so they find the rest at once).
+    fn read(&self) -> (ModelIn, Vec<ApiError>) {
+        let mut p = Vec::new();
+        let mut money = |field, v: &str| {
+            price(field, v).unwrap_or_else(|e| {
+                p.push(e);
+                MicroUsd(0)
+            })
+        };
+        let input_price_per_mtok_usd =
+            money("input_price_per_mtok_usd", &self.input_price_per_mtok_usd);
+        let output_price_per_mtok_usd =
+            money("output_price_per_mtok_usd", &self.output_price_per_mtok_usd);
+        let default_max_output_tokens = noted(
+            &mut p,
+            int("default_max_output_tokens", &self.default_max_output_tokens),
+        );
+        let hidden_reasoning = match self.hidden_reasoning.as_str() {
+            "" => None,
+            "true" => Some(true),
+            "false" => Some(false),
+            _ => {
+                p.push(ApiError::field("hidden_reasoning", "err.yes_no"));
+                None
+            }
+        };
+        let m = ModelIn {
             id: self.id.trim().to_string(),
             kind: if self.kind.is_empty() {
                 "chat".into()
@@ -67,30 +97,17 @@ impl ModelForm {
             upstream_model: self.upstream_model.trim().to_string(),
             upstream_api_key: Some(self.upstream_api_key.trim().to_string())
                 .filter(|k| !k.is_empty()),
-            input_price_per_mtok_usd: price(
-                "input_price_per_mtok_usd",
-                &self.input_price_per_mtok_usd,
-            )?,
-            output_price_per_mtok_usd: price(
-                "output_price_per_mtok_usd",
-                &self.output_price_per_mtok_usd,
-            )?,
+            input_price_per_mtok_usd,
+            output_price_per_mtok_usd,
             tokenizer: None,
-            default_max_output_tokens: int(
-                "default_max_output_tokens",
-                &self.default_max_output_tokens,
-            )?,
+            default_max_output_tokens,
             deployments: Vec::new(),
             fallbacks: Vec::new(),
             cap_field: Some(self.cap_field.trim().to_string()).filter(|c| !c.is_empty()),
-            hidden_reasoning: match self.hidden_reasoning.as_str() {
-                "" => None,
-                "true" => Some(true),
-                "false" => Some(false),
-                _ => return Err(ApiError::field("hidden_reasoning", "err.yes_no")),
-            },
+            hidden_reasoning,
             apis: None,
-        })
+        };
+        (m, p)
     }
 }
 
@@ -139,10 +156,13 @@ async fn page_with(
     (price_model, price_errors): (String, FieldError),
     saved: String,
 ) -> Result<ModelsPage, PageError> {
-    let rows: Vec<ModelLine> = cp
-        .store
-        .models()
-        .await?
+    let models = cp.store.models().await?;
+    let deployments = if s.actor.is_platform_admin() {
+        super::deployments::lines(cp, &models).await?
+    } else {
+        Vec::new()
+    };
+    let rows: Vec<ModelLine> = models
         .into_iter()
         .map(|m| ModelLine {
             input_price: MicroUsd(m.input_price_micro_per_mtok).shown(),
@@ -163,11 +183,6 @@ async fn page_with(
             id: m.id,
         })
         .collect();
-    let deployments = if s.actor.is_platform_admin() {
-        super::deployments::lines(cp, rows.iter().map(|r| r.id.as_str())).await?
-    } else {
-        Vec::new()
-    };
     Ok(ModelsPage {
         c: Chrome::new(s, "nav.models", "/console/models"),
         rows,
@@ -294,26 +309,33 @@ pub async fn create(
     Form(f): Form<ModelForm>,
 ) -> Result<Response, PageError> {
     crate::api::require_platform_admin(&s.actor)?;
-    let result = match f.to_input() {
-        Ok(m) => svc::create_model(&cp, &s.actor, m).await.map(|_| ()),
-        Err(e) => Err(e),
-    };
-    match result {
-        Ok(()) => Ok(Redirect::to("/console/models").into_response()),
-        Err(e) => {
-            let errors = form_error(e)?;
-            // The provider key is never echoed back, not even into the form.
-            let form = ModelForm {
-                upstream_api_key: String::new(),
-                ..f
-            };
-            Ok((
-                StatusCode::UNPROCESSABLE_ENTITY,
-                render(page(&cp, &s, form, errors).await?)?,
-            )
-                .into_response())
-        }
+    // Every field at once: what does not read, every rule the rest breaks
+    // (the API's own), and whether the id is taken.
+    let (input, mut problems) = f.read();
+    problems.extend(svc::new_model_problems(&input));
+    if domain::text::is_model_id(&input.id) && cp.store.model_exists(&input.id).await? {
+        problems.push(ApiError::field("id", "err.exists"));
     }
+    let errors = if problems.is_empty() {
+        match svc::create_model(&cp, &s.actor, input).await {
+            Ok(_) => return Ok(Redirect::to("/console/models").into_response()),
+            Err(e) => form_error(e)?,
+        }
+    } else {
+        form_errors(problems)?
+    };
+    // The provider key is never echoed back, not even into the form: the
+    // field asks for it again.
+    let form = ModelForm {
+        key_dropped: !f.upstream_api_key.trim().is_empty(),
+        upstream_api_key: String::new(),
+        ..f
+    };
+    Ok((
+        StatusCode::UNPROCESSABLE_ENTITY,
+        render(page(&cp, &s, form, errors).await?)?,
+    )
+        .into_response())
 }
 
 #[derive(Deserialize, Default)]

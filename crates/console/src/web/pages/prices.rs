@@ -133,7 +133,7 @@ async fn page(
         .map(|(i, r)| {
             let sheet = PriceSheet::from_json(&r.sheet).unwrap_or_default();
             SheetRow {
-                from: when(r.effective_from),
+                from: when(s.clock, r.effective_from),
                 deployment: r.deployment.clone(),
                 input: per_mtok(Some(sheet.base.input)),
                 cached_input: per_mtok(sheet.base.cached_input),

@@ -58,7 +58,7 @@ pub async fn lines(
     let people = quota_requests::people_of(cp, rows).await?;
     let mut out = Vec::with_capacity(rows.len());
     for q in rows {
-        let mut line = QuotaLine::of(lang, q, now);
+        let mut line = QuotaLine::of(lang, cp.clock, q, now);
         line.requested_by = people.get(&q.requested_by).cloned().unwrap_or_default();
         line.decided_by = q
             .decided_by
@@ -76,7 +76,12 @@ pub async fn lines(
 }
 
 impl QuotaLine {
-    fn of(lang: crate::i18n::Lang, q: &QuotaRequestRow, now: DateTime<Utc>) -> QuotaLine {
+    fn of(
+        lang: crate::i18n::Lang,
+        clock: domain::period::PlatformClock,
+        q: &QuotaRequestRow,
+        now: DateTime<Utc>,
+    ) -> QuotaLine {
         let (state, state_key) = match quota_requests::state_of(q, now) {
             "pending" => ("pending", "quota.state_pending"),
             "active" => ("active", "quota.state_active"),
@@ -100,7 +105,7 @@ impl QuotaLine {
             reason: super::clipped(&q.reason, domain::text::REASON),
             state,
             state_key,
-            expires: when(q.expires_at),
+            expires: when(clock, q.expires_at),
             // Only a grant that is or may yet be in force has time left; a
             // rejected request's expiry is moot.
             left: if matches!(state, "pending" | "active") {
@@ -130,7 +135,7 @@ pub struct RequestForm {
 }
 
 impl RequestForm {
-    fn parse(&self) -> Result<RequestIn, ApiError> {
+    fn parse(&self, clock: domain::period::PlatformClock) -> Result<RequestIn, ApiError> {
         if self.tenant_id.trim().is_empty() {
             return Err(ApiError::field("tenant_id", "err.required"));
         }
@@ -139,7 +144,7 @@ impl RequestForm {
             app_id: Some(self.app_id.trim().to_string()).filter(|a| !a.is_empty()),
             tokens: int("tokens", &self.tokens)?,
             cost_usd: usd("cost_usd", &self.cost_usd)?,
-            expires_at: time("expires_at", &self.expires_at)?
+            expires_at: time(clock, "expires_at", &self.expires_at)?
                 .ok_or(ApiError::field("expires_at", "err.required"))?,
             reason: self.reason.clone(),
         })
@@ -158,6 +163,7 @@ struct QuotaPage {
     errors: FieldError,
     created: bool,
     expiry: ExpiryBound,
+    pick: Pickers,
 }
 
 #[derive(Template)]
@@ -170,6 +176,37 @@ struct RequestFormFragment {
     errors: FieldError,
     created: bool,
     expiry: ExpiryBound,
+    pick: Pickers,
+}
+
+/// What the request form's pickers offer: the tenants the requester may
+/// see (id, name) and their apps, by tenant.
+#[derive(Default)]
+pub struct Pickers {
+    pub tenants: Vec<(String, String)>,
+    pub apps: Vec<(String, Vec<String>)>,
+}
+
+impl Pickers {
+    /// The tenants and apps in the actor's scope (a tenant admin: their
+    /// own tenant's apps only).
+    async fn of(cp: &ControlPlane, actor: &Principal) -> Result<Pickers, PageError> {
+        let tenants = cp
+            .store
+            .tenants(actor.scope())
+            .await?
+            .into_iter()
+            .map(|t| (t.id, t.name))
+            .collect();
+        let mut apps: Vec<(String, Vec<String>)> = Vec::new();
+        for (tenant, app) in cp.store.app_ids(actor.scope()).await? {
+            match apps.last_mut() {
+                Some((t, list)) if *t == tenant => list.push(app),
+                _ => apps.push((tenant, vec![app])),
+            }
+        }
+        Ok(Pickers { tenants, apps })
+    }
 }
 
 /// The latest expiry a request may ask now (`auth.max_grant_days`): the
@@ -185,11 +222,11 @@ impl ExpiryBound {
     fn of(cp: &ControlPlane, lang: crate::i18n::Lang) -> ExpiryBound {
         let latest = domain::limits::latest_grant_expiry(Utc::now(), cp.max_grant_days);
         ExpiryBound {
-            max: latest.format("%Y-%m-%dT%H:%M").to_string(),
+            max: super::picker(cp.clock, latest),
             hint: lang
                 .t("quota.max_days")
                 .replace("{n}", &cp.max_grant_days.to_string())
-                .replace("{until}", &when(latest)),
+                .replace("{until}", &when(cp.clock, latest)),
         }
     }
 }
@@ -220,6 +257,7 @@ pub async fn list(
         errors: FieldError::default(),
         created: false,
         expiry: ExpiryBound::of(&cp, s.lang),
+        pick: Pickers::of(&cp, &s.actor).await?,
     })
 }
 
@@ -233,7 +271,7 @@ pub async fn create(
     if let Some(t) = &s.actor.tenant {
         f.tenant_id = t.clone();
     }
-    let result = match f.parse() {
+    let result = match f.parse(s.clock) {
         Ok(r) => quota_requests::request_quota(&cp, &s.actor, r)
             .await
             .map(|_| ()),
@@ -261,6 +299,7 @@ pub async fn create(
         errors,
         created,
         expiry: ExpiryBound::of(&cp, s.lang),
+        pick: Pickers::of(&cp, &s.actor).await?,
     };
     let html = fragment_or_page(&s, "nav.quota", "/console/quota-requests", frag)?;
     let mut r = (status, html).into_response();
@@ -349,7 +388,12 @@ async fn already_decided(
         .replace("{who}", &who)
         .replace("{amount}", &amount)
         .replace("{by}", &q.decided_by)
-        .replace("{at}", &row.decided_at.map(when).unwrap_or_default()))
+        .replace(
+            "{at}",
+            &row.decided_at
+                .map(|t| when(cp.clock, t))
+                .unwrap_or_default(),
+        ))
 }
 
 pub async fn approve(

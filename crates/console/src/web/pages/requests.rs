@@ -13,6 +13,7 @@ use askama::Template;
 use axum::extract::{Query, State};
 use axum::response::Response;
 use chrono::{DateTime, Utc};
+use domain::period::PlatformClock;
 use domain::MicroUsd;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -31,7 +32,8 @@ pub struct Lookup {
     model: String,
     status: String,
     reason: String,
-    /// `key:value` (`project:apollo`).
+    /// `key=value` (`project=apollo`, the request header's syntax);
+    /// `key:value` is read too.
     #[serde(skip_serializing_if = "String::is_empty")]
     tag: String,
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -184,7 +186,7 @@ async fn log(cp: &ControlPlane, s: &Session, p: &mut RequestsPage) -> Result<(),
     let q = p.q.clone();
     let lang = s.lang;
     let opt = |v: &str| (!v.trim().is_empty()).then(|| v.trim().to_string());
-    let (from, to) = match time_range(&q.from, &q.to) {
+    let (from, to) = match time_range(s.clock, &q.from, &q.to) {
         Ok((f, t)) => (f.map(|t| t.to_rfc3339()), t.map(|t| t.to_rfc3339())),
         Err(errors) => {
             p.errors = errors;
@@ -239,7 +241,10 @@ async fn log(cp: &ControlPlane, s: &Session, p: &mut RequestsPage) -> Result<(),
         }
     };
     let names = key_names(cp, &s.actor, rows.iter().map(|r| r.key_id.as_str())).await?;
-    p.lines = rows.iter().map(|r| line(lang, r, &names)).collect();
+    p.lines = rows
+        .iter()
+        .map(|r| line(lang, s.clock, r, &names))
+        .collect();
     p.older = next.map(|c| q.with_cursor(&c));
     p.newest = (!q.cursor.is_empty()).then(|| q.with_cursor(""));
 
@@ -329,7 +334,12 @@ fn rows_per_page(v: &str) -> Result<i64, &'static str> {
     }
 }
 
-fn line(lang: Lang, r: &RequestLogRow, names: &HashMap<String, String>) -> LogLine {
+fn line(
+    lang: Lang,
+    clock: PlatformClock,
+    r: &RequestLogRow,
+    names: &HashMap<String, String>,
+) -> LogLine {
     let (outcome_key, why) = match r.outcome.as_str() {
         "refused" => ("req.refused", reason_key(r.reason.as_deref())),
         "degraded" => ("req.degraded", reason_key(r.reason.as_deref())),
@@ -343,7 +353,7 @@ fn line(lang: Lang, r: &RequestLogRow, names: &HashMap<String, String>) -> LogLi
             serde_urlencoded::to_string([("id", &r.request_id)]).unwrap_or_default()
         ),
         request_id: r.request_id.clone(),
-        at: when_secs(r.at),
+        at: when_secs(clock, r.at),
         tenant: r.tenant_id.clone(),
         app: r.app_id.clone(),
         key: key_label(lang, names, &r.key_id),
@@ -481,8 +491,13 @@ fn int_of(detail: &Value, field: &str) -> Option<i64> {
 }
 
 /// The one sentence of a refusal or a degradation.
-fn decision_sentence(lang: Lang, d: &store::RequestDecisionRow, who: &str) -> String {
-    let at = when_secs(d.at);
+fn decision_sentence(
+    lang: Lang,
+    clock: PlatformClock,
+    d: &store::RequestDecisionRow,
+    who: &str,
+) -> String {
+    let at = when_secs(clock, d.at);
     let det = &d.detail;
     let limit = det.get("limit").and_then(Value::as_str).unwrap_or_default();
     let limit_value = det.get("limit_value");
@@ -581,9 +596,9 @@ fn latency(lang: Lang, ms: i64) -> String {
     }
 }
 
-fn admitted_sentence(lang: Lang, u: &domain::usage::UsageEvent) -> String {
+fn admitted_sentence(lang: Lang, clock: PlatformClock, u: &domain::usage::UsageEvent) -> String {
     let at = DateTime::<Utc>::from_timestamp_millis(u.started_at_ms)
-        .map(when_secs)
+        .map(|t| when_secs(clock, t))
         .unwrap_or_default();
     let s = fill(
         lang.t("say.admitted"),
@@ -679,13 +694,13 @@ async fn format(
             Some(s) => who(cp, actor, lang, s).await?,
             None => String::new(),
         };
-        sentence = decision_sentence(lang, d, &who);
+        sentence = decision_sentence(lang, cp.clock, d, &who);
         facts.push(("req.reason", lang.t(reason_key(Some(&d.reason))).into()));
         facts.push(("req.status", d.status.to_string()));
         if !who.is_empty() {
             facts.push(("req.scope", who));
         }
-        facts.push(("req.at", when_secs(d.at)));
+        facts.push(("req.at", when_secs(cp.clock, d.at)));
         facts.push(("common.app", d.app_id.clone()));
         facts.push(("req.key", key_label(lang, &names, &d.key_id)));
         facts.push(("req.model", d.model.clone()));
@@ -699,7 +714,7 @@ async fn format(
     }
     if let Some(u) = &r.usage {
         if decision.is_none() {
-            sentence = admitted_sentence(lang, u);
+            sentence = admitted_sentence(lang, cp.clock, u);
             facts.push(("common.app", u.app_id.clone()));
             facts.push(("req.key", key_label(lang, &names, &u.key_id)));
             facts.push(("req.model", u.model.clone()));
@@ -800,17 +815,17 @@ mod tests {
         let mut d = decision("invalid_api_key", json!({"key_state": "revoked"}));
         d.status = 401;
         d.scope = None;
-        let en = decision_sentence(Lang::En, &d, "");
+        let en = decision_sentence(Lang::En, PlatformClock::UTC, &d, "");
         assert!(
             en.contains("(HTTP 401)") && en.contains("was revoked"),
             "{en}"
         );
-        let zh = decision_sentence(Lang::Zh, &d, "");
+        let zh = decision_sentence(Lang::Zh, PlatformClock::UTC, &d, "");
         assert!(zh.contains("已被吊销"), "{zh}");
         d.detail = json!({"key_state": "expired"});
-        assert!(decision_sentence(Lang::En, &d, "").contains("has expired"));
+        assert!(decision_sentence(Lang::En, PlatformClock::UTC, &d, "").contains("has expired"));
         d.detail = json!({});
-        assert!(decision_sentence(Lang::En, &d, "").contains("not valid"));
+        assert!(decision_sentence(Lang::En, PlatformClock::UTC, &d, "").contains("not valid"));
     }
 
     #[test]
@@ -820,13 +835,13 @@ mod tests {
             json!({"scope": "tenant", "limit": "MonthlyTokens", "headroom_tokens": 120,
                 "est_input_tokens": 4, "est_output_tokens": 4100, "limit_value": 1_000_000}),
         );
-        let en = decision_sentence(Lang::En, &d, "tenant Search");
+        let en = decision_sentence(Lang::En, PlatformClock::UTC, &d, "tenant Search");
         assert_eq!(
             en,
             "Refused at 2026-11-03 14:03:22 UTC: tenant Search had 120 tokens left of its \
              monthly token budget of 1,000,000 tokens; this request needed up to 4,104."
         );
-        let zh = decision_sentence(Lang::Zh, &d, "租户 Search");
+        let zh = decision_sentence(Lang::Zh, PlatformClock::UTC, &d, "租户 Search");
         assert!(
             zh.contains("1,000,000") && zh.contains("14:03:22 UTC"),
             "{zh}"
@@ -844,13 +859,13 @@ mod tests {
             json!({"limit": "MonthlyCost", "headroom_cost_micro_usd": 1_500,
                 "limit_value": "1234.560000"}),
         );
-        let en = decision_sentence(Lang::En, &d, "tenant Search");
+        let en = decision_sentence(Lang::En, PlatformClock::UTC, &d, "tenant Search");
         assert!(
             en.contains("$0.0015 left") && en.contains("$1,234.56"),
             "{en}"
         );
         d.detail = json!({"limit": "Rpm", "limit_value": 60, "retry_after_secs": 3});
-        let en = decision_sentence(Lang::En, &d, "app bot");
+        let en = decision_sentence(Lang::En, PlatformClock::UTC, &d, "app bot");
         assert!(
             en.contains("60 requests per minute") && en.ends_with("Retry after 3 s."),
             "{en}"
@@ -858,7 +873,7 @@ mod tests {
         d.reason = "model_not_allowed".into();
         d.detail = json!({});
         d.status = 403;
-        let en = decision_sentence(Lang::En, &d, "");
+        let en = decision_sentence(Lang::En, PlatformClock::UTC, &d, "");
         assert!(
             en.starts_with("Refused at 2026-11-03 14:03:22 UTC (HTTP 403):"),
             "{en}"

@@ -3,8 +3,8 @@
 
 use super::dashboard::UsageLine;
 use super::{
-    form_error, int, limits_summary, model_problems, split_list, stale_notice, FieldError,
-    LimitsForm, StaleLine,
+    form_error, form_errors, int, limits_summary, model_problems, noted, split_list, stale_notice,
+    FieldError, LimitsForm, StaleLine,
 };
 use crate::api::tenants::{self as svc, TenantIn, TenantPatch};
 use crate::error::ApiError;
@@ -105,8 +105,17 @@ impl TenantForm {
         }
     }
 
-    fn to_input(&self) -> Result<TenantIn, ApiError> {
-        Ok(TenantIn {
+    /// The tenant as typed, and every field that does not read (left at
+    /// its default, so the service's rules find the rest at once).
+    fn read(&self) -> (TenantIn, Vec<ApiError>) {
+        let (limits, mut p) = self.limits.read();
+        let borrow_cap_tokens = noted(&mut p, int("borrow_cap_tokens", &self.borrow_cap_tokens));
+        let max_queued_requests = noted(
+            &mut p,
+            int("max_queued_requests", &self.max_queued_requests),
+        );
+        let max_open_streams = noted(&mut p, int("max_open_streams", &self.max_open_streams));
+        let t = TenantIn {
             id: self.id.trim().to_string(),
             name: self.name.trim().to_string(),
             cost_center: self.cost_center.trim().to_string(),
@@ -114,23 +123,25 @@ impl TenantForm {
                 "" => "standard".into(),
                 p => p.to_string(),
             },
-            limits: self.limits.parse()?,
+            limits,
             may_borrow: self.may_borrow.is_some(),
-            borrow_cap_tokens: int("borrow_cap_tokens", &self.borrow_cap_tokens)?.unwrap_or(0),
+            borrow_cap_tokens: borrow_cap_tokens.unwrap_or(0),
             allowed_models: split_list(&self.allowed_models),
             clamp_max_tokens: self.clamp_max_tokens.is_some(),
-            max_queued_requests: int("max_queued_requests", &self.max_queued_requests)?,
-            max_open_streams: int("max_open_streams", &self.max_open_streams)?,
-        })
+            max_queued_requests,
+            max_open_streams,
+        };
+        (t, p)
+    }
+
+    fn to_input(&self) -> Result<TenantIn, ApiError> {
+        let (t, problems) = self.read();
+        crate::api::first(problems).map(|()| t)
     }
 
     /// Every field that does not parse (the service then finds the rest).
     fn problems(&self) -> Vec<ApiError> {
-        let mut out = self.limits.problems();
-        out.extend(int("borrow_cap_tokens", &self.borrow_cap_tokens).err());
-        out.extend(int("max_queued_requests", &self.max_queued_requests).err());
-        out.extend(int("max_open_streams", &self.max_open_streams).err());
-        out
+        self.read().1
     }
 
     fn to_patch(&self) -> Result<TenantPatch, ApiError> {
@@ -216,36 +227,40 @@ pub async fn create(
     Form(f): Form<TenantForm>,
 ) -> Result<Response, PageError> {
     crate::api::require_platform_admin(&s.actor)?;
-    let result = match f.to_input() {
-        Ok(t) => svc::create_tenant(&cp, &s.actor, t).await,
-        Err(e) => Err(e),
-    };
-    match result {
-        Ok(t) => {
-            let to = format!("/console/tenants/{}?saved=1", t.id);
-            // htmx reads HX-Redirect only on a 2xx: a 303 would be followed
-            // by the browser itself and the page pasted into the form.
-            if s.htmx {
-                return Ok((StatusCode::OK, [("hx-redirect", to)]).into_response());
-            }
-            Ok(Redirect::to(&to).into_response())
-        }
-        Err(e) => {
-            let mut more = f.problems();
-            more.extend(model_problems(&cp, &f.allowed_models).await);
-            let errors = form_error(e)?.and(more);
-            let frag = FormFragment {
-                c: Chrome::new(&s, "tenants.new", "/console/tenants"),
-                form: f,
-                errors,
-                editing: false,
-                saved: false,
-                stale: Vec::new(),
-            };
-            let html = fragment_or_page(&s, "tenants.new", "/console/tenants", frag)?;
-            Ok((StatusCode::UNPROCESSABLE_ENTITY, html).into_response())
-        }
+    // Every field at once: what does not read, then every rule the rest
+    // breaks (the API's own), then whether the id is taken.
+    let (input, mut problems) = f.read();
+    problems.extend(svc::new_tenant_problems(&cp, &input).await?);
+    if domain::text::is_id(&input.id) && cp.store.tenant_exists(s.actor.scope(), &input.id).await? {
+        problems.push(ApiError::field("id", "err.exists"));
     }
+    let errors = if problems.is_empty() {
+        match svc::create_tenant(&cp, &s.actor, input).await {
+            Ok(t) => {
+                let to = format!("/console/tenants/{}?saved=1", t.id);
+                // htmx reads HX-Redirect only on a 2xx: a 303 would be
+                // followed by the browser itself and the page pasted into
+                // the form.
+                if s.htmx {
+                    return Ok((StatusCode::OK, [("hx-redirect", to)]).into_response());
+                }
+                return Ok(Redirect::to(&to).into_response());
+            }
+            Err(e) => form_error(e)?,
+        }
+    } else {
+        form_errors(problems)?
+    };
+    let frag = FormFragment {
+        c: Chrome::new(&s, "tenants.new", "/console/tenants"),
+        form: f,
+        errors,
+        editing: false,
+        saved: false,
+        stale: Vec::new(),
+    };
+    let html = fragment_or_page(&s, "tenants.new", "/console/tenants", frag)?;
+    Ok((StatusCode::UNPROCESSABLE_ENTITY, html).into_response())
 }
 
 #[derive(Template)]

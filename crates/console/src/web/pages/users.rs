@@ -1,7 +1,7 @@
 //! Console users: platform admins create them, change their roles, disable
 //! and re-enable them and set a new password for them — never their own.
 
-use super::{form_error, when, FieldError};
+use super::{form_error, form_errors, when, FieldError};
 use crate::api::users::{self as svc, NewUser, RoleChange};
 use crate::web::{render, role_key, Chrome, PageError, Session};
 use crate::ControlPlane;
@@ -96,7 +96,7 @@ async fn page(
             role_code: u.role,
             email: u.email,
             tenant: u.tenant_id.unwrap_or_default(),
-            created: when(u.created_at),
+            created: when(s.clock, u.created_at),
             disabled: u.disabled,
         })
         .collect();
@@ -169,31 +169,40 @@ pub async fn create(
     s: Session,
     Form(f): Form<UserForm>,
 ) -> Result<Response, PageError> {
+    crate::api::require_platform_admin(&s.actor)?;
     let u = NewUser {
         email: f.email.clone(),
         password: f.password.clone(),
         role: f.role.clone(),
         tenant_id: tenant_of(&f.tenant_id),
     };
-    match svc::create_user(&cp, &s.actor, u).await {
-        Ok(_) => Ok(Redirect::to("/console/users?done=created").into_response()),
-        Err(e) => {
-            let mut errors = form_error(e)?;
-            if errors.on("id").is_some() {
-                // A duplicate user is a duplicate email.
-                errors = FieldError::at("email", "err.exists");
-            }
-            let form = UserForm {
-                password: String::new(),
-                ..f
-            };
-            Ok((
-                StatusCode::UNPROCESSABLE_ENTITY,
-                render(page(&cp, &s, form, errors, FieldError::default(), None).await?)?,
-            )
-                .into_response())
-        }
+    // Every field at once: every rule broken (the API's own), and whether
+    // the email is taken.
+    let mut problems = svc::new_user_problems(&cp, &s.actor, &u).await?;
+    let email = f.email.trim().to_lowercase();
+    if domain::text::is_email(&email) && cp.store.user_by_email(&email).await?.is_some() {
+        problems.push(crate::ApiError::field("email", "err.exists"));
     }
+    let errors = if problems.is_empty() {
+        match svc::create_user(&cp, &s.actor, u).await {
+            Ok(_) => return Ok(Redirect::to("/console/users?done=created").into_response()),
+            // A duplicate user is a duplicate email.
+            Err(crate::ApiError::Conflict(_)) => FieldError::at("email", "err.exists"),
+            Err(e) => form_error(e)?,
+        }
+    } else {
+        form_errors(problems)?
+    };
+    // The password is never sent back.
+    let form = UserForm {
+        password: String::new(),
+        ..f
+    };
+    Ok((
+        StatusCode::UNPROCESSABLE_ENTITY,
+        render(page(&cp, &s, form, errors, FieldError::default(), None).await?)?,
+    )
+        .into_response())
 }
 
 #[derive(Deserialize, Default)]
