@@ -294,6 +294,31 @@ async fn a_tenants_bill_download_is_named_for_the_tenant() {
             format!("attachment; filename=\"{name}\""),
             "{path} {tenant}"
         );
+        // A UTF-8 byte-order mark first: Excel reads 中文 right.
+        let body = r.bytes().await.unwrap();
+        assert!(
+            body.starts_with(b"\xEF\xBB\xBF"),
+            "{path}: {:?}",
+            &body[..body.len().min(40)]
+        );
+    }
+    // The audit export too; the API's CSV (read by programs) has none.
+    let token = login(&w.base, "pa@x.io").await;
+    for (url, bom) in [
+        (format!("{}/console/audit.csv", w.base), true),
+        (format!("{}/api/v1/bills.csv?period={month}", w.base), false),
+    ] {
+        let r = reqwest::Client::new()
+            .get(&url)
+            .header("cookie", &w.cookie)
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{url}");
+        let body = r.bytes().await.unwrap();
+        assert_eq!(body.starts_with(b"\xEF\xBB\xBF"), bom, "{url}");
+        assert!(body.len() > 10, "{url}: a header line at least");
     }
     srv.shutdown().await;
 }
