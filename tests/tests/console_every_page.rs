@@ -11,7 +11,8 @@
 //!   `TENANT_UPDATE`, `key.revoke`, `tenant:acme`), raw JSON (`{"`, `":`)
 //!   or a UUID: a key, tenant, app or user shows its name. Only an element
 //!   marked `data-shows-id` (an id that is the thing's only name: a request
-//!   id) may show an id;
+//!   id) may show an id, and only one marked `data-verbatim` (a provider's
+//!   usage object as sent, a format a person types) machine text;
 //! - at 390 × 844 px the navigation folds into a menu button and takes
 //!   little height, the page does not scroll sideways, and every table cell
 //!   (Cost, State, Revoke, Approve …) can be scrolled into view inside its
