@@ -773,7 +773,7 @@ async fn a_request_refused_with_402_can_be_looked_up_with_its_counters() {
 
 /// Ids of the audit rows a console page shows, in order.
 fn audit_ids(html: &str) -> Vec<i64> {
-    let re = regex::Regex::new(r#"<tr id="audit-(\d+)">"#).unwrap();
+    let re = regex::Regex::new(r#"<tr id="audit-(\d+)""#).unwrap();
     re.captures_iter(html)
         .map(|c| c[1].parse().unwrap())
         .collect()

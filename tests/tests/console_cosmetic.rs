@@ -294,6 +294,84 @@ async fn a_tenants_bill_download_is_named_for_the_tenant() {
             format!("attachment; filename=\"{name}\""),
             "{path} {tenant}"
         );
+        // A UTF-8 byte-order mark first: Excel reads 中文 right.
+        let body = r.bytes().await.unwrap();
+        assert!(
+            body.starts_with(b"\xEF\xBB\xBF"),
+            "{path}: {:?}",
+            &body[..body.len().min(40)]
+        );
     }
+    // The audit export too; the API's CSV (read by programs) has none.
+    let token = login(&w.base, "pa@x.io").await;
+    for (url, bom) in [
+        (format!("{}/console/audit.csv", w.base), true),
+        (format!("{}/api/v1/bills.csv?period={month}", w.base), false),
+    ] {
+        let r = reqwest::Client::new()
+            .get(&url)
+            .header("cookie", &w.cookie)
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{url}");
+        let body = r.bytes().await.unwrap();
+        assert_eq!(body.starts_with(b"\xEF\xBB\xBF"), bom, "{url}");
+        assert!(body.len() > 10, "{url}: a header line at least");
+    }
+    srv.shutdown().await;
+}
+
+/// The jobs page (#52 defect "jobs' Counts shown as raw JSON and
+/// unpaged"): a run's counts are labelled numbers, and its runs come 50 a
+/// page, older and newest linked.
+#[tokio::test]
+async fn the_jobs_page_labels_counts_and_pages_its_runs() {
+    let env = TestEnv::new().await;
+    user(&env, "pa@x.io", "platform_admin", None).await;
+    let now = chrono::Utc::now();
+    for _ in 0..60 {
+        let id = env
+            .store
+            .claim_job_run("rollover", None, now, "replica-1")
+            .await
+            .unwrap()
+            .unwrap();
+        env.store
+            .finish_job_run(
+                id,
+                "ok",
+                &json!({"closed": 1, "deferred": 0, "purged": 1200}),
+                &serde_json::Value::Null,
+                None,
+            )
+            .await
+            .unwrap();
+    }
+    let srv = env.server().await;
+    let w = Web::login(&format!("http://{}", srv.addr), "pa@x.io").await;
+    let first = w.get("/console/jobs").await;
+    assert_eq!(first.status, 200);
+    let rows = |body: &str| body.matches("<ul class=\"counts\">").count();
+    assert_eq!(rows(&first.body), 50, "a page of 50 runs");
+    assert!(first
+        .body
+        .contains("months closed: <span class=\"num\">1</span>"));
+    assert!(first
+        .body
+        .contains("months purged: <span class=\"num\">1,200</span>"));
+    assert!(!first.body.contains("{&#34;") && !first.body.contains("&#34;closed&#34;"));
+    assert!(!first.body.contains("id=\"runs-newest\""));
+    let older = regex::Regex::new(r#"href="(/console/jobs\?before=\d+)" id="runs-older""#)
+        .unwrap()
+        .captures(&first.body)
+        .map(|c| c[1].to_string())
+        .expect("a link to the older runs");
+    let second = w.get(&older).await;
+    assert_eq!(second.status, 200);
+    // The rest of the 60, and whatever the server's own jobs ran meanwhile.
+    assert!(rows(&second.body) >= 10, "the older runs");
+    assert!(second.body.contains("id=\"runs-newest\""));
     srv.shutdown().await;
 }

@@ -6,6 +6,13 @@
 //!   shows no run of Latin words that is not data (names, ids, model names,
 //!   numbers) or a unit kept as is (USD, UTC, token …), an English page no
 //!   Chinese;
+//! - in both languages and at 1280 and 390 px, no visible text shows raw
+//!   code (a reason, notice or action code: `budget_used_90`,
+//!   `TENANT_UPDATE`, `key.revoke`, `tenant:acme`), raw JSON (`{"`, `":`)
+//!   or a UUID: a key, tenant, app or user shows its name. Only an element
+//!   marked `data-shows-id` (an id that is the thing's only name: a request
+//!   id) may show an id, and only one marked `data-verbatim` (a provider's
+//!   usage object as sent, a format a person types) machine text;
 //! - at 390 × 844 px the navigation folds into a menu button and takes
 //!   little height, the page does not scroll sideways, and every table cell
 //!   (Cost, State, Revoke, Approve …) can be scrolled into view inside its
@@ -84,6 +91,9 @@ const UNIVERSAL: &[&str] = &[
     "Anthropic",
 ];
 
+/// The widths every page is read at: a desktop's and a phone's.
+const WIDTHS: [(u32, u32); 2] = [(1280, 900), (390, 844)];
+
 /// A tenant with a readable name.
 async fn tenant(env: &TestEnv, id: &str, name: &str, priority: &str, limits: Limits) {
     let t = TenantRow {
@@ -137,6 +147,26 @@ async fn platform(env: &TestEnv) -> server::app::Running {
         )
         .await
         .1;
+    // A revoked key (the audit's key.revoke names it) and a limits change
+    // in dollars (the audit shows dollars, not micro-dollars).
+    let (gone, _) = env
+        .named_key("acme", "bot", "ci-key", Limits::default())
+        .await;
+    env.store
+        .revoke_key("test", gone.parse().unwrap())
+        .await
+        .unwrap();
+    env.store
+        .set_tenant_limits(
+            "test",
+            "globex",
+            &Limits {
+                monthly_cost_usd: Some(domain::MicroUsd(2_500_000)),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
     let hash = store::passwords::hash(PASSWORD).unwrap();
     for (email, role, t) in [
         ("pa@x.io", "platform_admin", None),
@@ -151,14 +181,33 @@ async fn platform(env: &TestEnv) -> server::app::Running {
     }
     // A finished job run of each outcome, and a notice of each kind.
     let now = chrono::Utc::now();
-    for (job, outcome, error) in [
-        ("reconcile", "ok", None),
+    // Counts as the jobs write them.
+    for (job, outcome, counts, error) in [
+        (
+            "reconcile",
+            "ok",
+            serde_json::json!({"periods": 1, "tenants": 2, "differences": 0, "rollup_differences": 0}),
+            None,
+        ),
         (
             "rollover",
             "failed",
+            serde_json::json!({}),
             Some("database error: connection refused"),
         ),
-        ("stale-holds", "differences", None),
+        (
+            "stale-holds",
+            "differences",
+            serde_json::json!({"tenants": 2, "closed_stale": 1, "closed_orphaned": 0,
+                "outbox_stored": 1, "leases_expired": 0}),
+            None,
+        ),
+        (
+            "alerts",
+            "ok",
+            serde_json::json!({"scopes": 3, "alerts_recorded": 2, "delivered": 0, "delivery_failures": 0}),
+            None,
+        ),
     ] {
         let id = env
             .store
@@ -167,13 +216,7 @@ async fn platform(env: &TestEnv) -> server::app::Running {
             .unwrap()
             .unwrap();
         env.store
-            .finish_job_run(
-                id,
-                outcome,
-                &serde_json::json!({"rows": 3}),
-                &Value::Null,
-                error,
-            )
+            .finish_job_run(id, outcome, &counts, &Value::Null, error)
             .await
             .unwrap();
     }
@@ -188,8 +231,8 @@ async fn platform(env: &TestEnv) -> server::app::Running {
         .add_notice(
             Some("acme"),
             "usage_anomaly",
-            "model gpt-4o-mini: the provider reported usage the gateway does not believe (output_above_cap); request req_1 was billed at 10 input + 20 output tokens, its raw report is kept in the ledger",
-            &serde_json::json!({"request_id": "req_1", "model": "gpt-4o-mini", "kind": "output_above_cap",
+            "model gpt-4o-mini: the provider reported usage the gateway does not believe (output_above_cap); request req_0190f3c2a1b27c3d8e9f0a1b2c3d4e5f was billed at 10 input + 20 output tokens, its raw report is kept in the ledger",
+            &serde_json::json!({"request_id": "req_0190f3c2a1b27c3d8e9f0a1b2c3d4e5f", "model": "gpt-4o-mini", "kind": "output_above_cap",
                 "reported": {"output_tokens": 999999}, "billed_input_tokens": 10, "billed_output_tokens": 20}),
         )
         .await
@@ -212,6 +255,52 @@ async fn platform(env: &TestEnv) -> server::app::Running {
         )
         .await
         .unwrap();
+    // Budget alerts as the alerts and forecast jobs record them: a
+    // tenant's cost, an app's tokens, a forecast.
+    let period = now.format("%Y-%m").to_string();
+    for (scope, measure, threshold, payload) in [
+        (
+            "tenant:acme",
+            "cost",
+            "used_90",
+            serde_json::json!({"type": "budget_alert", "tenant_id": "acme", "scope": "tenant:acme",
+                "period": period, "measure": "cost", "threshold_percent": 90,
+                "used": "0.000096", "limit": "0.000100", "at": now}),
+        ),
+        (
+            "app:acme/bot",
+            "tokens",
+            "used_70",
+            serde_json::json!({"type": "budget_alert", "tenant_id": "acme", "scope": "app:acme/bot",
+                "period": period, "measure": "tokens", "threshold_percent": 70,
+                "used": 720_000, "limit": 1_000_000, "at": now}),
+        ),
+        (
+            "tenant:acme",
+            "cost",
+            "forecast_over_budget",
+            serde_json::json!({"type": "forecast_over_budget", "tenant_id": "acme",
+                "scope": "tenant:acme", "period": period, "measure": "cost",
+                "forecast": "130000.000000", "limit": "125000.000000", "at": now}),
+        ),
+    ] {
+        let recorded = env
+            .store
+            .record_alert(&store::NewAlert {
+                tenant_id: "acme".into(),
+                scope: scope.into(),
+                period: period.clone(),
+                measure: measure.into(),
+                threshold: threshold.into(),
+                notice: format!("{scope} {measure} {threshold}"),
+                payload,
+                webhook: false,
+                at: now,
+            })
+            .await
+            .unwrap();
+        assert!(recorded);
+    }
     let mut cfg = env.config();
     cfg.auth.cookie_secure = false;
     let srv = env.server_with(cfg).await;
@@ -258,22 +347,41 @@ async fn platform(env: &TestEnv) -> server::app::Running {
     srv
 }
 
-/// The text nodes of the page's body, one string each, without code,
-/// scripts, the language switch (its "English" and "中文" are the
-/// languages' own names), the stored values an audit entry changed
-/// (before → after, as they were stored) and the charts' SVG (their series
-/// names are the chart code's, reworked separately).
-async fn texts(ui: &Ui) -> Vec<String> {
-    let v = ui
-        .c
-        .execute(
-            r#"const out = [];
+/// One text node of the page's body.
+struct Text {
+    text: String,
+    /// Inside code, a script, the language switch (its "English" and
+    /// "中文" are the languages' own names), the stored values an audit
+    /// entry changed (before → after, as they were stored) or the charts'
+    /// SVG (their series names are the chart code's, reworked separately):
+    /// left out of the translation check, not of the raw scan.
+    code: bool,
+    /// Inside an element marked `data-shows-id`: an id that is the thing's
+    /// only name (a request id), allowed to look like one.
+    shows_id: bool,
+    /// Inside an element marked `data-verbatim`: a provider's own usage
+    /// object as it sent it (the request lookup's evidence), JSON on
+    /// purpose.
+    verbatim: bool,
+}
+
+/// Every text node of the page's body (closed `<details>` opened first;
+/// a folded menu's text is read too: a tap shows it), without scripts,
+/// styles and the language switch.
+async fn texts(ui: &Ui) -> Vec<Text> {
+    let v =
+        ui.c.execute(
+            r#"document.querySelectorAll('details').forEach(d => d.open = true);
+               const out = [];
                const w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
                while (w.nextNode()) {
                  const n = w.currentNode;
-                 if (n.parentElement.closest('code, pre, script, style, svg, form.lang, table.changes td')) continue;
+                 const e = n.parentElement;
+                 if (e.closest('script, style, template, form.lang')) continue;
                  const t = n.textContent.trim();
-                 if (t) out.push(t);
+                 if (!t) continue;
+                 out.push([t, !!e.closest('code, pre, svg, table.changes td'),
+                           !!e.closest('[data-shows-id]'), !!e.closest('[data-verbatim]')]);
                }
                return out;"#,
             vec![],
@@ -283,8 +391,90 @@ async fn texts(ui: &Ui) -> Vec<String> {
     v.as_array()
         .unwrap()
         .iter()
-        .map(|s| s.as_str().unwrap_or_default().to_string())
+        .map(|n| Text {
+            text: n[0].as_str().unwrap_or_default().to_string(),
+            code: n[1].as_bool().unwrap_or_default(),
+            shows_id: n[2].as_bool().unwrap_or_default(),
+            verbatim: n[3].as_bool().unwrap_or_default(),
+        })
         .collect()
+}
+
+/// Words of the API that the console names as they are (a request's
+/// `max_tokens` parameter, the field a provider reads its output cap
+/// from): not codes.
+const API_WORDS: &[&str] = &[
+    "max_completion_tokens",
+    "max_tokens",
+    "x-request-id",
+    "maxmemory-policy",
+];
+
+/// `text` without the seeded data (whole words only: "test" is data, not
+/// a part of "latest") and the API's words.
+fn without_data(text: &str, data: &[String]) -> String {
+    let mut wholes: Vec<&str> = data
+        .iter()
+        .map(String::as_str)
+        .chain(API_WORDS.iter().copied())
+        .collect();
+    wholes.sort_by_key(|d| std::cmp::Reverse(d.len()));
+    let mut t = text.to_string();
+    for d in wholes {
+        if d.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            let re = regex::Regex::new(&format!(r"(?-u:\b){}(?-u:\b)", regex::escape(d))).unwrap();
+            t = re.replace_all(&t, " ").into_owned();
+        } else {
+            t = t.replace(d, " ");
+        }
+    }
+    t
+}
+
+/// What a reader should never see in `n`: raw codes (snake_case,
+/// UPPER_SNAKE, dotted or colon-joined identifiers: `budget_used_90`,
+/// `TENANT_UPDATE`, `key.revoke`, `tenant:acme`), raw JSON, and UUIDs
+/// outside an element marked as showing an id.
+fn raw_findings(n: &Text, data: &[String]) -> Vec<String> {
+    use std::sync::OnceLock;
+    static RES: OnceLock<[regex::Regex; 4]> = OnceLock::new();
+    let [snake, dotted, uuid, doc_path] = RES.get_or_init(|| {
+        [
+            // Letters or digits joined by underscores (a letter among them).
+            regex::Regex::new(r"(?-u:\b)[A-Za-z0-9]+(?:_[A-Za-z0-9]+)+(?-u:\b)").unwrap(),
+            // A word of two letters or more joined to another by '.' or ':'
+            // (not "e.g.", not a time, not "http://").
+            regex::Regex::new(r"(?-u:\b)[a-z][a-z_]+[.:][a-z][a-z0-9_\-]*").unwrap(),
+            regex::Regex::new(r"(?i)[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+                .unwrap(),
+            regex::Regex::new(r"(?-u:\b)[a-z_-]+(?:/[a-z_-]+)*/[a-z_-]+\.md(?-u:\b)").unwrap(),
+        ]
+    });
+    let mut out = Vec::new();
+    if n.verbatim {
+        return out;
+    }
+    if n.text.contains("{\"") || n.text.contains("\":") {
+        out.push(format!("raw JSON in {:?}", n.text));
+    }
+    if n.shows_id {
+        return out;
+    }
+    if let Some(m) = uuid.find(&n.text) {
+        out.push(format!("UUID {} in {:?}", m.as_str(), n.text));
+    }
+    // A path to a document (docs/providers.md) is a reference, not a code.
+    let t = doc_path.replace_all(&n.text, " ");
+    let t = without_data(&uuid.replace_all(&t, " "), data);
+    for re in [snake, dotted] {
+        for m in re.find_iter(&t) {
+            if !m.as_str().bytes().any(|b| b.is_ascii_alphabetic()) {
+                continue;
+            }
+            out.push(format!("code {} in {:?}", m.as_str(), n.text));
+        }
+    }
+    out
 }
 
 /// The words of `text` that are neither data, nor numbers, nor ids, nor
@@ -362,7 +552,7 @@ async fn browser(driver: &Driver, base: &str) -> Ui {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_page_of_every_role_has_each_string_in_both_languages() {
+async fn every_page_of_every_role_has_each_string_in_both_languages_and_no_raw_code() {
     let env = TestEnv::new().await;
     let srv = platform(&env).await;
     let base = format!("http://{}", srv.addr);
@@ -382,6 +572,7 @@ async fn every_page_of_every_role_has_each_string_in_both_languages() {
             .clone(),
     );
     let mut missing: Vec<String> = Vec::new();
+    let mut raw: Vec<String> = Vec::new();
     let mut pages = 0;
     for (email, role) in ROLES {
         ui.login(email, None).await;
@@ -395,39 +586,61 @@ async fn every_page_of_every_role_has_each_string_in_both_languages() {
         );
         for lang in ["en", "zh"] {
             set_lang(&ui, lang).await;
-            for href in &walk {
-                ui.go(href).await;
-                ui.wait(&format!("html[lang={lang}]")).await;
-                pages += 1;
-                for t in texts(&ui).await {
-                    if lang == "zh" {
-                        // One word for tenant: 租户, never 部门.
-                        if t.contains("部门") {
-                            missing.push(format!("{role} zh {href}: 部门 in {t:?}"));
+            for (width, height) in WIDTHS {
+                ui.c.set_window_size(width, height).await.unwrap();
+                for href in &walk {
+                    ui.go(href).await;
+                    ui.wait(&format!("html[lang={lang}]")).await;
+                    pages += 1;
+                    for n in texts(&ui).await {
+                        for f in raw_findings(&n, &data) {
+                            raw.push(format!("{role} {lang} {href}: {f}"));
                         }
-                        if t.starts_with("replica-") && !data.contains(&t) {
-                            // The seeded runs' names and any other replica's.
-                            data.extend(job_replicas(&env).await);
+                        if n.code {
+                            continue;
                         }
-                        let words = latin_words(&t, &data);
-                        if !words.is_empty() {
-                            missing.push(format!("{role} zh {href}: {words:?} in {t:?}"));
+                        let t = n.text;
+                        if lang == "zh" {
+                            // One word for tenant: 租户, never 部门.
+                            if t.contains("部门") {
+                                missing.push(format!("{role} zh {href}: 部门 in {t:?}"));
+                            }
+                            if t.starts_with("replica-") && !data.contains(&t) {
+                                // The seeded runs' names and any other replica's.
+                                data.extend(job_replicas(&env).await);
+                            }
+                            let words = latin_words(&t, &data);
+                            if !words.is_empty() {
+                                missing.push(format!("{role} zh {href}: {words:?} in {t:?}"));
+                            }
+                        } else if has_chinese(&t) {
+                            missing.push(format!("{role} en {href}: {t:?}"));
                         }
-                    } else if has_chinese(&t) {
-                        missing.push(format!("{role} en {href}: {t:?}"));
                     }
                 }
             }
+            ui.c.set_window_size(1280, 900).await.unwrap();
         }
         if email == "ta@x.io" {
             ui.go("/console/tenants/acme/apps").await;
             ui.shot("every-page-apps-zh").await;
         }
         set_lang(&ui, "en").await;
+        if email == "pa@x.io" {
+            seeds_are_shown(&ui, &walk).await;
+        }
         ui.logout().await;
     }
     missing.sort();
     missing.dedup();
+    raw.sort();
+    raw.dedup();
+    assert!(
+        raw.is_empty(),
+        "{} raw codes, JSON or ids on {pages} pages (both languages, 1280 and 390 px):\n{}",
+        raw.len(),
+        raw.join("\n")
+    );
     assert!(
         missing.is_empty(),
         "{} strings without their translation on {pages} pages:\n{}",
@@ -436,6 +649,57 @@ async fn every_page_of_every_role_has_each_string_in_both_languages() {
     );
     ui.c.close().await.unwrap();
     srv.shutdown().await;
+}
+
+/// The scan read what it is meant to: the pages with the seeded notices,
+/// audit rows, job counts and refusals are in the walk, and show them in
+/// words (English).
+async fn seeds_are_shown(ui: &Ui, walk: &[String]) {
+    for page in [
+        "/console/notices",
+        "/console/jobs",
+        "/console/audit",
+        "/console/bills",
+    ] {
+        assert!(walk.iter().any(|h| h == page), "{page} not in {walk:?}");
+    }
+    ui.go("/console/notices").await;
+    let notices = ui.text("#notices-table").await;
+    for want in [
+        "Tenant Acme Corp has used 90 % or more",
+        "$0.000096 of $0.0001",
+        "App bot of Acme Corp has used 70 %",
+        "720,000 of 1,000,000",
+        "output above the cap sent",
+    ] {
+        assert!(notices.contains(want), "{want:?} in {notices}");
+    }
+    assert_eq!(
+        ui.count("#notices-table a.request-id[data-shows-id]").await,
+        1
+    );
+    ui.go("/console/jobs").await;
+    let runs = ui.text("#runs-table").await;
+    assert!(runs.contains("stale holds closed: 1"), "{runs}");
+    assert!(ui.count("#runs-table ul.counts li").await >= 13, "{runs}");
+    ui.go("/console/audit").await;
+    let revoked = ui.text("#audit-table tr[data-action='key.revoke']").await;
+    assert!(
+        revoked.contains("key revoked") && revoked.contains("key ci-key"),
+        "{revoked}"
+    );
+    let limits = ui
+        .text("#audit-table tr[data-action='tenant.limits'][data-target='tenant:globex']")
+        .await;
+    assert!(
+        limits.contains("tenant Globex") && limits.contains("$2.50"),
+        "{limits}"
+    );
+    ui.go("/console/bills").await;
+    assert!(
+        ui.count(".refused-reason").await >= 1,
+        "a refusal by reason"
+    );
 }
 
 /// The replicas named by job runs (the seeded ones and the server's own).

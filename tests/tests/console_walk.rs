@@ -333,10 +333,12 @@ async fn an_audit_entry_reads_as_field_changes_and_exports_as_csv() {
     let web = e2e::console_web::Web::login(&ui.base, "admin@x.io").await;
     let csv = web.get(&href).await;
     assert_eq!(csv.status, 200);
+    // A byte-order mark first (a spreadsheet reads it as UTF-8), then the
+    // header.
     let mut lines = csv.body.lines();
     assert_eq!(
         lines.next(),
-        Some("id,at_utc,actor,action,target,field,before,after,reason")
+        Some("\u{feff}id,at_utc,actor,action,target,field,before,after,reason")
     );
     let rows: Vec<&str> = lines.collect();
     assert!(

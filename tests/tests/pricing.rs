@@ -1052,7 +1052,7 @@ async fn every_ledger_row_keeps_the_providers_usage_object() {
             let shown = page
                 .split("data-fact=\"req.raw_usage\">")
                 .nth(1)
-                .and_then(|rest| rest.split("</dd>").next())
+                .and_then(|rest| rest.split("</pre>").next())
                 .unwrap_or_else(|| panic!("{what}: no raw usage on the page: {page}"));
             assert!(!shown.contains('"'), "{what}: escaped: {shown}");
             let unescaped = shown.replace("&#34;", "\"").replace("&quot;", "\"");

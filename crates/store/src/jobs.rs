@@ -160,6 +160,26 @@ impl Store {
         Ok(rows)
     }
 
+    /// A page of runs of every job, newest first: those below id `before`
+    /// (`None`: the newest). Like `job_runs`, none for a one-tenant scope.
+    pub async fn job_runs_page(
+        &self,
+        scope: &TenantScope,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<JobRunRow>> {
+        let rows = sqlx::query_as::<_, JobRunRow>(&format!(
+            "SELECT {RUN_COLS} FROM job_runs WHERE ($1::bigint IS NULL OR id < $1) AND $3
+             ORDER BY id DESC LIMIT $2"
+        ))
+        .bind(before)
+        .bind(limit)
+        .bind(scope.is_all())
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
+    }
+
     /// Records an alert and its console notice, once per scope, measure,
     /// threshold and month. Returns false when it was already recorded.
     pub async fn record_alert(&self, a: &NewAlert) -> Result<bool> {

@@ -160,6 +160,19 @@ pub(crate) fn csv_response(name: String, body: impl Into<axum::body::Body>) -> R
         .into_response()
 }
 
+/// A CSV download from the console's pages, which a person opens in a
+/// spreadsheet: the body starts with a UTF-8 byte-order mark, without which
+/// Excel reads the file in the system's code page and garbles 中文. The
+/// API's CSVs, read by programs, start with their header line.
+pub(crate) fn console_csv_response(name: String, body: impl Into<axum::body::Body>) -> Response {
+    use futures::StreamExt;
+    const BOM: &[u8] = "\u{feff}".as_bytes();
+    let bom =
+        futures::stream::once(async { Ok::<_, axum::Error>(axum::body::Bytes::from_static(BOM)) });
+    let body = axum::body::Body::from_stream(bom.chain(body.into().into_data_stream()));
+    csv_response(name, body)
+}
+
 /// The FOCUS export's chunks (`Books::focus_chunks`) as a response body,
 /// sent as they are written. A read that fails midway, or chunks that stop
 /// without their end mark, are logged and cut the response short (the

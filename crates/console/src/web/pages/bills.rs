@@ -3,7 +3,7 @@
 //! the months' rollover states and the latest reconcile check, and notices.
 
 use super::thousands;
-use crate::api::bills::{csv_response, focus_body};
+use crate::api::bills::{console_csv_response, focus_body};
 use crate::error::ApiError;
 use crate::web::{render, Chrome, PageError, Session};
 use crate::ControlPlane;
@@ -711,7 +711,7 @@ pub async fn csv_export(
         .csv(f.period.trim(), &scope)
         .await
         .map_err(books_error)?;
-    Ok(csv_response(export_name("bill", &f), body))
+    Ok(console_csv_response(export_name("bill", &f), body))
 }
 
 pub async fn focus_export(
@@ -730,7 +730,10 @@ pub async fn focus_export(
         .focus_chunks(f.period.trim(), &scope)
         .await
         .map_err(books_error)?;
-    Ok(csv_response(export_name("focus", &f), focus_body(chunks)))
+    Ok(console_csv_response(
+        export_name("focus", &f),
+        focus_body(chunks),
+    ))
 }
 
 /// A download's file name: `tollgate-{kind}[-{tenant}]-{period}.csv`, the
@@ -756,7 +759,8 @@ pub struct RunLine {
     pub started: String,
     pub finished: String,
     pub outcome: String,
-    pub counts: String,
+    /// What the run counted, (label, number) in the reader's language.
+    pub counts: Vec<(String, String)>,
     pub error: String,
     pub replica: String,
 }
@@ -785,20 +789,65 @@ pub struct DiffLine {
 struct JobsPage {
     c: Chrome,
     runs: Vec<RunLine>,
+    /// The runs' newest page, when this is not it.
+    newest: bool,
+    /// The id the next (older) page of runs starts below, if any.
+    older: Option<i64>,
     months: Vec<MonthLine>,
     reconcile_at: String,
     diffs: Vec<DiffLine>,
 }
 
+/// Runs per page of the jobs page.
+const RUNS_PAGE: i64 = 50;
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct JobsForm {
+    /// The page of runs below this id ("" = the newest page).
+    before: String,
+}
+
+/// A run's counts (`{"closed": 1, "deferred": 0}`), each with its label in
+/// `lang` (a count the table does not name: its words), numbers grouped.
+fn run_counts(lang: crate::i18n::Lang, counts: &serde_json::Value) -> Vec<(String, String)> {
+    let Some(m) = counts.as_object() else {
+        return Vec::new();
+    };
+    m.iter()
+        .map(|(k, v)| {
+            let label = match lang.tv("count", k) {
+                l if l == *k => k.replace('_', " "),
+                l => l,
+            };
+            let value = match v {
+                serde_json::Value::Number(n) => n.as_i64().map(thousands).unwrap_or(n.to_string()),
+                serde_json::Value::String(t) => t.clone(),
+                serde_json::Value::Array(a) => thousands(a.len() as i64),
+                other => other.to_string(),
+            };
+            (label, value)
+        })
+        .collect()
+}
+
 pub async fn jobs(
     State(cp): State<Arc<ControlPlane>>,
     s: Session,
+    Query(f): Query<JobsForm>,
 ) -> Result<Html<String>, PageError> {
     if s.actor.role == Role::TenantAdmin {
         return Err(ApiError::Forbidden("job runs are for platform staff".into()).into());
     }
     let scope = s.actor.scope();
-    let runs = cp.store.job_runs(scope, None, 100).await?;
+    let before = f.before.trim().parse::<i64>().ok();
+    let mut runs = cp.store.job_runs_page(scope, before, RUNS_PAGE + 1).await?;
+    let older = if runs.len() as i64 > RUNS_PAGE {
+        runs.truncate(RUNS_PAGE as usize);
+        runs.last().map(|r| r.id)
+    } else {
+        None
+    };
     let last_reconcile = cp.store.job_runs(scope, Some("reconcile"), 1).await?;
     let v = |x: &serde_json::Value| match x {
         serde_json::Value::Null => "-".to_string(),
@@ -835,6 +884,8 @@ pub async fn jobs(
             })
             .unwrap_or_default(),
         diffs,
+        newest: before.is_some(),
+        older,
         runs: runs
             .into_iter()
             .map(|r| RunLine {
@@ -845,7 +896,7 @@ pub async fn jobs(
                     .map(|t| super::when(cp.clock, t))
                     .unwrap_or_default(),
                 outcome: r.outcome,
-                counts: r.counts.to_string(),
+                counts: run_counts(s.lang, &r.counts),
                 error: r.error.unwrap_or_default(),
                 replica: r.replica,
             })
@@ -878,6 +929,10 @@ pub struct NoticeLine {
     pub tenant: String,
     pub kind: String,
     pub message: String,
+    /// The request the notice is about ("" for none), linked to its
+    /// lookup after the message.
+    pub request: String,
+    pub request_href: String,
 }
 
 #[derive(Template)]
@@ -900,6 +955,11 @@ pub async fn notices(
             .map(|n| NoticeLine {
                 at: super::when(cp.clock, n.at),
                 message: notice_message(s.lang, &n, &names),
+                request: notice_request(&n).into(),
+                request_href: format!(
+                    "/console/requests?{}",
+                    serde_urlencoded::to_string([("id", notice_request(&n))]).unwrap_or_default()
+                ),
                 tenant: n
                     .tenant_id
                     .as_deref()
@@ -909,6 +969,14 @@ pub async fn notices(
             })
             .collect(),
     })
+}
+
+/// The request a notice is about, if any ("").
+fn notice_request(n: &store::NoticeRow) -> &str {
+    match n.kind.as_str() {
+        "usage_anomaly" => n.detail["request_id"].as_str().unwrap_or_default(),
+        _ => "",
+    }
 }
 
 /// The names of the tenants and apps notices speak of (a notice shows
@@ -921,6 +989,15 @@ pub struct NoticeNames {
 }
 
 impl NoticeNames {
+    /// The names of the tenants `s` may see (the audit's targets).
+    pub(super) async fn tenants(cp: &ControlPlane, s: &Session) -> Result<NoticeNames, PageError> {
+        let mut names = NoticeNames::default();
+        for t in cp.store.tenant_infos(s.actor.scope()).await? {
+            names.tenants.insert(t.id, t.name);
+        }
+        Ok(names)
+    }
+
     async fn of(
         cp: &ControlPlane,
         s: &Session,
@@ -951,7 +1028,7 @@ impl NoticeNames {
         Ok(names)
     }
 
-    fn tenant(&self, id: &str) -> String {
+    pub(super) fn tenant(&self, id: &str) -> String {
         match self.tenants.get(id) {
             Some(n) if !n.is_empty() => n.clone(),
             _ => id.to_string(),
@@ -1001,8 +1078,7 @@ fn notice_message(lang: crate::i18n::Lang, n: &store::NoticeRow, names: &NoticeN
             "notice.usage_anomaly_text",
             &[
                 ("model", s("model")),
-                ("kind", s("kind")),
-                ("request", s("request_id")),
+                ("kind", lang.tv("anomaly", &s("kind"))),
                 ("in", n_of("billed_input_tokens")),
                 ("out", n_of("billed_output_tokens")),
             ],

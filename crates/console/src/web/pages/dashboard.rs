@@ -313,7 +313,7 @@ pub async fn show(
                 .cloned()
                 .collect();
             d.requests = quota::lines(&cp, a, s.lang, &pending, now).await?;
-            d.audit = recent_audit(&cp, a, 5).await?;
+            d.audit = recent_audit(&cp, &s, 5).await?;
             d.spend = Some(spend(&cp, &s, now).await?);
             // Only the tenants refusing for their budget are read live.
             let period = cp.clock.month(now);
@@ -355,24 +355,21 @@ pub async fn show(
         }
         Role::Auditor => {
             d.show_verify = true;
-            d.audit = recent_audit(&cp, a, 10).await?;
+            d.audit = recent_audit(&cp, &s, 10).await?;
         }
     }
     render(d)
 }
 
-async fn recent_audit(
-    cp: &ControlPlane,
-    a: &store::Principal,
-    n: i64,
-) -> Result<Vec<AuditLine>, PageError> {
+async fn recent_audit(cp: &ControlPlane, s: &Session, n: i64) -> Result<Vec<AuditLine>, PageError> {
     let f = AuditFilter {
         limit: n,
         ..Default::default()
     };
-    Ok(audit::search(cp, a, &f)
-        .await?
+    let rows = audit::search(cp, &s.actor, &f).await?;
+    let names = super::audit::AuditNames::of(cp, s, &rows).await?;
+    Ok(rows
         .iter()
-        .map(|r| AuditLine::of(r, cp.clock).clipped())
+        .map(|r| AuditLine::shown(r, cp.clock, s.lang, &names))
         .collect())
 }

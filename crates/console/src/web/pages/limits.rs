@@ -45,7 +45,7 @@ pub struct VersionLine {
 }
 
 /// A limit's value as the console shows it (money as an amount).
-fn shown(field: &str, v: &str) -> String {
+pub(super) fn shown(field: &str, v: &str) -> String {
     let money = field.ends_with("_usd");
     match (money, MicroUsd::from_usd_str(v)) {
         (true, Ok(m)) => m.shown(),
@@ -57,7 +57,7 @@ fn shown(field: &str, v: &str) -> String {
 }
 
 /// The label of a limit (the limits form's).
-fn label_key(field: &str) -> &'static str {
+pub(super) fn label_key(field: &str) -> &'static str {
     super::LimitsForm::default()
         .fields()
         .iter()

@@ -73,6 +73,10 @@ pub struct Found {
     pub facts: Vec<(&'static str, String)>,
     /// Counters at the time: (code, label, value), from the decision's detail.
     pub counters: Vec<(String, &'static str, String)>,
+    /// The provider's own usage objects, (label key, text as sent): shown
+    /// verbatim as evidence (`data-verbatim`), the one place a page shows
+    /// JSON.
+    pub verbatim: Vec<(&'static str, String)>,
 }
 
 /// One row of the log, formatted.
@@ -379,7 +383,7 @@ fn key_label(lang: Lang, names: &HashMap<String, String>, id: &str) -> String {
         .unwrap_or_else(|| lang.t("req.unknown_key").to_string())
 }
 
-async fn key_names<'a>(
+pub(super) async fn key_names<'a>(
     cp: &ControlPlane,
     actor: &Principal,
     ids: impl Iterator<Item = &'a str>,
@@ -671,6 +675,7 @@ async fn format(
     r: &requests::RequestRecord,
 ) -> Result<Found, PageError> {
     let mut facts = Vec::new();
+    let mut verbatim = Vec::new();
     let mut counters = Vec::new();
     // A request admitted after a wait in the fair queue is admitted; its
     // wait is one more fact.
@@ -765,13 +770,13 @@ async fn format(
         if let Some(a) = &u.anomaly {
             // The provider's report, overruled by the sanity bound: the
             // row above is billed at the bound.
-            facts.push(("req.usage_anomaly", a.kind.clone()));
-            facts.push(("req.reported_usage", a.reported.to_string()));
+            facts.push(("req.usage_anomaly", lang.tv("anomaly", &a.kind)));
+            verbatim.push(("req.reported_usage", a.reported.to_string()));
         }
         if let Some(r) = &u.raw_usage {
             // Every request the provider reported usage for: its object as
             // sent (the ledger's `raw_usage`), text the template escapes.
-            facts.push(("req.raw_usage", r.as_str().to_string()));
+            verbatim.push(("req.raw_usage", r.as_str().to_string()));
         }
     }
     Ok(Found {
@@ -783,6 +788,7 @@ async fn format(
         sentence,
         facts,
         counters,
+        verbatim,
     })
 }
 
