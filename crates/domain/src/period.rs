@@ -48,7 +48,11 @@ pub fn skewed(now: DateTime<Utc>, skew_ms: i64) -> DateTime<Utc> {
 
 impl PlatformClock {
     /// Coordinated Universal Time (exports whose columns say UTC).
-    pub const UTC: PlatformClock = PlatformClock { tz: Tz::UTC };
+    pub const UTC: PlatformClock = PlatformClock {
+        tz: Tz::UTC,
+        week_start: chrono::Weekday::Mon,
+        fiscal_start: 1,
+    };
 
     pub fn new(tz: Tz) -> Self {
         Self {

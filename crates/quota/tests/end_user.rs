@@ -45,19 +45,7 @@ impl LedgerSource for Ledger {
     }
 }
 
-const NONE: Limits = Limits {
-    monthly_tokens: None,
-    monthly_cost_usd: None,
-    daily_cost_soft_usd: None,
-    rpm: None,
-    input_tpm: None,
-    output_tpm: None,
-    max_inflight: None,
-    max_context_tokens: None,
-    max_output_tokens: None,
-    allowed_service_tiers: None,
-    allowed_tools: None,
-};
+const NONE: Limits = Limits::NONE;
 
 fn hold(rid: &str, est: i64) -> HoldRequest<'_> {
     HoldRequest {

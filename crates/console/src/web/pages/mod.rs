@@ -309,6 +309,7 @@ impl LimitsForm {
             max_output_tokens: noted(&mut p, int("max_output_tokens", &self.max_output_tokens)),
             allowed_service_tiers: split_list(&self.allowed_service_tiers),
             allowed_tools: split_list(&self.allowed_tools),
+            budgets: noted(&mut p, budgets("budgets", &self.budgets)),
         };
         (limits, p)
     }
