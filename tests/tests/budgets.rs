@@ -416,3 +416,111 @@ async fn the_admin_api_refuses_a_bad_budget_naming_it() {
     assert_eq!(s, 200, "{b}");
     srv.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_spent_model_budget_serves_the_models_fallback_at_its_price() {
+    let env = TestEnv::new().await;
+    env.model("frontier", "chat", BIG.0, BIG.1).await;
+    env.model("small", "chat", SMALL.0, SMALL.1).await;
+    let limit = 1_000;
+    env.tenant(
+        "t",
+        with_budgets(vec![Budget {
+            cost_usd: Some(MicroUsd(limit)),
+            ..budget(BudgetPeriod::Month, Some(&["frontier"]))
+        }]),
+        None,
+    )
+    .await;
+    env.app("t", "a", Limits::default()).await;
+    let (_, key) = env.key("t", "a", Limits::default()).await;
+    user(&env, "pa@x.io", "platform_admin", None).await;
+    let srv = env.server().await;
+    let base = format!("http://{}", srv.addr);
+    let token = login(&base, "pa@x.io").await;
+    let (s, b) = api(
+        "PUT",
+        &format!("{base}/api/v1/models/frontier/fairness"),
+        Some(&token),
+        Some(json!({"degrade_to": "small"})),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+
+    let send = || async {
+        let mut body = chat_body(&format!("hello [mock:output_tokens={OUT}]"), Some(OUT));
+        body["model"] = json!("frontier");
+        post(&format!("{base}/v1/chat/completions"), &key, &body).await
+    };
+    // The frontier model until its budget is spent (used and held reach
+    // it), then the fallback: never a 402.
+    let (mut frontier_spent, mut served_small) = (0, 0);
+    for _ in 0..30 {
+        let r = send().await;
+        if r.status() != 200 {
+            panic!("{}: {}", r.status(), r.text().await.unwrap());
+        }
+        let served = r.headers()["x-tollgate-model"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let decision = r.headers()["x-tollgate-decision"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let reason = r
+            .headers()
+            .get("x-tollgate-reason")
+            .map(|v| v.to_str().unwrap().to_string());
+        let a: Value = r.json().await.unwrap();
+        let (i, o) = (
+            a["usage"]["prompt_tokens"].as_i64().unwrap(),
+            a["usage"]["completion_tokens"].as_i64().unwrap(),
+        );
+        if served == "frontier" {
+            assert_eq!(
+                served_small, 0,
+                "back on the frontier model after a fallback"
+            );
+            frontier_spent += cost(BIG, i, o);
+        } else {
+            assert_eq!(served, "small");
+            assert_eq!(decision, "degrade");
+            assert_eq!(
+                reason.as_deref(),
+                Some("tenant_model_monthly_cost_exhausted")
+            );
+            served_small += 1;
+            if served_small == 3 {
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        served_small, 3,
+        "the fallback served once the budget was spent"
+    );
+    assert!(frontier_spent <= limit);
+    // Billed at the fallback's price: the ledger's rows of the small model
+    // cost what its prices say.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM usage_events WHERE model = 'small'")
+                .fetch_one(env.store.pool())
+                .await
+                .unwrap()
+                == 3
+        })
+        .await
+    );
+    let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+        "SELECT model, input_tokens, output_tokens, cost_micro FROM usage_events WHERE model = 'small'",
+    )
+    .fetch_all(env.store.pool())
+    .await
+    .unwrap();
+    for (_, i, o, c) in rows {
+        assert_eq!(c, cost(SMALL, i, o), "billed at the fallback's price");
+    }
+    srv.shutdown().await;
+}

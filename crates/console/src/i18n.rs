@@ -69,8 +69,57 @@ impl Lang {
                 Lang::En => en.to_string(),
                 Lang::Zh => zh.to_string(),
             },
+            None if area == "reason" => {
+                self.budget_reason(code).unwrap_or_else(|| code.to_string())
+            }
             None => code.to_string(),
         }
+    }
+
+    /// A budget's reason code (`{level}_{model_}{period}_{kind}_exhausted`,
+    /// docs/limits.md) in words: 72 codes, composed rather than listed.
+    fn budget_reason(self, code: &str) -> Option<String> {
+        let rest = code.strip_suffix("_exhausted")?;
+        let (level, rest) = rest.split_once('_')?;
+        let (model, rest) = match rest.strip_prefix("model_") {
+            Some(r) => (true, r),
+            None => (false, rest),
+        };
+        let (period, kind) = rest.split_once('_')?;
+        let en_level = match level {
+            "tenant" => "the tenant's",
+            "app" => "the app's",
+            "key" => "the key's",
+            _ => return None,
+        };
+        let zh_level = match level {
+            "tenant" => "租户",
+            "app" => "应用",
+            _ => "密钥",
+        };
+        let (en_period, zh_period) = match period {
+            "daily" => ("daily", "每日"),
+            "weekly" => ("weekly", "每周"),
+            "monthly" => ("monthly", "每月"),
+            "quarterly" => ("quarterly", "每季度"),
+            _ => return None,
+        };
+        let (en_kind, zh_kind) = match kind {
+            "tokens" => ("token", "token"),
+            "cost" => ("cost", "费用"),
+            "requests" => ("request", "请求数"),
+            _ => return None,
+        };
+        Some(match self {
+            Lang::En => format!(
+                "{en_level} {en_period} {en_kind} budget{} is used up",
+                if model { " on a model" } else { "" }
+            ),
+            Lang::Zh => format!(
+                "{zh_level}的{}{zh_period}{zh_kind}预算已用完",
+                if model { "模型" } else { "" }
+            ),
+        })
     }
 }
 
@@ -257,7 +306,7 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("limits.max_output_tokens", "Max output tokens", "最大输出 token"),
     ("limits.allowed_service_tiers", "Allowed service tiers (beyond the default)", "允许的服务等级（默认之外）"),
     ("limits.allowed_tools", "Allowed hosted tools", "允许的托管工具"),
-    ("limits.budgets", "Budgets by period and model (e.g. month on gpt-4o cost_usd=500; day requests=100)", "按周期和模型的预算（例：month on gpt-4o cost_usd=500; day requests=100）"),
+    ("limits.budgets", "Budgets by period and model, cost in USD (e.g. month on gpt-4o cost=500; day requests=100)", "按周期和模型的预算，费用以美元计（例：month on gpt-4o cost=500; day requests=100）"),
     // limits history and rollback
     ("limits.history", "Limits history", "限额历史"),
     ("limits.history_intro", "Every change of these limits, newest first, from the audit log. Restoring an earlier version puts its limits back in force within seconds and is itself recorded here and in the audit log.", "这些限额的每次变更（最新在前），取自审计日志。恢复较早的版本会在数秒内使其限额重新生效，恢复操作本身也会记录在此处和审计日志中。"),
@@ -623,8 +672,8 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("err.yes_no", "must be yes or no", "必须是“是”或“否”"),
     ("err.tokenizer", "must be o200k, cl100k or other", "必须是 o200k、cl100k 或 other"),
     ("err.unknown_model", "unknown model", "未知模型"),
-    ("err.budget_text", "reads like: month on gpt-4o,o3 cost_usd=500; day requests=100 (a period, optionally 'on' and models, then tokens=, cost_usd= or requests=)", "格式如：month on gpt-4o,o3 cost_usd=500; day requests=100（周期，可选 'on' 加模型，然后 tokens=、cost_usd= 或 requests=）"),
-    ("err.budget", "a budget needs a period (day, week, month or quarter), at least one of tokens, cost_usd or requests, none negative, at most 16 distinct models, and no other budget of the same period and models (at most 16 budgets)", "预算需要周期（day、week、month 或 quarter），至少设置 tokens、cost_usd 或 requests 之一且不能为负，最多 16 个不重复的模型，且不能与另一预算的周期和模型相同（最多 16 个预算）"),
+    ("err.budget_text", "reads like: month on gpt-4o,o3 cost=500; day requests=100 (a period, optionally 'on' and models, then tokens=, cost= in USD or requests=)", "格式如：month on gpt-4o,o3 cost=500; day requests=100（周期，可选 'on' 加模型，然后 tokens=、cost=（美元）或 requests=）"),
+    ("err.budget", "a budget needs a period (day, week, month or quarter), at least one of tokens, cost or requests, none negative, at most 16 distinct models, and no other budget of the same period and models (at most 16 budgets)", "预算需要周期（day、week、month 或 quarter），至少设置 tokens、cost 或 requests 之一且不能为负，最多 16 个不重复的模型，且不能与另一预算的周期和模型相同（最多 16 个预算）"),
     ("err.unknown_budget_model", "names a model this gateway does not serve (see Models & prices)", "包含本网关未提供的模型（见“模型与价格”页）"),
     ("err.unknown_allowed_model", "names a model this gateway does not serve (see Models & prices)", "包含本网关未提供的模型（见“模型与价格”页）"),
     // billing
@@ -1077,6 +1126,32 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("reason.key_count_tokens_exceeded", "the key counted too many tokens this minute", "该密钥本分钟计数的令牌过多"),
     ("reason.other", "another reason", "其他原因"),
 ];
+
+#[cfg(test)]
+mod budget_reason_tests {
+    use super::*;
+
+    #[test]
+    fn budget_reason_codes_read_in_both_languages() {
+        assert_eq!(
+            Lang::En.tv("reason", "tenant_model_monthly_cost_exhausted"),
+            "the tenant's monthly cost budget on a model is used up"
+        );
+        assert_eq!(
+            Lang::Zh.tv("reason", "key_daily_requests_exhausted"),
+            "密钥的每日请求数预算已用完"
+        );
+        // The month's own budgets keep their listed words.
+        assert_eq!(
+            Lang::En.tv("reason", "key_monthly_cost_exhausted"),
+            "the key's monthly cost budget is used up"
+        );
+        assert_eq!(
+            Lang::En.tv("reason", "nonsense_exhausted"),
+            "nonsense_exhausted"
+        );
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -225,7 +225,7 @@ pub type Days = (NaiveDate, NaiveDate);
 
 /// Budgets as one line of text, for a form field: `;` between budgets,
 /// each its period, `on` and its models (comma-separated) when it names
-/// some, then its amounts: `month on gpt-4o,o3 cost_usd=500; day requests=100`.
+/// some, then its amounts: `month on gpt-4o,o3 cost=500; day requests=100` (cost in USD).
 pub fn to_text(budgets: &[Budget]) -> String {
     budgets
         .iter()
@@ -242,7 +242,7 @@ pub fn to_text(budgets: &[Budget]) -> String {
                 // The decimal USD of the JSON, without trailing zeros.
                 let usd = c.to_string();
                 let usd = usd.trim_end_matches('0').trim_end_matches('.');
-                s.push_str(&format!(" cost_usd={usd}"));
+                s.push_str(&format!(" cost={usd}"));
             }
             if let Some(r) = b.requests {
                 s.push_str(&format!(" requests={r}"));
@@ -294,18 +294,17 @@ pub fn from_text(text: &str) -> Result<Vec<Budget>, BudgetError> {
         for w in words {
             let (k, v) = w
                 .split_once('=')
-                .ok_or_else(|| err("amounts read tokens=…, cost_usd=… or requests=…"))?;
+                .ok_or_else(|| err("amounts read tokens=…, cost=… or requests=…"))?;
             match k {
                 "tokens" => b.tokens = Some(v.parse().map_err(|_| err("tokens: a whole number"))?),
                 "requests" => {
                     b.requests = Some(v.parse().map_err(|_| err("requests: a whole number"))?)
                 }
-                "cost_usd" => {
-                    b.cost_usd = Some(
-                        MicroUsd::from_usd_str(v).map_err(|_| err("cost_usd: an amount in USD"))?,
-                    )
+                "cost" => {
+                    b.cost_usd =
+                        Some(MicroUsd::from_usd_str(v).map_err(|_| err("cost: an amount in USD"))?)
                 }
-                _ => return Err(err("amounts read tokens=…, cost_usd=… or requests=…")),
+                _ => return Err(err("amounts read tokens=…, cost=… or requests=…")),
             }
         }
         out.push(b);
@@ -543,7 +542,7 @@ mod tests {
         let text = to_text(&b);
         assert_eq!(
             text,
-            "month on gpt-4o,o3 tokens=1000 cost_usd=500; day requests=100"
+            "month on gpt-4o,o3 tokens=1000 cost=500; day requests=100"
         );
         assert_eq!(from_text(&text).unwrap(), b);
         assert_eq!(from_text("  ").unwrap(), vec![]);
@@ -555,6 +554,10 @@ mod tests {
         );
         assert!(from_text("day tokens=x").is_err());
         assert!(from_text("day on").is_err());
-        assert!(from_text("week cost_usd=abc").is_err());
+        assert!(from_text("week cost=abc").is_err());
+        assert!(
+            from_text("week cost_usd=1").is_err(),
+            "the JSON's name is not the text's"
+        );
     }
 }

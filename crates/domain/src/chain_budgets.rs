@@ -38,6 +38,30 @@ pub struct Applied {
 }
 
 impl Applied {
+    /// The first amount it sets that has no room for a request of
+    /// `tokens` and `cost` µUSD (and one request), by `counters`: tokens,
+    /// µUSD and requests, each used then held. What a model's budget
+    /// fallback asks before the request is held (docs/limits.md, "When a
+    /// model's budget is spent").
+    pub fn short_for(&self, counters: &[i64; 6], tokens: i64, cost: i64) -> Option<BudgetKind> {
+        let need = [tokens, cost, 1];
+        (0..3)
+            .find(|&i| {
+                let l = self.limits[i];
+                l >= 0
+                    && counters[2 * i]
+                        .saturating_add(counters[2 * i + 1])
+                        .saturating_add(need[i])
+                        > l
+            })
+            .and_then(BudgetKind::from_index)
+    }
+
+    /// The reason code of a refusal (or a fallback) by it for `kind`.
+    pub fn reason(&self, kind: BudgetKind) -> &'static str {
+        reason_code(self.level, self.model_scoped, self.period, kind)
+    }
+
     /// Seconds its counters are kept in Redis.
     pub fn ttl_secs(&self) -> i64 {
         self.period.ttl_secs()
@@ -252,6 +276,40 @@ mod tests {
             2,
             "the model budget does not count another model"
         );
+    }
+
+    #[test]
+    fn a_budget_is_short_when_the_request_would_pass_any_amount() {
+        let c = clock();
+        let key = Limits {
+            budgets: Some(vec![Budget {
+                tokens: Some(1_000),
+                requests: Some(10),
+                ..budget(BudgetPeriod::Day, Some(&["gpt-4o"]), Some(500))
+            }]),
+            ..Default::default()
+        };
+        let none = Limits::default();
+        let now = at("2026-12-06T00:00:00Z");
+        let a = &applicable([&none, &none, &key], "a", "k", "gpt-4o", &c, now)[0];
+        assert_eq!(
+            a.short_for(&[600, 300, 400, 0, 8, 0], 100, 100),
+            None,
+            "exactly fits"
+        );
+        assert_eq!(
+            a.short_for(&[600, 300, 0, 0, 0, 0], 101, 0),
+            Some(BudgetKind::Tokens)
+        );
+        assert_eq!(
+            a.short_for(&[0, 0, 450, 0, 0, 0], 10, 51),
+            Some(BudgetKind::Cost)
+        );
+        assert_eq!(
+            a.short_for(&[0, 0, 0, 0, 9, 1], 0, 0),
+            Some(BudgetKind::Requests)
+        );
+        assert_eq!(a.reason(BudgetKind::Cost), "key_model_daily_cost_exhausted");
     }
 
     #[test]

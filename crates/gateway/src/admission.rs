@@ -487,7 +487,7 @@ fn refused(
     let what = match r.budget {
         Some(b) => {
             let now = gw.now();
-            let applied = budgets_of(gw, key, model, now);
+            let applied = key.budgets(&model.id, &gw.cfg.clock, now);
             match applied.get(b.index) {
                 Some(a) => {
                     if b.kind == domain::budgets::BudgetKind::Requests {
@@ -518,20 +518,6 @@ fn refused(
     ApiError::new(r.reason(), msg)
         .retry_after(retry_after)
         .counters(counters)
-}
-
-/// The budgets of `Limits::budgets` that count a request of `key` to
-/// `model` at `now`, in the order the hold takes them.
-pub(crate) fn budgets_of(
-    gw: &Gateway,
-    key: &KeyEntry,
-    model: &ModelEntry,
-    now: chrono::DateTime<chrono::Utc>,
-) -> Vec<domain::chain_budgets::Applied> {
-    let month = gw.cfg.clock.month(now);
-    let limits = key.effective_limits(now, &month);
-    let limits = [&limits[0], &limits[1], &limits[2]];
-    domain::chain_budgets::applicable(limits, &key.app.id, &key.id, &model.id, &gw.cfg.clock, now)
 }
 
 /// One hold call, failing closed on any quota-store error. A hold whose

@@ -92,6 +92,20 @@ impl KeyEntry {
         ]
     }
 
+    /// The budgets of `Limits::budgets` (tenant's, app's, key's) that count
+    /// a request of this key to `model` at `now`, in the order the hold
+    /// takes them (docs/limits.md).
+    pub fn budgets(
+        &self,
+        model: &str,
+        clock: &domain::period::PlatformClock,
+        now: DateTime<Utc>,
+    ) -> Vec<domain::chain_budgets::Applied> {
+        let limits = self.effective_limits(now, &clock.month(now));
+        let limits = [&limits[0], &limits[1], &limits[2]];
+        domain::chain_budgets::applicable(limits, &self.app.id, &self.id, model, clock, now)
+    }
+
     /// A model is usable only if tenant, app and key all allow it.
     pub fn may_use(&self, model: &str) -> bool {
         let ok = |a: Option<&HashSet<String>>| a.is_none_or(|set| set.contains(model));

@@ -301,6 +301,7 @@ async fn admit_and_forward(
         Some(cheaper) => cheaper,
         None => model,
     };
+
     ctx.model = model.id.clone();
     if model.id != summary.model {
         // Served by another model than the name asked for (an alias, a
@@ -335,6 +336,30 @@ async fn admit_and_forward(
     let est_in = est_in.saturating_add(extras.tools.result_tokens);
     let (hold_price, fees) =
         crate::extras::hold_price(&model, ctx.received.timestamp_millis(), &extras, est_in);
+    // A model budget with no room for the request: the model's fallback,
+    // when it names one (its own price and budgets; the input as counted
+    // for the model asked).
+    let fallback = if degrade.is_none() {
+        let out = asked_per_choice.saturating_mul(summary.choices);
+        let cost = hold_price.cost(est_in, out).0.saturating_add(fees);
+        crate::sharing::budget_fallback(gw, &key, &model, est_in.saturating_add(out), cost).await?
+    } else {
+        None
+    };
+    let model = match &fallback {
+        Some((m, _)) => {
+            ctx.model = m.id.clone();
+            ctx.attribution.asked_model = domain::attribution::attribute(&summary.model);
+            m.clone()
+        }
+        None => model,
+    };
+    let (hold_price, fees) = match &fallback {
+        Some(_) => {
+            crate::extras::hold_price(&model, ctx.received.timestamp_millis(), &extras, est_in)
+        }
+        None => (hold_price, fees),
+    };
     let per_choice = match degrade.as_ref().and_then(|d| d.max_output) {
         Some(cap) if endpoint != Endpoint::Embeddings => asked_per_choice.min(cap),
         _ => asked_per_choice,
@@ -379,6 +404,11 @@ async fn admit_and_forward(
             detail,
             &ctx.attribution,
         );
+    } else if let Some((_, reason)) = &fallback {
+        let mut detail = json!({"requested_model": requested_model, "served_model": model.id});
+        with_queue_wait(&mut detail, adm.queued);
+        gw.decisions
+            .degraded(rid, &key, &model.id, *reason, detail, &ctx.attribution);
     } else if adm.degraded {
         let mut detail = json!({"requested_output_tokens": max_out, "clamped_output_tokens": adm.est_out,
             "est_input_tokens": est_in});
@@ -395,13 +425,17 @@ async fn admit_and_forward(
     // Waited in the fair queue, then admitted: recorded with how long and
     // what for (a degraded request has it on its degradation's row: one row
     // per request).
-    if let (false, false, Some((waited, why))) = (soft_degraded, adm.degraded, adm.queued) {
+    if let (false, false, None, Some((waited, why))) =
+        (soft_degraded, adm.degraded, &fallback, adm.queued)
+    {
         let detail = json!({"waited_ms": waited.as_millis() as u64, "queue_reason": why});
         gw.decisions
             .queued(rid, &key, &model.id, why, detail, &ctx.attribution);
     }
     let (decision, reason) = if soft_degraded {
         (Decision::Degrade, ReasonCode::DailyCostSoftLimit.as_str())
+    } else if let Some((_, r)) = &fallback {
+        (Decision::Degrade, r.as_str())
     } else if adm.degraded {
         (
             Decision::Degrade,
