@@ -306,7 +306,7 @@ pub static TABLE: &[(&str, &str, &str)] = &[
     ("limits.max_output_tokens", "Max output tokens", "最大输出 token"),
     ("limits.allowed_service_tiers", "Allowed service tiers (beyond the default)", "允许的服务等级（默认之外）"),
     ("limits.allowed_tools", "Allowed hosted tools", "允许的托管工具"),
-    ("limits.budgets", "Budgets by period and model, cost in USD (e.g. month on gpt-4o cost=500; day requests=100)", "按周期和模型的预算，费用以美元计（例：month on gpt-4o cost=500; day requests=100）"),
+    ("limits.budgets", "Budgets by period and model", "按周期和模型的预算"),
     // limits history and rollback
     ("limits.history", "Limits history", "限额历史"),
     ("limits.history_intro", "Every change of these limits, newest first, from the audit log. Restoring an earlier version puts its limits back in force within seconds and is itself recorded here and in the audit log.", "这些限额的每次变更（最新在前），取自审计日志。恢复较早的版本会在数秒内使其限额重新生效，恢复操作本身也会记录在此处和审计日志中。"),
