@@ -619,6 +619,19 @@ async fn a_tenant_admins_scope_reads_nothing_of_another_tenant() {
     assert!(both(notices(s.notices(all, 100).await.unwrap())));
     assert!(s.job_runs(mine, None, 10).await.unwrap().is_empty());
     assert_eq!(s.job_runs(all, None, 10).await.unwrap().len(), 1);
+    assert!(s.job_runs_page(mine, None, 10).await.unwrap().is_empty());
+    assert_eq!(s.job_runs_page(all, None, 10).await.unwrap().len(), 1);
+    let app_tenants =
+        |v: Vec<(String, String)>| -> Vec<String> { v.into_iter().map(|(t, _)| t).collect() };
+    assert!(only_mine(app_tenants(s.app_ids(mine).await.unwrap())));
+    assert!(both(app_tenants(s.app_ids(all).await.unwrap())));
+    // A budget's rebuild reads another tenant's days as nothing.
+    let today = Utc::now().date_naive();
+    let days = (today, today.succ_opt().unwrap());
+    let theirs_window = s.window_usage(mine, THEIRS, None, None, None, days);
+    assert_eq!(theirs_window.await.unwrap(), (0, 0, 0));
+    let theirs_window = s.window_usage(all, THEIRS, None, None, None, days);
+    assert!(theirs_window.await.unwrap().0 > 0);
 }
 
 /// Every store function that takes a scope has a case above.
