@@ -79,36 +79,24 @@ impl Lang {
     /// A budget's reason code (`{level}_{model_}{period}_{kind}_exhausted`,
     /// docs/limits.md) in words: 72 codes, composed rather than listed.
     fn budget_reason(self, code: &str) -> Option<String> {
-        let rest = code.strip_suffix("_exhausted")?;
-        let (level, rest) = rest.split_once('_')?;
-        let (model, rest) = match rest.strip_prefix("model_") {
-            Some(r) => (true, r),
-            None => (false, rest),
-        };
-        let (period, kind) = rest.split_once('_')?;
-        let en_level = match level {
-            "tenant" => "the tenant's",
-            "app" => "the app's",
-            "key" => "the key's",
-            _ => return None,
-        };
-        let zh_level = match level {
-            "tenant" => "租户",
-            "app" => "应用",
-            _ => "密钥",
+        use domain::budgets::{BudgetKind, BudgetPeriod};
+        use domain::ScopeKind;
+        let (level, model, period, kind) = domain::chain_budgets::parse_reason(code)?;
+        let (en_level, zh_level) = match level {
+            ScopeKind::Tenant => ("the tenant's", "租户"),
+            ScopeKind::App => ("the app's", "应用"),
+            _ => ("the key's", "密钥"),
         };
         let (en_period, zh_period) = match period {
-            "daily" => ("daily", "每日"),
-            "weekly" => ("weekly", "每周"),
-            "monthly" => ("monthly", "每月"),
-            "quarterly" => ("quarterly", "每季度"),
-            _ => return None,
+            BudgetPeriod::Day => ("daily", "每日"),
+            BudgetPeriod::Week => ("weekly", "每周"),
+            BudgetPeriod::Month => ("monthly", "每月"),
+            BudgetPeriod::Quarter => ("quarterly", "每季度"),
         };
         let (en_kind, zh_kind) = match kind {
-            "tokens" => ("token", "token"),
-            "cost" => ("cost", "费用"),
-            "requests" => ("request", "请求数"),
-            _ => return None,
+            BudgetKind::Tokens => ("token", "token"),
+            BudgetKind::Cost => ("cost", "费用"),
+            BudgetKind::Requests => ("request", "请求数"),
         };
         Some(match self {
             Lang::En => format!(

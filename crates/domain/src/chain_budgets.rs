@@ -38,30 +38,6 @@ pub struct Applied {
 }
 
 impl Applied {
-    /// The first amount it sets that has no room for a request of
-    /// `tokens` and `cost` µUSD (and one request), by `counters`: tokens,
-    /// µUSD and requests, each used then held. What a model's budget
-    /// fallback asks before the request is held (docs/limits.md, "When a
-    /// model's budget is spent").
-    pub fn short_for(&self, counters: &[i64; 6], tokens: i64, cost: i64) -> Option<BudgetKind> {
-        let need = [tokens, cost, 1];
-        (0..3)
-            .find(|&i| {
-                let l = self.limits[i];
-                l >= 0
-                    && counters[2 * i]
-                        .saturating_add(counters[2 * i + 1])
-                        .saturating_add(need[i])
-                        > l
-            })
-            .and_then(BudgetKind::from_index)
-    }
-
-    /// The reason code of a refusal (or a fallback) by it for `kind`.
-    pub fn reason(&self, kind: BudgetKind) -> &'static str {
-        reason_code(self.level, self.model_scoped, self.period, kind)
-    }
-
     /// Seconds its counters are kept in Redis.
     pub fn ttl_secs(&self) -> i64 {
         self.period.ttl_secs()
@@ -176,6 +152,24 @@ pub fn reason_code(
     codes[((l * 2 + usize::from(model_scoped)) * 4 + p) * 3 + k]
 }
 
+/// The budget a reason code of [`reason_code`] names: (level, model
+/// scoped, period, kind); None for any other code.
+pub fn parse_reason(code: &str) -> Option<(ScopeKind, bool, BudgetPeriod, BudgetKind)> {
+    if !code.ends_with("_exhausted") {
+        return None;
+    }
+    ScopeKind::ALL.into_iter().find_map(|level| {
+        [false, true].into_iter().find_map(|scoped| {
+            BudgetPeriod::ALL.into_iter().find_map(|p| {
+                BudgetKind::ALL
+                    .into_iter()
+                    .find(|k| reason_code(level, scoped, p, *k) == code)
+                    .map(|k| (level, scoped, p, k))
+            })
+        })
+    })
+}
+
 /// A budget in words: "the key's daily cost budget on gpt-4o, o3".
 pub fn describe(
     level: ScopeKind,
@@ -203,26 +197,8 @@ pub fn describe(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budgets::tests::{at, budget, clock};
     use crate::budgets::Budget;
-    use crate::money::MicroUsd;
-
-    fn clock() -> PlatformClock {
-        PlatformClock::parse("Asia/Shanghai").unwrap()
-    }
-
-    fn at(s: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
-    }
-
-    fn budget(period: BudgetPeriod, models: Option<&[&str]>, cost: Option<i64>) -> Budget {
-        Budget {
-            period,
-            models: models.map(|m| m.iter().map(|s| s.to_string()).collect()),
-            tokens: None,
-            cost_usd: cost.map(MicroUsd),
-            requests: None,
-        }
-    }
 
     #[test]
     fn a_budget_applies_to_its_models_only() {
@@ -279,40 +255,6 @@ mod tests {
     }
 
     #[test]
-    fn a_budget_is_short_when_the_request_would_pass_any_amount() {
-        let c = clock();
-        let key = Limits {
-            budgets: Some(vec![Budget {
-                tokens: Some(1_000),
-                requests: Some(10),
-                ..budget(BudgetPeriod::Day, Some(&["gpt-4o"]), Some(500))
-            }]),
-            ..Default::default()
-        };
-        let none = Limits::default();
-        let now = at("2026-12-06T00:00:00Z");
-        let a = &applicable([&none, &none, &key], "a", "k", "gpt-4o", &c, now)[0];
-        assert_eq!(
-            a.short_for(&[600, 300, 400, 0, 8, 0], 100, 100),
-            None,
-            "exactly fits"
-        );
-        assert_eq!(
-            a.short_for(&[600, 300, 0, 0, 0, 0], 101, 0),
-            Some(BudgetKind::Tokens)
-        );
-        assert_eq!(
-            a.short_for(&[0, 0, 450, 0, 0, 0], 10, 51),
-            Some(BudgetKind::Cost)
-        );
-        assert_eq!(
-            a.short_for(&[0, 0, 0, 0, 9, 1], 0, 0),
-            Some(BudgetKind::Requests)
-        );
-        assert_eq!(a.reason(BudgetKind::Cost), "key_model_daily_cost_exhausted");
-    }
-
-    #[test]
     fn reason_codes_name_level_scope_period_and_kind() {
         assert_eq!(
             reason_code(ScopeKind::Key, false, BudgetPeriod::Day, BudgetKind::Cost),
@@ -347,6 +289,11 @@ mod tests {
             }
         }
         assert_eq!(all.len(), 72, "each combination its own code");
+        for code in &all {
+            let (l, m, p, k) = parse_reason(code).unwrap();
+            assert_eq!(reason_code(l, m, p, k), *code);
+        }
+        assert_eq!(parse_reason("key_monthly_budget_exhausted"), None);
         assert_eq!(
             describe(
                 ScopeKind::Tenant,

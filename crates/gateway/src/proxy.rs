@@ -336,30 +336,6 @@ async fn admit_and_forward(
     let est_in = est_in.saturating_add(extras.tools.result_tokens);
     let (hold_price, fees) =
         crate::extras::hold_price(&model, ctx.received.timestamp_millis(), &extras, est_in);
-    // A model budget with no room for the request: the model's fallback,
-    // when it names one (its own price and budgets; the input as counted
-    // for the model asked).
-    let fallback = if degrade.is_none() {
-        let out = asked_per_choice.saturating_mul(summary.choices);
-        let cost = hold_price.cost(est_in, out).0.saturating_add(fees);
-        crate::sharing::budget_fallback(gw, &key, &model, est_in.saturating_add(out), cost).await?
-    } else {
-        None
-    };
-    let model = match &fallback {
-        Some((m, _)) => {
-            ctx.model = m.id.clone();
-            ctx.attribution.asked_model = domain::attribution::attribute(&summary.model);
-            m.clone()
-        }
-        None => model,
-    };
-    let (hold_price, fees) = match &fallback {
-        Some(_) => {
-            crate::extras::hold_price(&model, ctx.received.timestamp_millis(), &extras, est_in)
-        }
-        None => (hold_price, fees),
-    };
     let per_choice = match degrade.as_ref().and_then(|d| d.max_output) {
         Some(cap) if endpoint != Endpoint::Embeddings => asked_per_choice.min(cap),
         _ => asked_per_choice,
@@ -390,7 +366,42 @@ async fn admit_and_forward(
         price: hold_price,
         fees,
     };
-    let adm = crate::admission::get_quota(gw, &key, &model, &month, &ctx.id, want).await?;
+    let first = crate::admission::get_quota(gw, &key, &model, &month, &ctx.id, want).await;
+    // A budget that names the model refused it: the model's fallback, when
+    // it names one the key may use — its own price and budgets, the input
+    // as counted for the model asked (the refused hold took nothing: the
+    // same request id holds again).
+    let (adm, model, hold_price, fees, fallback) = match first {
+        Ok(adm) => (adm, model, hold_price, fees, None),
+        Err(e) => {
+            let fb = match degrade {
+                None => crate::sharing::budget_fallback(gw, &key, &model, e.reason),
+                Some(_) => None,
+            };
+            let Some(fb) = fb else { return Err(e) };
+            ctx.model = fb.id.clone();
+            ctx.attribution.asked_model = domain::attribution::attribute(&summary.model);
+            let (hold_price, fees) =
+                crate::extras::hold_price(&fb, ctx.received.timestamp_millis(), &extras, est_in);
+            let first_out = if summary.stream && !(fb.profile.hidden_reasoning || extras.thinks) {
+                max_out.min(gw.cfg.stream_slice_tokens)
+            } else {
+                max_out
+            };
+            let want = Want {
+                endpoint,
+                summary: &summary,
+                est_in,
+                est_out: first_out,
+                per_choice,
+                end_user: ctx.attribution.end_user.as_deref(),
+                price: hold_price,
+                fees,
+            };
+            let adm = crate::admission::get_quota(gw, &key, &fb, &month, &ctx.id, want).await?;
+            (adm, fb, hold_price, fees, Some(e.reason))
+        }
+    };
     let rid = ctx.id.as_str();
     if soft_degraded {
         let mut detail = json!({"requested_output_tokens": asked_per_choice * summary.choices,
@@ -404,11 +415,11 @@ async fn admit_and_forward(
             detail,
             &ctx.attribution,
         );
-    } else if let Some((_, reason)) = &fallback {
+    } else if let Some(reason) = fallback {
         let mut detail = json!({"requested_model": requested_model, "served_model": model.id});
         with_queue_wait(&mut detail, adm.queued);
         gw.decisions
-            .degraded(rid, &key, &model.id, *reason, detail, &ctx.attribution);
+            .degraded(rid, &key, &model.id, reason, detail, &ctx.attribution);
     } else if adm.degraded {
         let mut detail = json!({"requested_output_tokens": max_out, "clamped_output_tokens": adm.est_out,
             "est_input_tokens": est_in});
@@ -426,7 +437,7 @@ async fn admit_and_forward(
     // what for (a degraded request has it on its degradation's row: one row
     // per request).
     if let (false, false, None, Some((waited, why))) =
-        (soft_degraded, adm.degraded, &fallback, adm.queued)
+        (soft_degraded, adm.degraded, fallback, adm.queued)
     {
         let detail = json!({"waited_ms": waited.as_millis() as u64, "queue_reason": why});
         gw.decisions
@@ -434,7 +445,7 @@ async fn admit_and_forward(
     }
     let (decision, reason) = if soft_degraded {
         (Decision::Degrade, ReasonCode::DailyCostSoftLimit.as_str())
-    } else if let Some((_, r)) = &fallback {
+    } else if let Some(r) = fallback {
         (Decision::Degrade, r.as_str())
     } else if adm.degraded {
         (

@@ -158,77 +158,38 @@ pub async fn degrade_step(
     if spent < soft.0 {
         return Ok(None);
     }
-    let cheaper = model
-        .degrade_to
-        .as_ref()
-        .filter(|m| key.may_use(m))
-        .and_then(|m| gw.catalog.get().models.get(m).cloned())
-        .filter(|m| m.kind == model.kind);
     Ok(Some(Degrade {
-        model: cheaper,
+        model: cheaper_model(gw, key, model),
         max_output: gw.cfg.fair.degrade_max_output_tokens,
     }))
 }
 
-/// A request to a model one of whose model budgets (of the tenant, app or
-/// key: `Limits::budgets` naming the model) has no room for it — `tokens`
-/// and `cost` µUSD, as it would be held — when the model names a cheaper
-/// model (`degrade_to`) the key may use: that model, served instead of a
-/// 402, and the budget's reason (docs/limits.md, "When a model's budget is
-/// spent"). One read of those budgets' counters, only for requests a model
-/// budget counts and whose model has a fallback.
-pub async fn budget_fallback(
-    gw: &Arc<Gateway>,
+/// The model to serve instead of `model` when a budget that names it
+/// refused the request (`reason`): the model's cheaper one, when it names
+/// one the key may use (docs/limits.md, "When a model's budget is spent").
+pub fn budget_fallback(
+    gw: &Gateway,
     key: &KeyEntry,
     model: &ModelEntry,
-    tokens: i64,
-    cost: i64,
-) -> Result<Option<(Arc<ModelEntry>, ReasonCode)>, ApiError> {
-    let Some(to) = model.degrade_to.as_ref().filter(|m| key.may_use(m)) else {
-        return Ok(None);
-    };
-    let scoped: Vec<_> = key
-        .budgets(&model.id, &gw.cfg.clock, gw.now())
-        .into_iter()
-        .filter(|b| b.model_scoped)
-        .collect();
-    if scoped.is_empty() {
-        return Ok(None);
+    reason: ReasonCode,
+) -> Option<Arc<ModelEntry>> {
+    match reason {
+        ReasonCode::Budget {
+            model_scoped: true, ..
+        } => cheaper_model(gw, key, model),
+        _ => None,
     }
-    let Some(fallback) = gw
-        .catalog
-        .get()
-        .models
-        .get(to)
-        .cloned()
+}
+
+/// The cheaper model `model` names (`degrade_to`), when the key may use it
+/// and it serves the same kind of request: where a degrade goes.
+fn cheaper_model(gw: &Gateway, key: &KeyEntry, model: &ModelEntry) -> Option<Arc<ModelEntry>> {
+    model
+        .degrade_to
+        .as_ref()
+        .filter(|m| key.may_use(m))
+        .and_then(|m| gw.catalog.get().models.get(m).cloned())
         .filter(|m| m.kind == model.kind)
-    else {
-        return Ok(None);
-    };
-    let ledger = crate::ledger_source::StoreLedger {
-        store: &gw.store,
-        quota: &gw.quota,
-        writer: Some(&gw.ledger),
-    };
-    let counters = gw
-        .quota
-        .budget_counters_rebuilt(&key.tenant.id, &key.app.id, &key.id, &scoped, &ledger)
-        .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, "budget fallback: quota store unavailable");
-            ApiError::store_down()
-        })?;
-    Ok(scoped.iter().zip(&counters).find_map(|(b, c)| {
-        b.short_for(c, tokens, cost).map(|kind| {
-            let reason = ReasonCode::Budget {
-                level: b.level,
-                model_scoped: true,
-                period: b.period,
-                kind,
-            };
-            (fallback.clone(), reason)
-        })
-    }))
 }
 
 /// After a settle of a tenant with a daily soft limit: its cost counts
