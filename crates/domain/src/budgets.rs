@@ -391,18 +391,22 @@ fn midnight(clock: &PlatformClock, d: NaiveDate) -> Option<DateTime<Utc>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn clock() -> PlatformClock {
+    pub(crate) fn clock() -> PlatformClock {
         PlatformClock::parse("Asia/Shanghai").unwrap()
     }
 
-    fn at(s: &str) -> DateTime<Utc> {
+    pub(crate) fn at(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
     }
 
-    fn budget(period: BudgetPeriod, models: Option<&[&str]>, cost: Option<i64>) -> Budget {
+    pub(crate) fn budget(
+        period: BudgetPeriod,
+        models: Option<&[&str]>,
+        cost: Option<i64>,
+    ) -> Budget {
         Budget {
             period,
             models: models.map(|m| m.iter().map(|s| s.to_string()).collect()),

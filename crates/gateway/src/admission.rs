@@ -568,11 +568,7 @@ async fn hold(
         armed: true,
     };
     let t0 = Instant::now();
-    let ledger = crate::ledger_source::StoreLedger {
-        store: &gw.store,
-        quota: &gw.quota,
-        writer: Some(&gw.ledger),
-    };
+    let ledger = gw.ledger_source();
     let eu = crate::attribution::end_user_scope(key, want.end_user);
     let outcome = gw
         .admission

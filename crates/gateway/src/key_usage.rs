@@ -61,11 +61,7 @@ async fn standing_of(gw: &Gateway, key: &crate::key_index::KeyEntry) -> Result<V
     let month = clock.month(now);
     let day = clock.day(now);
     let limits = key.effective_limits(now, &month);
-    let ledger = crate::ledger_source::StoreLedger {
-        store: &gw.store,
-        quota: &gw.quota,
-        writer: Some(&gw.ledger),
-    };
+    let ledger = gw.ledger_source();
     let counters = gw
         .quota
         .chain_counters_rebuilt(&key.tenant.id, &key.app.id, &key.id, &month, &ledger)

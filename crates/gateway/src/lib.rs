@@ -307,6 +307,16 @@ impl Gateway {
 }
 
 impl Gateway {
+    /// The Postgres ledger as the hold engine's rebuild source, waiting for
+    /// this replica's ledger writer first.
+    pub(crate) fn ledger_source(&self) -> ledger_source::StoreLedger<'_> {
+        ledger_source::StoreLedger {
+            store: &self.store,
+            quota: &self.quota,
+            writer: Some(&self.ledger),
+        }
+    }
+
     /// The platform's time: this replica's clock corrected by its measured
     /// skew from Redis' (`QuotaEngine::sync_clock`). Periods, expiries and
     /// receipt times are read from it, so replicas whose clocks disagree

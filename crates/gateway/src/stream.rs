@@ -217,7 +217,14 @@ async fn cover(held: &mut HeldRequest, needed_total: i64, slice: i64) -> Result<
             // The hold's budgets, as it took them (its start names the period).
             let started = chrono::DateTime::from_timestamp_millis(held.started_at_ms)
                 .unwrap_or_else(|| held.gw.now());
-            let budgets = k.budgets(&held.model.id, &held.gw.cfg.clock, started);
+            let budgets = domain::chain_budgets::applicable(
+                [&limits[0], &limits[1], &limits[2]],
+                &k.app.id,
+                &k.id,
+                &held.model.id,
+                &held.gw.cfg.clock,
+                started,
+            );
             let req = ExtendRequest {
                 request_id: &held.request_id,
                 tenant: &k.tenant.id,

@@ -21,9 +21,13 @@ fn engine() -> QuotaEngine {
     QuotaEngine::new(&url, &prefix, Duration::from_millis(500), "test-replica").unwrap()
 }
 
-/// A ledger whose budget windows hold `window` (tokens, cost, requests).
-struct Ledger {
-    window: (i64, i64, i64),
+/// A ledger whose budget windows hold what it says (tokens, cost,
+/// requests): fixed, or what the property test settled, summed.
+struct Ledger(std::sync::Mutex<(i64, i64, i64)>);
+impl Ledger {
+    fn of(window: (i64, i64, i64)) -> Self {
+        Ledger(std::sync::Mutex::new(window))
+    }
 }
 impl LedgerSource for Ledger {
     async fn month_usage(&self, _t: &str, _m: &str) -> Result<Vec<ScopeUsage>, String> {
@@ -37,11 +41,14 @@ impl LedgerSource for Ledger {
         _m: Option<&[String]>,
         _d: domain::budgets::Days,
     ) -> Result<(i64, i64, i64), String> {
-        Ok(self.window)
+        Ok(*self.0.lock().unwrap())
     }
 }
 
-const EMPTY: Ledger = Ledger { window: (0, 0, 0) };
+/// The empty ledger: nothing settled anywhere yet.
+fn empty() -> Ledger {
+    Ledger::of((0, 0, 0))
+}
 
 /// A key's daily budget of `tokens` tokens and `requests` requests on
 /// gpt-4o, in the day `day`.
@@ -98,7 +105,7 @@ fn settle<'a>(rid: &'a str, tokens: i64) -> SettleRequest<'a> {
 
 /// The budget's (used, held) tokens and (used, held) requests.
 async fn counters(q: &QuotaEngine, b: &Applied) -> [i64; 6] {
-    q.budget_counters_rebuilt("acme", "web", "k1", std::slice::from_ref(b), &EMPTY)
+    q.budget_counters_rebuilt("acme", "web", "k1", std::slice::from_ref(b), &empty())
         .await
         .unwrap()[0]
 }
@@ -117,11 +124,11 @@ async fn a_budget_is_held_settled_released_and_new_each_period() {
     let q = engine();
     let today = [daily("2026-12-06", 1_000, 3)];
     // 600 held, then settled at 400.
-    let out = q.hold(&hold("r1", 600, &today), &EMPTY).await.unwrap();
+    let out = q.hold(&hold("r1", 600, &today), &empty()).await.unwrap();
     assert!(matches!(out, HoldOutcome::Admitted { .. }), "{out:?}");
     assert_eq!(counters(&q, &today[0]).await, [0, 600, 0, 1, 0, 1]);
     // 500 more does not fit beside the 600 held.
-    let out = q.hold(&hold("r2", 500, &today), &EMPTY).await.unwrap();
+    let out = q.hold(&hold("r2", 500, &today), &empty()).await.unwrap();
     assert_eq!(
         refused_by(&out),
         Some((ScopeKind::Key, BudgetKind::Tokens)),
@@ -130,7 +137,7 @@ async fn a_budget_is_held_settled_released_and_new_each_period() {
     q.settle(&settle("r1", 400)).await.unwrap();
     assert_eq!(counters(&q, &today[0]).await, [400, 0, 1, 0, 1, 0]);
     // Now it does; a release gives it back whole.
-    let out = q.hold(&hold("r2", 500, &today), &EMPTY).await.unwrap();
+    let out = q.hold(&hold("r2", 500, &today), &empty()).await.unwrap();
     assert!(matches!(out, HoldOutcome::Admitted { .. }), "{out:?}");
     assert!(q
         .release("acme", "web", "k1", "2026-12", "r2", [&NONE, &NONE, &NONE])
@@ -139,10 +146,10 @@ async fn a_budget_is_held_settled_released_and_new_each_period() {
     assert_eq!(counters(&q, &today[0]).await, [400, 0, 1, 0, 1, 0]);
     // Requests: 3 a day — r1 used one, two more fit, the fourth does not.
     for rid in ["r3", "r4"] {
-        let out = q.hold(&hold(rid, 10, &today), &EMPTY).await.unwrap();
+        let out = q.hold(&hold(rid, 10, &today), &empty()).await.unwrap();
         assert!(matches!(out, HoldOutcome::Admitted { .. }), "{rid} {out:?}");
     }
-    let out = q.hold(&hold("r5", 10, &today), &EMPTY).await.unwrap();
+    let out = q.hold(&hold("r5", 10, &today), &empty()).await.unwrap();
     assert_eq!(
         refused_by(&out),
         Some((ScopeKind::Key, BudgetKind::Requests)),
@@ -150,7 +157,7 @@ async fn a_budget_is_held_settled_released_and_new_each_period() {
     );
     // The next day starts from zero.
     let tomorrow = [daily("2026-12-07", 1_000, 3)];
-    let out = q.hold(&hold("r6", 900, &tomorrow), &EMPTY).await.unwrap();
+    let out = q.hold(&hold("r6", 900, &tomorrow), &empty()).await.unwrap();
     assert!(matches!(out, HoldOutcome::Admitted { .. }), "{out:?}");
     assert_eq!(counters(&q, &tomorrow[0]).await, [0, 900, 0, 1, 0, 1]);
     // An extension of r6 is checked against the budget its hold took.
@@ -183,9 +190,7 @@ async fn a_lost_budget_is_rebuilt_from_the_ledger_before_it_is_checked() {
     let q = engine();
     let b = [daily("2026-12-06", 1_000, -1)];
     // The ledger says 950 tokens were used today: 100 more do not fit.
-    let ledger = Ledger {
-        window: (950, 7, 3),
-    };
+    let ledger = Ledger::of((950, 7, 3));
     let out = q.hold(&hold("r1", 100, &b), &ledger).await.unwrap();
     assert_eq!(
         refused_by(&out),
@@ -199,24 +204,6 @@ async fn a_lost_budget_is_rebuilt_from_the_ledger_before_it_is_checked() {
         .await
         .unwrap()[0];
     assert_eq!(c, [950, 50, 7, 1, 3, 1]);
-}
-
-/// A ledger the property test keeps: what was settled, summed.
-struct Booked(std::sync::Mutex<(i64, i64, i64)>);
-impl LedgerSource for Booked {
-    async fn month_usage(&self, _t: &str, _m: &str) -> Result<Vec<ScopeUsage>, String> {
-        Ok(vec![])
-    }
-    async fn window_usage(
-        &self,
-        _t: &str,
-        _a: Option<&str>,
-        _k: Option<&str>,
-        _m: Option<&[String]>,
-        _d: domain::budgets::Days,
-    ) -> Result<(i64, i64, i64), String> {
-        Ok(*self.0.lock().unwrap())
-    }
 }
 
 /// One request of the property test: its estimate and what it used
@@ -261,7 +248,7 @@ async fn run_budget_scenario(reqs: Vec<Req>, tok_limit: i64, cost_limit: i64, lo
             ..daily("2026-12-06", 0, -1)
         },
     ]);
-    let ledger = Arc::new(Booked(std::sync::Mutex::new((0, 0, 0))));
+    let ledger = Arc::new(empty());
     // Set while the loss is under way: a request open across it had its
     // hold lost.
     let lost = Arc::new(AtomicBool::new(false));

@@ -148,16 +148,7 @@ impl Store {
         job: Option<&str>,
         limit: i64,
     ) -> Result<Vec<JobRunRow>> {
-        let rows = sqlx::query_as::<_, JobRunRow>(&format!(
-            "SELECT {RUN_COLS} FROM job_runs WHERE ($1::text IS NULL OR job = $1) AND $3
-             ORDER BY id DESC LIMIT $2"
-        ))
-        .bind(job)
-        .bind(limit)
-        .bind(scope.is_all())
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows)
+        self.runs(scope, job, None, limit).await
     }
 
     /// A page of runs of every job, newest first: those below id `before`
@@ -168,13 +159,27 @@ impl Store {
         before: Option<i64>,
         limit: i64,
     ) -> Result<Vec<JobRunRow>> {
+        self.runs(scope, None, before, limit).await
+    }
+
+    /// Runs newest first, of `job` (or all), below id `before` (or from
+    /// the newest); none for a one-tenant scope.
+    async fn runs(
+        &self,
+        scope: &TenantScope,
+        job: Option<&str>,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<JobRunRow>> {
         let rows = sqlx::query_as::<_, JobRunRow>(&format!(
-            "SELECT {RUN_COLS} FROM job_runs WHERE ($1::bigint IS NULL OR id < $1) AND $3
+            "SELECT {RUN_COLS} FROM job_runs
+             WHERE ($1::text IS NULL OR job = $1) AND ($4::bigint IS NULL OR id < $4) AND $3
              ORDER BY id DESC LIMIT $2"
         ))
-        .bind(before)
+        .bind(job)
         .bind(limit)
         .bind(scope.is_all())
+        .bind(before)
         .fetch_all(&self.pool)
         .await?;
         Ok(rows)
